@@ -1,0 +1,5 @@
+import sys
+
+from offcpu.cli import main
+
+sys.exit(main())

@@ -1,0 +1,46 @@
+"""Entry point: the command group and the one place errors become exit codes."""
+
+from __future__ import annotations
+
+import click
+
+from offcpu import __version__
+from offcpu.commands import COMMANDS
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="offcpu")
+def cli() -> None:
+    """Why are my threads not running?
+
+    offcpu records bounded perf sessions on the scheduler tracepoints of a
+    process, works out where its threads wait while they are off CPU, and
+    names the contention it finds.
+
+    \b
+    Typical use:
+      offcpu doctor --pid 1234        can recording work here?
+      offcpu record --pid 1234        record 5 seconds of one process
+    """
+
+
+for command in COMMANDS:
+    cli.add_command(command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code (usage errors are 2, as in click)."""
+    try:
+        # Without standalone mode, click returns ctx.exit()'s code instead of exiting.
+        code = cli.main(args=argv, prog_name="offcpu", standalone_mode=False)
+    except click.UsageError as error:
+        command = error.ctx.command_path if error.ctx else "offcpu"
+        click.echo(f"offcpu: error: {error.format_message()} (see '{command} --help')", err=True)
+        return error.exit_code
+    except click.ClickException as error:
+        error.show()
+        return error.exit_code
+    except click.Abort:
+        click.echo("offcpu: interrupted", err=True)
+        return 130
+    return code if isinstance(code, int) else 0

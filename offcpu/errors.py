@@ -1,0 +1,15 @@
+"""The one error type: offcpu could not do what was asked."""
+
+from __future__ import annotations
+
+import click
+
+
+class OffcpuError(click.ClickException):
+    """A problem the user can fix. Exit code 2, so it is never mistaken for
+    exit 1 ("offcpu found a problem in your program")."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:  # type: ignore[no-untyped-def]
+        click.echo(f"offcpu: error: {self.format_message()}", err=True, file=file)
