@@ -1,0 +1,61 @@
+"""offcpu doctor: can recording work here, and how close is a process to its limits?"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from offcpu import limits
+from offcpu.errors import OffcpuError
+from offcpu.readiness import FAIL, OK, WARN, can_record, frame_pointer_checks, limit_checks, machine_checks
+
+STYLES = {OK: "green", WARN: "yellow", FAIL: "bold red"}
+
+
+@click.command()
+@click.option("--pid", "-p", type=int, help="Also check this process: frame pointers and its thread/map limits.")
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON instead of a table.")
+def doctor(pid: int | None, as_json: bool) -> None:
+    """Check what recording needs: perf, permissions, tracefs, tracepoints,
+    schedstats, kernel symbols, a flame graph renderer and frame pointers.
+
+    With --pid, also compare the process's threads and memory maps with the
+    limits that make thread creation fail (RLIMIT_NPROC, kernel.threads-max,
+    kernel.pid_max, vm.max_map_count), warning from 80%.
+
+    Exit status: 0 when recording can work, 1 when it cannot.
+    """
+    if pid is not None and not limits.process_exists(pid):
+        raise OffcpuError(f"no such process: {pid} (check it with 'ps -p {pid}')")
+    checks = machine_checks() + frame_pointer_checks(pid)
+    snapshot = limits.snapshot(pid) if pid is not None else None
+    limit_rows = limit_checks(snapshot) if snapshot else []
+    ready = can_record(checks)
+    if as_json:
+        click.echo(json.dumps({
+            "can_record": ready,
+            "checks": [asdict(check) for check in checks],
+            "limits": snapshot.to_json() if snapshot else None,
+        }, indent=2))
+    else:
+        console = Console(highlight=False)
+        console.print(_table("Recording", checks))
+        if limit_rows:
+            console.print(_table(f"Limits of pid {pid}", limit_rows))
+        verdict = "offcpu can record here." if ready else "offcpu cannot record here: fix the failed checks above."
+        console.print(verdict, style="green" if ready else "bold red")
+    click.get_current_context().exit(0 if ready else 1)
+
+
+def _table(title: str, checks: list) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("found", overflow="fold")
+    for check in checks:
+        table.add_row(check.name, check.status, check.detail, style=STYLES.get(check.status))
+    return table

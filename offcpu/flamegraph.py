@@ -1,0 +1,60 @@
+"""Finding a flame graph renderer: Brendan Gregg's flamegraph.pl or its Rust
+port inferno-flamegraph. offcpu runs them; it never carries their code."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+DEBIAN_NYTPROF_COPY = Path("/usr/share/perl5/Devel/NYTProf/flamegraph.pl")
+CHECKOUTS = (Path.home() / "FlameGraph", Path("/opt/FlameGraph"))
+HOW_TO_GET_ONE = (
+    "install one: 'apt-get install libdevel-nytprof-perl' (Debian's copy of flamegraph.pl), "
+    "'cargo install inferno', or 'git clone' Brendan Gregg's FlameGraph into ~/FlameGraph; "
+    "or point --flamegraph (or $FLAMEGRAPH_DIR) at one"
+)
+
+
+@dataclass(frozen=True)
+class Renderer:
+    command: tuple[str, ...]  # argv that takes folded stacks on stdin
+    found_by: str  # which rule of the search found it
+
+
+def _runnable(path: Path) -> tuple[str, ...] | None:
+    """How to run a renderer file: directly, or through perl when not executable."""
+    if not path.is_file():
+        return None
+    if os.access(path, os.X_OK):
+        return (str(path),)
+    return ("perl", str(path)) if path.suffix == ".pl" else None
+
+
+def _in_directory(directory: Path) -> tuple[str, ...] | None:
+    return _runnable(directory / "flamegraph.pl")
+
+
+def find_renderer(explicit: str | None = None) -> Renderer | None:
+    """The first renderer in the documented order of places."""
+    if explicit:
+        path = Path(explicit)
+        command = _in_directory(path) if path.is_dir() else _runnable(path)
+        return Renderer(command, "--flamegraph") if command else None
+    if os.environ.get("FLAMEGRAPH_DIR"):
+        command = _in_directory(Path(os.environ["FLAMEGRAPH_DIR"]))
+        if command:
+            return Renderer(command, "$FLAMEGRAPH_DIR")
+    for name in ("inferno-flamegraph", "flamegraph.pl"):
+        found = shutil.which(name)
+        if found:
+            return Renderer((found,), f"{name} on PATH")
+    command = _runnable(DEBIAN_NYTPROF_COPY)
+    if command:
+        return Renderer(command, "Debian's libdevel-nytprof-perl")
+    for checkout in CHECKOUTS:
+        command = _in_directory(checkout)
+        if command:
+            return Renderer(command, f"checkout in {checkout}")
+    return None

@@ -1,0 +1,128 @@
+"""The limits a thread-per-request service runs into, read from /proc.
+
+`Threads` and memory maps are compared with the kernel and resource limits
+that make thread creation fail with EAGAIN (RLIMIT_NPROC, kernel.threads-max,
+kernel.pid_max, vm.max_map_count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from offcpu.errors import OffcpuError
+from offcpu.system import read_int_sysctl
+
+WARN_FROM = 0.8
+
+
+@dataclass(frozen=True)
+class Limit:
+    name: str
+    used: int
+    limit: int | None  # None: unlimited
+    what: str  # what `used` counts
+
+    @property
+    def share(self) -> float | None:
+        return self.used / self.limit if self.limit else None
+
+    @property
+    def near(self) -> bool:
+        return self.share is not None and self.share >= WARN_FROM
+
+
+@dataclass(frozen=True)
+class LimitsSnapshot:
+    pid: int
+    threads: int
+    limits: tuple[Limit, ...]
+
+    def to_json(self) -> dict:
+        return {
+            "pid": self.pid,
+            "threads": self.threads,
+            "limits": [asdict(limit) | {"share": limit.share, "near": limit.near} for limit in self.limits],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> LimitsSnapshot:
+        fields = ("name", "used", "limit", "what")
+        limits = tuple(Limit(**{key: item[key] for key in fields}) for item in data["limits"])
+        return cls(pid=data["pid"], threads=data["threads"], limits=limits)
+
+
+def process_exists(pid: int) -> bool:
+    """A live task: an exited one its parent has not reaped yet (a zombie) is gone."""
+    if pid <= 0:
+        return False
+    try:
+        return _status_fields(pid)["State"][0] not in "ZX"
+    except (OSError, KeyError, IndexError):
+        return False
+
+
+def _status_fields(pid: int) -> dict[str, str]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return fields
+
+
+def thread_group_of(tid: int) -> int:
+    """The process (tgid) a thread belongs to."""
+    return int(_status_fields(tid)["Tgid"])
+
+
+def command_name(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+def _soft_rlimit_nproc(pid: int) -> int | None:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max processes"):
+            soft = line.split()[2]
+            return None if soft == "unlimited" else int(soft)
+    return None
+
+
+def _threads_of_user(uid: str) -> int:
+    """All threads owned by a real uid: what RLIMIT_NPROC counts."""
+    total = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = status.read_text().split("\n")
+        except OSError:
+            continue  # the process exited while we looked
+        entries = dict(line.split(":", 1) for line in fields if ":" in line)
+        if entries.get("Uid", "").split()[:1] == [uid]:
+            total += int(entries.get("Threads", "1"))
+    return total
+
+
+def _threads_on_system() -> int:
+    # The 4th field of /proc/loadavg is "runnable/total scheduling entities".
+    return int(Path("/proc/loadavg").read_text().split()[3].split("/")[1])
+
+
+def snapshot(pid: int) -> LimitsSnapshot:
+    """The process's threads and maps against each limit, read now."""
+    try:
+        status = _status_fields(pid)
+        maps = sum(1 for _ in Path(f"/proc/{pid}/maps").open())
+        nproc = _soft_rlimit_nproc(pid)
+    except FileNotFoundError:
+        raise OffcpuError(f"no such process: {pid} (check the pid with 'ps -p {pid}')") from None
+    except PermissionError:
+        raise OffcpuError(f"not permitted to read /proc/{pid}: run offcpu as the process's user or as root") from None
+    uid = status["Uid"].split()[0]
+    system_threads = _threads_on_system()
+    nproc_what = "threads of the process's user" + (" (not enforced for root)" if uid == "0" else "")
+    limits = (
+        Limit("RLIMIT_NPROC", _threads_of_user(uid), nproc, nproc_what),
+        Limit("kernel.threads-max", system_threads, read_int_sysctl("kernel.threads-max"), "threads on the system"),
+        Limit("kernel.pid_max", system_threads, read_int_sysctl("kernel.pid_max"), "pids in use on the system"),
+        Limit("vm.max_map_count", maps, read_int_sysctl("vm.max_map_count"), "memory maps of the process"),
+    )
+    return LimitsSnapshot(pid=pid, threads=int(status["Threads"]), limits=limits)

@@ -1,0 +1,114 @@
+"""Can offcpu record here? Each check looks at one thing the recording needs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from offcpu import events, system
+from offcpu.flamegraph import HOW_TO_GET_ONE, find_renderer
+from offcpu.framepointers import check_binary, libc_of
+from offcpu.limits import LimitsSnapshot
+
+OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # OK, WARN, FAIL (recording cannot work) or INFO
+    detail: str
+
+
+def machine_checks() -> list[Check]:
+    perf = system.find_perf()
+    version = system.perf_version(perf) if perf else None
+    checks = [_perf_check(perf, version)]
+    allowed, why = system.may_trace()
+    checks.append(Check("permissions", OK if allowed else FAIL, why))
+    tracefs = _tracefs_check(checks)
+    checks += _tracepoint_checks(tracefs)
+    checks.append(_schedstats_check())
+    readable, why = system.kernel_symbols_readable()
+    checks.append(Check("kernel symbols", OK if readable else WARN, why + ("" if readable else "; kernel frames will be hex")))
+    checks.append(Check("BTF", INFO, "/sys/kernel/btf/vmlinux present" if system.btf_present() else "no /sys/kernel/btf/vmlinux"))
+    bpftrace = system.find_bpftrace()
+    checks.append(Check("bpftrace", INFO, bpftrace or "not installed ('apt-get install bpftrace')"))
+    renderer = find_renderer()
+    checks.append(Check("flame graph renderer", OK if renderer else WARN,
+                        f"{' '.join(renderer.command)} ({renderer.found_by})" if renderer else f"none found; {HOW_TO_GET_ONE}"))
+    return checks
+
+
+def _perf_check(perf: str | None, version: str | None) -> Check:
+    if perf is None:
+        return Check("perf", FAIL, f"not found on PATH; {system.PERF_INSTALL_HINT}")
+    if version is None:
+        return Check("perf", FAIL, f"{perf} does not run; {system.PERF_INSTALL_HINT}")
+    return Check("perf", OK, f"{perf}, version {version}")
+
+
+def _tracefs_check(checks: list[Check]) -> Path | None:
+    mounted = system.tracefs_mount()
+    if mounted is not None:
+        checks.append(Check("tracefs", OK, f"mounted at {mounted}"))
+    elif os.geteuid() == 0:
+        mounted = system.ensure_tracefs()
+        checks.append(Check("tracefs", OK, f"was not mounted; offcpu mounted it at {mounted}"))
+    else:
+        checks.append(Check("tracefs", FAIL, "not mounted; as root run 'mount -t tracefs nodev /sys/kernel/tracing'"))
+    return mounted
+
+
+def _tracepoint_checks(tracefs: Path | None) -> list[Check]:
+    needed = {events.SWITCH: FAIL}
+    optional = (*events.WAKERS, *events.FORKS, events.EXIT)
+    result = []
+    for name in (events.SWITCH, *optional, *events.SCHEDSTATS):
+        present = system.tracepoint_exists(tracefs, name)
+        missing = needed.get(name, WARN if name in optional else INFO)
+        result.append(Check(name, OK if present else missing, "present" if present else "absent"))
+    return result
+
+
+def _schedstats_check() -> Check:
+    state = system.schedstats_state()
+    detail = {
+        "absent": "kernel built without CONFIG_SCHEDSTATS: off-CPU time comes from sched_switch pairs",
+        "off": "kernel.sched_schedstats=0: record --enable-schedstats turns it on while recording",
+        "on": "kernel.sched_schedstats=1",
+    }[state]
+    return Check("schedstats", INFO, detail)
+
+
+def frame_pointer_checks(pid: int | None) -> list[Check]:
+    """Whether the target's binary (with --pid) and its libc keep frame pointers."""
+    binaries = []
+    if pid is not None:
+        binaries.append(("target binary", os.readlink(f"/proc/{pid}/exe")))
+    libc = libc_of(pid if pid is not None else "self")
+    if libc:
+        binaries.append(("libc" if pid is not None else "system libc", libc))
+    checks = []
+    for label, path in binaries:
+        result = check_binary(path)
+        status = {"kept": OK, "omitted": WARN, "unknown": INFO}[result.verdict]
+        advice = "; user stacks stop here with --call-graph fp, use dwarf" if result.verdict == "omitted" else ""
+        checks.append(Check(f"frame pointers: {label}", status, f"{path}: {result.verdict} ({result.reason}){advice}"))
+    return checks
+
+
+def limit_checks(snapshot: LimitsSnapshot) -> list[Check]:
+    checks = [Check("threads of the process", INFO, str(snapshot.threads))]
+    for limit in snapshot.limits:
+        if limit.limit is None:
+            checks.append(Check(limit.name, OK, f"{limit.used:,} {limit.what}; no limit"))
+            continue
+        share = f"{limit.used:,} of {limit.limit:,} {limit.what} ({limit.share:.0%})"
+        checks.append(Check(limit.name, WARN if limit.near else OK, share + (": near the limit" if limit.near else "")))
+    return checks
+
+
+def can_record(checks: list[Check]) -> bool:
+    return all(check.status != FAIL for check in checks)

@@ -1,0 +1,152 @@
+"""What this machine offers for recording: perf, tracefs, tracepoints, sysctls.
+
+Every probe reads the machine directly (files under /proc and /sys, `perf
+--version`); nothing here changes it except `ensure_tracefs`, which mounts
+tracefs the way perf itself would.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+from offcpu.errors import OffcpuError
+
+TRACEFS_MOUNT_POINTS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+CAP_SYS_ADMIN = 21
+CAP_PERFMON = 38
+
+PERF_INSTALL_HINT = (
+    "install perf: Debian 'apt-get install linux-perf', "
+    "Ubuntu 'apt-get install linux-tools-$(uname -r)', Fedora 'dnf install perf'"
+)
+
+
+def find_perf() -> str | None:
+    return shutil.which("perf")
+
+
+def require_perf() -> str:
+    perf = find_perf()
+    if perf is None:
+        raise OffcpuError(f"perf was not found on PATH; {PERF_INSTALL_HINT}")
+    return perf
+
+
+def perf_version(perf: str) -> str | None:
+    """'6.1.187' from 'perf version 6.1.187', or None when perf cannot run
+    (Ubuntu's wrapper fails this way when the kernel's tools are missing)."""
+    try:
+        done = subprocess.run([perf, "--version"], capture_output=True, text=True, timeout=10)
+    except OSError:
+        return None
+    words = done.stdout.split()
+    if done.returncode != 0 or len(words) < 3:
+        return None
+    return words[2]
+
+
+def kernel_release() -> str:
+    return platform.release()
+
+
+def read_sysctl(name: str) -> str | None:
+    """The value of a sysctl such as 'kernel.pid_max', or None when the kernel has none."""
+    path = Path("/proc/sys") / name.replace(".", "/")
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def read_int_sysctl(name: str) -> int | None:
+    value = read_sysctl(name)
+    return int(value) if value is not None and value.lstrip("-").isdigit() else None
+
+
+def tracefs_mount() -> Path | None:
+    """Where tracefs is mounted, if it is."""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "tracefs":
+            return Path(fields[1])
+    return None
+
+
+def ensure_tracefs() -> Path:
+    """tracefs's mount point, mounting it first when root and it is not mounted."""
+    mounted = tracefs_mount()
+    if mounted is not None:
+        return mounted
+    target = TRACEFS_MOUNT_POINTS[0]
+    how = f"mount -t tracefs nodev {target}"
+    if os.geteuid() != 0:
+        raise OffcpuError(f"tracefs is not mounted and only root can mount it; run '{how}' as root")
+    done = subprocess.run(how.split(), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise OffcpuError(f"tracefs is not mounted and '{how}' failed: {done.stderr.strip()}")
+    return target
+
+
+def tracepoint_exists(tracefs: Path | None, event: str) -> bool:
+    """Whether a tracepoint like 'sched:sched_switch' exists on this kernel."""
+    if tracefs is None:
+        return False
+    system, name = event.split(":")
+    return (tracefs / "events" / system / name).is_dir()
+
+
+def schedstats_state() -> str:
+    """'absent' (kernel built without CONFIG_SCHEDSTATS), 'off' or 'on'."""
+    value = read_sysctl("kernel.sched_schedstats")
+    if value is None:
+        return "absent"
+    return "on" if value == "1" else "off"
+
+
+def effective_capabilities() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def may_trace() -> tuple[bool, str]:
+    """Whether this user may record scheduler tracepoints, and why."""
+    paranoid = read_int_sysctl("kernel.perf_event_paranoid")
+    capabilities = effective_capabilities()
+    if os.geteuid() == 0:
+        return True, "running as root"
+    if capabilities & (1 << CAP_PERFMON | 1 << CAP_SYS_ADMIN):
+        return True, "has CAP_PERFMON or CAP_SYS_ADMIN"
+    if paranoid is not None and paranoid <= -1:
+        return True, f"kernel.perf_event_paranoid={paranoid}"
+    return False, permission_hint(paranoid)
+
+
+def permission_hint(paranoid: int | None) -> str:
+    return (
+        f"tracepoint recording needs root, CAP_PERFMON, or kernel.perf_event_paranoid=-1 "
+        f"(it is {paranoid}): run offcpu with sudo, or 'sysctl kernel.perf_event_paranoid=-1'"
+    )
+
+
+def kernel_symbols_readable() -> tuple[bool, str]:
+    """Whether kernel frames will have names (kernel.kptr_restrict and who we are)."""
+    restrict = read_int_sysctl("kernel.kptr_restrict")
+    if restrict == 2:
+        return False, "kernel.kptr_restrict=2 hides kernel addresses from everyone"
+    if restrict == 1 and os.geteuid() != 0:
+        return False, "kernel.kptr_restrict=1 hides kernel addresses from non-root users"
+    return True, f"kernel.kptr_restrict={restrict}"
+
+
+def btf_present() -> bool:
+    return Path("/sys/kernel/btf/vmlinux").exists()
+
+
+def find_bpftrace() -> str | None:
+    return shutil.which("bpftrace")
