@@ -1,0 +1,146 @@
+"""offcpu record: a bounded perf recording of where threads wait."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn
+
+from offcpu import limits
+from offcpu.capture import CaptureInfo, Target
+from offcpu.errors import OffcpuError
+from offcpu.recorder import RecordRequest, prepare_output, record as record_capture
+
+MAX_DURATION_S = 600.0
+CALL_GRAPH = re.compile(r"^(fp|dwarf(,\d+)?)$")
+SIZE = re.compile(r"^\d+[BKMG]?$", re.IGNORECASE)
+
+
+@click.command(context_settings={"ignore_unknown_options": False})
+@click.option("--pid", "-p", type=int, help="Record every thread of this process, including threads it starts.")
+@click.option("--tid", "-t", type=int, help="Record one thread.")
+@click.option("--all-cpus", "-a", is_flag=True, help="Record every thread on the machine.")
+@click.option("--duration", "-d", type=float, default=5.0, show_default=True,
+              help=f"Seconds to record; more than {MAX_DURATION_S:.0f} needs --no-limit.")
+@click.option("--no-limit", is_flag=True, help=f"Allow --duration above {MAX_DURATION_S:.0f} s.")
+@click.option("--max-size", default="512M", show_default=True, help="Stop when perf.data reaches this size (perf's B/K/M/G).")
+@click.option("--call-graph", default="fp", show_default=True,
+              help="How perf walks stacks: fp (cheap) or dwarf[,BYTES] (full user stacks through libraries "
+                   "built without frame pointers; ~10x bigger captures).")
+@click.option("--mmap-pages", "-m", help="perf's ring buffer size in pages (a power of two); raise it when events are lost.")
+@click.option("--enable-schedstats", is_flag=True,
+              help="Turn kernel.sched_schedstats on for the recording (and back off afterwards).")
+@click.option("--output", "-o", type=click.Path(path_type=Path), help="Capture directory [default: offcpu-COMM-PID-TIME].")
+@click.option("--force", is_flag=True, help="Replace an existing capture at --output.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS]...]")
+def record(pid: int | None, tid: int | None, all_cpus: bool, duration: float, no_limit: bool, max_size: str,
+           call_graph: str, mmap_pages: str | None, enable_schedstats: bool, output: Path | None, force: bool,
+           command: tuple[str, ...]) -> None:
+    """Record where threads wait while they are off CPU.
+
+    Runs perf on the scheduler's switch and wakeup tracepoints (with call
+    stacks) and the thread lifecycle tracepoints, for --duration seconds at
+    most, and writes a capture directory: perf.data and capture.json.
+    Ctrl-C ends the recording early and still leaves a complete capture.
+
+    \b
+    Choose one target:
+      offcpu record --pid 1234                 a running process
+      offcpu record --tid 1240                 one thread
+      offcpu record -a --duration 2            the whole machine
+      offcpu record -- ./server --port 8080    a command, until it exits
+    """
+    target = _target(pid, tid, all_cpus, command)
+    _check_bounds(duration, no_limit, max_size, call_graph, mmap_pages)
+    output = output or _default_output(target)
+    existed = output.exists()
+    prepare_output(output, force)
+    try:
+        info = _record_with_progress(RecordRequest(target, output, duration, max_size, call_graph, mmap_pages,
+                                                   enable_schedstats))
+    except OffcpuError:
+        if not existed:
+            shutil.rmtree(output, ignore_errors=True)
+        raise
+    _print_summary(info, output)
+
+
+def _target(pid: int | None, tid: int | None, all_cpus: bool, command: tuple[str, ...]) -> Target:
+    chosen = [name for name, given in (("--pid", pid is not None), ("--tid", tid is not None),
+                                        ("-a", all_cpus), ("-- COMMAND", bool(command))) if given]
+    if len(chosen) != 1:
+        what = "no target" if not chosen else f"more than one target ({', '.join(chosen)})"
+        raise click.UsageError(f"{what}: give one of --pid PID, --tid TID, -a, or -- COMMAND")
+    if pid is not None or tid is not None:
+        task = pid if pid is not None else tid
+        assert task is not None
+        if not limits.process_exists(task):
+            raise OffcpuError(f"no such {'process' if pid is not None else 'thread'}: {task} (check it with 'ps -eLf')")
+        process = limits.thread_group_of(task)
+        if pid is not None and process != pid:
+            raise OffcpuError(f"{pid} is a thread of process {process}; use --tid {pid} or --pid {process}")
+        return Target("pid" if pid is not None else "tid", limits.command_name(process), pid=process, tid=tid)
+    if all_cpus:
+        return Target("all", "all")
+    if shutil.which(command[0]) is None:
+        raise OffcpuError(f"command not found: {command[0]} (give a path or a program on PATH)")
+    return Target("command", Path(command[0]).name, command=command)
+
+
+def _check_bounds(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap_pages: str | None) -> None:
+    if duration <= 0:
+        raise click.BadParameter("must be more than 0 seconds", param_hint="--duration")
+    if duration > MAX_DURATION_S and not no_limit:
+        raise click.BadParameter(f"{duration:g} s is more than {MAX_DURATION_S:.0f} s; add --no-limit if you mean it",
+                                 param_hint="--duration")
+    if not SIZE.match(max_size):
+        raise click.BadParameter("give a size such as 512M or 2G", param_hint="--max-size")
+    if not CALL_GRAPH.match(call_graph):
+        raise click.BadParameter("give fp, dwarf or dwarf,BYTES (for example dwarf,16384)", param_hint="--call-graph")
+    if mmap_pages is not None and not (mmap_pages.isdigit() and int(mmap_pages) & (int(mmap_pages) - 1) == 0):
+        raise click.BadParameter("give a power of two, for example 1024", param_hint="--mmap-pages")
+
+
+def _default_output(target: Target) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    pid = f"-{target.pid}" if target.pid is not None else ""
+    return Path(f"offcpu-{target.comm}{pid}-{stamp}")
+
+
+def _record_with_progress(request: RecordRequest) -> CaptureInfo:
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return record_capture(request, on_tick=lambda elapsed: None)
+    columns = (TextColumn(f"Recording {request.target.describe()}"), BarColumn(),
+               TextColumn("{task.fields[left]:.1f} s left"))
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("record", total=request.duration_s, left=request.duration_s)
+
+        def show(elapsed: float) -> None:
+            progress.update(task, completed=elapsed, left=request.duration_s - elapsed)
+
+        return record_capture(request, on_tick=show)
+
+
+def _print_summary(info: CaptureInfo, output: Path) -> None:
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    size_mb = info.perf_data_bytes / 1e6
+    ended = "" if info.ended_by == "duration" else f", ended by {info.ended_by}"
+    console.print(
+        f"Recorded {info.target.describe()} for {info.duration_actual_s:.1f} s{ended}: "
+        f"{info.samples:,} events and {info.switch_records:,} switch records, {size_mb:.1f} MB, "
+        f"{info.lost_events:,} lost, in {output}/"
+    )
+    if info.lost_events:
+        console.print(f"  perf lost {info.lost_events:,} events: record again with a bigger ring buffer, "
+                      "for example --mmap-pages 1024, or a shorter --duration.")
+    if info.user_stacks_truncated:
+        console.print("  User stacks stop short of the thread's start (a library without frame pointers, "
+                      "usually libc): record with --call-graph dwarf to see the callers.")
+    console.print(f"Next: offcpu report folded {output}")
