@@ -1,0 +1,91 @@
+"""Fixtures shared by the tests: the real offcpu console script, the example
+programs, and a guard that makes perf-dependent tests fail (not skip) in CI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "bin"
+OFFCPU = Path(sys.executable).parent / "offcpu"
+
+
+@pytest.fixture(scope="session")
+def perf() -> str:
+    """perf's path; in CI a missing perf is a failure, elsewhere a skip."""
+    found = shutil.which("perf")
+    if found is None:
+        message = "perf is not installed (scripts/setup installs linux-perf)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    if os.geteuid() != 0:
+        pytest.skip("recording tests run as root")
+    return found
+
+
+def example(name: str) -> Path:
+    path = EXAMPLES / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run 'make -C examples' (scripts/setup does)")
+    return path
+
+
+def run_offcpu(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+               timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The installed console script, as a user runs it."""
+    return subprocess.run([str(OFFCPU), *args], capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+class Workload:
+    """An example program running in the background for a test."""
+
+    def __init__(self, name: str, *args: str) -> None:
+        self.process = subprocess.Popen([str(example(name)), *args], stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, text=True)
+        self.pid = self.process.pid
+        time.sleep(0.3)  # let it start its threads
+
+    def threads(self) -> set[int]:
+        return {int(tid) for tid in os.listdir(f"/proc/{self.pid}/task")}
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        if self.alive():
+            self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+def workload() -> Iterator[type[Workload]]:
+    """Start example programs; they are all killed after the test."""
+    started: list[Workload] = []
+
+    def start(name: str, *args: str) -> Workload:
+        running = Workload(name, *args)
+        started.append(running)
+        return running
+
+    yield start  # type: ignore[misc]
+    for running in started:
+        running.stop()
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str) -> None:
+    """Exit 2, one line on stderr naming the problem, no traceback."""
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]

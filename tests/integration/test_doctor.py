@@ -1,0 +1,83 @@
+"""offcpu doctor on this machine, and python -m offcpu."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
+
+pytestmark = pytest.mark.usefixtures("perf")
+
+
+def checks_by_name(output: str) -> dict[str, dict]:
+    return {check["name"]: check for check in json.loads(output)["checks"]}
+
+
+def test_doctor_says_recording_can_work_here():
+    result = run_offcpu("doctor")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "offcpu can record here." in result.stdout
+    report = json.loads(run_offcpu("doctor", "--json").stdout)
+    assert report["can_record"] is True and report["limits"] is None
+    checks = {check["name"]: check for check in report["checks"]}
+    assert checks["perf"]["status"] == "ok" and "version 6." in checks["perf"]["detail"]
+    assert checks["sched:sched_switch"]["status"] == "ok"
+    # the schedstats state is read from the kernel, not assumed
+    state = "absent" if not os.path.exists("/proc/sys/kernel/sched_schedstats") else None
+    if state == "absent":
+        assert "CONFIG_SCHEDSTATS" in checks["schedstats"]["detail"]
+        assert checks["sched:sched_stat_sleep"]["detail"] == "absent"
+    assert checks["frame pointers: system libc"]["detail"].startswith("/")
+    assert "flame graph renderer" in checks
+
+
+def test_doctor_pid_shows_limits_and_frame_pointers(workload):
+    program = workload("idle_pool", "-t", "16", "-s", "30")
+    report = json.loads(run_offcpu("doctor", "--pid", str(program.pid), "--json").stdout)
+    assert report["limits"]["threads"] == 17
+    limits = {limit["name"]: limit for limit in report["limits"]["limits"]}
+    with open(f"/proc/{program.pid}/maps") as maps:
+        assert limits["vm.max_map_count"]["used"] == sum(1 for _ in maps)
+    assert set(limits) == {"RLIMIT_NPROC", "kernel.threads-max", "kernel.pid_max", "vm.max_map_count"}
+    checks = {check["name"]: check for check in report["checks"]}
+    # examples/ are built with -fno-omit-frame-pointer
+    assert checks["frame pointers: target binary"]["detail"].startswith(str(program.process.args[0]))
+    assert "kept" in checks["frame pointers: target binary"]["detail"]
+    table = run_offcpu("doctor", "--pid", str(program.pid))
+    assert f"Limits of pid {program.pid}" in table.stdout and "vm.max_map_count" in table.stdout
+
+
+def test_doctor_warns_near_a_limit(workload):
+    # Given a process whose RLIMIT_NPROC is lowered to just above what its user runs
+    program = workload("idle_pool", "-t", "16", "-s", "30")
+    before = json.loads(run_offcpu("doctor", "--pid", str(program.pid), "--json").stdout)
+    used = next(limit["used"] for limit in before["limits"]["limits"] if limit["name"] == "RLIMIT_NPROC")
+    lowered = int(used / 0.9)
+    subprocess.run(["prlimit", f"--pid={program.pid}", f"--nproc={lowered}:{lowered}"], check=True)
+    # When doctor looks at it, Then RLIMIT_NPROC is flagged as near (from 80%)
+    report = json.loads(run_offcpu("doctor", "--pid", str(program.pid), "--json").stdout)
+    nproc = next(limit for limit in report["limits"]["limits"] if limit["name"] == "RLIMIT_NPROC")
+    assert nproc["limit"] == lowered and nproc["near"] is True
+    wide = {**os.environ, "COLUMNS": "200"}
+    assert "near the limit" in run_offcpu("doctor", "--pid", str(program.pid), env=wide).stdout
+
+
+def test_doctor_without_perf_cannot_record():
+    env = {**os.environ, "PATH": str(OFFCPU.parent)}
+    result = run_offcpu("doctor", "--json", env=env)
+    assert result.returncode == 1
+    assert checks_by_name(result.stdout)["perf"]["status"] == "fail"
+
+
+def test_doctor_bad_pid():
+    assert_one_line_error(run_offcpu("doctor", "--pid", "999999999"), "no such process")
+
+
+def test_python_m_offcpu_runs_the_same_cli():
+    result = subprocess.run([sys.executable, "-m", "offcpu", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "record" in result.stdout and "doctor" in result.stdout

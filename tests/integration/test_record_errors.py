@@ -1,0 +1,100 @@
+"""Every way offcpu record can be asked the impossible: exit 2, one line, no traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
+
+pytestmark = pytest.mark.usefixtures("perf")
+
+
+def unused_pid() -> int:
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    return next(pid for pid in range(pid_max - 1, 1, -1) if not Path(f"/proc/{pid}").exists())
+
+
+def test_no_such_pid(tmp_path):
+    pid = unused_pid()
+    result = run_offcpu("record", "--pid", str(pid), "-o", str(tmp_path / "cap"))
+    assert_one_line_error(result, "no such process", str(pid))
+    assert not (tmp_path / "cap").exists()
+
+
+def test_thread_given_as_pid(workload, tmp_path):
+    program = workload("idle_pool", "-s", "30")
+    thread = max(program.threads())
+    result = run_offcpu("record", "--pid", str(thread), "-o", str(tmp_path / "cap"))
+    assert_one_line_error(result, f"--tid {thread}", f"--pid {program.pid}")
+
+
+@pytest.mark.parametrize("args, words", [
+    ((), ["no target"]),
+    (("--pid", "1", "-a"), ["more than one target"]),
+    (("-a", "--duration", "601"), ["--no-limit"]),
+    (("-a", "--duration", "0"), ["--duration"]),
+    (("-a", "--call-graph", "lbr"), ["fp, dwarf"]),
+    (("-a", "--max-size", "lots"), ["512M"]),
+    (("-a", "--mmap-pages", "1000"), ["power of two"]),
+    (("--", "no-such-program-offcpu"), ["command not found"]),
+])
+def test_bad_arguments(tmp_path, args, words):
+    assert_one_line_error(run_offcpu("record", "-o", str(tmp_path / "cap"), *args), *words)
+
+
+def test_perf_missing(tmp_path):
+    env = {**os.environ, "PATH": str(OFFCPU.parent)}
+    result = run_offcpu("record", "-a", "-o", str(tmp_path / "cap"), env=env)
+    assert_one_line_error(result, "perf was not found", "apt-get install linux-perf", "dnf install perf")
+
+
+def test_not_permitted(tmp_path):
+    # A user namespace: root by name, without the capabilities perf needs.
+    result = subprocess.run(["unshare", "--user", "--map-root-user", str(OFFCPU), "record", "-a", "-d", "1",
+                             "-o", str(tmp_path / "cap")], capture_output=True, text=True, timeout=60)
+    assert_one_line_error(result, "CAP_PERFMON", "kernel.perf_event_paranoid")
+    assert not (tmp_path / "cap").exists()
+
+
+def test_tracefs_not_mounted_is_mounted_for_root(tmp_path):
+    subprocess.run(["umount", "/sys/kernel/tracing"], check=True)
+    try:
+        result = run_offcpu("record", "-a", "-d", "0.5", "-o", str(tmp_path / "cap"))
+        assert result.returncode == 0, result.stderr
+        assert "tracefs" in Path("/proc/mounts").read_text()
+    finally:
+        if "tracefs" not in Path("/proc/mounts").read_text():
+            subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=True)
+
+
+@pytest.fixture
+def small_mount(tmp_path):
+    """A directory backed by its own tmpfs, unmounted afterwards."""
+    mounted: list[Path] = []
+
+    def mount(options: str) -> Path:
+        point = tmp_path / f"mnt{len(mounted)}"
+        point.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], check=True)
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        subprocess.run(["umount", str(point)], check=False)
+
+
+def test_output_not_writable(small_mount):
+    read_only = small_mount("ro,size=4m")
+    result = run_offcpu("record", "-a", "-o", str(read_only / "cap"))
+    assert_one_line_error(result, "cannot write", "choose another directory with -o")
+
+
+def test_disk_full(small_mount):
+    full = small_mount("size=1m")
+    result = run_offcpu("record", "-a", "-o", str(full / "cap"))
+    assert_one_line_error(result, "MiB free", "-o")
