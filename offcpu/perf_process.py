@@ -9,6 +9,7 @@ window is known to within the pipe's round trip.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import signal
@@ -23,6 +24,13 @@ READY_LINE = "Events disabled"
 START_TIMEOUT_S = 60.0  # perf opens one event per thread and CPU: slow for big processes
 ACK_TIMEOUT_S = 5.0
 STOP_TIMEOUTS_S = ((signal.SIGINT, 30.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
+PR_SET_PDEATHSIG = 1
+
+
+def _end_with_parent() -> None:
+    """In perf, before exec: if offcpu dies (even by SIGKILL), perf gets SIGINT,
+    finishes its file and exits instead of recording on alone."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGINT)
 
 
 class PerfProcess:
@@ -36,6 +44,7 @@ class PerfProcess:
             self._process = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                 text=True, pass_fds=(control_read, ack_write), start_new_session=True,
+                preexec_fn=_end_with_parent,
             )
         finally:
             os.close(control_read)

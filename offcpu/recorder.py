@@ -26,7 +26,7 @@ from offcpu.capture import PERF_DATA, CaptureInfo, Target, save
 from offcpu.errors import OffcpuError
 from offcpu.events import EventPlan, plan_events
 from offcpu.perf_process import CONTROL_PLACEHOLDER, PerfProcess
-from offcpu.perf_script import Parser, script_lines
+from offcpu.perf_script import read_stacks
 from offcpu.stacks import looks_truncated
 
 TICK_S = 0.1
@@ -45,7 +45,7 @@ class RecordRequest:
     enable_schedstats: bool
 
 
-class Terminated(Exception):
+class Terminated(KeyboardInterrupt):
     """SIGTERM arrived: end the recording as Ctrl-C would."""
 
 
@@ -69,12 +69,16 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
             duration_requested_s=request.duration_s, schedstats=schedstats,
             limits=_limits_of(request.target.pid),
         )
-        perf_process = PerfProcess(argv)
+        previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
         try:
-            _run(perf_process, request, info, on_tick)
+            perf_process = PerfProcess(argv)
+            try:
+                _run(perf_process, request, info, on_tick)
+            finally:
+                with _signals_ignored():
+                    perf_process.stop()
         finally:
-            with _signals_ignored():
-                perf_process.stop()
+            signal.signal(signal.SIGTERM, previous_sigterm)
     info.perf_command = perf_process.argv
     _check_perf_result(perf_process, request.output / PERF_DATA)
     _describe_data(perf, request.output / PERF_DATA, info)
@@ -90,11 +94,11 @@ def perf_record_argv(perf: str, request: RecordRequest, plan: EventPlan) -> list
     ]
     if request.mmap_pages:
         argv += ["--mmap-pages", request.mmap_pages]
+    # Switch records give the moment each thread comes back on CPU: a task-bound
+    # sched_switch fires only for the task leaving, and system-wide ones out of
+    # the idle task are not always delivered (seen on 6.18); switch records are.
+    argv.append("--switch-events")
     target = request.target
-    if target.kind != "all":
-        # A task-bound sched_switch fires only for the task leaving the CPU;
-        # switch records give the moment each thread comes back on.
-        argv.append("--switch-events")
     if target.kind == "pid":
         argv += ["--pid", str(target.pid)]
     elif target.kind == "tid":
@@ -117,18 +121,20 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
     if request.target.kind == "command":
         info.target = Target(**{**asdict(request.target), "pid": _child_of(perf_process.pid)})
     watched_pid = info.target.pid if request.target.kind != "all" else None
-    previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         info.ended_by = _wait_for_end(perf_process, request.duration_s, watched_pid, on_tick)
-    except KeyboardInterrupt:
-        info.ended_by = "SIGINT"
     except Terminated:
         info.ended_by = "SIGTERM"
+    except KeyboardInterrupt:
+        info.ended_by = "SIGINT"
     finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
+        noticed_ns = time.monotonic_ns()
         with _signals_ignored():
-            info.window_end_ns = perf_process.command("disable")
+            disabled_ns = perf_process.command("disable")
             info.ended_at = _now()
+    # perf stops reading its control pipe once its target is gone, so a late
+    # acknowledgement would stretch the window past the last event.
+    info.window_end_ns = noticed_ns if info.ended_by in ("target exited", "perf exited") else disabled_ns
     info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
     info.target_exited = info.ended_by == "target exited"
     if info.ended_by == "perf exited" and any("size limit reached" in line for line in perf_process.stderr):
@@ -250,15 +256,8 @@ def _event_counts(perf: str, perf_data: Path) -> dict[str, int]:
 
 
 def _user_stacks_truncated(perf: str, perf_data: Path) -> bool | None:
-    user_stacks = []
-    parser = Parser()
-    with script_lines(perf, perf_data) as lines:
-        for record in parser.records(lines):
-            if record.event == "sched:sched_switch" and len(record.frames) > record.kernel_frames:
-                user_stacks.append(record.frames[record.kernel_frames:])
-                if len(user_stacks) >= STACKS_TO_JUDGE:
-                    break
-    return looks_truncated(user_stacks)
+    stacks = read_stacks(perf, perf_data, "sched:sched_switch", STACKS_TO_JUDGE)
+    return looks_truncated([stack.user_frames for stack in stacks if stack.user_frames])
 
 
 def prepare_output(directory: Path, force: bool) -> None:

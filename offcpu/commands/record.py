@@ -64,7 +64,7 @@ def record(pid: int | None, tid: int | None, all_cpus: bool, duration: float, no
     try:
         info = _record_with_progress(RecordRequest(target, output, duration, max_size, call_graph, mmap_pages,
                                                    enable_schedstats))
-    except OffcpuError:
+    except (OffcpuError, KeyboardInterrupt):  # no capture came of it: leave nothing behind
         if not existed:
             shutil.rmtree(output, ignore_errors=True)
         raise
