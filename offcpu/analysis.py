@@ -1,0 +1,87 @@
+"""The model of a capture: read from model.json beside perf.data, or built
+(once) from perf.data. A changed perf.data makes the saved model stale."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from offcpu import system
+from offcpu.capture import PERF_DATA, CaptureInfo, load
+from offcpu.engine import build_model
+from offcpu.errors import OffcpuError
+from offcpu.events import SWITCH
+from offcpu.model import Model
+
+MODEL_FILE = "model.json"
+RECORD_AGAIN = "record it again with 'offcpu record'"
+
+
+def load_model(directory: Path, window_s: tuple[float, float] | None = None,
+               on_progress: Callable[[int, int], None] | None = None) -> Model:
+    """The capture's model; `window_s` (seconds from the start of the recording)
+    builds a model of that part only, which is not saved."""
+    info = load(directory)
+    perf_data = directory / PERF_DATA
+    identity = _identity(perf_data)
+    cache = directory / MODEL_FILE
+    if window_s is None and cache.is_file():
+        model = _read_cache(cache)
+        if model is not None and model.perf_data == identity:
+            return model
+    perf = system.require_perf()
+    _check_readable(perf, perf_data, info)
+    model = build_model(perf, perf_data, info, _window_ns(info, window_s), on_progress)
+    model.perf_data = identity
+    if window_s is None:
+        partial = cache.with_suffix(".json.partial")
+        partial.write_text(json.dumps(model.to_json(), separators=(",", ":")))
+        partial.replace(cache)
+    return model
+
+
+def _identity(perf_data: Path) -> dict:
+    try:
+        stat = perf_data.stat()
+    except FileNotFoundError:
+        raise OffcpuError(f"{perf_data} is missing; {RECORD_AGAIN}") from None
+    if stat.st_size == 0:
+        raise OffcpuError(f"{perf_data} is empty; {RECORD_AGAIN}")
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _read_cache(path: Path) -> Model | None:
+    try:
+        return Model.from_json(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError):
+        return None  # from another version of offcpu, or damaged: build it again
+
+
+def _check_readable(perf: str, perf_data: Path, info: CaptureInfo) -> None:
+    """Fail early, with the fix, on a perf.data this machine cannot turn into a model."""
+    if info.kernel_release != system.kernel_release():
+        raise OffcpuError(
+            f"this capture was recorded on kernel {info.kernel_release} and this machine runs "
+            f"{system.kernel_release()}: perf would name its kernel frames wrongly; report it on the "
+            "machine that recorded it (the model it saves there travels with the capture)")
+    done = subprocess.run([perf, "evlist", "-i", str(perf_data)], capture_output=True, text=True)
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["unreadable"])[-1]
+        raise OffcpuError(f"perf cannot read {perf_data} ({reason}): it is truncated or not a perf.data; "
+                          f"{RECORD_AGAIN}")
+    if SWITCH not in done.stdout.split():
+        raise OffcpuError(f"{perf_data} was recorded without {SWITCH}, which off-CPU time comes from; "
+                          f"{RECORD_AGAIN}, which records it")
+
+
+def _window_ns(info: CaptureInfo, window_s: tuple[float, float] | None) -> tuple[int, int] | None:
+    if window_s is None:
+        return None
+    start_s, end_s = window_s
+    length_s = (info.window_end_ns - info.window_start_ns) / 1e9
+    if not 0 <= start_s < end_s or start_s >= length_s:
+        raise OffcpuError(f"--time {start_s:g},{end_s:g} is outside the recording, which lasted {length_s:.2f} s")
+    end_s = min(end_s, length_s)
+    return info.window_start_ns + round(start_s * 1e9), info.window_start_ns + round(end_s * 1e9)

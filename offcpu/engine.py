@@ -1,0 +1,357 @@
+"""From a capture to the off-CPU model.
+
+A thread's time off CPU runs from its switch-out (the stack and prev_state
+of sched_switch) to its next switch-in. The wakeup in between, recorded in
+the waker's context with the waker's stack, splits it into blocked time and
+run-queue delay. This needs sched_switch alone, so it works on kernels
+without schedstats.
+
+perf script is the slow step, so the window is cut into time slices read in
+parallel. Each slice is a small state machine over its own events; waits that
+cross a slice boundary leave a tail in one slice and a head in the next, and
+the merge joins them, so a slice never needs another slice's events.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+from offcpu.capture import CaptureInfo
+from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, UNKNOWN_STATE, Model, Row, Thread, Waker)
+from offcpu.perf_script import EventReader, Stack, parse_stack, script_output
+
+SWITCH_FIELDS = re.compile(r"prev_comm=(.*) prev_pid=(\d+) prev_prio=\S+ prev_state=(\S+) ==> ")
+WAKING_FIELDS = re.compile(r"comm=(.*) pid=(\d+) prio=")
+FORK_FIELDS = re.compile(r"comm=(.*) pid=(\d+) child_comm=(.*) child_pid=(\d+)")
+NEWTASK_FIELDS = re.compile(r"pid=(\d+) comm=(.*) clone_flags=")
+EXIT_FIELDS = re.compile(r"comm=(.*) pid=(\d+) prio=")
+WAKING_EVENTS = ("sched:sched_waking", "sched:sched_wakeup")
+SWITCH_RECORDS = ("PERF_RECORD_SWITCH", "PERF_RECORD_SWITCH_CPU_WIDE")
+DEAD_STATES = ("X", "Z")
+INTERRUPT_FRAMES = ("asm_sysvec_", "asm_common_interrupt", "handle_softirqs", "__irq_exit_rcu", "irq_exit")
+SYNTHETIC_STACKS = (BEFORE_WINDOW, NEW_THREAD)
+
+# kind, pid, tid, comm, raw call chain
+WakerKey = tuple[str, int, int, str, str]
+
+
+@dataclass(slots=True)
+class Wait:
+    """A thread off CPU and not yet back."""
+
+    since_ns: int
+    stack: str  # raw call chain text, or one of SYNTHETIC_STACKS
+    state: str
+    woken_ns: int | None = None
+    waker: WakerKey | None = None
+
+    def woken(self, time_ns: int, waker: WakerKey) -> None:
+        if self.woken_ns is None and self.state != PREEMPTED:
+            self.woken_ns, self.waker = time_ns, waker
+
+
+@dataclass(slots=True)
+class ThreadTotals:
+    pid: int
+    comm: str
+    oncpu_ns: int = 0
+    offcpu_us: int = 0
+    blocked_us: int = 0
+    runqueue_us: int = 0
+    created_ns: int | None = None
+    exited_ns: int | None = None
+
+    def add(self, other: ThreadTotals) -> None:
+        self.pid, self.comm = other.pid, other.comm
+        self.oncpu_ns += other.oncpu_ns
+        self.offcpu_us += other.offcpu_us
+        self.blocked_us += other.blocked_us
+        self.runqueue_us += other.runqueue_us
+        self.created_ns = self.created_ns if other.created_ns is None else other.created_ns
+        self.exited_ns = self.exited_ns if other.exited_ns is None else other.exited_ns
+
+
+@dataclass
+class Totals:
+    """Everything that adds up across slices."""
+
+    rows: dict[tuple[int, str, str, WakerKey | None], list[int]] = field(default_factory=dict)
+    threads: dict[int, ThreadTotals] = field(default_factory=dict)
+    runqueue_delays_us: Counter[int] = field(default_factory=Counter)
+    clipped: int = 0
+    unseen_wakeups: int = 0
+
+    def thread(self, tid: int, pid: int | None = None, comm: str | None = None) -> ThreadTotals:
+        thread = self.threads.get(tid)
+        if thread is None:
+            thread = self.threads[tid] = ThreadTotals(pid if pid is not None else tid, comm or "?")
+        else:
+            thread.pid = pid if pid is not None else thread.pid
+            thread.comm = comm or thread.comm
+        return thread
+
+    def add_wait(self, tid: int, wait: Wait, back_ns: int, clipped: bool) -> None:
+        """Count one off-CPU interval, from `wait.since_ns` to `back_ns`."""
+        offcpu = round((back_ns - wait.since_ns) / 1000)
+        still_waiting = clipped and wait.stack != BEFORE_WINDOW
+        if wait.state == PREEMPTED:
+            blocked = 0
+        elif wait.woken_ns is not None:
+            blocked = min(offcpu, max(0, round((wait.woken_ns - wait.since_ns) / 1000)))
+        else:
+            blocked = offcpu
+            self.unseen_wakeups += not clipped and wait.state != UNKNOWN_STATE
+        runqueue = offcpu - blocked
+        row = self.rows.get((tid, wait.stack, wait.state, wait.waker))
+        if row is None:
+            row = self.rows[(tid, wait.stack, wait.state, wait.waker)] = [0, 0, 0, 0]
+        row[0] += offcpu
+        row[1] += blocked
+        row[2] += runqueue
+        row[3] += 1
+        thread = self.thread(tid)
+        thread.offcpu_us += offcpu
+        thread.blocked_us += blocked
+        thread.runqueue_us += runqueue
+        if not still_waiting and (wait.state == PREEMPTED or wait.woken_ns is not None):
+            self.runqueue_delays_us[runqueue] += 1
+        self.clipped += clipped
+
+    def add(self, other: Totals) -> None:
+        for key, values in other.rows.items():
+            row = self.rows.get(key)
+            if row is None:
+                self.rows[key] = list(values)
+            else:
+                for index, value in enumerate(values):
+                    row[index] += value
+        for tid, thread in other.threads.items():
+            self.thread(tid).add(thread)
+        self.runqueue_delays_us.update(other.runqueue_delays_us)
+        self.clipped += other.clipped
+        self.unseen_wakeups += other.unseen_wakeups
+
+
+@dataclass
+class Head:
+    """A thread whose first event in a slice is its return to CPU: it was off when the slice began."""
+
+    back_ns: int
+    woken_ns: int | None
+    waker: WakerKey | None
+
+
+@dataclass
+class SliceResult:
+    start_ns: int
+    end_ns: int
+    totals: Totals
+    heads: dict[int, Head]
+    tails: dict[int, Wait]  # still off CPU at the end of the slice
+    running_at_end: set[int]
+    seen: set[int]
+    early_wakeups: dict[int, tuple[int, WakerKey]]  # threads woken in a slice with no other event of theirs
+    skipped_lines: int
+
+
+class SliceBuilder:
+    """The per-slice state machine: which threads are on CPU, which wait, since when."""
+
+    def __init__(self, start_ns: int, end_ns: int) -> None:
+        self.start_ns, self.end_ns = start_ns, end_ns
+        self.totals = Totals()
+        self.running: dict[int, int] = {}
+        self.waiting: dict[int, Wait] = {}
+        self.seen: set[int] = set()
+        self.heads: dict[int, Head] = {}
+        self.head_wakeups: dict[int, tuple[int, WakerKey]] = {}
+        self.interrupt_chains: dict[str, bool] = {}
+        self.reader = EventReader()
+
+    def read(self, stream) -> SliceResult:  # type: ignore[no-untyped-def]
+        header_of = self.reader.header
+        start_ns, end_ns = self.start_ns, self.end_ns
+        for line, chain in self.reader.events(stream):
+            header = header_of(line)
+            # perf script --time selects samples only; switch records come from the whole file.
+            if header is None or not start_ns <= header.time_ns <= end_ns:
+                continue
+            event = header.event
+            if event == "sched:sched_switch":
+                self._switch(header, chain)
+            elif event in SWITCH_RECORDS:
+                # Returns to CPU come from switch records only (see recorder.perf_record_argv).
+                if header.tid and header.payload.startswith("IN"):  # tid 0: the idle task
+                    self._back(header.tid, header.time_ns, header.pid, header.comm)
+            elif event in WAKING_EVENTS:
+                self._waking(header, chain)
+            elif event == "sched:sched_process_fork":
+                match = FORK_FIELDS.match(header.payload)
+                if match:
+                    self._created(int(match[4]), header.time_ns, header.pid, match[3])
+            elif event == "task:task_newtask":
+                match = NEWTASK_FIELDS.match(header.payload)
+                if match:
+                    self._created(int(match[1]), header.time_ns, header.pid, match[2])
+            elif event == "sched:sched_process_exit":
+                match = EXIT_FIELDS.match(header.payload)
+                if match:
+                    self.totals.thread(int(match[2]), comm=match[1]).exited_ns = header.time_ns
+        return self._finish()
+
+    def _switch(self, header, chain: str) -> None:  # type: ignore[no-untyped-def]
+        match = SWITCH_FIELDS.match(header.payload)
+        if match is None:
+            self.reader.skipped_lines += 1
+            return
+        prev_tid = int(match[2])
+        if prev_tid:  # pid 0 is the idle task, not a thread
+            self._leave(prev_tid, header.time_ns, chain, match[3].rstrip("+"), header.pid, match[1])
+
+    def _leave(self, tid: int, time_ns: int, chain: str, state: str, pid: int, comm: str) -> None:
+        thread = self.totals.thread(tid, pid, comm)
+        if tid in self.running:
+            thread.oncpu_ns += time_ns - self.running.pop(tid)
+        elif tid not in self.seen:
+            thread.oncpu_ns += time_ns - self.start_ns  # on CPU since the slice began
+        self.seen.add(tid)
+        if state in DEAD_STATES or thread.exited_ns is not None:
+            return  # its last switch: the thread is gone, not waiting
+        self.waiting[tid] = Wait(time_ns, chain, state)
+
+    def _back(self, tid: int, time_ns: int, pid: int, comm: str) -> None:
+        if tid in self.running:
+            return  # already back: the second record of the same switch
+        self.totals.thread(tid, pid, comm)
+        wait = self.waiting.pop(tid, None)
+        if wait is not None:
+            self.totals.add_wait(tid, wait, time_ns, clipped=False)
+        elif tid not in self.seen:
+            woken_ns, waker = self.head_wakeups.pop(tid, (None, None))
+            self.heads[tid] = Head(time_ns, woken_ns, waker)
+        self.seen.add(tid)
+        self.running[tid] = time_ns
+
+    def _waking(self, header, chain: str) -> None:  # type: ignore[no-untyped-def]
+        match = WAKING_FIELDS.match(header.payload)
+        if match is None:
+            self.reader.skipped_lines += 1
+            return
+        woken = int(match[2])
+        wait = self.waiting.get(woken)
+        if wait is not None:
+            wait.woken(header.time_ns, self._waker(header, chain))
+        elif woken not in self.seen and woken not in self.head_wakeups:
+            self.head_wakeups[woken] = (header.time_ns, self._waker(header, chain))
+
+    def _waker(self, header, chain: str) -> WakerKey:  # type: ignore[no-untyped-def]
+        interrupt = self.interrupt_chains.get(chain)
+        if interrupt is None:
+            interrupt = self.interrupt_chains[chain] = any(frame in chain for frame in INTERRUPT_FRAMES)
+        kind = "interrupt" if interrupt else "idle" if header.tid == 0 else "thread"
+        return kind, header.pid, header.tid, header.comm, chain
+
+    def _created(self, tid: int, time_ns: int, pid: int, comm: str) -> None:
+        self.totals.thread(tid, pid, comm).created_ns = time_ns
+        self.seen.add(tid)
+        # Runnable from birth: the wait for its first run is run-queue delay.
+        self.waiting[tid] = Wait(time_ns, NEW_THREAD, PREEMPTED)
+
+    def _finish(self) -> SliceResult:
+        for tid, since in self.running.items():
+            self.totals.thread(tid).oncpu_ns += self.end_ns - since
+        early = {tid: wakeup for tid, wakeup in self.head_wakeups.items() if tid not in self.seen}
+        return SliceResult(self.start_ns, self.end_ns, self.totals, self.heads, self.waiting, set(self.running),
+                           self.seen, early, self.reader.skipped_lines)
+
+
+def read_slice(perf: str, perf_data: Path, start_ns: int, end_ns: int) -> SliceResult:
+    with script_output(perf, perf_data, (start_ns, end_ns)) as stream:
+        return SliceBuilder(start_ns, end_ns).read(stream)
+
+
+def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int) -> tuple[Totals, int]:
+    """Join the slices in time order; returns the totals and the skipped line count."""
+    totals = Totals()
+    pending: dict[int, Wait] = {}
+    running: set[int] = set()
+    for piece in slices:
+        for tid, (woken_ns, waker) in piece.early_wakeups.items():
+            if tid in pending:
+                pending[tid].woken(woken_ns, waker)
+        for tid, head in piece.heads.items():
+            wait = pending.pop(tid, None) or Wait(window_start_ns, BEFORE_WINDOW, UNKNOWN_STATE)
+            if head.woken_ns is not None and head.waker is not None:
+                wait.woken(head.woken_ns, head.waker)
+            totals.add_wait(tid, wait, head.back_ns, clipped=wait.stack == BEFORE_WINDOW)
+        for tid in running - piece.seen:
+            totals.thread(tid).oncpu_ns += piece.end_ns - piece.start_ns  # on CPU through the whole slice
+        totals.add(piece.totals)
+        for tid in piece.seen - piece.heads.keys():
+            pending.pop(tid, None)  # its return was lost: do not invent a wait longer than it was
+        pending.update(piece.tails)
+        running = (running - piece.seen) | piece.running_at_end
+    for tid, wait in pending.items():
+        totals.add_wait(tid, wait, window_end_ns, clipped=True)
+    return totals, sum(piece.skipped_lines for piece in slices)
+
+
+def time_slices(start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
+    """`count` consecutive slices; perf's --time bounds are inclusive, so none share a nanosecond."""
+    bounds = [start_ns + (end_ns - start_ns) * index // count for index in range(count + 1)]
+    return [(bounds[index], bounds[index + 1] - (index + 1 < count)) for index in range(count)]
+
+
+def build_model(perf: str, perf_data: Path, info: CaptureInfo, window: tuple[int, int] | None = None,
+                on_progress: Callable[[int, int], None] | None = None) -> Model:
+    """Read perf.data in parallel time slices and build the model of `window` (default: the capture's)."""
+    start_ns, end_ns = window or (info.window_start_ns, info.window_end_ns)
+    workers = os.cpu_count() or 1
+    slices = time_slices(start_ns, end_ns, workers)
+    results: dict[int, SliceResult] = {}
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
+        futures = {pool.submit(read_slice, perf, perf_data, first, last): index
+                   for index, (first, last) in enumerate(slices)}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            if on_progress:
+                on_progress(len(results), len(slices))
+    totals, skipped = merge([results[index] for index in range(len(slices))], start_ns, end_ns)
+    return _to_model(totals, info, start_ns, end_ns, skipped)
+
+
+def _to_model(totals: Totals, info: CaptureInfo, start_ns: int, end_ns: int, skipped: int) -> Model:
+    """Number the distinct stacks and wakers; parse each stack once."""
+    stack_ids: dict[str, int] = {}
+    stacks: list[Stack] = []
+    waker_ids: dict[WakerKey, int] = {}
+    wakers: list[Waker] = []
+
+    def stack_id(chain: str) -> int:
+        if chain not in stack_ids:
+            stack_ids[chain] = len(stacks)
+            stacks.append(Stack((chain,), 0) if chain in SYNTHETIC_STACKS else parse_stack(chain))
+        return stack_ids[chain]
+
+    def waker_id(key: WakerKey | None) -> int | None:
+        if key is None:
+            return None
+        if key not in waker_ids:
+            kind, pid, tid, comm, chain = key
+            waker_ids[key] = len(wakers)
+            wakers.append(Waker(kind, pid, tid, comm, stack_id(chain)))
+        return waker_ids[key]
+
+    rows = [Row(tid, stack_id(chain), state, waker_id(waker), *values)
+            for (tid, chain, state, waker), values in totals.rows.items()]
+    threads = {tid: Thread(tid, t.pid, t.comm, round(t.oncpu_ns / 1000), t.offcpu_us, t.blocked_us, t.runqueue_us,
+                           t.created_ns, t.exited_ns) for tid, t in totals.threads.items()}
+    return Model(info, start_ns, end_ns, stacks, wakers, rows, threads, totals.runqueue_delays_us,
+                 totals.clipped, totals.unseen_wakeups, skipped)

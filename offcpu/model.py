@@ -1,0 +1,116 @@
+"""The off-CPU model: everything reports and findings read, built once per capture.
+
+Times are integer microseconds, rounded once per off-CPU interval, so every
+sum (per stack, per thread, per state, in total) adds up exactly.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+from offcpu.capture import CaptureInfo
+from offcpu.perf_script import Stack
+
+SCHEMA = "offcpu-model/1"
+# Synthetic frames for time whose stack perf could not have recorded.
+BEFORE_WINDOW = "[off CPU since before the recording]"
+NEW_THREAD = "[new thread, waiting for its first run]"
+UNKNOWN_STATE = "?"
+PREEMPTED = "R"  # switched out while runnable: all of the gap is run-queue delay
+
+
+@dataclass(frozen=True)
+class Waker:
+    """Who ended a wait: a thread (with its stack at the wakeup), an interrupt, or the idle task."""
+
+    kind: str  # "thread", "interrupt" or "idle"
+    pid: int
+    tid: int
+    comm: str
+    stack: int  # index into Model.stacks
+
+
+@dataclass
+class Row:
+    """Off-CPU time of one thread in one stack and state, woken by one waker."""
+
+    tid: int
+    stack: int  # index into Model.stacks
+    state: str  # prev_state as perf printed it, '+' dropped ("S", "D", "R", ...)
+    waker: int | None  # index into Model.wakers; None when preempted, new, or the wakeup was not recorded
+    offcpu_us: int = 0
+    blocked_us: int = 0
+    runqueue_us: int = 0
+    count: int = 0
+
+
+@dataclass
+class Thread:
+    tid: int
+    pid: int
+    comm: str
+    oncpu_us: int = 0
+    offcpu_us: int = 0
+    blocked_us: int = 0
+    runqueue_us: int = 0
+    created_ns: int | None = None  # inside the window
+    exited_ns: int | None = None
+
+
+@dataclass
+class Model:
+    capture: CaptureInfo
+    window_start_ns: int
+    window_end_ns: int
+    stacks: list[Stack]
+    wakers: list[Waker]
+    rows: list[Row]
+    threads: dict[int, Thread]
+    runqueue_delays_us: Counter[int]  # delay -> wakeups (and preemptions) that waited that long
+    clipped_intervals: int = 0  # cut by the start or end of the window
+    unseen_wakeups: int = 0  # blocked intervals whose wakeup was not recorded (a waker outside the target)
+    skipped_lines: int = 0  # perf script lines that could not be read
+    perf_data: dict = field(default_factory=dict)  # size and mtime of the perf.data it was built from
+    schema: str = SCHEMA
+
+    @property
+    def wall_us(self) -> int:
+        return round((self.window_end_ns - self.window_start_ns) / 1000)
+
+    def to_json(self) -> dict:
+        return {
+            "schema": self.schema,
+            "perf_data": self.perf_data,
+            "capture": self.capture.to_json(),
+            "window_start_ns": self.window_start_ns,
+            "window_end_ns": self.window_end_ns,
+            "stacks": [[list(stack.frames), stack.kernel_frames] for stack in self.stacks],
+            "wakers": [asdict(waker) for waker in self.wakers],
+            "rows": [[row.tid, row.stack, row.state, row.waker, row.offcpu_us, row.blocked_us, row.runqueue_us,
+                      row.count] for row in self.rows],
+            "threads": [asdict(thread) for thread in self.threads.values()],
+            "runqueue_delays_us": sorted(self.runqueue_delays_us.items()),
+            "clipped_intervals": self.clipped_intervals,
+            "unseen_wakeups": self.unseen_wakeups,
+            "skipped_lines": self.skipped_lines,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Model:
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"model schema {data.get('schema')!r} is not {SCHEMA!r}")
+        return cls(
+            capture=CaptureInfo.from_json(data["capture"]),
+            window_start_ns=data["window_start_ns"],
+            window_end_ns=data["window_end_ns"],
+            stacks=[Stack(tuple(frames), kernel) for frames, kernel in data["stacks"]],
+            wakers=[Waker(**waker) for waker in data["wakers"]],
+            rows=[Row(*row) for row in data["rows"]],
+            threads={thread["tid"]: Thread(**thread) for thread in data["threads"]},
+            runqueue_delays_us=Counter({delay: count for delay, count in data["runqueue_delays_us"]}),
+            clipped_intervals=data["clipped_intervals"],
+            unseen_wakeups=data["unseen_wakeups"],
+            skipped_lines=data["skipped_lines"],
+            perf_data=data["perf_data"],
+        )
