@@ -2,5 +2,6 @@
 
 from offcpu.commands.doctor import doctor
 from offcpu.commands.record import record
+from offcpu.commands.report import report
 
-COMMANDS = [record, doctor]
+COMMANDS = [record, doctor, report]

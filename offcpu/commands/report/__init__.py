@@ -1,0 +1,23 @@
+"""offcpu report FORMAT CAPTURE: the report formats, listed once."""
+
+from __future__ import annotations
+
+import click
+
+from offcpu.commands.report.folded import folded
+
+FORMATS = [folded]
+
+
+@click.group()
+def report() -> None:
+    """Turn a capture into a report.
+
+    Each format reads a capture directory made by 'offcpu record'. The first
+    report of a capture reads perf.data (the slow part) and saves the model
+    as model.json beside it; later reports start from that.
+    """
+
+
+for command in FORMATS:
+    report.add_command(command)

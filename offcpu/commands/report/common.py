@@ -1,0 +1,93 @@
+"""What the report formats share: the capture argument, the view options, loading with progress."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from offcpu.analysis import load_model
+from offcpu.model import Model
+from offcpu.stackview import StackView
+
+capture_argument = click.argument("capture", type=click.Path(path_type=Path))
+
+
+def _split(value: str | None) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()] if value else []
+
+
+def _integers(value: str | None, option: str) -> frozenset[int]:
+    try:
+        return frozenset(int(item) for item in _split(value))
+    except ValueError:
+        raise click.BadParameter("give numbers separated by commas", param_hint=option) from None
+
+
+def parse_time(value: str | None) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    try:
+        start, end = (float(item) for item in value.split(","))
+    except ValueError:
+        raise click.BadParameter("give START,END in seconds from the start of the recording, e.g. 1.5,3",
+                                 param_hint="--time") from None
+    return start, end
+
+
+def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The options that choose and draw stacks; the command receives `view` and `time`."""
+    options = [
+        click.option("--by-thread", is_flag=True, help="Root each stack at its thread (comm-tid), not its comm."),
+        click.option("--state", help="Only these switch-out states, e.g. D or S,D (R: preempted while runnable)."),
+        click.option("--min-us", type=click.IntRange(min=0), default=0, help="Leave out stacks under N microseconds."),
+        click.option("--user-only", is_flag=True, help="Only user-space frames."),
+        click.option("--kernel-only", is_flag=True, help="Only kernel frames."),
+        click.option("--waker", is_flag=True,
+                     help="Append '--' and the waker's stack (leaf first) above each blocked stack."),
+        click.option("--pid", help="Only these processes (comma-separated pids)."),
+        click.option("--tid", help="Only these threads (comma-separated tids)."),
+        click.option("--comm", help="Only threads with these names (comma-separated)."),
+        click.option("--time", "time_range", metavar="START,END",
+                     help="Only this part of the recording, in seconds from its start."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+
+    def with_view(by_thread: bool, state: str | None, min_us: int, user_only: bool, kernel_only: bool,
+                  waker: bool, pid: str | None, tid: str | None, comm: str | None, time_range: str | None,
+                  **rest: Any) -> Any:
+        if user_only and kernel_only:
+            raise click.UsageError("--user-only and --kernel-only exclude each other")
+        view = StackView(
+            states=frozenset(state.rstrip("+") for state in _split(state)), pids=_integers(pid, "--pid"),
+            tids=_integers(tid, "--tid"), comms=frozenset(_split(comm)), by_thread=by_thread,
+            user_only=user_only, kernel_only=kernel_only, waker=waker, min_us=min_us,
+        )
+        return function(view=view, time=parse_time(time_range), **rest)
+
+    with_view.__doc__ = function.__doc__
+    with_view.__name__ = function.__name__
+    with_view.__click_params__ = getattr(function, "__click_params__", [])  # type: ignore[attr-defined]
+    function.__click_params__ = []  # type: ignore[attr-defined]
+    return with_view
+
+
+def load_with_progress(capture: Path, time: tuple[float, float] | None) -> Model:
+    """The capture's model, with a transient progress line while perf.data is read."""
+    console = Console(stderr=True)
+    if console.is_terminal:
+        with console.status("Reading perf.data...") as status:
+            def show(done: int, total: int) -> None:
+                status.update(f"Reading perf.data: {done} of {total} time slices done...")
+
+            model = load_model(capture, time, show)
+    else:
+        model = load_model(capture, time)
+    if model.skipped_lines:
+        console.print(f"offcpu: warning: {model.skipped_lines:,} lines of perf script output could not be read "
+                      "and were left out", highlight=False, soft_wrap=True)
+    return model
