@@ -1,0 +1,210 @@
+"""offcpu report folded on real recordings of the examples."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from offcpu.flamegraph import find_renderer
+from tests.conftest import OFFCPU, assert_one_line_error, example, run_offcpu
+
+pytestmark = pytest.mark.usefixtures("perf")
+
+
+def folded(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    assert result.returncode == 0, result.stderr
+    lines = {}
+    for line in result.stdout.splitlines():
+        stack, _, count = line.rpartition(" ")
+        assert stack and count.isdigit(), line
+        lines[stack] = int(count)
+    return lines
+
+
+def model_json(capture: Path) -> dict:
+    return json.loads((capture / "model.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def mmap_capture(tmp_path_factory, perf) -> Path:
+    """2 s of mmap_contention by --pid, shared by the tests that only read it."""
+    capture = tmp_path_factory.mktemp("mmap") / "cap"
+    program = subprocess.Popen([str(example("mmap_contention")), "-t", "16", "-s", "30"], stdout=subprocess.DEVNULL)
+    try:
+        result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", "-o", str(capture))
+        assert result.returncode == 0, result.stderr
+    finally:
+        program.kill()
+        program.wait()
+    return capture
+
+
+def test_folded_stacks_sum_to_the_threads_offcpu_time(mmap_capture):
+    lines = folded(run_offcpu("report", "folded", str(mmap_capture)))
+    model = model_json(mmap_capture)
+    threads = {thread["tid"]: thread for thread in model["threads"]}
+    assert sum(lines.values()) == sum(thread["offcpu_us"] for thread in threads.values())
+    # the mmap_lock waits of the MemSQL story lead
+    top = max(lines, key=lines.get)
+    assert "rwsem_down_write_slowpath" in top or "rwsem_down_read_slowpath" in top
+    assert any("lock_mm_and_find_vma" in stack for stack in lines)
+    # stacks are root first: the comm, then user frames, then kernel down to __schedule
+    assert all(stack.startswith("mmap_contention;") and stack.endswith(";__schedule") for stack in lines
+               if "[off CPU" not in stack and "[new thread" not in stack)
+
+
+def test_model_invariants_on_a_real_recording(mmap_capture):
+    run_offcpu("report", "folded", str(mmap_capture))
+    model = model_json(mmap_capture)
+    wall_us = (model["window_end_ns"] - model["window_start_ns"]) / 1000
+    workers = [t for t in model["threads"] if t["tid"] != t["pid"]]
+    assert len(workers) == 16
+    for thread in workers:  # alive the whole window
+        assert abs(thread["oncpu_us"] + thread["offcpu_us"] - wall_us) <= 0.02 * wall_us, thread
+        assert thread["blocked_us"] + thread["runqueue_us"] == thread["offcpu_us"]
+    for tid, stack, state, waker, offcpu, blocked, runqueue, count in model["rows"]:
+        assert blocked + runqueue == offcpu and count > 0
+
+
+def test_flamegraph_pl_accepts_the_output_as_it_is(mmap_capture, tmp_path):
+    renderer = find_renderer()
+    assert renderer is not None, "scripts/setup installs Debian's flamegraph.pl"
+    text = run_offcpu("report", "folded", str(mmap_capture)).stdout
+    svg = subprocess.run([*renderer.command, "--colors", "io", "--countname", "us"], input=text,
+                         capture_output=True, text=True, check=True).stdout
+    assert svg.lstrip().startswith("<?xml") and "rwsem_down_write_slowpath" in svg
+
+
+def test_filters(mmap_capture):
+    model = model_json(mmap_capture)
+    everything = folded(run_offcpu("report", "folded", str(mmap_capture)))
+    # --state D keeps exactly the D rows
+    d_rows = sum(row[4] for row in model["rows"] if row[2] == "D")
+    assert sum(folded(run_offcpu("report", "folded", str(mmap_capture), "--state", "D")).values()) == d_rows
+    # --by-thread roots every stack at comm-tid
+    by_thread = folded(run_offcpu("report", "folded", str(mmap_capture), "--by-thread"))
+    tids = {str(thread["tid"]) for thread in model["threads"]}
+    assert all(stack.split(";")[0].rsplit("-", 1)[1] in tids for stack in by_thread)
+    assert sum(by_thread.values()) == sum(everything.values())
+    # --tid keeps one thread
+    tid = model["threads"][1]["tid"]
+    one = folded(run_offcpu("report", "folded", str(mmap_capture), "--tid", str(tid)))
+    assert sum(one.values()) == next(t["offcpu_us"] for t in model["threads"] if t["tid"] == tid)
+    # --kernel-only / --user-only split the frames
+    kernel = folded(run_offcpu("report", "folded", str(mmap_capture), "--kernel-only"))
+    assert not any("start_thread" in stack for stack in kernel) and any("__vm_munmap" in s for s in kernel)
+    user = folded(run_offcpu("report", "folded", str(mmap_capture), "--user-only"))
+    assert not any("__schedule" in stack for stack in user)
+    # --min-us drops the small ones
+    small = min(everything.values())
+    assert all(v >= small + 1 for v in folded(run_offcpu("report", "folded", str(mmap_capture),
+                                                          "--min-us", str(small + 1))).values())
+    # --waker puts '--' and the waker's stack above the blocked one
+    waker = folded(run_offcpu("report", "folded", str(mmap_capture), "--waker", "--state", "D"))
+    assert all(";--;" in stack for stack in waker)
+    assert any(";--;try_to_wake_up;" in stack and "rwsem_wake" in stack for stack in waker)
+
+
+def test_time_slice_of_the_recording(mmap_capture):
+    part = folded(run_offcpu("report", "folded", str(mmap_capture), "--time", "0.5,1.0"))
+    # 16 threads can wait at most 16 x 0.5 s in half a second
+    assert 0 < sum(part.values()) <= 16 * 500_000
+    assert_one_line_error(run_offcpu("report", "folded", str(mmap_capture), "--time", "100,200"), "outside")
+    assert_one_line_error(run_offcpu("report", "folded", str(mmap_capture), "--time", "soon"), "START,END")
+
+
+def test_the_model_is_reused_and_rebuilt_when_perf_data_changes(mmap_capture):
+    run_offcpu("report", "folded", str(mmap_capture))
+    no_perf = {**os.environ, "PATH": str(OFFCPU.parent)}
+    # Given a saved model, a report needs no perf at all
+    assert folded(run_offcpu("report", "folded", str(mmap_capture), env=no_perf))
+    # When perf.data changes, the saved model is stale and perf is needed again
+    perf_data = mmap_capture / "perf.data"
+    stat = perf_data.stat()
+    os.utime(perf_data, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert_one_line_error(run_offcpu("report", "folded", str(mmap_capture), env=no_perf), "perf was not found")
+    assert folded(run_offcpu("report", "folded", str(mmap_capture)))
+
+
+def test_cpp_names_are_kept_whole(tmp_path):
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", "--call-graph", "dwarf", "-o", str(capture), "--",
+                        str(example("cpp_names")), "-t", "2", "-s", "1")
+    assert result.returncode == 0, result.stderr
+    lines = folded(run_offcpu("report", "folded", str(capture)))
+    frames = {frame for stack in lines for frame in stack.split(";")}
+    assert "shop::Basket<std::pair<int, long> >::wait_for_delivery" in frames
+    assert "shop::Basket<std::pair<int, long> >::fill" in frames
+
+
+def test_system_wide_capture_has_no_idle_task(tmp_path, workload):
+    program = workload("futex_contention", "-t", "4", "-s", "30")
+    capture = tmp_path / "cap"
+    assert run_offcpu("record", "-a", "-d", "1", "-o", str(capture)).returncode == 0
+    lines = folded(run_offcpu("report", "folded", str(capture), "--pid", str(program.pid)))
+    assert lines and all(stack.startswith("futex_contentio;") for stack in lines)
+    model = model_json(capture)
+    assert 0 not in {thread["tid"] for thread in model["threads"]}
+    assert len({thread["pid"] for thread in model["threads"]}) > 2  # other processes too
+    wall_us = (model["window_end_ns"] - model["window_start_ns"]) / 1000
+    workers = [t for t in model["threads"] if t["pid"] == program.pid and t["tid"] != program.pid]
+    assert len(workers) == 4
+    for thread in workers:
+        assert abs(thread["oncpu_us"] + thread["offcpu_us"] - wall_us) <= 0.02 * wall_us, thread
+
+
+class TestBadInput:
+    @pytest.fixture
+    def copy(self, mmap_capture, tmp_path) -> Path:
+        target = tmp_path / "copy"
+        shutil.copytree(mmap_capture, target)
+        (target / "model.json").unlink(missing_ok=True)
+        return target
+
+    def test_truncated_perf_data(self, copy):
+        perf_data = copy / "perf.data"
+        data = perf_data.read_bytes()
+        perf_data.write_bytes(data[: len(data) // 3])
+        result = run_offcpu("report", "folded", str(copy))
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+
+    def test_empty_perf_data(self, copy):
+        (copy / "perf.data").write_bytes(b"")
+        assert_one_line_error(run_offcpu("report", "folded", str(copy)), "empty", "offcpu record")
+
+    def test_not_perf_data(self, copy):
+        (copy / "perf.data").write_bytes(b"not a perf file\n" * 100)
+        assert_one_line_error(run_offcpu("report", "folded", str(copy)), "truncated or not a perf.data")
+
+    def test_recorded_without_sched_switch(self, copy):
+        subprocess.run(["perf", "record", "-e", "sched:sched_waking", "-o", str(copy / "perf.data"), "--",
+                        "sleep", "0.1"], capture_output=True, check=True)
+        assert_one_line_error(run_offcpu("report", "folded", str(copy)), "without sched:sched_switch",
+                              "offcpu record")
+
+    def test_from_another_machine(self, copy):
+        info = json.loads((copy / "capture.json").read_text())
+        info["kernel_release"] = "5.10.0-other"
+        (copy / "capture.json").write_text(json.dumps(info))
+        assert_one_line_error(run_offcpu("report", "folded", str(copy)), "5.10.0-other", "machine that recorded")
+
+    def test_no_capture_json(self, copy):
+        (copy / "capture.json").unlink()
+        assert_one_line_error(run_offcpu("report", "folded", str(copy)), "no capture.json")
+
+    def test_damaged_capture_json(self, copy):
+        (copy / "capture.json").write_text("{")
+        assert_one_line_error(run_offcpu("report", "folded", str(copy)), "record it again")
+
+    def test_not_a_directory(self, tmp_path):
+        assert_one_line_error(run_offcpu("report", "folded", str(tmp_path / "nothing")), "not a capture directory")
+
+    def test_filters_that_match_nothing(self, mmap_capture):
+        assert_one_line_error(run_offcpu("report", "folded", str(mmap_capture), "--comm", "nginx"),
+                              "no off-CPU time matches")

@@ -1,0 +1,87 @@
+"""The off-CPU engine on the fixtures' perf script text: its invariants, and
+that cutting the window into slices does not change any number."""
+
+from __future__ import annotations
+
+import pytest
+
+from offcpu.engine import SliceBuilder, _to_model, merge, time_slices
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED
+from tests.fixtures import capture_info, script_stream
+
+FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]
+
+
+def model_of(name: str, slices: int = 1):
+    info = capture_info(name)
+    start, end = info.window_start_ns, info.window_end_ns
+    pieces = [SliceBuilder(first, last).read(script_stream(name))
+              for first, last in time_slices(start, end, slices)]
+    totals, skipped = merge(pieces, start, end)
+    return _to_model(totals, info, start, end, skipped)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_blocked_plus_runqueue_is_offcpu_in_every_row(name):
+    model = model_of(name)
+    assert model.rows
+    for row in model.rows:
+        assert row.blocked_us + row.runqueue_us == row.offcpu_us and row.blocked_us >= 0 and row.runqueue_us >= 0
+        if row.state == PREEMPTED:
+            assert row.blocked_us == 0
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_stacks_sum_to_the_threads_offcpu_time(name):
+    model = model_of(name)
+    for tid, thread in model.threads.items():
+        assert sum(row.offcpu_us for row in model.rows if row.tid == tid) == thread.offcpu_us
+
+
+@pytest.mark.parametrize("name", ["futex_pid", "mmap_all"])
+def test_threads_alive_all_window_add_up_to_the_window(name):
+    model = model_of(name)
+    whole = [thread for thread in model.threads.values()
+             if thread.created_ns is None and thread.exited_ns is None and thread.offcpu_us]
+    assert len(whole) >= 4
+    for thread in whole:
+        assert abs(thread.oncpu_us + thread.offcpu_us - model.wall_us) <= 0.02 * model.wall_us, thread
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("slices", [2, 3, 7])
+def test_slicing_changes_nothing(name, slices):
+    whole, sliced = model_of(name), model_of(name, slices)
+    assert {tid: (t.offcpu_us, t.blocked_us, t.runqueue_us) for tid, t in whole.threads.items() if t.offcpu_us} == \
+           {tid: (t.offcpu_us, t.blocked_us, t.runqueue_us) for tid, t in sliced.threads.items() if t.offcpu_us}
+    for tid, thread in whole.threads.items():
+        assert abs(thread.oncpu_us - sliced.threads[tid].oncpu_us) <= slices  # rounding to µs per slice
+    assert sorted(whole.runqueue_delays_us.items()) == sorted(sliced.runqueue_delays_us.items())
+    assert whole.clipped_intervals == sliced.clipped_intervals and whole.unseen_wakeups == sliced.unseen_wakeups
+
+
+def test_futex_waits_are_woken_by_threads_of_the_process():
+    model = model_of("futex_pid")
+    pid = model.capture.target.pid
+    futex_rows = [row for row in model.rows if "futex_wait" in model.stacks[row.stack].frames]
+    assert sum(row.offcpu_us for row in futex_rows) > 0.5 * sum(t.offcpu_us for t in model.threads.values())
+    woken = [row for row in futex_rows if row.waker is not None]
+    assert woken and all(model.wakers[row.waker].pid == pid for row in woken)
+    assert any("futex_wake" in model.stacks[model.wakers[row.waker].stack].frames for row in woken)
+
+
+def test_thread_churn_lifecycle():
+    model = model_of("churn_pid")
+    created = [t for t in model.threads.values() if t.created_ns is not None]
+    exited = [t for t in model.threads.values() if t.exited_ns is not None]
+    assert len(created) > 20 and len(exited) > 20
+    assert all(model.window_start_ns <= t.created_ns <= model.window_end_ns for t in created)
+    # a new thread's wait for its first run is run-queue delay under a stack of its own
+    new = [row for row in model.rows if model.stacks[row.stack].frames == (NEW_THREAD,)]
+    assert new and all(row.state == PREEMPTED and row.runqueue_us == row.offcpu_us for row in new)
+
+
+def test_waits_cut_by_the_window_are_kept_and_counted():
+    model = model_of("futex_pid")
+    before = [row for row in model.rows if model.stacks[row.stack].frames == (BEFORE_WINDOW,)]
+    assert model.clipped_intervals >= sum(row.count for row in before) > 0
