@@ -22,17 +22,21 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
+from typing import IO
 
 from offcpu.capture import CaptureInfo
 from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, UNKNOWN_STATE, Model, Row, Thread, Waker)
 from offcpu.perf_script import EventReader, Stack, parse_stack, script_output
 
-SWITCH_FIELDS = re.compile(r"prev_comm=(.*) prev_pid=(\d+) prev_prio=\S+ prev_state=(\S+) ==> ")
-WAKING_FIELDS = re.compile(r"comm=(.*) pid=(\d+) prio=")
 FORK_FIELDS = re.compile(r"comm=(.*) pid=(\d+) child_comm=(.*) child_pid=(\d+)")
 NEWTASK_FIELDS = re.compile(r"pid=(\d+) comm=(.*) clone_flags=")
 EXIT_FIELDS = re.compile(r"comm=(.*) pid=(\d+) prio=")
-WAKING_EVENTS = ("sched:sched_waking", "sched:sched_wakeup")
+# Event names as perf script prints them: tracepoints with a trailing colon.
+SWITCH = "sched:sched_switch:"
+WAKING_EVENTS = ("sched:sched_waking:", "sched:sched_wakeup:")
+FORK = "sched:sched_process_fork:"
+NEW_TASK = "task:task_newtask:"
+EXIT = "sched:sched_process_exit:"
 SWITCH_RECORDS = ("PERF_RECORD_SWITCH", "PERF_RECORD_SWITCH_CPU_WIDE")
 DEAD_STATES = ("X", "Z")
 INTERRUPT_FRAMES = ("asm_sysvec_", "asm_common_interrupt", "handle_softirqs", "__irq_exit_rcu", "irq_exit")
@@ -175,45 +179,49 @@ class SliceBuilder:
         self.interrupt_chains: dict[str, bool] = {}
         self.reader = EventReader()
 
-    def read(self, stream) -> SliceResult:  # type: ignore[no-untyped-def]
-        header_of = self.reader.header
+    def read(self, stream: IO[str]) -> SliceResult:
         start_ns, end_ns = self.start_ns, self.end_ns
-        for line, chain in self.reader.events(stream):
-            header = header_of(line)
+        for comm, pid_text, tid_text, time_text, event, payload, chain in self.reader.events(stream):
+            if event in SWITCH_RECORDS and not payload.startswith("IN"):
+                continue  # switch-outs come from sched_switch, with their stacks
+            time_ns = int(time_text.replace(".", "", 1))
             # perf script --time selects samples only; switch records come from the whole file.
-            if header is None or not start_ns <= header.time_ns <= end_ns:
+            if not start_ns <= time_ns <= end_ns:
                 continue
-            event = header.event
-            if event == "sched:sched_switch":
-                self._switch(header, chain)
-            elif event in SWITCH_RECORDS:
+            pid, tid = int(pid_text), int(tid_text)
+            if event in SWITCH_RECORDS:
                 # Returns to CPU come from switch records only (see recorder.perf_record_argv).
-                if header.tid and header.payload.startswith("IN"):  # tid 0: the idle task
-                    self._back(header.tid, header.time_ns, header.pid, header.comm)
+                if tid:  # tid 0: the idle task
+                    self._back(tid, time_ns, pid, comm)
+            elif event == SWITCH:
+                self._switch(comm, pid, tid, time_ns, payload, chain)
             elif event in WAKING_EVENTS:
-                self._waking(header, chain)
-            elif event == "sched:sched_process_fork":
-                match = FORK_FIELDS.match(header.payload)
+                self._waking(comm, pid, tid, time_ns, payload, chain)
+            elif event == FORK:
+                match = FORK_FIELDS.match(payload)
                 if match:
-                    self._created(int(match[4]), header.time_ns, header.pid, match[3])
-            elif event == "task:task_newtask":
-                match = NEWTASK_FIELDS.match(header.payload)
+                    self._created(int(match[4]), time_ns, pid, match[3])
+            elif event == NEW_TASK:
+                match = NEWTASK_FIELDS.match(payload)
                 if match:
-                    self._created(int(match[1]), header.time_ns, header.pid, match[2])
-            elif event == "sched:sched_process_exit":
-                match = EXIT_FIELDS.match(header.payload)
+                    self._created(int(match[1]), time_ns, pid, match[2])
+            elif event == EXIT:
+                match = EXIT_FIELDS.match(payload)
                 if match:
-                    self.totals.thread(int(match[2]), comm=match[1]).exited_ns = header.time_ns
+                    self.totals.thread(int(match[2]), comm=match[1]).exited_ns = time_ns
         return self._finish()
 
-    def _switch(self, header, chain: str) -> None:  # type: ignore[no-untyped-def]
-        match = SWITCH_FIELDS.match(header.payload)
-        if match is None:
+    def _switch(self, comm: str, pid: int, tid: int, time_ns: int, payload: str, chain: str) -> None:
+        # "prev_comm=C prev_pid=P prev_prio=N prev_state=S ==> next_comm=..."; C may hold spaces.
+        prev_pid = payload.find(" prev_pid=")
+        state = payload.find(" prev_state=", prev_pid)
+        if prev_pid < 0 or state < 0:
             self.reader.skipped_lines += 1
             return
-        prev_tid = int(match[2])
+        prev_tid = int(payload[prev_pid + 10:payload.index(" ", prev_pid + 10)])
         if prev_tid:  # pid 0 is the idle task, not a thread
-            self._leave(prev_tid, header.time_ns, chain, match[3].rstrip("+"), header.pid, match[1])
+            prev_state = payload[state + 12:payload.index(" ", state + 12)].rstrip("+")
+            self._leave(prev_tid, time_ns, chain, prev_state, pid, payload[10:prev_pid])
 
     def _leave(self, tid: int, time_ns: int, chain: str, state: str, pid: int, comm: str) -> None:
         thread = self.totals.thread(tid, pid, comm)
@@ -239,24 +247,25 @@ class SliceBuilder:
         self.seen.add(tid)
         self.running[tid] = time_ns
 
-    def _waking(self, header, chain: str) -> None:  # type: ignore[no-untyped-def]
-        match = WAKING_FIELDS.match(header.payload)
-        if match is None:
+    def _waking(self, comm: str, pid: int, tid: int, time_ns: int, payload: str, chain: str) -> None:
+        # "comm=C pid=P prio=N target_cpu=N"; C may hold spaces.
+        woken_at = payload.rfind(" pid=", 0, payload.rfind(" prio="))
+        if woken_at < 0:
             self.reader.skipped_lines += 1
             return
-        woken = int(match[2])
+        woken = int(payload[woken_at + 5:payload.index(" ", woken_at + 5)])
         wait = self.waiting.get(woken)
         if wait is not None:
-            wait.woken(header.time_ns, self._waker(header, chain))
+            wait.woken(time_ns, self._waker(comm, pid, tid, chain))
         elif woken not in self.seen and woken not in self.head_wakeups:
-            self.head_wakeups[woken] = (header.time_ns, self._waker(header, chain))
+            self.head_wakeups[woken] = (time_ns, self._waker(comm, pid, tid, chain))
 
-    def _waker(self, header, chain: str) -> WakerKey:  # type: ignore[no-untyped-def]
+    def _waker(self, comm: str, pid: int, tid: int, chain: str) -> WakerKey:
         interrupt = self.interrupt_chains.get(chain)
         if interrupt is None:
             interrupt = self.interrupt_chains[chain] = any(frame in chain for frame in INTERRUPT_FRAMES)
-        kind = "interrupt" if interrupt else "idle" if header.tid == 0 else "thread"
-        return kind, header.pid, header.tid, header.comm, chain
+        kind = "interrupt" if interrupt else "idle" if tid == 0 else "thread"
+        return kind, pid, tid, comm, chain
 
     def _created(self, tid: int, time_ns: int, pid: int, comm: str) -> None:
         self.totals.thread(tid, pid, comm).created_ns = time_ns

@@ -24,18 +24,21 @@ FIELDS = "comm,pid,tid,time,event,trace,ip,sym"
 KERNEL_ADDRESS_DIGITS = 16  # x86-64 kernel text is at 0xffff...: 16 hex digits
 CHUNK = 1 << 20
 
-# "comm  pid/tid  seconds.nanoseconds:  event: payload"; comm may hold spaces.
-HEADER = re.compile(r"\s*(.*?)\s+(-?\d+)/(-?\d+)\s+(\d+)\.(\d{9}):\s+(\S+)\s*(.*)")
+# One event: "comm  pid/tid  seconds.nanoseconds:  event: payload", then its call
+# chain, one "\t<address> <symbol>" line a frame (comm may hold spaces). Matching
+# whole events in big chunks keeps the per-event work in the regex engine.
+EVENT = re.compile(r"^ *(.*?) +(-?\d+)/(-?\d+) +(\d+\.\d{9}): +(\S+) +(.*)\n((?:\t.*\n)*)", re.MULTILINE)
+
+# As printed, for the reader of millions of events to convert only what it uses:
+# comm, pid, tid, time ("seconds.nanoseconds", see time_ns), event as perf names it
+# ("sched:sched_switch:" with a colon for tracepoints, "PERF_RECORD_SWITCH"), payload (the tracepoint's fields, or "IN" / "OUT preempt ..."
+# for switch records), raw call chain text ("" when the event has none)
+Event = tuple[str, str, str, str, str, str, str]
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
-    comm: str
-    pid: int
-    tid: int
-    time_ns: int
-    event: str  # "sched:sched_switch", ..., or "PERF_RECORD_SWITCH"
-    payload: str  # the tracepoint's fields, or "IN" / "OUT" / "OUT preempt" for switch records
+def time_ns(printed: str) -> int:
+    """'1086.132579648' (perf script --ns) as integer nanoseconds."""
+    return int(printed.replace(".", "", 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,48 +90,47 @@ def script_output(perf: str, perf_data: Path, time_slice: tuple[int, int] | None
 
 
 class EventReader:
-    """Splits perf script output into (header line, raw call chain text) pairs.
-
-    Events with a call chain end with a blank line; events without one (switch
-    records, lifecycle tracepoints) are single lines. Lines that fit neither
-    are skipped and counted.
-    """
+    """Splits perf script output into events; text that is not an event is skipped and counted."""
 
     def __init__(self) -> None:
         self.skipped_lines = 0
 
-    def events(self, stream: IO[str]) -> Iterator[tuple[str, str]]:
-        for block in self._blocks(stream):
-            headers, tab, chain = block.partition("\n\t")
-            lines = headers.split("\n")
-            for line in lines[:-1]:
-                yield line, ""
-            last = lines[-1]
-            if last.startswith("\t"):  # a chain with no header: garbage
-                self.skipped_lines += block.count("\n") + 1
-                continue
-            yield last, "\t" + chain if tab else ""
-
-    @staticmethod
-    def _blocks(stream: IO[str]) -> Iterator[str]:
+    def events(self, stream: IO[str]) -> Iterator[Event]:
         rest = ""
         while chunk := stream.read(CHUNK):
-            parts = (rest + chunk).split("\n\n")
-            rest = parts.pop()
-            for part in parts:
-                if part.strip("\n"):
-                    yield part.strip("\n")
-        if rest.strip("\n"):
-            yield rest.strip("\n")
+            text = rest + chunk
+            cut = _complete_events(text)
+            rest = text[cut:]
+            yield from self._parse(text, cut)
+        if rest:
+            text = rest if rest.endswith("\n") else rest + "\n"
+            yield from self._parse(text, len(text))
 
-    def header(self, line: str) -> Header | None:
-        match = HEADER.fullmatch(line)
-        if match is None:
-            self.skipped_lines += 1
-            return None
-        comm, pid, tid, seconds, ns, event, payload = match.groups()
-        return Header(comm, int(pid), int(tid), int(seconds) * 1_000_000_000 + int(ns), event.rstrip(":"),
-                      payload.rstrip())
+    def _parse(self, text: str, end: int) -> Iterator[Event]:
+        position = 0
+        for match in EVENT.finditer(text, 0, end):
+            if match.start() != position:
+                self._skip(text[position:match.start()])
+            position = match.end()
+            yield match.groups()  # type: ignore[misc]
+        if position != end:
+            self._skip(text[position:end])
+
+    def _skip(self, text: str) -> None:
+        self.skipped_lines += sum(1 for line in text.split("\n") if line.strip())
+
+
+def _complete_events(text: str) -> int:
+    """Where the whole events at the start of `text` end. An event with a call
+    chain ends with a blank line. Without one (a run of switch records), cut
+    before the first call chain, or else before the last whole line, which may
+    be the header of a call chain still to come."""
+    cut = text.rfind("\n\n") + 2
+    if cut >= 2:
+        return cut
+    chain = text.find("\n\t")
+    end = chain if chain >= 0 else text.rfind("\n")
+    return text.rfind("\n", 0, end) + 1 if end > 0 else 0
 
 
 def parse_stack(chain: str) -> Stack:
@@ -147,11 +149,10 @@ def parse_stack(chain: str) -> Stack:
 
 def read_stacks(perf: str, perf_data: Path, event: str, limit: int) -> Iterable[Stack]:
     """The first `limit` call chains of one event."""
-    reader = EventReader()
     found = 0
     with script_output(perf, perf_data) as stream:
-        for line, chain in reader.events(stream):
-            if chain and f" {event}:" in line:
+        for _, _, _, _, name, _, chain in EventReader().events(stream):
+            if chain and name.rstrip(":") == event:
                 yield parse_stack(chain)
                 found += 1
                 if found >= limit:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 from datetime import datetime
 from pathlib import Path
 
