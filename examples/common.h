@@ -207,4 +207,31 @@ static inline struct ex_slot *ex_alloc_slots(int n)
     return s;
 }
 
+/* Start o->threads workers, each given its own slot; `attr` may be NULL. */
+static inline struct ex_slot *ex_start_workers(const struct ex_opts *o, const pthread_attr_t *attr,
+                                               void *(*worker)(void *))
+{
+    struct ex_slot *slots = ex_alloc_slots(o->threads);
+    for (int i = 0; i < o->threads; i++) {
+        int err = pthread_create(&slots[i].tid, attr, worker, &slots[i]);
+        if (err) {
+            fprintf(stderr, "%s: pthread_create: %s\n", o->name, strerror(err));
+            exit(1);
+        }
+    }
+    return slots;
+}
+
+/* Join the workers, free their slots, and add up the ops each counted. */
+static inline unsigned long long ex_join_workers(const struct ex_opts *o, struct ex_slot *slots)
+{
+    unsigned long long ops = 0;
+    for (int i = 0; i < o->threads; i++) {
+        pthread_join(slots[i].tid, NULL);
+        ops += slots[i].ops;
+    }
+    free(slots);
+    return ops;
+}
+
 #endif

@@ -41,15 +41,9 @@ int main(int argc, char **argv)
                         .max_threads = 1024, .seconds = 5};
     ex_parse(argc, argv, &o);
 
-    struct ex_slot *slots = ex_alloc_slots(o.threads);
-    for (int i = 0; i < o.threads; i++)
-        ex_create(&o, &slots[i].tid, worker, &slots[i]);
-
+    struct ex_slot *slots = ex_start_workers(&o, NULL, worker);
     ex_run_for(&o);
-
-    for (int i = 0; i < o.threads; i++)
-        pthread_join(slots[i].tid, NULL);
+    ex_join_workers(&o, slots);  /* the work is counted in the shared counter */
     ex_summary(&o, counter, NULL);
-    free(slots);
     return 0;
 }

@@ -42,9 +42,7 @@ int main(int argc, char **argv)
                         .max_threads = 1024, .seconds = 5};
     ex_parse(argc, argv, &o);
 
-    struct ex_slot *slots = ex_alloc_slots(o.threads);
-    for (int i = 0; i < o.threads; i++)
-        ex_create(&o, &slots[i].tid, worker, &slots[i]);
+    struct ex_slot *slots = ex_start_workers(&o, NULL, worker);
 
     /* Post one task every POST_INTERVAL until the run time is over. */
     double end = ex_now() + o.seconds;
@@ -62,12 +60,7 @@ int main(int argc, char **argv)
     pthread_cond_broadcast(&work);
     pthread_mutex_unlock(&mu);
 
-    unsigned long long ops = 0;
-    for (int i = 0; i < o.threads; i++) {
-        pthread_join(slots[i].tid, NULL);
-        ops += slots[i].ops;
-    }
+    unsigned long long ops = ex_join_workers(&o, slots);
     ex_summary(&o, ops, NULL);
-    free(slots);
     return 0;
 }

@@ -75,18 +75,11 @@ int main(int argc, char **argv)
     ex_parse(argc, argv, &o);
     stack_bytes = (size_t)o.extra << 20;
 
-    struct ex_slot *slots = ex_alloc_slots(o.threads);
-    for (int i = 0; i < o.threads; i++)
-        ex_create(&o, &slots[i].tid, submitter, &slots[i]);
+    struct ex_slot *slots = ex_start_workers(&o, NULL, submitter);
 
     ex_run_for(&o);
 
-    unsigned long long ops = 0;
-    for (int i = 0; i < o.threads; i++) {
-        pthread_join(slots[i].tid, NULL);
-        ops += slots[i].ops;
-    }
+    unsigned long long ops = ex_join_workers(&o, slots);
     ex_summary(&o, ops, " stack_mib=%ld", o.extra);
-    free(slots);
     return 0;
 }

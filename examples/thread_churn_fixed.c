@@ -45,24 +45,12 @@ int main(int argc, char **argv)
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, (size_t)o.extra << 20);
 
-    struct ex_slot *slots = ex_alloc_slots(o.threads);
-    for (int i = 0; i < o.threads; i++) {
-        int err = pthread_create(&slots[i].tid, &attr, worker, &slots[i]);
-        if (err) {
-            fprintf(stderr, "thread_churn_fixed: pthread_create: %s\n", strerror(err));
-            return 1;
-        }
-    }
+    struct ex_slot *slots = ex_start_workers(&o, &attr, worker);
     pthread_attr_destroy(&attr);
 
     ex_run_for(&o);
 
-    unsigned long long ops = 0;
-    for (int i = 0; i < o.threads; i++) {
-        pthread_join(slots[i].tid, NULL);
-        ops += slots[i].ops;
-    }
+    unsigned long long ops = ex_join_workers(&o, slots);
     ex_summary(&o, ops, " stack_mib=%ld", o.extra);
-    free(slots);
     return 0;
 }
