@@ -1,0 +1,114 @@
+"""The totals and tables reports show, computed from the model: pure functions,
+no formatting."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+from offcpu.model import Model
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class Totals:
+    wall_us: int
+    offcpu_us: int
+    blocked_us: int
+    runqueue_us: int
+    threads: int
+
+
+@dataclass(frozen=True)
+class StateTotal:
+    state: str
+    offcpu_us: int
+    blocked_us: int
+    runqueue_us: int
+    count: int
+
+
+@dataclass(frozen=True)
+class WakerPair:
+    """Who woke whom: a waker (thread, interrupt or idle) and the thread it woke."""
+
+    waker_kind: str
+    waker_comm: str
+    waker_tid: int
+    wakee_comm: str
+    wakee_tid: int
+    wakeups: int
+    blocked_us: int  # how long the wakee had waited for these wakeups
+    runqueue_us: int  # and then waited for a CPU
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    created: int
+    exited: int
+    created_per_s: float
+    median_life_us: int | None  # of threads both created and exited in the window
+
+
+def totals(model: Model) -> Totals:
+    threads = model.threads.values()
+    return Totals(model.wall_us, sum(t.offcpu_us for t in threads), sum(t.blocked_us for t in threads),
+                  sum(t.runqueue_us for t in threads), len(model.threads))
+
+
+def by_state(model: Model) -> list[StateTotal]:
+    """Off-CPU time per switch-out state, most first."""
+    sums: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for row in model.rows:
+        total = sums[row.state]
+        total[0] += row.offcpu_us
+        total[1] += row.blocked_us
+        total[2] += row.runqueue_us
+        total[3] += row.count
+    return sorted((StateTotal(state, *values) for state, values in sums.items()), key=lambda s: -s.offcpu_us)
+
+
+def waker_pairs(model: Model) -> list[WakerPair]:
+    """Recorded wakeups grouped by waker and wakee thread, longest blocked first."""
+    sums: dict[tuple[str, str, int, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for row in model.rows:
+        if row.waker is None:
+            continue
+        waker = model.wakers[row.waker]
+        total = sums[(waker.kind, waker.comm, waker.tid, row.tid)]
+        total[0] += row.count
+        total[1] += row.blocked_us
+        total[2] += row.runqueue_us
+    pairs = [WakerPair(kind, comm, tid, model.threads[wakee].comm, wakee, *values)
+             for (kind, comm, tid, wakee), values in sums.items()]
+    return sorted(pairs, key=lambda pair: -pair.blocked_us)
+
+
+def runqueue_percentiles(model: Model) -> dict[int, int]:
+    """Run-queue delay (µs) at each percentile, over every wakeup and preemption seen whole."""
+    delays = sorted(model.runqueue_delays_us.items())
+    count = sum(n for _, n in delays)
+    if not count:
+        return {}
+    result = {}
+    for percentile in (*PERCENTILES, 100):
+        rank = max(1, -(-percentile * count // 100))  # nearest-rank method
+        seen = 0
+        for delay, n in delays:
+            seen += n
+            if seen >= rank:
+                result[percentile] = delay
+                break
+    return result
+
+
+def lifecycle(model: Model) -> Lifecycle:
+    threads = model.threads.values()
+    created = [t for t in threads if t.created_ns is not None]
+    exited = [t for t in threads if t.exited_ns is not None]
+    lives = [(t.exited_ns - t.created_ns) // 1000 for t in created if t.exited_ns is not None]
+    window_s = (model.window_end_ns - model.window_start_ns) / 1e9
+    return Lifecycle(len(created), len(exited), len(created) / window_s if window_s else 0.0,
+                     round(statistics.median(lives)) if lives else None)
