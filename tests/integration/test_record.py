@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
 import stat
 import subprocess
@@ -211,3 +212,27 @@ def test_interrupt_before_recording_leaves_nothing(tmp_path):
     else:  # the machine was fast: the recording had begun, and it ends as a whole capture
         assert recording.returncode == 0 and (capture / "capture.json").exists()
     assert perf_processes_writing(capture) == []
+
+
+def test_countdown_on_a_terminal_only(workload, tmp_path, monkeypatch):
+    program = workload("idle_pool", "-s", "30")
+    # Given a terminal (pty.spawn runs offcpu on one, with this process's environment)
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    shown = bytearray()
+
+    def read(fd: int) -> bytes:
+        data = os.read(fd, 4096)
+        shown.extend(data)
+        return data
+
+    status = pty.spawn([str(OFFCPU), "record", "--pid", str(program.pid), "-d", "1.5", "-o", str(tmp_path / "tty")],
+                       read)
+    # Then the countdown is shown while recording
+    assert os.waitstatus_to_exitcode(status) == 0
+    text = shown.decode(errors="replace")
+    assert "s left" in text and "Recording idle_pool" in text
+    # and without one, only the summary line
+    piped = run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(tmp_path / "pipe"))
+    assert "s left" not in piped.stderr and piped.stderr.startswith("Recorded idle_pool")

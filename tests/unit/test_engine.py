@@ -85,3 +85,18 @@ def test_waits_cut_by_the_window_are_kept_and_counted():
     model = model_of("futex_pid")
     before = [row for row in model.rows if model.stacks[row.stack].frames == (BEFORE_WINDOW,)]
     assert model.clipped_intervals >= sum(row.count for row in before) > 0
+
+
+def test_a_semicolon_in_a_name_does_not_split_a_frame():
+    from offcpu.perf_script import Stack
+    from offcpu.stackview import StackView, folded
+
+    # Given a model whose busiest stack has a frame name holding ';' (as a symbol may)
+    model = model_of("futex_pid")
+    busiest = max(model.rows, key=lambda row: row.offcpu_us)
+    stack = model.stacks[busiest.stack]
+    model.stacks[busiest.stack] = Stack(("lock<a;b>",) + stack.frames[1:], stack.kernel_frames)
+    # Then it stays one frame in the folded line
+    lines = dict(folded(model, StackView()))
+    line = next(line for line in lines if "lock<a" in line)
+    assert line.endswith(";lock<a:b>") and line.count(";") == len(stack.frames)
