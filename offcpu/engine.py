@@ -162,6 +162,12 @@ class SliceResult:
     running_at_end: set[int]
     seen: set[int]
     early_wakeups: dict[int, tuple[int, WakerKey]]  # threads woken in a slice with no other event of theirs
+    # A thread's first wait of the slice, with no waker and nothing of the thread before it:
+    # a wakeup racing its switch-out may be at the end of an earlier slice.
+    deferred: list[tuple[int, Wait, int]]  # tid, wait, back on CPU
+    first_tails: set[int]  # tails that are such a first wait
+    racing_at_end: dict[int, tuple[int, WakerKey]]
+    active: set[int]  # threads that woke others before any switch of theirs in the slice
     skipped_lines: int
 
 
@@ -176,6 +182,12 @@ class SliceBuilder:
         self.seen: set[int] = set()
         self.heads: dict[int, Head] = {}
         self.head_wakeups: dict[int, tuple[int, WakerKey]] = {}
+        # Wakeups of threads still on CPU, on their way to sleep: the waker saw them
+        # sleeping, waits for the switch-out to finish, then makes them runnable.
+        self.racing_wakeups: dict[int, tuple[int, WakerKey]] = {}
+        self.active: set[int] = set()
+        self.first_waits: dict[int, Wait] = {}
+        self.deferred: list[tuple[int, Wait, int]] = []
         self.interrupt_chains: dict[str, bool] = {}
         self.reader = EventReader()
 
@@ -225,21 +237,32 @@ class SliceBuilder:
 
     def _leave(self, tid: int, time_ns: int, chain: str, state: str, pid: int, comm: str) -> None:
         thread = self.totals.thread(tid, pid, comm)
+        first = tid not in self.seen
         if tid in self.running:
             thread.oncpu_ns += time_ns - self.running.pop(tid)
-        elif tid not in self.seen:
+        elif first:
             thread.oncpu_ns += time_ns - self.start_ns  # on CPU since the slice began
         self.seen.add(tid)
+        racing = self.racing_wakeups.pop(tid, None)
+        if first and racing is None:
+            racing = self.head_wakeups.pop(tid, None)  # it was on CPU when woken: a racing wakeup too
         if state in DEAD_STATES or thread.exited_ns is not None:
             return  # its last switch: the thread is gone, not waiting
-        self.waiting[tid] = Wait(time_ns, chain, state)
+        wait = self.waiting[tid] = Wait(time_ns, chain, state)
+        if racing is not None:
+            wait.woken(*racing)  # woken before it was off: all of the gap is run-queue delay
+        elif first and tid not in self.active:
+            self.first_waits[tid] = wait
 
     def _back(self, tid: int, time_ns: int, pid: int, comm: str) -> None:
         if tid in self.running:
             return  # already back: the second record of the same switch
+        self.racing_wakeups.pop(tid, None)
         self.totals.thread(tid, pid, comm)
         wait = self.waiting.pop(tid, None)
-        if wait is not None:
+        if wait is not None and self.first_waits.pop(tid, None) is wait and wait.waker is None:
+            self.deferred.append((tid, wait, time_ns))
+        elif wait is not None:
             self.totals.add_wait(tid, wait, time_ns, clipped=False)
         elif tid not in self.seen:
             woken_ns, waker = self.head_wakeups.pop(tid, (None, None))
@@ -254,9 +277,15 @@ class SliceBuilder:
             self.reader.skipped_lines += 1
             return
         woken = int(payload[woken_at + 5:payload.index(" ", woken_at + 5)])
+        self.racing_wakeups.pop(tid, None)  # the waker ran on: it was not on its way to sleep
+        if tid not in self.seen:
+            self.head_wakeups.pop(tid, None)
+            self.active.add(tid)
         wait = self.waiting.get(woken)
         if wait is not None:
             wait.woken(time_ns, self._waker(comm, pid, tid, chain))
+        elif woken in self.running:
+            self.racing_wakeups.setdefault(woken, (time_ns, self._waker(comm, pid, tid, chain)))
         elif woken not in self.seen and woken not in self.head_wakeups:
             self.head_wakeups[woken] = (time_ns, self._waker(comm, pid, tid, chain))
 
@@ -277,8 +306,10 @@ class SliceBuilder:
         for tid, since in self.running.items():
             self.totals.thread(tid).oncpu_ns += self.end_ns - since
         early = {tid: wakeup for tid, wakeup in self.head_wakeups.items() if tid not in self.seen}
+        first_tails = {tid for tid, wait in self.first_waits.items() if self.waiting.get(tid) is wait}
         return SliceResult(self.start_ns, self.end_ns, self.totals, self.heads, self.waiting, set(self.running),
-                           self.seen, early, self.reader.skipped_lines)
+                           self.seen, early, self.deferred, first_tails, self.racing_wakeups, self.active,
+                           self.reader.skipped_lines)
 
 
 def read_slice(perf: str, perf_data: Path, start_ns: int, end_ns: int) -> SliceResult:
@@ -291,6 +322,7 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int) -
     totals = Totals()
     pending: dict[int, Wait] = {}
     running: set[int] = set()
+    racing: dict[int, tuple[int, WakerKey]] = {}  # wakeups of threads on their way to sleep
     for piece in slices:
         for tid, (woken_ns, waker) in piece.early_wakeups.items():
             if tid in pending:
@@ -300,6 +332,12 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int) -
             if head.woken_ns is not None and head.waker is not None:
                 wait.woken(head.woken_ns, head.waker)
             totals.add_wait(tid, wait, head.back_ns, clipped=wait.stack == BEFORE_WINDOW)
+        for tid, wait, back_ns in piece.deferred:
+            if tid in racing:
+                wait.woken(*racing[tid])
+            totals.add_wait(tid, wait, back_ns, clipped=False)
+        for tid in piece.first_tails & racing.keys():
+            piece.tails[tid].woken(*racing[tid])
         for tid in running - piece.seen:
             totals.thread(tid).oncpu_ns += piece.end_ns - piece.start_ns  # on CPU through the whole slice
         totals.add(piece.totals)
@@ -307,6 +345,8 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int) -
             pending.pop(tid, None)  # its return was lost: do not invent a wait longer than it was
         pending.update(piece.tails)
         running = (running - piece.seen) | piece.running_at_end
+        racing = {tid: wakeup for tid, wakeup in racing.items() if tid not in piece.seen | piece.active}
+        racing.update(piece.racing_at_end)
     for tid, wait in pending.items():
         totals.add_wait(tid, wait, window_end_ns, clipped=True)
     return totals, sum(piece.skipped_lines for piece in slices)
