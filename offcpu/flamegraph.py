@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from offcpu.errors import OffcpuError
 
 DEBIAN_NYTPROF_COPY = Path("/usr/share/perl5/Devel/NYTProf/flamegraph.pl")
 CHECKOUTS = (Path.home() / "FlameGraph", Path("/opt/FlameGraph"))
@@ -58,3 +62,25 @@ def find_renderer(explicit: str | None = None) -> Renderer | None:
         if command:
             return Renderer(command, f"checkout in {checkout}")
     return None
+
+
+def require_renderer(explicit: str | None = None) -> Renderer:
+    renderer = find_renderer(explicit)
+    if renderer is None:
+        where = f"{explicit} is not flamegraph.pl, inferno-flamegraph or a FlameGraph checkout" if explicit \
+            else "no flame graph renderer was found"
+        raise OffcpuError(f"{where}; {HOW_TO_GET_ONE}")
+    return renderer
+
+
+def render_svg(renderer: Renderer, lines: Iterable[str], title: str, inverted: bool = False) -> str:
+    """An off-CPU flame graph of folded lines ("frames count" or, for a differential
+    graph, "frames before after"), with only the options both renderers share."""
+    argv = [*renderer.command, "--title", title, "--countname", "us", "--colors", "io"]
+    if inverted:
+        argv.append("--inverted")
+    done = subprocess.run(argv, input="".join(f"{line}\n" for line in lines), capture_output=True, text=True)
+    if done.returncode != 0 or "<svg" not in done.stdout:
+        reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise OffcpuError(f"{' '.join(renderer.command)} failed: {reason}")
+    return done.stdout

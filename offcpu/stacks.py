@@ -28,3 +28,34 @@ def looks_truncated(user_stacks: Sequence[Sequence[str]]) -> bool | None:
         return None
     incomplete = sum(not user_stack_complete(stack) for stack in user_stacks)
     return incomplete > len(user_stacks) / 2
+
+
+# The scheduler's own frames and the system call entry: every off-CPU stack has
+# them, so they say nothing about why this one waited.
+PLUMBING = frozenset({
+    "__schedule", "schedule", "schedule_preempt_disabled", "schedule_timeout", "schedule_hrtimeout_range",
+    "schedule_hrtimeout_range_clock", "io_schedule", "preempt_schedule_common", "entry_SYSCALL_64_after_hwframe",
+    "do_syscall_64", "syscall_exit_to_user_mode", "[unknown]",
+})
+
+
+def meaningful(frames: Sequence[str]) -> list[str]:
+    """Frames without the scheduler's plumbing (all of them if nothing else is left)."""
+    kept = [frame for frame in frames if frame not in PLUMBING]
+    return kept or list(frames)
+
+
+def shorten(frames: Sequence[str], kernel_frames: int, limit: int) -> str:
+    """A leaf-first stack in about `limit` characters, callers first and joined by ';':
+    the user frames nearest the kernel (where the program was), then the kernel's
+    leaf-most meaningful frame (why it waited); '…' marks frames left out."""
+    kernel = meaningful(frames[:kernel_frames]) if kernel_frames else []
+    user = [frame for frame in frames[kernel_frames:] if frame != UNKNOWN]
+    why = kernel[:1]
+    where: list[str] = []
+    for frame in user:
+        if where and len(";".join([frame, *where, "…", *why])) > limit:
+            break
+        where.insert(0, frame)
+    parts = (["…"] if len(where) < len(user) else []) + where + (["…"] if len(kernel) > 1 else []) + why
+    return ";".join(parts)

@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from offcpu.model import Model
+from offcpu.stackview import StackView
 
 PERCENTILES = (50, 90, 99)
 
@@ -112,3 +113,29 @@ def lifecycle(model: Model) -> Lifecycle:
     window_s = (model.window_end_ns - model.window_start_ns) / 1e9
     return Lifecycle(len(created), len(exited), len(created) / window_s if window_s else 0.0,
                      round(statistics.median(lives)) if lives else None)
+
+
+@dataclass(frozen=True)
+class StackTotal:
+    frames: tuple[str, ...]  # leaf first, as perf prints them
+    kernel_frames: int
+    state: str
+    offcpu_us: int
+    blocked_us: int
+    runqueue_us: int
+    count: int
+
+
+def top_stacks(model: Model, view: StackView, limit: int) -> list[StackTotal]:
+    """The stacks (by state, over the threads the view keeps) that held the most off-CPU time."""
+    sums: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for row in model.rows:
+        if view.keeps(model, row):
+            total = sums[(row.stack, row.state)]
+            total[0] += row.offcpu_us
+            total[1] += row.blocked_us
+            total[2] += row.runqueue_us
+            total[3] += row.count
+    ranked = sorted(sums.items(), key=lambda item: -item[1][0])[:limit]
+    return [StackTotal(model.stacks[stack].frames, model.stacks[stack].kernel_frames, state, *values)
+            for (stack, state), values in ranked]

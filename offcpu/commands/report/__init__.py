@@ -5,8 +5,11 @@ from __future__ import annotations
 import click
 
 from offcpu.commands.report.folded import folded
+from offcpu.commands.report.json import json_report
+from offcpu.commands.report.svg import svg
+from offcpu.commands.report.text import text
 
-FORMATS = [folded]
+FORMATS = [text, svg, json_report, folded]
 
 
 @click.group()

@@ -10,10 +10,51 @@ import click
 from rich.console import Console
 
 from offcpu.analysis import load_model
+from offcpu.errors import OffcpuError
 from offcpu.model import Model
 from offcpu.stackview import StackView
 
 capture_argument = click.argument("capture", type=click.Path(path_type=Path))
+
+
+def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    function = click.option("--force", is_flag=True, help="Replace the output file if it exists.")(function)
+    return click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
+                        help="Write here [default: beside the capture].")(function)
+
+
+def output_path(capture: Path, output: Path | None, suffix: str, force: bool) -> Path:
+    """Where a report file goes: -o, or CAPTURE.suffix beside the capture directory."""
+    return checked_output(output or capture.with_name(capture.name + suffix), force)
+
+
+def checked_output(path: Path, force: bool) -> Path:
+    """Checked before any work: an existing file is replaced only with --force."""
+    if path.is_dir():
+        raise OffcpuError(f"{path} is a directory; give a file name with -o")
+    if path.exists() and not force:
+        raise OffcpuError(f"{path} exists; pass --force to replace it or choose another with -o")
+    return path
+
+
+def print_or_write(text: str, output: Path | None) -> None:
+    """Reports for the terminal and for scripts go to stdout unless -o names a file."""
+    if output is None:
+        click.get_text_stream("stdout").write(text)
+    else:
+        write_report(output, text)
+
+
+def write_report(path: Path, content: str) -> None:
+    """Write whole or not at all, then say where."""
+    partial = path.with_name(path.name + ".partial")
+    try:
+        partial.write_text(content)
+        partial.replace(path)
+    except OSError as error:
+        partial.unlink(missing_ok=True)
+        raise OffcpuError(f"cannot write {path} ({error.strerror}); choose another place with -o") from None
+    click.echo(f"Wrote {path}", err=True)
 
 
 def _split(value: str | None) -> list[str]:

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from offcpu.commands.report.common import capture_argument, load_with_progress, view_options
-from offcpu.errors import OffcpuError
-from offcpu.stackview import StackView, folded as folded_lines
+from offcpu.renderers.flame import stack_lines
+from offcpu.stackview import StackView
 
 
 @click.command()
@@ -25,12 +25,6 @@ def folded(capture: Path, view: StackView, time: tuple[float, float] | None) -> 
 
     The lines sum to the off-CPU time of the threads they cover.
     """
-    model = load_with_progress(capture, time)
-    lines = folded_lines(model, view)
-    if not lines:
-        raise OffcpuError("no off-CPU time matches these options; loosen --state, --pid, --tid, --comm or --min-us"
-                          if model.rows else "no off-CPU intervals in this capture: its threads never left the "
-                                             "CPU while recording (record a longer --duration)")
     stdout = click.get_text_stream("stdout")
-    for stack, microseconds in lines:
-        stdout.write(f"{stack} {microseconds}\n")
+    for line in stack_lines(load_with_progress(capture, time), view):
+        stdout.write(f"{line}\n")

@@ -1,0 +1,33 @@
+"""offcpu report json: the analysis as JSON, for scripts and CI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from offcpu.commands.report.common import (capture_argument, checked_output, load_with_progress, output_options,
+                                           print_or_write, view_options)
+from offcpu.renderers.json import JsonReport
+from offcpu.stackview import StackView
+
+
+@click.command("json")
+@capture_argument
+@view_options
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
+              help="How many stacks and waker pairs to list.")
+@output_options
+def json_report(capture: Path, view: StackView, time: tuple[float, float] | None, top: int,
+                output: Path | None, force: bool) -> None:
+    """Print the analysis as JSON (schema "offcpu/1", documented in README.md):
+    capture metadata, window, totals, states, run-queue delay, threads,
+    top stacks, wakers and thread lifecycle. Only JSON goes to stdout;
+    -o FILE writes it to a file instead.
+
+    \b
+      offcpu report json CAPTURE | jq '.totals'
+    """
+    if output is not None:
+        checked_output(output, force)
+    print_or_write(JsonReport(view, top).render(load_with_progress(capture, time)), output)

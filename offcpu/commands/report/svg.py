@@ -1,0 +1,36 @@
+"""offcpu report svg: an off-CPU flame graph."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from offcpu.commands.report.common import (capture_argument, load_with_progress, output_options, output_path,
+                                           view_options, write_report)
+from offcpu.flamegraph import require_renderer
+from offcpu.renderers.flame import FlameGraphSvg
+from offcpu.stackview import StackView
+
+
+@click.command()
+@capture_argument
+@view_options
+@click.option("--inverted", is_flag=True, help="An icicle graph: leaves on top, to see the common blocking call.")
+@click.option("--flamegraph", "flamegraph_path", metavar="PATH",
+              help="flamegraph.pl, inferno-flamegraph or a FlameGraph checkout to draw with.")
+@output_options
+def svg(capture: Path, view: StackView, time: tuple[float, float] | None, inverted: bool,
+        flamegraph_path: str | None, output: Path | None, force: bool) -> None:
+    """Draw an off-CPU flame graph (SVG): the width of a frame is the time
+    threads spent off CPU under it, in microseconds.
+
+    \b
+    The renderer is the first found of: --flamegraph, $FLAMEGRAPH_DIR,
+    inferno-flamegraph or flamegraph.pl on PATH, Debian's copy in
+    libdevel-nytprof-perl, ~/FlameGraph, /opt/FlameGraph.
+    """
+    path = output_path(capture, output, ".svg", force)
+    renderer = require_renderer(flamegraph_path)
+    model = load_with_progress(capture, time)
+    write_report(path, FlameGraphSvg(renderer, view, inverted).render(model))

@@ -1,0 +1,40 @@
+"""offcpu report text: the analysis as tables for the terminal."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from offcpu.commands.report.common import (capture_argument, checked_output, load_with_progress, output_options,
+                                           print_or_write, view_options)
+from offcpu.renderers.text import TextReport
+from offcpu.stackview import StackView
+
+PLAIN_WIDTH = 100  # when not a terminal and COLUMNS is not set: stable output for files and CI logs
+
+
+@click.command()
+@capture_argument
+@view_options
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Rows per table.")
+@output_options
+def text(capture: Path, view: StackView, time: tuple[float, float] | None, top: int,
+         output: Path | None, force: bool) -> None:
+    """Print the analysis as tables: the top off-CPU stacks, threads,
+    switch-out states, run-queue delay, who woke whom and thread lifecycle.
+
+    On a terminal it is coloured and fits the window; otherwise (a pipe, a
+    file, -o) it is plain text, COLUMNS wide or 100. NO_COLOR is respected.
+    """
+    if output is not None:
+        checked_output(output, force)
+    terminal = output is None and sys.stdout.isatty()
+    width = shutil.get_terminal_size((PLAIN_WIDTH, 24)).columns if terminal else \
+        int(os.environ.get("COLUMNS", PLAIN_WIDTH))
+    color = terminal and "NO_COLOR" not in os.environ
+    print_or_write(TextReport(view, top, width, color).render(load_with_progress(capture, time)), output)

@@ -1,0 +1,39 @@
+"""Off-CPU flame graphs, drawn by flamegraph.pl or inferno-flamegraph."""
+
+from __future__ import annotations
+
+from offcpu.errors import OffcpuError
+from offcpu.flamegraph import Renderer, render_svg
+from offcpu.model import Model
+from offcpu.stackview import StackView, folded
+from offcpu.summaries import totals
+
+
+def stack_lines(model: Model, view: StackView) -> list[str]:
+    """The folded lines of a view; an empty view is an error that says why."""
+    lines = [f"{stack} {microseconds}" for stack, microseconds in folded(model, view)]
+    if not lines:
+        raise OffcpuError("no off-CPU time matches these options; loosen --state, --pid, --tid, --comm or --min-us"
+                          if model.rows else "no off-CPU intervals in this capture: its threads never left the "
+                                             "CPU while recording (record a longer --duration)")
+    return lines
+
+
+def title(model: Model, view: StackView) -> str:
+    """What the graph shows: the target, the window, the stacks' mode and the time they hold."""
+    capture = model.capture
+    shown = sum(int(line.rpartition(" ")[2]) for line in stack_lines(model, view))
+    whole = totals(model)
+    share = f" of {whole.offcpu_us / 1e6:.2f} s" if shown != whole.offcpu_us else ""
+    return (f"Off-CPU time of {capture.target.describe()}: {shown / 1e6:.2f} s{share} off CPU "
+            f"in {model.wall_us / 1e6:.1f} s, {capture.call_graph} stacks")
+
+
+class FlameGraphSvg:
+    def __init__(self, renderer: Renderer, view: StackView, inverted: bool = False) -> None:
+        self.renderer = renderer
+        self.view = view
+        self.inverted = inverted
+
+    def render(self, model: Model) -> str:
+        return render_svg(self.renderer, stack_lines(model, self.view), title(model, self.view), self.inverted)

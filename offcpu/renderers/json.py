@@ -1,0 +1,38 @@
+"""The model as documented, versioned JSON ("schema": "offcpu/1"); see README.md."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from offcpu.model import Model
+from offcpu.stackview import StackView
+from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, top_stacks, totals, waker_pairs
+
+SCHEMA = "offcpu/1"
+
+
+class JsonReport:
+    def __init__(self, view: StackView, top: int) -> None:
+        self.view = view
+        self.top = top
+
+    def render(self, model: Model) -> str:
+        percentiles = runqueue_percentiles(model)
+        report = {
+            "schema": SCHEMA,
+            "capture": model.capture.to_json(),
+            "window": {"start_ns": model.window_start_ns, "end_ns": model.window_end_ns,
+                       "seconds": (model.window_end_ns - model.window_start_ns) / 1e9},
+            "totals": asdict(totals(model)),
+            "states": [asdict(state) for state in by_state(model)],
+            "runqueue_delay_us": {f"p{p}" if p < 100 else "max": delay for p, delay in percentiles.items()},
+            "threads": sorted((asdict(thread) for thread in model.threads.values()), key=lambda t: -t["offcpu_us"]),
+            "stacks": [{**asdict(stack), "frames": list(reversed(stack.frames)),
+                        "kernel_frames": stack.kernel_frames} for stack in top_stacks(model, self.view, self.top)],
+            "wakers": [asdict(pair) for pair in waker_pairs(model)[: self.top]],
+            "lifecycle": asdict(lifecycle(model)),
+            "counts": {"clipped_intervals": model.clipped_intervals, "unseen_wakeups": model.unseen_wakeups,
+                       "skipped_lines": model.skipped_lines},
+        }
+        return json.dumps(report, indent=2) + "\n"
