@@ -89,3 +89,17 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str)
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     for word in words:
         assert word in lines[0], lines[0]
+
+
+@pytest.fixture(scope="session")
+def mmap_capture(tmp_path_factory: pytest.TempPathFactory, perf: str) -> Path:
+    """2 s of mmap_contention (16 threads) recorded by --pid, shared by the tests that only read it."""
+    capture = tmp_path_factory.mktemp("mmap") / "cap"
+    program = subprocess.Popen([str(example("mmap_contention")), "-t", "16", "-s", "30"], stdout=subprocess.DEVNULL)
+    try:
+        result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", "-o", str(capture))
+        assert result.returncode == 0, result.stderr
+    finally:
+        program.kill()
+        program.wait()
+    return capture

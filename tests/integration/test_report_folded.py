@@ -30,20 +30,6 @@ def model_json(capture: Path) -> dict:
     return json.loads((capture / "model.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def mmap_capture(tmp_path_factory, perf) -> Path:
-    """2 s of mmap_contention by --pid, shared by the tests that only read it."""
-    capture = tmp_path_factory.mktemp("mmap") / "cap"
-    program = subprocess.Popen([str(example("mmap_contention")), "-t", "16", "-s", "30"], stdout=subprocess.DEVNULL)
-    try:
-        result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", "-o", str(capture))
-        assert result.returncode == 0, result.stderr
-    finally:
-        program.kill()
-        program.wait()
-    return capture
-
-
 def test_folded_stacks_sum_to_the_threads_offcpu_time(mmap_capture):
     lines = folded(run_offcpu("report", "folded", str(mmap_capture)))
     model = model_json(mmap_capture)

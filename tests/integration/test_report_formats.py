@@ -1,0 +1,104 @@
+"""report svg, json and text on a real recording of mmap_contention."""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+
+from tests.conftest import assert_one_line_error, run_offcpu
+
+pytestmark = pytest.mark.usefixtures("perf")
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def svg_frames(path) -> list[str]:
+    """The frame labels (title elements) of a flame graph SVG; parsing it proves it is XML."""
+    root = ElementTree.parse(path).getroot()
+    return [title.text or "" for title in root.iter(f"{SVG}title")]
+
+
+def test_svg_default_name_title_and_frames(mmap_capture):
+    target = mmap_capture.with_name(mmap_capture.name + ".svg")
+    target.unlink(missing_ok=True)
+    result = run_offcpu("report", "svg", str(mmap_capture))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == f"Wrote {target}"
+    frames = svg_frames(target)
+    assert any(frame.startswith("rwsem_down_write_slowpath ") for frame in frames)
+    assert any(frame.startswith("__vm_munmap ") for frame in frames)
+    text = target.read_text()
+    assert "Off-CPU time of mmap_contention (pid" in text and "fp stacks" in text and " us, " in text
+
+
+def test_svg_refuses_to_overwrite_without_force(mmap_capture, tmp_path):
+    target = tmp_path / "graph.svg"
+    target.write_text("keep me")
+    assert_one_line_error(run_offcpu("report", "svg", str(mmap_capture), "-o", str(target)), "exists", "--force")
+    assert target.read_text() == "keep me"
+    assert run_offcpu("report", "svg", str(mmap_capture), "-o", str(target), "--force").returncode == 0
+    assert svg_frames(target)
+
+
+def test_svg_view_options_and_icicle(mmap_capture, tmp_path):
+    flame, icicle = tmp_path / "flame.svg", tmp_path / "icicle.svg"
+    assert run_offcpu("report", "svg", str(mmap_capture), "--state", "D", "-o", str(flame)).returncode == 0
+    assert run_offcpu("report", "svg", str(mmap_capture), "--state", "D", "--inverted", "-o", str(icicle)).returncode == 0
+    assert sorted(svg_frames(flame)) == sorted(svg_frames(icicle))  # the same frames, drawn the other way up
+    assert flame.read_text() != icicle.read_text()
+    assert not any(frame.startswith("irqentry_exit_to_user_mode ") for frame in svg_frames(flame))  # R only
+
+
+def test_svg_without_a_renderer(mmap_capture, tmp_path):
+    result = run_offcpu("report", "svg", str(mmap_capture), "--flamegraph", "/nonexistent/flamegraph.pl",
+                        "-o", str(tmp_path / "x.svg"))
+    assert_one_line_error(result, "/nonexistent/flamegraph.pl", "libdevel-nytprof-perl", "cargo install inferno")
+
+
+def test_svg_through_flamegraph_dir(mmap_capture, tmp_path):
+    (tmp_path / "fg").mkdir()
+    (tmp_path / "fg" / "flamegraph.pl").symlink_to("/usr/share/perl5/Devel/NYTProf/flamegraph.pl")
+    env = {**os.environ, "FLAMEGRAPH_DIR": str(tmp_path / "fg")}
+    assert run_offcpu("report", "svg", str(mmap_capture), "-o", str(tmp_path / "g.svg"), env=env).returncode == 0
+    assert svg_frames(tmp_path / "g.svg")
+
+
+def test_json_is_the_only_thing_on_stdout_and_adds_up(mmap_capture):
+    result = run_offcpu("report", "json", str(mmap_capture), "--top", "5")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["schema"] == "offcpu/1"
+    assert report["capture"]["target"]["comm"] == "mmap_contention"
+    totals = report["totals"]
+    assert totals["blocked_us"] + totals["runqueue_us"] == totals["offcpu_us"]
+    assert sum(state["offcpu_us"] for state in report["states"]) == totals["offcpu_us"]
+    assert sum(thread["offcpu_us"] for thread in report["threads"]) == totals["offcpu_us"]
+    assert len(report["stacks"]) == 5
+    top = report["stacks"][0]
+    assert top["frames"][-1] == "__schedule" and "rwsem_down_write_slowpath" in top["frames"]
+    assert top["state"] == "D" and top["offcpu_us"] >= report["stacks"][1]["offcpu_us"]
+    assert set(report["runqueue_delay_us"]) == {"p50", "p90", "p99", "max"}
+    assert report["wakers"] and report["lifecycle"]["created"] == 0
+    assert report["window"]["seconds"] == pytest.approx(2.0, abs=0.5)
+
+
+def test_text_leads_with_the_worst_stack(mmap_capture):
+    result = run_offcpu("report", "text", str(mmap_capture), "--top", "3", env={**os.environ, "COLUMNS": "120"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Off-CPU time of mmap_contention (pid")
+    first_row = next(line for line in lines if line.startswith("|") and "ms" not in line)
+    offcpu_ms, share, state, count, stack = (cell.strip() for cell in first_row.split("|")[1:-1])
+    assert state == "D" and "rwsem_down_" in stack and float(share.rstrip("%")) > 10
+    assert "\x1b[" not in result.stdout and max(len(line) for line in lines) <= 120
+    assert "Who woke whom" in result.stdout and "Run-queue delay" in result.stdout
+
+
+def test_text_and_json_to_a_file(mmap_capture, tmp_path):
+    for fmt in ("text", "json"):
+        target = tmp_path / f"report.{fmt}"
+        result = run_offcpu("report", fmt, str(mmap_capture), "-o", str(target))
+        assert result.returncode == 0 and result.stdout == "" and target.read_text()
+        assert_one_line_error(run_offcpu("report", fmt, str(mmap_capture), "-o", str(target)), "--force")
