@@ -32,6 +32,22 @@ def perf() -> str:
     return found
 
 
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> tuple[Path, Path]:
+    """Debian's chromium and its driver, for the HTML report; in CI missing is a failure, elsewhere a skip."""
+    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+    if missing:
+        message = f"{' and '.join(missing)} missing (scripts/setup installs chromium and chromium-driver)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return CHROMIUM, CHROMEDRIVER
+
+
 def example(name: str) -> Path:
     path = EXAMPLES / name
     if not path.exists():

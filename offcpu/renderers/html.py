@@ -1,0 +1,205 @@
+"""One self-contained HTML page: the interactive flame graph, the capture's metadata
+and the analysis tables. It loads nothing: no network, no files beside it."""
+
+from __future__ import annotations
+
+import base64
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from html import escape
+
+from offcpu.flamegraph import Renderer
+from offcpu.model import Model
+from offcpu.renderers.flame import FlameGraphSvg, title
+from offcpu.renderers.text import STATE_NAMES
+from offcpu.stacks import meaningful
+from offcpu.stackview import SEPARATOR, StackView, folded
+from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, totals, waker_pairs
+
+STACK_CHARS = 110  # a stack cell shows about this much; its tooltip has every frame
+# The browser fetches nothing for the page, and says so if asked to. The flame graph's data: frame
+# inherits this policy: its own script and onclick handlers are what 'unsafe-inline' allows.
+POLICY = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; frame-src data:"
+STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 1240px; padding: 0 1em; color: #222; }
+h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.8em; }
+.flame { overflow-x: auto; } .flame iframe { border: 1px solid #ddd; }
+.note { color: #666; margin: 0; }
+table { border-collapse: collapse; margin: .3em 0; }
+th, td { padding: .2em .7em; text-align: left; vertical-align: top; border-bottom: 1px solid #eee; }
+thead th { border-bottom: 2px solid #ccc; } .n { text-align: right; font-variant-numeric: tabular-nums; }
+tbody tr:nth-child(even) { background: #f7f7f7; }
+#stacks td:last-child { font: 12px ui-monospace, monospace; }
+#capture th { white-space: nowrap; } #capture td { white-space: pre-line; } .warn { color: #b00; }
+"""
+
+Cell = str | tuple[str, str]  # text, or (text, tooltip)
+
+
+def _ms(microseconds: int) -> str:
+    return f"{microseconds / 1000:,.1f}"
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def _cell(tag: str, value: Cell, right: bool) -> str:
+    """Text from the capture (symbols carry < > & and quotes), escaped."""
+    text, tip = (value, "") if isinstance(value, str) else value
+    attributes = (' class="n"' if right else "") + (f' title="{escape(tip)}"' if tip else "")
+    return f"<{tag}{attributes}>{escape(text)}</{tag}>"
+
+
+def _table(headers: Sequence[str], align: str, rows: Iterable[Sequence[Cell]]) -> str:
+    """`align` has one letter per column: 'r' for numbers, 'l' for text."""
+    head = "".join(_cell("th", header, side == "r") for header, side in zip(headers, align))
+    body = "".join("<tr>" + "".join(_cell("td", value, side == "r") for value, side in zip(row, align)) + "</tr>\n"
+                   for row in rows)
+    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>{body}</tbody></table>"
+
+
+def _section(anchor: str, heading: str, note: str, body: str) -> str:
+    return (f'<section id="{anchor}">\n<h2>{escape(heading)}</h2>\n<p class="note">{escape(note)}</p>\n'
+            f"{body}\n</section>")
+
+
+def _svg_size(svg: str) -> tuple[str, str]:
+    """The width and height the renderer gave its graph, for the frame that shows it."""
+    root = re.search(r"<svg\b[^>]*>", svg)
+    width, height = (re.search(rf'\s{name}="([\d.]+)"', root.group() if root else "") for name in ("width", "height"))
+    return width.group(1) if width else "100%", height.group(1) if height else "600"
+
+
+def short_stack(stack: str, limit: int = STACK_CHARS) -> str:
+    """A folded stack in about `limit` characters: its root (the thread), then the
+    leaf-most frames that say why it waited, without the scheduler's plumbing;
+    '…' marks frames left out. With --waker, who woke it."""
+    blocked, separator, waker = stack.partition(f";{SEPARATOR};")
+    root, *frames = blocked.split(";")
+    leaf: list[str] = []
+    for frame in reversed(meaningful(frames)):
+        if leaf and len(" → ".join([root, "…", frame, *leaf])) > limit:
+            break
+        leaf.insert(0, frame)
+    shown = " → ".join([root, *(["…"] if len(leaf) < len(frames) else []), *leaf])
+    return shown + (f" (woken by {waker.rpartition(';')[2]})" if separator else "")
+
+
+class HtmlReport:
+    def __init__(self, renderer: Renderer, view: StackView, top: int) -> None:
+        self.flame = FlameGraphSvg(renderer, view)
+        self.view = view
+        self.top = top
+
+    def render(self, model: Model) -> str:
+        heading = title(model, self.view)
+        sections = [self._flame_graph(model), self._capture(model), self._totals(model), self._stacks(model),
+                    self._threads(model), self._states(model), self._runqueue(model), self._wakers(model),
+                    self._lifecycle(model)]
+        return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+                f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">\n'
+                f"<title>{escape(heading)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
+                f"<h1>{escape(heading)}</h1>\n" + "\n".join(sections) + "\n</body>\n</html>\n")
+
+    def _flame_graph(self, model: Model) -> str:
+        """The SVG as a document of its own in a data: frame, so that its script (zoom, search)
+        runs as its renderer wrote it, apart from the page."""
+        svg = self.flame.render(model)
+        width, height = _svg_size(svg)
+        source = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+        return ('<section id="flame">\n<p class="note">Click a frame to zoom in; Reset Zoom (top left) zooms out; '
+                'Search (top right) highlights frames by name.</p>\n'
+                f'<div class="flame"><iframe id="flamegraph" title="Off-CPU flame graph" src="{source}" '
+                f'width="{width}" height="{height}"></iframe></div>\n</section>')
+
+    def _capture(self, model: Model) -> str:
+        capture = model.capture
+        used = "\n".join(f"{event['name']}{' (with stacks)' if event['call_graph'] else ''}: {event['why']}"
+                         for event in capture.events)
+        skipped = "\n".join(f"{event['name']}: {event['why']}" for event in capture.events_skipped)
+        ended = capture.ended_by + (" (the target exited)" if capture.target_exited
+                                    and capture.ended_by != "target exited" else "")
+        truncated = {True: "yes: most user stacks stop short of the thread's start; record with "
+                           "--call-graph dwarf to see their callers",
+                     False: "no", None: "no user stacks to judge"}[capture.user_stacks_truncated]
+        start_s, end_s = ((ns - capture.window_start_ns) / 1e9 for ns in (model.window_start_ns,
+                                                                           model.window_end_ns))
+        rows = [
+            ("Target", capture.target.describe()),
+            ("perf command", shlex.join(capture.perf_command)),
+            ("Kernel", capture.kernel_release),
+            ("perf version", capture.perf_version),
+            ("Window", (f"{capture.started_at} to {capture.ended_at}: {capture.duration_actual_s:.2f} s recorded "
+                        f"of {capture.duration_requested_s:g} s asked for; this report covers {start_s:.2f} s "
+                        f"to {end_s:.2f} s of it")),
+            ("Events used", used),
+            ("Events not used", skipped or "none"),
+            ("How it ended", ended),
+            ("Recorded", (f"{capture.samples:,} events, {capture.switch_records:,} switch records, "
+                          f"{capture.perf_data_bytes / 1e6:.1f} MB, {capture.cpus} CPUs")),
+            ("Lost events", f"{capture.lost_events:,}"),
+            ("Call graphs", capture.call_graph),
+            ("User stacks cut short", truncated),
+        ]
+        warn = {"Lost events": capture.lost_events > 0, "User stacks cut short": bool(capture.user_stacks_truncated)}
+        body = "".join(f"<tr><th>{escape(name)}</th><td{' class=warn' if warn.get(name) else ''}>{escape(value)}"
+                       "</td></tr>\n" for name, value in rows)
+        return _section("capture", "Capture", "What was recorded, and how", f"<table>\n{body}</table>")
+
+    def _totals(self, model: Model) -> str:
+        whole = totals(model)
+        table = _table(("recorded", "threads", "off-CPU ms", "blocked ms", "waiting for a CPU ms"), "rrrrr",
+                       [(f"{whole.wall_us / 1e6:.2f} s", f"{whole.threads:,}", _ms(whole.offcpu_us),
+                         _ms(whole.blocked_us), _ms(whole.runqueue_us))])
+        return _section("totals", "Totals", "Over every thread recorded", table)
+
+    def _stacks(self, model: Model) -> str:
+        lines = sorted(folded(model, self.view), key=lambda line: -line[1])
+        shown = sum(us for _, us in lines)
+        rows = [(_ms(us), _share(us, shown), (short_stack(stack), "\n".join(stack.split(";"))))
+                for stack, us in lines[: self.top]]
+        note = (f"The {len(rows)} of {len(lines):,} stacks in the flame graph that held the most off-CPU time; "
+                "hover over one for all its frames, root first")
+        return _section("stacks", "Top off-CPU stacks", note, _table(("off-CPU ms", "share", "stack"), "rrl", rows))
+
+    def _threads(self, model: Model) -> str:
+        threads = sorted(model.threads.values(), key=lambda t: -t.offcpu_us)[: self.top]
+        table = _table(("tid", "comm", "off-CPU ms", "blocked ms", "run-queue ms", "on-CPU ms"), "rlrrrr",
+                       [(str(t.tid), t.comm, _ms(t.offcpu_us), _ms(t.blocked_us), _ms(t.runqueue_us),
+                         _ms(t.oncpu_us)) for t in threads])
+        return _section("threads", "Threads", f"The {len(threads)} of {len(model.threads):,} threads longest off CPU",
+                        table)
+
+    def _states(self, model: Model) -> str:
+        table = _table(("state", "meaning", "off-CPU ms", "blocked ms", "run-queue ms", "count"), "llrrrr",
+                       [(s.state, STATE_NAMES.get(s.state, ""), _ms(s.offcpu_us), _ms(s.blocked_us),
+                         _ms(s.runqueue_us), f"{s.count:,}") for s in by_state(model)])
+        return _section("states", "Switch-out states", "What the threads were doing when they left the CPU", table)
+
+    def _runqueue(self, model: Model) -> str:
+        percentiles = runqueue_percentiles(model)
+        if not percentiles:
+            return _section("runqueue", "Run-queue delay", "No wakeup or preemption was recorded whole.", "")
+        table = _table([("max" if p == 100 else f"p{p}") + " µs" for p in percentiles], "r" * len(percentiles),
+                       [[f"{delay:,}" for delay in percentiles.values()]])
+        return _section("runqueue", "Run-queue delay", "From a wakeup or preemption until the thread ran again", table)
+
+    def _wakers(self, model: Model) -> str:
+        pairs = waker_pairs(model)
+        rows = []
+        for pair in pairs[: self.top]:
+            waker = pair.waker_comm if pair.waker_kind == "thread" else f"[{pair.waker_kind}] {pair.waker_comm}"
+            rows.append((f"{waker}-{pair.waker_tid}", f"{pair.wakee_comm}-{pair.wakee_tid}", f"{pair.wakeups:,}",
+                         _ms(pair.blocked_us), _ms(pair.runqueue_us)))
+        note = f"The {len(rows)} of {len(pairs):,} waker and wakee pairs whose wakeups ended the longest waits"
+        return _section("wakers", "Who woke whom", note,
+                        _table(("waker", "woke", "wakeups", "blocked ms", "then run-queue ms"), "llrrr", rows))
+
+    def _lifecycle(self, model: Model) -> str:
+        life = lifecycle(model)
+        median = f"{life.median_life_us:,}" if life.median_life_us is not None else "-"
+        table = _table(("created", "exited", "created per s", "median life µs"), "rrrr",
+                       [(f"{life.created:,}", f"{life.exited:,}", f"{life.created_per_s:,.0f}", median)])
+        return _section("lifecycle", "Thread lifecycle", "Threads created and exited while recording", table)
