@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import click
 
+from offcpu.commands.report.diff import diff
 from offcpu.commands.report.folded import folded
+from offcpu.commands.report.html import html_report
 from offcpu.commands.report.json import json_report
 from offcpu.commands.report.svg import svg
 from offcpu.commands.report.text import text
 
-FORMATS = [text, svg, json_report, folded]
+FORMATS = [text, svg, html_report, json_report, folded, diff]
 
 
 @click.group()

@@ -1,0 +1,184 @@
+"""Comparing two sets of off-CPU stacks, BASE and NEW: how much time each stack
+held in either, so a change (a fix, a new version, more load) shows where
+waiting grew or shrank. Pure functions over folded lines and models; no I/O.
+
+A capture knows how long it recorded, so when both sides are captures NEW's
+microseconds are scaled to BASE's window: a 3 s recording is not "50% worse"
+than a 2 s one just for being longer. A folded file has no window length, so a
+diff with one is not normalised, and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from offcpu.errors import OffcpuError
+from offcpu.model import Model
+from offcpu.stacks import UNKNOWN, meaningful
+from offcpu.stackview import SEPARATOR, StackView, folded
+
+# Root-most frames of the kernel's part of a stack (system call, fault, interrupt,
+# kernel thread; x86-64 and arm64): a folded line does not say where the kernel
+# begins, and the table's short stacks put the program's frames before the kernel's.
+KERNEL_ENTRY_PREFIXES = ("entry_SYSCALL", "entry_INT80", "asm_", "ret_from_fork", "el0")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a diff: off-CPU microseconds per folded stack (root first, ';'-joined)."""
+
+    label: str
+    stacks: Mapping[str, int]
+    wall_us: int | None  # the recording's window; None for a folded file, which does not know it
+    view_ignored: bool = False  # view options were given but could not apply (a folded file)
+
+    @property
+    def total_us(self) -> int:
+        return sum(self.stacks.values())
+
+
+@dataclass(frozen=True)
+class StackChange:
+    stack: str
+    base_us: int
+    new_us: int  # scaled to BASE's window when the diff is normalised
+
+    @property
+    def change_us(self) -> int:
+        return self.new_us - self.base_us
+
+
+@dataclass(frozen=True)
+class Diff:
+    base: Side
+    new: Side
+    changes: tuple[StackChange, ...]  # every stack of either side, sorted by stack
+    scale: float | None  # what NEW's microseconds were multiplied by; None: not normalised
+    normalisation: str  # in words, for titles and tables
+    notes: tuple[str, ...] = ()  # anything else the reader must know (options that did not apply)
+
+    @property
+    def base_us(self) -> int:
+        return sum(change.base_us for change in self.changes)
+
+    @property
+    def new_us(self) -> int:
+        return sum(change.new_us for change in self.changes)
+
+    def lines(self) -> list[str]:
+        """Differential folded lines, "frames base_us new_us", as flamegraph.pl and inferno take them."""
+        return [f"{change.stack} {change.base_us} {change.new_us}" for change in self.changes
+                if change.base_us or change.new_us]
+
+    def grown(self, limit: int) -> list[StackChange]:
+        """The stacks whose time grew most, most first (ties by stack, so the order is stable)."""
+        grew = [change for change in self.changes if change.change_us > 0]
+        return sorted(grew, key=lambda change: (-change.change_us, change.stack))[:limit]
+
+
+def parse_folded(text: str, source: str) -> dict[str, int]:
+    """Folded lines ("frames count", as `offcpu report folded` prints them) into
+    microseconds per stack; a stack given twice adds up, as flamegraph.pl adds it."""
+    stacks: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        stack, _, count = line.rstrip().rpartition(" ")
+        if not stack.strip() or not count.isdigit():
+            shown = line if len(line) <= 60 else line[:57] + "..."
+            raise OffcpuError(f"{source}, line {number}, is not a folded line ('frames count', as "
+                              f"'offcpu report folded' prints): {shown!r}")
+        stacks[stack] = stacks.get(stack, 0) + int(count)
+    return stacks
+
+
+def from_model(model: Model, view: StackView, label: str) -> Side:
+    """A capture's side: its stacks as the view draws them, with its window."""
+    return Side(label, dict(folded(model, view)), model.wall_us)
+
+
+def from_folded(stacks: Mapping[str, int], label: str, view: StackView, time_given: bool = False) -> Side:
+    """A folded file's side: it was filtered when it was written, so of the view
+    only --min-us can still apply."""
+    ignored = time_given or view != StackView(min_us=view.min_us)
+    return Side(label, {stack: us for stack, us in stacks.items() if us >= view.min_us}, None, ignored)
+
+
+def normalise(base: Side, new: Side) -> tuple[float | None, str]:
+    """What to multiply NEW's microseconds by to compare them with BASE's, and why, in words."""
+    if base.wall_us is None or new.wall_us is None:
+        which = ("BASE and NEW are folded files, which have" if base.wall_us is None and new.wall_us is None
+                 else f"{'BASE' if base.wall_us is None else 'NEW'} is a folded file, which has")
+        return None, f"not normalised: {which} no window length"
+    if base.wall_us == new.wall_us:
+        return None, f"not scaled: both windows are {base.wall_us / 1e6:.3f} s"
+    if not base.wall_us or not new.wall_us:
+        return None, "not scaled: a window of 0 s cannot be scaled to"
+    scale = base.wall_us / new.wall_us
+    return scale, (f"NEW scaled by {scale:.4g} from its {new.wall_us / 1e6:.3f} s window to BASE's "
+                   f"{base.wall_us / 1e6:.3f} s")
+
+
+def compare(base: Side, new: Side) -> Diff:
+    """Every stack of either side with its time in both, NEW normalised when it can be."""
+    if not base.total_us and not new.total_us:
+        raise OffcpuError("neither BASE nor NEW has off-CPU time matching these options; loosen --state, --pid, "
+                          "--tid, --comm or --min-us")
+    scale, normalisation = normalise(base, new)
+    changes = tuple(
+        StackChange(stack, base.stacks.get(stack, 0),
+                    round(new.stacks.get(stack, 0) * scale) if scale else new.stacks.get(stack, 0))
+        for stack in sorted(base.stacks.keys() | new.stacks.keys()))
+    notes = tuple(f"{name} is a folded file: view options other than --min-us were not applied to it"
+                  for name, side in (("BASE", base), ("NEW", new)) if side.view_ignored)
+    return Diff(base, new, changes, scale, normalisation, notes)
+
+
+def title(diff: Diff) -> str:
+    """The differential flame graph's title: both sides, how to read the colours, the normalisation."""
+    def plain(label: str) -> str:  # flamegraph.pl puts the title into the SVG unescaped
+        return label.translate(str.maketrans("<>&\"", "()+'"))
+
+    return (f"Off-CPU time of {plain(diff.new.label)} against {plain(diff.base.label)}: red grew, blue shrank; "
+            f"{diff.normalisation}")
+
+
+def short_stack(stack: str, limit: int, with_root: bool = False) -> str:
+    """A folded stack in about `limit` characters for a table: the kernel's leaf-most
+    meaningful frames (why it waited) and the program's frames nearest the kernel
+    (where it was), one of each at a time while they fit; with a waker, who woke it.
+    '…' marks frames left out; the leaf-most frame is always kept whole."""
+    frames = stack.split(";")
+    root, frames = frames[0], frames[1:]
+    woken_by = ""
+    if SEPARATOR in frames:
+        woken_by = f";{SEPARATOR};{frames[-1]}"
+        frames = frames[:frames.index(SEPARATOR)]
+    prefix = f"{root}: " if with_root else ""
+    entry = next((i for i, frame in enumerate(frames) if frame.startswith(KERNEL_ENTRY_PREFIXES)), None)
+    if not entry:  # user or kernel frames only: one chain
+        user, kernel = [], meaningful(frames)
+    else:
+        user, kernel = [frame for frame in frames[:entry] if frame != UNKNOWN], meaningful(frames[entry:])
+    room = limit - len(prefix) - len(woken_by)
+
+    def joined(users: int, kernels: int) -> str:
+        parts = (["…"] if users < len(user) else []) + user[len(user) - users:]
+        if kernels < len(kernel) and parts[-1:] != ["…"]:
+            parts.append("…")
+        return ";".join(parts + kernel[len(kernel) - kernels:])
+
+    if not user and not kernel:  # a line of the root alone
+        return root + woken_by
+    users, kernels = min(1, len(user)), min(1, len(kernel))
+    if users and len(joined(users, kernels)) > room:  # why it waited matters most
+        users = 0
+    while True:
+        one_more = [(users, kernels + 1)] * (kernels < len(kernel)) + [(users + 1, kernels)] * (users < len(user))
+        if users < kernels:  # take from both in turn, the kernel first
+            one_more.reverse()
+        fitting = [wider for wider in one_more if len(joined(*wider)) <= room]
+        if not fitting:
+            return prefix + joined(users, kernels) + woken_by
+        users, kernels = fitting[0]

@@ -1,0 +1,148 @@
+"""The diff of two sets of off-CPU stacks, on the fixtures' models: what each
+stack held on either side, and NEW scaled to BASE's window."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from offcpu.diffing import Side, compare, from_folded, from_model, normalise, parse_folded, short_stack, title
+from offcpu.errors import OffcpuError
+from offcpu.renderers.flame import stack_lines
+from offcpu.stackview import StackView, folded
+from tests.unit.test_engine import model_of
+
+MUNMAP_WAIT = ("mmap_contention;start_thread;__munmap;entry_SYSCALL_64_after_hwframe;do_syscall_64;__x64_sys_munmap;"
+               "__vm_munmap;down_write_killable;rwsem_down_write_slowpath;schedule_preempt_disabled;schedule;"
+               "__schedule")
+
+
+@pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "mmap_all"])
+def test_a_model_against_itself_changes_nothing(name):
+    side = from_model(model_of(name), StackView(), name)
+    diff = compare(side, side)
+    assert diff.scale is None and "not scaled" in diff.normalisation
+    assert diff.changes and all(change.change_us == 0 for change in diff.changes)
+    assert diff.grown(10) == []
+    assert diff.base_us == diff.new_us == side.total_us
+    # every drawn stack once, as "frames base new"
+    assert diff.lines() == [f"{stack} {us} {us}" for stack, us in folded(model_of(name), StackView())]
+
+
+def test_new_is_scaled_to_the_window_of_base():
+    # Given two captures of different lengths (0.05 s and 0.2 s)
+    base = from_model(model_of("futex_pid"), StackView(), "futex")
+    new = from_model(model_of("mmap_all"), StackView(), "mmap")
+    assert base.wall_us != new.wall_us
+    # When they are compared
+    diff = compare(base, new)
+    # Then NEW's microseconds are multiplied by base_wall / new_wall, BASE's are as they were
+    assert diff.scale == pytest.approx(52_922 / 202_492)
+    for change in diff.changes:
+        assert change.base_us == base.stacks.get(change.stack, 0)
+        assert change.new_us == round(new.stacks.get(change.stack, 0) * diff.scale)
+    assert diff.new_us == pytest.approx(new.total_us * diff.scale, abs=len(diff.changes))
+    assert "NEW scaled by 0.2614 from its 0.202 s window to BASE's 0.053 s" in diff.normalisation
+    assert diff.normalisation in title(diff)
+
+
+def test_the_same_stacks_in_twice_the_window_are_halved():
+    side = from_model(model_of("mmap_all"), StackView(), "mmap")
+    diff = compare(side, replace(side, wall_us=2 * side.wall_us))
+    assert diff.scale == 0.5
+    assert all(change.new_us == round(change.base_us / 2) for change in diff.changes)
+    assert [change.stack for change in diff.grown(100)] == []
+
+
+def test_a_folded_file_is_not_normalised_and_says_so():
+    model = model_of("mmap_all")
+    capture = from_model(model, StackView(), "cap")
+    text = "".join(f"{line}\n" for line in stack_lines(model, StackView()))
+    file = from_folded(parse_folded(text, "cap.folded"), "cap.folded", StackView())
+    assert file.stacks == capture.stacks and file.wall_us is None
+    diff = compare(file, capture)
+    assert diff.scale is None and all(change.change_us == 0 for change in diff.changes)
+    assert diff.normalisation == "not normalised: BASE is a folded file, which has no window length"
+    assert "NEW is a folded file" in normalise(capture, file)[1]
+    assert "BASE and NEW are folded files" in normalise(file, file)[1]
+
+
+def test_view_options_apply_to_both_captures_and_only_min_us_to_a_folded_file():
+    model = model_of("mmap_all")
+    d_only = StackView(states=frozenset({"D"}))
+    diff = compare(from_model(model_of("churn_pid"), d_only, "churn"), from_model(model, d_only, "mmap"))
+    d_stacks = {stack for stack, _ in folded(model_of("churn_pid"), d_only)} | {stack for stack, _ in
+                                                                                 folded(model, d_only)}
+    assert {change.stack for change in diff.changes} == d_stacks
+    assert not diff.notes
+    # a folded file was filtered when it was written: --state cannot apply, --min-us can
+    stacks = {"a;b": 5, "a;c": 50}
+    assert from_folded(stacks, "f", StackView(min_us=10)) == Side("f", {"a;c": 50}, None, False)
+    ignored = from_folded(stacks, "f", d_only)
+    assert ignored.view_ignored and ignored.stacks == stacks
+    assert from_folded(stacks, "f", StackView(), time_given=True).view_ignored
+    assert compare(ignored, from_model(model, d_only, "mmap")).notes == (
+        "BASE is a folded file: view options other than --min-us were not applied to it",)
+
+
+def test_grown_is_most_first_and_limited():
+    base = Side("base", {"a;x": 100, "a;y": 10, "a;z": 50}, 1_000_000)
+    new = Side("new", {"a;x": 90, "a;y": 60, "a;z": 100, "a;w": 50}, 1_000_000)
+    diff = compare(base, new)
+    assert [(c.stack, c.change_us) for c in diff.grown(10)] == [("a;w", 50), ("a;y", 50), ("a;z", 50)]
+    assert [c.stack for c in diff.grown(1)] == ["a;w"]
+    assert diff.lines() == ["a;w 0 50", "a;x 100 90", "a;y 10 60", "a;z 50 100"]
+
+
+def test_one_empty_side_is_a_diff_both_empty_is_an_error():
+    stacks = Side("s", {"a;b": 7}, None)
+    empty = Side("e", {}, None)
+    assert [c.change_us for c in compare(empty, stacks).changes] == [7]
+    assert [c.change_us for c in compare(stacks, empty).changes] == [-7]
+    with pytest.raises(OffcpuError, match="neither BASE nor NEW has off-CPU time"):
+        compare(empty, empty)
+
+
+def test_parse_folded():
+    text = ("shop;shop::Basket<std::pair<int, long> >::fill;__schedule 12\n"
+            "\n"
+            "a;b 3\n"
+            "a;b 4\n")
+    assert parse_folded(text, "f") == {"shop;shop::Basket<std::pair<int, long> >::fill;__schedule": 12, "a;b": 7}
+    assert parse_folded("", "f") == {}
+
+
+@pytest.mark.parametrize("line", ["a;b", "a;b x", "a;b -3", " 12", "a;b 1.5"])
+def test_parse_folded_names_the_bad_line(line):
+    with pytest.raises(OffcpuError, match=r"^f, line 2, is not a folded line"):
+        parse_folded(f"a;b 1\n{line}\n", "f")
+
+
+def test_short_stack_keeps_where_and_why():
+    # the program's frames nearest the kernel, and the kernel's leaf-most frame without the scheduler's plumbing
+    assert short_stack(MUNMAP_WAIT, 50) == "start_thread;__munmap;…;rwsem_down_write_slowpath"
+    assert short_stack(MUNMAP_WAIT, 40) == "…;__munmap;…;rwsem_down_write_slowpath"
+    assert short_stack(MUNMAP_WAIT, 200) == ("start_thread;__munmap;__x64_sys_munmap;__vm_munmap;down_write_killable;"
+                                             "rwsem_down_write_slowpath")
+    # too narrow for where and why: why, whole
+    assert short_stack(MUNMAP_WAIT, 30) == "…;rwsem_down_write_slowpath"
+    assert short_stack(MUNMAP_WAIT, 10) == "…;rwsem_down_write_slowpath"
+    assert short_stack(MUNMAP_WAIT, 60, with_root=True) == "mmap_contention: …;__munmap;…;rwsem_down_write_slowpath"
+    # user or kernel frames only: the leaf-most
+    assert short_stack("prog;main;serve;wait_for_work", 22) == "…;serve;wait_for_work"
+    assert short_stack("prog;entry_SYSCALL_64_after_hwframe;do_syscall_64;__x64_sys_futex;futex_wait;schedule", 50) \
+        == "__x64_sys_futex;futex_wait"
+    assert short_stack("prog", 20) == "prog"
+    # a waker's stack is summed up by who it was
+    assert short_stack(f"{MUNMAP_WAIT};--;rwsem_wake;up_write;mmap_contention", 70) == \
+        "start_thread;__munmap;…;rwsem_down_write_slowpath;--;mmap_contention"
+
+
+@pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "mmap_all"])
+def test_short_stacks_of_the_fixtures_fit(name):
+    for stack, _ in folded(model_of(name), StackView()):
+        short = short_stack(stack, 60)
+        frames = [frame for frame in short.split(";") if frame != "…"]
+        assert frames and "__schedule" not in frames, (stack, short)
+        assert len(short) <= 60 or len(frames) == 1, (stack, short)  # longer only to keep the leaf whole
