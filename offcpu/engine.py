@@ -27,6 +27,7 @@ from typing import IO
 from offcpu.capture import CaptureInfo
 from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, UNKNOWN_STATE, Model, Row, Thread, Waker)
 from offcpu.perf_script import EventReader, Stack, parse_stack, script_output
+from offcpu.perf_script import time_ns as to_ns
 
 FORK_FIELDS = re.compile(r"comm=(.*) pid=(\d+) child_comm=(.*) child_pid=(\d+)")
 NEWTASK_FIELDS = re.compile(r"pid=(\d+) comm=(.*) clone_flags=")
@@ -63,7 +64,7 @@ class Wait:
 
 @dataclass(slots=True)
 class ThreadTotals:
-    pid: int
+    pid: int | None  # None until an event of the thread's own says which process it is in
     comm: str
     oncpu_ns: int = 0
     offcpu_us: int = 0
@@ -73,7 +74,8 @@ class ThreadTotals:
     exited_ns: int | None = None
 
     def add(self, other: ThreadTotals) -> None:
-        self.pid, self.comm = other.pid, other.comm
+        self.pid = self.pid if other.pid is None else other.pid
+        self.comm = self.comm if other.comm == "?" else other.comm
         self.oncpu_ns += other.oncpu_ns
         self.offcpu_us += other.offcpu_us
         self.blocked_us += other.blocked_us
@@ -83,7 +85,7 @@ class ThreadTotals:
 
 
 @dataclass
-class Totals:
+class Tally:
     """Everything that adds up across slices."""
 
     rows: dict[tuple[int, str, str, WakerKey | None], list[int]] = field(default_factory=dict)
@@ -95,7 +97,7 @@ class Totals:
     def thread(self, tid: int, pid: int | None = None, comm: str | None = None) -> ThreadTotals:
         thread = self.threads.get(tid)
         if thread is None:
-            thread = self.threads[tid] = ThreadTotals(pid if pid is not None else tid, comm or "?")
+            thread = self.threads[tid] = ThreadTotals(pid, comm or "?")
         else:
             thread.pid = pid if pid is not None else thread.pid
             thread.comm = comm or thread.comm
@@ -128,7 +130,7 @@ class Totals:
             self.runqueue_delays_us[runqueue] += 1
         self.clipped += clipped
 
-    def add(self, other: Totals) -> None:
+    def add(self, other: Tally) -> None:
         for key, values in other.rows.items():
             row = self.rows.get(key)
             if row is None:
@@ -156,7 +158,7 @@ class Head:
 class SliceResult:
     start_ns: int
     end_ns: int
-    totals: Totals
+    totals: Tally
     heads: dict[int, Head]
     tails: dict[int, Wait]  # still off CPU at the end of the slice
     running_at_end: set[int]
@@ -176,7 +178,7 @@ class SliceBuilder:
 
     def __init__(self, start_ns: int, end_ns: int) -> None:
         self.start_ns, self.end_ns = start_ns, end_ns
-        self.totals = Totals()
+        self.totals = Tally()
         self.running: dict[int, int] = {}
         self.waiting: dict[int, Wait] = {}
         self.seen: set[int] = set()
@@ -196,7 +198,7 @@ class SliceBuilder:
         for comm, pid_text, tid_text, time_text, event, payload, chain in self.reader.events(stream):
             if event in SWITCH_RECORDS and not payload.startswith("IN"):
                 continue  # switch-outs come from sched_switch, with their stacks
-            time_ns = int(time_text.replace(".", "", 1))
+            time_ns = to_ns(time_text)
             # perf script --time selects samples only; switch records come from the whole file.
             if not start_ns <= time_ns <= end_ns:
                 continue
@@ -220,7 +222,7 @@ class SliceBuilder:
             elif event == EXIT:
                 match = EXIT_FIELDS.match(payload)
                 if match:
-                    self.totals.thread(int(match[2]), comm=match[1]).exited_ns = time_ns
+                    self._exited(int(match[2]), time_ns, pid, match[1])
         return self._finish()
 
     def _switch(self, comm: str, pid: int, tid: int, time_ns: int, payload: str, chain: str) -> None:
@@ -246,7 +248,7 @@ class SliceBuilder:
         racing = self.racing_wakeups.pop(tid, None)
         if first and racing is None:
             racing = self.head_wakeups.pop(tid, None)  # it was on CPU when woken: a racing wakeup too
-        if state in DEAD_STATES or thread.exited_ns is not None:
+        if state in DEAD_STATES:
             return  # its last switch: the thread is gone, not waiting
         wait = self.waiting[tid] = Wait(time_ns, chain, state)
         if racing is not None:
@@ -256,7 +258,7 @@ class SliceBuilder:
 
     def _back(self, tid: int, time_ns: int, pid: int, comm: str) -> None:
         if tid in self.running:
-            return  # already back: the second record of the same switch
+            return  # already on CPU: a duplicate switch record
         self.racing_wakeups.pop(tid, None)
         self.totals.thread(tid, pid, comm)
         wait = self.waiting.pop(tid, None)
@@ -297,10 +299,24 @@ class SliceBuilder:
         return kind, pid, tid, comm, chain
 
     def _created(self, tid: int, time_ns: int, pid: int, comm: str) -> None:
-        self.totals.thread(tid, pid, comm).created_ns = time_ns
+        for state in (self.running, self.waiting, self.first_waits, self.racing_wakeups, self.head_wakeups):
+            state.pop(tid, None)  # a reused tid: nothing of the old thread carries over
+        thread = self.totals.thread(tid, pid, comm)
+        thread.created_ns, thread.exited_ns = time_ns, None
         self.seen.add(tid)
         # Runnable from birth: the wait for its first run is run-queue delay.
         self.waiting[tid] = Wait(time_ns, NEW_THREAD, PREEMPTED)
+
+    def _exited(self, tid: int, time_ns: int, pid: int, comm: str) -> None:
+        """sched_process_exit fires on CPU in the exiting thread. Its last switch-out is
+        not recorded for a task-bound recording, so its time on CPU ends here."""
+        thread = self.totals.thread(tid, pid, comm)
+        thread.exited_ns = time_ns
+        if tid in self.running:
+            thread.oncpu_ns += time_ns - self.running.pop(tid)
+        elif tid not in self.seen:
+            thread.oncpu_ns += time_ns - self.start_ns
+        self.seen.add(tid)
 
     def _finish(self) -> SliceResult:
         for tid, since in self.running.items():
@@ -317,18 +333,24 @@ def read_slice(perf: str, perf_data: Path, start_ns: int, end_ns: int) -> SliceR
         return SliceBuilder(start_ns, end_ns).read(stream)
 
 
-def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int) -> tuple[Totals, int]:
-    """Join the slices in time order; returns the totals and the skipped line count."""
-    totals = Totals()
+def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
+          at_start: dict[int, tuple[str, str]]) -> tuple[Tally, int]:
+    """Join the slices in time order; returns the tally and the skipped line count.
+    `at_start` holds the threads of the target when recording began (comm, state)."""
+    totals = Tally()
     pending: dict[int, Wait] = {}
     running: set[int] = set()
+    seen: set[int] = set()
     racing: dict[int, tuple[int, WakerKey]] = {}  # wakeups of threads on their way to sleep
     for piece in slices:
         for tid, (woken_ns, waker) in piece.early_wakeups.items():
             if tid in pending:
                 pending[tid].woken(woken_ns, waker)
         for tid, head in piece.heads.items():
-            wait = pending.pop(tid, None) or Wait(window_start_ns, BEFORE_WINDOW, UNKNOWN_STATE)
+            wait = pending.pop(tid, None)
+            if wait is None and tid in seen | running:
+                continue  # its switch-out was not recorded: do not invent a wait
+            wait = wait or Wait(window_start_ns, BEFORE_WINDOW, at_start.get(tid, ("", UNKNOWN_STATE))[1])
             if head.woken_ns is not None and head.waker is not None:
                 wait.woken(head.woken_ns, head.waker)
             totals.add_wait(tid, wait, head.back_ns, clipped=wait.stack == BEFORE_WINDOW)
@@ -345,11 +367,27 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int) -
             pending.pop(tid, None)  # its return was lost: do not invent a wait longer than it was
         pending.update(piece.tails)
         running = (running - piece.seen) | piece.running_at_end
+        seen |= piece.seen
         racing = {tid: wakeup for tid, wakeup in racing.items() if tid not in piece.seen | piece.active}
         racing.update(piece.racing_at_end)
     for tid, wait in pending.items():
         totals.add_wait(tid, wait, window_end_ns, clipped=True)
+    _add_quiet_threads(totals, at_start, seen, window_start_ns, window_end_ns)
     return totals, sum(piece.skipped_lines for piece in slices)
+
+
+def _add_quiet_threads(totals: Tally, at_start: dict[int, tuple[str, str]], seen: set[int],
+                       window_start_ns: int, window_end_ns: int) -> None:
+    """Threads of the target with no event at all: they neither left nor came back to a
+    CPU, so they spent the whole window as they began it, off CPU unless runnable."""
+    for tid, (comm, state) in at_start.items():
+        if tid in seen:
+            continue
+        thread = totals.thread(tid, comm=comm)
+        if state == PREEMPTED:
+            thread.oncpu_ns += window_end_ns - window_start_ns
+        else:
+            totals.add_wait(tid, Wait(window_start_ns, BEFORE_WINDOW, state), window_end_ns, clipped=True)
 
 
 def time_slices(start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
@@ -372,11 +410,12 @@ def build_model(perf: str, perf_data: Path, info: CaptureInfo, window: tuple[int
             results[futures[future]] = future.result()
             if on_progress:
                 on_progress(len(results), len(slices))
-    totals, skipped = merge([results[index] for index in range(len(slices))], start_ns, end_ns)
+    at_start = {int(tid): (comm, state) for tid, (comm, state) in info.threads_at_start.items()}
+    totals, skipped = merge([results[index] for index in range(len(slices))], start_ns, end_ns, at_start)
     return _to_model(totals, info, start_ns, end_ns, skipped)
 
 
-def _to_model(totals: Totals, info: CaptureInfo, start_ns: int, end_ns: int, skipped: int) -> Model:
+def _to_model(totals: Tally, info: CaptureInfo, start_ns: int, end_ns: int, skipped: int) -> Model:
     """Number the distinct stacks and wakers; parse each stack once."""
     stack_ids: dict[str, int] = {}
     stacks: list[Stack] = []
@@ -400,7 +439,7 @@ def _to_model(totals: Totals, info: CaptureInfo, start_ns: int, end_ns: int, ski
 
     rows = [Row(tid, stack_id(chain), state, waker_id(waker), *values)
             for (tid, chain, state, waker), values in totals.rows.items()]
-    threads = {tid: Thread(tid, t.pid, t.comm, round(t.oncpu_ns / 1000), t.offcpu_us, t.blocked_us, t.runqueue_us,
+    threads = {tid: Thread(tid, t.pid if t.pid is not None else tid, t.comm, round(t.oncpu_ns / 1000), t.offcpu_us, t.blocked_us, t.runqueue_us,
                            t.created_ns, t.exited_ns) for tid, t in totals.threads.items()}
     return Model(info, start_ns, end_ns, stacks, wakers, rows, threads, totals.runqueue_delays_us,
                  totals.clipped, totals.unseen_wakeups, skipped)

@@ -17,7 +17,7 @@ def model_of(name: str, slices: int = 1):
     start, end = info.window_start_ns, info.window_end_ns
     pieces = [SliceBuilder(first, last).read(script_stream(name))
               for first, last in time_slices(start, end, slices)]
-    totals, skipped = merge(pieces, start, end)
+    totals, skipped = merge(pieces, start, end, {})
     return _to_model(totals, info, start, end, skipped)
 
 
