@@ -17,29 +17,61 @@ from offcpu.model import Model
 
 MODEL_FILE = "model.json"
 RECORD_AGAIN = "record it again with 'offcpu record'"
+# Less cannot be cut into one perf script --time slice per CPU, and would show nothing anyway.
+MIN_WINDOW_NS = 1_000_000
 
 
 def load_model(directory: Path, window_s: tuple[float, float] | None = None,
                on_progress: Callable[[int, int], None] | None = None) -> Model:
     """The capture's model; `window_s` (seconds from the start of the recording)
     builds a model of that part only, which is not saved."""
+    model = cached_model(directory, window_s)
+    return model if model is not None else build(directory, window_s, on_progress)
+
+
+def cached_model(directory: Path, window_s: tuple[float, float] | None = None) -> Model | None:
+    """The model saved beside perf.data, when there is one for this perf.data and no
+    window is asked for; None when it has to be built (the slow part)."""
+    info = load(directory)
+    identity = _identity(directory / PERF_DATA)
+    cache = directory / MODEL_FILE
+    if window_s is not None:
+        _window_ns(info, window_s)  # a wrong --time is said before any work
+        return None
+    if not cache.is_file():
+        return None
+    model = _read_cache(cache)
+    return model if model is not None and model.perf_data == identity else None
+
+
+def build(directory: Path, window_s: tuple[float, float] | None = None,
+          on_progress: Callable[[int, int], None] | None = None) -> Model:
+    """Read perf.data into the model (of `window_s` only, when given); the whole
+    capture's is saved as model.json when the directory can be written."""
     info = load(directory)
     perf_data = directory / PERF_DATA
     identity = _identity(perf_data)
-    cache = directory / MODEL_FILE
-    if window_s is None and cache.is_file():
-        model = _read_cache(cache)
-        if model is not None and model.perf_data == identity:
-            return model
+    window = _window_ns(info, window_s)
     perf = system.require_perf()
     _check_readable(perf, perf_data, info)
-    model = build_model(perf, perf_data, info, _window_ns(info, window_s), on_progress)
+    model = build_model(perf, perf_data, info, window, on_progress)
     model.perf_data = identity
     if window_s is None:
-        partial = cache.with_suffix(".json.partial")
+        _save(directory / MODEL_FILE, model)
+    return model
+
+
+def _save(cache: Path, model: Model) -> None:
+    """Best effort: a capture on read-only media, or a full disk, is reported without a saved model."""
+    partial = cache.with_suffix(".json.partial")
+    try:
         partial.write_text(json.dumps(model.to_json(), separators=(",", ":")))
         partial.replace(cache)
-    return model
+    except OSError:
+        try:
+            partial.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def _identity(perf_data: Path) -> dict:
@@ -55,8 +87,8 @@ def _identity(perf_data: Path) -> dict:
 def _read_cache(path: Path) -> Model | None:
     try:
         return Model.from_json(json.loads(path.read_text()))
-    except (ValueError, KeyError, TypeError):
-        return None  # from another version of offcpu, or damaged: build it again
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError):
+        return None  # unreadable, from another version of offcpu, or damaged: build it again
 
 
 def _check_readable(perf: str, perf_data: Path, info: CaptureInfo) -> None:
@@ -82,6 +114,18 @@ def _window_ns(info: CaptureInfo, window_s: tuple[float, float] | None) -> tuple
     start_s, end_s = window_s
     length_s = (info.window_end_ns - info.window_start_ns) / 1e9
     if not 0 <= start_s < end_s or start_s >= length_s:
-        raise OffcpuError(f"--time {start_s:g},{end_s:g} is outside the recording, which lasted {length_s:.2f} s")
-    end_s = min(end_s, length_s)
-    return info.window_start_ns + round(start_s * 1e9), info.window_start_ns + round(end_s * 1e9)
+        raise OffcpuError(f"--time {_shown(start_s)},{_shown(end_s)} is outside the recording, which lasted "
+                          f"{length_s:.2f} s")
+    start_ns = info.window_start_ns + round(start_s * 1e9)
+    end_ns = info.window_end_ns if end_s >= length_s else min(info.window_start_ns + round(end_s * 1e9),
+                                                              info.window_end_ns)
+    if end_ns - start_ns < MIN_WINDOW_NS:
+        raise OffcpuError(f"--time {_shown(start_s)},{_shown(end_s)} covers {(end_ns - start_ns) / 1e6:.3g} ms of "
+                          f"the recording, which lasted {length_s:.2f} s; give a window of at least "
+                          f"{MIN_WINDOW_NS / 1e6:g} ms")
+    return start_ns, end_ns
+
+
+def _shown(seconds: float) -> str:
+    """Seconds as the user gave them, to the nanosecond: 0.5, 0.500000001, 2."""
+    return f"{seconds:.9f}".rstrip("0").rstrip(".") if abs(seconds) < 1e15 else f"{seconds:g}"

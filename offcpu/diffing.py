@@ -15,13 +15,18 @@ from dataclasses import dataclass
 
 from offcpu.errors import OffcpuError
 from offcpu.model import Model
-from offcpu.stacks import UNKNOWN, meaningful
+from offcpu.stacks import PLUMBING, UNKNOWN, meaningful
 from offcpu.stackview import SEPARATOR, StackView, folded
 
 # Root-most frames of the kernel's part of a stack (system call, fault, interrupt,
 # kernel thread; x86-64 and arm64): a folded line does not say where the kernel
 # begins, and the table's short stacks put the program's frames before the kernel's.
 KERNEL_ENTRY_PREFIXES = ("entry_SYSCALL", "entry_INT80", "asm_", "ret_from_fork", "el0")
+# The scheduler's frames at the leaf of every off-CPU stack (__schedule, schedule,
+# schedule_preempt_disabled, io_schedule, ...). A differential flame graph colours a
+# frame by the change in its self time, which is all the leaf's: with these left in,
+# only they would be coloured, not the frame that says why the thread waited.
+SCHEDULER_LEAF = frozenset(frame for frame in PLUMBING if "schedule" in frame)
 
 
 @dataclass(frozen=True)
@@ -67,14 +72,32 @@ class Diff:
         return sum(change.new_us for change in self.changes)
 
     def lines(self) -> list[str]:
-        """Differential folded lines, "frames base_us new_us", as flamegraph.pl and inferno take them."""
-        return [f"{change.stack} {change.base_us} {change.new_us}" for change in self.changes
-                if change.base_us or change.new_us]
+        """Differential folded lines, "frames base_us new_us", as flamegraph.pl and inferno take them,
+        without the scheduler's leaf frames (see SCHEDULER_LEAF); stacks that differed only
+        there add up, so both sides keep their totals."""
+        drawn: dict[str, list[int]] = {}
+        for change in self.changes:
+            if change.base_us or change.new_us:
+                times = drawn.setdefault(without_scheduler_leaf(change.stack), [0, 0])
+                times[0] += change.base_us
+                times[1] += change.new_us
+        return [f"{stack} {base_us} {new_us}" for stack, (base_us, new_us) in sorted(drawn.items())]
 
     def grown(self, limit: int) -> list[StackChange]:
         """The stacks whose time grew most, most first (ties by stack, so the order is stable)."""
         grew = [change for change in self.changes if change.change_us > 0]
         return sorted(grew, key=lambda change: (-change.change_us, change.stack))[:limit]
+
+
+def without_scheduler_leaf(stack: str) -> str:
+    """A folded stack without the scheduler's frames at the leaf of its blocked part
+    (before a waker's '--'); the root frame is always kept."""
+    frames = stack.split(";")
+    blocked_end = frames.index(SEPARATOR) if SEPARATOR in frames else len(frames)
+    end = blocked_end
+    while end > 1 and frames[end - 1] in SCHEDULER_LEAF:
+        end -= 1
+    return ";".join(frames[:end] + frames[blocked_end:]) if end < blocked_end else stack
 
 
 def parse_folded(text: str, source: str) -> dict[str, int]:
@@ -136,12 +159,9 @@ def compare(base: Side, new: Side) -> Diff:
 
 
 def title(diff: Diff) -> str:
-    """The differential flame graph's title: both sides, how to read the colours, the normalisation."""
-    def plain(label: str) -> str:  # flamegraph.pl puts the title into the SVG unescaped
-        return label.translate(str.maketrans("<>&\"", "()+'"))
-
-    return (f"Off-CPU time of {plain(diff.new.label)} against {plain(diff.base.label)}: red grew, blue shrank; "
-            f"{diff.normalisation}")
+    """The differential flame graph's title: both sides, how to read the colours, the normalisation.
+    (flamegraph.render_svg makes it safe for the SVG.)"""
+    return f"Off-CPU time of {diff.new.label} against {diff.base.label}: red grew, blue shrank; {diff.normalisation}"
 
 
 def short_stack(stack: str, limit: int, with_root: bool = False) -> str:

@@ -4,6 +4,7 @@ port inferno-flamegraph. offcpu runs them; it never carries their code."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -19,6 +20,11 @@ HOW_TO_GET_ONE = (
     "'cargo install inferno', or 'git clone' Brendan Gregg's FlameGraph into ~/FlameGraph; "
     "or point --flamegraph (or $FLAMEGRAPH_DIR) at one"
 )
+# flamegraph.pl writes --title into the SVG as it is and inferno-flamegraph escapes
+# it, so escaping here would show "&amp;" in inferno's graphs. Instead, what XML
+# gives a meaning to becomes a look-alike that neither renderer changes.
+TITLE_LOOKALIKES = str.maketrans({"&": "\uff06", "<": "\u2039", ">": "\u203a", '"': "''"})  # ＆ ‹ › ''
+NOT_XML_TEXT = re.compile("[\x00-\x1f\ud800-\udfff\ufffe\uffff]")  # controls, lone surrogates, non-characters
 
 
 @dataclass(frozen=True)
@@ -73,10 +79,18 @@ def require_renderer(explicit: str | None = None) -> Renderer:
     return renderer
 
 
+def safe_title(title: str) -> str:
+    """`title` as either renderer can put it into an SVG unescaped and still be XML:
+    & < > and " as look-alikes (＆ ‹ › ''), control characters as spaces, and what
+    is not text at all (lone surrogates of undecodable bytes, non-characters) as U+FFFD."""
+    return NOT_XML_TEXT.sub(lambda found: " " if found[0] < " " else "\ufffd", title.translate(TITLE_LOOKALIKES))
+
+
 def render_svg(renderer: Renderer, lines: Iterable[str], title: str, inverted: bool = False) -> str:
     """An off-CPU flame graph of folded lines ("frames count" or, for a differential
-    graph, "frames before after"), with only the options both renderers share."""
-    argv = [*renderer.command, "--title", title, "--countname", "us", "--colors", "io"]
+    graph, "frames before after"), with only the options both renderers share.
+    Any title will do: it is made safe for the SVG here (see safe_title)."""
+    argv = [*renderer.command, "--title", safe_title(title), "--countname", "us", "--colors", "io"]
     if inverted:
         argv.append("--inverted")
     done = subprocess.run(argv, input="".join(f"{line}\n" for line in lines), capture_output=True, text=True)

@@ -98,9 +98,14 @@ class Model:
 
     @classmethod
     def from_json(cls, data: dict) -> Model:
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"model schema {data.get('schema')!r} is not {SCHEMA!r}")
-        return cls(
+        """The model model.json holds. ValueError, KeyError or TypeError (mostly) when it
+        is not one: from another version of offcpu, or damaged; analysis builds it again."""
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            schema = data.get("schema") if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f"model schema {schema!r} is not {SCHEMA!r}")
+        if not isinstance(data["capture"], dict) or not isinstance(data["perf_data"], dict):
+            raise TypeError("capture and perf_data are not objects")
+        model = cls(
             capture=CaptureInfo.from_json(data["capture"]),
             window_start_ns=data["window_start_ns"],
             window_end_ns=data["window_end_ns"],
@@ -114,3 +119,33 @@ class Model:
             skipped_lines=data["skipped_lines"],
             perf_data=data["perf_data"],
         )
+        model.check()
+        return model
+
+    def check(self) -> None:
+        """ValueError unless every tid and index in the rows and wakers names something and
+        the fields reports read have their types, so that a damaged model.json is built
+        again instead of failing a report later."""
+        def index(value: object, length: int, what: str) -> None:
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < length:
+                raise ValueError(f"{what} {value!r} is not one of the model's {length}")
+
+        for tid, thread in self.threads.items():
+            if not isinstance(thread.comm, str) or not isinstance(thread.pid, int):
+                raise ValueError(f"thread {tid} has no comm or pid")
+        for stack in self.stacks:
+            if not all(isinstance(frame, str) for frame in stack.frames) or not isinstance(stack.kernel_frames, int):
+                raise ValueError(f"stack {stack!r} is not frames and a count of kernel frames")
+        for waker in self.wakers:
+            index(waker.stack, len(self.stacks), "waker stack")
+            if not isinstance(waker.comm, str) or waker.kind not in ("thread", "interrupt", "idle"):
+                raise ValueError(f"waker {waker!r} has no comm or kind")
+        for row in self.rows:
+            if row.tid not in self.threads:
+                raise ValueError(f"row of thread {row.tid!r}, which is not among the model's threads")
+            index(row.stack, len(self.stacks), "row stack")
+            if row.waker is not None:
+                index(row.waker, len(self.wakers), "row waker")
+            if not isinstance(row.state, str) or not all(isinstance(value, int) for value in (
+                    row.offcpu_us, row.blocked_us, row.runqueue_us, row.count)):
+                raise ValueError(f"row {row!r} has no state or times")

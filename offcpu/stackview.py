@@ -3,12 +3,16 @@ options `report folded` and the flame graphs share."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
 from offcpu.model import PREEMPTED, Model, Row
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
+# flamegraph.pl and inferno read a line whose last frame ends in blanks and a number
+# ("...;worker 3 120") as a differential line of two counts ("...;worker", 3 and 120).
+NUMBER_AT_END = re.compile(r"\s+(\d+(?:\.\d*)?)$")
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,10 @@ def _draw(model: Model, view: StackView, row: Row) -> str:
     frames = [root, *reversed(_frames(model, view, row.stack))]
     if view.waker:
         frames += [SEPARATOR, *_waker_frames(model, view, row)]
+    # The last frame is a kernel or user symbol, one of the bracketed frames, or (waker)
+    # a thread's name without blanks; only a perf map's symbol or the root of an empty
+    # stack could still end in " <digits>".
+    frames[-1] = NUMBER_AT_END.sub(r"_\1", frames[-1])
     return ";".join(frame.replace(";", ":") for frame in frames)
 
 
@@ -63,6 +71,7 @@ def _waker_frames(model: Model, view: StackView, row: Row) -> list[str]:
     if row.waker is None:
         return ["[preempted]" if row.state == PREEMPTED else "[waker not recorded]"]
     waker = model.wakers[row.waker]
-    thread = f"{waker.comm}-{waker.tid}" if view.by_thread else waker.comm
+    name = re.sub(r"\s", "_", waker.comm)  # the line's last frame: "worker 3" would read as a count
+    thread = f"{name}-{waker.tid}" if view.by_thread else name
     who = {"thread": thread, "idle": "[idle]", "interrupt": f"[interrupt in {waker.comm}]"}
     return [*_frames(model, view, waker.stack), who[waker.kind]]

@@ -15,6 +15,8 @@ from tests.conftest import assert_one_line_error, example, run_offcpu
 
 pytestmark = pytest.mark.usefixtures("perf")
 TOTALS = re.compile(r"Off CPU in all stacks: ([\d,]+) µs in (\S+), ([\d,]+) µs in (\S+) \(")
+SVG = "{http://www.w3.org/2000/svg}"
+RGB = re.compile(r"rgb\((\d+),(\d+),(\d+)\)")
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +49,18 @@ def grown_rows(stdout: str) -> list[tuple[str, int, int, int]]:
     return rows
 
 
+def frames(svg: Path) -> list[tuple[str, float, tuple[int, int, int]]]:
+    """The frames of a flame graph SVG: (label as its tooltip gives it, width, fill as r, g, b)."""
+    found = []
+    for group in ElementTree.parse(svg).getroot().iter(f"{SVG}g"):
+        title, rect = group.find(f"{SVG}title"), group.find(f"{SVG}rect")
+        if title is not None and rect is not None:
+            fill = RGB.fullmatch(rect.get("fill", ""))
+            assert fill, rect.get("fill")
+            found.append((title.text or "", float(rect.get("width", 0)), tuple(int(c) for c in fill.groups())))
+    return found
+
+
 def window_us(capture: Path) -> int:
     model = json.loads((capture / "model.json").read_text())
     return round((model["window_end_ns"] - model["window_start_ns"]) / 1000)
@@ -64,7 +78,14 @@ def test_the_fix_against_the_problem_draws_a_differential_graph(captures, tmp_pa
     assert root.tag.endswith("svg")
     text = svg.read_text()
     assert "Off-CPU time of patho against fixed: red grew, blue shrank" in text
-    assert "rwsem_down_write_slowpath" in text and re.search(r'fill="rgb\(255,\d+,\d+\)"', text)
+    assert "rwsem_down_write_slowpath" in text
+    # coloured where the threads waited: flamegraph.pl colours a frame by the change in its own time, which
+    # would all be the scheduler's leaf frames' if they were drawn; growth is rgb(255,x,x), x < 255
+    drawn = frames(svg)
+    assert not any(label.startswith(("__schedule ", "schedule ")) for label, *_ in drawn)
+    label, _, (red, green, blue) = max((frame for frame in drawn if frame[0].startswith("rwsem_down_write_slowpath ")),
+                                       key=lambda frame: frame[1])
+    assert red == 255 and green == blue < 255, (label, red, green, blue)
     # And the table's stacks that grew most are the mmap_lock waits (with preemption: 8 threads, few CPUs)
     rows = grown_rows(result.stdout)
     assert rows and len(rows) <= 10

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import shutil
+import subprocess
 import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from tests.conftest import assert_one_line_error, run_offcpu
+from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 
 pytestmark = pytest.mark.usefixtures("perf")
 SVG = "{http://www.w3.org/2000/svg}"
@@ -102,3 +105,58 @@ def test_text_and_json_to_a_file(mmap_capture, tmp_path):
         result = run_offcpu("report", fmt, str(mmap_capture), "-o", str(target))
         assert result.returncode == 0 and result.stdout == "" and target.read_text()
         assert_one_line_error(run_offcpu("report", fmt, str(mmap_capture), "-o", str(target)), "--force")
+
+
+def test_a_title_with_the_targets_command_line_is_xml(tmp_path):
+    # Given a capture of a command whose command line holds '&&', in a directory whose name holds XML too
+    capture = tmp_path / 'sh&&true <"1">'
+    result = run_offcpu("record", "-d", "2", "-o", str(capture), "--", "sh", "-c", "sleep 0.2 && true")
+    assert result.returncode == 0, result.stderr
+    assert "&&" in json.loads((capture / "capture.json").read_text())["target"]["command"][2]
+    # When it is drawn, alone and as both sides of a diff
+    graph, diff = tmp_path / "graph.svg", tmp_path / "diff.svg"
+    assert run_offcpu("report", "svg", str(capture), "-o", str(graph)).returncode == 0
+    assert run_offcpu("report", "diff", str(capture), str(capture), "-o", str(diff)).returncode == 0
+    # Then both are XML, their titles readable with look-alikes for what XML gives a meaning to
+    for svg, title in ((graph, "Off-CPU time of command 'sh -c sleep 0.2 \uff06\uff06 true'"),
+                       (diff, "sh\uff06\uff06true \u2039''1''\u203a against")):
+        texts = [element.text or "" for element in ElementTree.parse(svg).getroot().iter(f"{SVG}text")]
+        assert any(title in text for text in texts), (title, texts[:3])
+
+
+def stderr_on_a_terminal(*args: str) -> str:
+    """What offcpu writes to stderr when stderr is a terminal (stdout goes nowhere)."""
+    environ = {name: value for name, value in os.environ.items()
+               if name not in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR")}
+    primary, secondary = pty.openpty()
+    try:
+        process = subprocess.Popen([str(OFFCPU), *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=secondary, env={**environ, "TERM": "xterm", "COLUMNS": "100"})
+        os.close(secondary)
+        output = b""
+        while True:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:  # EIO: offcpu has closed its end
+                break
+            if not chunk:
+                break
+            output += chunk
+        assert process.wait(timeout=120) == 0, output
+    finally:
+        os.close(primary)
+    return output.decode(errors="replace")
+
+
+def test_progress_shows_only_while_perf_data_is_read(mmap_capture, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(mmap_capture, copy)
+    (copy / "model.json").unlink(missing_ok=True)
+    # Reading perf.data takes a while: a terminal is told
+    assert "Reading perf.data" in stderr_on_a_terminal("report", "folded", str(copy))
+    # The saved model takes no time worth a progress line
+    assert (copy / "model.json").is_file()
+    assert "Reading perf.data" not in stderr_on_a_terminal("report", "folded", str(copy))
+    assert "Reading perf.data" not in stderr_on_a_terminal("report", "json", str(copy))
+    # A part of the recording is read again, with progress
+    assert "Reading perf.data" in stderr_on_a_terminal("report", "folded", "--time", "0.2,1.5", str(copy))

@@ -7,10 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from offcpu.diffing import Side, compare, from_folded, from_model, normalise, parse_folded, short_stack, title
+from offcpu.diffing import (SCHEDULER_LEAF, Side, compare, from_folded, from_model, normalise, parse_folded,
+                            short_stack, title, without_scheduler_leaf)
 from offcpu.errors import OffcpuError
+from offcpu.flamegraph import safe_title
 from offcpu.renderers.flame import stack_lines
-from offcpu.stackview import StackView, folded
+from offcpu.stackview import SEPARATOR, StackView, folded
 from tests.unit.test_engine import model_of
 
 MUNMAP_WAIT = ("mmap_contention;start_thread;__munmap;entry_SYSCALL_64_after_hwframe;do_syscall_64;__x64_sys_munmap;"
@@ -26,8 +28,55 @@ def test_a_model_against_itself_changes_nothing(name):
     assert diff.changes and all(change.change_us == 0 for change in diff.changes)
     assert diff.grown(10) == []
     assert diff.base_us == diff.new_us == side.total_us
-    # every drawn stack once, as "frames base new"
-    assert diff.lines() == [f"{stack} {us} {us}" for stack, us in folded(model_of(name), StackView())]
+    # every drawn stack, as "frames base new", without the scheduler's leaf frames
+    drawn: dict[str, int] = {}
+    for stack, us in folded(model_of(name), StackView()):
+        drawn[without_scheduler_leaf(stack)] = drawn.get(without_scheduler_leaf(stack), 0) + us
+    assert diff.lines() == [f"{stack} {us} {us}" for stack, us in sorted(drawn.items())]
+
+
+@pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "mmap_all"])
+@pytest.mark.parametrize("view", [StackView(), StackView(waker=True), StackView(kernel_only=True)])
+def test_the_graph_leaves_out_the_schedulers_leaf_frames_and_keeps_the_totals(name, view):
+    # Given the fixtures' stacks against the same stacks scaled down (so every stack changed)
+    side = from_model(model_of(name), view, name)
+    diff = compare(replace(side, wall_us=2 * side.wall_us), side)
+    # When the differential graph's lines are made
+    lines = [line.rsplit(" ", 2) for line in diff.lines()]
+    # Then no blocked stack ends in the scheduler's frames, whose self time would take all the colour
+    for stack, _, _ in lines:
+        blocked = stack.split(f";{SEPARATOR};")[0].split(";")
+        assert len(blocked) == 1 or blocked[-1] not in SCHEDULER_LEAF, stack
+    # and both sides keep their time, while the table's stacks are as they were
+    assert sum(int(base) for _, base, _ in lines) == diff.base_us
+    assert sum(int(new) for _, _, new in lines) == diff.new_us
+    assert {change.stack for change in diff.changes} == side.stacks.keys()
+
+
+def test_the_graph_colours_why_it_waited():
+    # Given the munmap wait in two forms that differ only in the scheduler's frames
+    shorter = MUNMAP_WAIT.replace(";schedule_preempt_disabled", "")
+    diff = compare(Side("base", {MUNMAP_WAIT: 10, "mmap_contention;a;b;schedule;__schedule": 7}, None),
+                   Side("new", {MUNMAP_WAIT: 30, shorter: 5}, None))
+    # Then the graph has one line for both, ending in the frame that says why
+    assert diff.lines() == [
+        "mmap_contention;a;b 7 0",
+        MUNMAP_WAIT.removesuffix(";schedule_preempt_disabled;schedule;__schedule") + " 10 35",
+    ]
+    # and the table still has each stack with its own numbers
+    assert [(change.stack, change.change_us) for change in diff.grown(10)] == [(MUNMAP_WAIT, 20), (shorter, 5)]
+    assert without_scheduler_leaf("prog;__schedule") == "prog"
+    assert without_scheduler_leaf(f"prog;f;io_schedule;__schedule;{SEPARATOR};try_to_wake_up;waker") == \
+        f"prog;f;{SEPARATOR};try_to_wake_up;waker"
+
+
+def test_a_title_with_xml_in_its_labels_is_made_safe_for_the_svg():
+    base = Side('before <v1> & "old"', {"a;b": 5}, None)
+    diff = compare(base, replace(base, label="after"))
+    assert 'before <v1> & "old"' in title(diff)  # as given: render_svg makes it safe
+    safe = safe_title(title(diff))
+    assert not set(safe) & set('<>&"') and "before \u2039v1\u203a \uff06 ''old''" in safe
+    assert safe_title("a\nb\x1bc\udcff") == "a b c\ufffd"
 
 
 def test_new_is_scaled_to_the_window_of_base():

@@ -9,7 +9,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from offcpu.analysis import load_model
+from offcpu.analysis import build, cached_model
 from offcpu.errors import OffcpuError
 from offcpu.model import Model
 from offcpu.stackview import StackView
@@ -118,16 +118,18 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def load_with_progress(capture: Path, time: tuple[float, float] | None) -> Model:
-    """The capture's model, with a transient progress line while perf.data is read."""
+    """The capture's model, with a transient progress line while perf.data is read
+    (not when the saved model is used: that takes no time worth showing)."""
     console = Console(stderr=True)
-    if console.is_terminal:
+    model = cached_model(capture, time)
+    if model is None and console.is_terminal:
         with console.status("Reading perf.data...") as status:
             def show(done: int, total: int) -> None:
                 status.update(f"Reading perf.data: {done} of {total} time slices done...")
 
-            model = load_model(capture, time, show)
-    else:
-        model = load_model(capture, time)
+            model = build(capture, time, show)
+    elif model is None:
+        model = build(capture, time)
     if model.skipped_lines:
         console.print(f"offcpu: warning: {model.skipped_lines:,} lines of perf script output could not be read "
                       "and were left out", highlight=False, soft_wrap=True)

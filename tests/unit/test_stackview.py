@@ -1,0 +1,84 @@
+"""Folded lines as flame graph renderers read them, on the fixtures' models: a
+line's last frame must never end in " <digits>", or flamegraph.pl and inferno
+read the line as a differential one with two counts."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import replace
+from xml.etree import ElementTree
+
+import pytest
+
+from offcpu.flamegraph import find_renderer
+from offcpu.perf_script import Stack
+from offcpu.stackview import SEPARATOR, StackView, folded
+from tests.unit.test_engine import model_of
+
+FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]
+# flamegraph.pl's own pattern for "stack count", applied twice to find a second count.
+FLAMEGRAPH_LINE = re.compile(r"^(.*)\s+?(\d+(?:\.\d*)?)$")
+VIEWS = [StackView(), StackView(by_thread=True), StackView(user_only=True), StackView(kernel_only=True),
+         StackView(waker=True), StackView(waker=True, by_thread=True), StackView(waker=True, user_only=True),
+         StackView(waker=True, kernel_only=True)]
+
+
+def read_as_differential(stack: str, microseconds: int) -> bool:
+    """Whether flamegraph.pl would take the line "stack microseconds" for "stack before after"."""
+    line = FLAMEGRAPH_LINE.match(f"{stack} {microseconds}")
+    assert line is not None and line[1] == stack
+    return FLAMEGRAPH_LINE.match(stack) is not None
+
+
+def with_worker_3(model):
+    """The model with every thread that woke another renamed "worker 3"."""
+    model.wakers = [replace(waker, comm="worker 3") if waker.kind == "thread" else waker for waker in model.wakers]
+    return model
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("view", VIEWS)
+def test_no_line_of_the_fixtures_reads_as_two_counts(name, view):
+    lines = folded(with_worker_3(model_of(name)), view)
+    assert lines
+    assert not [stack for stack, us in lines if read_as_differential(stack, us)]
+
+
+def test_a_waker_named_with_a_blank_and_digits_is_one_frame():
+    # Given a model whose wakers are threads named "worker 3"
+    model = with_worker_3(model_of("futex_pid"))
+    # When its stacks are drawn with their wakers
+    lines = folded(model, StackView(waker=True))
+    by_thread = folded(model, StackView(waker=True, by_thread=True))
+    # Then the waker's name is the last frame, with '_' for the blank
+    woken = [stack for stack, _ in lines if stack.endswith(";worker_3")]
+    assert woken and all(f";{SEPARATOR};" in stack for stack in woken)
+    assert not any("worker 3" in stack for stack, _ in lines)
+    assert any(stack.rsplit(";", 1)[1].startswith("worker_3-") for stack, _ in by_thread)
+    # and the time is what it was with any other name
+    assert sum(us for _, us in lines) == sum(us for _, us in folded(model_of("futex_pid"), StackView(waker=True)))
+
+
+def test_the_root_of_an_empty_stack_is_made_safe_too():
+    # A stack perf recorded no frames of (never seen in practice): the thread's name is the last frame
+    model = model_of("futex_pid")
+    row = next(row for row in model.rows if row.offcpu_us)
+    model.stacks[row.stack] = Stack((), 0)
+    model.threads[row.tid] = replace(model.threads[row.tid], comm="worker 3")
+    lines = dict(folded(model, StackView(tids=frozenset({row.tid}))))
+    assert "worker_3" in lines and not any(read_as_differential(stack, us) for stack, us in lines.items())
+
+
+def test_flamegraph_pl_draws_the_waker_lines_as_one_count():
+    renderer = find_renderer()
+    if renderer is None:
+        pytest.skip("no flame graph renderer (scripts/setup installs Debian's flamegraph.pl)")
+    lines = folded(with_worker_3(model_of("futex_pid")), StackView(waker=True))
+    svg = subprocess.run([*renderer.command, "--countname", "us"], input="".join(f"{s} {us}\n" for s, us in lines),
+                         capture_output=True, text=True, check=True).stdout
+    titles = [title.text or "" for title in ElementTree.fromstring(svg).iter("{http://www.w3.org/2000/svg}title")]
+    total = sum(us for _, us in lines)
+    assert f"all ({total:,} us, 100%)" in titles
+    assert any(title.startswith("worker_3 (") for title in titles)
+    assert not any("%;" in title for title in titles)  # a differential graph shows "(N us, P%; +D%)"
