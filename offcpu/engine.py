@@ -348,8 +348,8 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
                 pending[tid].woken(woken_ns, waker)
         for tid, head in piece.heads.items():
             wait = pending.pop(tid, None)
-            if wait is None and tid in seen | running:
-                continue  # its switch-out was not recorded: do not invent a wait
+            if wait is None and (tid in seen | running or (at_start and tid not in at_start)):
+                continue  # its switch-out (or birth) was not recorded: do not invent a wait
             wait = wait or Wait(window_start_ns, BEFORE_WINDOW, at_start.get(tid, ("", UNKNOWN_STATE))[1])
             if head.woken_ns is not None and head.waker is not None:
                 wait.woken(head.woken_ns, head.waker)
