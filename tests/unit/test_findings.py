@@ -1,0 +1,230 @@
+"""Findings on models built from the committed fixtures (recorded from examples/)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from offcpu.findings import (
+    RULES,
+    SEVERITIES,
+    Finding,
+    Rule,
+    findings,
+    futex_kind,
+    normal,
+    severity_of,
+)
+from offcpu.perf_script import Stack
+from tests.unit.test_engine import model_of
+
+
+def by_id(model) -> dict[str, Finding]:
+    return {finding.id: finding for finding in findings(model)}
+
+
+def top_busy(model) -> Finding:
+    return next(finding for finding in findings(model) if finding.id != "idle")
+
+
+def rename_frames(model, names: dict[str, str]) -> None:
+    """Stand for another kernel or program: the same waits under other frame names."""
+    model.stacks[:] = [Stack(tuple(names.get(frame, frame) for frame in stack.frames), stack.kernel_frames)
+                       for stack in model.stacks]
+
+
+def test_rules_are_one_table_with_unique_ids():
+    ids = [rule.id for rule in RULES]
+    assert len(ids) == len(set(ids)) == 8
+    assert all(rule.title and rule.remedy and callable(rule.detect) for rule in RULES)
+
+
+def test_severity_thresholds():
+    assert [severity_of(share) for share in (0.0, 0.049, 0.05, 0.199, 0.2, 1.0)] == \
+           ["info", "info", "warning", "warning", "critical", "critical"]
+
+
+@pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "mmap_all", "idle_pid", "mmap_fixed_pid",
+                                  "churn_dwarf_pid"])
+def test_findings_are_sorted_worst_first_and_well_formed(name):
+    found = findings(model_of(name))
+    assert found
+    keys = [(-SEVERITIES.index(f.severity), -f.offcpu_us) for f in found]
+    assert keys == sorted(keys)
+    for finding in found:
+        assert finding.severity in SEVERITIES and finding.confidence in ("high", "low")
+        assert 0 <= finding.share_of_wall <= 1 and 0 <= finding.share_of_offcpu <= 1
+        assert finding.summary.endswith(".") and finding.remedy
+        assert len(finding.evidence) <= 3
+        assert sum(e.offcpu_us for e in finding.evidence) <= finding.offcpu_us
+        assert [e.offcpu_us for e in finding.evidence] == sorted((e.offcpu_us for e in finding.evidence),
+                                                                  reverse=True)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            finding.severity = "info"  # type: ignore[misc]
+
+
+def test_mmap_lock_from_mmap_munmap_and_page_faults():
+    finding = top_busy(model_of("mmap_all"))
+    assert finding.id == "mmap_lock" and finding.severity == "critical" and finding.confidence == "high"
+    assert finding.threads == 4 and "mmap_lock" in finding.summary and "%" in finding.summary
+    leaves = {frame for e in finding.evidence for frame in e.frames}
+    assert {"rwsem_down_write_slowpath", "rwsem_down_read_slowpath"} <= leaves
+    assert {"__vm_munmap", "lock_mm_and_find_vma"} & leaves
+    assert all(e.state == "D" for e in finding.evidence)
+    assert "read()" in finding.remedy and "mmap()" in finding.remedy
+
+
+def test_mmap_lock_with_an_old_kernels_rwsem_names():
+    # Given the mmap_all recording with its rwsem frames renamed as kernels before 5.3 named them
+    model = model_of("mmap_all")
+    before = by_id(model)["mmap_lock"]
+    rename_frames(model, {"rwsem_down_write_slowpath": "rwsem_down_write_failed",
+                          "rwsem_down_read_slowpath": "call_rwsem_down_read_failed"})
+    after = by_id(model)["mmap_lock"]
+    assert any("rwsem_down_write_failed" in e.frames for e in after.evidence)
+    assert (after.offcpu_us, after.severity) == (before.offcpu_us, before.severity)
+
+
+def test_no_mmap_lock_without_a_memory_map_entry():
+    # A rwsem wait reached from elsewhere (here: the mmap paths renamed to an unrelated caller) is not mmap_lock
+    model = model_of("mmap_all")
+    rename_frames(model, {name: "some_other_rwsem_user" for name in (
+        "__vm_munmap", "vm_mmap_pgoff", "lock_mm_and_find_vma", "exc_page_fault", "do_user_addr_fault",
+        "do_mprotect_pkey", "do_madvise", "__vma_start_write")})
+    assert "mmap_lock" not in by_id(model)
+
+
+def test_futex_contention_told_by_the_lock_leaf_even_in_truncated_stacks():
+    model = model_of("futex_pid")
+    assert model.capture.user_stacks_truncated
+    finding = top_busy(model)
+    assert finding.id == "futex_contention" and finding.severity == "critical" and finding.confidence == "high"
+    assert "__GI___lll_lock_wait" in finding.evidence[0].frames
+    assert "--call-graph dwarf" in finding.confidence_reason  # which lock is not shown
+    assert finding.threads == 4
+
+
+def test_futex_waits_stopping_at_the_libc_leaf_are_not_called_contention():
+    # churn_pid (fp): joins end in __futex_abstimed_wait_common with nothing above it
+    finding = by_id(model_of("churn_pid"))["futex_contention"]
+    assert finding.severity == "info" and finding.confidence == "low"
+    assert "not counted as contention" in finding.summary
+    assert "--call-graph dwarf" in finding.confidence_reason
+    assert finding.evidence[0].frames[0] == "__futex_abstimed_wait_common"
+
+
+def test_dwarf_stacks_tell_joins_from_locks():
+    # The same program with DWARF stacks: the joins are seen as joins, and no futex finding is left
+    model = model_of("churn_dwarf_pid")
+    assert not model.capture.user_stacks_truncated
+    assert "futex_contention" not in by_id(model)
+    kinds = {futex_kind(stack) for stack in model.stacks}
+    assert {"wait", "private"} <= kinds and "unknown" not in kinds
+
+
+def test_futex_kind_of_frame_names():
+    kernel = ("__schedule", "futex_wait_queue", "futex_wait", "do_futex")
+    def kind(*user):
+        return futex_kind(Stack(kernel + user, len(kernel)))
+    assert kind("__GI___lll_lock_wait", "start_thread") == "lock"
+    assert kind("__futex_abstimed_wait_common", "__pthread_rwlock_wrlock_full64", "pthread_rwlock_wrlock") == "lock"
+    assert kind("__futex_abstimed_wait_common", "__pthread_cond_wait_common", "pthread_cond_wait@@GLIBC_2.3.2") \
+        == "condition"
+    assert kind("__lll_lock_wait", "std::mutex::lock()") == "lock"
+    assert kind("__futex_abstimed_wait_common", "__pthread_clockjoin_ex") == "wait"
+    assert kind("__futex_abstimed_wait_common", "[unknown]") == "unknown"
+    assert kind("__GI___lll_lock_wait_private", "get_cached_stack") == "private"
+    assert futex_kind(Stack(("__schedule", "do_nanosleep", "clock_nanosleep"), 2)) is None
+    assert futex_kind(Stack(("__schedule", "do_futex", "__lll_lock_wake_private"), 2)) is None  # a waker
+    assert normal("__GI___nptl_deallocate_stack") == "__nptl_deallocate_stack"
+    assert normal("rwsem_down_write_slowpath.constprop.0") == "rwsem_down_write_slowpath"
+
+
+def test_stack_cache_lock_seen_with_dwarf_stacks():
+    model = model_of("churn_dwarf_pid")
+    finding = top_busy(model)
+    assert finding.id == "stack_cache_lock" and finding.severity == "critical" and finding.confidence == "high"
+    callers = {frame for e in finding.evidence for frame in e.frames}
+    assert callers & {"__GI___nptl_deallocate_stack", "pthread_create@GLIBC_2.2.5", "__pthread_clockjoin_ex"}
+    assert "pool" in finding.remedy
+    # the churn that causes it is its own finding, without counting the lock waits twice
+    churn = by_id(model)["thread_churn"]
+    assert churn.severity == "warning" and churn.offcpu_us + finding.offcpu_us <= sum(
+        t.offcpu_us for t in model.threads.values())
+
+
+def test_stack_cache_lock_guessed_with_low_confidence_from_truncated_stacks_and_churn():
+    model = model_of("churn_pid")
+    finding = by_id(model)["stack_cache_lock"]
+    assert finding.confidence == "low" and "most likely" in finding.summary
+    assert "--call-graph dwarf" in finding.confidence_reason
+    # without thread churn a bare __lll_lock_wait_private is not pinned on the stack cache
+    for thread in model.threads.values():
+        thread.created_ns = thread.exited_ns = None
+    assert {"stack_cache_lock", "thread_churn"}.isdisjoint(by_id(model))
+
+
+def test_thread_churn_reports_rate_and_lives_even_with_shallow_stacks():
+    finding = by_id(model_of("churn_pid"))["thread_churn"]
+    assert finding.severity in ("warning", "critical") and finding.threads > 100
+    assert "a second" in finding.summary and "median" in finding.summary
+    assert any(e.frames == ("[new thread, waiting for its first run]",) for e in finding.evidence)
+
+
+def test_runqueue_is_preemption_not_new_threads():
+    finding = by_id(model_of("mmap_fixed_pid"))["runqueue"]
+    assert finding.severity == "critical" and all(e.state == "R" for e in finding.evidence)
+    assert "p99" in finding.summary and "2 CPUs" in finding.summary
+    assert not any("[new thread" in frame for e in by_id(model_of("churn_pid"))["runqueue"].evidence
+                   for frame in e.frames)
+
+
+def test_fixed_twin_has_no_mmap_lock():
+    assert by_id(model_of("mmap_fixed_pid")).keys() <= {"runqueue", "idle"}
+
+
+def test_idle_pool_is_idle_not_contended():
+    found = findings(model_of("idle_pid"))
+    assert [f.id for f in found] == ["idle"]
+    idle = found[0]
+    assert idle.severity == "info" and "not contention" in idle.summary
+    assert {"__futex_abstimed_wait_common", "do_nanosleep"} <= {f for e in idle.evidence for f in e.frames}
+
+
+def test_idle_time_is_left_out_of_other_shares():
+    # mmap_all is a whole-machine recording: other processes' sleeps and polls are idle
+    model = model_of("mmap_all")
+    found = by_id(model)
+    wall = sum(t.oncpu_us + t.offcpu_us for t in model.threads.values())
+    idle = found["idle"]
+    assert idle.share_of_wall == pytest.approx(idle.offcpu_us / wall)
+    assert found["mmap_lock"].share_of_wall == pytest.approx(found["mmap_lock"].offcpu_us / (wall - idle.offcpu_us))
+
+
+def test_io_wait():
+    # No example does disk I/O: the mmap rwsem waits renamed to a journal commit wait stand for one
+    model = model_of("mmap_all")
+    rename_frames(model, {"rwsem_down_write_slowpath": "io_schedule", "down_write_killable": "jbd2_log_wait_commit",
+                          "rwsem_down_read_slowpath": "folio_wait_bit_common"})
+    finding = by_id(model)["io_wait"]
+    assert finding.severity == "critical" and "disk I/O" in finding.summary and "fsync" in finding.remedy
+
+
+def test_thread_limits_near():
+    model = model_of("futex_pid")
+    assert "thread_limits" not in by_id(model)
+    limits = model.capture.limits["limits"]
+    limits[3].update(used=63000, share=63000 / limits[3]["limit"], near=True)  # vm.max_map_count at 96%
+    finding = by_id(model)["thread_limits"]
+    assert finding.severity == "critical" and "vm.max_map_count" in finding.summary and "63000" in finding.summary
+    assert "Bound the number of threads" in finding.remedy
+    limits[3].update(used=53000, share=53000 / limits[3]["limit"])  # 81%
+    assert by_id(model)["thread_limits"].severity == "warning"
+
+
+def test_a_rule_added_to_the_table_runs():
+    from offcpu.findings import Match
+    extra = Rule("everything", "All of it", "Nothing.", lambda ctx: Match(list(ctx.model.rows), "All of it."))
+    found = findings(model_of("futex_pid"), RULES + (extra,))
+    assert found[0].id == "everything" and found[0].severity == "critical"
