@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 
 from offcpu.flamegraph import Renderer
+from offcpu.findings import findings
 from offcpu.model import Model
 from offcpu.renderers.flame import FlameGraphSvg, title
 from offcpu.renderers.text import STATE_NAMES
@@ -32,6 +33,9 @@ thead th { border-bottom: 2px solid #ccc; } .n { text-align: right; font-variant
 tbody tr:nth-child(even) { background: #f7f7f7; }
 #stacks td:last-child { font: 12px ui-monospace, monospace; }
 #capture th { white-space: nowrap; } #capture td { white-space: pre-line; } .warn { color: #b00; }
+.finding { border-left: 4px solid #999; padding: .1em .8em; margin: .6em 0; background: #fafafa; }
+.finding.critical { border-color: #c00; } .finding.warning { border-color: #e90; }
+.finding h3 { font-size: 1em; margin: .3em 0; } .finding li span { font: 12px ui-monospace, monospace; }
 """
 
 Cell = str | tuple[str, str]  # text, or (text, tooltip)
@@ -93,9 +97,24 @@ class HtmlReport:
         self.view = view
         self.top = top
 
+    def _findings(self, model: Model) -> str:
+        found = findings(model)
+        blocks = []
+        for finding in found:
+            evidence = "".join(f"<li>{_ms(item.offcpu_us)} ms in {item.count:,} waits ({escape(item.state)}): "
+                               f"<span title=\"{escape(';'.join(item.frames))}\">"
+                               f"{escape(short_stack(';'.join(item.frames)))}</span></li>" for item in finding.evidence)
+            confidence = (f"<p><b>Confidence: low</b>, {escape(finding.confidence_reason)}</p>"
+                          if finding.confidence == "low" else "")
+            blocks.append(f'<div class="finding {escape(finding.severity)}"><h3>[{escape(finding.severity)}] '
+                          f"{escape(finding.title)}</h3>\n<p>{escape(finding.summary)}</p>\n<ul>{evidence}</ul>\n"
+                          f"<p><b>Fix:</b> {escape(finding.remedy)}</p>{confidence}</div>")
+        note = "Worst first" if found else "Nothing stands out in this recording."
+        return _section("findings", "Findings", note, "\n".join(blocks))
+
     def render(self, model: Model) -> str:
         heading = title(model, self.view)
-        sections = [self._flame_graph(model), self._capture(model), self._totals(model), self._stacks(model),
+        sections = [self._findings(model), self._flame_graph(model), self._capture(model), self._totals(model), self._stacks(model),
                     self._threads(model), self._states(model), self._runqueue(model), self._wakers(model),
                     self._lifecycle(model)]
         return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+from offcpu.findings import findings
 from offcpu.model import Model
 from offcpu.stackview import StackView
 from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, top_stacks, totals, waker_pairs
@@ -32,6 +33,7 @@ class JsonReport:
                         "kernel_frames": stack.kernel_frames} for stack in top_stacks(model, self.view, self.top)],
             "wakers": [asdict(pair) for pair in waker_pairs(model)[: self.top]],
             "lifecycle": asdict(lifecycle(model)),
+            "findings": [asdict(finding) for finding in findings(model)],
             "counts": {"clipped_intervals": model.clipped_intervals, "unseen_wakeups": model.unseen_wakeups,
                        "skipped_lines": model.skipped_lines},
         }

@@ -5,10 +5,12 @@ from __future__ import annotations
 import io
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from offcpu.findings import Finding, findings
 from offcpu.model import Model
 from offcpu.stackview import StackView
 from offcpu.stacks import shorten
@@ -57,15 +59,36 @@ class TextReport:
         """Cells are plain text: symbol and thread names may hold '[' that rich would read as markup."""
         table.add_row(*(Text(cell) for cell in cells))
 
-    def _parts(self, model: Model) -> list[Text | Table]:
+    def _parts(self, model: Model) -> list[Text | Table | Group]:
         whole = totals(model)
         capture = model.capture
         header = (f"Off-CPU time of {capture.target.describe()}, {model.wall_us / 1e6:.2f} s recorded "
                   f"({capture.call_graph} stacks)\n"
                   f"{whole.threads} threads were off CPU for {_ms(whole.offcpu_us)} ms: blocked {_ms(whole.blocked_us)} "
                   f"ms, waiting for a CPU {_ms(whole.runqueue_us)} ms")
-        return [Text(header), self._stacks(model, whole.offcpu_us), self._threads(model), self._states(model),
+        return [Text(header), *self._findings(model), self._stacks(model, whole.offcpu_us), self._threads(model), self._states(model),
                 self._runqueue(model), self._wakers(model), self._lifecycle(model)]
+
+    def _findings(self, model: Model) -> list[Text | Group]:
+        """Worst first, each readable on its own: what, how much, the proof, the fix."""
+        found = findings(model)
+        if not found:
+            return [Text("Findings: nothing stands out in this recording.")]
+        return [Text("Findings, worst first", style="bold" if self.color else ""),
+                *(self._finding(finding) for finding in found)]
+
+    def _finding(self, finding: Finding) -> Group:
+        style = {"critical": "bold red", "warning": "yellow"}.get(finding.severity, "") if self.color else ""
+        stack_width = max(30, self.width - 30)
+        lines = [finding.summary]
+        lines += [f"{_ms(evidence.offcpu_us)} ms in {evidence.count:,} waits ({evidence.state}): "
+                  f"{shorten(tuple(reversed(evidence.frames)), evidence.kernel_frames, stack_width)}"
+                  for evidence in finding.evidence]
+        lines.append(f"Fix: {finding.remedy}")
+        if finding.confidence == "low":
+            lines.append(f"Confidence: low, {finding.confidence_reason}")
+        return Group(Text(f"[{finding.severity}] {finding.title}", style=style),
+                     *(Padding(Text(line), (0, 0, 0, 2)) for line in lines))
 
     def _stacks(self, model: Model, offcpu_us: int) -> Table:
         stack_width = max(30, self.width - 50)  # what the four number columns and the borders leave

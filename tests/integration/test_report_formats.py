@@ -160,3 +160,18 @@ def test_progress_shows_only_while_perf_data_is_read(mmap_capture, tmp_path):
     assert "Reading perf.data" not in stderr_on_a_terminal("report", "json", str(copy))
     # A part of the recording is read again, with progress
     assert "Reading perf.data" in stderr_on_a_terminal("report", "folded", "--time", "0.2,1.5", str(copy))
+
+
+def test_reports_lead_with_the_findings(mmap_capture, tmp_path):
+    report = json.loads(run_offcpu("report", "json", str(mmap_capture)).stdout)
+    top = report["findings"][0]
+    assert top["id"] == "mmap_lock" and top["severity"] == "critical" and top["evidence"]
+    assert "rwsem_down_write_slowpath" in top["evidence"][0]["frames"] or \
+        "rwsem_down_read_slowpath" in top["evidence"][0]["frames"]
+    text = run_offcpu("report", "text", str(mmap_capture), env={**os.environ, "COLUMNS": "120"}).stdout
+    assert text.index("Findings, worst first") < text.index("Top 10 off-CPU stacks")
+    assert "[critical] Threads wait for the process's memory-map lock (mmap_lock)" in text
+    page = tmp_path / "page.html"
+    assert run_offcpu("report", "html", str(mmap_capture), "-o", str(page)).returncode == 0
+    html = page.read_text()
+    assert html.index('id="findings"') < html.index('id="capture"') and 'class="finding critical"' in html
