@@ -7,6 +7,7 @@ kernel.pid_max, vm.max_map_count).
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from offcpu.errors import OffcpuError
 from offcpu.system import read_int_sysctl
 
 WARN_FROM = 0.8
+PF_KTHREAD = 0x00200000  # in the flags of /proc/PID/stat: a kernel thread
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,45 @@ def thread_group_of(tid: int) -> int:
 
 def command_name(pid: int) -> str:
     return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+def _stat_fields(stat: str) -> tuple[str, list[str]]:
+    """comm and the fields after it, from the text of /proc/PID/stat. comm is
+    in parentheses and may itself hold spaces and parentheses."""
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 1:].split()
+
+
+def _read_stat(path: str) -> tuple[str, list[str]]:
+    return _stat_fields(Path(path).read_bytes().decode(errors="replace"))
+
+
+def is_kernel_thread(pid: int) -> bool:
+    """Whether `pid` is a kernel thread (it has no binary and no user memory)."""
+    try:
+        _, fields = _read_stat(f"/proc/{pid}/stat")
+        return bool(int(fields[6]) & PF_KTHREAD)  # field 9 of stat: flags
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def thread_states(pid: int, tids: list[int] | None = None) -> dict[str, list]:
+    """{tid: [comm, state letter]} for the threads of process `pid` (or only
+    `tids` of them), read now from /proc/PID/task/TID/stat. Keys are strings
+    (as in JSON); a thread that exits while it is read is left out."""
+    if tids is None:
+        try:
+            tids = sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            return {}
+    states: dict[str, list] = {}
+    for tid in tids:
+        try:
+            comm, fields = _read_stat(f"/proc/{pid}/task/{tid}/stat")
+        except (OSError, ValueError):
+            continue
+        if fields:
+            states[str(tid)] = [comm, fields[0]]
+    return states
 
 
 def _soft_rlimit_nproc(pid: int) -> int | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from offcpu import events, system
 from offcpu.flamegraph import HOW_TO_GET_ONE, find_renderer
 from offcpu.framepointers import check_binary, libc_of
-from offcpu.limits import LimitsSnapshot
+from offcpu.limits import LimitsSnapshot, is_kernel_thread
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 
@@ -84,13 +84,23 @@ def _schedstats_check() -> Check:
 
 def frame_pointer_checks(pid: int | None) -> list[Check]:
     """Whether the target's binary (with --pid) and its libc keep frame pointers."""
+    if pid is not None and is_kernel_thread(pid):
+        return [Check("frame pointers: target binary", INFO,
+                      f"pid {pid} is a kernel thread: it has no binary, and its stacks are all kernel frames")]
     binaries = []
+    checks = []
     if pid is not None:
-        binaries.append(("target binary", os.readlink(f"/proc/{pid}/exe")))
-    libc = libc_of(pid if pid is not None else "self")
+        try:
+            binaries.append(("target binary", os.readlink(f"/proc/{pid}/exe")))
+        except OSError as error:
+            checks.append(Check("frame pointers: target binary", WARN,
+                                f"cannot read /proc/{pid}/exe ({error.strerror}): run as the process's user or as root"))
+    try:
+        libc = libc_of(pid if pid is not None else "self")
+    except OSError:
+        libc = None  # the process is gone or not ours: said above
     if libc:
         binaries.append(("libc" if pid is not None else "system libc", libc))
-    checks = []
     for label, path in binaries:
         result = check_binary(path)
         status = {"kept": OK, "omitted": WARN, "unknown": INFO}[result.verdict]
