@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,7 +38,7 @@ def test_doctor_says_recording_can_work_here():
 
 
 def test_doctor_pid_shows_limits_and_frame_pointers(workload):
-    program = workload("idle_pool", "-t", "16", "-s", "30")
+    program = workload("idle_pool", "-t", "16", "-s", "30", threads=17)
     report = json.loads(run_offcpu("doctor", "--pid", str(program.pid), "--json").stdout)
     assert report["limits"]["threads"] == 17
     limits = {limit["name"]: limit for limit in report["limits"]["limits"]}
@@ -54,7 +55,7 @@ def test_doctor_pid_shows_limits_and_frame_pointers(workload):
 
 def test_doctor_warns_near_a_limit(workload):
     # Given a process whose RLIMIT_NPROC is lowered to just above what its user runs
-    program = workload("idle_pool", "-t", "16", "-s", "30")
+    program = workload("idle_pool", "-t", "16", "-s", "30", threads=17)
     before = json.loads(run_offcpu("doctor", "--pid", str(program.pid), "--json").stdout)
     used = next(limit["used"] for limit in before["limits"]["limits"] if limit["name"] == "RLIMIT_NPROC")
     lowered = int(used / 0.9)
@@ -72,6 +73,35 @@ def test_doctor_without_perf_cannot_record():
     result = run_offcpu("doctor", "--json", env=env)
     assert result.returncode == 1
     assert checks_by_name(result.stdout)["perf"]["status"] == "fail"
+
+
+PF_KTHREAD = 0x00200000
+
+
+def a_kernel_thread() -> int:
+    """A kernel thread's pid (kthreadd is 2 on most machines; found by its flags)."""
+    for entry in sorted(Path("/proc").glob("[0-9]*/stat"), key=lambda path: int(path.parent.name)):
+        try:
+            stat = entry.read_text()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[6]) & PF_KTHREAD:
+            return int(entry.parent.name)
+    pytest.fail("no kernel thread found in /proc")
+
+
+def test_doctor_pid_of_a_kernel_thread():
+    # Given a kernel thread, which has no binary (/proc/PID/exe cannot be read)
+    pid = a_kernel_thread()
+    result = run_offcpu("doctor", "--pid", str(pid), "--json")
+    # Then doctor says so instead of failing
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    report = json.loads(result.stdout)
+    target = checks_by_name(result.stdout)["frame pointers: target binary"]
+    assert target["status"] == "info" and "kernel thread" in target["detail"]
+    assert report["limits"]["pid"] == pid
+    table = run_offcpu("doctor", "--pid", str(pid), env={**os.environ, "COLUMNS": "200"})
+    assert table.returncode == 0 and "kernel thread" in table.stdout and "Traceback" not in table.stderr
 
 
 def test_doctor_bad_pid():
