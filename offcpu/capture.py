@@ -15,6 +15,11 @@ from offcpu.errors import OffcpuError
 SCHEMA = "offcpu-capture/1"
 PERF_DATA = "perf.data"
 METADATA = "capture.json"
+# Every file offcpu (or perf for it) writes in a capture directory, besides any
+# ending in PARTIAL; `offcpu record --force` deletes these and nothing else.
+# model.json is the report's cache (offcpu.analysis.MODEL_FILE).
+OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, "model.json")
+PARTIAL = ".partial"
 
 
 @dataclass(frozen=True)
@@ -53,8 +58,15 @@ class CaptureInfo:
     started_at: str = ""  # wall clock, ISO 8601
     ended_at: str = ""
     duration_actual_s: float = 0.0
-    ended_by: str = ""  # "duration", "target exited", "SIGINT", "SIGTERM", "max size"
+    ended_by: str = ""  # "duration", "target exited", "perf exited", "SIGINT", "SIGTERM", "SIGHUP", "max size"
     target_exited: bool = False
+    # -- COMMAND only: its exit status, -N when signal N killed it; None when it did
+    # not end by itself (the recording ended first) and for the other targets
+    command_exit_status: int | None = None
+    # The target's threads when the events were enabled, {tid: [comm, state letter]}
+    # (state as in /proc/PID/stat): threads that block throughout have no events.
+    # Empty for -a (and in captures made before this field).
+    threads_at_start: dict[str, list] = field(default_factory=dict)
     samples: int = 0
     switch_records: int = 0
     lost_events: int = 0
@@ -67,15 +79,37 @@ class CaptureInfo:
 
     @classmethod
     def from_json(cls, data: dict) -> CaptureInfo:
+        """TypeError when `data` does not describe a capture."""
         target = data.get("target", {})
+        if not isinstance(target, dict):
+            raise TypeError(f"target is {type(target).__name__}, expected an object")
         return cls(**{**data, "target": Target(**{**target, "command": tuple(target.get("command", ()))})})
 
 
 def save(directory: Path, info: CaptureInfo) -> None:
     path = directory / METADATA
-    partial = path.with_suffix(".json.partial")
-    partial.write_text(json.dumps(info.to_json(), indent=2) + "\n")
-    partial.replace(path)  # a reader never sees half a file
+    partial = path.with_name(METADATA + PARTIAL)
+    try:
+        partial.write_text(json.dumps(info.to_json(), indent=2) + "\n")
+        partial.replace(path)  # a reader never sees half a file
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def is_capture(directory: Path) -> bool:
+    """Whether `directory` holds a capture.json that offcpu wrote (its schema)."""
+    try:
+        data = json.loads((directory / METADATA).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("schema") == SCHEMA
+
+
+def own_files(directory: Path) -> list[Path]:
+    """The files of `directory` that offcpu wrote there (see OWN_FILES)."""
+    return [path for path in directory.iterdir()
+            if (path.name in OWN_FILES or path.name.endswith(PARTIAL)) and not path.is_dir()]
 
 
 def load(directory: Path) -> CaptureInfo:
@@ -87,6 +121,8 @@ def load(directory: Path) -> CaptureInfo:
         raise OffcpuError(f"{directory} has no {METADATA}: it was not made by 'offcpu record' or the recording did not finish")
     try:
         data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise TypeError(f"it holds a JSON {type(data).__name__}, not an object")
         if data.get("schema") != SCHEMA:
             raise ValueError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
         return CaptureInfo.from_json(data)

@@ -14,6 +14,7 @@ import os
 import select
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -23,14 +24,24 @@ CONTROL_PLACEHOLDER = "{control}"  # in argv, becomes perf's --control=fd:CTL,AC
 READY_LINE = "Events disabled"
 START_TIMEOUT_S = 60.0  # perf opens one event per thread and CPU: slow for big processes
 ACK_TIMEOUT_S = 5.0
+FINISH_TIMEOUT_S = 30.0  # for perf to finish its file on its own once its command has exited
 STOP_TIMEOUTS_S = ((signal.SIGINT, 30.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
 PR_SET_PDEATHSIG = 1
+ORPHANED_EXIT = 127
+STDERR_POLL_S = 0.01
+
+# Looked up here, once: after fork, while other threads of offcpu may hold the
+# dynamic loader's lock, the child must not dlopen (ctypes.CDLL) anything.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
-def _end_with_parent() -> None:
-    """In perf, before exec: if offcpu dies (even by SIGKILL), perf gets SIGINT,
-    finishes its file and exits instead of recording on alone."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGINT)
+def _end_with_parent(parent: int) -> None:
+    """In perf, before exec: if offcpu (pid `parent`) dies, even by SIGKILL, perf
+    gets SIGINT, finishes its file and exits instead of recording on alone.
+    If offcpu died before the request took effect, nobody is left to ask: exit."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGINT)
+    if os.getppid() != parent:
+        os._exit(ORPHANED_EXIT)
 
 
 class PerfProcess:
@@ -40,12 +51,24 @@ class PerfProcess:
         self._ack, ack_write = os.pipe()
         argv = [arg.replace(CONTROL_PLACEHOLDER, f"fd:{control_read},{ack_write}") for arg in argv]
         self.argv = argv
+        self.ended_itself = False  # perf exited without a signal from stop()
+        # perf's stderr is a file, not a pipe: once offcpu is gone, a pipe would
+        # kill perf by SIGPIPE at its next message, before it finished perf.data.
+        self._errors = tempfile.TemporaryFile()
+        parent = os.getpid()
         try:
+            # stdout is offcpu's: perf prints nothing there, the command it runs may.
+            # perf also holds the control pipe's write end: were offcpu killed, the
+            # pipe's hangup would otherwise make perf (6.1) fail its main loop
+            # ("pollfd index mismatch") and exit without finishing perf.data.
             self._process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                text=True, pass_fds=(control_read, ack_write), start_new_session=True,
-                preexec_fn=_end_with_parent,
+                argv, stdin=subprocess.DEVNULL, stderr=self._errors,
+                pass_fds=(control_read, ack_write, self._control), start_new_session=True,
+                preexec_fn=lambda: _end_with_parent(parent),
             )
+        except BaseException:
+            self._errors.close()
+            raise
         finally:
             os.close(control_read)
             os.close(ack_write)
@@ -55,12 +78,30 @@ class PerfProcess:
         self._reader.start()
 
     def _read_stderr(self) -> None:
-        assert self._process.stderr is not None
-        for line in self._process.stderr:
-            self._stderr.append(line.rstrip("\n"))
-            if line.startswith(READY_LINE):
-                self._ready.set()
+        """Follow perf's stderr file line by line until perf has exited and all is read."""
+        fd = self._errors.fileno()
+        position, partial = 0, b""
+        while True:
+            gone = self._process.poll() is not None  # before reading: what it wrote before exiting is there
+            chunk = os.pread(fd, 1 << 16, position)
+            if chunk:
+                position += len(chunk)
+                *lines, partial = (partial + chunk).split(b"\n")
+                for line in lines:
+                    self._take(line)
+            elif gone:
+                break
+            else:
+                time.sleep(STDERR_POLL_S)
+        if partial:
+            self._take(partial)
         self._ready.set()  # perf is gone: stop waiting for it
+
+    def _take(self, raw: bytes) -> None:
+        line = raw.decode(errors="replace")
+        self._stderr.append(line)
+        if line.startswith(READY_LINE):
+            self._ready.set()
 
     @property
     def stderr(self) -> list[str]:
@@ -94,8 +135,16 @@ class PerfProcess:
             os.read(self._ack, 64)
         return sent if word == "enable" else time.monotonic_ns()
 
-    def stop(self) -> None:
-        """End perf, escalating; it never outlives this call."""
+    def stop(self, let_finish: bool = False) -> None:
+        """End perf, escalating; it never outlives this call. With `let_finish`
+        (its command has exited, so perf is finishing its file), perf is first
+        given FINISH_TIMEOUT_S to exit on its own, with its command's status."""
+        if let_finish and not self.exited():
+            try:
+                self._process.wait(FINISH_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pass
+        self.ended_itself = self.exited()
         for sig, timeout in STOP_TIMEOUTS_S:
             if self.exited():
                 break
@@ -108,5 +157,7 @@ class PerfProcess:
                 break
         self._process.wait()
         self._reader.join(timeout=5)
+        if not self._reader.is_alive():
+            self._errors.close()
         for fd in (self._control, self._ack):
             os.close(fd)

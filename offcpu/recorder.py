@@ -2,9 +2,10 @@
 
 The flow: check everything that can be checked up front, start perf with
 events disabled, enable them, wait for the duration (or the target's exit,
-or Ctrl-C / SIGTERM), disable, let perf finish its file, describe the
+or Ctrl-C / SIGTERM / SIGHUP), disable, let perf finish its file, describe the
 capture in capture.json. Whatever happens, perf is ended and any sysctl
-offcpu changed is put back.
+offcpu changed is put back; once perf has left a complete perf.data, no
+signal throws the capture away.
 """
 
 from __future__ import annotations
@@ -17,21 +18,24 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from types import FrameType
 
 from offcpu import limits, system
-from offcpu.capture import PERF_DATA, CaptureInfo, Target, save
+from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, is_capture, own_files, save
 from offcpu.errors import OffcpuError
-from offcpu.events import EventPlan, plan_events
+from offcpu.events import SWITCH, EventPlan, plan_events
 from offcpu.perf_process import CONTROL_PLACEHOLDER, PerfProcess
-from offcpu.perf_script import read_stacks
+from offcpu.perf_script import EventReader, parse_stack, script_argv
 from offcpu.stacks import looks_truncated
 
 TICK_S = 0.1
 MIN_FREE_BYTES = 32 << 20
 STACKS_TO_JUDGE = 2000  # switch-out stacks read to judge whether user stacks are truncated
+CAPTURED_LINE = "Captured and wrote"  # perf record's last line, once perf.data is complete
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
@@ -46,11 +50,16 @@ class RecordRequest:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived: end the recording as Ctrl-C would."""
+    """SIGTERM or SIGHUP arrived: end the recording as Ctrl-C would."""
+
+    def __init__(self, signal_name: str = "SIGTERM") -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
 
 
 def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureInfo:
-    """Record `request.target` into `request.output`; `on_tick(elapsed_s)` shows progress."""
+    """Record `request.target` into `request.output`; `on_tick(elapsed_s)` shows progress.
+    When no capture comes of it, the files it wrote in `request.output` are removed."""
     perf = system.require_perf()
     version = system.perf_version(perf)
     if version is None:
@@ -59,30 +68,39 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
     if not allowed:
         raise OffcpuError(why)
     tracefs = system.ensure_tracefs()
-    with _schedstats_enabled(request.enable_schedstats) as schedstats:
-        plan = plan_events(tracefs, schedstats)
-        argv = perf_record_argv(perf, request, plan)
-        info = CaptureInfo(
-            target=request.target, perf_command=argv, kernel_release=system.kernel_release(),
-            perf_version=version, cpus=os.cpu_count() or 1, call_graph=request.call_graph,
-            events=[asdict(event) for event in plan.events], events_skipped=[asdict(s) for s in plan.skipped],
-            duration_requested_s=request.duration_s, schedstats=schedstats,
-            limits=_limits_of(request.target.pid),
-        )
-        previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+    perf_data = request.output / PERF_DATA
+    with _Interrupts() as interrupts:  # before any sysctl is changed
         try:
-            perf_process = PerfProcess(argv)
-            try:
-                _run(perf_process, request, info, on_tick)
-            finally:
-                with _signals_ignored():
-                    perf_process.stop()
-        finally:
-            signal.signal(signal.SIGTERM, previous_sigterm)
-    info.perf_command = perf_process.argv
-    _check_perf_result(perf_process, request.output / PERF_DATA)
-    _describe_data(perf, request.output / PERF_DATA, info)
-    save(request.output, info)
+            with _schedstats_enabled(request.enable_schedstats) as schedstats:
+                plan = plan_events(tracefs, schedstats)
+                argv = perf_record_argv(perf, request, plan)
+                info = CaptureInfo(
+                    target=request.target, perf_command=argv, kernel_release=system.kernel_release(),
+                    perf_version=version, cpus=os.cpu_count() or 1, call_graph=request.call_graph,
+                    events=[asdict(event) for event in plan.events],
+                    events_skipped=[asdict(s) for s in plan.skipped],
+                    duration_requested_s=request.duration_s, schedstats=schedstats,
+                    limits=_limits_of(request.target.pid),
+                )
+                perf_process = PerfProcess(argv)
+                try:
+                    _run(perf_process, request, info, on_tick, interrupts)
+                finally:
+                    interrupts.hold()
+                    # perf ends by itself once its command has exited, with the command's status
+                    perf_process.stop(let_finish=request.target.kind == "command" and info.target_exited)
+            info.perf_command = perf_process.argv
+            _check_perf_result(perf_process, request, perf_data)
+        except BaseException:
+            interrupts.hold()
+            _discard(request.output)
+            raise
+        # perf left a complete perf.data: from here on the capture is kept, whatever arrives.
+        # SIG_IGN (not only held) so that perf report and perf script inherit it.
+        with _signals_ignored():
+            info.command_exit_status = _command_exit_status(perf_process, request, info)
+            _describe_data(perf, perf_data, info)
+            _save(request.output, info)
     return info
 
 
@@ -111,27 +129,29 @@ def perf_record_argv(perf: str, request: RecordRequest, plan: EventPlan) -> list
 
 
 def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
-         on_tick: Callable[[float], None]) -> None:
-    """Enable, wait for the end, disable; fills in the window and how it ended."""
+         on_tick: Callable[[float], None], interrupts: _Interrupts) -> None:
+    """Enable, wait for the end, disable; fills in the window, the threads at
+    the start and how it ended."""
     perf_process.wait_until_ready()
     if perf_process.exited():
         raise _perf_failure(perf_process.stderr, request)
     info.window_start_ns = perf_process.command("enable")
     info.started_at = _now()
-    if request.target.kind == "command":
-        info.target = Target(**{**asdict(request.target), "pid": _child_of(perf_process.pid)})
-    watched_pid = info.target.pid if request.target.kind != "all" else None
     try:
+        if request.target.kind == "command":
+            info.target = replace(request.target, pid=_child_of(perf_process.pid))
+        info.threads_at_start = _threads_at_start(info.target)
+        watched_pid = info.target.pid if request.target.kind != "all" else None
         info.ended_by = _wait_for_end(perf_process, request.duration_s, watched_pid, on_tick)
-    except Terminated:
-        info.ended_by = "SIGTERM"
+    except Terminated as terminated:
+        info.ended_by = terminated.signal_name
     except KeyboardInterrupt:
         info.ended_by = "SIGINT"
     finally:
+        interrupts.hold()  # the recording is over: nothing may cut its end short
         noticed_ns = time.monotonic_ns()
-        with _signals_ignored():
-            disabled_ns = perf_process.command("disable")
-            info.ended_at = _now()
+        disabled_ns = perf_process.command("disable")
+        info.ended_at = _now()
     # perf stops reading its control pipe once its target is gone, so a late
     # acknowledgement would stretch the window past the last event.
     info.window_end_ns = noticed_ns if info.ended_by in ("target exited", "perf exited") else disabled_ns
@@ -139,6 +159,25 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
     info.target_exited = info.ended_by == "target exited"
     if info.ended_by == "perf exited" and any("size limit reached" in line for line in perf_process.stderr):
         info.ended_by = "max size"
+
+
+def _command_exit_status(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo) -> int | None:
+    """perf exits with its command's status, or dies by the signal that killed it
+    (-N as a returncode), but only when the command ended it: not when offcpu
+    stopped perf (perf then ends the command) nor when perf stopped at --max-size."""
+    ended_by_command = info.ended_by in ("target exited", "perf exited")
+    if request.target.kind != "command" or not ended_by_command or not perf_process.ended_itself:
+        return None
+    return perf_process.returncode
+
+
+def _threads_at_start(target: Target) -> dict[str, list]:
+    """{tid: [comm, state]} of the target's threads now; {} for the whole machine."""
+    if target.kind == "all" or target.pid is None:
+        return {}
+    if target.kind == "tid" and target.tid is not None:
+        return limits.thread_states(target.pid, [target.tid])
+    return limits.thread_states(target.pid)
 
 
 def _wait_for_end(perf_process: PerfProcess, duration_s: float, watched_pid: int | None,
@@ -156,19 +195,50 @@ def _wait_for_end(perf_process: PerfProcess, duration_s: float, watched_pid: int
         time.sleep(min(TICK_S, duration_s - elapsed))
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated()
+class _Interrupts:
+    """SIGINT, SIGTERM and SIGHUP while offcpu records. The first one raises
+    (KeyboardInterrupt; Terminated for SIGTERM and SIGHUP): it ends the
+    recording, or stops offcpu before perf records. Any later one, and any
+    after hold(), is ignored, so that ending perf, putting sysctls back and
+    finishing the capture are never cut short. A signal that was ignored when
+    offcpu started (nohup) stays ignored."""
+
+    def __init__(self) -> None:
+        self.raising = True
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _Interrupts:
+        for sig in INTERRUPTS:
+            if signal.getsignal(sig) != signal.SIG_IGN:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    def hold(self) -> None:
+        """From now on, ignore them."""
+        self.raising = False
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if not self.raising:
+            return
+        self.raising = False
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(signal.Signals(signum).name)
 
 
 @contextmanager
 def _signals_ignored() -> Iterator[None]:
-    """Cleanup that a second Ctrl-C must not cut short."""
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    """Work that no signal may cut short; processes started meanwhile inherit SIG_IGN."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in INTERRUPTS}
     try:
         yield
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 @contextmanager
@@ -181,13 +251,23 @@ def _schedstats_enabled(wanted: bool) -> Iterator[str]:
         return
     path = Path("/proc/sys/kernel/sched_schedstats")
     try:
-        path.write_text("1")
-    except OSError as error:
-        raise OffcpuError(f"cannot enable kernel.sched_schedstats ({error.strerror}); run as root") from None
-    try:
+        try:
+            path.write_text("1")
+        except OSError as error:
+            raise OffcpuError(f"cannot enable kernel.sched_schedstats ({error.strerror}); run as root") from None
         yield "on"
-    finally:
+    finally:  # also when writing "1" failed part way: "0" is what it was
+        with _signals_ignored():
+            _schedstats_off(path)
+
+
+def _schedstats_off(path: Path) -> None:
+    try:
         path.write_text("0")
+    except OSError as error:
+        if system.schedstats_state() == "on":
+            raise OffcpuError(f"could not turn kernel.sched_schedstats back off ({error.strerror}); "
+                              "run 'sysctl kernel.sched_schedstats=0'") from None
 
 
 def _limits_of(pid: int | None) -> dict | None:
@@ -207,27 +287,52 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _check_perf_result(perf_process: PerfProcess, perf_data: Path) -> None:
-    """perf ended; fail unless it left a file that perf can read."""
-    clean_ends = (0, -signal.SIGINT, -signal.SIGTERM)
-    if perf_process.returncode not in clean_ends or not perf_data.is_file() or perf_data.stat().st_size == 0:
-        raise _perf_failure(perf_process.stderr, None)
+def _check_perf_result(perf_process: PerfProcess, request: RecordRequest, perf_data: Path) -> None:
+    """perf ended; fail unless it left a complete file."""
+    written = perf_data.is_file() and perf_data.stat().st_size > 0
+    if request.target.kind == "command":
+        # perf exits with its command's status (or dies by the command's signal):
+        # judge it by the file it finished instead.
+        complete = written and any(CAPTURED_LINE in line for line in perf_process.stderr)
+    else:
+        complete = written and perf_process.returncode in (0, -signal.SIGINT, -signal.SIGTERM)
+    if not complete:
+        raise _perf_failure(perf_process.stderr, request)
 
 
-PERF_FAILURES = (
-    (re.compile(r"No space left on device"), "the disk is full; free space or record elsewhere with -o"),
+def _discard(output: Path) -> None:
+    """No capture came of it: remove what offcpu and perf wrote in `output`."""
+    try:
+        for path in own_files(output):
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass  # the directory is gone or unreadable: nothing more to do
+
+
+def _save(output: Path, info: CaptureInfo) -> None:
+    try:
+        save(output, info)
+    except OSError as error:
+        raise OffcpuError(f"cannot write {output / METADATA} ({error.strerror}); perf.data is complete "
+                          f"in {output}: free space and record again") from None
+
+
+# perf's complaint, and what to do about it (read when a failure is explained)
+PERF_FAILURES: tuple[tuple[re.Pattern[str], Callable[[], str]], ...] = (
+    (re.compile(r"No space left on device"), lambda: "the disk is full; free space or record elsewhere with -o"),
     (re.compile(r"Permission denied|No permission|perf_event_paranoid|Access to performance monitoring"),
-     system.permission_hint(system.read_int_sysctl("kernel.perf_event_paranoid"))),
-    (re.compile(r"No such process|Couldn't create thread"), "the target process does not exist (any more)"),
-    (re.compile(r"Read-only file system"), "the output directory is on a read-only file system; choose another with -o"),
+     lambda: system.permission_hint(system.read_int_sysctl("kernel.perf_event_paranoid"))),
+    (re.compile(r"No such process|Couldn't create thread"), lambda: "the target process does not exist (any more)"),
+    (re.compile(r"Read-only file system"),
+     lambda: "the output directory is on a read-only file system; choose another with -o"),
 )
 
 
 def _perf_failure(stderr: list[str], request: RecordRequest | None) -> OffcpuError:
     text = "\n".join(stderr)
-    for pattern, explanation in PERF_FAILURES:
+    for pattern, explain in PERF_FAILURES:
         if pattern.search(text):
-            return OffcpuError(f"perf record failed: {explanation}")
+            return OffcpuError(f"perf record failed: {explain()}")
     if request is not None and request.target.kind == "command" and "failed to start" in text.lower():
         return OffcpuError(f"could not start {request.target.command[0]}: check the command and its path")
     last = next((line.strip() for line in reversed(stderr) if line.strip()), "no message")
@@ -245,8 +350,14 @@ def _describe_data(perf: str, perf_data: Path, info: CaptureInfo) -> None:
 
 
 def _event_counts(perf: str, perf_data: Path) -> dict[str, int]:
-    """Record counts by type from `perf report --stats` (its aggregated part)."""
-    done = subprocess.run([perf, "report", "-i", str(perf_data), "--stats"], capture_output=True, text=True)
+    """Record counts by type from `perf report --stats` (its aggregated part);
+    empty when perf report fails. perf report runs in its own session, out of
+    reach of a Ctrl-C at the terminal."""
+    try:
+        done = subprocess.run([perf, "report", "-i", str(perf_data), "--stats"], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return {}
     counts: dict[str, int] = {}
     for line in done.stdout.split("Aggregated stats:")[-1].splitlines():
         match = re.match(r"\s*(\w+) events:\s+(\d+)", line)
@@ -256,21 +367,45 @@ def _event_counts(perf: str, perf_data: Path) -> dict[str, int]:
 
 
 def _user_stacks_truncated(perf: str, perf_data: Path) -> bool | None:
-    stacks = read_stacks(perf, perf_data, "sched:sched_switch", STACKS_TO_JUDGE)
-    return looks_truncated([stack.user_frames for stack in stacks if stack.user_frames])
-
-
-def prepare_output(directory: Path, force: bool) -> None:
-    """Create the capture directory; refuse to overwrite without --force."""
-    if directory.exists():
-        is_capture = (directory / PERF_DATA).exists() or (directory / "capture.json").exists()
-        if is_capture and not force:
-            raise OffcpuError(f"{directory} already holds a capture; pass --force to replace it or choose -o")
-        if not is_capture and any(directory.iterdir()):
-            raise OffcpuError(f"{directory} exists and is not a capture directory; choose another with -o")
-        if is_capture:
-            shutil.rmtree(directory)
+    """Whether most of the first STACKS_TO_JUDGE switch-out stacks stop short
+    in user space; None when there are none or perf script fails. perf script
+    runs in its own session: on SIGINT (a Ctrl-C at the terminal reaches the
+    whole foreground group) it stops early and still exits 0, which would
+    leave the judgement to a handful of stacks."""
     try:
+        process = subprocess.Popen(script_argv(perf, perf_data), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                   stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+    except OSError:
+        return None
+    assert process.stdout is not None
+    stacks = []
+    try:
+        for _, _, _, _, name, _, chain in EventReader().events(process.stdout):
+            if chain and name.rstrip(":") == SWITCH:
+                stacks.append(parse_stack(chain).user_frames)
+                if len(stacks) >= STACKS_TO_JUDGE:
+                    break
+        else:
+            if process.wait() != 0:
+                return None
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+    return looks_truncated([frames for frames in stacks if frames])
+
+
+def prepare_output(directory: Path, force: bool) -> bool:
+    """Make `directory` ready for a capture; True when it was created here.
+    An existing capture (its capture.json is offcpu's) is replaced only with
+    --force, and then only offcpu's files are deleted; any other directory
+    must be empty."""
+    if directory.exists() and not directory.is_dir():
+        raise OffcpuError(f"{directory} exists and is not a directory; choose another with -o")
+    created = not directory.exists()
+    try:
+        if not created:
+            _clear_for_capture(directory, force)
         directory.mkdir(parents=True, exist_ok=True)
         probe = directory / ".offcpu-write-test"
         probe.write_bytes(b"")
@@ -280,3 +415,17 @@ def prepare_output(directory: Path, force: bool) -> None:
     free = shutil.disk_usage(directory).free
     if free < MIN_FREE_BYTES:
         raise OffcpuError(f"only {free >> 20} MiB free where {directory} is; free space or record elsewhere with -o")
+    return created
+
+
+def _clear_for_capture(directory: Path, force: bool) -> None:
+    if is_capture(directory):
+        if not force:
+            raise OffcpuError(f"{directory} already holds a capture; pass --force to replace it or choose -o")
+        for path in own_files(directory):
+            path.unlink()
+    elif (directory / PERF_DATA).exists():
+        raise OffcpuError(f"{directory} holds a {PERF_DATA} that offcpu did not record (no offcpu {METADATA}); "
+                          "move it away or choose another directory with -o")
+    elif any(directory.iterdir()):
+        raise OffcpuError(f"{directory} exists and is not a capture directory; choose another with -o")

@@ -62,14 +62,47 @@ def run_offcpu(*args: str, env: dict[str, str] | None = None, cwd: Path | None =
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-class Workload:
-    """An example program running in the background for a test."""
+STARTUP_TIMEOUT_S = 10.0
 
-    def __init__(self, name: str, *args: str) -> None:
-        self.process = subprocess.Popen([str(example(name)), *args], stdout=subprocess.PIPE,
+
+def wait_for_threads(pid: int, count: int, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    """Until process `pid` has `count` threads; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while (found := len(os.listdir(f"/proc/{pid}/task"))) != count:
+        if time.monotonic() > deadline:
+            pytest.fail(f"pid {pid} has {found} threads after {timeout_s:.0f} s, expected {count}")
+        time.sleep(0.01)
+
+
+def wait_for_exec(pid: int, binary: Path, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    """Until process `pid` runs `binary` (it has been forked but not exec'd yet)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if os.readlink(f"/proc/{pid}/exe") == str(binary):
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"pid {pid} did not start {binary} within {timeout_s:.0f} s")
+        time.sleep(0.01)
+
+
+class Workload:
+    """An example program running in the background for a test. With
+    `threads`, it is ready once it runs that many threads (main included)."""
+
+    def __init__(self, name: str, *args: str, threads: int | None = None) -> None:
+        binary = example(name)
+        self.process = subprocess.Popen([str(binary), *args], stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, text=True)
         self.pid = self.process.pid
-        time.sleep(0.3)  # let it start its threads
+        wait_for_exec(self.pid, binary)
+        if threads is not None:
+            self.wait_for_threads(threads)
+
+    def wait_for_threads(self, count: int) -> None:
+        wait_for_threads(self.pid, count)
 
     def threads(self) -> set[int]:
         return {int(tid) for tid in os.listdir(f"/proc/{self.pid}/task")}
@@ -88,8 +121,8 @@ def workload() -> Iterator[type[Workload]]:
     """Start example programs; they are all killed after the test."""
     started: list[Workload] = []
 
-    def start(name: str, *args: str) -> Workload:
-        running = Workload(name, *args)
+    def start(name: str, *args: str, threads: int | None = None) -> Workload:
+        running = Workload(name, *args, threads=threads)
         started.append(running)
         return running
 
@@ -113,6 +146,7 @@ def mmap_capture(tmp_path_factory: pytest.TempPathFactory, perf: str) -> Path:
     capture = tmp_path_factory.mktemp("mmap") / "cap"
     program = subprocess.Popen([str(example("mmap_contention")), "-t", "16", "-s", "30"], stdout=subprocess.DEVNULL)
     try:
+        wait_for_threads(program.pid, 17)
         result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", "-o", str(capture))
         assert result.returncode == 0, result.stderr
     finally:

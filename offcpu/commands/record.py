@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 from datetime import datetime
@@ -18,10 +19,10 @@ from offcpu.recorder import RecordRequest, prepare_output, record as record_capt
 
 MAX_DURATION_S = 600.0
 CALL_GRAPH = re.compile(r"^(fp|dwarf(,\d+)?)$")
-SIZE = re.compile(r"^\d+[BKMG]?$", re.IGNORECASE)
+SIZE = re.compile(r"^(\d+)[BKMG]?$", re.IGNORECASE)
 
 
-@click.command(context_settings={"ignore_unknown_options": False})
+@click.command()
 @click.option("--pid", "-p", type=int, help="Record every thread of this process, including threads it starts.")
 @click.option("--tid", "-t", type=int, help="Record one thread.")
 @click.option("--all-cpus", "-a", is_flag=True, help="Record every thread on the machine.")
@@ -58,16 +59,24 @@ def record(pid: int | None, tid: int | None, all_cpus: bool, duration: float, no
     target = _target(pid, tid, all_cpus, command)
     _check_bounds(duration, no_limit, max_size, call_graph, mmap_pages)
     output = output or _default_output(target)
-    existed = output.exists()
-    prepare_output(output, force)
+    created = prepare_output(output, force)
     try:
         info = _record_with_progress(RecordRequest(target, output, duration, max_size, call_graph, mmap_pages,
                                                    enable_schedstats))
-    except (OffcpuError, KeyboardInterrupt):  # no capture came of it: leave nothing behind
-        if not existed:
-            shutil.rmtree(output, ignore_errors=True)
+    except (OffcpuError, KeyboardInterrupt):
+        # The recorder has removed its files unless perf left a capture, which is
+        # kept; a directory made for nothing goes too, but never a non-empty one.
+        if created:
+            _remove_if_empty(output)
         raise
     _print_summary(info, output)
+
+
+def _remove_if_empty(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:
+        pass  # not empty (a capture, or something else): keep it
 
 
 def _target(pid: int | None, tid: int | None, all_cpus: bool, command: tuple[str, ...]) -> Target:
@@ -93,13 +102,18 @@ def _target(pid: int | None, tid: int | None, all_cpus: bool, command: tuple[str
 
 
 def _check_bounds(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap_pages: str | None) -> None:
+    if not math.isfinite(duration):
+        raise click.BadParameter(f"give a number of seconds, not {duration}", param_hint="--duration")
     if duration <= 0:
         raise click.BadParameter("must be more than 0 seconds", param_hint="--duration")
     if duration > MAX_DURATION_S and not no_limit:
         raise click.BadParameter(f"{duration:g} s is more than {MAX_DURATION_S:.0f} s; add --no-limit if you mean it",
                                  param_hint="--duration")
-    if not SIZE.match(max_size):
+    size = SIZE.match(max_size)
+    if not size:
         raise click.BadParameter("give a size such as 512M or 2G", param_hint="--max-size")
+    if int(size[1]) == 0:
+        raise click.BadParameter("must be more than 0; give a size such as 512M or 2G", param_hint="--max-size")
     if not CALL_GRAPH.match(call_graph):
         raise click.BadParameter("give fp, dwarf or dwarf,BYTES (for example dwarf,16384)", param_hint="--call-graph")
     if mmap_pages is not None and not (mmap_pages.isdigit() and int(mmap_pages) & (int(mmap_pages) - 1) == 0):
@@ -136,6 +150,9 @@ def _print_summary(info: CaptureInfo, output: Path) -> None:
         f"{info.samples:,} events and {info.switch_records:,} switch records, {size_mb:.1f} MB, "
         f"{info.lost_events:,} lost, in {output}/"
     )
+    if info.command_exit_status:
+        console.print(f"  The command exited with status {info.command_exit_status}"
+                      + (f" (killed by signal {-info.command_exit_status})." if info.command_exit_status < 0 else "."))
     if info.lost_events:
         console.print(f"  perf lost {info.lost_events:,} events: record again with a bigger ring buffer, "
                       "for example --mmap-pages 1024, or a shorter --duration.")

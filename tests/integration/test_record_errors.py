@@ -26,7 +26,7 @@ def test_no_such_pid(tmp_path):
 
 
 def test_thread_given_as_pid(workload, tmp_path):
-    program = workload("idle_pool", "-s", "30")
+    program = workload("idle_pool", "-s", "30", threads=17)
     thread = max(program.threads())
     result = run_offcpu("record", "--pid", str(thread), "-o", str(tmp_path / "cap"))
     assert_one_line_error(result, f"--tid {thread}", f"--pid {program.pid}")
@@ -37,6 +37,13 @@ def test_thread_given_as_pid(workload, tmp_path):
     (("--pid", "1", "-a"), ["more than one target"]),
     (("-a", "--duration", "601"), ["--no-limit"]),
     (("-a", "--duration", "0"), ["--duration"]),
+    (("-a", "--duration", "nan"), ["--duration", "nan"]),
+    (("-a", "--duration", "nan", "--no-limit"), ["--duration", "nan"]),
+    (("-a", "--duration", "inf"), ["--duration", "inf"]),
+    (("-a", "--duration", "inf", "--no-limit"), ["--duration", "inf"]),
+    (("-a", "--duration", "1e999", "--no-limit"), ["--duration", "inf"]),
+    (("-a", "--max-size", "0"), ["--max-size", "more than 0"]),
+    (("-a", "--max-size", "0M"), ["--max-size", "more than 0"]),
     (("-a", "--call-graph", "lbr"), ["fp, dwarf"]),
     (("-a", "--max-size", "lots"), ["512M"]),
     (("-a", "--mmap-pages", "1000"), ["power of two"]),
@@ -44,6 +51,7 @@ def test_thread_given_as_pid(workload, tmp_path):
 ])
 def test_bad_arguments(tmp_path, args, words):
     assert_one_line_error(run_offcpu("record", "-o", str(tmp_path / "cap"), *args), *words)
+    assert not (tmp_path / "cap").exists()
 
 
 def test_perf_missing(tmp_path):
@@ -60,15 +68,22 @@ def test_not_permitted(tmp_path):
     assert not (tmp_path / "cap").exists()
 
 
+TRACEFS = "/sys/kernel/tracing"
+
+
 def test_tracefs_not_mounted_is_mounted_for_root(tmp_path):
-    subprocess.run(["umount", "/sys/kernel/tracing"], check=True)
-    try:
-        result = run_offcpu("record", "-a", "-d", "0.5", "-o", str(tmp_path / "cap"))
-        assert result.returncode == 0, result.stderr
-        assert "tracefs" in Path("/proc/mounts").read_text()
-    finally:
-        if "tracefs" not in Path("/proc/mounts").read_text():
-            subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=True)
+    # In a mount namespace of its own, so the machine's tracefs stays mounted:
+    # unmount tracefs there, record, and list that namespace's mounts afterwards.
+    script = (f"umount {TRACEFS} || exit 90; grep -q ' tracefs ' /proc/self/mounts && exit 91; "
+              '"$@"; status=$?; echo "mounts after:"; grep " tracefs " /proc/self/mounts; exit $status')
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                             str(OFFCPU), "record", "-a", "-d", "0.5", "-o", str(tmp_path / "cap")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "cap" / "capture.json").exists()
+    mounts = result.stdout.split("mounts after:\n")[1].splitlines()
+    assert [line.split()[1:3] for line in mounts] == [[TRACEFS, "tracefs"]]
+    assert f" {TRACEFS} tracefs " in Path("/proc/mounts").read_text()  # never unmounted out here
 
 
 @pytest.fixture
@@ -98,3 +113,12 @@ def test_disk_full(small_mount):
     full = small_mount("size=1m")
     result = run_offcpu("record", "-a", "-o", str(full / "cap"))
     assert_one_line_error(result, "MiB free", "-o")
+
+
+@pytest.mark.parametrize("content", ["[]", '"text"', "3", '{"schema": "offcpu-capture/1", "target": []}'])
+def test_capture_json_that_is_not_an_object(tmp_path, content):
+    capture = tmp_path / "cap"
+    capture.mkdir()
+    (capture / "perf.data").write_bytes(b"")
+    (capture / "capture.json").write_text(content)
+    assert_one_line_error(run_offcpu("report", "json", str(capture)), "not a capture description")
