@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import io
-
 from rich import box
-from rich.console import Console, Group
+from rich.console import Group
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from offcpu.findings import Finding, findings
 from offcpu.model import Model
+from offcpu.renderers.console import printed
 from offcpu.stackview import StackView
 from offcpu.stacks import shorten
 from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, top_stacks, totals, waker_pairs
@@ -36,14 +35,7 @@ class TextReport:
         self.color = color
 
     def render(self, model: Model) -> str:
-        buffer = io.StringIO()
-        console = Console(file=buffer, width=self.width, force_terminal=self.color, no_color=not self.color,
-                          highlight=False, soft_wrap=False, emoji=False)
-        for part in self._parts(model):
-            console.print(part)
-            console.print()
-        # rich pads titles to the table's width: trailing blanks would make the text unstable to diff
-        return "\n".join(line.rstrip() for line in buffer.getvalue().rstrip("\n").split("\n")) + "\n"
+        return printed(self._parts(model), self.width, self.color, gap=True)
 
     def _table(self, title: str, *columns: str) -> Table:
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if self.color else box.ASCII2,

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import io
-import os
-import shutil
-import sys
 from pathlib import Path
 
 import click
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -18,9 +13,9 @@ from offcpu.commands.report.common import load_with_progress, output_options, ou
 from offcpu.diffing import Diff, Side, compare, from_folded, from_model, parse_folded, short_stack, title
 from offcpu.errors import OffcpuError
 from offcpu.flamegraph import render_svg, require_renderer
+from offcpu.renderers.console import printed, stdout_layout
 from offcpu.stackview import StackView
 
-PLAIN_WIDTH = 100  # when not a terminal and COLUMNS is not set: stable output for files and CI logs
 NUMBER_COLUMNS = 45  # what the three number columns and the borders take of the width
 
 
@@ -95,13 +90,7 @@ def _side(path: Path, label: str, view: StackView, time: tuple[float, float] | N
 
 def _grown_table(result: Diff, top: int) -> str:
     """The stacks that grew most as a rich table: coloured on a terminal, plain and stable otherwise."""
-    terminal = sys.stdout.isatty()
-    width = shutil.get_terminal_size((PLAIN_WIDTH, 24)).columns if terminal else \
-        int(os.environ.get("COLUMNS", PLAIN_WIDTH))
-    color = terminal and "NO_COLOR" not in os.environ
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=width, force_terminal=color, no_color=not color, highlight=False,
-                      soft_wrap=False, emoji=False)
+    width, color = stdout_layout()
     grown = result.grown(top)
     stack_width = max(30, width - NUMBER_COLUMNS)
     table = Table(title=f"Stacks that grew most from {result.base.label} to {result.new.label}",
@@ -114,11 +103,9 @@ def _grown_table(result: Diff, top: int) -> str:
     for change in grown:
         table.add_row(Text(short_stack(change.stack, stack_width, with_root)), f"{change.base_us:,}",
                       f"{change.new_us:,}", Text(f"{change.change_us:+,}", style="red" if color else ""))
-    console.print(table if grown else Text(f"No stack grew from {result.base.label} to {result.new.label}."))
-    console.print(Text(f"Off CPU in all stacks: {result.base_us:,} µs in {result.base.label}, {result.new_us:,} µs "
-                       f"in {result.new.label} ({result.new_us - result.base_us:+,} µs)."))
-    console.print(Text(f"{result.normalisation[0].upper()}{result.normalisation[1:]}."))
-    for note in result.notes:
-        console.print(Text(f"{note}."))
-    # rich pads titles to the table's width: trailing blanks would make the text unstable to diff
-    return "\n".join(line.rstrip() for line in buffer.getvalue().rstrip("\n").split("\n")) + "\n"
+    parts = [table if grown else Text(f"No stack grew from {result.base.label} to {result.new.label}."),
+             Text(f"Off CPU in all stacks: {result.base_us:,} µs in {result.base.label}, {result.new_us:,} µs "
+                  f"in {result.new.label} ({result.new_us - result.base_us:+,} µs)."),
+             Text(f"{result.normalisation[0].upper()}{result.normalisation[1:]}."),
+             *(Text(f"{note}.") for note in result.notes)]
+    return printed(parts, width, color)

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
 from pathlib import Path
 
 import click
 
 from offcpu.commands.report.common import (capture_argument, checked_output, load_with_progress, output_options,
                                            print_or_write, view_options)
+from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.text import TextReport
 from offcpu.stackview import StackView
-
-PLAIN_WIDTH = 100  # when not a terminal and COLUMNS is not set: stable output for files and CI logs
-
 
 @click.command()
 @capture_argument
@@ -33,8 +28,5 @@ def text(capture: Path, view: StackView, time: tuple[float, float] | None, top: 
     """
     if output is not None:
         checked_output(output, force)
-    terminal = output is None and sys.stdout.isatty()
-    width = shutil.get_terminal_size((PLAIN_WIDTH, 24)).columns if terminal else \
-        int(os.environ.get("COLUMNS", PLAIN_WIDTH))
-    color = terminal and "NO_COLOR" not in os.environ
+    width, color = stdout_layout(to_file=output is not None)
     print_or_write(TextReport(view, top, width, color).render(load_with_progress(capture, time)), output)
