@@ -56,20 +56,26 @@ def record(pid: int | None, tid: int | None, all_cpus: bool, duration: float, no
       offcpu record -a --duration 2            the whole machine
       offcpu record -- ./server --port 8080    a command, until it exits
     """
-    target = _target(pid, tid, all_cpus, command)
-    _check_bounds(duration, no_limit, max_size, call_graph, mmap_pages)
-    output = output or _default_output(target)
-    created = prepare_output(output, force)
+    target = resolve_target(pid, tid, all_cpus, command)
+    check_bounds(duration, no_limit, max_size, call_graph, mmap_pages)
+    output = output or default_output(target)
+    record_into(RecordRequest(target, output, duration, max_size, call_graph, mmap_pages, enable_schedstats), force)
+
+
+def record_into(request: RecordRequest, force: bool) -> CaptureInfo:
+    """Record into request.output (replacing a capture there only with `force`),
+    with a countdown on a terminal, and print the summary."""
+    created = prepare_output(request.output, force)
     try:
-        info = _record_with_progress(RecordRequest(target, output, duration, max_size, call_graph, mmap_pages,
-                                                   enable_schedstats))
+        info = _record_with_progress(request)
     except (OffcpuError, KeyboardInterrupt):
         # The recorder has removed its files unless perf left a capture, which is
         # kept; a directory made for nothing goes too, but never a non-empty one.
         if created:
-            _remove_if_empty(output)
+            _remove_if_empty(request.output)
         raise
-    _print_summary(info, output)
+    _print_summary(info, request.output)
+    return info
 
 
 def _remove_if_empty(directory: Path) -> None:
@@ -79,7 +85,7 @@ def _remove_if_empty(directory: Path) -> None:
         pass  # not empty (a capture, or something else): keep it
 
 
-def _target(pid: int | None, tid: int | None, all_cpus: bool, command: tuple[str, ...]) -> Target:
+def resolve_target(pid: int | None, tid: int | None, all_cpus: bool, command: tuple[str, ...]) -> Target:
     chosen = [name for name, given in (("--pid", pid is not None), ("--tid", tid is not None),
                                         ("-a", all_cpus), ("-- COMMAND", bool(command))) if given]
     if len(chosen) != 1:
@@ -101,7 +107,7 @@ def _target(pid: int | None, tid: int | None, all_cpus: bool, command: tuple[str
     return Target("command", Path(command[0]).name, command=command)
 
 
-def _check_bounds(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap_pages: str | None) -> None:
+def check_bounds(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap_pages: str | None) -> None:
     if not math.isfinite(duration):
         raise click.BadParameter(f"give a number of seconds, not {duration}", param_hint="--duration")
     if duration <= 0:
@@ -120,7 +126,7 @@ def _check_bounds(duration: float, no_limit: bool, max_size: str, call_graph: st
         raise click.BadParameter("give a power of two, for example 1024", param_hint="--mmap-pages")
 
 
-def _default_output(target: Target) -> Path:
+def default_output(target: Target) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     pid = f"-{target.pid}" if target.pid is not None else ""
     return Path(f"offcpu-{target.comm}{pid}-{stamp}")
