@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -152,4 +152,22 @@ def mmap_capture(tmp_path_factory: pytest.TempPathFactory, perf: str) -> Path:
     finally:
         program.kill()
         program.wait()
+    return capture
+
+
+@pytest.fixture(scope="session")
+def example_capture(tmp_path_factory: pytest.TempPathFactory, perf: str) -> Callable[[str], Path]:
+    """A capture of an example program run as a command for 1 s (recorded for at
+    most 1.5 s, frame-pointer stacks, the default a user gets), recorded once per
+    session and shared by the tests that only read it (reports may save model.json there)."""
+    captures: dict[str, Path] = {}
+
+    def capture(name: str) -> Path:
+        if name not in captures:
+            directory = tmp_path_factory.mktemp(name) / "cap"
+            result = run_offcpu("record", "-o", str(directory), "-d", "1.5", "--", str(example(name)), "-s", "1")
+            assert result.returncode == 0, result.stderr
+            captures[name] = directory
+        return captures[name]
+
     return capture

@@ -11,15 +11,10 @@ recording of the same 1.5 s is ~150 MB and takes longer to read than all of this
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from offcpu.analysis import load_model
 from offcpu.findings import Finding, findings
-from tests.conftest import example, run_offcpu
-
-pytestmark = pytest.mark.usefixtures("perf")
 
 CHURN = {"stack_cache_lock", "thread_churn"}
 # program -> the ids its pathology may be named by, and its fixed twin
@@ -34,15 +29,12 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory):
+def recorded(example_capture):
     cache: dict[str, list[Finding]] = {}
 
     def record(name: str) -> list[Finding]:
         if name not in cache:
-            capture = tmp_path_factory.mktemp(name) / "cap"
-            result = run_offcpu("record", "-o", str(capture), "-d", "1.5", "--", str(example(name)), "-s", "1")
-            assert result.returncode == 0, result.stderr
-            cache[name] = findings(load_model(Path(capture)))
+            cache[name] = findings(load_model(example_capture(name)))
         return cache[name]
 
     return record
