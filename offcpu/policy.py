@@ -1,0 +1,182 @@
+"""The policy `offcpu check` applies: limits per finding, and how much growth
+against a baseline is tolerated. Read from TOML; a file changes the defaults
+only in the keys it sets.
+
+    fail_above_info = ["mmap_lock", "futex_contention"]   # these fail as warning or critical
+    mmap_lock.max_share = 0.05        # of the threads' time, waiting for work left out
+    futex_contention.max_ms_per_s = 200
+    runqueue.max_p99_ms = 20
+    thread_churn.max_per_second = 50
+
+    [regression]                      # against --baseline; a growth fails past both
+    max_share_growth = 0.05           # ... points of the threads' time (0.05 = 5 points)
+    max_relative_growth = 0.5         # ... and this much more than the baseline (0.5 = +50%)
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from offcpu.errors import OffcpuError
+from offcpu.findings import RULES
+
+RULE_IDS = tuple(rule.id for rule in RULES)
+# Contention: a warning or critical one fails a check unless the policy says otherwise. Not
+# runqueue (a benchmark that saturates the CPUs is doing its job) nor idle (never a problem).
+DEFAULT_FAIL_ABOVE_INFO = ("mmap_lock", "stack_cache_lock", "thread_churn", "futex_contention", "io_wait",
+                           "thread_limits")
+DEFAULT_MAX_SHARE_GROWTH = 0.05
+DEFAULT_MAX_RELATIVE_GROWTH = 0.5
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits on one finding; None: not checked."""
+
+    max_share: float | None = None  # share of the threads' time, idle waits left out (0..1)
+    max_ms_per_s: float | None = None  # off-CPU milliseconds per second of recording, all threads together
+    max_p99_ms: float | None = None  # runqueue only: p99 wakeup-to-run delay
+    max_per_second: float | None = None  # thread_churn only: threads created a second
+
+
+# Which limits each finding takes: every finding max_share and max_ms_per_s, two of them one more.
+COMMON_KEYS = ("max_share", "max_ms_per_s")
+EXTRA_KEYS = {"runqueue": ("max_p99_ms",), "thread_churn": ("max_per_second",)}
+
+
+@dataclass(frozen=True)
+class Regression:
+    max_share_growth: float = DEFAULT_MAX_SHARE_GROWTH
+    max_relative_growth: float = DEFAULT_MAX_RELATIVE_GROWTH
+
+
+@dataclass(frozen=True)
+class Policy:
+    fail_above_info: tuple[str, ...] = DEFAULT_FAIL_ABOVE_INFO
+    limits: dict[str, Limits] = field(default_factory=dict)  # finding id -> its limits
+    regression: Regression = Regression()
+    source: str = "defaults"  # the file it was read from, over the defaults
+
+    def to_json(self) -> dict:
+        return {
+            "source": self.source,
+            "fail_above_info": list(self.fail_above_info),
+            "limits": {rule: {key: value for key, value in vars(limits).items() if value is not None}
+                       for rule, limits in self.limits.items()},
+            "regression": vars(self.regression),
+        }
+
+
+def load_policy(path: Path | None) -> Policy:
+    """The defaults, changed by the keys `path` sets. OffcpuError (exit 2) naming the
+    key and its line for anything that is not a policy."""
+    if path is None:
+        return Policy()
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) else "it is not text"
+        raise OffcpuError(f"cannot read the policy {path} ({reason}); give a TOML file with --policy") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise OffcpuError(f"policy {path} is not TOML: {error}") from None
+    return _Reader(path, text).policy(data)
+
+
+class _Reader:
+    """Turns parsed TOML into a Policy, with errors that point into the file."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = _key_lines(text)
+
+    def error(self, key: tuple[str, ...], problem: str) -> OffcpuError:
+        line = self.lines.get(key)
+        where = f"{self.path}, line {line}" if line else str(self.path)
+        return OffcpuError(f"policy {where}: {'.'.join(key)} {problem}")
+
+    def policy(self, data: dict) -> Policy:
+        policy = Policy(source=str(self.path))
+        limits: dict[str, Limits] = {}
+        for key, value in data.items():
+            if key == "fail_above_info":
+                policy = replace(policy, fail_above_info=self.rule_ids((key,), value))
+            elif key == "regression":
+                policy = replace(policy, regression=self.regression(self.table((key,), value)))
+            elif key in RULE_IDS:
+                limits[key] = self.limits(key, self.table((key,), value))
+            else:
+                raise self.error((key,), f"is not a policy key; use finding ids ({', '.join(RULE_IDS)}), "
+                                         "fail_above_info or [regression]")
+        return replace(policy, limits=limits)
+
+    def table(self, key: tuple[str, ...], value: object) -> dict:
+        if not isinstance(value, dict):
+            raise self.error(key, f"must be a table (for example {key[0]}.max_share = 0.05), not {_kind(value)}")
+        return value
+
+    def rule_ids(self, key: tuple[str, ...], value: object) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise self.error(key, f"must be a list of finding ids, not {_kind(value)}")
+        unknown = [item for item in value if item not in RULE_IDS]
+        if unknown:
+            raise self.error(key, f"names {unknown[0]!r}, which is not a finding id ({', '.join(RULE_IDS)})")
+        return tuple(value)
+
+    def limits(self, rule: str, table: dict) -> Limits:
+        allowed = COMMON_KEYS + EXTRA_KEYS.get(rule, ())
+        values = {}
+        for key, value in table.items():
+            if key not in allowed:
+                raise self.error((rule, key), f"is not a limit of {rule}; it takes {', '.join(allowed)}")
+            values[key] = self.number((rule, key), value, share=key == "max_share")
+        return Limits(**values)
+
+    def regression(self, table: dict) -> Regression:
+        allowed = [item.name for item in fields(Regression)]
+        values = {}
+        for key, value in table.items():
+            if key not in allowed:
+                raise self.error(("regression", key), f"is not a regression tolerance; use {', '.join(allowed)}")
+            values[key] = self.number(("regression", key), value, share=key == "max_share_growth")
+        return Regression(**values)
+
+    def number(self, key: tuple[str, ...], value: object, share: bool) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise self.error(key, f"must be a number, not {_kind(value)}")
+        if value < 0 or (share and value > 1):
+            bounds = "from 0 to 1 (0.05 is 5%)" if share else "0 or more"
+            raise self.error(key, f"must be {bounds}, not {value}")
+        return float(value)
+
+
+def _kind(value: object) -> str:
+    return {bool: "true/false", str: "a string", list: "a list", dict: "a table"}.get(type(value), repr(value))
+
+
+_HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?$")
+_ASSIGNMENT = re.compile(r"^\s*([A-Za-z0-9_\-.\s\"']+?)\s*=")
+
+
+def _key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """Where each key is set: (table..., key) -> line number. Enough of TOML for a
+    policy's tables and dotted keys; a key it cannot place is named without a line."""
+    lines: dict[tuple[str, ...], int] = {}
+    table: tuple[str, ...] = ()
+    for number, line in enumerate(text.splitlines(), start=1):
+        if header := _HEADER.match(line):
+            table = _dotted(header[1])
+            lines.setdefault(table, number)
+        elif assignment := _ASSIGNMENT.match(line):
+            path = table + _dotted(assignment[1])
+            for end in range(1, len(path) + 1):
+                lines.setdefault(path[:end], number)
+    return lines
+
+
+def _dotted(key: str) -> tuple[str, ...]:
+    return tuple(part.strip().strip("\"'") for part in key.split("."))

@@ -1,0 +1,96 @@
+"""Reading a policy: the defaults, a file over them key by key, and errors that point into the file."""
+
+from __future__ import annotations
+
+import pytest
+
+from offcpu.errors import OffcpuError
+from offcpu.policy import DEFAULT_FAIL_ABOVE_INFO, Limits, Policy, Regression, load_policy
+
+
+def policy_from(tmp_path, text: str) -> Policy:
+    path = tmp_path / "offcpu.toml"
+    path.write_text(text)
+    return load_policy(path)
+
+
+def error_from(tmp_path, text: str) -> str:
+    with pytest.raises(OffcpuError) as raised:
+        policy_from(tmp_path, text)
+    assert raised.value.exit_code == 2
+    return raised.value.format_message()
+
+
+def test_without_a_file_the_defaults():
+    policy = load_policy(None)
+    assert policy == Policy() and policy.source == "defaults"
+    assert "runqueue" not in policy.fail_above_info and "idle" not in policy.fail_above_info
+    assert set(DEFAULT_FAIL_ABOVE_INFO) == {"mmap_lock", "stack_cache_lock", "thread_churn", "futex_contention",
+                                            "io_wait", "thread_limits"}
+    assert policy.limits == {} and policy.regression == Regression(0.05, 0.5)
+
+
+def test_a_file_changes_only_the_keys_it_sets(tmp_path):
+    policy = policy_from(tmp_path, "mmap_lock.max_share = 0.05\n[regression]\nmax_relative_growth = 1\n")
+    assert policy.fail_above_info == DEFAULT_FAIL_ABOVE_INFO  # not set: the default
+    assert policy.limits == {"mmap_lock": Limits(max_share=0.05)}
+    assert policy.regression == Regression(max_share_growth=0.05, max_relative_growth=1.0)
+    assert policy.source.endswith("offcpu.toml")
+
+
+def test_every_key(tmp_path):
+    policy = policy_from(tmp_path, """
+fail_above_info = []
+runqueue.max_p99_ms = 20
+thread_churn.max_per_second = 50
+
+[futex_contention]
+max_share = 0.1
+max_ms_per_s = 250.5
+
+[regression]
+max_share_growth = 0.02
+max_relative_growth = 0.25
+""")
+    assert policy.fail_above_info == ()
+    assert policy.limits == {"runqueue": Limits(max_p99_ms=20.0), "thread_churn": Limits(max_per_second=50.0),
+                             "futex_contention": Limits(max_share=0.1, max_ms_per_s=250.5)}
+    assert policy.regression == Regression(0.02, 0.25)
+    assert policy.to_json()["limits"]["futex_contention"] == {"max_share": 0.1, "max_ms_per_s": 250.5}
+
+
+@pytest.mark.parametrize("text, words", [
+    ("mmap_lock.max_shar = 0.05\n", ["line 1", "mmap_lock.max_shar", "takes max_share, max_ms_per_s"]),
+    ("\n\n[runqueue]\nmax_p99_ms = 'fast'\n", ["line 4", "runqueue.max_p99_ms", "must be a number", "string"]),
+    ("[thread_churn]\nmax_per_second = true\n", ["line 2", "thread_churn.max_per_second", "true/false"]),
+    ("mmap_lock.max_share = 5\n", ["line 1", "from 0 to 1"]),
+    ("futex_contention.max_ms_per_s = -1\n", ["line 1", "0 or more"]),
+    ("mmap_lock.max_share = nan\n", ["line 1", "must be a number"]),
+    ("mmap_lock.max_p99_ms = 3\n", ["mmap_lock.max_p99_ms", "is not a limit of mmap_lock"]),
+    ("# a comment\nmmap = {max_share = 0.1}\n", ["line 2", "mmap is not a policy key", "fail_above_info"]),
+    ("mmap_lock = 0.05\n", ["line 1", "mmap_lock must be a table"]),
+    ("fail_above_info = 'mmap_lock'\n", ["line 1", "list of finding ids"]),
+    ("fail_above_info = [\n  'mmap_lock',\n  'futex',\n]\n", ["line 1", "'futex'", "not a finding id"]),
+    ("[regression]\nmax_growth = 0.1\n", ["line 2", "regression.max_growth", "max_share_growth"]),
+    ("[regression]\nmax_share_growth = 2\n", ["line 2", "from 0 to 1"]),
+    ("regression = 1\n", ["line 1", "regression must be a table"]),
+])
+def test_errors_name_the_key_and_its_line(tmp_path, text, words):
+    message = error_from(tmp_path, text)
+    assert "\n" not in message
+    for word in words:
+        assert word in message, message
+
+
+def test_toml_syntax_errors_say_where(tmp_path):
+    message = error_from(tmp_path, "[mmap_lock\nmax_share = 0.1\n")
+    assert "is not TOML" in message and "line 1" in message
+
+
+@pytest.mark.parametrize("content", [None, b"\xff\xfe\x00"])
+def test_unreadable_files(tmp_path, content):
+    path = tmp_path / "policy.toml"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(OffcpuError, match="cannot read the policy"):
+        load_policy(path)
