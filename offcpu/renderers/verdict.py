@@ -1,0 +1,151 @@
+"""The verdict of `offcpu check` for people and for CI: a table for the terminal,
+JSON, JUnit XML, a GitHub step summary (Markdown) and GitHub error annotations."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from offcpu.renderers.console import printed
+from offcpu.verdict import Check, Measurements, Verdict
+
+SCHEMA = "offcpu-check/1"
+MAX_ANNOTATIONS = 10
+
+
+def headline(verdict: Verdict) -> str:
+    checks = len(verdict.checks) + len(verdict.comparisons)
+    if verdict.passed:
+        return f"offcpu check: PASS ({checks} checks)"
+    return f"offcpu check: FAIL ({len(verdict.failures)} of {checks} checks failed)"
+
+
+class VerdictTable:
+    """For the terminal: one row per check, failures first; plain when not a terminal."""
+
+    def __init__(self, capture: str, baseline: str | None, width: int, color: bool) -> None:
+        self.capture = capture
+        self.baseline = baseline
+        self.width = width
+        self.color = color
+
+    def render(self, verdict: Verdict) -> str:
+        header = [Text(f"Checked {self.capture} ({_described(verdict.run)}) against the policy from "
+                       f"{verdict.policy.source}")]
+        if verdict.baseline is not None:
+            header.append(Text(f"Baseline {self.baseline} ({_described(verdict.baseline)})"))
+        tables = [self._table(title, checks) for title, checks in
+                  (("Policy", verdict.checks), ("Against the baseline", verdict.comparisons)) if checks]
+        status = ("bold green" if verdict.passed else "bold red") if self.color else ""
+        return printed([*header, *tables, Text(headline(verdict), style=status)], self.width, self.color)
+
+    def _table(self, title: str, checks: list[Check]) -> Table:
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if self.color else box.ASCII2,
+                      title_style="bold" if self.color else "")
+        table.add_column("result", no_wrap=True)
+        table.add_column("check", no_wrap=True)
+        table.add_column("measured", justify="right", no_wrap=True)
+        table.add_column("limit", justify="right", no_wrap=True)
+        table.add_column("detail")
+        for check in sorted(checks, key=lambda check: check.passed):
+            result = Text("pass", style="green") if check.passed else Text("FAIL", style="bold red")
+            table.add_row(result, *(Text(cell) for cell in (check.name, check.measured, check.limit, check.detail)))
+        return table
+
+
+def _described(run: Measurements) -> str:
+    return f"{run.window_s:.2f} s, {run.threads} threads"
+
+
+class VerdictJson:
+    """The verdict and every measured value."""
+
+    def __init__(self, capture: str, baseline: str | None) -> None:
+        self.capture = capture
+        self.baseline = baseline
+
+    def render(self, verdict: Verdict) -> str:
+        return json.dumps({
+            "schema": SCHEMA,
+            "verdict": "pass" if verdict.passed else "fail",
+            "capture": self.capture,
+            "baseline": self.baseline,
+            "policy": verdict.policy.to_json(),
+            "checks": [asdict(check) for check in verdict.checks],
+            "comparisons": [asdict(check) for check in verdict.comparisons],
+            "measurements": asdict(verdict.run),
+            "baseline_measurements": asdict(verdict.baseline) if verdict.baseline else None,
+        }, indent=2) + "\n"
+
+
+class VerdictJunit:
+    """JUnit XML: one testcase per finding the policy checks and per baseline comparison."""
+
+    def render(self, verdict: Verdict) -> str:
+        suites = ET.Element("testsuites", name="offcpu check")
+        policy = _by_rule(verdict.checks)
+        self._suite(suites, "policy", [(rule, checks) for rule, checks in policy.items()])
+        if verdict.comparisons:
+            self._suite(suites, "baseline", [(check.rule, [check]) for check in verdict.comparisons])
+        suites.set("tests", str(sum(int(suite.get("tests", "0")) for suite in suites)))
+        suites.set("failures", str(sum(int(suite.get("failures", "0")) for suite in suites)))
+        ET.indent(suites)
+        return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+    @staticmethod
+    def _suite(parent: ET.Element, name: str, cases: list[tuple[str, list[Check]]]) -> None:
+        failures = sum(not all(check.passed for check in checks) for _, checks in cases)
+        suite = ET.SubElement(parent, "testsuite", name=name, tests=str(len(cases)), failures=str(failures),
+                              errors="0", skipped="0")
+        for rule, checks in cases:
+            case = ET.SubElement(suite, "testcase", classname=f"offcpu.check.{name}", name=rule)
+            details = "\n".join(f"{'pass' if check.passed else 'FAIL'}: {check.sentence}" for check in checks)
+            failed = [check for check in checks if not check.passed]
+            if failed:
+                failure = ET.SubElement(case, "failure", message="; ".join(check.sentence for check in failed),
+                                        type="offcpu.policy")
+                failure.text = details
+            else:
+                ET.SubElement(case, "system-out").text = details
+
+
+def _by_rule(checks: list[Check]) -> dict[str, list[Check]]:
+    grouped: dict[str, list[Check]] = {}
+    for check in checks:
+        grouped.setdefault(check.rule, []).append(check)
+    return grouped
+
+
+class VerdictMarkdown:
+    """A GitHub step summary: the headline and a table of every check."""
+
+    def __init__(self, capture: str) -> None:
+        self.capture = capture
+
+    def render(self, verdict: Verdict) -> str:
+        rows = [f"| {'✅' if check.passed else '❌'} | {_cell(check.name)} | {_cell(check.measured)} | "
+                f"{_cell(check.limit)} | {_cell(check.detail)} |"
+                for check in sorted(verdict.checks + verdict.comparisons, key=lambda check: check.passed)]
+        return "\n".join([f"### {headline(verdict)}", "", f"Capture: `{self.capture}`", "",
+                          "| | check | measured | limit | detail |", "|---|---|---|---|---|", *rows, "", ""])
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def github_annotations(verdict: Verdict) -> str:
+    """At most MAX_ANNOTATIONS `::error` workflow commands, one per failed check."""
+    lines = [f"::error title=offcpu check::{_escape(check.sentence)}"
+             for check in verdict.failures[:MAX_ANNOTATIONS]]
+    return "".join(line + "\n" for line in lines)
+
+
+def _escape(message: str) -> str:
+    """As GitHub's workflow commands want a message: %, CR and LF encoded."""
+    return message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")

@@ -1,0 +1,181 @@
+"""What `offcpu check` decides: a run's measurements against a policy, and
+against a known-good baseline. Pure functions; no I/O.
+
+Every figure compared is normalised: shares are of the threads' time in the
+window (the sum over threads of the time each was in it), so a longer
+recording or more threads do not by themselves make a run look worse.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from offcpu.findings import findings
+from offcpu.model import Model
+from offcpu.policy import EXTRA_KEYS, Policy
+from offcpu.summaries import lifecycle, runqueue_percentiles, totals
+
+BLOCKED = "blocked"  # the baseline comparison of all blocked time, beside the findings'
+
+
+@dataclass(frozen=True)
+class FindingFigures:
+    severity: str
+    share: float  # Finding.share_of_wall
+    offcpu_us: int
+    summary: str  # Finding.summary: the sentence with the numbers
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """What a run measured: from a model, or from the JSON report of one."""
+
+    window_s: float
+    threads: int
+    threads_us: int  # the threads' time in the window: on CPU + off CPU, summed over threads
+    blocked_us: int
+    runqueue_p99_us: int | None
+    created_per_s: float
+    findings: dict[str, FindingFigures]
+
+    @property
+    def blocked_share(self) -> float:
+        return self.blocked_us / self.threads_us if self.threads_us else 0.0
+
+    def share(self, rule: str) -> float:
+        figures = self.findings.get(rule)
+        return figures.share if figures else 0.0
+
+    def ms_per_s(self, rule: str) -> float:
+        figures = self.findings.get(rule)
+        return figures.offcpu_us / 1000 / self.window_s if figures and self.window_s else 0.0
+
+
+def measure(model: Model) -> Measurements:
+    total = totals(model)
+    return Measurements(
+        window_s=(model.window_end_ns - model.window_start_ns) / 1e9,
+        threads=total.threads,
+        threads_us=sum(t.oncpu_us + t.offcpu_us for t in model.threads.values()),
+        blocked_us=total.blocked_us,
+        runqueue_p99_us=runqueue_percentiles(model).get(99),
+        created_per_s=lifecycle(model).created_per_s,
+        findings={f.id: FindingFigures(f.severity, f.share_of_wall, f.offcpu_us, f.summary) for f in findings(model)},
+    )
+
+
+def measurements_from_report(report: dict) -> Measurements:
+    """The measurements in a JSON report ("offcpu/1"). KeyError, TypeError or
+    ValueError when it is not one."""
+    if not isinstance(report, dict) or report.get("schema") != "offcpu/1":
+        raise ValueError("its schema is not \"offcpu/1\"")
+    runqueue = report["runqueue_delay_us"]
+    return Measurements(
+        window_s=float(report["window"]["seconds"]),
+        threads=int(report["totals"]["threads"]),
+        threads_us=sum(int(t["oncpu_us"]) + int(t["offcpu_us"]) for t in report["threads"]),
+        blocked_us=int(report["totals"]["blocked_us"]),
+        runqueue_p99_us=int(runqueue["p99"]) if "p99" in runqueue else None,
+        created_per_s=float(report["lifecycle"]["created_per_s"]),
+        findings={f["id"]: FindingFigures(str(f["severity"]), float(f["share_of_wall"]), int(f["offcpu_us"]),
+                                          str(f["summary"])) for f in report["findings"]},
+    )
+
+
+@dataclass(frozen=True)
+class Check:
+    """One limit of the policy, or one comparison with the baseline."""
+
+    rule: str  # the finding id, or BLOCKED
+    name: str  # "mmap_lock.max_share", "baseline: mmap_lock"
+    measured: str
+    limit: str
+    passed: bool
+    detail: str
+
+    @property
+    def sentence(self) -> str:
+        """The check on one line, for annotations and JUnit messages."""
+        verb = "within" if self.passed else "over"
+        return f"{self.name}: {self.measured}, {verb} {self.limit}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    policy: Policy
+    run: Measurements
+    baseline: Measurements | None
+    checks: list[Check]
+    comparisons: list[Check]  # against the baseline, when there is one
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks + self.comparisons)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [check for check in self.checks + self.comparisons if not check.passed]
+
+
+def evaluate(policy: Policy, run: Measurements, baseline: Measurements | None = None) -> Verdict:
+    checks = [_not_above_info(rule, run) for rule in policy.fail_above_info]
+    checks += [check for rule, limits in policy.limits.items() for check in _limit_checks(rule, vars(limits), run)]
+    comparisons = _compare(policy, run, baseline) if baseline is not None else []
+    return Verdict(policy, run, baseline, checks, comparisons)
+
+
+def _not_above_info(rule: str, run: Measurements) -> Check:
+    figures = run.findings.get(rule)
+    if figures is None:
+        return Check(rule, f"{rule} not above info", "not found", "info", True, "not found")
+    passed = figures.severity == "info"
+    return Check(rule, f"{rule} not above info", figures.severity, "info", passed, figures.summary)
+
+
+def _limit_checks(rule: str, limits: dict[str, float | None], run: Measurements) -> list[Check]:
+    """One check per limit set, in the order of Limits' fields."""
+    measured = {
+        "max_share": (run.share(rule), _pct, "share of the threads' time"),
+        "max_ms_per_s": (run.ms_per_s(rule), lambda v: f"{v:.1f} ms/s", "off CPU per second of recording"),
+    }
+    if "max_p99_ms" in EXTRA_KEYS.get(rule, ()):
+        p99 = run.runqueue_p99_us / 1000 if run.runqueue_p99_us is not None else 0.0
+        measured["max_p99_ms"] = (p99, lambda v: f"{v:.1f} ms", "p99 wakeup-to-run delay")
+    if "max_per_second" in EXTRA_KEYS.get(rule, ()):
+        measured["max_per_second"] = (run.created_per_s, lambda v: f"{v:.0f}/s", "threads created a second")
+    checks = []
+    for key, maximum in limits.items():
+        if maximum is None:
+            continue
+        value, shown, what = measured[key]
+        checks.append(Check(rule, f"{rule}.{key}", shown(value), shown(maximum), value <= maximum, what))
+    return checks
+
+
+def _compare(policy: Policy, run: Measurements, baseline: Measurements) -> list[Check]:
+    """Each finding seen in either run (idle aside), and all blocked time, as shares."""
+    rules = [rule for rule in dict.fromkeys([*baseline.findings, *run.findings]) if rule != "idle"]
+    pairs = [(rule, baseline.share(rule), run.share(rule)) for rule in rules]
+    pairs.append((BLOCKED, baseline.blocked_share, run.blocked_share))
+    return [_growth(policy, rule, before, after) for rule, before, after in pairs]
+
+
+def _growth(policy: Policy, rule: str, before: float, after: float) -> Check:
+    """A share grew too much when it grew past both tolerances: by more than
+    max_share_growth points and by more than max_relative_growth of itself."""
+    tolerance = policy.regression
+    growth = after - before
+    relative = growth / before if before > 0 else (math.inf if growth > 0 else 0.0)
+    passed = growth <= tolerance.max_share_growth or relative <= tolerance.max_relative_growth
+    what = "all blocked time" if rule == BLOCKED else rule
+    relative_text = f"{relative:+.0%}" if math.isfinite(relative) else "new"
+    detail = f"{'grew' if growth > 0 else 'shrank'} {abs(growth) * 100:.1f} points ({relative_text})" \
+        if growth else "unchanged"
+    limit = f"+{tolerance.max_share_growth * 100:.1f} pts or +{tolerance.max_relative_growth:.0%}"
+    return Check(rule, f"baseline: {what}", f"{_pct(before)} -> {_pct(after)}", limit, passed, detail)
+
+
+def _pct(share: float) -> str:
+    return f"{share:.1%}"
+

@@ -1,0 +1,162 @@
+"""The verdict of a check on models built from the committed fixtures, and how it is written for CI."""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+
+import pytest
+
+from offcpu.policy import Limits, Policy, Regression
+from offcpu.renderers.json import JsonReport
+from offcpu.renderers.verdict import (MAX_ANNOTATIONS, VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable,
+                                      github_annotations)
+from offcpu.stackview import StackView
+from offcpu.verdict import BLOCKED, Measurements, evaluate, measure, measurements_from_report
+from tests.unit.test_engine import model_of
+
+
+@pytest.fixture(scope="module")
+def futex() -> Measurements:
+    return measure(model_of("futex_pid"))
+
+
+@pytest.fixture(scope="module")
+def fixed() -> Measurements:
+    return measure(model_of("mmap_fixed_pid"))
+
+
+def names(checks) -> set[str]:
+    return {check.name for check in checks}
+
+
+def test_the_default_policy_fails_futex_contention(futex):
+    verdict = evaluate(Policy(), futex)
+    assert not verdict.passed and names(verdict.failures) == {"futex_contention not above info"}
+    [failure] = verdict.failures
+    assert failure.measured in ("warning", "critical") and "mutex" in failure.detail
+    assert not verdict.comparisons
+
+
+def test_the_fixed_program_passes_the_default_policy(fixed):
+    verdict = evaluate(Policy(), fixed)
+    assert verdict.passed and len(verdict.checks) == 6
+    assert all(check.measured in ("not found", "info") for check in verdict.checks)
+
+
+def test_limits_compare_the_measured_values(futex):
+    share = futex.findings["futex_contention"].share
+    p99_ms = futex.runqueue_p99_us / 1000
+    policy = Policy(fail_above_info=(), limits={
+        "futex_contention": Limits(max_share=share, max_ms_per_s=futex.ms_per_s("futex_contention") - 1),
+        "runqueue": Limits(max_p99_ms=p99_ms - 0.001),
+        "thread_churn": Limits(max_per_second=0),
+    })
+    verdict = evaluate(policy, futex)
+    assert names(verdict.checks) == {"futex_contention.max_share", "futex_contention.max_ms_per_s",
+                                     "runqueue.max_p99_ms", "thread_churn.max_per_second"}
+    # a value equal to its limit passes; one over it fails
+    assert names(verdict.failures) == {"futex_contention.max_ms_per_s", "runqueue.max_p99_ms"}
+
+
+def test_ms_per_s_is_off_cpu_time_over_the_window(futex):
+    figures = futex.findings["futex_contention"]
+    assert futex.ms_per_s("futex_contention") == pytest.approx(figures.offcpu_us / 1000 / futex.window_s)
+    assert futex.ms_per_s("io_wait") == 0.0 and futex.share("io_wait") == 0.0
+
+
+def test_against_itself_nothing_grew(futex):
+    verdict = evaluate(Policy(fail_above_info=()), futex, futex)
+    assert verdict.passed and verdict.comparisons
+    assert {check.rule for check in verdict.comparisons} == {*futex.findings, BLOCKED} - {"idle"}
+    assert all(check.detail == "unchanged" for check in verdict.comparisons)
+
+
+def test_growth_fails_only_past_both_tolerances(fixed):
+    # Given a run whose blocked share grew 10 points from the baseline's
+    grown = replace(fixed, blocked_us=fixed.blocked_us + fixed.threads_us // 10)
+    growth = grown.blocked_share - fixed.blocked_share
+    relative = growth / fixed.blocked_share
+
+    def blocked_passes(regression: Regression) -> bool:
+        verdict = evaluate(Policy(fail_above_info=(), regression=regression), grown, fixed)
+        return next(check for check in verdict.comparisons if check.rule == BLOCKED).passed
+
+    assert not blocked_passes(Regression(max_share_growth=growth / 2, max_relative_growth=relative / 2))
+    assert blocked_passes(Regression(max_share_growth=growth * 2, max_relative_growth=relative / 2))
+    assert blocked_passes(Regression(max_share_growth=growth / 2, max_relative_growth=relative * 2))
+
+
+def test_a_finding_new_in_the_run_is_a_regression(futex, fixed):
+    verdict = evaluate(Policy(fail_above_info=()), futex, fixed)
+    new = next(check for check in verdict.comparisons if check.rule == "futex_contention")
+    assert not new.passed and new.measured.startswith("0.0% -> ") and new.detail.endswith("(new)")
+    assert not math.isnan(futex.blocked_share)
+
+
+@pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "idle_pid"])
+def test_a_json_report_measures_as_its_model(name):
+    model = model_of(name)
+    report = json.loads(JsonReport(StackView(), 5).render(model))
+    assert measurements_from_report(report) == measure(model)
+
+
+@pytest.mark.parametrize("report", [[], {"schema": "offcpu/2"}, {"schema": "offcpu/1"}])
+def test_what_is_not_a_json_report(report):
+    with pytest.raises((ValueError, KeyError)):
+        measurements_from_report(report)
+
+
+# -- how the verdict is written ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def failing(futex, fixed):
+    return evaluate(Policy(limits={"runqueue": Limits(max_p99_ms=1000)}), futex, fixed)
+
+
+def test_table_is_plain_and_stable_off_a_terminal(failing):
+    text = VerdictTable("cap", "good", 100, color=False).render(failing)
+    lines = text.splitlines()
+    assert lines[0].startswith("Checked cap (") and "policy from defaults" in lines[0]
+    assert lines[1].startswith("Baseline good (")
+    assert "\x1b[" not in text and all(len(line) <= 100 and line == line.rstrip() for line in lines)
+    assert lines[-1].startswith("offcpu check: FAIL (")
+    first_row = next(line for line in lines if line.startswith("| FAIL") or line.startswith("| pass"))
+    assert first_row.startswith("| FAIL")  # failures first
+
+
+def test_junit_counts_and_texts(failing):
+    root = ET.fromstring(VerdictJunit().render(failing))
+    policy, baseline = root.findall("testsuite")
+    assert [case.get("name") for case in policy.findall("testcase")] == [
+        "mmap_lock", "stack_cache_lock", "thread_churn", "futex_contention", "io_wait", "thread_limits", "runqueue"]
+    assert policy.get("failures") == "1" and baseline.get("tests") == str(len(failing.comparisons))
+    assert root.get("failures") == str(int(policy.get("failures")) + int(baseline.get("failures")))
+    failure = policy.find("testcase[@name='futex_contention']/failure")
+    assert failure is not None and failure.get("message").startswith("futex_contention not above info: ")
+
+
+def test_json_has_the_verdict_and_every_value(failing):
+    data = json.loads(VerdictJson("cap", "good").render(failing))
+    assert data["schema"] == "offcpu-check/1" and data["verdict"] == "fail"
+    assert data["measurements"]["findings"]["futex_contention"]["share"] > 0
+    assert data["baseline_measurements"]["threads"] == failing.baseline.threads
+    assert len(data["checks"]) == 7 and data["policy"]["limits"] == {"runqueue": {"max_p99_ms": 1000}}
+
+
+def test_markdown_summary(failing):
+    text = VerdictMarkdown("cap").render(failing)
+    lines = text.splitlines()
+    assert lines[0] == "### " + VerdictTable("cap", None, 80, False).render(failing).splitlines()[-1]
+    rows = [line for line in lines if line.startswith("| ✅") or line.startswith("| ❌")]
+    assert len(rows) == len(failing.checks) + len(failing.comparisons) and rows[0].startswith("| ❌")
+
+
+def test_annotations_are_escaped_and_at_most_ten(failing):
+    many = replace(failing, checks=[replace(failing.failures[0], detail="50%\nof it")] * 12)
+    lines = github_annotations(many).splitlines()
+    assert len(lines) == MAX_ANNOTATIONS
+    assert all(line.startswith("::error title=offcpu check::") and line.endswith("50%25%0Aof it") for line in lines)
+    assert github_annotations(evaluate(Policy(fail_above_info=()), failing.run)) == ""
