@@ -21,6 +21,8 @@ def cli() -> None:
     Typical use:
       offcpu doctor --pid 1234        can recording work here?
       offcpu record --pid 1234        record 5 seconds of one process
+      offcpu report text CAPTURE      where its threads waited, and why
+      offcpu check -- ./bench         a CI gate: exit 1 on contention
     """
 
 

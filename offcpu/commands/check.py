@@ -1,0 +1,168 @@
+"""offcpu check: a pre-deploy gate on off-CPU contention."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from offcpu.capture import CaptureInfo, load
+from offcpu.commands.record import MAX_DURATION_S, check_bounds, default_output, record_into, resolve_target
+from offcpu.commands.report.common import checked_output, load_with_progress, write_report
+from offcpu.errors import OffcpuError
+from offcpu.policy import load_policy
+from offcpu.recorder import RecordRequest
+from offcpu.renderers.console import stdout_layout
+from offcpu.renderers.verdict import VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable, github_annotations
+from offcpu.verdict import Measurements, Verdict, evaluate, measure, measurements_from_report
+
+EXIT_VIOLATED = 1
+MAX_SIZE = "512M"
+CALL_GRAPH = "fp"
+INTERRUPTED = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+class _SeparatorAware(click.Command):
+    """Keeps how many arguments came after `--`: they are a command to run, the rest a capture."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["after_separator"] = len(args) - args.index("--") - 1 if "--" in args else 0
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_SeparatorAware)
+@click.option("--policy", "policy_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="TOML policy [default: the built-in one, see README.md].")
+@click.option("--baseline", type=click.Path(path_type=Path),
+              help="A known-good capture directory, or its 'offcpu report json' output, to compare with.")
+@click.option("--pid", "-p", type=int, help="Record this process (every thread), then check the recording.")
+@click.option("--duration", "-d", type=float, default=5.0, show_default=True,
+              help="Seconds to record with --pid or a COMMAND (at most 600).")
+@click.option("--output", "-o", type=click.Path(path_type=Path),
+              help="Where to keep the recording [default: offcpu-COMM-PID-TIME].")
+@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write the verdict as JUnit XML.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also write the verdict and every measured value as JSON.")
+@click.option("--force", is_flag=True, help="Replace an existing capture at --output and existing --junit/--json files.")
+@click.argument("arguments", nargs=-1, type=click.UNPROCESSED, metavar="[CAPTURE | -- COMMAND [ARGS]...]")
+def check(policy_path: Path | None, baseline: Path | None, pid: int | None, duration: float, output: Path | None,
+          junit: Path | None, json_path: Path | None, force: bool, arguments: tuple[str, ...]) -> int:
+    """Check a run against a policy: pass (exit 0), fail (exit 1), or could
+    not check (exit 2; never a pass).
+
+    Checks an existing capture, or records one first (bounded, like
+    'offcpu record', and kept for 'offcpu report'). The default policy fails
+    on contention findings above info (mmap_lock, stack_cache_lock,
+    thread_churn, futex_contention, io_wait, thread_limits); a --policy file
+    changes the keys it sets. With --baseline, each finding's share of the
+    threads' time, and all blocked time, must not grow past the tolerances.
+
+    \b
+      offcpu check CAPTURE
+      offcpu check --pid 1234 --duration 10
+      offcpu check --policy offcpu.toml --baseline good.json --junit offcpu.xml -- ./bench --quick
+
+    On GitHub Actions, a summary goes to $GITHUB_STEP_SUMMARY and failed
+    checks become error annotations (at most 10).
+    """
+    policy = load_policy(policy_path)
+    for path in (junit, json_path):
+        if path is not None:
+            checked_output(path, force)
+    capture_args, command = _split_arguments(arguments)
+    if capture_args and (pid is not None or output is not None):
+        raise click.UsageError("give a CAPTURE to check, or --pid / -- COMMAND to record one, not both")
+    if capture_args:
+        _check_capture(Path(capture_args[0]))
+    base = _baseline(baseline) if baseline is not None else None
+    capture = Path(capture_args[0]) if capture_args else _record(pid, command, duration, output, force)
+    run = _measure(capture)
+    verdict = evaluate(policy, run, base)
+    width, color = stdout_layout()
+    baseline_label = str(baseline) if baseline else None
+    click.echo(VerdictTable(str(capture), baseline_label, width, color).render(verdict), nl=False)
+    if junit is not None:
+        write_report(junit, VerdictJunit().render(verdict))
+    if json_path is not None:
+        write_report(json_path, VerdictJson(str(capture), baseline_label).render(verdict))
+    _github_outputs(verdict, str(capture))
+    return 0 if verdict.passed else EXIT_VIOLATED
+
+
+def _split_arguments(arguments: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(CAPTURE), (COMMAND...): what came after `--` is the command."""
+    after = click.get_current_context().meta.get("after_separator", 0)
+    captures, command = arguments[:len(arguments) - after], arguments[len(arguments) - after:]
+    if len(captures) > 1:
+        raise click.UsageError(f"give one CAPTURE, not {len(captures)} (put a command to record after --)")
+    if captures and command:
+        raise click.UsageError("give a CAPTURE to check or -- COMMAND to record, not both")
+    return captures, command
+
+
+def _record(pid: int | None, command: tuple[str, ...], duration: float, output: Path | None, force: bool) -> Path:
+    """Record the target; a run that did not finish by itself is not checked."""
+    if pid is None and not command:
+        raise click.UsageError("nothing to check: give a CAPTURE, --pid PID, or -- COMMAND")
+    target = resolve_target(pid, None, False, command)
+    if duration > MAX_DURATION_S:
+        raise click.BadParameter(f"at most {MAX_DURATION_S:.0f} s in a check", param_hint="--duration")
+    check_bounds(duration, False, MAX_SIZE, CALL_GRAPH, None)
+    output = output or default_output(target)
+    info = record_into(RecordRequest(target, output, duration, MAX_SIZE, CALL_GRAPH, None, False), force)
+    _refuse_unfinished(info, output)
+    return output
+
+
+def _refuse_unfinished(info: CaptureInfo, capture: Path) -> None:
+    if info.ended_by in INTERRUPTED:
+        raise OffcpuError(f"the recording was interrupted ({info.ended_by}), so the run is not checked; "
+                          f"the capture is kept: 'offcpu check {capture}' checks it as it is")
+    if info.command_exit_status:
+        raise OffcpuError(f"the command exited with status {info.command_exit_status}, so the run is not checked; "
+                          f"fix the command (its capture is kept in {capture})")
+
+
+def _check_capture(capture: Path) -> None:
+    if not capture.is_dir():
+        raise OffcpuError(f"{capture} is not a capture directory; record one with 'offcpu record -o DIR' "
+                          "or let 'offcpu check --pid PID' record it")
+    load(capture)  # says clearly when it is not a capture
+
+
+def _measure(capture: Path) -> Measurements:
+    model = load_with_progress(capture, None)
+    if not model.threads:
+        raise OffcpuError(f"{capture} shows no thread of its target: there is nothing to check; record the "
+                          "process while it runs its workload")
+    return measure(model)
+
+
+def _baseline(path: Path) -> Measurements:
+    """A capture directory (its model), or a JSON report of one."""
+    if path.is_dir():
+        _check_capture(path)
+        return measure(load_with_progress(path, None))
+    try:
+        return measurements_from_report(json.loads(path.read_text()))
+    except OSError as error:
+        raise OffcpuError(f"cannot read the baseline {path} ({error.strerror}); give a capture directory or "
+                          "the output of 'offcpu report json CAPTURE'") from None
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+        raise OffcpuError(f"the baseline {path} is not an offcpu JSON report; make one with "
+                          "'offcpu report json CAPTURE -o FILE', or give the capture directory") from None
+
+
+def _github_outputs(verdict: Verdict, capture: str) -> None:
+    """Only on GitHub Actions (or wherever these variables are set): a step summary, error annotations."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        try:
+            with open(summary, "a") as file:
+                file.write(VerdictMarkdown(capture).render(verdict))
+        except OSError as error:
+            raise OffcpuError(f"cannot append to GITHUB_STEP_SUMMARY {summary} ({error.strerror})") from None
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        click.echo(github_annotations(verdict), nl=False)

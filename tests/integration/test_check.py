@@ -1,0 +1,233 @@
+"""offcpu check on real recordings of examples/: the default policy fails each
+pathology on its own rule and passes its fixed twin, a baseline from the twin
+makes the pathology a regression, and whatever cannot be checked exits 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import OFFCPU, assert_one_line_error, example, run_offcpu
+
+pytestmark = pytest.mark.usefixtures("perf")
+
+# program -> the default policy's checks its pathology must fail, and its fixed twin
+CASES = {
+    "mmap_contention": ({"mmap_lock not above info"}, "mmap_contention_fixed"),
+    "thread_churn": ({"stack_cache_lock not above info", "thread_churn not above info"}, "thread_churn_fixed"),
+    "futex_contention": ({"futex_contention not above info"}, "futex_contention_fixed"),
+    "thread_per_request": ({"thread_churn not above info"}, "thread_per_request_fixed"),
+}
+NO_GITHUB = {name: value for name, value in os.environ.items() if not name.startswith("GITHUB_")}
+
+
+def check(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return run_offcpu("check", *args, env=env or NO_GITHUB, cwd=cwd)
+
+
+def verdict_of(tmp_path: Path, *args: str) -> tuple[int, dict]:
+    """Exit status and the --json verdict of a check."""
+    path = tmp_path / f"verdict-{len(list(tmp_path.glob('verdict-*')))}.json"
+    result = check("--json", str(path), *args)
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(path.read_text())
+
+
+def failed(verdict: dict) -> set[str]:
+    return {item["name"] for item in verdict["checks"] + verdict["comparisons"] if not item["passed"]}
+
+
+@pytest.mark.parametrize("program", CASES)
+def test_the_pathology_fails_its_own_rule(example_capture, tmp_path, program):
+    expected, _ = CASES[program]
+    status, verdict = verdict_of(tmp_path, str(example_capture(program)))
+    assert status == 1 and verdict["verdict"] == "fail"
+    assert expected <= failed(verdict), verdict["checks"]
+
+
+@pytest.mark.parametrize("program", CASES)
+def test_the_fixed_twin_passes(example_capture, tmp_path, program):
+    _, twin = CASES[program]
+    status, verdict = verdict_of(tmp_path, str(example_capture(twin)))
+    assert status == 0 and verdict["verdict"] == "pass" and not failed(verdict), verdict["checks"]
+    assert verdict["policy"]["source"] == "defaults" and len(verdict["checks"]) == 6
+
+
+def test_an_idle_pool_passes(example_capture, tmp_path):
+    status, verdict = verdict_of(tmp_path, str(example_capture("idle_pool")))
+    assert status == 0 and not failed(verdict)
+
+
+@pytest.fixture
+def regression_only(tmp_path) -> Path:
+    """A policy that checks nothing but growth against the baseline."""
+    policy = tmp_path / "regression.toml"
+    policy.write_text("fail_above_info = []\n\n[regression]\nmax_share_growth = 0.05\n")
+    return policy
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["capture", "json report"])
+def test_a_baseline_from_the_fixed_twin_makes_the_pathology_a_regression(example_capture, tmp_path,
+                                                                         regression_only, as_json):
+    # Given the fixed twin as the known-good baseline (its capture, or its JSON report)
+    baseline = example_capture("mmap_contention_fixed")
+    if as_json:
+        report = run_offcpu("report", "json", str(baseline), "-o", str(tmp_path / "good.json"))
+        assert report.returncode == 0, report.stderr
+        baseline = tmp_path / "good.json"
+    # When the pathology is checked against it, with a policy that looks only at growth
+    status, verdict = verdict_of(tmp_path, "--policy", str(regression_only), "--baseline", str(baseline),
+                                 str(example_capture("mmap_contention")))
+    # Then it fails as a regression: the mmap_lock waits and blocked time grew
+    assert status == 1 and not verdict["checks"]
+    assert {"baseline: mmap_lock", "baseline: all blocked time"} <= failed(verdict)
+    grown = next(item for item in verdict["comparisons"] if item["name"] == "baseline: mmap_lock")
+    assert grown["measured"].startswith("0.0% -> ") and "grew" in grown["detail"]
+    assert verdict["baseline_measurements"]["threads"] == verdict["measurements"]["threads"] == 17
+
+
+def test_a_run_against_itself_is_no_regression(example_capture, tmp_path, regression_only):
+    capture = str(example_capture("futex_contention"))
+    status, verdict = verdict_of(tmp_path, "--policy", str(regression_only), "--baseline", capture, capture)
+    assert status == 0 and verdict["comparisons"] and all(item["passed"] for item in verdict["comparisons"])
+    assert all(item["detail"] == "unchanged" for item in verdict["comparisons"])
+
+
+def test_policy_limits_pass_and_fail_on_the_measured_values(example_capture, tmp_path):
+    policy = tmp_path / "limits.toml"
+    policy.write_text('fail_above_info = ["mmap_lock"]\nfutex_contention.max_share = 0.2\n'
+                      "futex_contention.max_ms_per_s = 1000000\n[runqueue]\nmax_p99_ms = 1000\n")
+    status, verdict = verdict_of(tmp_path, "--policy", str(policy), str(example_capture("futex_contention")))
+    assert status == 1 and failed(verdict) == {"futex_contention.max_share"}
+    assert {item["name"] for item in verdict["checks"]} == {
+        "mmap_lock not above info", "futex_contention.max_share", "futex_contention.max_ms_per_s",
+        "runqueue.max_p99_ms"}
+    assert verdict["policy"]["regression"] == {"max_share_growth": 0.05, "max_relative_growth": 0.5}
+
+
+def test_junit_file_has_the_usual_structure(example_capture, tmp_path):
+    junit = tmp_path / "offcpu.xml"
+    result = check("--junit", str(junit), "--baseline", str(example_capture("futex_contention_fixed")),
+                   str(example_capture("futex_contention")))
+    assert result.returncode == 1, result.stderr
+    root = ET.parse(junit).getroot()
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert [suite.get("name") for suite in suites] == ["policy", "baseline"]
+    for suite in suites:
+        cases = suite.findall("testcase")
+        assert int(suite.get("tests")) == len(cases) > 0
+        assert int(suite.get("failures")) == sum(case.find("failure") is not None for case in cases)
+    policy_cases = {case.get("name"): case for case in suites[0].findall("testcase")}
+    failure = policy_cases["futex_contention"].find("failure")
+    assert failure is not None and "futex_contention" in failure.get("message") and "mutex" in failure.text
+    assert policy_cases["mmap_lock"].find("failure") is None and policy_cases["mmap_lock"].find("system-out") is not None
+    assert int(root.get("tests")) == sum(int(suite.get("tests")) for suite in suites)
+    assert int(root.get("failures")) >= 2  # the policy's and the baseline's futex_contention
+
+
+def test_github_outputs_only_when_asked(example_capture, tmp_path):
+    capture = str(example_capture("futex_contention"))
+    # Without GitHub's variables: no annotations
+    plain = check(capture, cwd=tmp_path)
+    assert plain.returncode == 1 and "::error" not in plain.stdout
+    # On GitHub Actions: annotations for the failures, and a summary appended to the step's file
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    env = {**NO_GITHUB, "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    result = check(capture, env=env)
+    assert result.returncode == 1, result.stderr
+    annotations = [line for line in result.stdout.splitlines() if line.startswith("::error")]
+    assert 1 <= len(annotations) <= 10 and "futex_contention" in annotations[0]
+    text = summary.read_text()
+    assert text.startswith("earlier step\n### offcpu check: FAIL") and "| ❌ | futex_contention not above info |" in text
+
+
+def test_check_records_a_command_and_keeps_the_capture(tmp_path):
+    # Given a benchmark run as a command
+    capture = tmp_path / "run"
+    result = check("-o", str(capture), "-d", "5", "--", str(example("futex_contention")), "-t", "4", "-s", "1")
+    # Then it is recorded, kept, and fails on its contention
+    assert result.returncode == 1, result.stderr
+    assert (capture / "capture.json").exists() and (capture / "perf.data").exists()
+    assert "FAIL" in result.stdout and "futex_contention not above info" in result.stdout
+    assert "offcpu check: FAIL" in result.stdout.splitlines()[-1]
+    # and the kept capture checks the same afterwards, from its saved model
+    again = check(str(capture))
+    assert again.returncode == 1 and again.stdout.splitlines()[-1] == result.stdout.splitlines()[-1]
+
+
+def test_check_records_a_pid(workload, tmp_path):
+    program = workload("futex_contention_fixed", "-t", "2", "-s", "30", threads=3)
+    result = check("--pid", str(program.pid), "-d", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [capture] = tmp_path.iterdir()  # the default name, in the current directory
+    # (comm is cut to 15 characters by the kernel)
+    assert capture.name.startswith(f"offcpu-futex_contentio-{program.pid}-") and program.alive()
+
+
+class TestCouldNotCheck:
+    def test_malformed_policy(self, example_capture, tmp_path):
+        policy = tmp_path / "policy.toml"
+        policy.write_text("[mmap_lock]\nmax_share = 0.05\nmax_shares = 0.1\n")
+        assert_one_line_error(check("--policy", str(policy), str(example_capture("idle_pool"))),
+                              "line 3", "mmap_lock.max_shares", "max_share")
+
+    def test_policy_that_is_not_toml(self, example_capture, tmp_path):
+        policy = tmp_path / "policy.toml"
+        policy.write_text("mmap_lock.max_share = \n")
+        assert_one_line_error(check("--policy", str(policy), str(example_capture("idle_pool"))), "not TOML", "line 1")
+
+    def test_missing_capture(self, tmp_path):
+        assert_one_line_error(check(str(tmp_path / "nothing")), "not a capture directory")
+
+    def test_missing_baseline(self, example_capture, tmp_path):
+        assert_one_line_error(check("--baseline", str(tmp_path / "good.json"), str(example_capture("idle_pool"))),
+                              "baseline", "No such file")
+
+    def test_command_that_fails(self, tmp_path):
+        capture = tmp_path / "cap"
+        result = check("-o", str(capture), "--", "sh", "-c", f"{example('futex_contention_fixed')} -s 0.5; exit 3")
+        assert result.returncode == 2 and "status 3" in result.stderr.splitlines()[-1]
+        assert "Traceback" not in result.stderr and "PASS" not in result.stdout
+        assert (capture / "perf.data").exists()  # kept, to see what happened
+
+    def test_recording_without_perf(self, tmp_path):
+        bare = tmp_path / "bin"
+        bare.mkdir()
+        (bare / "true").symlink_to(shutil.which("true"))
+        result = run_offcpu("check", "-o", str(tmp_path / "cap"), "--", "true", env={**NO_GITHUB, "PATH": str(bare)})
+        assert_one_line_error(result, "perf")
+        assert not (tmp_path / "cap").exists()
+
+    def test_outputs_are_not_overwritten(self, example_capture, tmp_path):
+        junit = tmp_path / "offcpu.xml"
+        junit.write_text("keep")
+        assert_one_line_error(check("--junit", str(junit), str(example_capture("idle_pool"))), "--force")
+        assert junit.read_text() == "keep"
+        assert check("--junit", str(junit), "--force", str(example_capture("idle_pool"))).returncode == 0
+        assert ET.parse(junit).getroot().tag == "testsuites"
+
+    @pytest.mark.parametrize("args, words", [
+        ((), ["nothing to check"]),
+        (("a", "b"), ["one CAPTURE"]),
+        (("cap", "--", "true"), ["not both"]),
+        (("--pid", "1", "cap"), ["not both"]),
+        (("-d", "601", "--", "true"), ["--duration", "600"]),
+    ])
+    def test_bad_arguments(self, tmp_path, args, words):
+        assert_one_line_error(check(*args, cwd=tmp_path), *words)
+
+
+def test_module_and_console_script_agree(example_capture):
+    capture = str(example_capture("idle_pool"))
+    script = check(capture)
+    module = subprocess.run([str(OFFCPU.parent / "python"), "-m", "offcpu", "check", capture], capture_output=True,
+                            text=True, env=NO_GITHUB)
+    assert script.returncode == module.returncode == 0 and script.stdout == module.stdout
