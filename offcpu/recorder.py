@@ -36,6 +36,7 @@ MIN_FREE_BYTES = 32 << 20
 STACKS_TO_JUDGE = 2000  # switch-out stacks read to judge whether user stacks are truncated
 CAPTURED_LINE = "Captured and wrote"  # perf record's last line, once perf.data is complete
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STATS_LINE = re.compile(r"^\s*(\w+) events:\s+(\d+)", re.MULTILINE)  # perf report --stats
 
 
 @dataclass(frozen=True)
@@ -342,28 +343,29 @@ def _perf_failure(stderr: list[str], request: RecordRequest | None) -> OffcpuErr
 def _describe_data(perf: str, perf_data: Path, info: CaptureInfo) -> None:
     os.chmod(perf_data, 0o600)
     info.perf_data_bytes = perf_data.stat().st_size
-    counts = _event_counts(perf, perf_data)
+    counts, info.lost_events = _event_counts(perf, perf_data)
     info.samples = counts.get("SAMPLE", 0)
     info.switch_records = counts.get("SWITCH", 0) + counts.get("SWITCH_CPU_WIDE", 0)
-    info.lost_events = counts.get("LOST", 0) + counts.get("LOST_SAMPLES", 0)
     info.user_stacks_truncated = _user_stacks_truncated(perf, perf_data)
 
 
-def _event_counts(perf: str, perf_data: Path) -> dict[str, int]:
-    """Record counts by type from `perf report --stats` (its aggregated part);
-    empty when perf report fails. perf report runs in its own session, out of
-    reach of a Ctrl-C at the terminal."""
+def _event_counts(perf: str, perf_data: Path) -> tuple[dict[str, int], int]:
+    """Record counts by type, and the number of events perf lost, from `perf
+    report --stats`; empty when perf report fails. The aggregated LOST counts
+    are records, each standing for many lost events: the per-event sections
+    after them sum what those records carry. perf report runs in its own
+    session, out of reach of a Ctrl-C at the terminal."""
     try:
         done = subprocess.run([perf, "report", "-i", str(perf_data), "--stats"], capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError:
-        return {}
+        return {}, 0
+    aggregated, _, per_event = done.stdout.split("Aggregated stats:")[-1].partition(" stats:\n")
     counts: dict[str, int] = {}
-    for line in done.stdout.split("Aggregated stats:")[-1].splitlines():
-        match = re.match(r"\s*(\w+) events:\s+(\d+)", line)
-        if match and match[1] not in counts:
-            counts[match[1]] = int(match[2])
-    return counts
+    for match in STATS_LINE.finditer(aggregated):
+        counts.setdefault(match[1], int(match[2]))
+    lost = sum(int(match[2]) for match in STATS_LINE.finditer(per_event) if match[1] == "LOST_SAMPLES")
+    return counts, lost
 
 
 def _user_stacks_truncated(perf: str, perf_data: Path) -> bool | None:

@@ -21,3 +21,10 @@ def script_events(perf_data: Path) -> list[tuple[int, int, str]]:
 
 def event_counts(perf_data: Path) -> Counter[str]:
     return Counter(event for _, _, event in script_events(perf_data))
+
+
+def lost_events(perf_data: Path) -> int:
+    """What perf's PERF_RECORD_LOST records say it lost, summed."""
+    done = subprocess.run(["perf", "script", "-i", str(perf_data), "--show-lost-events", "-F", "tid,event"],
+                          capture_output=True, text=True, check=True)
+    return sum(int(line.split()[-1]) for line in done.stdout.splitlines() if "PERF_RECORD_LOST " in line)

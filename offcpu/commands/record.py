@@ -160,8 +160,10 @@ def _print_summary(info: CaptureInfo, output: Path) -> None:
         console.print(f"  The command exited with status {info.command_exit_status}"
                       + (f" (killed by signal {-info.command_exit_status})." if info.command_exit_status < 0 else "."))
     if info.lost_events:
-        console.print(f"  perf lost {info.lost_events:,} events: record again with a bigger ring buffer, "
-                      "for example --mmap-pages 1024, or a shorter --duration.")
+        share = info.lost_events / (info.samples + info.switch_records + info.lost_events)
+        console.print(f"  perf lost {info.lost_events:,} events ({share:.1%}), so some waits are missing or cut "
+                      "short: record again with a bigger ring buffer, for example --mmap-pages 1024, or a "
+                      "shorter --duration.")
     if info.user_stacks_truncated:
         console.print("  User stacks stop short of the thread's start (a library without frame pointers, "
                       "usually libc): record with --call-graph dwarf to see the callers.")

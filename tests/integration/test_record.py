@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import OFFCPU, assert_one_line_error, example, run_offcpu
-from tests.perf_data import event_counts, script_events
+from tests.perf_data import event_counts, lost_events, script_events
 
 pytestmark = pytest.mark.usefixtures("perf")
 
@@ -99,6 +99,18 @@ def test_record_command_until_it_exits(tmp_path):
     # the command's threads as the recording started: its main thread among them
     assert str(info["target"]["pid"]) in info["threads_at_start"]
     assert event_counts(capture / "perf.data")["sched:sched_process_exit"] >= 4
+
+
+def test_lost_events_are_counted_as_events_not_as_records(tmp_path):
+    # Given a ring buffer of one page, far too small for 8 threads switching all the time
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", "--mmap-pages", "1", "-d", "5", "-o", str(capture), "--",
+                        str(example("futex_contention")), "-s", "1")
+    assert result.returncode == 0, result.stderr
+    # Then capture.json holds what perf's lost records carry, not how many such records there are
+    info = load(capture)
+    assert info["lost_events"] == lost_events(capture / "perf.data") > 0
+    assert f"perf lost {info['lost_events']:,} events" in result.stderr and "--mmap-pages" in result.stderr
 
 
 def test_record_command_ends_at_the_duration(tmp_path):
