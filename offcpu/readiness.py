@@ -51,6 +51,10 @@ def _perf_check(perf: str | None, version: str | None) -> Check:
 
 def _tracefs_check(checks: list[Check]) -> Path | None:
     mounted = system.tracefs_mount()
+    unreadable = system.tracefs_unreadable(mounted) if mounted is not None else None
+    if unreadable:
+        checks.append(Check("tracefs", FAIL, unreadable))
+        return None
     if mounted is not None:
         checks.append(Check("tracefs", OK, f"mounted at {mounted}"))
     elif os.geteuid() == 0:
@@ -64,6 +68,9 @@ def _tracefs_check(checks: list[Check]) -> Path | None:
 def _tracepoint_checks(tracefs: Path | None) -> list[Check]:
     needed = {events.SWITCH: FAIL}
     optional = (*events.WAKERS, *events.FORKS, events.EXIT)
+    if tracefs is None:
+        return [Check(name, INFO, "cannot tell: tracefs is not mounted or not readable (see tracefs)")
+                for name in (events.SWITCH, *optional, *events.SCHEDSTATS)]
     result = []
     for name in (events.SWITCH, *optional, *events.SCHEDSTATS):
         present = system.tracepoint_exists(tracefs, name)

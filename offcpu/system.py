@@ -80,6 +80,9 @@ def ensure_tracefs() -> Path:
     """tracefs's mount point, mounting it first when root and it is not mounted."""
     mounted = tracefs_mount()
     if mounted is not None:
+        unreadable = tracefs_unreadable(mounted)
+        if unreadable:
+            raise OffcpuError(unreadable)
         return mounted
     target = TRACEFS_MOUNT_POINTS[0]
     how = f"mount -t tracefs nodev {target}"
@@ -91,12 +94,23 @@ def ensure_tracefs() -> Path:
     return target
 
 
+def tracefs_unreadable(tracefs: Path) -> str | None:
+    """Why this user cannot list tracefs's tracepoints (perf reads their ids there), or None."""
+    if os.access(tracefs / "events", os.R_OK | os.X_OK):
+        return None
+    return (f"{tracefs} is not readable by this user, and perf reads the tracepoints' ids there: run offcpu as "
+            f"root (sudo), or make it readable with 'chmod a+rx {tracefs}' (or mount tracefs with mode=755)")
+
+
 def tracepoint_exists(tracefs: Path | None, event: str) -> bool:
-    """Whether a tracepoint like 'sched:sched_switch' exists on this kernel."""
+    """Whether a tracepoint like 'sched:sched_switch' exists on this kernel (False when tracefs cannot be read)."""
     if tracefs is None:
         return False
     system, name = event.split(":")
-    return (tracefs / "events" / system / name).is_dir()
+    try:
+        return (tracefs / "events" / system / name).is_dir()
+    except PermissionError:
+        return False
 
 
 def schedstats_state() -> str:

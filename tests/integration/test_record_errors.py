@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -45,6 +48,7 @@ def test_thread_given_as_pid(workload, tmp_path):
     (("-a", "--max-size", "0"), ["--max-size", "more than 0"]),
     (("-a", "--max-size", "0M"), ["--max-size", "more than 0"]),
     (("-a", "--call-graph", "lbr"), ["fp, dwarf"]),
+    (("-a", "--call-graph", "dwarf,1000000"), ["65528"]),
     (("-a", "--max-size", "lots"), ["512M"]),
     (("-a", "--mmap-pages", "1000"), ["power of two"]),
     (("--", "no-such-program-offcpu"), ["command not found"]),
@@ -74,7 +78,8 @@ TRACEFS = "/sys/kernel/tracing"
 def test_tracefs_not_mounted_is_mounted_for_root(tmp_path):
     # In a mount namespace of its own, so the machine's tracefs stays mounted:
     # unmount tracefs there, record, and list that namespace's mounts afterwards.
-    script = (f"umount {TRACEFS} || exit 90; grep -q ' tracefs ' /proc/self/mounts && exit 91; "
+    script = ("for m in $(awk '$3 == \"tracefs\" {print $2}' /proc/self/mounts); do umount $m || exit 90; done; "
+              "grep -q ' tracefs ' /proc/self/mounts && exit 91; "
               '"$@"; status=$?; echo "mounts after:"; grep " tracefs " /proc/self/mounts; exit $status')
     result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
                              str(OFFCPU), "record", "-a", "-d", "0.5", "-o", str(tmp_path / "cap")],
@@ -84,6 +89,41 @@ def test_tracefs_not_mounted_is_mounted_for_root(tmp_path):
     mounts = result.stdout.split("mounts after:\n")[1].splitlines()
     assert [line.split()[1:3] for line in mounts] == [[TRACEFS, "tracefs"]]
     assert f" {TRACEFS} tracefs " in Path("/proc/mounts").read_text()  # never unmounted out here
+
+
+def as_nobody(*args: str, capabilities: str = "") -> subprocess.CompletedProcess[str]:
+    """offcpu run by user nobody, with `capabilities` (e.g. "+perfmon") kept."""
+    caps = [f"--inh-caps={capabilities}", f"--ambient-caps={capabilities}"] if capabilities else []
+    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *caps, str(OFFCPU), *args],
+                          capture_output=True, text=True, timeout=120, cwd="/")
+
+
+@pytest.fixture
+def open_directory():
+    """A directory anybody may write to."""
+    path = Path(tempfile.mkdtemp(prefix="offcpu-open-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_doctor_as_a_user_who_cannot_record(open_directory):
+    result = as_nobody("doctor", "--json")
+    assert result.returncode == 1, result.stderr
+    checks = {check["name"]: check for check in json.loads(result.stdout)["checks"]}
+    assert checks["permissions"]["status"] == "fail"
+    if os.stat(TRACEFS).st_mode & 0o005 != 0o005:  # as on Debian: tracefs is root's alone
+        assert checks["tracefs"]["status"] == "fail" and "not readable" in checks["tracefs"]["detail"]
+
+
+def test_record_with_cap_perfmon_but_an_unreadable_tracefs(open_directory):
+    capture = open_directory / "cap"
+    result = as_nobody("record", "-a", "-d", "0.5", "-o", str(capture), capabilities="+perfmon")
+    if os.stat(TRACEFS).st_mode & 0o005 == 0o005:  # tracefs open to all: recording works
+        assert result.returncode == 0, result.stderr
+        return
+    assert_one_line_error(result, f"{TRACEFS} is not readable", "sudo")
+    assert not capture.exists()
 
 
 @pytest.fixture
