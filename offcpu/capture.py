@@ -52,7 +52,7 @@ class CaptureInfo:
     events_skipped: list[dict]  # {"name", "why"}
     duration_requested_s: float
     schedstats: str  # as it was while recording: "absent", "off" or "on"
-    limits: dict | None  # offcpu.limits.LimitsSnapshot.to_json() at the start
+    limits: dict | None  # offcpu.limits.LimitsSnapshot.to_json() at the start (None for a command: not started yet)
     window_start_ns: int = 0  # CLOCK_MONOTONIC, the clock perf.data's timestamps use
     window_end_ns: int = 0
     started_at: str = ""  # wall clock, ISO 8601
@@ -67,6 +67,9 @@ class CaptureInfo:
     # (state as in /proc/PID/stat): threads that block throughout have no events.
     # Empty for -a (and in captures made before this field).
     threads_at_start: dict[str, list] = field(default_factory=dict)
+    # The snapshot nearest the limits, of those taken each second while recording
+    # (a thread-per-request server grows); None for -a or when none could be taken.
+    limits_peak: dict | None = None
     samples: int = 0
     switch_records: int = 0
     lost_events: int = 0

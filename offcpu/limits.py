@@ -40,6 +40,9 @@ class LimitsSnapshot:
     threads: int
     limits: tuple[Limit, ...]
 
+    def highest_share(self) -> float:
+        return max((limit.share for limit in self.limits if limit.share is not None), default=0.0)
+
     def to_json(self) -> dict:
         return {
             "pid": self.pid,

@@ -17,13 +17,14 @@ import subprocess
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 from offcpu.errors import OffcpuError
 
 CONTROL_PLACEHOLDER = "{control}"  # in argv, becomes perf's --control=fd:CTL,ACK
 READY_LINE = "Events disabled"
 START_TIMEOUT_S = 60.0  # perf opens one event per thread and CPU: slow for big processes
-ACK_TIMEOUT_S = 5.0
+ACK_TIMEOUT_S = 20.0  # perf answers between reads of its ring buffers: slow on a saturated machine
 FINISH_TIMEOUT_S = 30.0  # for perf to finish its file on its own once its command has exited
 STOP_TIMEOUTS_S = ((signal.SIGINT, 30.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
 PR_SET_PDEATHSIG = 1
@@ -45,8 +46,9 @@ def _end_with_parent(parent: int) -> None:
 
 
 class PerfProcess:
-    def __init__(self, argv: list[str]) -> None:
-        """Start perf; `argv` must carry the CONTROL_PLACEHOLDER, replaced by the pipes."""
+    def __init__(self, argv: list[str], command_stdin: bool = False) -> None:
+        """Start perf; `argv` must carry the CONTROL_PLACEHOLDER, replaced by the pipes.
+        With `command_stdin`, perf and the command it runs read offcpu's stdin."""
         control_read, self._control = os.pipe()
         self._ack, ack_write = os.pipe()
         argv = [arg.replace(CONTROL_PLACEHOLDER, f"fd:{control_read},{ack_write}") for arg in argv]
@@ -62,7 +64,7 @@ class PerfProcess:
             # pipe's hangup would otherwise make perf (6.1) fail its main loop
             # ("pollfd index mismatch") and exit without finishing perf.data.
             self._process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stderr=self._errors,
+                argv, stdin=None if command_stdin else subprocess.DEVNULL, stderr=self._errors,
                 pass_fds=(control_read, ack_write, self._control), start_new_session=True,
                 preexec_fn=lambda: _end_with_parent(parent),
             )
@@ -123,17 +125,31 @@ class PerfProcess:
         if not self._ready.wait(START_TIMEOUT_S) and not self.exited():
             raise OffcpuError(f"perf did not start within {START_TIMEOUT_S:.0f} s")
 
-    def command(self, word: str) -> int:
-        """Send 'enable' or 'disable'; CLOCK_MONOTONIC ns when perf acknowledged it."""
-        sent = time.monotonic_ns()
+    def wait_for_command(self) -> int | None:
+        """Block until perf's command has started (perf forks, then execs it once its
+        events are open, and they switch on at that exec); its pid, None if perf died."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        perf_binary = _executable(self.pid)
+        while not self.exited():
+            child = _child_of(self.pid)
+            if child is not None and _executable(child) not in (perf_binary, None):
+                return child
+            if time.monotonic() > deadline:
+                raise OffcpuError(f"perf did not start the command within {START_TIMEOUT_S:.0f} s")
+            time.sleep(STDERR_POLL_S)
+        return None
+
+    def command(self, word: str) -> int | None:
+        """Send 'enable' or 'disable'; CLOCK_MONOTONIC ns when perf acknowledged it
+        (perf switches its events, then answers), None when it did not answer."""
         try:
             os.write(self._control, f"{word}\n".encode())
         except BrokenPipeError:
-            return sent  # perf has exited: nothing left to switch
+            return None  # perf has exited: nothing left to switch
         readable, _, _ = select.select([self._ack], [], [], ACK_TIMEOUT_S)
-        if readable:
-            os.read(self._ack, 64)
-        return sent if word == "enable" else time.monotonic_ns()
+        if not readable or not os.read(self._ack, 64):
+            return None
+        return time.monotonic_ns()
 
     def stop(self, let_finish: bool = False) -> None:
         """End perf, escalating; it never outlives this call. With `let_finish`
@@ -161,3 +177,19 @@ class PerfProcess:
             self._errors.close()
         for fd in (self._control, self._ack):
             os.close(fd)
+
+
+def _child_of(pid: int) -> int | None:
+    """The only child of `pid` (perf's command)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+def _executable(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None

@@ -27,11 +27,12 @@ from offcpu import limits, system
 from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, is_capture, own_files, save
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH, EventPlan, plan_events
-from offcpu.perf_process import CONTROL_PLACEHOLDER, PerfProcess
-from offcpu.perf_script import EventReader, parse_stack, script_argv
+from offcpu.perf_process import ACK_TIMEOUT_S, CONTROL_PLACEHOLDER, PerfProcess
+from offcpu.perf_script import EventReader, parse_stack, script_argv, time_ns
 from offcpu.stacks import looks_truncated
 
 TICK_S = 0.1
+LIMITS_EVERY_S = 1.0  # how often the target's threads and maps are held against its limits
 MIN_FREE_BYTES = 32 << 20
 STACKS_TO_JUDGE = 2000  # switch-out stacks read to judge whether user stacks are truncated
 CAPTURED_LINE = "Captured and wrote"  # perf record's last line, once perf.data is complete
@@ -83,7 +84,7 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
                     duration_requested_s=request.duration_s, schedstats=schedstats,
                     limits=_limits_of(request.target.pid),
                 )
-                perf_process = PerfProcess(argv)
+                perf_process = PerfProcess(argv, command_stdin=request.target.kind == "command")
                 try:
                     _run(perf_process, request, info, on_tick, interrupts)
                 finally:
@@ -108,9 +109,16 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
 def perf_record_argv(perf: str, request: RecordRequest, plan: EventPlan) -> list[str]:
     argv = [
         perf, "record", "-o", str(request.output / PERF_DATA), "--max-size", request.max_size,
-        "--call-graph", request.call_graph, "-k", "CLOCK_MONOTONIC",
-        "-D", "-1", f"--control={CONTROL_PLACEHOLDER}", *plan.perf_args(),
+        "--call-graph", request.call_graph, "-k", "CLOCK_MONOTONIC", f"--control={CONTROL_PLACEHOLDER}",
+        *plan.perf_args(),
     ]
+    # Events start off and offcpu switches them on, except for a command: perf runs
+    # it once its events are open and they switch on as it execs, so that none of
+    # its threads is created, and no short command ends, before the recording.
+    # (Running the command through a program that waits for a word and then execs
+    # it would do too, but perf 6.1 cannot unwind dwarf stacks after a second exec.)
+    if request.target.kind != "command":
+        argv += ["-D", "-1"]
     if request.mmap_pages:
         argv += ["--mmap-pages", request.mmap_pages]
     # Switch records give the moment each thread comes back on CPU: a task-bound
@@ -133,17 +141,18 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
          on_tick: Callable[[float], None], interrupts: _Interrupts) -> None:
     """Enable, wait for the end, disable; fills in the window, the threads at
     the start and how it ended."""
-    perf_process.wait_until_ready()
-    if perf_process.exited():
-        raise _perf_failure(perf_process.stderr, request)
-    info.window_start_ns = perf_process.command("enable")
+    if request.target.kind == "command":
+        command_pid = perf_process.wait_for_command()
+        if command_pid is None:
+            raise _perf_failure(perf_process.stderr, request)
+        info.target = replace(request.target, pid=command_pid)
+        info.window_start_ns = time.monotonic_ns()  # after the exec: made exact from perf.data later
+    else:
+        info.window_start_ns = _enable(perf_process, request)
     info.started_at = _now()
     try:
-        if request.target.kind == "command":
-            info.target = replace(request.target, pid=_child_of(perf_process.pid))
         info.threads_at_start = _threads_at_start(info.target)
-        watched_pid = info.target.pid if request.target.kind != "all" else None
-        info.ended_by = _wait_for_end(perf_process, request.duration_s, watched_pid, on_tick)
+        info.ended_by = _wait_for_end(perf_process, request.duration_s, info, on_tick)
     except Terminated as terminated:
         info.ended_by = terminated.signal_name
     except KeyboardInterrupt:
@@ -151,15 +160,30 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
     finally:
         interrupts.hold()  # the recording is over: nothing may cut its end short
         noticed_ns = time.monotonic_ns()
-        disabled_ns = perf_process.command("disable")
+        # perf stops reading its control pipe once its target is gone: no answer would come.
+        gone = info.ended_by in ("target exited", "perf exited")
+        disabled_ns = None if gone else perf_process.command("disable")
         info.ended_at = _now()
-    # perf stops reading its control pipe once its target is gone, so a late
-    # acknowledgement would stretch the window past the last event.
-    info.window_end_ns = noticed_ns if info.ended_by in ("target exited", "perf exited") else disabled_ns
+    # Without perf's answer the events may have run on: the window ends where offcpu
+    # decided to stop, and the engine leaves out whatever came after it.
+    info.window_end_ns = disabled_ns or noticed_ns
     info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
+    if any("size limit reached" in line for line in perf_process.stderr):
+        info.ended_by = "max size"  # perf stopped, and ended its command
     info.target_exited = info.ended_by == "target exited"
-    if info.ended_by == "perf exited" and any("size limit reached" in line for line in perf_process.stderr):
-        info.ended_by = "max size"
+
+
+def _enable(perf_process: PerfProcess, request: RecordRequest) -> int:
+    """Switch perf's events on; when they were."""
+    perf_process.wait_until_ready()
+    if perf_process.exited():
+        raise _perf_failure(perf_process.stderr, request)
+    enabled_ns = perf_process.command("enable")
+    if enabled_ns is None:
+        raise _perf_failure(perf_process.stderr, request) if perf_process.exited() else OffcpuError(
+            f"perf did not switch its events on within {ACK_TIMEOUT_S:.0f} s: the machine is too busy for it "
+            "to answer; record again when it is less loaded")
+    return enabled_ns
 
 
 def _command_exit_status(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo) -> int | None:
@@ -181,19 +205,36 @@ def _threads_at_start(target: Target) -> dict[str, list]:
     return limits.thread_states(target.pid)
 
 
-def _wait_for_end(perf_process: PerfProcess, duration_s: float, watched_pid: int | None,
+def _wait_for_end(perf_process: PerfProcess, duration_s: float, info: CaptureInfo,
                   on_tick: Callable[[float], None]) -> str:
+    """Until the duration ends, the target exits or perf does; meanwhile keeps in
+    info.limits_peak the target's snapshot nearest its limits (threads come and go)."""
+    target = info.target
+    watched = target.tid if target.kind == "tid" else target.pid if target.kind != "all" else None
     start = time.monotonic()
+    next_limits = start
     while True:
         elapsed = time.monotonic() - start
         on_tick(min(elapsed, duration_s))
-        if watched_pid is not None and not limits.process_exists(watched_pid):
+        if watched is not None and not limits.process_exists(watched):
             return "target exited"
         if perf_process.exited():
             return "perf exited"
         if elapsed >= duration_s:
             return "duration"
+        if target.pid is not None and time.monotonic() >= next_limits:
+            _keep_peak_limits(info, target.pid)
+            next_limits = time.monotonic() + LIMITS_EVERY_S
         time.sleep(min(TICK_S, duration_s - elapsed))
+
+
+def _keep_peak_limits(info: CaptureInfo, pid: int) -> None:
+    try:
+        now = limits.snapshot(pid)
+    except OffcpuError:
+        return  # gone or unreadable: the loop notices an exit
+    if info.limits_peak is None or now.highest_share() >= limits.LimitsSnapshot.from_json(info.limits_peak).highest_share():
+        info.limits_peak = now.to_json()
 
 
 class _Interrupts:
@@ -275,15 +316,6 @@ def _limits_of(pid: int | None) -> dict | None:
     return limits.snapshot(pid).to_json() if pid is not None else None
 
 
-def _child_of(pid: int) -> int | None:
-    """The command perf started (its only child)."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return None
-    return int(children[0]) if children else None
-
-
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -346,7 +378,13 @@ def _describe_data(perf: str, perf_data: Path, info: CaptureInfo) -> None:
     counts, info.lost_events = _event_counts(perf, perf_data)
     info.samples = counts.get("SAMPLE", 0)
     info.switch_records = counts.get("SWITCH", 0) + counts.get("SWITCH_CPU_WIDE", 0)
-    info.user_stacks_truncated = _user_stacks_truncated(perf, perf_data)
+    first_ns, exec_ns, info.user_stacks_truncated = _first_samples(perf, perf_data)
+    # A command's events went on as it was exec'd; the others' between offcpu's
+    # "enable" and perf's answer to it.
+    start_ns = exec_ns if info.target.kind == "command" and exec_ns is not None else first_ns
+    if start_ns is not None and start_ns < info.window_start_ns:
+        info.window_start_ns = start_ns
+        info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
 
 
 def _event_counts(perf: str, perf_data: Path) -> tuple[dict[str, int], int]:
@@ -368,33 +406,39 @@ def _event_counts(perf: str, perf_data: Path) -> tuple[dict[str, int], int]:
     return counts, lost
 
 
-def _user_stacks_truncated(perf: str, perf_data: Path) -> bool | None:
-    """Whether most of the first STACKS_TO_JUDGE switch-out stacks stop short
-    in user space; None when there are none or perf script fails. perf script
-    runs in its own session: on SIGINT (a Ctrl-C at the terminal reaches the
-    whole foreground group) it stops early and still exits 0, which would
-    leave the judgement to a handful of stacks."""
+def _first_samples(perf: str, perf_data: Path) -> tuple[int | None, int | None, bool | None]:
+    """The times of the first tracepoint sample and of the first exec, and whether
+    most of the first STACKS_TO_JUDGE switch-out stacks stop short in user space
+    (None when there are none or perf script fails). perf script runs in its own
+    session: on SIGINT (a Ctrl-C at the terminal reaches the whole foreground
+    group) it stops early and still exits 0, which would leave the judgement to a
+    handful of stacks."""
     try:
         process = subprocess.Popen(script_argv(perf, perf_data), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                    stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
     except OSError:
-        return None
+        return None, None, None
     assert process.stdout is not None
+    first_ns = exec_ns = None
     stacks = []
     try:
-        for _, _, _, _, name, _, chain in EventReader().events(process.stdout):
+        for _, _, _, printed_time, name, payload, chain in EventReader().events(process.stdout):
+            if first_ns is None and not name.startswith("PERF_RECORD"):
+                first_ns = time_ns(printed_time)
+            if exec_ns is None and name == "PERF_RECORD_COMM" and payload.startswith("exec"):
+                exec_ns = time_ns(printed_time)
             if chain and name.rstrip(":") == SWITCH:
                 stacks.append(parse_stack(chain).user_frames)
                 if len(stacks) >= STACKS_TO_JUDGE:
                     break
         else:
             if process.wait() != 0:
-                return None
+                return None, None, None
     finally:
         process.kill()
         process.wait()
         process.stdout.close()
-    return looks_truncated([frames for frames in stacks if frames])
+    return first_ns, exec_ns, looks_truncated([frames for frames in stacks if frames])
 
 
 def prepare_output(directory: Path, force: bool) -> bool:

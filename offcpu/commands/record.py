@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -18,8 +19,10 @@ from offcpu.errors import OffcpuError
 from offcpu.recorder import RecordRequest, prepare_output, record as record_capture
 
 MAX_DURATION_S = 600.0
+MAX_DWARF_BYTES = 65528  # perf record's largest user stack copy
 CALL_GRAPH = re.compile(r"^(fp|dwarf(,\d+)?)$")
 SIZE = re.compile(r"^(\d+)[BKMG]?$", re.IGNORECASE)
+UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._+-]")
 
 
 @click.command()
@@ -68,13 +71,13 @@ def record_into(request: RecordRequest, force: bool) -> CaptureInfo:
     created = prepare_output(request.output, force)
     try:
         info = _record_with_progress(request)
-    except (OffcpuError, KeyboardInterrupt):
+    except BaseException:
         # The recorder has removed its files unless perf left a capture, which is
         # kept; a directory made for nothing goes too, but never a non-empty one.
         if created:
             _remove_if_empty(request.output)
         raise
-    _print_summary(info, request.output)
+    _print_summary(info, request)
     return info
 
 
@@ -120,16 +123,23 @@ def check_bounds(duration: float, no_limit: bool, max_size: str, call_graph: str
         raise click.BadParameter("give a size such as 512M or 2G", param_hint="--max-size")
     if int(size[1]) == 0:
         raise click.BadParameter("must be more than 0; give a size such as 512M or 2G", param_hint="--max-size")
-    if not CALL_GRAPH.match(call_graph):
+    shape = CALL_GRAPH.match(call_graph)
+    if not shape:
         raise click.BadParameter("give fp, dwarf or dwarf,BYTES (for example dwarf,16384)", param_hint="--call-graph")
+    if shape[2] and not 0 < int(shape[2][1:]) <= MAX_DWARF_BYTES:
+        raise click.BadParameter(f"perf copies 1 to {MAX_DWARF_BYTES} bytes of stack (default 8192); give for "
+                                 "example dwarf,16384", param_hint="--call-graph")
     if mmap_pages is not None and not (mmap_pages.isdigit() and int(mmap_pages) & (int(mmap_pages) - 1) == 0):
         raise click.BadParameter("give a power of two, for example 1024", param_hint="--mmap-pages")
 
 
 def default_output(target: Target) -> Path:
+    """offcpu-COMM-PID-TIME; a thread may name itself anything, so only the
+    characters that keep it one plain word of a path are kept."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     pid = f"-{target.pid}" if target.pid is not None else ""
-    return Path(f"offcpu-{target.comm}{pid}-{stamp}")
+    comm = UNSAFE_IN_NAME.sub("_", target.comm)
+    return Path(f"offcpu-{comm}{pid}-{stamp}")
 
 
 def _record_with_progress(request: RecordRequest) -> CaptureInfo:
@@ -147,24 +157,37 @@ def _record_with_progress(request: RecordRequest) -> CaptureInfo:
         return record_capture(request, on_tick=show)
 
 
-def _print_summary(info: CaptureInfo, output: Path) -> None:
+def _print_summary(info: CaptureInfo, request: RecordRequest) -> None:
+    """One line (what was recorded, where, what to run next), then a note for each thing to know."""
     console = Console(stderr=True, highlight=False, soft_wrap=True)
-    size_mb = info.perf_data_bytes / 1e6
     ended = "" if info.ended_by == "duration" else f", ended by {info.ended_by}"
+    where = shlex.quote(str(request.output))
     console.print(
-        f"Recorded {info.target.describe()} for {info.duration_actual_s:.1f} s{ended}: "
-        f"{info.samples:,} events and {info.switch_records:,} switch records, {size_mb:.1f} MB, "
-        f"{info.lost_events:,} lost, in {output}/"
-    )
+        f"Recorded {info.target.describe()} for {info.duration_actual_s:.1f} s{ended}: {info.samples:,} events "
+        f"(+{info.switch_records:,} switch records), {info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, "
+        f"in {where}/. Next: offcpu report text {where} (or report svg, html, json, folded)")
+    for note in _notes(info, request):
+        console.print(f"  note: {note}")
+
+
+def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
+    notes = []
     if info.command_exit_status:
-        console.print(f"  The command exited with status {info.command_exit_status}"
-                      + (f" (killed by signal {-info.command_exit_status})." if info.command_exit_status < 0 else "."))
+        status = info.command_exit_status
+        notes.append(f"the command exited with status {status}"
+                     + (f" (killed by signal {-status})" if status < 0 else ""))
+    if info.samples == 0:
+        notes.append("perf recorded no scheduler event of the target: it neither ran nor woke anyone during the "
+                     "recording (idle, stopped or deadlocked?), so there is nothing to report")
     if info.lost_events:
         share = info.lost_events / (info.samples + info.switch_records + info.lost_events)
-        console.print(f"  perf lost {info.lost_events:,} events ({share:.1%}), so some waits are missing or cut "
-                      "short: record again with a bigger ring buffer, for example --mmap-pages 1024, or a "
-                      "shorter --duration.")
+        notes.append(f"perf lost {info.lost_events:,} events ({share:.1%}), so some waits are missing or cut short: "
+                     "record again with a bigger ring buffer, for example --mmap-pages 1024, or a shorter --duration")
     if info.user_stacks_truncated:
-        console.print("  User stacks stop short of the thread's start (a library without frame pointers, "
-                      "usually libc): record with --call-graph dwarf to see the callers.")
-    console.print(f"Next: offcpu report text {output}   (or: report svg, json, folded)")
+        fix = ("give perf a bigger stack copy, for example --call-graph dwarf,32768" if request.call_graph.startswith("dwarf")
+               else "record with --call-graph dwarf to see the callers")
+        notes.append(f"user stacks stop short of the thread's start (a library without frame pointers, usually "
+                     f"libc): {fix}")
+    if request.enable_schedstats and info.schedstats == "absent":
+        notes.append("--enable-schedstats had nothing to turn on: this kernel is built without CONFIG_SCHEDSTATS")
+    return notes

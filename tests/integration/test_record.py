@@ -8,11 +8,14 @@ import pty
 import signal
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from offcpu.capture import Target
+from offcpu.commands.record import default_output
 from tests.conftest import OFFCPU, assert_one_line_error, example, run_offcpu
 from tests.perf_data import event_counts, lost_events, script_events
 
@@ -113,6 +116,64 @@ def test_lost_events_are_counted_as_events_not_as_records(tmp_path):
     assert f"perf lost {info['lost_events']:,} events" in result.stderr and "--mmap-pages" in result.stderr
 
 
+def test_record_command_starts_it_once_the_events_are_on(tmp_path):
+    # Given a command that starts its 16 threads in its first millisecond
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", "-d", "5", "-o", str(capture), "--", str(example("mmap_contention")),
+                        "-t", "16", "-s", "0.5")
+    assert result.returncode == 0, result.stderr
+    # Then every thread of it was recorded from its creation: perf saw 16 forks by the program
+    info = load(capture)
+    events = script_events(capture / "perf.data")
+    forks = [time_ns for _, time_ns, event in events if event == "sched:sched_process_fork"]
+    assert len(forks) >= 16 and min(forks) >= info["window_start_ns"]
+    assert len({tid for tid, _, _ in events}) >= 17
+
+
+def test_record_command_reads_offcpus_stdin(tmp_path):
+    capture = tmp_path / "cap"
+    done = subprocess.run([str(OFFCPU), "record", "-d", "5", "-o", str(capture), "--", "cat"], input="through\n",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "through\n"
+    assert load(capture)["command_exit_status"] == 0
+
+
+def test_max_size_ends_a_command_recording_as_max_size(tmp_path):
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", "-d", "20", "--max-size", "1M", "-o", str(capture), "--",
+                        str(example("futex_contention")), "-t", "4", "-s", "10")
+    assert result.returncode == 0, result.stderr
+    info = load(capture)
+    assert info["ended_by"] == "max size" and info["target_exited"] is False
+    assert info["command_exit_status"] is None and "exited with status" not in result.stderr
+
+
+def test_a_thread_that_exits_ends_a_tid_recording(tmp_path):
+    # Given a process whose second thread ends after a second while the process lives on
+    program = subprocess.Popen([sys.executable, "-c", THREAD_THAT_ENDS], stdout=subprocess.PIPE, text=True)
+    try:
+        thread = int(program.stdout.readline())
+        capture = tmp_path / "cap"
+        result = run_offcpu("record", "--tid", str(thread), "-d", "20", "-o", str(capture))
+        assert result.returncode == 0, result.stderr
+        info = load(capture)
+        assert info["ended_by"] == "target exited" and info["target_exited"] is True
+        assert info["duration_actual_s"] < 10 and program.poll() is None
+    finally:
+        program.kill()
+        program.wait()
+
+
+THREAD_THAT_ENDS = """
+import threading, time
+thread = threading.Thread(target=time.sleep, args=(1.5,))
+thread.start()
+print(thread.native_id, flush=True)
+time.sleep(60)
+"""
+
+
 def test_record_command_ends_at_the_duration(tmp_path):
     capture = tmp_path / "cap"
     result = run_offcpu("record", "-d", "1", "-o", str(capture), "--", str(example("idle_pool")), "-s", "30")
@@ -171,6 +232,11 @@ def test_existing_capture_is_kept_without_force(workload, tmp_path):
     assert load(capture) == first
     replaced = run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(capture), "--force")
     assert replaced.returncode == 0 and load(capture)["window_start_ns"] > first["window_start_ns"]
+
+
+def test_default_output_name_is_one_plain_word():
+    named = default_output(Target("pid", "kworker/R-rcu gp", pid=4))
+    assert named.parent == Path(".") and named.name.startswith("offcpu-kworker_R-rcu_gp-4-")
 
 
 def test_default_output_name(workload, tmp_path):
