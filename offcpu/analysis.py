@@ -54,6 +54,9 @@ def build(directory: Path, window_s: tuple[float, float] | None = None,
     window = _window_ns(info, window_s)
     perf = system.require_perf()
     _check_readable(perf, perf_data, info)
+    if info.samples == 0 and not info.threads_at_start:
+        raise OffcpuError(f"{perf_data} holds no scheduler event, and no thread of the target was seen when it "
+                          "began: nothing ran during the recording; record again while the target is busy")
     model = build_model(perf, perf_data, info, window, on_progress)
     model.perf_data = identity
     if window_s is None:

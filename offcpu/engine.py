@@ -29,15 +29,15 @@ from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, UNKNOWN_STATE, M
 from offcpu.perf_script import EventReader, Stack, parse_stack, script_output
 from offcpu.perf_script import time_ns as to_ns
 
-FORK_FIELDS = re.compile(r"comm=(.*) pid=(\d+) child_comm=(.*) child_pid=(\d+)")
-NEWTASK_FIELDS = re.compile(r"pid=(\d+) comm=(.*) clone_flags=")
-EXIT_FIELDS = re.compile(r"comm=(.*) pid=(\d+) prio=")
+# perf's own task records, "(pid:tid):(ppid:ptid)": the thread created or exiting, and its parent.
+TASK_FIELDS = re.compile(r"\((-?\d+):(-?\d+)\)")
 # Event names as perf script prints them: tracepoints with a trailing colon.
 SWITCH = "sched:sched_switch:"
 WAKING_EVENTS = ("sched:sched_waking:", "sched:sched_wakeup:")
-FORK = "sched:sched_process_fork:"
-NEW_TASK = "task:task_newtask:"
-EXIT = "sched:sched_process_exit:"
+# Threads' births and deaths come from perf's task records: the lifecycle
+# tracepoints miss some threads that live a few microseconds (seen on 6.18).
+FORK = "PERF_RECORD_FORK"
+EXIT = "PERF_RECORD_EXIT"
 SWITCH_RECORDS = ("PERF_RECORD_SWITCH", "PERF_RECORD_SWITCH_CPU_WIDE")
 DEAD_STATES = ("X", "Z")
 INTERRUPT_FRAMES = ("asm_sysvec_", "asm_common_interrupt", "handle_softirqs", "__irq_exit_rcu", "irq_exit")
@@ -126,7 +126,7 @@ class Tally:
         thread.offcpu_us += offcpu
         thread.blocked_us += blocked
         thread.runqueue_us += runqueue
-        if not still_waiting and (wait.state == PREEMPTED or wait.woken_ns is not None):
+        if not still_waiting and wait.woken_ns is not None:  # from the wakeup to running again
             self.runqueue_delays_us[runqueue] += 1
         self.clipped += clipped
 
@@ -211,18 +211,14 @@ class SliceBuilder:
                 self._switch(comm, pid, tid, time_ns, payload, chain)
             elif event in WAKING_EVENTS:
                 self._waking(comm, pid, tid, time_ns, payload, chain)
-            elif event == FORK:
-                match = FORK_FIELDS.match(payload)
-                if match:
-                    self._created(int(match[4]), time_ns, pid, match[3])
-            elif event == NEW_TASK:
-                match = NEWTASK_FIELDS.match(payload)
-                if match:
-                    self._created(int(match[1]), time_ns, pid, match[2])
-            elif event == EXIT:
-                match = EXIT_FIELDS.match(payload)
-                if match:
-                    self._exited(int(match[2]), time_ns, pid, match[1])
+            elif event == FORK or event == EXIT:
+                match = TASK_FIELDS.match(payload)
+                if match is None:
+                    self.reader.skipped_lines += 1
+                elif event == FORK:
+                    self._created(int(match[2]), time_ns, int(match[1]), comm)
+                else:
+                    self._exited(int(match[2]), time_ns, int(match[1]), comm)
         return self._finish()
 
     def _switch(self, comm: str, pid: int, tid: int, time_ns: int, payload: str, chain: str) -> None:
@@ -308,8 +304,8 @@ class SliceBuilder:
         self.waiting[tid] = Wait(time_ns, NEW_THREAD, PREEMPTED)
 
     def _exited(self, tid: int, time_ns: int, pid: int, comm: str) -> None:
-        """sched_process_exit fires on CPU in the exiting thread. Its last switch-out is
-        not recorded for a task-bound recording, so its time on CPU ends here."""
+        """perf writes its exit record on CPU, in the exiting thread. Its last switch-out
+        is not recorded for a task-bound recording, so its time on CPU ends here."""
         thread = self.totals.thread(tid, pid, comm)
         thread.exited_ns = time_ns
         if tid in self.running:
@@ -390,6 +386,11 @@ def _add_quiet_threads(totals: Tally, at_start: dict[int, tuple[str, str]], seen
             totals.add_wait(tid, Wait(window_start_ns, BEFORE_WINDOW, state), window_end_ns, clipped=True)
 
 
+def threads_at_start(info: CaptureInfo) -> dict[int, tuple[str, str]]:
+    """The target's threads when recording began: tid -> (comm, state)."""
+    return {int(tid): (comm, state) for tid, (comm, state) in info.threads_at_start.items()}
+
+
 def time_slices(start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
     """`count` consecutive slices; perf's --time bounds are inclusive, so none share a nanosecond."""
     bounds = [start_ns + (end_ns - start_ns) * index // count for index in range(count + 1)]
@@ -410,35 +411,41 @@ def build_model(perf: str, perf_data: Path, info: CaptureInfo, window: tuple[int
             results[futures[future]] = future.result()
             if on_progress:
                 on_progress(len(results), len(slices))
-    at_start = {int(tid): (comm, state) for tid, (comm, state) in info.threads_at_start.items()}
-    totals, skipped = merge([results[index] for index in range(len(slices))], start_ns, end_ns, at_start)
+    totals, skipped = merge([results[index] for index in range(len(slices))], start_ns, end_ns,
+                            threads_at_start(info))
     return _to_model(totals, info, start_ns, end_ns, skipped)
 
 
 def _to_model(totals: Tally, info: CaptureInfo, start_ns: int, end_ns: int, skipped: int) -> Model:
-    """Number the distinct stacks and wakers; parse each stack once."""
-    stack_ids: dict[str, int] = {}
+    """Number the distinct stacks and wakers; parse each call chain once. Chains that
+    differ only in addresses (other call sites in the same functions) are one stack."""
+    chain_ids: dict[str, int] = {}
+    stack_ids: dict[Stack, int] = {}
     stacks: list[Stack] = []
-    waker_ids: dict[WakerKey, int] = {}
+    waker_ids: dict[Waker, int] = {}
     wakers: list[Waker] = []
 
     def stack_id(chain: str) -> int:
-        if chain not in stack_ids:
-            stack_ids[chain] = len(stacks)
-            stacks.append(Stack((chain,), 0) if chain in SYNTHETIC_STACKS else parse_stack(chain))
-        return stack_ids[chain]
+        if chain not in chain_ids:
+            stack = Stack((chain,), 0) if chain in SYNTHETIC_STACKS else parse_stack(chain)
+            chain_ids[chain] = stack_ids.setdefault(stack, len(stack_ids))
+            if chain_ids[chain] == len(stacks):
+                stacks.append(stack)
+        return chain_ids[chain]
 
     def waker_id(key: WakerKey | None) -> int | None:
         if key is None:
             return None
-        if key not in waker_ids:
-            kind, pid, tid, comm, chain = key
-            waker_ids[key] = len(wakers)
-            wakers.append(Waker(kind, pid, tid, comm, stack_id(chain)))
-        return waker_ids[key]
+        kind, pid, tid, comm, chain = key
+        return waker_ids.setdefault(Waker(kind, pid, tid, comm, stack_id(chain)), len(waker_ids))
 
-    rows = [Row(tid, stack_id(chain), state, waker_id(waker), *values)
-            for (tid, chain, state, waker), values in totals.rows.items()]
+    merged: dict[tuple[int, int, str, int | None], list[int]] = {}
+    for (tid, chain, state, waker), values in totals.rows.items():
+        row = merged.setdefault((tid, stack_id(chain), state, waker_id(waker)), [0, 0, 0, 0])
+        for index, value in enumerate(values):
+            row[index] += value
+    rows = [Row(*key, *values) for key, values in merged.items()]
+    wakers = list(waker_ids)  # in the order they were numbered
     threads = {tid: Thread(tid, t.pid if t.pid is not None else tid, t.comm, round(t.oncpu_ns / 1000), t.offcpu_us, t.blocked_us, t.runqueue_us,
                            t.created_ns, t.exited_ns) for tid, t in totals.threads.items()}
     return Model(info, start_ns, end_ns, stacks, wakers, rows, threads, totals.runqueue_delays_us,

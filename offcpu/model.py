@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from offcpu.capture import CaptureInfo
 from offcpu.perf_script import Stack
 
-SCHEMA = "offcpu-model/1"
+SCHEMA = "offcpu-model/2"  # a new engine reads perf.data again
 # Synthetic frames for time whose stack perf could not have recorded.
 BEFORE_WINDOW = "[off CPU since before the recording]"
 NEW_THREAD = "[new thread, waiting for its first run]"
@@ -67,7 +67,7 @@ class Model:
     wakers: list[Waker]
     rows: list[Row]
     threads: dict[int, Thread]
-    runqueue_delays_us: Counter[int]  # delay -> wakeups (and preemptions) that waited that long
+    runqueue_delays_us: Counter[int]  # delay from a wakeup to running -> wakeups that waited that long
     clipped_intervals: int = 0  # cut by the start or end of the window
     unseen_wakeups: int = 0  # blocked intervals whose wakeup was not recorded (a waker outside the target)
     skipped_lines: int = 0  # perf script lines that could not be read

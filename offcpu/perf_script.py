@@ -27,12 +27,14 @@ CHUNK = 1 << 20
 # One event: "comm  pid/tid  seconds.nanoseconds:  event: payload", then its call
 # chain, one "\t<address> <symbol>" line a frame (comm may hold spaces). Matching
 # whole events in big chunks keeps the per-event work in the regex engine.
-EVENT = re.compile(r"^ *(.*?) +(-?\d+)/(-?\d+) +(\d+\.\d{9}): +(\S+) +(.*)\n((?:\t.*\n)*)", re.MULTILINE)
+EVENT = re.compile(r"^ *(.*?) +(-?\d+)/(-?\d+) +(\d+\.\d{9}): +([^\s(]+) *(.*)\n((?:\t.*\n)*)", re.MULTILINE)
 
 # As printed, for the reader of millions of events to convert only what it uses:
 # comm, pid, tid, time ("seconds.nanoseconds", see time_ns), event as perf names it
-# ("sched:sched_switch:" with a colon for tracepoints, "PERF_RECORD_SWITCH"), payload (the tracepoint's fields, or "IN" / "OUT preempt ..."
-# for switch records), raw call chain text ("" when the event has none)
+# ("sched:sched_switch:" with a colon for tracepoints, "PERF_RECORD_SWITCH",
+# "PERF_RECORD_FORK"), payload (the tracepoint's fields; "IN" / "OUT preempt ..."
+# for switch records; "(pid:tid):(ppid:ptid)" for fork and exit records), raw call
+# chain text ("" when the event has none)
 Event = tuple[str, str, str, str, str, str, str]
 
 
@@ -54,7 +56,8 @@ class Stack:
 
 
 def script_argv(perf: str, perf_data: Path, time_slice: tuple[int, int] | None = None) -> list[str]:
-    argv = [perf, "script", "-i", str(perf_data), "-F", FIELDS, "--ns", "--no-inline", "--show-switch-events"]
+    argv = [perf, "script", "-i", str(perf_data), "-F", FIELDS, "--ns", "--no-inline", "--show-switch-events",
+            "--show-task-events"]
     if time_slice:
         argv += ["--time", f"{_seconds(time_slice[0])},{_seconds(time_slice[1])}"]
     return argv

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from offcpu.model import Model
+from offcpu.model import Model, Row
 from offcpu.stackview import StackView
 
 PERCENTILES = (50, 90, 99)
@@ -88,7 +89,7 @@ def waker_pairs(model: Model) -> list[WakerPair]:
 
 
 def runqueue_percentiles(model: Model) -> dict[int, int]:
-    """Run-queue delay (µs) at each percentile, over every wakeup and preemption seen whole."""
+    """Wakeup-to-run delay (µs) at each percentile, over every wakeup seen with the run after it."""
     delays = sorted(model.runqueue_delays_us.items())
     count = sum(n for _, n in delays)
     if not count:
@@ -126,16 +127,18 @@ class StackTotal:
     count: int
 
 
+def by_stack(rows: Iterable[Row]) -> dict[tuple[int, str], list[Row]]:
+    """Rows grouped as the stack tables show them: one stack in one state, all threads together."""
+    groups: dict[tuple[int, str], list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[(row.stack, row.state)].append(row)
+    return groups
+
+
 def top_stacks(model: Model, view: StackView, limit: int) -> list[StackTotal]:
     """The stacks (by state, over the threads the view keeps) that held the most off-CPU time."""
-    sums: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    for row in model.rows:
-        if view.keeps(model, row):
-            total = sums[(row.stack, row.state)]
-            total[0] += row.offcpu_us
-            total[1] += row.blocked_us
-            total[2] += row.runqueue_us
-            total[3] += row.count
-    ranked = sorted(sums.items(), key=lambda item: -item[1][0])[:limit]
-    return [StackTotal(model.stacks[stack].frames, model.stacks[stack].kernel_frames, state, *values)
-            for (stack, state), values in ranked]
+    totals = [StackTotal(model.stacks[stack].frames, model.stacks[stack].kernel_frames, state,
+                         sum(row.offcpu_us for row in rows), sum(row.blocked_us for row in rows),
+                         sum(row.runqueue_us for row in rows), sum(row.count for row in rows))
+              for (stack, state), rows in by_stack(row for row in model.rows if view.keeps(model, row)).items()]
+    return sorted(totals, key=lambda total: -total.offcpu_us)[:limit]

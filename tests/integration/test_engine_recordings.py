@@ -45,3 +45,23 @@ def test_a_process_that_only_sleeps_is_shown_sleeping(tmp_path):
     stack, _, microseconds = result.stdout.strip().rpartition(" ")
     assert stack == "sleep;[off CPU since before the recording]"
     assert int(microseconds) >= 450_000
+
+
+def test_threads_that_churn_add_up(example_capture):
+    # Given thread_churn, thousands of threads that live microseconds, recorded as a command
+    capture = example_capture("thread_churn")
+    data = model(capture)
+    info = data["capture"]
+    wall_us = (data["window_end_ns"] - data["window_start_ns"]) / 1000
+    threads = data["threads"]
+    # Then no thread is on and off CPU for longer than the window, and all of them
+    # together were not on CPU longer than the machine's CPUs could run them
+    for thread in threads:
+        assert thread["oncpu_us"] + thread["offcpu_us"] <= 1.02 * wall_us, thread
+    assert sum(thread["oncpu_us"] for thread in threads) <= 1.02 * info["cpus"] * wall_us
+    # and every thread the program created was seen to be created and to exit: the
+    # command started once the events were on, and ended before the recording did
+    program = [thread for thread in threads if thread["pid"] == info["target"]["pid"]]
+    created = [thread for thread in program if thread["created_ns"] is not None]
+    assert len(created) == len(program) - 1 > 1000  # all but the main thread
+    assert all(thread["exited_ns"] is not None for thread in program)

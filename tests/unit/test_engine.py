@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from offcpu.engine import SliceBuilder, _to_model, merge, time_slices
+from offcpu.engine import SliceBuilder, _to_model, merge, threads_at_start, time_slices
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED
 from tests.fixtures import capture_info, script_stream
 
@@ -17,7 +17,7 @@ def model_of(name: str, slices: int = 1):
     start, end = info.window_start_ns, info.window_end_ns
     pieces = [SliceBuilder(first, last).read(script_stream(name))
               for first, last in time_slices(start, end, slices)]
-    totals, skipped = merge(pieces, start, end, {})
+    totals, skipped = merge(pieces, start, end, threads_at_start(info))
     return _to_model(totals, info, start, end, skipped)
 
 
