@@ -5,12 +5,17 @@ function that picks the off-CPU rows it is about; `findings` runs every rule
 in RULES and ranks what they found, worst first. Adding a rule is one entry
 in RULES.
 
-Shares: `share_of_wall` is the finding's off-CPU time over the threads' wall
-time in the window (the sum over threads of on-CPU plus off-CPU time), and
-`share_of_offcpu` its share of all off-CPU time; for every rule but `idle`,
-idle time (threads waiting for work) is left out of both denominators, so a
-program that mostly waits for work does not make a small problem look small,
-and waiting for work is never itself a problem.
+What a finding counts (its `offcpu_us`) is the whole off-CPU time of its
+rows: for a wait, the time blocked until the wakeup and then the time waiting
+for a CPU (a thread that had not blocked would not have lost its CPU); summaries
+say both parts. `runqueue` counts the time threads were preempted while they
+still had work, which no other rule counts: no microsecond is in two findings.
+
+Shares: `share_of_wall` is that time over the wall time of the threads it is
+about (each one's on-CPU plus off-CPU time, and never less than one thread's
+whole window, so that one short-lived thread's wait does not look like a
+process-wide problem); `share_of_offcpu` is its share of all off-CPU time, idle
+time (threads waiting for work) left out for every rule but `idle`.
 """
 
 from __future__ import annotations
@@ -24,21 +29,25 @@ from functools import cached_property
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, Model, Row
 from offcpu.perf_script import Stack
 from offcpu.stacks import THREAD_ROOTS, UNKNOWN
-from offcpu.summaries import Lifecycle, lifecycle, runqueue_percentiles
+from offcpu.summaries import Lifecycle, by_stack, lifecycle, runqueue_percentiles
 
 # Severity from share_of_wall. On the examples (2 CPUs, 1 s): the pathologies'
 # findings carry 20-80% of their threads' time, the same programs' secondary
-# effects (preemption, madvise at thread exit) 5-15%, idle programs' stray waits < 1%.
+# effects (madvise at thread exit, a pool's queue lock) 0.2-15%, idle programs'
+# stray waits < 1%.
 CRITICAL_FROM = 0.20
 WARNING_FROM = 0.05
 REPORT_FROM = 0.01  # below this share a finding is noise and is left out (unless a rule raises its floor)
 SEVERITIES = ("info", "warning", "critical")
 EVIDENCE_STACKS = 3
 
-# A wait for work: a blocked wait on a condition variable (or a futex whose kind
-# the stack does not show) lasting this long on average, i.e. fewer than 100
-# wakeups a second per waiting thread, is not wakeup pressure but an idle worker.
+# A wait for work: a blocked wait on a condition variable lasting this long on
+# average, i.e. fewer than 100 wakeups a second per waiting thread, is not wakeup
+# pressure but an idle worker. (A futex wait whose kind the stack does not show
+# is never called idle: a lock held for 15 ms looks the same.)
 IDLE_MEAN_WAIT_US = 10_000
+# A thread asleep for this much of the window, never woken: nothing asked it to run.
+WHOLE_WINDOW = 0.99
 
 # Thread churn: this many threads created a second, living this long or less (median).
 CHURN_RATE_PER_S = 100.0
@@ -159,6 +168,14 @@ def futex_kind(stack: Stack) -> str | None:
 
 # -- what rules see and return --------------------------------------------------------
 
+def total(rows: Iterable[Row]) -> int:
+    return sum(row.offcpu_us for row in rows)
+
+
+def blocked(rows: Iterable[Row]) -> int:
+    return sum(row.blocked_us for row in rows)
+
+
 @dataclass(frozen=True)
 class Evidence:
     frames: tuple[str, ...]  # root first
@@ -196,6 +213,7 @@ class Match:
     floor: str = "info"  # lowest severity, whatever the share
     cap: str = "critical"  # highest severity
     threads: int | None = None  # counted from the rows unless given
+    remedy: str = ""  # the rule's, unless given
 
 
 class Context:
@@ -205,12 +223,10 @@ class Context:
         self.model = model
         self.frames = [frames_of(stack) for stack in model.stacks]
         self.kinds = [futex_kind(stack) for stack in model.stacks]
-        self.wall_us = sum(t.oncpu_us + t.offcpu_us for t in model.threads.values())
+        self.wall_by_tid = {tid: t.oncpu_us + t.offcpu_us for tid, t in model.threads.items()}
         self.offcpu_us = sum(t.offcpu_us for t in model.threads.values())
         self.idle_rows = [row for row in model.rows if self._idle(row)]
-        self.idle_us = sum(row.offcpu_us for row in self.idle_rows)
-        self.busy_wall_us = self.wall_us - self.idle_us
-        self.busy_offcpu_us = self.offcpu_us - self.idle_us
+        self.idle_us = total(self.idle_rows)
 
     @cached_property
     def lifecycle(self) -> Lifecycle:
@@ -233,18 +249,21 @@ class Context:
     def _idle(self, row: Row) -> bool:
         if row.state == PREEMPTED:
             return False
+        if self.model.stacks[row.stack].frames == (BEFORE_WINDOW,):  # asleep (S) all window, never woken
+            return row.state == "S" and row.waker is None and row.blocked_us >= WHOLE_WINDOW * self.model.wall_us
         if IDLE_FRAMES.intersection(self.frames[row.stack]):
             return True
-        return (self.kinds[row.stack] in ("condition", "unknown")
-                and self._mean_wait_us[row.stack] >= IDLE_MEAN_WAIT_US)
+        return self.kinds[row.stack] == "condition" and self._mean_wait_us[row.stack] >= IDLE_MEAN_WAIT_US
 
-    def rows(self, keep: Callable[[Row], bool]) -> list[Row]:
-        """The rows `keep` keeps, idle rows never."""
+    def waits(self, keep: Callable[[Row], bool]) -> list[Row]:
+        """The waits (not preemptions, not waits for work) that `keep` keeps."""
         idle = {id(row) for row in self.idle_rows}
-        return [row for row in self.model.rows if id(row) not in idle and keep(row)]
+        return [row for row in self.model.rows if row.state != PREEMPTED and id(row) not in idle and keep(row)]
 
-    def share(self, us: int) -> float:
-        return us / self.busy_wall_us if self.busy_wall_us > 0 else 0.0
+    def share_of_wall(self, us: int, rows: list[Row]) -> float:
+        """`us` over the wall time of the threads of `rows`, at least one whole window."""
+        wall = max(sum(self.wall_by_tid[tid] for tid in {row.tid for row in rows}), self.model.wall_us)
+        return us / wall if wall > 0 else 0.0
 
     def truncated(self) -> bool:
         return bool(self.model.capture.user_stacks_truncated)
@@ -262,21 +281,30 @@ def pct(share: float) -> str:
     return f"{share:.0%}" if share >= 0.01 else f"{share:.1%}"
 
 
-def total(rows: Iterable[Row]) -> int:
-    return sum(row.offcpu_us for row in rows)
-
-
-def count(rows: Iterable[Row]) -> int:
-    return sum(row.count for row in rows)
-
-
 def tids(rows: Iterable[Row]) -> int:
     return len({row.tid for row in rows})
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 thread', '2,048 threads'."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def threads_text(rows: Iterable[Row]) -> str:
-    n = tids(rows)
-    return f"{n} thread" if n == 1 else f"{n} threads"
+    return counted(tids(rows), "thread")
+
+
+def spent_text(rows: list[Row], ctx: Context) -> str:
+    """'spent 5.7 s (64% of their time; 2.1 s until woken, 3.6 s more waiting for a CPU)'."""
+    us = total(rows)
+    woken = blocked(rows)
+    split = f"; {us_text(woken)} until woken, {us_text(us - woken)} more waiting for a CPU" if us - woken else ""
+    return f"spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of their time{split})"
+
+
+def times_text(rows: Iterable[Row]) -> str:
+    n = sum(row.count for row in rows)
+    return "once" if n == 1 else f"{n:,} times"
 
 
 # -- the rules ------------------------------------------------------------------------
@@ -288,13 +316,11 @@ def detect_mmap_lock(ctx: Context) -> Match | None:
         return (slow is not None and any(frame in MM_ENTRIES for frame in frames[slow + 1:])) or \
             bool(VMA_LOCK.intersection(frames))
 
-    rows = ctx.rows(keep)
+    rows = ctx.waits(keep)
     if not rows:
         return None
-    us = total(rows)
-    return Match(rows, f"{threads_text(rows)} spent {us_text(us)} ({pct(ctx.share(us))} of the threads' time) waiting "
-                       f"{count(rows)} times for the process's memory-map lock (mmap_lock), which mmap, munmap, "
-                       f"mprotect, madvise and page faults all take.")
+    return Match(rows, f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for the process's "
+                       f"memory-map lock (mmap_lock), which mmap, munmap, mprotect, madvise and page faults all take.")
 
 
 def stack_cache_rows(ctx: Context) -> tuple[list[Row], list[Row]]:
@@ -304,7 +330,7 @@ def stack_cache_rows(ctx: Context) -> tuple[list[Row], list[Row]]:
         frames = ctx.frames[row.stack]
         return [f for f in frames[frames.index(PRIVATE_LOCK_WAIT) + 1:] if f not in (UNKNOWN, "start_thread")]
 
-    private = ctx.rows(lambda row: ctx.kinds[row.stack] == "private")
+    private = ctx.waits(lambda row: ctx.kinds[row.stack] == "private")
     seen = [row for row in private if STACK_CACHE_CALLERS.intersection(callers(row))]
     guessed = [row for row in private if not callers(row)] if ctx.churning else []
     return seen, guessed
@@ -315,16 +341,15 @@ def detect_stack_cache_lock(ctx: Context) -> Match | None:
     rows = seen + guessed
     if not rows:
         return None
-    us = total(rows)
-    summary = (f"{threads_text(rows)} spent {us_text(us)} ({pct(ctx.share(us))} of the threads' time) waiting "
-               f"{count(rows)} times for glibc's stack cache lock, which every thread creation and exit takes.")
-    if total(guessed) * 2 > us:
+    summary = (f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for glibc's stack cache "
+               f"lock, which every thread creation and exit takes.")
+    if total(guessed) * 2 > total(rows):
         life = ctx.lifecycle
         return Match(rows, summary.replace("for glibc's stack cache lock", "for a glibc-internal lock, most "
                                            "likely its stack cache lock"),
                      confidence="low",
                      confidence_reason=f"the stacks stop at __lll_lock_wait_private (user stacks truncated); with "
-                                       f"{life.created_per_s:.0f} threads created a second it is most likely the "
+                                       f"{life.created_per_s:,.0f} threads created a second it is most likely the "
                                        f"stack cache lock: {DWARF_HINT}")
     return Match(rows, summary)
 
@@ -334,57 +359,66 @@ def detect_thread_churn(ctx: Context) -> Match | None:
         return None
     life = ctx.lifecycle
     lock = {id(row) for part in stack_cache_rows(ctx) for row in part}  # the stack_cache_lock finding's
-    rows = ctx.rows(lambda row: id(row) not in lock and bool(CHURN_FRAMES.intersection(ctx.frames[row.stack])))
+    new = [row for row in ctx.model.rows if ctx.model.stacks[row.stack].frames == (NEW_THREAD,)]
+    rows = new + ctx.waits(lambda row: id(row) not in lock and bool(CHURN_FRAMES.intersection(ctx.frames[row.stack])))
     us = total(rows)
-    busy = ctx.busy_offcpu_us
-    return Match(rows, f"{life.created} threads were created ({life.created_per_s:.0f} a second) and lived "
-                       f"{us_text(life.median_life_us)} (median); creating, starting, joining and ending them "
-                       f"took {us_text(us)} off CPU ({pct(us / busy if busy > 0 else 0.0)} of the off-CPU time, "
-                       f"besides waits for the stack cache lock), and more on CPU that off-CPU time does not show.",
-                 floor="warning", threads=life.created)
+    busy = ctx.offcpu_us - ctx.idle_us
+    paths = "waiting for their first run, and in creating and ending them" if ctx.truncated() else \
+        "waiting for their first run, and in creating, joining and ending them"
+    return Match(rows, f"{counted(life.created, 'thread')} were created ({life.created_per_s:,.0f} a second) and "
+                       f"lived {us_text(life.median_life_us)} (median); they spent {us_text(us)} off CPU {paths} "
+                       f"({pct(us / busy if busy > 0 else 0.0)} of the off-CPU time, besides waits for the stack "
+                       f"cache lock), and more on CPU setting up and tearing down each thread.",
+                 floor="warning", threads=life.created,
+                 confidence="low" if ctx.truncated() else "high",
+                 confidence_reason=f"waits in pthread_join are not told apart from other futex waits (user stacks "
+                                   f"truncated): {DWARF_HINT}" if ctx.truncated() else "")
 
 
 def detect_futex_contention(ctx: Context) -> Match | None:
-    locks = ctx.rows(lambda row: ctx.kinds[row.stack] == "lock")
-    unknown = ctx.rows(lambda row: ctx.kinds[row.stack] == "unknown")
-    other = ctx.rows(lambda row: ctx.kinds[row.stack] in ("condition", "wait"))
+    locks = ctx.waits(lambda row: ctx.kinds[row.stack] == "lock")
+    unknown = ctx.waits(lambda row: ctx.kinds[row.stack] == "unknown")
+    other = ctx.waits(lambda row: ctx.kinds[row.stack] in ("condition", "wait"))
     apart = f"{us_text(total(other))} of condition-variable, join and semaphore waits are not counted" \
         if other else ""
     if locks:
-        us = total(locks)
-        summary = (f"{threads_text(locks)} spent {us_text(us)} ({pct(ctx.share(us))} of the threads' time) waiting "
-                   f"{count(locks)} times for a mutex or rwlock another thread held")
         notes = [apart] + ([f"{us_text(total(unknown))} of futex waits whose kind the stacks do not show"]
                            if unknown else [])
         notes = [note for note in notes if note]
-        return Match(locks, summary + (f" ({'; '.join(notes)})." if notes else "."),
+        return Match(locks, f"{threads_text(locks)} {spent_text(locks, ctx)} waiting {times_text(locks)} for a "
+                            f"mutex or rwlock another thread held" + (f" ({'; '.join(notes)})." if notes else "."),
                      confidence_reason=f"which lock is not shown (user stacks truncated): {DWARF_HINT}"
                      if ctx.truncated() else "")
     if not unknown:
         return None
-    us = total(unknown)
-    return Match(unknown, f"{threads_text(unknown)} spent {us_text(us)} ({pct(ctx.share(us))} of the threads' time) "
-                          f"in {count(unknown)} futex waits that may be a lock or just a condition variable, join "
-                          f"or semaphore: the stacks stop in libc, so they are not counted as contention.",
+    return Match(unknown, f"{threads_text(unknown)} {spent_text(unknown, ctx)} in "
+                          f"{counted(sum(row.count for row in unknown), 'futex wait')} that may be waits for a lock or "
+                          f"for work (a condition variable, a join, a semaphore): the stacks stop in libc, so they "
+                          f"are not counted as contention.",
                  title="Futex waits of unknown kind", cap="info", confidence="low",
                  confidence_reason="user stacks stop at libc's futex wrapper (glibc built without frame "
-                                   f"pointers): {DWARF_HINT}")
+                                   f"pointers): {DWARF_HINT}",
+                 remedy="Record again with --call-graph dwarf: the full user stacks tell lock waits "
+                        "(pthread_mutex_lock, rwlocks) from waits for work (pthread_cond_wait, pthread_join, "
+                        "sem_wait), and this finding becomes futex_contention or idle.")
 
 
 def detect_runqueue(ctx: Context) -> Match | None:
     synthetic = (NEW_THREAD, BEFORE_WINDOW)
-    rows = ctx.rows(lambda row: row.state == PREEMPTED and ctx.model.stacks[row.stack].frames[0] not in synthetic)
+    rows = [row for row in ctx.model.rows
+            if row.state == PREEMPTED and ctx.model.stacks[row.stack].frames[0] not in synthetic]
     if not rows:
         return None
     us = total(rows)
     delay = runqueue_percentiles(ctx.model)
+    after_wakeup = (f"; after their wakeups, threads waited {us_text(delay[50])} (median), {us_text(delay[99])} "
+                    f"(p99), up to {us_text(delay[100])} for a CPU, which the findings of the waits they were "
+                    f"woken from count" if delay else "")
     waiting = sum(row.runqueue_us for row in ctx.model.rows) / max(ctx.model.wall_us, 1)
-    after_wakeup = (f"; after a wakeup they waited {us_text(delay[50])} (median), {us_text(delay[99])} (p99), "
-                    f"up to {us_text(delay[100])} for a CPU" if delay else "")
     were = "was" if tids(rows) == 1 else "were"
     return Match(rows, f"{threads_text(rows)} {were} preempted while they still had work for {us_text(us)} "
-                       f"({pct(ctx.share(us))} of the threads' time){after_wakeup}; on average {waiting:.1f} threads "
-                       f"waited for the {ctx.model.capture.cpus} CPUs.")
+                       f"({pct(ctx.share_of_wall(us, rows))} of their time){after_wakeup}; on average "
+                       f"{waiting:.1f} runnable threads waited for the {ctx.model.capture.cpus} CPUs.")
 
 
 def detect_io_wait(ctx: Context) -> Match | None:
@@ -392,27 +426,33 @@ def detect_io_wait(ctx: Context) -> Match | None:
         frames = ctx.frames[row.stack]
         return bool(IO_FRAMES.intersection(frames)) or any(frame.startswith(IO_PREFIXES) for frame in frames)
 
-    rows = ctx.rows(keep)
+    rows = ctx.waits(keep)
     if not rows:
         return None
-    us = total(rows)
-    return Match(rows, f"{threads_text(rows)} spent {us_text(us)} ({pct(ctx.share(us))} of the threads' time) waiting "
-                       f"{count(rows)} times for disk I/O (reads, writeback, fsync or the journal).")
+    return Match(rows, f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for disk I/O "
+                       f"(reads, writeback, fsync or the journal).")
 
 
 def detect_thread_limits(ctx: Context) -> Match | None:
-    snapshot = ctx.model.capture.limits or {}
-    limits = [item for item in snapshot.get("limits", [])
+    capture = ctx.model.capture
+    snapshots = [("at the start of the recording", capture.limits), ("during the recording", capture.limits_peak)]
+    when, snapshot = max(((when, snapshot) for when, snapshot in snapshots if snapshot),
+                         key=lambda item: _highest_share(item[1]), default=("", None))
+    limits = [item for item in (snapshot or {}).get("limits", [])
               if item.get("share") is not None and item["share"] >= LIMIT_INFO_FROM]
-    if not limits:
+    if not snapshot or not limits:
         return None
     worst = max(item["share"] for item in limits)
     floor = "critical" if worst >= LIMIT_CRITICAL_FROM else "warning" if worst >= LIMIT_WARNING_FROM else "info"
-    used = "; ".join(f"{item['used']} of {item['limit']} {item['what']} ({item['name']}, {item['share']:.0%})"
+    used = "; ".join(f"{item['used']:,} of {item['limit']:,} {item['what']} ({item['name']}, {item['share']:.0%})"
                      for item in sorted(limits, key=lambda item: -item["share"]))
-    return Match([], f"At the start of the recording the process was near the limits on threads and memory "
-                     f"maps: {used}; at the limit, creating a thread fails with 'Resource temporarily unavailable'.",
+    return Match([], f"{when.capitalize()} the process was near the limits on threads and memory maps: {used}; "
+                     f"at the limit, creating a thread fails with 'Resource temporarily unavailable'.",
                  floor=floor, cap=floor, threads=snapshot.get("threads", 0))
+
+
+def _highest_share(snapshot: dict) -> float:
+    return max((item["share"] for item in snapshot.get("limits", []) if item.get("share") is not None), default=0.0)
 
 
 def detect_idle(ctx: Context) -> Match | None:
@@ -420,10 +460,13 @@ def detect_idle(ctx: Context) -> Match | None:
     if not rows:
         return None
     us = total(rows)
-    return Match(rows, f"{threads_text(rows)} spent {us_text(us)} ({pct(us / ctx.wall_us if ctx.wall_us else 0.0)} "
-                       f"of the threads' time) waiting for work (sleeps, poll/epoll/select, condition variables woken less "
-                       f"than {1_000_000 // IDLE_MEAN_WAIT_US} times a second); this is not contention and is left "
-                       f"out of the other findings' shares.",
+    quiet = tids(row for row in rows if ctx.model.stacks[row.stack].frames == (BEFORE_WINDOW,))
+    unwoken = "" if not quiet else " (not woken at all)" if quiet == tids(rows) else \
+        f" ({quiet:,} of them not woken at all)"
+    return Match(rows, f"{threads_text(rows)}{unwoken} spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of "
+                       f"their time) waiting for work or for time to pass (sleeps, poll/epoll/select, condition "
+                       f"variables woken less than {1_000_000 // IDLE_MEAN_WAIT_US} times a second); this is not "
+                       f"contention and is left out of the other findings' shares.",
                  cap="info")
 
 
@@ -488,38 +531,36 @@ def severity_of(share: float) -> str:
 
 
 def evidence(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
-    """The stacks (with their state) that carry most of the rows' off-CPU time."""
-    sums: dict[tuple[tuple[str, ...], int, str], list[int]] = defaultdict(lambda: [0, 0])
-    for row in rows:  # stacks that differ only in unnamed frames are one
-        stack = model.stacks[row.stack]
-        acc = sums[(tuple(f for f in reversed(stack.frames) if f != UNKNOWN), stack.kernel_frames, row.state)]
-        acc[0] += row.offcpu_us
-        acc[1] += row.count
-    top = sorted(sums.items(), key=lambda item: -item[1][0])[:EVIDENCE_STACKS]
-    return tuple(Evidence(frames, kernel, state, us, n) for (frames, kernel, state), (us, n) in top)
+    """The stacks (with their state, grouped as the stack tables group them) that carry
+    most of the rows' off-CPU time."""
+    ranked = sorted(by_stack(rows).items(), key=lambda item: -total(item[1]))[:EVIDENCE_STACKS]
+    return tuple(Evidence(tuple(reversed(model.stacks[stack].frames)), model.stacks[stack].kernel_frames, state,
+                          total(group), sum(row.count for row in group)) for (stack, state), group in ranked)
 
 
 def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
     us = total(match.rows)
     idle = rule.id == "idle"
-    share_of_wall = (us / ctx.wall_us if ctx.wall_us else 0.0) if idle else ctx.share(us)
-    offcpu = ctx.offcpu_us if idle else ctx.busy_offcpu_us
+    share_of_wall = ctx.share_of_wall(us, match.rows) if match.rows else 0.0
+    offcpu = ctx.offcpu_us if idle else ctx.offcpu_us - ctx.idle_us
     rank = SEVERITIES.index
     severity = SEVERITIES[min(max(rank(severity_of(share_of_wall)), rank(match.floor)), rank(match.cap))]
     if not idle and severity == "info" and match.floor == "info" and share_of_wall < REPORT_FROM:
         return None
     return Finding(
         id=rule.id, severity=severity, title=match.title or rule.title, summary=match.summary, offcpu_us=us,
-        share_of_wall=share_of_wall, share_of_offcpu=us / offcpu if offcpu > 0 else 0.0,
+        share_of_wall=share_of_wall, share_of_offcpu=min(us / offcpu, 1.0) if offcpu > 0 else 0.0,
         threads=match.threads if match.threads is not None else tids(match.rows),
-        evidence=evidence(ctx.model, match.rows), remedy=rule.remedy, confidence=match.confidence,
-        confidence_reason=match.confidence_reason,
+        evidence=evidence(ctx.model, match.rows), remedy=match.remedy or rule.remedy,
+        confidence=match.confidence, confidence_reason=match.confidence_reason,
     )
 
 
 def findings(model: Model, rules: tuple[Rule, ...] = RULES) -> list[Finding]:
-    """What every rule found in the model, worst first (severity, then off-CPU time)."""
+    """What every rule found in the model, worst first: by severity, then waits with a
+    cause in the program before waits for a CPU (which the machine's other load shares),
+    then by time."""
     ctx = Context(model)
     found = [finding for rule in rules if (match := rule.detect(ctx)) is not None
              and (finding := _finding(rule, ctx, match)) is not None]
-    return sorted(found, key=lambda f: (-SEVERITIES.index(f.severity), -f.offcpu_us))
+    return sorted(found, key=lambda f: (-SEVERITIES.index(f.severity), f.id == "runqueue", -f.offcpu_us))

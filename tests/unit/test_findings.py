@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -50,13 +51,14 @@ def test_severity_thresholds():
 def test_findings_are_sorted_worst_first_and_well_formed(name):
     found = findings(model_of(name))
     assert found
-    keys = [(-SEVERITIES.index(f.severity), -f.offcpu_us) for f in found]
+    # worst first; within a severity, waits with a cause in the program before waits for a CPU
+    keys = [(-SEVERITIES.index(f.severity), f.id == "runqueue", -f.offcpu_us) for f in found]
     assert keys == sorted(keys)
     for finding in found:
         assert finding.severity in SEVERITIES and finding.confidence in ("high", "low")
         assert 0 <= finding.share_of_wall <= 1 and 0 <= finding.share_of_offcpu <= 1
         assert finding.summary.endswith(".") and finding.remedy
-        assert len(finding.evidence) <= 3
+        assert len(finding.evidence) <= 3 and "1 waits" not in finding.summary and "1 times" not in finding.summary
         assert sum(e.offcpu_us for e in finding.evidence) <= finding.offcpu_us
         assert [e.offcpu_us for e in finding.evidence] == sorted((e.offcpu_us for e in finding.evidence),
                                                                   reverse=True)
@@ -150,7 +152,7 @@ def test_stack_cache_lock_seen_with_dwarf_stacks():
     assert "pool" in finding.remedy
     # the churn that causes it is its own finding, without counting the lock waits twice
     churn = by_id(model)["thread_churn"]
-    assert churn.severity == "warning" and churn.offcpu_us + finding.offcpu_us <= sum(
+    assert churn.severity != "info" and churn.offcpu_us + finding.offcpu_us <= sum(
         t.offcpu_us for t in model.threads.values())
 
 
@@ -185,21 +187,41 @@ def test_fixed_twin_has_no_mmap_lock():
 
 
 def test_idle_pool_is_idle_not_contended():
-    found = findings(model_of("idle_pid"))
-    assert [f.id for f in found] == ["idle"]
-    idle = found[0]
-    assert idle.severity == "info" and "not contention" in idle.summary
-    assert {"__futex_abstimed_wait_common", "do_nanosleep"} <= {f for e in idle.evidence for f in e.frames}
+    # fp stacks: the workers' condition-variable waits stop in libc, so their kind is
+    # not told; they are said to be unknown, never contention, and the pool's sleeps
+    # and its workers that nothing woke are idle
+    found = by_id(model_of("idle_pid"))
+    assert set(found) == {"idle", "futex_contention"} and all(f.severity == "info" for f in found.values())
+    assert "not contention" in found["idle"].summary and "not woken at all" in found["idle"].summary
+    assert "do_nanosleep" in {f for e in found["idle"].evidence for f in e.frames}
+    unknown = found["futex_contention"]
+    assert unknown.confidence == "low" and "not counted as contention" in unknown.summary
+    assert "--call-graph dwarf" in unknown.remedy and "Hold the lock" not in unknown.remedy
 
 
-def test_idle_time_is_left_out_of_other_shares():
-    # mmap_all is a whole-machine recording: other processes' sleeps and polls are idle
+def test_shares_are_of_the_threads_a_finding_is_about():
+    # mmap_all is a whole-machine recording: other processes' threads do not dilute mmap_lock's share
     model = model_of("mmap_all")
     found = by_id(model)
-    wall = sum(t.oncpu_us + t.offcpu_us for t in model.threads.values())
-    idle = found["idle"]
-    assert idle.share_of_wall == pytest.approx(idle.offcpu_us / wall)
-    assert found["mmap_lock"].share_of_wall == pytest.approx(found["mmap_lock"].offcpu_us / (wall - idle.offcpu_us))
+    mmap = found["mmap_lock"]
+    tids = {tid for tid, thread in model.threads.items() if thread.comm.startswith("mmap_conten") and thread.offcpu_us}
+    wall = sum(model.threads[tid].oncpu_us + model.threads[tid].offcpu_us for tid in tids)
+    assert mmap.threads == len(tids) == 4
+    assert mmap.share_of_wall == pytest.approx(mmap.offcpu_us / wall)
+    # and idle time is left out of the off-CPU shares of the others
+    offcpu = sum(t.offcpu_us for t in model.threads.values())
+    assert mmap.share_of_offcpu == pytest.approx(mmap.offcpu_us / (offcpu - found["idle"].offcpu_us))
+
+
+def test_a_finding_counts_the_wait_and_the_cpu_wait_after_it_once():
+    model = model_of("futex_pid")
+    found = by_id(model)
+    lock, runqueue = found["futex_contention"], found["runqueue"]
+    woken = sum(row.blocked_us for row in model.rows if row.state != "R" and "__GI___lll_lock_wait" in
+                model.stacks[row.stack].frames)
+    assert f"{woken / 1000:.1f} ms until woken" in lock.summary
+    assert all(e.state != "R" for e in lock.evidence) and all(e.state == "R" for e in runqueue.evidence)
+    assert lock.offcpu_us + runqueue.offcpu_us <= sum(t.offcpu_us for t in model.threads.values())
 
 
 def test_io_wait():
@@ -217,10 +239,17 @@ def test_thread_limits_near():
     limits = model.capture.limits["limits"]
     limits[3].update(used=63000, share=63000 / limits[3]["limit"], near=True)  # vm.max_map_count at 96%
     finding = by_id(model)["thread_limits"]
-    assert finding.severity == "critical" and "vm.max_map_count" in finding.summary and "63000" in finding.summary
+    assert finding.severity == "critical" and "vm.max_map_count" in finding.summary and "63,000" in finding.summary
+    assert finding.summary.startswith("At the start of the recording")
     assert "Bound the number of threads" in finding.remedy
     limits[3].update(used=53000, share=53000 / limits[3]["limit"])  # 81%
     assert by_id(model)["thread_limits"].severity == "warning"
+    # the snapshots taken while recording count too: a thread-per-request server grows
+    peak = json.loads(json.dumps(model.capture.limits))
+    peak["limits"][0].update(used=90000, share=90000 / 96000)
+    model.capture.limits_peak = peak
+    finding = by_id(model)["thread_limits"]
+    assert finding.severity == "warning" and finding.summary.startswith("During the recording")
 
 
 def test_a_rule_added_to_the_table_runs():
