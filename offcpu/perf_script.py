@@ -25,9 +25,10 @@ KERNEL_ADDRESS_DIGITS = 16  # x86-64 kernel text is at 0xffff...: 16 hex digits
 CHUNK = 1 << 20
 
 # One event: "comm  pid/tid  seconds.nanoseconds:  event: payload", then its call
-# chain, one "\t<address> <symbol>" line a frame (comm may hold spaces). Matching
+# chain, one "\t<address> <symbol>" line a frame, and a blank line after a chain
+# (comm may hold spaces). Matching
 # whole events in big chunks keeps the per-event work in the regex engine.
-EVENT = re.compile(r"^ *(.*?) +(-?\d+)/(-?\d+) +(\d+\.\d{9}): +([^\s(]+) *(.*)\n((?:\t.*\n)*)", re.MULTILINE)
+EVENT = re.compile(r"^ *(.*?) +(-?\d+)/(-?\d+) +(\d+\.\d{9}): +([^\s(]+) *(.*)\n((?:\t.*\n)*)\n?", re.MULTILINE)
 
 # As printed, for the reader of millions of events to convert only what it uses:
 # comm, pid, tid, time ("seconds.nanoseconds", see time_ns), event as perf names it
