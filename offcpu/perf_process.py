@@ -127,17 +127,19 @@ class PerfProcess:
 
     def wait_for_command(self) -> int | None:
         """Block until perf's command has started (perf forks, then execs it once its
-        events are open, and they switch on at that exec); its pid, None if perf died."""
+        events are open, and they switch on at that exec) or already ended; its pid,
+        None if perf ended before it forked."""
         deadline = time.monotonic() + START_TIMEOUT_S
         perf_binary = _executable(self.pid)
+        child = None
         while not self.exited():
-            child = _child_of(self.pid)
-            if child is not None and _executable(child) not in (perf_binary, None):
-                return child
+            child = child or _child_of(self.pid)
+            if child is not None and _executable(child) != perf_binary:
+                return child  # exec'd, or gone already
             if time.monotonic() > deadline:
                 raise OffcpuError(f"perf did not start the command within {START_TIMEOUT_S:.0f} s")
             time.sleep(STDERR_POLL_S)
-        return None
+        return child
 
     def command(self, word: str) -> int | None:
         """Send 'enable' or 'disable'; CLOCK_MONOTONIC ns when perf acknowledged it

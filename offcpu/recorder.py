@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -91,6 +92,7 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
                     interrupts.hold()
                     # perf ends by itself once its command has exited, with the command's status
                     perf_process.stop(let_finish=request.target.kind == "command" and info.target_exited)
+            _stopped_at_max_size(perf_process, info)
             info.perf_command = perf_process.argv
             _check_perf_result(perf_process, request, perf_data)
         except BaseException:
@@ -142,10 +144,9 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
     """Enable, wait for the end, disable; fills in the window, the threads at
     the start and how it ended."""
     if request.target.kind == "command":
-        command_pid = perf_process.wait_for_command()
-        if command_pid is None:
-            raise _perf_failure(perf_process.stderr, request)
-        info.target = replace(request.target, pid=command_pid)
+        # None when perf has exited already: the command failed to start (said once perf's
+        # file is judged), or ran and ended before offcpu saw it (its pid is in perf.data)
+        info.target = replace(request.target, pid=perf_process.wait_for_command())
         info.window_start_ns = time.monotonic_ns()  # after the exec: made exact from perf.data later
     else:
         info.window_start_ns = _enable(perf_process, request)
@@ -168,9 +169,15 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
     # decided to stop, and the engine leaves out whatever came after it.
     info.window_end_ns = disabled_ns or noticed_ns
     info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
-    if any("size limit reached" in line for line in perf_process.stderr):
-        info.ended_by = "max size"  # perf stopped, and ended its command
+    if request.target.kind == "command" and info.ended_by == "perf exited":
+        info.ended_by = "target exited"  # perf ends when its command does
     info.target_exited = info.ended_by == "target exited"
+
+
+def _stopped_at_max_size(perf_process: PerfProcess, info: CaptureInfo) -> None:
+    """Once perf has ended: when it stopped at --max-size (and ended its command), say so."""
+    if any("size limit reached" in line for line in perf_process.stderr):
+        info.ended_by, info.target_exited = "max size", False
 
 
 def _enable(perf_process: PerfProcess, request: RecordRequest) -> int:
@@ -210,22 +217,51 @@ def _wait_for_end(perf_process: PerfProcess, duration_s: float, info: CaptureInf
     """Until the duration ends, the target exits or perf does; meanwhile keeps in
     info.limits_peak the target's snapshot nearest its limits (threads come and go)."""
     target = info.target
-    watched = target.tid if target.kind == "tid" else target.pid if target.kind != "all" else None
     start = time.monotonic()
     next_limits = start
-    while True:
-        elapsed = time.monotonic() - start
-        on_tick(min(elapsed, duration_s))
-        if watched is not None and not limits.process_exists(watched):
-            return "target exited"
-        if perf_process.exited():
-            return "perf exited"
-        if elapsed >= duration_s:
-            return "duration"
-        if target.pid is not None and time.monotonic() >= next_limits:
-            _keep_peak_limits(info, target.pid)
-            next_limits = time.monotonic() + LIMITS_EVERY_S
-        time.sleep(min(TICK_S, duration_s - elapsed))
+    with _exit_watch(target) as exited:
+        while True:
+            elapsed = time.monotonic() - start
+            on_tick(min(elapsed, duration_s))
+            if exited(0):
+                return "target exited"
+            if perf_process.exited():
+                return "perf exited"
+            if elapsed >= duration_s:
+                return "duration"
+            if target.pid is not None and time.monotonic() >= next_limits:
+                _keep_peak_limits(info, target.pid)
+                next_limits = time.monotonic() + LIMITS_EVERY_S
+            if exited(min(TICK_S, duration_s - elapsed)):
+                return "target exited"
+
+
+@contextmanager
+def _exit_watch(target: Target) -> Iterator[Callable[[float], bool]]:
+    """A function that waits up to its argument's seconds for the target to exit and
+    says whether it has: a pidfd tells a process's exit at once, a thread's is polled."""
+    if target.kind == "all" or target.pid is None:
+        yield lambda timeout: bool(time.sleep(timeout))
+        return
+    if target.kind == "tid":
+        tid = target.tid or 0
+
+        def thread_exited(timeout: float) -> bool:
+            if limits.process_exists(tid):
+                time.sleep(timeout)
+            return not limits.process_exists(tid)
+
+        yield thread_exited
+        return
+    try:
+        pidfd = os.pidfd_open(target.pid)
+    except ProcessLookupError:
+        yield lambda timeout: True
+        return
+    try:
+        yield lambda timeout: bool(select.select([pidfd], [], [], timeout)[0])
+    finally:
+        os.close(pidfd)
 
 
 def _keep_peak_limits(info: CaptureInfo, pid: int) -> None:
@@ -378,9 +414,11 @@ def _describe_data(perf: str, perf_data: Path, info: CaptureInfo) -> None:
     counts, info.lost_events = _event_counts(perf, perf_data)
     info.samples = counts.get("SAMPLE", 0)
     info.switch_records = counts.get("SWITCH", 0) + counts.get("SWITCH_CPU_WIDE", 0)
-    first_ns, exec_ns, info.user_stacks_truncated = _first_samples(perf, perf_data)
+    first_ns, (exec_ns, exec_pid), info.user_stacks_truncated = _first_samples(perf, perf_data)
     # A command's events went on as it was exec'd; the others' between offcpu's
     # "enable" and perf's answer to it.
+    if info.target.kind == "command" and info.target.pid is None:
+        info.target = replace(info.target, pid=exec_pid)
     start_ns = exec_ns if info.target.kind == "command" and exec_ns is not None else first_ns
     if start_ns is not None and start_ns < info.window_start_ns:
         info.window_start_ns = start_ns
@@ -406,8 +444,8 @@ def _event_counts(perf: str, perf_data: Path) -> tuple[dict[str, int], int]:
     return counts, lost
 
 
-def _first_samples(perf: str, perf_data: Path) -> tuple[int | None, int | None, bool | None]:
-    """The times of the first tracepoint sample and of the first exec, and whether
+def _first_samples(perf: str, perf_data: Path) -> tuple[int | None, tuple[int | None, int | None], bool | None]:
+    """The time of the first tracepoint sample, the time and pid of the first exec, and whether
     most of the first STACKS_TO_JUDGE switch-out stacks stop short in user space
     (None when there are none or perf script fails). perf script runs in its own
     session: on SIGINT (a Ctrl-C at the terminal reaches the whole foreground
@@ -417,28 +455,28 @@ def _first_samples(perf: str, perf_data: Path) -> tuple[int | None, int | None, 
         process = subprocess.Popen(script_argv(perf, perf_data), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                    stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
     except OSError:
-        return None, None, None
+        return None, (None, None), None
     assert process.stdout is not None
-    first_ns = exec_ns = None
+    first_ns = exec_ns = exec_pid = None
     stacks = []
     try:
-        for _, _, _, printed_time, name, payload, chain in EventReader().events(process.stdout):
+        for _, pid, _, printed_time, name, payload, chain in EventReader().events(process.stdout):
             if first_ns is None and not name.startswith("PERF_RECORD"):
                 first_ns = time_ns(printed_time)
             if exec_ns is None and name == "PERF_RECORD_COMM" and payload.startswith("exec"):
-                exec_ns = time_ns(printed_time)
+                exec_ns, exec_pid = time_ns(printed_time), int(pid)
             if chain and name.rstrip(":") == SWITCH:
                 stacks.append(parse_stack(chain).user_frames)
                 if len(stacks) >= STACKS_TO_JUDGE:
                     break
         else:
             if process.wait() != 0:
-                return None, None, None
+                return None, (None, None), None
     finally:
         process.kill()
         process.wait()
         process.stdout.close()
-    return first_ns, exec_ns, looks_truncated([frames for frames in stacks if frames])
+    return first_ns, (exec_ns, exec_pid), looks_truncated([frames for frames in stacks if frames])
 
 
 def prepare_output(directory: Path, force: bool) -> bool:

@@ -437,6 +437,19 @@ def test_command_failing_keeps_its_capture_and_status(tmp_path, script, status):
     assert "hello from the command" in result.stdout
 
 
+@pytest.mark.parametrize("command, status", [("true", 0), ("false", 1)])
+def test_a_command_that_ends_at_once(tmp_path, command, status):
+    # Given a command that is over before offcpu can look at it
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", "-d", "20", "-o", str(capture), "--", command)
+    # Then the capture holds it, from its exec to its exit
+    assert result.returncode == 0, result.stderr
+    info = load(capture)
+    assert info["ended_by"] == "target exited" and info["command_exit_status"] == status
+    assert info["target"]["pid"] > 0 and info["duration_actual_s"] < 0.5
+    assert sum(event_counts(capture / "perf.data").values()) == info["samples"] > 0
+
+
 def test_threads_at_start_include_the_ones_that_never_run(workload, tmp_path):
     # Given a pool of 16 idle workers (they wait for work nearly all the time)
     program = workload("idle_pool", "-t", "16", "-s", "30", threads=17)
