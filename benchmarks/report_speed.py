@@ -5,7 +5,9 @@ recorded by `offcpu record -a`, or an existing one given with --capture. Runs
 alternate plain `perf script -i perf.data > /dev/null` with its default fields
 (the anchor) and a cold `offcpu report folded` (its saved model removed first),
 in this one process. Peak RSS is sampled over the whole process tree; offcpu's
-own processes are reported apart from the perf script processes they start.
+own processes are reported apart from the perf script processes they start, of
+which only their own (anonymous) memory counts: the perf.data they map is page
+cache, shared by every reader.
 Memory against events: the same report on the first quarter of the window
 (--time) and on the whole of it, which has the same stacks and ~4x the events.
 """
@@ -36,7 +38,7 @@ PERF_COMMS = {"perf", "perf_6.1", "perf-exec"}
 class Measured:
     seconds: float
     offcpu_peak_mb: float  # offcpu's Python processes together
-    tree_peak_mb: float  # with the perf processes they start
+    tree_peak_mb: float  # with the perf processes they start (their anonymous memory)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -104,7 +106,7 @@ def _measure(capture: Path, rounds: int, workdir: Path) -> int:
     print(f"\noffcpu report folded / perf script: {report / anchor:.2f}x ({report:.1f} s / {anchor:.1f} s; "
           "target at most 0.5)")
     print(f"peak RSS of offcpu report folded: {peak:.0f} MB in its own processes, "
-          f"{max(m.tree_peak_mb for m in reports):.0f} MB with perf script (target at most 250 MB)")
+          f"{max(m.tree_peak_mb for m in reports):.0f} MB with perf script's own memory (target at most 250 MB)")
     print(f"memory against events: first quarter of the window {quarter.offcpu_peak_mb:.0f} MB, whole window "
           f"{peak:.0f} MB: {peak / quarter.offcpu_peak_mb:.2f}x the memory for ~4x the events")
     return 0
@@ -131,18 +133,20 @@ def _timed(argv: list[str]) -> Measured:
 
 
 def _tree_rss_kb(root: int) -> tuple[int, int]:
-    """Resident memory of a process tree: (not perf, perf), in KiB."""
+    """Resident memory of a process tree, in KiB: offcpu's processes (all of it), and
+    perf's own (anonymous) memory: perf maps perf.data, and those pages are the
+    page cache, shared by every reader, not memory perf allocated."""
     own = perf = 0
     for pid in [root, *descendants(root)]:
         try:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         if comm(pid) in PERF_COMMS:
-            perf += rss
+            perf += int(fields.get("RssAnon", "0 kB").split()[0])
         else:
-            own += rss
+            own += int(fields.get("VmRSS", "0 kB").split()[0])
     return own, perf
 
 
