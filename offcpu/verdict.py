@@ -13,10 +13,8 @@ from dataclasses import dataclass
 
 from offcpu.findings import findings
 from offcpu.model import Model
-from offcpu.policy import EXTRA_KEYS, Policy
+from offcpu.policy import BLOCKED, EXTRA_KEYS, Policy
 from offcpu.summaries import lifecycle, runqueue_percentiles, totals
-
-BLOCKED = "blocked"  # the baseline comparison of all blocked time, beside the findings'
 
 
 @dataclass(frozen=True)
@@ -162,9 +160,9 @@ def _compare(policy: Policy, run: Measurements, baseline: Measurements) -> list[
 
 
 def _growth(policy: Policy, rule: str, before: float, after: float) -> Check:
-    """A share grew too much when it grew past both tolerances: by more than
+    """A share grew too much when it grew past both of its tolerances: by more than
     max_share_growth points and by more than max_relative_growth of itself."""
-    tolerance = policy.regression
+    tolerance = policy.regression.tolerance(rule)
     growth = after - before
     relative = growth / before if before > 0 else (math.inf if growth > 0 else 0.0)
     passed = growth <= tolerance.max_share_growth or relative <= tolerance.max_relative_growth

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from offcpu.policy import Limits, Policy, Regression
+from offcpu.policy import Limits, Policy, Regression, Tolerance
 from offcpu.renderers.json import JsonReport
 from offcpu.renderers.verdict import (MAX_ANNOTATIONS, VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable,
                                       github_annotations)
@@ -84,9 +84,22 @@ def test_growth_fails_only_past_both_tolerances(fixed):
         verdict = evaluate(Policy(fail_above_info=(), regression=regression), grown, fixed)
         return next(check for check in verdict.comparisons if check.rule == BLOCKED).passed
 
-    assert not blocked_passes(Regression(max_share_growth=growth / 2, max_relative_growth=relative / 2))
-    assert blocked_passes(Regression(max_share_growth=growth * 2, max_relative_growth=relative / 2))
-    assert blocked_passes(Regression(max_share_growth=growth / 2, max_relative_growth=relative * 2))
+    assert not blocked_passes(Regression(Tolerance(max_share_growth=growth / 2, max_relative_growth=relative / 2)))
+    assert blocked_passes(Regression(Tolerance(max_share_growth=growth * 2, max_relative_growth=relative / 2)))
+    assert blocked_passes(Regression(Tolerance(max_share_growth=growth / 2, max_relative_growth=relative * 2)))
+    # blocked time's own tolerances win over the default ones
+    assert blocked_passes(Regression(Tolerance(growth / 2, relative / 2), {BLOCKED: Tolerance(growth * 2, 0)}))
+    assert not blocked_passes(Regression(Tolerance(growth * 2, relative * 2), {BLOCKED: Tolerance(growth / 2, 0)}))
+
+
+def test_a_finding_s_own_tolerance_applies_to_it_alone(futex, fixed):
+    # Given futex contention that is new in the run, and a policy that tolerates it growing a lot
+    loose = Regression(overrides={"futex_contention": Tolerance(max_share_growth=1.0)})
+    verdict = evaluate(Policy(fail_above_info=(), regression=loose), futex, fixed)
+    # Then that comparison passes, with its own limit shown, and the others keep the default tolerances
+    growth = {check.rule: check for check in verdict.comparisons}
+    assert growth["futex_contention"].passed and growth["futex_contention"].limit == "+100.0 pts or +50%"
+    assert growth[BLOCKED].limit == "+5.0 pts or +50%"
 
 
 def test_a_finding_new_in_the_run_is_a_regression(futex, fixed):
