@@ -150,9 +150,10 @@ def _baseline(path: Path) -> Measurements:
     except OSError as error:
         raise OffcpuError(f"cannot read the baseline {path} ({error.strerror}); give a capture directory or "
                           "the output of 'offcpu report json CAPTURE'") from None
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-        raise OffcpuError(f"the baseline {path} is not an offcpu JSON report; make one with "
-                          "'offcpu report json CAPTURE -o FILE', or give the capture directory") from None
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as error:
+        why = f" ({error})" if type(error) is ValueError else ""
+        raise OffcpuError(f"the baseline {path} is not an offcpu JSON report this offcpu can compare with{why}; "
+                          "give the capture directory, or its 'offcpu report json CAPTURE -o FILE' output") from None
 
 
 def _github_outputs(verdict: Verdict, capture: str) -> None:
