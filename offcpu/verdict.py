@@ -143,13 +143,13 @@ def _limit_checks(rule: str, limits: dict[str, float | None], run: Measurements)
     """One check per limit set, in the order of Limits' fields."""
     measured = {
         "max_share": (run.share(rule), _pct, "share of the threads' time"),
-        "max_ms_per_s": (run.ms_per_s(rule), lambda v: f"{v:.1f} ms/s", "off CPU per second of recording"),
+        "max_ms_per_s": (run.ms_per_s(rule), lambda v: f"{v:,.1f} ms/s", "off CPU per second of recording"),
     }
     if "max_p99_ms" in EXTRA_KEYS.get(rule, ()):
         p99 = run.runqueue_p99_us / 1000 if run.runqueue_p99_us is not None else 0.0
-        measured["max_p99_ms"] = (p99, lambda v: f"{v:.1f} ms", "p99 wakeup-to-run delay")
+        measured["max_p99_ms"] = (p99, lambda v: f"{v:,.1f} ms", "p99 wakeup-to-run delay")
     if "max_per_second" in EXTRA_KEYS.get(rule, ()):
-        measured["max_per_second"] = (run.created_per_s, lambda v: f"{v:.0f}/s", "threads created a second")
+        measured["max_per_second"] = (run.created_per_s, lambda v: f"{v:,.0f}/s", "threads created a second")
     checks = []
     for key, maximum in limits.items():
         if maximum is None:
@@ -175,13 +175,17 @@ def _growth(policy: Policy, rule: str, before: float, after: float) -> Check:
     relative = growth / before if before > 0 else (math.inf if growth > 0 else 0.0)
     passed = growth <= tolerance.max_share_growth or relative <= tolerance.max_relative_growth
     what = "blocked time, waits for work left out" if rule == BLOCKED else rule
-    relative_text = f"{relative:+.0%}" if math.isfinite(relative) else "new"
+    relative_text = f"{relative:+,.0%}" if math.isfinite(relative) else "new"
     detail = f"{'grew' if growth > 0 else 'shrank'} {abs(growth) * 100:.1f} points ({relative_text})" \
         if growth else "unchanged"
-    limit = f"+{tolerance.max_share_growth * 100:.1f} pts or +{tolerance.max_relative_growth:.0%}"
+    limit = f"+{tolerance.max_share_growth * 100:.1f} pts or +{tolerance.max_relative_growth:,.0%}"
     return Check(rule, f"baseline: {what}", f"{_pct(before)} -> {_pct(after)}", limit, passed, detail)
 
 
 def _pct(share: float) -> str:
     return f"{share:.1%}"
 
+
+def counted(n: int, noun: str) -> str:
+    """'1 thread', '2,048 threads'."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from offcpu.findings import RULES
 from tests.conftest import OFFCPU, assert_one_line_error, example, run_offcpu
 
 pytestmark = pytest.mark.usefixtures("perf")
@@ -163,13 +164,17 @@ def test_junit_file_has_the_usual_structure(example_capture, tmp_path):
     assert [suite.get("name") for suite in suites] == ["policy", "baseline"]
     for suite in suites:
         cases = suite.findall("testcase")
-        assert int(suite.get("tests")) == len(cases) > 0
+        assert int(suite.get("tests")) == len(cases) > 0 and suite.get("errors") == "0"
         assert int(suite.get("failures")) == sum(case.find("failure") is not None for case in cases)
+        assert float(suite.get("time")) >= 0 and all(float(case.get("time")) >= 0 for case in cases)
     policy_cases = {case.get("name"): case for case in suites[0].findall("testcase")}
+    assert list(policy_cases) == [rule.id for rule in RULES]  # every rule, gated or not
     failure = policy_cases["futex_contention"].find("failure")
     assert failure is not None and "futex_contention" in failure.get("message") and "mutex" in failure.text
     assert policy_cases["mmap_lock"].find("failure") is None and policy_cases["mmap_lock"].find("system-out") is not None
-    assert int(root.get("tests")) == sum(int(suite.get("tests")) for suite in suites)
+    assert "not checked" in policy_cases["runqueue"].findtext("system-out")
+    for count in ("tests", "failures", "errors"):
+        assert int(root.get(count)) == sum(int(suite.get(count)) for suite in suites)
     assert int(root.get("failures")) >= 2  # the policy's and the baseline's futex_contention
 
 

@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import pytest
 
-from offcpu.findings import Context
+from offcpu.findings import RULES, Context
 from offcpu.policy import BLOCKED, Limits, Policy, Regression, Tolerance
 from offcpu.renderers.json import JsonReport
 from offcpu.renderers.verdict import (MAX_ANNOTATIONS, VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable,
-                                      github_annotations)
+                                      github_annotations, github_error)
 from offcpu.stackview import StackView
 from offcpu.verdict import Measurements, evaluate, measure, measurements_from_report
 from tests.unit.test_engine import model_of
@@ -165,15 +165,47 @@ def test_table_is_plain_and_stable_off_a_terminal(failing):
     assert first_row.startswith("| FAIL")  # failures first
 
 
-def test_junit_counts_and_texts(failing):
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_table_fits_the_width_without_cutting_a_row(failing, width):
+    lines = VerdictTable("cap", "good", width, color=False).render(failing).splitlines()
+    rows = [line for line in lines if line.startswith(("|", "+"))]
+    assert rows and all(len(line) <= width and line.endswith(("|", "+")) for line in rows)
+    assert any("blocked time" in line for line in rows)
+
+
+def test_junit_has_a_testcase_per_rule_and_comparison_with_counts_and_times(failing):
     root = ET.fromstring(VerdictJunit().render(failing))
     policy, baseline = root.findall("testsuite")
-    assert [case.get("name") for case in policy.findall("testcase")] == [
-        "mmap_lock", "stack_cache_lock", "thread_churn", "futex_contention", "io_wait", "thread_limits", "runqueue"]
-    assert policy.get("failures") == "1" and baseline.get("tests") == str(len(failing.comparisons))
-    assert root.get("failures") == str(int(policy.get("failures")) + int(baseline.get("failures")))
+    assert [case.get("name") for case in policy.findall("testcase")] == [rule.id for rule in RULES]
+    assert [case.get("name") for case in baseline.findall("testcase")] == [c.rule for c in failing.comparisons]
+    # the counts and times strict JUnit schemas require, and that add up
+    for suite in (policy, baseline):
+        cases = suite.findall("testcase")
+        assert int(suite.get("tests")) == len(cases)
+        assert int(suite.get("failures")) == sum(case.find("failure") is not None for case in cases) > 0
+        assert suite.get("errors") == suite.get("skipped") == "0" and float(suite.get("time")) == 0
+        assert all(float(case.get("time")) == 0 and case.get("classname") for case in cases)
+    for count in ("tests", "failures", "errors"):
+        assert int(root.get(count)) == int(policy.get(count)) + int(baseline.get(count))
+    assert policy.get("failures") == "1" and float(root.get("time")) == 0
     failure = policy.find("testcase[@name='futex_contention']/failure")
     assert failure is not None and failure.get("message").startswith("futex_contention not above info: ")
+
+
+def test_junit_says_why_a_rule_the_policy_does_not_gate_passes(futex):
+    # Given the default policy, which gates neither runqueue nor idle, on a run with CPU saturation
+    root = ET.fromstring(VerdictJunit().render(evaluate(Policy(), futex)))
+    cases = {case.get("name"): case for case in root.iter("testcase")}
+    # Then both pass, and say they were not checked, why, and what the run showed
+    runqueue, idle = cases["runqueue"].findtext("system-out"), cases["idle"].findtext("system-out")
+    assert cases["runqueue"].find("failure") is None and cases["idle"].find("failure") is None
+    assert runqueue.startswith("pass: not checked, the policy (defaults) does not gate runqueue (CPU saturation")
+    assert runqueue.endswith("This run: warning: " + futex.findings["runqueue"].summary)
+    idle_seen = futex.findings.get("idle")
+    assert idle.endswith("does not gate idle (threads waiting for work are never a problem). This run: "
+                         + (f"info: {idle_seen.summary}" if idle_seen else "not found"))
+    assert cases["mmap_lock"].findtext("system-out") == ("pass: mmap_lock not above info: not found, within info: "
+                                                         "not found")
 
 
 def test_json_has_the_verdict_and_every_value(failing):
@@ -192,9 +224,26 @@ def test_markdown_summary(failing):
     assert len(rows) == len(failing.checks) + len(failing.comparisons) and rows[0].startswith("| ❌")
 
 
+def test_table_counts_in_words_and_with_separators(futex):
+    # Given a policy whose limits are in the thousands
+    policy = Policy(fail_above_info=("futex_contention",),
+                    limits={"futex_contention": Limits(max_ms_per_s=12_345), "thread_churn": Limits(max_per_second=5e6)})
+    verdict = evaluate(policy, futex)
+    text = VerdictTable("cap", None, 120, color=False).render(verdict)
+    assert "12,345.0 ms/s" in text and "5,000,000/s" in text
+    assert f"({futex.window_s:.2f} s, {futex.threads} threads)" in text.splitlines()[0]
+    assert text.splitlines()[-1] == "offcpu check: FAIL (1 of 3 checks failed)"
+    assert VerdictTable("cap", None, 120, False).render(evaluate(Policy(fail_above_info=("io_wait",)), futex)) \
+        .splitlines()[-1] == "offcpu check: PASS (1 check)"
+
+
 def test_annotations_are_escaped_and_at_most_ten(failing):
     many = replace(failing, checks=[replace(failing.failures[0], detail="50%\nof it")] * 12)
     lines = github_annotations(many).splitlines()
     assert len(lines) == MAX_ANNOTATIONS
     assert all(line.startswith("::error title=offcpu check::") and line.endswith("50%25%0Aof it") for line in lines)
     assert github_annotations(evaluate(Policy(fail_above_info=()), failing.run)) == ""
+
+
+def test_an_annotation_is_one_escaped_line():
+    assert github_error("policy p.toml, line 3:\n50%") == "::error title=offcpu check::policy p.toml, line 3:%0A50%25\n"
