@@ -1,5 +1,6 @@
-"""What `offcpu check` decides: a run's measurements against a policy, and
-against a known-good baseline. Pure functions; no I/O.
+"""What `offcpu check` decides: whether a run can be checked at all, and its
+measurements against a policy and against a known-good baseline. Pure
+functions; no I/O.
 
 Every figure compared is normalised: shares are of the threads' time in the
 window (the sum over threads of the time each was in it), so a longer
@@ -50,6 +51,17 @@ class Measurements:
     def ms_per_s(self, rule: str) -> float:
         figures = self.findings.get(rule)
         return figures.offcpu_us / 1000 / self.window_s if figures and self.window_s else 0.0
+
+
+def unrecorded(model: Model) -> str | None:
+    """Why the model holds no scheduler event of its target, so that there is nothing
+    to check; None when it does. perf counted no event at all, or none of the
+    target's threads ran (switched in) during the window."""
+    if model.capture.samples == 0:
+        return f"capture.json counts 0 events and {model.capture.switch_records:,} switch records"
+    if not any(thread.oncpu_us for thread in model.threads.values()):
+        return "no thread of the target ran during the window"
+    return None
 
 
 def measure(model: Model) -> Measurements:

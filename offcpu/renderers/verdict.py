@@ -17,6 +17,7 @@ from offcpu.verdict import Check, Measurements, Verdict, counted
 
 SCHEMA = "offcpu-check/1"
 MAX_ANNOTATIONS = 10
+COULD_NOT_CHECK = "offcpu check: could not check"
 DETAIL_WIDTH = 12  # the check names and limits wrap before the detail is squeezed to nothing
 
 
@@ -161,6 +162,12 @@ def github_annotations(verdict: Verdict) -> str:
 def github_error(message: str) -> str:
     """One `::error` workflow command (a line): an annotation on the run."""
     return f"::error title=offcpu check::{_escape(message)}\n"
+
+
+def could_not_check_markdown(reason: str) -> str:
+    """A GitHub step summary for a check that could not run."""
+    return "\n".join([f"### {COULD_NOT_CHECK}", "", reason, "",
+                      "This is not a pass: fix the problem and run the check again.", "", ""])
 
 
 def _escape(message: str) -> str:

@@ -195,6 +195,37 @@ def test_github_outputs_only_when_asked(example_capture, tmp_path):
     assert text.startswith("earlier step\n### offcpu check: FAIL") and "| ❌ | futex_contention not above info |" in text
 
 
+def test_an_unwritable_step_summary_does_not_change_the_verdict(example_capture, tmp_path):
+    # Given a step summary file that cannot be written
+    junit = tmp_path / "offcpu.xml"
+    summary = tmp_path / "missing" / "summary.md"
+    env = {**NO_GITHUB, "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    result = check("--junit", str(junit), str(example_capture("futex_contention")), env=env)
+    # Then the check still fails for its contention (exit 1), with its annotations and JUnit, and warns once
+    assert result.returncode == 1 and "offcpu check: FAIL" in result.stdout and "::error" in result.stdout
+    assert ET.parse(junit).getroot().get("failures") != "0"
+    [warning] = [line for line in result.stderr.splitlines() if "GITHUB_STEP_SUMMARY" in line]
+    assert warning.startswith("offcpu: warning: cannot append to GITHUB_STEP_SUMMARY") and str(summary) in warning
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [("--policy", "{policy}", "{capture}"), ()], ids=["bad policy", "no target"])
+def test_could_not_check_on_github_says_why(example_capture, tmp_path, args):
+    # Given a check that cannot check, on GitHub Actions
+    policy = tmp_path / "policy.toml"
+    policy.write_text("mmap_lock = { max_share = 0.05, max_sharez = 1 }\n")
+    summary = tmp_path / "summary.md"
+    env = {**NO_GITHUB, "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    args = tuple(arg.format(policy=policy, capture=example_capture("idle_pool")) for arg in args)
+    result = check(*args, env=env, cwd=tmp_path)
+    # Then it exits 2 with its one-line error, one annotation with the same reason, and a summary saying so
+    assert_one_line_error(result)
+    reason = result.stderr.strip().removeprefix("offcpu: error: ").split(" (see ")[0]
+    assert result.stdout == f"::error title=offcpu check::could not check: {reason}\n"
+    text = summary.read_text()
+    assert text.startswith("### offcpu check: could not check\n") and reason in text and "PASS" not in text
+
+
 def test_check_records_a_command_and_keeps_the_capture(tmp_path):
     # Given a benchmark run as a command
     capture = tmp_path / "run"
@@ -204,6 +235,9 @@ def test_check_records_a_command_and_keeps_the_capture(tmp_path):
     assert (capture / "capture.json").exists() and (capture / "perf.data").exists()
     assert "FAIL" in result.stdout and "futex_contention not above info" in result.stdout
     assert "offcpu check: FAIL" in result.stdout.splitlines()[-1]
+    # and says once where the capture is kept and how to look into it
+    [kept] = [line for line in result.stderr.splitlines() if "kept" in line]
+    assert kept == f"The capture is kept in {capture}/: 'offcpu report text {capture}' shows where the threads waited."
     # and the kept capture checks the same afterwards, from its saved model
     again = check(str(capture))
     assert again.returncode == 1 and again.stdout.splitlines()[-1] == result.stdout.splitlines()[-1]
@@ -219,6 +253,25 @@ def test_check_records_a_pid(workload, tmp_path):
 
 
 class TestCouldNotCheck:
+    @pytest.mark.parametrize("target", ["sleeping process", "kernel thread"])
+    def test_a_target_that_never_ran(self, tmp_path, target):
+        # Given a process that sleeps through the recording, or kthreadd (pid 2), which rarely runs
+        sleeper = subprocess.Popen(["sleep", "30"]) if target == "sleeping process" else None
+        pid = str(sleeper.pid) if sleeper else "2"
+        try:
+            result = check("--pid", pid, "-d", "0.5", "-o", str(tmp_path / "cap"))
+        finally:
+            if sleeper:
+                sleeper.kill()
+                sleeper.wait()
+        # Then there is nothing to check: exit 2 with the reason and the fix, never a pass
+        assert result.returncode == 2 and "PASS" not in result.stdout, result.stdout + result.stderr
+        error = result.stderr.strip().splitlines()[-1]
+        assert error.startswith("offcpu: error: could not check: the recording holds no scheduler events of the "
+                                "target (capture.json counts 0 events") and "record it while it does its work" in error
+        # and the capture kept from the recording is refused alike
+        assert_one_line_error(check(str(tmp_path / "cap")), "no scheduler events of the target")
+
     def test_malformed_policy(self, example_capture, tmp_path):
         policy = tmp_path / "policy.toml"
         policy.write_text("[mmap_lock]\nmax_share = 0.05\nmax_shares = 0.1\n")

@@ -13,9 +13,9 @@ from offcpu.findings import RULES, Context
 from offcpu.policy import BLOCKED, Limits, Policy, Regression, Tolerance
 from offcpu.renderers.json import JsonReport
 from offcpu.renderers.verdict import (MAX_ANNOTATIONS, VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable,
-                                      github_annotations, github_error)
+                                      could_not_check_markdown, github_annotations, github_error)
 from offcpu.stackview import StackView
-from offcpu.verdict import Measurements, evaluate, measure, measurements_from_report
+from offcpu.verdict import Measurements, evaluate, measure, measurements_from_report, unrecorded
 from tests.unit.test_engine import model_of
 
 
@@ -141,6 +141,11 @@ def test_a_json_report_must_say_how_much_of_its_waits_for_work_was_blocked():
         measurements_from_report(report)
 
 
+@pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "idle_pid", "mmap_fixed_pid", "mmap_all"])
+def test_recordings_of_a_running_target_are_checked(name):
+    assert unrecorded(model_of(name)) is None
+
+
 @pytest.mark.parametrize("report", [[], {"schema": "offcpu/2"}, {"schema": "offcpu/1"}])
 def test_what_is_not_a_json_report(report):
     with pytest.raises((ValueError, KeyError)):
@@ -245,5 +250,8 @@ def test_annotations_are_escaped_and_at_most_ten(failing):
     assert github_annotations(evaluate(Policy(fail_above_info=()), failing.run)) == ""
 
 
-def test_an_annotation_is_one_escaped_line():
+def test_could_not_check_on_github():
     assert github_error("policy p.toml, line 3:\n50%") == "::error title=offcpu check::policy p.toml, line 3:%0A50%25\n"
+    lines = could_not_check_markdown("the recording holds no scheduler events").splitlines()
+    assert lines[0] == "### offcpu check: could not check" and "the recording holds no scheduler events" in lines
+    assert any("not a pass" in line for line in lines)
