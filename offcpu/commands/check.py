@@ -102,7 +102,7 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
     _github_outputs(verdict, str(capture))
     if not capture_args:
         where = shlex.quote(str(capture))
-        click.echo(f"The capture is kept in {where}/: 'offcpu report text {where}' shows where the threads waited.",
+        click.echo(f"The capture is kept in {where}/; to see where its threads waited: offcpu report text {where}",
                    err=True)
     return 0 if verdict.passed else EXIT_VIOLATED
 

@@ -237,7 +237,7 @@ def test_check_records_a_command_and_keeps_the_capture(tmp_path):
     assert "offcpu check: FAIL" in result.stdout.splitlines()[-1]
     # and says once where the capture is kept and how to look into it
     [kept] = [line for line in result.stderr.splitlines() if "kept" in line]
-    assert kept == f"The capture is kept in {capture}/: 'offcpu report text {capture}' shows where the threads waited."
+    assert kept == f"The capture is kept in {capture}/; to see where its threads waited: offcpu report text {capture}"
     # and the kept capture checks the same afterwards, from its saved model
     again = check(str(capture))
     assert again.returncode == 1 and again.stdout.splitlines()[-1] == result.stdout.splitlines()[-1]
