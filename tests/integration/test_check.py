@@ -98,7 +98,7 @@ def test_a_baseline_from_the_fixed_twin_makes_the_pathology_a_regression(example
     assert status == 1 and not verdict["checks"]
     assert {"baseline: mmap_lock", BLOCKED} <= failed(verdict)
     grown = next(item for item in verdict["comparisons"] if item["name"] == "baseline: mmap_lock")
-    assert grown["measured"].startswith("0.0% -> ") and "grew" in grown["detail"]
+    assert grown["detail"].startswith("grew") and not grown["passed"]  # from 0%, or the twin's few at start-up
     assert verdict["baseline_measurements"]["threads"] == verdict["measurements"]["threads"] == 17
 
 
