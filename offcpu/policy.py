@@ -11,6 +11,11 @@ only in the keys it sets.
     [regression]                      # against --baseline; a growth fails past both
     max_share_growth = 0.05           # ... points of the threads' time (0.05 = 5 points)
     max_relative_growth = 0.5         # ... and this much more than the baseline (0.5 = +50%)
+
+    [regression.mmap_lock]            # one finding's own tolerances, over those above
+    max_share_growth = 0.02
+    [regression.blocked]              # blocked time, waits for work left out
+    max_relative_growth = 1
 """
 
 from __future__ import annotations
@@ -24,12 +29,21 @@ from offcpu.errors import OffcpuError
 from offcpu.findings import RULES
 
 RULE_IDS = tuple(rule.id for rule in RULES)
-# Contention: a warning or critical one fails a check unless the policy says otherwise. Not
-# runqueue (a benchmark that saturates the CPUs is doing its job) nor idle (never a problem).
-DEFAULT_FAIL_ABOVE_INFO = ("mmap_lock", "stack_cache_lock", "thread_churn", "futex_contention", "io_wait",
-                           "thread_limits")
-DEFAULT_MAX_SHARE_GROWTH = 0.05
-DEFAULT_MAX_RELATIVE_GROWTH = 0.5
+# The finding of threads waiting for work: never a problem, so never gated by default
+# nor compared with a baseline.
+WAITS_FOR_WORK = "idle"
+# The findings a default policy does not gate, and why; every other finding fails the
+# check as soon as it is warning or critical.
+NOT_GATED_BY_DEFAULT = {
+    "runqueue": "CPU saturation: a benchmark that keeps the CPUs busy is doing its job (gate it with "
+                "runqueue.max_p99_ms)",
+    WAITS_FOR_WORK: "threads waiting for work are never a problem",
+}
+DEFAULT_FAIL_ABOVE_INFO = tuple(rule for rule in RULE_IDS if rule not in NOT_GATED_BY_DEFAULT)
+# The baseline comparison of blocked time, waits for work left out, beside the findings';
+# [regression.blocked] sets its own tolerances.
+BLOCKED = "blocked"
+COMPARED = tuple(rule for rule in RULE_IDS if rule != WAITS_FOR_WORK) + (BLOCKED,)
 
 
 @dataclass(frozen=True)
@@ -48,9 +62,27 @@ EXTRA_KEYS = {"runqueue": ("max_p99_ms",), "thread_churn": ("max_per_second",)}
 
 
 @dataclass(frozen=True)
+class Tolerance:
+    """How much a share may grow against the baseline: it fails when it grows past both."""
+
+    max_share_growth: float = 0.05  # points of the threads' time (0.05 = 5 points)
+    max_relative_growth: float = 0.5  # of itself (0.5 = +50%)
+
+
+@dataclass(frozen=True)
 class Regression:
-    max_share_growth: float = DEFAULT_MAX_SHARE_GROWTH
-    max_relative_growth: float = DEFAULT_MAX_RELATIVE_GROWTH
+    default: Tolerance = Tolerance()
+    overrides: dict[str, Tolerance] = field(default_factory=dict)  # a COMPARED name -> its own tolerances
+
+    def tolerance(self, name: str) -> Tolerance:
+        return self.overrides.get(name, self.default)
+
+    def to_json(self) -> dict:
+        """As the policy file has it: the default tolerances, then a table per override."""
+        return {**vars(self.default), **{name: vars(tolerance) for name, tolerance in self.overrides.items()}}
+
+
+TOLERANCE_KEYS = tuple(item.name for item in fields(Tolerance))
 
 
 @dataclass(frozen=True)
@@ -66,7 +98,7 @@ class Policy:
             "fail_above_info": list(self.fail_above_info),
             "limits": {rule: {key: value for key, value in vars(limits).items() if value is not None}
                        for rule, limits in self.limits.items()},
-            "regression": vars(self.regression),
+            "regression": self.regression.to_json(),
         }
 
 
@@ -95,7 +127,8 @@ class _Reader:
         self.lines = _key_lines(text)
 
     def error(self, key: tuple[str, ...], problem: str) -> OffcpuError:
-        line = self.lines.get(key)
+        """Names the line of the key, or of the nearest key around it (an inline table's)."""
+        line = next((self.lines[key[:end]] for end in range(len(key), 0, -1) if key[:end] in self.lines), None)
         where = f"{self.path}, line {line}" if line else str(self.path)
         return OffcpuError(f"policy {where}: {'.'.join(key)} {problem}")
 
@@ -116,7 +149,7 @@ class _Reader:
 
     def table(self, key: tuple[str, ...], value: object) -> dict:
         if not isinstance(value, dict):
-            raise self.error(key, f"must be a table (for example {key[0]}.max_share = 0.05), not {_kind(value)}")
+            raise self.error(key, f"must be a table (for example [{'.'.join(key)}]), not {_kind(value)}")
         return value
 
     def rule_ids(self, key: tuple[str, ...], value: object) -> tuple[str, ...]:
@@ -137,13 +170,26 @@ class _Reader:
         return Limits(**values)
 
     def regression(self, table: dict) -> Regression:
-        allowed = [item.name for item in fields(Regression)]
-        values = {}
-        for key, value in table.items():
-            if key not in allowed:
-                raise self.error(("regression", key), f"is not a regression tolerance; use {', '.join(allowed)}")
-            values[key] = self.number(("regression", key), value, share=key == "max_share_growth")
-        return Regression(**values)
+        """The default tolerances, then each finding's (or blocked time's) own over them."""
+        tolerances = {key: value for key, value in table.items() if key in TOLERANCE_KEYS}
+        default = self.tolerance(("regression",), tolerances, Tolerance())
+        overrides = {}
+        for name, value in table.items():
+            if name in tolerances:
+                continue
+            if name not in COMPARED:
+                raise self.error(("regression", name), f"is neither a tolerance ({', '.join(TOLERANCE_KEYS)}) nor "
+                                                       f"a table for one of {', '.join(COMPARED)}")
+            overrides[name] = self.tolerance(("regression", name), self.table(("regression", name), value), default)
+        return Regression(default, overrides)
+
+    def tolerance(self, table: tuple[str, ...], values: dict, over: Tolerance) -> Tolerance:
+        read = {}
+        for key, value in values.items():
+            if key not in TOLERANCE_KEYS:
+                raise self.error((*table, key), f"is not a regression tolerance; use {', '.join(TOLERANCE_KEYS)}")
+            read[key] = self.number((*table, key), value, share=key == "max_share_growth")
+        return replace(over, **read)
 
     def number(self, key: tuple[str, ...], value: object, share: bool) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:

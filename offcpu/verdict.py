@@ -1,5 +1,6 @@
-"""What `offcpu check` decides: a run's measurements against a policy, and
-against a known-good baseline. Pure functions; no I/O.
+"""What `offcpu check` decides: whether a run can be checked at all, and its
+measurements against a policy and against a known-good baseline. Pure
+functions; no I/O.
 
 Every figure compared is normalised: shares are of the threads' time in the
 window (the sum over threads of the time each was in it), so a longer
@@ -11,12 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from offcpu.findings import findings
+from offcpu.findings import Context, findings
 from offcpu.model import Model
-from offcpu.policy import EXTRA_KEYS, Policy
+from offcpu.policy import BLOCKED, EXTRA_KEYS, WAITS_FOR_WORK, Policy
 from offcpu.summaries import lifecycle, runqueue_percentiles, totals
-
-BLOCKED = "blocked"  # the baseline comparison of all blocked time, beside the findings'
 
 
 @dataclass(frozen=True)
@@ -35,13 +34,15 @@ class Measurements:
     threads: int
     threads_us: int  # the threads' time in the window: on CPU + off CPU, summed over threads
     blocked_us: int
+    idle_blocked_us: int  # of blocked_us, the waits for work (the idle finding's rows)
     runqueue_p99_us: int | None
     created_per_s: float
     findings: dict[str, FindingFigures]
 
     @property
     def blocked_share(self) -> float:
-        return self.blocked_us / self.threads_us if self.threads_us else 0.0
+        """Blocked time, waits for work left out, over the threads' time."""
+        return (self.blocked_us - self.idle_blocked_us) / self.threads_us if self.threads_us else 0.0
 
     def share(self, rule: str) -> float:
         figures = self.findings.get(rule)
@@ -52,6 +53,17 @@ class Measurements:
         return figures.offcpu_us / 1000 / self.window_s if figures and self.window_s else 0.0
 
 
+def unrecorded(model: Model) -> str | None:
+    """Why the model holds no scheduler event of its target, so that there is nothing
+    to check; None when it does. perf counted no event at all, or none of the
+    target's threads ran (switched in) during the window."""
+    if model.capture.samples == 0:
+        return f"capture.json counts 0 events and {model.capture.switch_records:,} switch records"
+    if not any(thread.oncpu_us for thread in model.threads.values()):
+        return "no thread of the target ran during the window"
+    return None
+
+
 def measure(model: Model) -> Measurements:
     total = totals(model)
     return Measurements(
@@ -59,6 +71,7 @@ def measure(model: Model) -> Measurements:
         threads=total.threads,
         threads_us=sum(t.oncpu_us + t.offcpu_us for t in model.threads.values()),
         blocked_us=total.blocked_us,
+        idle_blocked_us=sum(row.blocked_us for row in Context(model).idle_rows),
         runqueue_p99_us=runqueue_percentiles(model).get(99),
         created_per_s=lifecycle(model).created_per_s,
         findings={f.id: FindingFigures(f.severity, f.share_of_wall, f.offcpu_us, f.summary) for f in findings(model)},
@@ -67,15 +80,20 @@ def measure(model: Model) -> Measurements:
 
 def measurements_from_report(report: dict) -> Measurements:
     """The measurements in a JSON report ("offcpu/1"). KeyError, TypeError or
-    ValueError when it is not one."""
+    ValueError when it is not one, or when its idle finding does not say how much
+    of it was blocked."""
     if not isinstance(report, dict) or report.get("schema") != "offcpu/1":
         raise ValueError("its schema is not \"offcpu/1\"")
     runqueue = report["runqueue_delay_us"]
+    idle = next((finding for finding in report["findings"] if finding["id"] == WAITS_FOR_WORK), {"blocked_us": 0})
+    if "blocked_us" not in idle:
+        raise ValueError(f"its {WAITS_FOR_WORK} finding does not say how much of its time was blocked")
     return Measurements(
         window_s=float(report["window"]["seconds"]),
         threads=int(report["totals"]["threads"]),
         threads_us=sum(int(t["oncpu_us"]) + int(t["offcpu_us"]) for t in report["threads"]),
         blocked_us=int(report["totals"]["blocked_us"]),
+        idle_blocked_us=int(idle["blocked_us"]),
         runqueue_p99_us=int(runqueue["p99"]) if "p99" in runqueue else None,
         created_per_s=float(report["lifecycle"]["created_per_s"]),
         findings={f["id"]: FindingFigures(str(f["severity"]), float(f["share_of_wall"]), int(f["offcpu_us"]),
@@ -137,13 +155,13 @@ def _limit_checks(rule: str, limits: dict[str, float | None], run: Measurements)
     """One check per limit set, in the order of Limits' fields."""
     measured = {
         "max_share": (run.share(rule), _pct, "share of the threads' time"),
-        "max_ms_per_s": (run.ms_per_s(rule), lambda v: f"{v:.1f} ms/s", "off CPU per second of recording"),
+        "max_ms_per_s": (run.ms_per_s(rule), lambda v: f"{v:,.1f} ms/s", "off CPU per second of recording"),
     }
     if "max_p99_ms" in EXTRA_KEYS.get(rule, ()):
         p99 = run.runqueue_p99_us / 1000 if run.runqueue_p99_us is not None else 0.0
-        measured["max_p99_ms"] = (p99, lambda v: f"{v:.1f} ms", "p99 wakeup-to-run delay")
+        measured["max_p99_ms"] = (p99, lambda v: f"{v:,.1f} ms", "p99 wakeup-to-run delay")
     if "max_per_second" in EXTRA_KEYS.get(rule, ()):
-        measured["max_per_second"] = (run.created_per_s, lambda v: f"{v:.0f}/s", "threads created a second")
+        measured["max_per_second"] = (run.created_per_s, lambda v: f"{v:,.0f}/s", "threads created a second")
     checks = []
     for key, maximum in limits.items():
         if maximum is None:
@@ -154,28 +172,32 @@ def _limit_checks(rule: str, limits: dict[str, float | None], run: Measurements)
 
 
 def _compare(policy: Policy, run: Measurements, baseline: Measurements) -> list[Check]:
-    """Each finding seen in either run (idle aside), and all blocked time, as shares."""
-    rules = [rule for rule in dict.fromkeys([*baseline.findings, *run.findings]) if rule != "idle"]
+    """Each finding seen in either run (waits for work aside), and blocked time, as shares."""
+    rules = [rule for rule in dict.fromkeys([*baseline.findings, *run.findings]) if rule != WAITS_FOR_WORK]
     pairs = [(rule, baseline.share(rule), run.share(rule)) for rule in rules]
     pairs.append((BLOCKED, baseline.blocked_share, run.blocked_share))
     return [_growth(policy, rule, before, after) for rule, before, after in pairs]
 
 
 def _growth(policy: Policy, rule: str, before: float, after: float) -> Check:
-    """A share grew too much when it grew past both tolerances: by more than
+    """A share grew too much when it grew past both of its tolerances: by more than
     max_share_growth points and by more than max_relative_growth of itself."""
-    tolerance = policy.regression
+    tolerance = policy.regression.tolerance(rule)
     growth = after - before
     relative = growth / before if before > 0 else (math.inf if growth > 0 else 0.0)
     passed = growth <= tolerance.max_share_growth or relative <= tolerance.max_relative_growth
-    what = "all blocked time" if rule == BLOCKED else rule
-    relative_text = f"{relative:+.0%}" if math.isfinite(relative) else "new"
+    what = "blocked time, waits for work left out" if rule == BLOCKED else rule
+    relative_text = f"{relative:+,.0%}" if math.isfinite(relative) else "new"
     detail = f"{'grew' if growth > 0 else 'shrank'} {abs(growth) * 100:.1f} points ({relative_text})" \
         if growth else "unchanged"
-    limit = f"+{tolerance.max_share_growth * 100:.1f} pts or +{tolerance.max_relative_growth:.0%}"
+    limit = f"+{tolerance.max_share_growth * 100:.1f} pts or +{tolerance.max_relative_growth:,.0%}"
     return Check(rule, f"baseline: {what}", f"{_pct(before)} -> {_pct(after)}", limit, passed, detail)
 
 
 def _pct(share: float) -> str:
     return f"{share:.1%}"
 
+
+def counted(n: int, noun: str) -> str:
+    """'1 thread', '2,048 threads'."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -15,24 +18,32 @@ from offcpu.errors import OffcpuError
 from offcpu.policy import load_policy
 from offcpu.recorder import RecordRequest
 from offcpu.renderers.console import stdout_layout
-from offcpu.renderers.verdict import VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable, github_annotations
-from offcpu.verdict import Measurements, Verdict, evaluate, measure, measurements_from_report
+from offcpu.renderers.verdict import (VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable, could_not_check_markdown,
+                                      github_annotations, github_error)
+from offcpu.verdict import Measurements, Verdict, evaluate, measure, measurements_from_report, unrecorded
 
 EXIT_VIOLATED = 1
+COULD_NOT_CHECK = "could not check: "
 MAX_SIZE = "512M"
 CALL_GRAPH = "fp"
 INTERRUPTED = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
-class _SeparatorAware(click.Command):
-    """Keeps how many arguments came after `--`: they are a command to run, the rest a capture."""
+class _CheckCommand(click.Command):
+    """Keeps how many arguments came after `--` (they are a command to run, the rest a
+    capture), and says on GitHub Actions when the check could not check."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta["after_separator"] = len(args) - args.index("--") - 1 if "--" in args else 0
-        return super().parse_args(ctx, args)
+        with _could_not_check_on_github():
+            return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> object:
+        with _could_not_check_on_github():
+            return super().invoke(ctx)
 
 
-@click.command(cls=_SeparatorAware)
+@click.command(cls=_CheckCommand)
 @click.option("--policy", "policy_path", type=click.Path(path_type=Path, dir_okay=False),
               help="TOML policy [default: the built-in one, see README.md].")
 @click.option("--baseline", type=click.Path(path_type=Path),
@@ -54,10 +65,10 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
 
     Checks an existing capture, or records one first (bounded, like
     'offcpu record', and kept for 'offcpu report'). The default policy fails
-    on contention findings above info (mmap_lock, stack_cache_lock,
-    thread_churn, futex_contention, io_wait, thread_limits); a --policy file
-    changes the keys it sets. With --baseline, each finding's share of the
-    threads' time, and all blocked time, must not grow past the tolerances.
+    on every finding above info but CPU saturation (runqueue) and waiting for
+    work (idle); a --policy file changes the keys it sets. With --baseline,
+    each finding's share of the threads' time, and blocked time with waits
+    for work left out, must not grow past the tolerances.
 
     \b
       offcpu check CAPTURE
@@ -65,7 +76,8 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
       offcpu check --policy offcpu.toml --baseline good.json --junit offcpu.xml -- ./bench --quick
 
     On GitHub Actions, a summary goes to $GITHUB_STEP_SUMMARY and failed
-    checks become error annotations (at most 10).
+    checks become error annotations (at most 10); so does a check that could
+    not check.
     """
     policy = load_policy(policy_path)
     for path in (junit, json_path):
@@ -88,6 +100,10 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
     if json_path is not None:
         write_report(json_path, VerdictJson(str(capture), baseline_label).render(verdict))
     _github_outputs(verdict, str(capture))
+    if not capture_args:
+        where = shlex.quote(str(capture))
+        click.echo(f"The capture is kept in {where}/; to see where its threads waited: offcpu report text {where}",
+                   err=True)
     return 0 if verdict.passed else EXIT_VIOLATED
 
 
@@ -134,9 +150,11 @@ def _check_capture(capture: Path) -> None:
 
 def _measure(capture: Path) -> Measurements:
     model = load_with_progress(capture, None)
-    if not model.threads:
-        raise OffcpuError(f"{capture} shows no thread of its target: there is nothing to check; record the "
-                          "process while it runs its workload")
+    reason = unrecorded(model)
+    if reason:
+        raise OffcpuError(f"{COULD_NOT_CHECK}the recording holds no scheduler events of the target ({reason}); "
+                          "record it while it does its work (a deadlocked, stopped or sleeping process, or a "
+                          "kernel thread, gives nothing to check)")
     return measure(model)
 
 
@@ -150,19 +168,41 @@ def _baseline(path: Path) -> Measurements:
     except OSError as error:
         raise OffcpuError(f"cannot read the baseline {path} ({error.strerror}); give a capture directory or "
                           "the output of 'offcpu report json CAPTURE'") from None
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-        raise OffcpuError(f"the baseline {path} is not an offcpu JSON report; make one with "
-                          "'offcpu report json CAPTURE -o FILE', or give the capture directory") from None
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as error:
+        why = f" ({error})" if type(error) is ValueError else ""
+        raise OffcpuError(f"the baseline {path} is not an offcpu JSON report this offcpu can compare with{why}; "
+                          "give the capture directory, or its 'offcpu report json CAPTURE -o FILE' output") from None
 
 
 def _github_outputs(verdict: Verdict, capture: str) -> None:
     """Only on GitHub Actions (or wherever these variables are set): a step summary, error annotations."""
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        try:
-            with open(summary, "a") as file:
-                file.write(VerdictMarkdown(capture).render(verdict))
-        except OSError as error:
-            raise OffcpuError(f"cannot append to GITHUB_STEP_SUMMARY {summary} ({error.strerror})") from None
+    _append_step_summary(VerdictMarkdown(capture).render(verdict))
     if os.environ.get("GITHUB_ACTIONS") == "true":
         click.echo(github_annotations(verdict), nl=False)
+
+
+@contextmanager
+def _could_not_check_on_github() -> Iterator[None]:
+    """A check that could not check (exit 2) says why in an annotation and the step summary too."""
+    try:
+        yield
+    except click.ClickException as error:
+        if error.exit_code == OffcpuError.exit_code:
+            reason = error.format_message().removeprefix(COULD_NOT_CHECK)
+            if os.environ.get("GITHUB_ACTIONS") == "true":
+                click.echo(github_error(COULD_NOT_CHECK + reason), nl=False)
+            _append_step_summary(could_not_check_markdown(reason))
+        raise
+
+
+def _append_step_summary(markdown: str) -> None:
+    """A summary file that cannot be written is worth a warning, not a different exit status."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not summary:
+        return
+    try:
+        with open(summary, "a") as file:
+            file.write(markdown)
+    except OSError as error:
+        click.echo(f"offcpu: warning: cannot append to GITHUB_STEP_SUMMARY {summary} ({error.strerror}), so the "
+                   "job's summary lacks this check; its exit status is unchanged", err=True)

@@ -11,18 +11,21 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from offcpu.policy import NOT_GATED_BY_DEFAULT, RULE_IDS
 from offcpu.renderers.console import printed
-from offcpu.verdict import Check, Measurements, Verdict
+from offcpu.verdict import Check, Measurements, Verdict, counted
 
 SCHEMA = "offcpu-check/1"
 MAX_ANNOTATIONS = 10
+COULD_NOT_CHECK = "offcpu check: could not check"
+DETAIL_WIDTH = 12  # the check names and limits wrap before the detail is squeezed to nothing
 
 
 def headline(verdict: Verdict) -> str:
     checks = len(verdict.checks) + len(verdict.comparisons)
     if verdict.passed:
-        return f"offcpu check: PASS ({checks} checks)"
-    return f"offcpu check: FAIL ({len(verdict.failures)} of {checks} checks failed)"
+        return f"offcpu check: PASS ({counted(checks, 'check')})"
+    return f"offcpu check: FAIL ({len(verdict.failures):,} of {counted(checks, 'check')} failed)"
 
 
 class VerdictTable:
@@ -48,10 +51,10 @@ class VerdictTable:
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if self.color else box.ASCII2,
                       title_style="bold" if self.color else "")
         table.add_column("result", no_wrap=True)
-        table.add_column("check", no_wrap=True)
+        table.add_column("check", overflow="fold")
         table.add_column("measured", justify="right", no_wrap=True)
-        table.add_column("limit", justify="right", no_wrap=True)
-        table.add_column("detail")
+        table.add_column("limit", justify="right")
+        table.add_column("detail", min_width=DETAIL_WIDTH)
         for check in sorted(checks, key=lambda check: check.passed):
             result = Text("pass", style="green") if check.passed else Text("FAIL", style="bold red")
             table.add_row(result, *(Text(cell) for cell in (check.name, check.measured, check.limit, check.detail)))
@@ -59,7 +62,7 @@ class VerdictTable:
 
 
 def _described(run: Measurements) -> str:
-    return f"{run.window_s:.2f} s, {run.threads} threads"
+    return f"{run.window_s:,.2f} s, {counted(run.threads, 'thread')}"
 
 
 class VerdictJson:
@@ -84,26 +87,30 @@ class VerdictJson:
 
 
 class VerdictJunit:
-    """JUnit XML: one testcase per finding the policy checks and per baseline comparison."""
+    """JUnit XML: a `policy` suite with one testcase per finding rule (one the policy
+    does not check passes, and its text says so) and a `baseline` suite with one per
+    comparison. Checking takes no measurable time, so every `time` is 0."""
 
     def render(self, verdict: Verdict) -> str:
         suites = ET.Element("testsuites", name="offcpu check")
-        policy = _by_rule(verdict.checks)
-        self._suite(suites, "policy", [(rule, checks) for rule, checks in policy.items()])
+        checks = _by_rule(verdict.checks)
+        self._suite(suites, "policy", [(rule, checks.get(rule, []), _unchecked(rule, verdict)) for rule in RULE_IDS])
         if verdict.comparisons:
-            self._suite(suites, "baseline", [(check.rule, [check]) for check in verdict.comparisons])
-        suites.set("tests", str(sum(int(suite.get("tests", "0")) for suite in suites)))
-        suites.set("failures", str(sum(int(suite.get("failures", "0")) for suite in suites)))
+            self._suite(suites, "baseline", [(check.rule, [check], "") for check in verdict.comparisons])
+        for count in ("tests", "failures", "errors"):
+            suites.set(count, str(sum(int(suite.get(count, "0")) for suite in suites)))
+        suites.set("time", "0")
         ET.indent(suites)
         return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
     @staticmethod
-    def _suite(parent: ET.Element, name: str, cases: list[tuple[str, list[Check]]]) -> None:
-        failures = sum(not all(check.passed for check in checks) for _, checks in cases)
+    def _suite(parent: ET.Element, name: str, cases: list[tuple[str, list[Check], str]]) -> None:
+        """`cases`: (name, its checks, the text of a case without checks)."""
+        failures = sum(not all(check.passed for check in checks) for _, checks, _ in cases)
         suite = ET.SubElement(parent, "testsuite", name=name, tests=str(len(cases)), failures=str(failures),
-                              errors="0", skipped="0")
-        for rule, checks in cases:
-            case = ET.SubElement(suite, "testcase", classname=f"offcpu.check.{name}", name=rule)
+                              errors="0", skipped="0", time="0")
+        for rule, checks, unchecked in cases:
+            case = ET.SubElement(suite, "testcase", classname=f"offcpu.check.{name}", name=rule, time="0")
             details = "\n".join(f"{'pass' if check.passed else 'FAIL'}: {check.sentence}" for check in checks)
             failed = [check for check in checks if not check.passed]
             if failed:
@@ -111,7 +118,15 @@ class VerdictJunit:
                                         type="offcpu.policy")
                 failure.text = details
             else:
-                ET.SubElement(case, "system-out").text = details
+                ET.SubElement(case, "system-out").text = details or unchecked
+
+
+def _unchecked(rule: str, verdict: Verdict) -> str:
+    """Why a finding passes without a check, and what the run showed of it."""
+    why = f" ({NOT_GATED_BY_DEFAULT[rule]})" if rule in NOT_GATED_BY_DEFAULT else ""
+    figures = verdict.run.findings.get(rule)
+    seen = f"{figures.severity}: {figures.summary}" if figures else "not found"
+    return f"pass: not checked, the policy ({verdict.policy.source}) does not gate {rule}{why}. This run: {seen}"
 
 
 def _by_rule(checks: list[Check]) -> dict[str, list[Check]]:
@@ -141,9 +156,18 @@ def _cell(text: str) -> str:
 
 def github_annotations(verdict: Verdict) -> str:
     """At most MAX_ANNOTATIONS `::error` workflow commands, one per failed check."""
-    lines = [f"::error title=offcpu check::{_escape(check.sentence)}"
-             for check in verdict.failures[:MAX_ANNOTATIONS]]
-    return "".join(line + "\n" for line in lines)
+    return "".join(github_error(check.sentence) for check in verdict.failures[:MAX_ANNOTATIONS])
+
+
+def github_error(message: str) -> str:
+    """One `::error` workflow command (a line): an annotation on the run."""
+    return f"::error title=offcpu check::{_escape(message)}\n"
+
+
+def could_not_check_markdown(reason: str) -> str:
+    """A GitHub step summary for a check that could not run."""
+    return "\n".join([f"### {COULD_NOT_CHECK}", "", reason, "",
+                      "This is not a pass: fix the problem and run the check again.", "", ""])
 
 
 def _escape(message: str) -> str:

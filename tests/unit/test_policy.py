@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from offcpu.errors import OffcpuError
-from offcpu.policy import DEFAULT_FAIL_ABOVE_INFO, Limits, Policy, Regression, load_policy
+from offcpu.findings import RULES
+from offcpu.policy import (BLOCKED, COMPARED, DEFAULT_FAIL_ABOVE_INFO, EXTRA_KEYS, NOT_GATED_BY_DEFAULT, WAITS_FOR_WORK,
+                           Limits, Policy, Regression, Tolerance, load_policy)
 
 
 def policy_from(tmp_path, text: str) -> Policy:
@@ -27,14 +29,22 @@ def test_without_a_file_the_defaults():
     assert "runqueue" not in policy.fail_above_info and "idle" not in policy.fail_above_info
     assert set(DEFAULT_FAIL_ABOVE_INFO) == {"mmap_lock", "stack_cache_lock", "thread_churn", "futex_contention",
                                             "io_wait", "thread_limits"}
-    assert policy.limits == {} and policy.regression == Regression(0.05, 0.5)
+    assert policy.limits == {} and policy.regression == Regression(Tolerance(0.05, 0.5), {})
+
+
+def test_the_finding_ids_the_policy_names_are_the_rules():
+    # Every rule is gated by default but those named with a reason; a renamed rule fails here
+    ids = [rule.id for rule in RULES]
+    assert set(NOT_GATED_BY_DEFAULT) | set(EXTRA_KEYS) | {WAITS_FOR_WORK} <= set(ids)
+    assert list(DEFAULT_FAIL_ABOVE_INFO) == [rule for rule in ids if rule not in NOT_GATED_BY_DEFAULT]
+    assert BLOCKED not in ids and set(COMPARED) == set(ids) - {WAITS_FOR_WORK} | {BLOCKED}
 
 
 def test_a_file_changes_only_the_keys_it_sets(tmp_path):
     policy = policy_from(tmp_path, "mmap_lock.max_share = 0.05\n[regression]\nmax_relative_growth = 1\n")
     assert policy.fail_above_info == DEFAULT_FAIL_ABOVE_INFO  # not set: the default
     assert policy.limits == {"mmap_lock": Limits(max_share=0.05)}
-    assert policy.regression == Regression(max_share_growth=0.05, max_relative_growth=1.0)
+    assert policy.regression == Regression(Tolerance(max_share_growth=0.05, max_relative_growth=1.0))
     assert policy.source.endswith("offcpu.toml")
 
 
@@ -51,12 +61,32 @@ max_ms_per_s = 250.5
 [regression]
 max_share_growth = 0.02
 max_relative_growth = 0.25
+
+[regression.mmap_lock]
+max_share_growth = 0.01
+
+[regression.blocked]
+max_share_growth = 0.1
+max_relative_growth = 1
 """)
     assert policy.fail_above_info == ()
     assert policy.limits == {"runqueue": Limits(max_p99_ms=20.0), "thread_churn": Limits(max_per_second=50.0),
                              "futex_contention": Limits(max_share=0.1, max_ms_per_s=250.5)}
-    assert policy.regression == Regression(0.02, 0.25)
+    assert policy.regression == Regression(Tolerance(0.02, 0.25), {"mmap_lock": Tolerance(0.01, 0.25),
+                                                                   BLOCKED: Tolerance(0.1, 1.0)})
     assert policy.to_json()["limits"]["futex_contention"] == {"max_share": 0.1, "max_ms_per_s": 250.5}
+    assert policy.to_json()["regression"] == {"max_share_growth": 0.02, "max_relative_growth": 0.25,
+                                              "mmap_lock": {"max_share_growth": 0.01, "max_relative_growth": 0.25},
+                                              "blocked": {"max_share_growth": 0.1, "max_relative_growth": 1.0}}
+
+
+def test_a_finding_s_own_tolerances_are_over_the_file_s_whatever_the_order(tmp_path):
+    # Given an override written before the tolerances it falls back on (dotted keys allow it)
+    policy = policy_from(tmp_path, "regression.futex_contention.max_relative_growth = 2\n"
+                                   "regression.max_share_growth = 0.1\n")
+    # Then it takes the file's share growth, not the built-in one; the others take the file's
+    assert policy.regression.tolerance("futex_contention") == Tolerance(0.1, 2.0)
+    assert policy.regression.tolerance("mmap_lock") == policy.regression.tolerance(BLOCKED) == Tolerance(0.1, 0.5)
 
 
 @pytest.mark.parametrize("text, words", [
@@ -74,6 +104,17 @@ max_relative_growth = 0.25
     ("[regression]\nmax_growth = 0.1\n", ["line 2", "regression.max_growth", "max_share_growth"]),
     ("[regression]\nmax_share_growth = 2\n", ["line 2", "from 0 to 1"]),
     ("regression = 1\n", ["line 1", "regression must be a table"]),
+    ("[regression]\nmax_share_growth = 0.1\n[regression.mmap]\nmax_share_growth = 0.02\n",
+     ["line 3", "regression.mmap is neither a tolerance", "mmap_lock", "blocked"]),
+    ("[regression.idle]\nmax_share_growth = 0.02\n", ["line 1", "regression.idle is neither", "futex_contention"]),
+    ("\n[regression.blocked]\nmax_share = 0.02\n", ["line 3", "regression.blocked.max_share",
+                                                       "use max_share_growth, max_relative_growth"]),
+    ("[regression.mmap_lock]\nmax_relative_growth = '50%'\n", ["line 2", "regression.mmap_lock.max_relative_growth",
+                                                                 "must be a number", "a string"]),
+    ("[regression]\nmmap_lock = 0.02\n", ["line 2", "regression.mmap_lock must be a table"]),
+    ("# inline\nmmap_lock = { max_share = 0.05, max_sharez = 1 }\n", ["line 2", "mmap_lock.max_sharez"]),
+    ("[regression]\nblocked = { max_share_growth = true }\n", ["line 2", "regression.blocked.max_share_growth",
+                                                               "true/false"]),
 ])
 def test_errors_name_the_key_and_its_line(tmp_path, text, words):
     message = error_from(tmp_path, text)
