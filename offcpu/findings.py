@@ -192,6 +192,7 @@ class Finding:
     title: str
     summary: str
     offcpu_us: int
+    blocked_us: int  # of offcpu_us, until the wakeups (the rest: waiting for a CPU after them)
     share_of_wall: float
     share_of_offcpu: float
     threads: int
@@ -549,7 +550,7 @@ def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
         return None
     return Finding(
         id=rule.id, severity=severity, title=match.title or rule.title, summary=match.summary, offcpu_us=us,
-        share_of_wall=share_of_wall, share_of_offcpu=min(us / offcpu, 1.0) if offcpu > 0 else 0.0,
+        blocked_us=blocked(match.rows), share_of_wall=share_of_wall, share_of_offcpu=min(us / offcpu, 1.0) if offcpu > 0 else 0.0,
         threads=match.threads if match.threads is not None else tids(match.rows),
         evidence=evidence(ctx.model, match.rows), remedy=match.remedy or rule.remedy,
         confidence=match.confidence, confidence_reason=match.confidence_reason,

@@ -123,7 +123,7 @@ def test_a_finding_new_in_the_run_is_a_regression(futex, fixed):
     assert not math.isnan(futex.blocked_share)
 
 
-@pytest.mark.parametrize("name", ["futex_pid", "churn_pid"])
+@pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "idle_pid"])
 def test_a_json_report_measures_as_its_model(name):
     model = model_of(name)
     report = json.loads(JsonReport(StackView(), 5).render(model))
@@ -132,7 +132,7 @@ def test_a_json_report_measures_as_its_model(name):
 
 def test_a_json_report_must_say_how_much_of_its_waits_for_work_was_blocked():
     # Given a report whose idle finding gives its off-CPU time but not the blocked part of it
-    # (findings do not carry blocked_us yet; a report made before they do never will)
+    # (as reports written before findings carried blocked_us)
     report = json.loads(JsonReport(StackView(), 5).render(model_of("idle_pid")))
     [idle] = [finding for finding in report["findings"] if finding["id"] == "idle"]
     idle.pop("blocked_us", None)
