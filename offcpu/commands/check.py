@@ -127,7 +127,8 @@ def _record(pid: int | None, command: tuple[str, ...], duration: float, output: 
         raise click.BadParameter(f"at most {MAX_DURATION_S:.0f} s in a check", param_hint="--duration")
     check_bounds(duration, False, MAX_SIZE, CALL_GRAPH, None)
     output = output or default_output(target)
-    info = record_into(RecordRequest(target, output, duration, MAX_SIZE, CALL_GRAPH, None, False), force)
+    info = record_into(RecordRequest(target, output, duration, MAX_SIZE, CALL_GRAPH, None, False), force,
+                       suggest_report=False)
     _refuse_unfinished(info, output)
     return output
 

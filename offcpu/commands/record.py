@@ -65,9 +65,10 @@ def record(pid: int | None, tid: int | None, all_cpus: bool, duration: float, no
     record_into(RecordRequest(target, output, duration, max_size, call_graph, mmap_pages, enable_schedstats), force)
 
 
-def record_into(request: RecordRequest, force: bool) -> CaptureInfo:
+def record_into(request: RecordRequest, force: bool, suggest_report: bool = True) -> CaptureInfo:
     """Record into request.output (replacing a capture there only with `force`),
-    with a countdown on a terminal, and print the summary."""
+    with a countdown on a terminal, and print the summary (with the report to run
+    next, unless the caller goes on by itself)."""
     created = prepare_output(request.output, force)
     try:
         info = _record_with_progress(request)
@@ -77,7 +78,7 @@ def record_into(request: RecordRequest, force: bool) -> CaptureInfo:
         if created:
             _remove_if_empty(request.output)
         raise
-    _print_summary(info, request)
+    _print_summary(info, request, suggest_report)
     return info
 
 
@@ -157,15 +158,16 @@ def _record_with_progress(request: RecordRequest) -> CaptureInfo:
         return record_capture(request, on_tick=show)
 
 
-def _print_summary(info: CaptureInfo, request: RecordRequest) -> None:
+def _print_summary(info: CaptureInfo, request: RecordRequest, suggest_report: bool) -> None:
     """One line (what was recorded, where, what to run next), then a note for each thing to know."""
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     ended = "" if info.ended_by == "duration" else f", ended by {info.ended_by}"
     where = shlex.quote(str(request.output))
+    following = f" Next: offcpu report text {where} (or report svg, html, json, folded)" if suggest_report else ""
     console.print(
-        f"Recorded {info.target.describe()} for {info.duration_actual_s:.1f} s{ended}: {info.samples:,} events "
-        f"(+{info.switch_records:,} switch records), {info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, "
-        f"in {where}/. Next: offcpu report text {where} (or report svg, html, json, folded)")
+        f"Recorded {info.target.describe()} for {info.duration_actual_s:.1f} s{ended}: {info.samples:,} "
+        f"{'event' if info.samples == 1 else 'events'} (+{info.switch_records:,} switch records), "
+        f"{info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, in {where}/.{following}")
     for note in _notes(info, request):
         console.print(f"  note: {note}")
 
