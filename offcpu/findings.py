@@ -300,7 +300,11 @@ def spent_text(rows: list[Row], ctx: Context) -> str:
     us = total(rows)
     woken = blocked(rows)
     split = f"; {us_text(woken)} until woken, {us_text(us - woken)} more waiting for a CPU" if us - woken else ""
-    return f"spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of their time{split})"
+    return f"spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of {their(rows)} time{split})"
+
+
+def their(rows: Iterable[Row]) -> str:
+    return "its" if tids(rows) == 1 else "their"
 
 
 def times_text(rows: Iterable[Row]) -> str:
@@ -418,7 +422,7 @@ def detect_runqueue(ctx: Context) -> Match | None:
     waiting = sum(row.runqueue_us for row in ctx.model.rows) / max(ctx.model.wall_us, 1)
     were = "was" if tids(rows) == 1 else "were"
     return Match(rows, f"{threads_text(rows)} {were} preempted while they still had work for {us_text(us)} "
-                       f"({pct(ctx.share_of_wall(us, rows))} of their time){after_wakeup}; on average "
+                       f"({pct(ctx.share_of_wall(us, rows))} of {their(rows)} time){after_wakeup}; on average "
                        f"{waiting:.1f} runnable threads waited for the {ctx.model.capture.cpus} CPUs.")
 
 
@@ -465,7 +469,7 @@ def detect_idle(ctx: Context) -> Match | None:
     unwoken = "" if not quiet else " (not woken at all)" if quiet == tids(rows) else \
         f" ({quiet:,} of them not woken at all)"
     return Match(rows, f"{threads_text(rows)}{unwoken} spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of "
-                       f"their time) waiting for work or for time to pass (sleeps, poll/epoll/select, condition "
+                       f"{their(rows)} time) waiting for work or for time to pass (sleeps, poll/epoll/select, condition "
                        f"variables woken less than {1_000_000 // IDLE_MEAN_WAIT_US} times a second); this is not "
                        f"contention and is left out of the other findings' shares.",
                  cap="info")
