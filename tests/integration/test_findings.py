@@ -11,10 +11,13 @@ recording of the same 1.5 s is ~150 MB and takes longer to read than all of this
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from offcpu.analysis import load_model
 from offcpu.findings import Finding, findings
+from tests.conftest import example, run_offcpu, wait_for_exec, wait_for_threads
 
 CHURN = {"stack_cache_lock", "thread_churn"}
 # program -> the ids its pathology may be named by, and its fixed twin
@@ -67,3 +70,23 @@ def test_an_idle_pool_is_not_contended(recorded):
     found = recorded("idle_pool")
     assert all(finding.severity == "info" for finding in found), describe(found)
     assert "idle" in {finding.id for finding in found}
+
+
+def test_a_process_near_its_thread_limit(perf, tmp_path):
+    # Given 17 threads of a user allowed 20 (RLIMIT_NPROC, which root would not be held to)
+    program = subprocess.Popen(["prlimit", "--nproc=20:20", "setpriv", "--reuid=65534", "--regid=65534",
+                                "--clear-groups", str(example("idle_pool")), "-t", "16", "-s", "30"],
+                               stdout=subprocess.DEVNULL)
+    try:
+        wait_for_exec(program.pid, example("idle_pool"))
+        wait_for_threads(program.pid, 17)
+        capture = tmp_path / "cap"
+        assert run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(capture)).returncode == 0
+    finally:
+        program.kill()
+        program.wait()
+    # Then the recording names it: 85% of the limit is a warning, with the numbers
+    found = {finding.id: finding for finding in findings(load_model(capture))}
+    limits = found["thread_limits"]
+    assert limits.severity == "warning", describe(list(found.values()))
+    assert "17 of 20" in limits.summary and "RLIMIT_NPROC" in limits.summary
