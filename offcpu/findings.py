@@ -360,9 +360,9 @@ def detect_stack_cache_lock(ctx: Context) -> Match | None:
 
 
 def detect_thread_churn(ctx: Context) -> Match | None:
-    if not ctx.churning:
-        return None
     life = ctx.lifecycle
+    if not ctx.churning or life.median_life_us is None:
+        return None
     lock = {id(row) for part in stack_cache_rows(ctx) for row in part}  # the stack_cache_lock finding's
     new = [row for row in ctx.model.rows if ctx.model.stacks[row.stack].frames == (NEW_THREAD,)]
     rows = new + ctx.waits(lambda row: id(row) not in lock and bool(CHURN_FRAMES.intersection(ctx.frames[row.stack])))

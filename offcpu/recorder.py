@@ -241,7 +241,11 @@ def _exit_watch(target: Target) -> Iterator[Callable[[float], bool]]:
     """A function that waits up to its argument's seconds for the target to exit and
     says whether it has: a pidfd tells a process's exit at once, a thread's is polled."""
     if target.kind == "all" or target.pid is None:
-        yield lambda timeout: bool(time.sleep(timeout))
+        def never(timeout: float) -> bool:
+            time.sleep(timeout)
+            return False
+
+        yield never
         return
     if target.kind == "tid":
         tid = target.tid or 0
@@ -283,7 +287,7 @@ class _Interrupts:
 
     def __init__(self) -> None:
         self.raising = True
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
 
     def __enter__(self) -> _Interrupts:
         for sig in INTERRUPTS:

@@ -110,7 +110,7 @@ def lifecycle(model: Model) -> Lifecycle:
     threads = model.threads.values()
     created = [t for t in threads if t.created_ns is not None]
     exited = [t for t in threads if t.exited_ns is not None]
-    lives = [(t.exited_ns - t.created_ns) // 1000 for t in created if t.exited_ns is not None]
+    lives = [(t.exited_ns - t.created_ns) // 1000 for t in created if t.exited_ns is not None and t.created_ns]
     window_s = (model.window_end_ns - model.window_start_ns) / 1e9
     return Lifecycle(len(created), len(exited), len(created) / window_s if window_s else 0.0,
                      round(statistics.median(lives)) if lives else None)
