@@ -18,9 +18,14 @@ PLAIN_WIDTH = 100
 def stdout_layout(to_file: bool = False) -> tuple[int, bool]:
     """(width, colour) for text bound for stdout, or for a file with `to_file`. NO_COLOR is respected."""
     terminal = not to_file and sys.stdout.isatty()
-    width = shutil.get_terminal_size((PLAIN_WIDTH, 24)).columns if terminal else \
-        int(os.environ.get("COLUMNS", PLAIN_WIDTH))
+    width = shutil.get_terminal_size((PLAIN_WIDTH, 24)).columns if terminal else _columns()
     return width, terminal and "NO_COLOR" not in os.environ
+
+
+def _columns() -> int:
+    """COLUMNS when it is a positive number; PLAIN_WIDTH when it is unset, empty or anything else."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdecimal() and int(columns) > 0 else PLAIN_WIDTH
 
 
 def printed(parts: Iterable[RenderableType], width: int, color: bool, gap: bool = False) -> str:

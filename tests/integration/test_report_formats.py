@@ -175,3 +175,28 @@ def test_reports_lead_with_the_findings(mmap_capture, tmp_path):
     assert run_offcpu("report", "html", str(mmap_capture), "-o", str(page)).returncode == 0
     html = page.read_text()
     assert html.index('id="findings"') < html.index('id="capture"') and 'class="finding critical"' in html
+
+
+def test_reports_of_the_current_directory_go_beside_it(mmap_capture, tmp_path):
+    # Given a copy of a capture (with its saved model) and a second one beside it
+    capture, other = tmp_path / "cap", tmp_path / "other"
+    shutil.copytree(mmap_capture, capture)
+    shutil.copytree(mmap_capture, other)
+    # When reports are asked for from inside it, as '.'
+    for args, written in ((("svg", "."), "cap.svg"), (("html", "."), "cap.html"),
+                          (("diff", "../other", "."), "cap.diff.svg")):
+        result = run_offcpu("report", *args, cwd=capture)
+        # Then each goes beside the capture, named after it
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.strip().endswith(f"Wrote {tmp_path / written}")
+        assert (tmp_path / written).stat().st_size > 0
+    # and the diff's table names both sides
+    table = run_offcpu("report", "diff", "--text", "../other", ".", cwd=capture).stdout
+    assert "µs in other, " in table and " µs in cap (" in table
+
+
+@pytest.mark.parametrize("columns", ["", "abc", "0", "-5"])
+def test_a_columns_that_is_not_a_width_is_ignored(mmap_capture, columns):
+    result = run_offcpu("report", "text", str(mmap_capture), env={**os.environ, "COLUMNS": columns})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == run_offcpu("report", "text", str(mmap_capture), env={**os.environ, "COLUMNS": "100"}).stdout

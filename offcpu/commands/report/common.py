@@ -24,8 +24,12 @@ def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def output_path(capture: Path, output: Path | None, suffix: str, force: bool) -> Path:
-    """Where a report file goes: -o, or CAPTURE.suffix beside the capture directory."""
-    return checked_output(output or capture.with_name(capture.name + suffix), force)
+    """Where a report file goes: -o, or CAPTURE.suffix beside the capture directory
+    (resolved first: '.' and '..' have no name to add the suffix to)."""
+    if output is None:
+        capture = capture.resolve()
+        output = capture.with_name(capture.name + suffix)
+    return checked_output(output, force)
 
 
 def checked_output(path: Path, force: bool) -> Path:

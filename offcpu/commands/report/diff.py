@@ -66,7 +66,7 @@ def diff(base: Path, new: Path, view: StackView, time: tuple[float, float] | Non
         if svg_path.resolve() in (base.resolve(), new.resolve()):
             raise OffcpuError(f"{svg_path} is one of the inputs; choose another output with -o")
         renderer = require_renderer(flamegraph_path)
-    base_label, new_label = (base.name, new.name) if base.name != new.name else (str(base), str(new))
+    base_label, new_label = _labels(base, new)
     result = compare(_side(base, base_label, view, time), _side(new, new_label, view, time))
     if svg_path is not None and renderer is not None:
         if not result.new_us:
@@ -74,6 +74,13 @@ def diff(base: Path, new: Path, view: StackView, time: tuple[float, float] | Non
                               "NEW's time; swap BASE and NEW to see what went away, or use --text")
         write_report(svg_path, render_svg(renderer, result.lines(), title(result)))
     click.get_text_stream("stdout").write(_grown_table(result, top))
+
+
+def _labels(base: Path, new: Path) -> tuple[str, str]:
+    """The names BASE and NEW go by: their own names (of the resolved paths, so that '.' has
+    one), or their whole paths when the names are the same."""
+    base, new = base.resolve(), new.resolve()
+    return (base.name, new.name) if base.name != new.name else (str(base), str(new))
 
 
 def _side(path: Path, label: str, view: StackView, time: tuple[float, float] | None) -> Side:
