@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
+from offcpu.flamegraph import DEBIAN_NYTPROF_COPY
 from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 
 pytestmark = pytest.mark.usefixtures("perf")
@@ -66,6 +67,16 @@ def test_svg_through_flamegraph_dir(mmap_capture, tmp_path):
     env = {**os.environ, "FLAMEGRAPH_DIR": str(tmp_path / "fg")}
     assert run_offcpu("report", "svg", str(mmap_capture), "-o", str(tmp_path / "g.svg"), env=env).returncode == 0
     assert svg_frames(tmp_path / "g.svg")
+
+
+def test_a_flamegraph_dir_without_a_renderer_is_an_error(mmap_capture, tmp_path):
+    (tmp_path / "empty").mkdir()
+    for place in (tmp_path / "missing", tmp_path / "empty"):
+        env = {**os.environ, "FLAMEGRAPH_DIR": str(place)}
+        for fmt in ("svg", "html"):
+            result = run_offcpu("report", fmt, str(mmap_capture), "-o", str(tmp_path / f"g.{fmt}"), env=env)
+            assert_one_line_error(result, f"{place} ($FLAMEGRAPH_DIR) is not flamegraph.pl")
+            assert not (tmp_path / f"g.{fmt}").exists()
 
 
 def test_json_is_the_only_thing_on_stdout_and_adds_up(mmap_capture):
@@ -200,3 +211,43 @@ def test_a_columns_that_is_not_a_width_is_ignored(mmap_capture, columns):
     result = run_offcpu("report", "text", str(mmap_capture), env={**os.environ, "COLUMNS": columns})
     assert result.returncode == 0, result.stderr
     assert result.stdout == run_offcpu("report", "text", str(mmap_capture), env={**os.environ, "COLUMNS": "100"}).stdout
+
+
+def test_cpp_templates_read_as_written_in_debians_flamegraph_pl(cpp_capture, tmp_path):
+    # Given C++ code waiting in methods of shop::Basket<std::pair<int, long> >, drawn by Debian's
+    # flamegraph.pl, which turns < and > in names into ( and )
+    graph = tmp_path / "cpp.svg"
+    result = run_offcpu("report", "svg", str(cpp_capture), "--flamegraph", str(DEBIAN_NYTPROF_COPY), "-o", str(graph))
+    assert result.returncode == 0, result.stderr
+    # Then the names read with their template brackets, as look-alikes
+    frames = svg_frames(graph)
+    for method in ("fill", "wait_for_delivery"):
+        assert any(frame.startswith(f"shop::Basket\u2039std::pair\u2039int, long\u203a \u203a::{method} (")
+                   for frame in frames), method
+    assert not any("Basket(" in frame for frame in frames)
+
+
+def test_names_carrying_markup_stay_text_in_the_flame_graph(cpp_capture, tmp_path):
+    # Given a copy of a capture whose thread and frame names are markup
+    copy = tmp_path / "copy"
+    shutil.copytree(cpp_capture, copy)
+    assert run_offcpu("report", "folded", str(copy)).returncode == 0  # makes model.json
+    model = json.loads((copy / "model.json").read_text())
+    comm, function = '<b>x</b> & "y"', '<text>wait</text> &amp "now" <img src=x/>'
+    for thread in model["threads"]:
+        thread["comm"] = comm
+    for frames, _ in model["stacks"]:
+        frames[:] = [function if frame.endswith("::wait_for_delivery") else frame for frame in frames]
+    (copy / "model.json").write_text(json.dumps(model))
+    # When it is drawn
+    graph = tmp_path / "markup.svg"
+    result = run_offcpu("report", "svg", str(copy), "--flamegraph", str(DEBIAN_NYTPROF_COPY), "-o", str(graph))
+    assert result.returncode == 0, result.stderr
+    # Then the SVG is XML holding the names as text (< > as look-alikes), and no element of theirs
+    root = ElementTree.parse(graph).getroot()
+    assert {element.tag for element in root.iter()} <= {f"{SVG}{tag}" for tag in (
+        "svg", "defs", "linearGradient", "stop", "style", "script", "rect", "text", "g", "title")}
+    look_alike = str.maketrans("<>", "\u2039\u203a")
+    frames = svg_frames(graph)
+    assert any(frame.startswith(f"{function.translate(look_alike)} (") for frame in frames)
+    assert any(frame.startswith(f"{comm.translate(look_alike)} (") for frame in frames)

@@ -15,6 +15,9 @@ from offcpu.model import Model
 from offcpu.stackview import StackView
 
 capture_argument = click.argument("capture", type=click.Path(path_type=Path))
+renderer_option = click.option(
+    "--flamegraph", "flamegraph_path", metavar="PATH",
+    help="Draw with this flamegraph.pl or inferno-flamegraph, or the one in this directory [default: see 'svg --help'].")
 
 
 def output_options(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,7 +9,8 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from offcpu.commands.report.common import load_with_progress, output_options, output_path, view_options, write_report
+from offcpu.commands.report.common import (load_with_progress, output_options, output_path, renderer_option,
+                                           view_options, write_report)
 from offcpu.diffing import Diff, Side, compare, from_folded, from_model, parse_folded, short_stack, title
 from offcpu.errors import OffcpuError
 from offcpu.flamegraph import render_svg, require_renderer
@@ -26,8 +27,7 @@ NUMBER_COLUMNS = 45  # what the three number columns and the borders take of the
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Rows in the table of stacks that grew most.")
 @click.option("--text", "text_only", is_flag=True, help="Print only the table; write no SVG.")
-@click.option("--flamegraph", "flamegraph_path", metavar="PATH",
-              help="flamegraph.pl, inferno-flamegraph or a FlameGraph checkout to draw with.")
+@renderer_option
 @output_options
 def diff(base: Path, new: Path, view: StackView, time: tuple[float, float] | None, top: int, text_only: bool,
          flamegraph_path: str | None, output: Path | None, force: bool) -> None:
