@@ -116,7 +116,10 @@ def render_svg(renderer: Renderer, lines: Iterable[str], title: str, inverted: b
     text = "".join(f"{line}\n" for line in lines)
     if renderer.angle_brackets_as_parentheses:
         text = text.translate(NAME_LOOKALIKES)
-    done = subprocess.run(argv, input=text, capture_output=True, text=True)
+    # flamegraph.pl cuts labels to fit their frames: with PERL_UNICODE it reads its input and
+    # arguments as UTF-8 and cuts between characters, not inside one (inferno ignores it).
+    done = subprocess.run(argv, input=text, capture_output=True, encoding="utf-8", errors="replace",
+                          env={**os.environ, "PERL_UNICODE": "SA"})
     if done.returncode != 0 or "<svg" not in done.stdout:
         reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise OffcpuError(f"{' '.join(renderer.command)} failed: {reason}")

@@ -3,10 +3,16 @@ scripts/setup installs) standing in for any renderer file."""
 
 from __future__ import annotations
 
+from xml.etree import ElementTree
+
 import pytest
 
 from offcpu.errors import OffcpuError
-from offcpu.flamegraph import DEBIAN_NYTPROF_COPY, find_renderer, require_renderer
+from offcpu.flamegraph import DEBIAN_NYTPROF_COPY, find_renderer, render_svg, require_renderer
+from offcpu.stackview import StackView, folded
+from tests.unit.test_engine import model_of
+
+SVG = "{http://www.w3.org/2000/svg}"
 
 pytestmark = pytest.mark.skipif(not DEBIAN_NYTPROF_COPY.is_file(),
                                 reason="Debian's flamegraph.pl is missing (scripts/setup installs it)")
@@ -59,3 +65,22 @@ def test_debians_copy_is_known_to_draw_angle_brackets_as_parentheses(tmp_path):
     other = tmp_path / "elsewhere" / "flamegraph.pl"
     other.write_bytes(DEBIAN_NYTPROF_COPY.read_bytes().replace(b"tr/<>/()/", b""))
     assert not find_renderer(str(other)).angle_brackets_as_parentheses
+
+
+@pytest.mark.parametrize("prefix", ["", "x"])
+def test_names_cut_to_fit_their_frames_are_cut_between_characters(prefix):
+    # Given the fixture's stacks with start_thread, which almost all of them share (a wide frame),
+    # renamed to a name of < only (look-alikes, three bytes each in UTF-8, once drawn by Debian's copy):
+    # cut by bytes, one of the two names would end inside a character
+    name = prefix + "<" * 300
+    lines = [f"{stack.replace(';start_thread;', f';{name};')} {us}"
+             for stack, us in folded(model_of("futex_pid"), StackView())]
+    assert sum(f";{name};" in line for line in lines) > 1
+    # When Debian's flamegraph.pl draws them, cutting labels to fit their frames
+    svg = render_svg(find_renderer(str(DEBIAN_NYTPROF_COPY)), lines, "t")
+    # Then the label is cut between characters: the SVG is XML and the label the start of the name
+    shown = name.replace("<", "\u2039")
+    labels = [text.text or "" for text in ElementTree.fromstring(svg).iter(f"{SVG}text")
+              if (text.text or "").startswith(shown[:2])]
+    assert labels and all(label.endswith("..") and shown.startswith(label[:-2]) for label in labels), labels
+    assert "\ufffd" not in svg
