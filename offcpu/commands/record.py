@@ -167,4 +167,4 @@ def _print_summary(info: CaptureInfo, output: Path) -> None:
     if info.user_stacks_truncated:
         console.print("  User stacks stop short of the thread's start (a library without frame pointers, "
                       "usually libc): record with --call-graph dwarf to see the callers.")
-    console.print(f"Next: offcpu report text {output}   (or: report svg, json, folded)")
+    console.print(f"Next: offcpu report text {output}   (or: report html, svg, json, folded)")
