@@ -1,13 +1,17 @@
 """Which off-CPU time a report shows, and how its stacks are drawn: the
-options `report folded` and the flame graphs share."""
+options every report format shares, applied here."""
 
 from __future__ import annotations
 
 import re
+import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
-from offcpu.model import PREEMPTED, Model, Row
+from offcpu.errors import OffcpuError
+from offcpu.model import PREEMPTED, Model, Row, Thread
+from offcpu.stacks import shorten
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
 # flamegraph.pl and inferno read a line whose last frame ends in blanks and a number
@@ -27,51 +31,124 @@ class StackView:
     waker: bool = False
     min_us: int = 0
 
-    def keeps(self, model: Model, row: Row) -> bool:
-        thread = model.threads[row.tid]
-        return ((not self.states or row.state in self.states)
-                and (not self.pids or thread.pid in self.pids)
-                and (not self.tids or row.tid in self.tids)
+    def keeps_thread(self, thread: Thread) -> bool:
+        return ((not self.pids or thread.pid in self.pids) and (not self.tids or thread.tid in self.tids)
                 and (not self.comms or thread.comm in self.comms))
+
+    def keeps(self, model: Model, row: Row) -> bool:
+        return (not self.states or row.state in self.states) and self.keeps_thread(model.threads[row.tid])
+
+
+@dataclass(frozen=True)
+class DrawnStack:
+    """Off-CPU time in one stack as a view draws it, in one switch-out state."""
+
+    root: str  # the thread's name, or name-tid by thread
+    frames: tuple[str, ...]  # root first (without the root)
+    kernel_frames: int  # the last this many frames are the kernel's
+    waker: tuple[str, ...]  # with --waker: the waker's frames leaf first, then who it was; else empty
+    state: str
+    offcpu_us: int
+    blocked_us: int
+    runqueue_us: int
+    count: int
+
+    @property
+    def folded(self) -> str:
+        """As a folded line has it (before its count): frames root first, joined by ';'."""
+        frames = [self.root, *self.frames, *((SEPARATOR, *self.waker) if self.waker else ())]
+        # The last frame is a kernel or user symbol, one of the bracketed frames, or (waker)
+        # a thread's name without blanks; only a perf map's symbol or the root of an empty
+        # stack could still end in " <digits>".
+        frames[-1] = NUMBER_AT_END.sub(r"_\1", frames[-1])
+        return ";".join(frame.replace(";", ":") for frame in frames)
+
+    @property
+    def woken_by(self) -> str:
+        """Who ended its waits (with --waker), as its flame graph's last frame names them."""
+        return self.waker[-1] if self.waker else ""
+
+
+def drawn(model: Model, view: StackView) -> list[DrawnStack]:
+    """The stacks the view keeps, per switch-out state, most off-CPU time first; a stack
+    whose time in all states is under --min-us is left out, as from its flame graph."""
+    sums: dict[tuple[str, tuple[str, ...], int, tuple[str, ...], str], list[int]] = defaultdict(
+        lambda: [0, 0, 0, 0])
+    for row in model.rows:
+        if row.offcpu_us and view.keeps(model, row):
+            thread = model.threads[row.tid]
+            root = f"{thread.comm}-{row.tid}" if view.by_thread else thread.comm
+            frames, kernel = _frames(model, view, row.stack)
+            total = sums[(root, frames, kernel, _waker_frames(model, view, row) if view.waker else (), row.state)]
+            total[0] += row.offcpu_us
+            total[1] += row.blocked_us
+            total[2] += row.runqueue_us
+            total[3] += row.count
+    stacks = [DrawnStack(*key, *values) for key, values in sums.items()]
+    lines = dict(lines_of(stacks))
+    return sorted((stack for stack in stacks if lines[stack.folded] >= view.min_us),
+                  key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
+
+
+def chosen(model: Model, view: StackView) -> list[DrawnStack]:
+    """drawn(), for a report that has nothing to show without stacks: none is an error that says why."""
+    stacks = drawn(model, view)
+    if not stacks:
+        part = (model.window_start_ns, model.window_end_ns) != (model.capture.window_start_ns,
+                                                                model.capture.window_end_ns)
+        raise OffcpuError("no off-CPU time matches these options; loosen --state, --pid, --tid, --comm or --min-us"
+                          if model.rows else
+                          "no off-CPU intervals in this part of the recording: no thread left or came back to the "
+                          "CPU in it (give a longer --time)" if part else
+                          "no off-CPU intervals in this capture: its threads never left the CPU while recording "
+                          "(record a longer --duration)")
+    return stacks
 
 
 def folded(model: Model, view: StackView) -> list[tuple[str, int]]:
     """(root-first frames joined by ';', microseconds) per distinct drawn stack, sorted."""
-    totals: dict[str, int] = defaultdict(int)
-    for row in model.rows:
-        if row.offcpu_us and view.keeps(model, row):
-            totals[_draw(model, view, row)] += row.offcpu_us
-    return sorted((stack, us) for stack, us in totals.items() if us >= view.min_us)
+    return lines_of(drawn(model, view))
 
 
-def _draw(model: Model, view: StackView, row: Row) -> str:
-    thread = model.threads[row.tid]
-    root = f"{thread.comm}-{row.tid}" if view.by_thread else thread.comm
-    frames = [root, *reversed(_frames(model, view, row.stack))]
-    if view.waker:
-        frames += [SEPARATOR, *_waker_frames(model, view, row)]
-    # The last frame is a kernel or user symbol, one of the bracketed frames, or (waker)
-    # a thread's name without blanks; only a perf map's symbol or the root of an empty
-    # stack could still end in " <digits>".
-    frames[-1] = NUMBER_AT_END.sub(r"_\1", frames[-1])
-    return ";".join(frame.replace(";", ":") for frame in frames)
+def lines_of(stacks: Iterable[DrawnStack]) -> list[tuple[str, int]]:
+    """(folded stack, microseconds) per distinct folded line, sorted: a line holds all its states."""
+    lines: dict[str, int] = defaultdict(int)
+    for stack in stacks:
+        lines[stack.folded] += stack.offcpu_us
+    return sorted(lines.items())
 
 
-def _frames(model: Model, view: StackView, index: int) -> tuple[str, ...]:
+def listed(stacks: list[DrawnStack]) -> list[DrawnStack]:
+    """Drawn stacks as a table lists them, most first: stacks that read the same however
+    wide the table (they differ only in frames perf could not name or in the scheduler's
+    own, or only in the waker's stack where a table names the waker) are one row."""
+    rows: dict[tuple[str, str, str, str], DrawnStack] = {}
+    for stack in stacks:
+        key = (stack.root, shorten(stack.frames, stack.kernel_frames, sys.maxsize), stack.woken_by, stack.state)
+        seen = rows.get(key)
+        rows[key] = stack if seen is None else replace(
+            seen, offcpu_us=seen.offcpu_us + stack.offcpu_us, blocked_us=seen.blocked_us + stack.blocked_us,
+            runqueue_us=seen.runqueue_us + stack.runqueue_us, count=seen.count + stack.count)
+    return sorted(rows.values(), key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
+
+
+def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...], int]:
+    """A stack's frames the view draws, root first, and how many of them (the last) are the kernel's."""
     stack = model.stacks[index]
     if view.user_only:
-        return stack.user_frames or ("[no user frames]",)
+        return tuple(reversed(stack.user_frames)) or ("[no user frames]",), 0
     if view.kernel_only:
-        return stack.frames[:stack.kernel_frames] or ("[no kernel frames]",)
-    return stack.frames
+        kernel = tuple(reversed(stack.frames[:stack.kernel_frames]))
+        return (kernel, len(kernel)) if kernel else (("[no kernel frames]",), 0)
+    return tuple(reversed(stack.frames)), stack.kernel_frames
 
 
-def _waker_frames(model: Model, view: StackView, row: Row) -> list[str]:
+def _waker_frames(model: Model, view: StackView, row: Row) -> tuple[str, ...]:
     """The waker's stack leaf first (so its leaf meets the blocked leaf), then who it was."""
     if row.waker is None:
-        return ["[preempted]" if row.state == PREEMPTED else "[waker not recorded]"]
+        return ("[preempted]" if row.state == PREEMPTED else "[waker not recorded]",)
     waker = model.wakers[row.waker]
     name = re.sub(r"\s", "_", waker.comm)  # the line's last frame: "worker 3" would read as a count
     thread = f"{name}-{waker.tid}" if view.by_thread else name
     who = {"thread": thread, "idle": "[idle]", "interrupt": f"[interrupt in {waker.comm}]"}
-    return [*_frames(model, view, waker.stack), who[waker.kind]]
+    return (*reversed(_frames(model, view, waker.stack)[0]), who[waker.kind])

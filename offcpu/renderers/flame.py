@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-from offcpu.errors import OffcpuError
 from offcpu.flamegraph import Renderer, render_svg
 from offcpu.model import Model
-from offcpu.stackview import StackView, folded
+from offcpu.stackview import StackView, chosen, lines_of
 from offcpu.summaries import totals
 
 
 def stack_lines(model: Model, view: StackView) -> list[str]:
     """The folded lines of a view; an empty view is an error that says why."""
-    lines = [f"{stack} {microseconds}" for stack, microseconds in folded(model, view)]
-    if not lines:
-        part = (model.window_start_ns, model.window_end_ns) != (model.capture.window_start_ns,
-                                                                model.capture.window_end_ns)
-        raise OffcpuError("no off-CPU time matches these options; loosen --state, --pid, --tid, --comm or --min-us"
-                          if model.rows else
-                          "no off-CPU intervals in this part of the recording: no thread left or came back to the "
-                          "CPU in it (give a longer --time)" if part else
-                          "no off-CPU intervals in this capture: its threads never left the CPU while recording "
-                          "(record a longer --duration)")
-    return lines
+    return [f"{stack} {microseconds}" for stack, microseconds in lines_of(chosen(model, view))]
 
 
 def title(model: Model, view: StackView) -> str:

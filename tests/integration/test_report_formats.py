@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ElementTree
@@ -180,7 +181,8 @@ def test_reports_lead_with_the_findings(mmap_capture, tmp_path):
     assert "rwsem_down_write_slowpath" in top["evidence"][0]["frames"] or \
         "rwsem_down_read_slowpath" in top["evidence"][0]["frames"]
     text = run_offcpu("report", "text", str(mmap_capture), env={**os.environ, "COLUMNS": "120"}).stdout
-    assert text.index("Findings, worst first") < text.index("Top 10 off-CPU stacks")
+    stacks = re.search(r"^Top 10 of [\d,]+ off-CPU stacks$", text, re.MULTILINE)
+    assert stacks and text.index("Findings, worst first") < stacks.start()
     assert "[critical] Threads wait for the process's memory-map lock (mmap_lock)" in text
     page = tmp_path / "page.html"
     assert run_offcpu("report", "html", str(mmap_capture), "-o", str(page)).returncode == 0
@@ -251,3 +253,18 @@ def test_names_carrying_markup_stay_text_in_the_flame_graph(cpp_capture, tmp_pat
     frames = svg_frames(graph)
     assert any(frame.startswith(f"{function.translate(look_alike)} (") for frame in frames)
     assert any(frame.startswith(f"{comm.translate(look_alike)} (") for frame in frames)
+
+
+def json_report(capture, *options: str) -> dict:
+    result = run_offcpu("report", "json", str(capture), "--top", "100000", *options)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("columns", [60, 80, 100])
+def test_text_fits_the_width_without_cutting_a_number(mmap_capture, columns):
+    text = run_offcpu("report", "text", str(mmap_capture), env={**os.environ, "COLUMNS": str(columns)}).stdout
+    assert text and max(len(line) for line in text.splitlines()) <= columns
+    cells = set(re.split(r"[\s|]+", text))
+    threads = sorted(json_report(mmap_capture)["threads"], key=lambda thread: -thread["offcpu_us"])[:10]
+    assert all(str(thread["tid"]) in cells and f"{thread['offcpu_us'] / 1000:,.1f}" in cells for thread in threads)

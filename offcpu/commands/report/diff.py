@@ -5,19 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich import box
-from rich.table import Table
 from rich.text import Text
 
 from offcpu.commands.report.common import (load_with_progress, output_options, output_path, renderer_option,
                                            view_options, write_report)
-from offcpu.diffing import Diff, Side, compare, from_folded, from_model, parse_folded, short_stack, title
+from offcpu.diffing import Diff, Side, compare, from_folded, from_model, parse_folded, split_stack, title
 from offcpu.errors import OffcpuError
 from offcpu.flamegraph import render_svg, require_renderer
-from offcpu.renderers.console import printed, stdout_layout
+from offcpu.renderers.console import Column, fitted_table, printed, short_names, stdout_layout
+from offcpu.stacks import shorten_apart
 from offcpu.stackview import StackView
-
-NUMBER_COLUMNS = 45  # what the three number columns and the borders take of the width
 
 
 @click.command()
@@ -96,23 +93,25 @@ def _side(path: Path, label: str, view: StackView, time: tuple[float, float] | N
 
 
 def _grown_table(result: Diff, top: int) -> str:
-    """The stacks that grew most as a rich table: coloured on a terminal, plain and stable otherwise."""
+    """The stacks that grew most as a table as wide as the terminal or COLUMNS: coloured on a
+    terminal, plain and stable otherwise."""
     width, color = stdout_layout()
-    grown = result.grown(top)
-    stack_width = max(30, width - NUMBER_COLUMNS)
-    table = Table(title=f"Stacks that grew most from {result.base.label} to {result.new.label}",
-                  title_justify="left", title_style="bold" if color else "",
-                  box=box.SIMPLE_HEAD if color else box.ASCII2)
-    table.add_column("stack", no_wrap=True, overflow="ellipsis", max_width=stack_width)
-    for column in ("base µs", "new µs", "change µs"):
-        table.add_column(column, justify="right", no_wrap=True, min_width=len(column))
-    with_root = len({change.stack.split(";")[0] for change in grown}) > 1  # several programs: say whose
-    for change in grown:
-        table.add_row(Text(short_stack(change.stack, stack_width, with_root)), f"{change.base_us:,}",
-                      f"{change.new_us:,}", Text(f"{change.change_us:+,}", style="red" if color else ""))
-    parts = [table if grown else Text(f"No stack grew from {result.base.label} to {result.new.label}."),
-             Text(f"Off CPU in all stacks: {result.base_us:,} µs in {result.base.label}, {result.new_us:,} µs "
-                  f"in {result.new.label} ({result.new_us - result.base_us:+,} µs)."),
-             Text(f"{result.normalisation[0].upper()}{result.normalisation[1:]}."),
-             *(Text(f"{note}.") for note in result.notes)]
+    grown = [(split_stack(change.stack), change) for change in result.grown(top)]
+    columns = []
+    if len({root for (root, *_), _ in grown}) > 1:  # several programs: say whose
+        columns.append(Column("thread", short_names([root for (root, *_), _ in grown]), least=10))
+    frames = [(frames, kernel_frames) for (_, frames, kernel_frames, _), _ in grown]
+    columns.append(Column("stack", lambda cell_width: shorten_apart(frames, cell_width), least=30, ample=40))
+    if any(woken_by for (*_, woken_by), _ in grown):
+        columns.append(Column("woken by", short_names([woken_by for (*_, woken_by), _ in grown]), least=10))
+    columns += [Column("base µs", [f"{change.base_us:,}" for _, change in grown], drop=2),
+                Column("new µs", [f"{change.new_us:,}" for _, change in grown], drop=1),
+                Column("change µs", [f"{change.change_us:+,}" for _, change in grown])]
+    title = f"Stacks that grew most from {result.base.label} to {result.new.label}"
+    parts = [fitted_table(title, columns, width, color) if grown
+              else Text(f"No stack grew from {result.base.label} to {result.new.label}."),
+              Text(f"Off CPU in all stacks: {result.base_us:,} µs in {result.base.label}, {result.new_us:,} µs "
+                   f"in {result.new.label} ({result.new_us - result.base_us:+,} µs)."),
+              Text(f"{result.normalisation[0].upper()}{result.normalisation[1:]}."),
+              *(Text(f"{note}.") for note in result.notes)]
     return printed(parts, width, color)
