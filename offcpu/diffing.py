@@ -121,10 +121,10 @@ def from_model(model: Model, view: StackView, label: str) -> Side:
     return Side(label, dict(folded(model, view)), model.wall_us)
 
 
-def from_folded(stacks: Mapping[str, int], label: str, view: StackView, time_given: bool = False) -> Side:
+def from_folded(stacks: Mapping[str, int], label: str, view: StackView) -> Side:
     """A folded file's side: it was filtered when it was written, so of the view
     only --min-us can still apply."""
-    ignored = time_given or view != StackView(min_us=view.min_us)
+    ignored = view != StackView(min_us=view.min_us)
     return Side(label, {stack: us for stack, us in stacks.items() if us >= view.min_us}, None, ignored)
 
 

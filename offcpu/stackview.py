@@ -1,5 +1,8 @@
-"""Which off-CPU time a report shows, and how its stacks are drawn: the
-options every report format shares, applied here."""
+"""What a report shows: the view options every format shares, applied here and
+only here. The filters (--time, --state, --pid, --tid, --comm) choose the
+off-CPU time that every table and total covers; the drawing options
+(--by-thread, --waker, --user-only, --kernel-only, --min-us) say how its
+stacks are drawn, in flame graphs and in tables alike."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ NUMBER_AT_END = re.compile(r"\s+(\d+(?:\.\d*)?)$")
 
 @dataclass(frozen=True)
 class StackView:
+    time: tuple[float, float] | None = None  # seconds from the start of the recording (the model is built of it)
     states: frozenset[str] = frozenset()  # empty: all
     pids: frozenset[int] = frozenset()
     tids: frozenset[int] = frozenset()
@@ -31,12 +35,60 @@ class StackView:
     waker: bool = False
     min_us: int = 0
 
+    @property
+    def filtered(self) -> bool:
+        """Whether the filters leave out threads or states (--time makes the model, not a filter of it)."""
+        return bool(self.states or self.pids or self.tids or self.comms)
+
     def keeps_thread(self, thread: Thread) -> bool:
         return ((not self.pids or thread.pid in self.pids) and (not self.tids or thread.tid in self.tids)
                 and (not self.comms or thread.comm in self.comms))
 
     def keeps(self, model: Model, row: Row) -> bool:
         return (not self.states or row.state in self.states) and self.keeps_thread(model.threads[row.tid])
+
+    @property
+    def filters(self) -> str:
+        """The filters in words ('' when there are none)."""
+        parts = [f"{self.time[0]:g}-{self.time[1]:g} s"] if self.time else []
+        for name, values in (("state", self.states), ("pid", self.pids), ("tid", self.tids), ("comm", self.comms)):
+            if values:
+                parts.append(f"{name}{'s' if len(values) > 1 else ''} {','.join(str(v) for v in sorted(values))}")
+        return ", ".join(parts)
+
+    @property
+    def drawing(self) -> str:
+        """How the stacks are drawn, in words ('' when as recorded)."""
+        parts = [words for drawn, words in ((self.by_thread, "by thread"), (self.waker, "waker stacks"),
+                                            (self.user_only, "user frames only"),
+                                            (self.kernel_only, "kernel frames only")) if drawn]
+        return ", ".join(parts + ([f"stacks of {self.min_us:,} µs or more"] if self.min_us else []))
+
+
+def selected(model: Model, view: StackView) -> Model:
+    """The model of what the filters keep, for totals and tables (threads, states, wakers,
+    lifecycle) that follow them. With --state a thread's off-CPU time is its time in those
+    states, and a thread without any is left out. (Run-queue delays are not kept per
+    thread: they stay those of every thread recorded in the window.)"""
+    if not view.filtered:
+        return model
+    rows = [row for row in model.rows if view.keeps(model, row)]
+    times: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for row in rows:
+        time = times[row.tid]
+        time[0] += row.offcpu_us
+        time[1] += row.blocked_us
+        time[2] += row.runqueue_us
+    threads = {tid: replace(thread, offcpu_us=times[tid][0], blocked_us=times[tid][1], runqueue_us=times[tid][2])
+               for tid, thread in model.threads.items()
+               if view.keeps_thread(thread) and (tid in times or not view.states)}
+    return replace(model, rows=rows, threads=threads)
+
+
+def of_threads(model: Model, view: StackView) -> Model:
+    """The model of the threads the filters keep, in every state: what findings are about
+    (a finding weighs its waits against all of its threads' time)."""
+    return selected(model, replace(view, states=frozenset()))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from offcpu.findings import Finding, findings
 from offcpu.model import Model
 from offcpu.renderers.console import Column, fitted_table, printed, short_names
 from offcpu.stacks import shorten_apart
-from offcpu.stackview import StackView, chosen, listed
+from offcpu.stackview import StackView, chosen, listed, of_threads, selected
 from offcpu.summaries import WakerPair, by_state, lifecycle, runqueue_percentiles, totals, waker_pairs
 
 STATE_NAMES = {"S": "sleeping", "D": "uninterruptible (locks, I/O)", "R": "preempted while runnable",
@@ -48,22 +48,26 @@ class TextReport:
         return fitted_table(title, columns, self.width, self.color)
 
     def _parts(self, model: Model) -> list[Text | Table | Group]:
-        whole = totals(model)
+        shown = selected(model, self.view)
+        whole = totals(shown)
         capture = model.capture
+        only = f"Only {self.view.filters}\n" if self.view.filters else ""
         header = (f"Off-CPU time of {capture.target.describe()}, {model.wall_us / 1e6:.2f} s recorded "
-                  f"({capture.call_graph} stacks)\n"
+                  f"({capture.call_graph} stacks)\n{only}"
                   f"{whole.threads:,} {'thread was' if whole.threads == 1 else 'threads were'} off CPU for "
                   f"{_ms(whole.offcpu_us)} ms: blocked "
                   f"{_ms(whole.blocked_us)} ms, waiting for a CPU {_ms(whole.runqueue_us)} ms")
-        return [Text(header), *self._findings(model), self._stacks(model, whole.offcpu_us), self._threads(model),
-                self._states(model), self._runqueue(model), self._wakers(model), self._lifecycle(model)]
+        return [Text(header), *self._findings(model), self._stacks(model, whole.offcpu_us), self._threads(shown),
+                self._states(shown), self._runqueue(model), self._wakers(shown), self._lifecycle(shown)]
 
     def _findings(self, model: Model) -> list[Text | Group]:
         """Worst first, each readable on its own: what, how much, the proof, the fix."""
-        found = findings(model)
+        found = findings(of_threads(model, self.view))
+        states = " (in every state: a finding weighs its waits against all its threads' time)" \
+            if self.view.states else ""
         if not found:
-            return [Text("Findings: nothing stands out in this recording.")]
-        return [Text("Findings, worst first", style="bold" if self.color else ""),
+            return [Text(f"Findings: nothing stands out in this recording{states}.")]
+        return [Text(f"Findings, worst first{states}", style="bold" if self.color else ""),
                 *(self._finding(finding) for finding in found)]
 
     def _finding(self, finding: Finding) -> Group:
@@ -94,7 +98,7 @@ class TextReport:
         columns.append(Column("stack", lambda width: shorten_apart(frames, width), least=30, ample=40))
         if self.view.waker:
             columns.append(Column("woken by", short_names([stack.woken_by for stack in top]), least=10))
-        return self._table(title, *columns)
+        return self._table(title + (f" ({self.view.drawing})" if self.view.drawing else ""), *columns)
 
     def _threads(self, model: Model) -> Table:
         threads = sorted(model.threads.values(), key=lambda t: -t.offcpu_us)[: self.top]
@@ -119,7 +123,9 @@ class TextReport:
         if not percentiles:
             return Text("Run-queue delay: no wakeup or preemption was recorded whole.")
         shown = ", ".join(f"{'max' if p == 100 else f'p{p}'} {delay:,} µs" for p, delay in percentiles.items())
-        return Text(f"Run-queue delay (wakeup or preemption to running again): {shown}")
+        whose = ", of every thread recorded (it is not kept per thread: the filters do not apply)" \
+            if self.view.filtered else ""
+        return Text(f"Run-queue delay (wakeup or preemption to running again){whose}: {shown}")
 
     def _wakers(self, model: Model) -> Table:
         pairs = waker_pairs(model)[: self.top]

@@ -261,6 +261,69 @@ def json_report(capture, *options: str) -> dict:
     return json.loads(result.stdout)
 
 
+def folded_lines(capture, *options: str) -> dict[str, int]:
+    result = run_offcpu("report", "folded", str(capture), *options)
+    assert result.returncode == 0, result.stderr
+    return {stack: int(count) for stack, _, count in (line.rpartition(" ") for line in result.stdout.splitlines())}
+
+
+VIEWS = [(), ("--state", "D"), ("--by-thread",), ("--waker",), ("--user-only",), ("--kernel-only",),
+         ("--min-us", "20000"), ("--time", "0.5,1.5"), ("--waker", "--by-thread", "--state", "R,S")]
+
+
+@pytest.mark.parametrize("options", VIEWS)
+def test_json_stacks_are_the_flame_graphs_stacks(mmap_capture, options):
+    # Given the same view options for json and folded
+    report = json_report(mmap_capture, *options)
+    # Then the JSON's stacks, by state, add up to the folded lines
+    lines: dict[str, int] = {}
+    for stack in report["stacks"]:
+        line = ";".join([stack["root"], *stack["frames"], *(["--", *stack["waker"]] if stack["waker"] else [])])
+        lines[line] = lines.get(line, 0) + stack["offcpu_us"]
+        assert 0 <= stack["kernel_frames"] <= len(stack["frames"])
+    assert lines == folded_lines(mmap_capture, *options)
+
+
+def test_json_tables_and_totals_follow_the_filters(mmap_capture):
+    everything = json_report(mmap_capture)
+    worker = next(thread for thread in everything["threads"] if thread["tid"] != thread["pid"])
+    # --state: every table is of those states, each thread's time its time in them
+    d_only = json_report(mmap_capture, "--state", "D")
+    assert d_only["view"]["states"] == ["D"] and [state["state"] for state in d_only["states"]] == ["D"]
+    assert d_only["totals"]["offcpu_us"] == d_only["states"][0]["offcpu_us"] == sum(
+        thread["offcpu_us"] for thread in d_only["threads"]) < everything["totals"]["offcpu_us"]
+    assert {stack["state"] for stack in d_only["stacks"]} == {"D"}
+    # --tid: one thread, what woke it, its stacks
+    one = json_report(mmap_capture, "--tid", str(worker["tid"]))
+    assert one["threads"] == [worker] and one["totals"]["threads"] == 1
+    assert one["totals"]["offcpu_us"] == worker["offcpu_us"]
+    assert one["wakers"] and {pair["wakee_tid"] for pair in one["wakers"]} == {worker["tid"]}
+    assert sum(stack["offcpu_us"] for stack in one["stacks"]) == worker["offcpu_us"]
+    # --comm that matches nothing: nothing to report
+    assert_one_line_error(run_offcpu("report", "json", str(mmap_capture), "--comm", "nosuch"),
+                          "no off-CPU time matches these options")
+
+
+def test_text_follows_the_view_and_says_which(mmap_capture):
+    model = json_report(mmap_capture)
+    worker = next(thread for thread in model["threads"] if thread["tid"] != thread["pid"])
+    result = run_offcpu("report", "text", str(mmap_capture), "--state", "D", "--tid", str(worker["tid"]), "--waker",
+                        "--by-thread", env={**os.environ, "COLUMNS": "160"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1] == f"Only state D, tid {worker['tid']}"
+    assert lines[2].startswith("1 thread was off CPU for ")
+    stacks = result.stdout.split("off-CPU stacks (by thread, waker stacks)\n")[1].split("\n\n")[0].splitlines()
+    assert [cell.strip() for cell in stacks[1].split("|")[1:-1]] == [
+        "off-CPU ms", "share %", "state", "count", "thread", "stack", "woken by"]
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in stacks[3:-1]]
+    assert rows and all(row[2] == "D" and row[4] == f"mmap_contention-{worker['tid']}" and row[6] for row in rows)
+    threads = result.stdout.split("Threads\n")[1].split("\n\n")[0].splitlines()
+    assert [line.split("|")[1].strip() for line in threads[3:-1]] == [str(worker["tid"])]
+    assert_one_line_error(run_offcpu("report", "text", str(mmap_capture), "--comm", "nosuch"),
+                          "no off-CPU time matches these options")
+
+
 @pytest.mark.parametrize("columns", [60, 80, 100])
 def test_text_fits_the_width_without_cutting_a_number(mmap_capture, columns):
     text = run_offcpu("report", "text", str(mmap_capture), env={**os.environ, "COLUMNS": str(columns)}).stdout

@@ -131,7 +131,7 @@ def test_view_options_apply_to_both_captures_and_only_min_us_to_a_folded_file():
     assert from_folded(stacks, "f", StackView(min_us=10)) == Side("f", {"a;c": 50}, None, False)
     ignored = from_folded(stacks, "f", d_only)
     assert ignored.view_ignored and ignored.stacks == stacks
-    assert from_folded(stacks, "f", StackView(), time_given=True).view_ignored
+    assert from_folded(stacks, "f", StackView(time=(0.5, 1.0))).view_ignored
     assert compare(ignored, from_model(model, d_only, "mmap")).notes == (
         "BASE is a folded file: view options other than --min-us were not applied to it",)
 

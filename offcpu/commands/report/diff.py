@@ -26,7 +26,7 @@ from offcpu.stackview import StackView
 @click.option("--text", "text_only", is_flag=True, help="Print only the table; write no SVG.")
 @renderer_option
 @output_options
-def diff(base: Path, new: Path, view: StackView, time: tuple[float, float] | None, top: int, text_only: bool,
+def diff(base: Path, new: Path, view: StackView, top: int, text_only: bool,
          flamegraph_path: str | None, output: Path | None, force: bool) -> None:
     """Compare two recordings: where did off-CPU time grow from BASE to NEW?
 
@@ -64,7 +64,7 @@ def diff(base: Path, new: Path, view: StackView, time: tuple[float, float] | Non
             raise OffcpuError(f"{svg_path} is one of the inputs; choose another output with -o")
         renderer = require_renderer(flamegraph_path)
     base_label, new_label = _labels(base, new)
-    result = compare(_side(base, base_label, view, time), _side(new, new_label, view, time))
+    result = compare(_side(base, base_label, view), _side(new, new_label, view))
     if svg_path is not None and renderer is not None:
         if not result.new_us:
             raise OffcpuError(f"NEW ({new_label}) has no off-CPU time to draw: a differential graph is as wide as "
@@ -80,16 +80,16 @@ def _labels(base: Path, new: Path) -> tuple[str, str]:
     return (base.name, new.name) if base.name != new.name else (str(base), str(new))
 
 
-def _side(path: Path, label: str, view: StackView, time: tuple[float, float] | None) -> Side:
+def _side(path: Path, label: str, view: StackView) -> Side:
     """A capture directory through its model; anything else as a folded file."""
     if path.is_dir():
-        return from_model(load_with_progress(path, time), view, label)
+        return from_model(load_with_progress(path, view.time), view, label)
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
         reason = error.strerror if isinstance(error, OSError) else "not text"
         raise OffcpuError(f"cannot read {path} ({reason}); give a capture directory or a folded file") from None
-    return from_folded(parse_folded(text, str(path)), label, view, time is not None)
+    return from_folded(parse_folded(text, str(path)), label, view)
 
 
 def _grown_table(result: Diff, top: int) -> str:

@@ -20,7 +20,7 @@ from offcpu.stackview import StackView
               help="Rows in the stacks, threads and wakers tables.")
 @renderer_option
 @output_options
-def html_report(capture: Path, view: StackView, time: tuple[float, float] | None, top: int,
+def html_report(capture: Path, view: StackView, top: int,
                 flamegraph_path: str | None, output: Path | None, force: bool) -> None:
     """Write one self-contained HTML page: the interactive off-CPU flame graph
     (click a frame to zoom), the capture's metadata, totals, switch-out states,
@@ -31,5 +31,5 @@ def html_report(capture: Path, view: StackView, time: tuple[float, float] | None
     """
     path = output_path(capture, output, ".html", force)
     renderer = require_renderer(flamegraph_path)
-    model = load_with_progress(capture, time)
+    model = load_with_progress(capture, view.time)
     write_report(path, HtmlReport(renderer, view, top).render(model))

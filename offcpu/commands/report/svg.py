@@ -19,7 +19,7 @@ from offcpu.stackview import StackView
 @click.option("--inverted", is_flag=True, help="An icicle graph: leaves on top, to see the common blocking call.")
 @renderer_option
 @output_options
-def svg(capture: Path, view: StackView, time: tuple[float, float] | None, inverted: bool,
+def svg(capture: Path, view: StackView, inverted: bool,
         flamegraph_path: str | None, output: Path | None, force: bool) -> None:
     """Draw an off-CPU flame graph (SVG): the width of a frame is the time
     threads spent off CPU under it, in microseconds.
@@ -33,5 +33,5 @@ def svg(capture: Path, view: StackView, time: tuple[float, float] | None, invert
     """
     path = output_path(capture, output, ".svg", force)
     renderer = require_renderer(flamegraph_path)
-    model = load_with_progress(capture, time)
+    model = load_with_progress(capture, view.time)
     write_report(path, FlameGraphSvg(renderer, view, inverted).render(model))
