@@ -13,14 +13,16 @@ def stack_lines(model: Model, view: StackView) -> list[str]:
     return [f"{stack} {microseconds}" for stack, microseconds in lines_of(chosen(model, view))]
 
 
-def title(model: Model, view: StackView) -> str:
-    """What the graph shows: the target, the window, the stacks' mode and the time they hold."""
+def title(model: Model, view: StackView, inverted: bool = False) -> str:
+    """What the graph shows: the target, the time its stacks hold, the window, and the view:
+    its filters, how the stacks are drawn, and which way up."""
     capture = model.capture
     shown = sum(int(line.rpartition(" ")[2]) for line in stack_lines(model, view))
     whole = totals(model)
     share = f" of {whole.offcpu_us / 1e6:.2f} s" if shown != whole.offcpu_us else ""
+    mode = ", ".join(part for part in (view.filters, view.drawing, "icicle" if inverted else "") if part)
     return (f"Off-CPU time of {capture.target.describe()}: {shown / 1e6:.2f} s{share} off CPU "
-            f"in {model.wall_us / 1e6:.1f} s, {capture.call_graph} stacks")
+            f"in {model.wall_us / 1e6:.1f} s, {capture.call_graph} stacks" + (f"; {mode}" if mode else ""))
 
 
 class FlameGraphSvg:
@@ -30,4 +32,5 @@ class FlameGraphSvg:
         self.inverted = inverted
 
     def render(self, model: Model) -> str:
-        return render_svg(self.renderer, stack_lines(model, self.view), title(model, self.view), self.inverted)
+        return render_svg(self.renderer, stack_lines(model, self.view), title(model, self.view, self.inverted),
+                          self.inverted)

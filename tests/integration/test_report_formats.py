@@ -255,6 +255,25 @@ def test_names_carrying_markup_stay_text_in_the_flame_graph(cpp_capture, tmp_pat
     assert any(frame.startswith(f"{comm.translate(look_alike)} (") for frame in frames)
 
 
+def svg_title(path) -> str:
+    texts = [element.text or "" for element in ElementTree.parse(path).getroot().iter(f"{SVG}text")]
+    return next(text for text in texts if text.startswith("Off-CPU time of "))
+
+
+@pytest.mark.parametrize("options, mode", [
+    ((), None), (("--waker",), "waker stacks"), (("--by-thread",), "by thread"), (("--inverted",), "icicle"),
+    (("--state", "D"), "state D"), (("--time", "0.2,0.5"), "0.2-0.5 s"), (("--user-only",), "user frames only"),
+    (("--state", "S,D", "--kernel-only", "--min-us", "1000"),
+     "states D,S, kernel frames only, stacks of 1,000 µs or more"),
+])
+def test_the_flame_graphs_title_names_the_view(mmap_capture, tmp_path, options, mode):
+    graph = tmp_path / "graph.svg"
+    result = run_offcpu("report", "svg", str(mmap_capture), *options, "-o", str(graph))
+    assert result.returncode == 0, result.stderr
+    title = svg_title(graph)
+    assert title.endswith(" stacks") if mode is None else title.endswith(f" stacks; {mode}"), title
+
+
 def json_report(capture, *options: str) -> dict:
     result = run_offcpu("report", "json", str(capture), "--top", "100000", *options)
     assert result.returncode == 0, result.stderr

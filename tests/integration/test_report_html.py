@@ -219,7 +219,8 @@ def test_view_options_reach_the_tables(mmap_capture, browser, tmp_path):
     page = tmp_path / "top3.html"
     text = report(mmap_capture, page, "--top", "3", "--waker", "--state", "D", "--tid", ",".join(tids))
     open_page(browser, page)
-    # Then every table shows only those
+    # Then the title says so, and every table shows only those
+    assert browser.title.endswith(f"; state D, tids {','.join(sorted(tids, key=int))}, waker stacks")
     stacks = table_rows(browser, "stacks")
     headers = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#stacks thead th")]
     assert headers == ["off-CPU ms", "share", "state", "count", "woken by", "stack"]
