@@ -47,7 +47,6 @@ def printed(parts: Iterable[RenderableType], width: int, color: bool, gap: bool 
     return "\n".join(line.rstrip() for line in buffer.getvalue().rstrip("\n").split("\n")) + "\n"
 
 
-
 @dataclass(frozen=True)
 class Column:
     """A column of a table that fits its width. Numbers are never cut (their header wraps
@@ -137,6 +136,6 @@ def short_name(name: str, limit: int) -> str:
     trailing '-tid' stays whole (which thread it is), '…' where it was cut."""
     if len(name) <= limit:
         return name
-    base, dash, tid = name.rpartition("-")
+    _, dash, tid = name.rpartition("-")
     suffix = f"-{tid}" if dash and tid.isdigit() and len(tid) + 2 <= limit else ""
     return name[:max(limit - len(suffix) - 1, 0)] + "…" + suffix

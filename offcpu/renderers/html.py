@@ -13,7 +13,7 @@ from offcpu.flamegraph import Renderer
 from offcpu.findings import findings
 from offcpu.model import Model
 from offcpu.renderers.flame import FlameGraphSvg, title
-from offcpu.renderers.text import STATE_NAMES, waker_name
+from offcpu.renderers.text import STATE_NAMES, ms, share, waker_name
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
 from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, totals, waker_pairs
@@ -39,14 +39,6 @@ tbody tr:nth-child(even) { background: #f7f7f7; }
 """
 
 Cell = str | tuple[str, str]  # text, or (text, tooltip)
-
-
-def _ms(microseconds: int) -> str:
-    return f"{microseconds / 1000:,.1f}"
-
-
-def _share(part: int, whole: int) -> str:
-    return f"{100 * part / whole:.1f}%" if whole else "-"
 
 
 def _cell(tag: str, value: Cell, right: bool) -> str:
@@ -87,7 +79,7 @@ class HtmlReport:
         blocks = []
         for finding in found:
             stacks = shorten_apart([(item.frames, item.kernel_frames) for item in finding.evidence], STACK_CHARS)
-            evidence = "".join(f"<li>{_ms(item.offcpu_us)} ms in {item.count:,} waits ({escape(item.state)}): "
+            evidence = "".join(f"<li>{ms(item.offcpu_us)} ms in {item.count:,} waits ({escape(item.state)}): "
                                f"<span title=\"{escape(';'.join(item.frames))}\">{escape(stack)}</span></li>"
                                for item, stack in zip(finding.evidence, stacks))
             confidence = (f"<p><b>Confidence: low</b>, {escape(finding.confidence_reason)}</p>"
@@ -159,8 +151,8 @@ class HtmlReport:
     def _totals(self, model: Model) -> str:
         whole = totals(model)
         table = _table(("recorded", "threads", "off-CPU ms", "blocked ms", "waiting for a CPU ms"), "rrrrr",
-                       [(f"{whole.wall_us / 1e6:.2f} s", f"{whole.threads:,}", _ms(whole.offcpu_us),
-                         _ms(whole.blocked_us), _ms(whole.runqueue_us))])
+                       [(f"{whole.wall_us / 1e6:.2f} s", f"{whole.threads:,}", ms(whole.offcpu_us),
+                         ms(whole.blocked_us), ms(whole.runqueue_us))])
         note = f"Over what is chosen: {self.view.filters}" if self.view.filtered else "Over every thread recorded"
         return _section("totals", "Totals", note, table)
 
@@ -172,7 +164,7 @@ class HtmlReport:
         headers = ["off-CPU ms", "share", "state", "count", *(["thread"] if whose else []),
                    *(["woken by"] if self.view.waker else []), "stack"]
         rows: list[list[Cell]] = [
-            [_ms(stack.offcpu_us), _share(stack.offcpu_us, offcpu_us), stack.state, f"{stack.count:,}",
+            [ms(stack.offcpu_us), share(stack.offcpu_us, offcpu_us), stack.state, f"{stack.count:,}",
              *([stack.root] if whose else []), *([stack.woken_by] if self.view.waker else []),
              (text, "\n".join((stack.root, *stack.frames, *((SEPARATOR, *stack.waker) if stack.waker else ()))))]
             for stack, text in zip(top, short)]
@@ -185,15 +177,15 @@ class HtmlReport:
     def _threads(self, model: Model) -> str:
         threads = sorted(model.threads.values(), key=lambda t: -t.offcpu_us)[: self.top]
         table = _table(("tid", "comm", "off-CPU ms", "blocked ms", "run-queue ms", "on-CPU ms"), "rlrrrr",
-                       [(str(t.tid), t.comm, _ms(t.offcpu_us), _ms(t.blocked_us), _ms(t.runqueue_us),
-                         _ms(t.oncpu_us)) for t in threads])
+                       [(str(t.tid), t.comm, ms(t.offcpu_us), ms(t.blocked_us), ms(t.runqueue_us),
+                         ms(t.oncpu_us)) for t in threads])
         return _section("threads", "Threads",
                         f"The {len(threads):,} of {len(model.threads):,} threads longest off CPU", table)
 
     def _states(self, model: Model) -> str:
         table = _table(("state", "meaning", "off-CPU ms", "blocked ms", "run-queue ms", "count"), "llrrrr",
-                       [(s.state, STATE_NAMES.get(s.state, ""), _ms(s.offcpu_us), _ms(s.blocked_us),
-                         _ms(s.runqueue_us), f"{s.count:,}") for s in by_state(model)])
+                       [(s.state, STATE_NAMES.get(s.state, ""), ms(s.offcpu_us), ms(s.blocked_us),
+                         ms(s.runqueue_us), f"{s.count:,}") for s in by_state(model)])
         return _section("states", "Switch-out states", "What the threads were doing when they left the CPU", table)
 
     def _runqueue(self, model: Model) -> str:
@@ -209,8 +201,8 @@ class HtmlReport:
 
     def _wakers(self, model: Model) -> str:
         pairs = waker_pairs(model)
-        rows = [(waker_name(pair), f"{pair.wakee_comm}-{pair.wakee_tid}", f"{pair.wakeups:,}", _ms(pair.blocked_us),
-                 _ms(pair.runqueue_us)) for pair in pairs[: self.top]]
+        rows = [(waker_name(pair), f"{pair.wakee_comm}-{pair.wakee_tid}", f"{pair.wakeups:,}", ms(pair.blocked_us),
+                 ms(pair.runqueue_us)) for pair in pairs[: self.top]]
         note = f"The {len(rows):,} of {len(pairs):,} waker and wakee pairs whose wakeups ended the longest waits"
         return _section("wakers", "Who woke whom", note,
                         _table(("waker", "woke", "wakeups", "blocked ms", "then run-queue ms"), "llrrr", rows))

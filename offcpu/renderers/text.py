@@ -26,11 +26,11 @@ def waker_name(pair: WakerPair) -> str:
     return f"{kind}{pair.waker_comm}-{pair.waker_tid}"
 
 
-def _ms(microseconds: int) -> str:
+def ms(microseconds: int) -> str:
     return f"{microseconds / 1000:,.1f}"
 
 
-def _share(part: int, whole: int) -> str:
+def share(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
 
 
@@ -52,11 +52,10 @@ class TextReport:
         whole = totals(shown)
         capture = model.capture
         only = f"Only {self.view.filters}\n" if self.view.filters else ""
+        threads = f"{whole.threads:,} {'thread was' if whole.threads == 1 else 'threads were'}"
         header = (f"Off-CPU time of {capture.target.describe()}, {model.wall_us / 1e6:.2f} s recorded "
-                  f"({capture.call_graph} stacks)\n{only}"
-                  f"{whole.threads:,} {'thread was' if whole.threads == 1 else 'threads were'} off CPU for "
-                  f"{_ms(whole.offcpu_us)} ms: blocked "
-                  f"{_ms(whole.blocked_us)} ms, waiting for a CPU {_ms(whole.runqueue_us)} ms")
+                  f"({capture.call_graph} stacks)\n{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
+                  f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms")
         return [Text(header), *self._findings(model), self._stacks(model, whole.offcpu_us), self._threads(shown),
                 self._states(shown), self._runqueue(model), self._wakers(shown), self._lifecycle(shown)]
 
@@ -72,7 +71,7 @@ class TextReport:
 
     def _finding(self, finding: Finding) -> Group:
         style = {"critical": "bold red", "warning": "yellow"}.get(finding.severity, "") if self.color else ""
-        said = [f"{_ms(evidence.offcpu_us)} ms in {evidence.count:,} waits ({evidence.state}): "
+        said = [f"{ms(evidence.offcpu_us)} ms in {evidence.count:,} waits ({evidence.state}): "
                 for evidence in finding.evidence]
         room = self.width - 2 - max(map(len, said), default=0)  # the stacks go after what they say, or below it
         stacks = shorten_apart([(evidence.frames, evidence.kernel_frames) for evidence in finding.evidence],
@@ -88,8 +87,8 @@ class TextReport:
         top = stacks[: self.top]
         title = f"Top {len(top):,} of {len(stacks):,} off-CPU stacks" if len(stacks) > len(top) \
             else f"The {len(top):,} off-CPU stack{'s' if len(top) != 1 else ''}"
-        columns = [Column("off-CPU ms", [_ms(stack.offcpu_us) for stack in top]),
-                   Column("share %", [_share(stack.offcpu_us, offcpu_us) for stack in top], drop=3),
+        columns = [Column("off-CPU ms", [ms(stack.offcpu_us) for stack in top]),
+                   Column("share %", [share(stack.offcpu_us, offcpu_us) for stack in top], drop=3),
                    Column("state", [stack.state for stack in top], drop=1),
                    Column("count", [f"{stack.count:,}" for stack in top], drop=2)]
         if self.view.by_thread or len({stack.root for stack in top}) > 1:  # say whose
@@ -105,17 +104,17 @@ class TextReport:
         return self._table("Threads",
                            Column("tid", [str(t.tid) for t in threads]),
                            Column("comm", short_names([t.comm for t in threads]), least=15),
-                           Column("off-CPU ms", [_ms(t.offcpu_us) for t in threads]),
-                           Column("blocked ms", [_ms(t.blocked_us) for t in threads], drop=2),
-                           Column("run-queue ms", [_ms(t.runqueue_us) for t in threads], drop=1),
-                           Column("on-CPU ms", [_ms(t.oncpu_us) for t in threads], drop=3))
+                           Column("off-CPU ms", [ms(t.offcpu_us) for t in threads]),
+                           Column("blocked ms", [ms(t.blocked_us) for t in threads], drop=2),
+                           Column("run-queue ms", [ms(t.runqueue_us) for t in threads], drop=1),
+                           Column("on-CPU ms", [ms(t.oncpu_us) for t in threads], drop=3))
 
     def _states(self, model: Model) -> Table:
         states = by_state(model)
         return self._table("Switch-out states",
                            Column("state", [s.state for s in states]),
                            Column("meaning", short_names([STATE_NAMES.get(s.state, "") for s in states])),
-                           Column("off-CPU ms", [_ms(s.offcpu_us) for s in states]),
+                           Column("off-CPU ms", [ms(s.offcpu_us) for s in states]),
                            Column("count", [f"{s.count:,}" for s in states], drop=1))
 
     def _runqueue(self, model: Model) -> Text:
@@ -133,8 +132,8 @@ class TextReport:
                            Column("waker", short_names([waker_name(pair) for pair in pairs])),
                            Column("woke", short_names([f"{pair.wakee_comm}-{pair.wakee_tid}" for pair in pairs])),
                            Column("wakeups", [f"{pair.wakeups:,}" for pair in pairs], drop=1),
-                           Column("blocked ms", [_ms(pair.blocked_us) for pair in pairs]),
-                           Column("then run-queue ms", [_ms(pair.runqueue_us) for pair in pairs], drop=2))
+                           Column("blocked ms", [ms(pair.blocked_us) for pair in pairs]),
+                           Column("then run-queue ms", [ms(pair.runqueue_us) for pair in pairs], drop=2))
 
     def _lifecycle(self, model: Model) -> Text:
         life = lifecycle(model)
