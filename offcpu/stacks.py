@@ -63,8 +63,8 @@ def telling(kernel: Sequence[str]) -> list[str]:
 
 class _Shortened:
     """A root-first stack (its last `kernel_frames` the kernel's) as its user frames without
-    the unnamed ones and its telling kernel frames, shown in part:
-    the last `users` of the one and the last `kernels` of the other, '…' for what is left out."""
+    the unnamed ones and its telling kernel frames, shown in part: the last `users` of the
+    one and the last `kernels` of the other, '…' for what is left out."""
 
     def __init__(self, frames: Sequence[str], kernel_frames: int) -> None:
         split = len(frames) - kernel_frames
@@ -108,17 +108,19 @@ def _cut(text: str, limit: int) -> str:
 def shorten(frames: Sequence[str], kernel_frames: int, limit: int) -> str:
     """A root-first stack (its last `kernel_frames` frames the kernel's) in at most `limit`
     characters, joined by ';': the kernel's leaf-most frames, which say why it waited (see
-    telling()), and the program's frames nearest the kernel, which say
-    where it was, one of each in turn while they fit. '…' marks frames left out; a leaf
-    too long for `limit` on its own is cut."""
+    telling()), and the program's frames nearest the kernel, which say where it was, one
+    of each in turn while they fit. '…' marks frames left out; a leaf too long for `limit`
+    on its own is cut."""
     stack = _Shortened(frames, kernel_frames)
     return _cut(stack.shown(*stack.fitted(limit)), limit)
 
 
 def shorten_apart(stacks: Sequence[tuple[Sequence[str], int]], limit: int) -> list[str]:
-    """Each (frames, kernel_frames) shortened as by shorten(); stacks that would read the
-    same although they differ are shown as many frames as tells them apart in `limit`
-    characters (the most that does, the kernel's first), when there is a choice that does."""
+    """Each (frames, kernel_frames) shortened as by shorten(), except stacks that would read
+    the same although they differ: they are shown the same number of user and kernel frames
+    that tells them all apart, the most that fit `limit` characters; when no such choice
+    fits, each that can is shown with as many frames as fit among which one the others
+    do not have."""
     parsed = [_Shortened(frames, kernel_frames) for frames, kernel_frames in stacks]
     shown = [stack.shown(*stack.fitted(limit)) for stack in parsed]
     alike: dict[str, list[int]] = {}
@@ -128,15 +130,26 @@ def shorten_apart(stacks: Sequence[tuple[Sequence[str], int]], limit: int) -> li
         wholes = {parsed[index].whole for index in group}
         if len(wholes) < 2:
             continue
-        most_users = max(len(parsed[index].user) for index in group)
-        most_kernels = max(len(parsed[index].kernel) for index in group)
-        choices = sorted(((users, kernels) for users in range(most_users + 1)
-                          for kernels in range(min(1, most_kernels), most_kernels + 1)),
-                         key=lambda choice: (-sum(choice), -choice[1]))
-        for choice in choices:
-            texts = [parsed[index].shown(*choice) for index in group]
-            if len(set(texts)) == len(wholes) and all(len(text) <= limit for text in texts):
-                for index, text in zip(group, texts):
-                    shown[index] = text
-                break
+        together = ([parsed[index].shown(*choice) for index in group] for choice in _choices(
+            max(len(parsed[index].user) for index in group), max(len(parsed[index].kernel) for index in group)))
+        fitting = next((texts for texts in together
+                        if len(set(texts)) == len(wholes) and all(len(text) <= limit for text in texts)), None)
+        for place, index in enumerate(group):
+            if fitting is not None:
+                shown[index] = fitting[place]
+                continue
+            others = {frame for other in group if parsed[other].whole != parsed[index].whole
+                      for frame in parsed[other].user + parsed[other].kernel}
+            stack = parsed[index]
+            texts = (stack.shown(*choice) for choice in _choices(len(stack.user), len(stack.kernel)))
+            shown[index] = next((text for text in texts
+                                 if len(text) <= limit and set(text.split(";")) - others - {"…"}), shown[index])
     return [_cut(text, limit) for text in shown]
+
+
+def _choices(users: int, kernels: int) -> list[tuple[int, int]]:
+    """How many user and kernel frames a short stack can show (at least one of the kernel's
+    when there are any), the most first, the kernel's first."""
+    return sorted(((shown_users, shown_kernels) for shown_users in range(users + 1)
+                   for shown_kernels in range(min(1, kernels), kernels + 1)),
+                  key=lambda choice: (-sum(choice), -choice[1]))

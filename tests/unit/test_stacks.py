@@ -78,6 +78,15 @@ def test_stacks_that_differ_read_differently_when_the_width_allows():
     # Then each says which it is, in as many characters
     assert both == ["…;pthread_create@GLIBC_2.2.5;__lll_lock_wait_private;…;futex_do_wait",
                     "…;__GI___nptl_deallocate_stack;__lll_lock_wait_private;…;futex_do_wait"]
+    # When no one choice of frames tells them apart in the width (mmap_contention_fixed preempted by
+    # two kinds of interrupt), each that can be is shown with a frame the other does not have
+    ipi = stack_with("mmap_fixed_pid", "asm_sysvec_reschedule_ipi")
+    timer = stack_with("mmap_fixed_pid", "asm_sysvec_apic_timer_interrupt")
+    assert shorten(*ipi, 55) == shorten(*timer, 55) == "start_thread;worker;…;irqentry_exit_to_user_mode"
+    assert shorten_apart([ipi, timer], 55) == ["…;asm_sysvec_reschedule_ipi;irqentry_exit_to_user_mode",
+                                               "start_thread;worker;…;irqentry_exit_to_user_mode"]
+    assert shorten_apart([ipi, timer], 60) == ["…;asm_sysvec_reschedule_ipi;irqentry_exit_to_user_mode",
+                                               "…;asm_sysvec_apic_timer_interrupt;irqentry_exit_to_user_mode"]
     # and a stack that reads like no other is shortened as shorten() does
     for limit in (30, 60, 90):
         assert shorten_apart([creating], limit) == [shorten(*creating, limit)]
