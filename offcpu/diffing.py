@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from offcpu.errors import OffcpuError
 from offcpu.model import Model
-from offcpu.stacks import PLUMBING, UNKNOWN, meaningful
+from offcpu.stacks import PLUMBING
 from offcpu.stackview import SEPARATOR, StackView, folded
 
 # Root-most frames of the kernel's part of a stack (system call, fault, interrupt,
@@ -121,10 +121,10 @@ def from_model(model: Model, view: StackView, label: str) -> Side:
     return Side(label, dict(folded(model, view)), model.wall_us)
 
 
-def from_folded(stacks: Mapping[str, int], label: str, view: StackView, time_given: bool = False) -> Side:
+def from_folded(stacks: Mapping[str, int], label: str, view: StackView) -> Side:
     """A folded file's side: it was filtered when it was written, so of the view
     only --min-us can still apply."""
-    ignored = time_given or view != StackView(min_us=view.min_us)
+    ignored = view != StackView(min_us=view.min_us)
     return Side(label, {stack: us for stack, us in stacks.items() if us >= view.min_us}, None, ignored)
 
 
@@ -164,41 +164,15 @@ def title(diff: Diff) -> str:
     return f"Off-CPU time of {diff.new.label} against {diff.base.label}: red grew, blue shrank; {diff.normalisation}"
 
 
-def short_stack(stack: str, limit: int, with_root: bool = False) -> str:
-    """A folded stack in about `limit` characters for a table: the kernel's leaf-most
-    meaningful frames (why it waited) and the program's frames nearest the kernel
-    (where it was), one of each at a time while they fit; with a waker, who woke it.
-    '…' marks frames left out; the leaf-most frame is always kept whole."""
-    frames = stack.split(";")
-    root, frames = frames[0], frames[1:]
+def split_stack(stack: str) -> tuple[str, tuple[str, ...], int, str]:
+    """A folded stack as a table shows it: its root (the thread), its frames root first,
+    how many of them (the last) are the kernel's, and who woke it ('' without a waker).
+    A folded line does not say where the kernel begins: from its entry frame on; a
+    stack of user or kernel frames only is read as one chain of the kernel's."""
+    root, *frames = stack.split(";")
     woken_by = ""
     if SEPARATOR in frames:
-        woken_by = f";{SEPARATOR};{frames[-1]}"
+        woken_by = frames[-1]
         frames = frames[:frames.index(SEPARATOR)]
-    prefix = f"{root}: " if with_root else ""
     entry = next((i for i, frame in enumerate(frames) if frame.startswith(KERNEL_ENTRY_PREFIXES)), None)
-    if not entry:  # user or kernel frames only: one chain
-        user, kernel = [], meaningful(frames)
-    else:
-        user, kernel = [frame for frame in frames[:entry] if frame != UNKNOWN], meaningful(frames[entry:])
-    room = limit - len(prefix) - len(woken_by)
-
-    def joined(users: int, kernels: int) -> str:
-        parts = (["…"] if users < len(user) else []) + user[len(user) - users:]
-        if kernels < len(kernel) and parts[-1:] != ["…"]:
-            parts.append("…")
-        return ";".join(parts + kernel[len(kernel) - kernels:])
-
-    if not user and not kernel:  # a line of the root alone
-        return root + woken_by
-    users, kernels = min(1, len(user)), min(1, len(kernel))
-    if users and len(joined(users, kernels)) > room:  # why it waited matters most
-        users = 0
-    while True:
-        one_more = [(users, kernels + 1)] * (kernels < len(kernel)) + [(users + 1, kernels)] * (users < len(user))
-        if users < kernels:  # take from both in turn, the kernel first
-            one_more.reverse()
-        fitting = [wider for wider in one_more if len(joined(*wider)) <= room]
-        if not fitting:
-            return prefix + joined(users, kernels) + woken_by
-        users, kernels = fitting[0]
+    return root, tuple(frames), len(frames) - entry if entry else len(frames), woken_by

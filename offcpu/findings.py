@@ -21,6 +21,7 @@ time (threads waiting for work) left out for every rule but `idle`.
 from __future__ import annotations
 
 import re
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from functools import cached_property
 
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, Model, Row
 from offcpu.perf_script import Stack
-from offcpu.stacks import THREAD_ROOTS, UNKNOWN
+from offcpu.stacks import THREAD_ROOTS, UNKNOWN, shorten
 from offcpu.summaries import Lifecycle, by_stack, lifecycle, runqueue_percentiles
 
 # Severity from share_of_wall. On the examples (2 CPUs, 1 s): the pathologies'
@@ -536,11 +537,20 @@ def severity_of(share: float) -> str:
 
 
 def evidence(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
-    """The stacks (with their state, grouped as the stack tables group them) that carry
-    most of the rows' off-CPU time."""
-    ranked = sorted(by_stack(rows).items(), key=lambda item: -total(item[1]))[:EVIDENCE_STACKS]
-    return tuple(Evidence(tuple(reversed(model.stacks[stack].frames)), model.stacks[stack].kernel_frames, state,
-                          total(group), sum(row.count for row in group)) for (stack, state), group in ranked)
+    """The stacks (with their state) that carry most of the rows' off-CPU time, grouped
+    as the stack tables group them: stacks that read the same (they differ only in frames
+    perf could not name or in the scheduler's own) are one."""
+    groups: dict[tuple[str, str], list[tuple[int, list[Row]]]] = defaultdict(list)
+    for (stack, state), group in by_stack(rows).items():
+        frames = tuple(reversed(model.stacks[stack].frames))
+        groups[(shorten(frames, model.stacks[stack].kernel_frames, sys.maxsize), state)].append((stack, group))
+    said = []
+    for (_, state), stacks in groups.items():
+        biggest = max(stacks, key=lambda item: total(item[1]))[0]
+        every = [row for _, group in stacks for row in group]
+        said.append(Evidence(tuple(reversed(model.stacks[biggest].frames)), model.stacks[biggest].kernel_frames,
+                             state, total(every), sum(row.count for row in every)))
+    return tuple(sorted(said, key=lambda item: -item.offcpu_us)[:EVIDENCE_STACKS])
 
 
 def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:

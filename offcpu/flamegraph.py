@@ -25,12 +25,31 @@ HOW_TO_GET_ONE = (
 # gives a meaning to becomes a look-alike that neither renderer changes.
 TITLE_LOOKALIKES = str.maketrans({"&": "\uff06", "<": "\u2039", ">": "\u203a", '"': "''"})  # ＆ ‹ › ''
 NOT_XML_TEXT = re.compile("[\x00-\x1f\ud800-\udfff\ufffe\uffff]")  # controls, lone surrogates, non-characters
+RENDERERS = ("inferno-flamegraph", "flamegraph.pl")  # the names a renderer goes by, the faster first
+# Older flamegraph.pl, Debian's copy among them, turns < and > in frame names into ( and ) with
+# this line of its source; inferno and a current flamegraph.pl escape them.
+ANGLE_BRACKETS_TO_PARENTHESES = b"tr/<>/()/"
+NAME_LOOKALIKES = str.maketrans({"<": "\u2039", ">": "\u203a"})  # ‹ ›
 
 
 @dataclass(frozen=True)
 class Renderer:
     command: tuple[str, ...]  # argv that takes folded stacks on stdin
     found_by: str  # which rule of the search found it
+    angle_brackets_as_parentheses: bool = False  # draws < > in frame names as ( ): C++ templates need look-alikes
+
+    @classmethod
+    def of(cls, command: tuple[str, ...], found_by: str) -> Renderer:
+        return cls(command, found_by, _draws_angle_brackets_as_parentheses(Path(command[-1])))
+
+
+def _draws_angle_brackets_as_parentheses(program: Path) -> bool:
+    """Whether a renderer is a flamegraph.pl that turns < > in names into ( ): its source says so."""
+    try:
+        with program.open("rb") as file:
+            return file.read(2) == b"#!" and ANGLE_BRACKETS_TO_PARENTHESES in file.read()
+    except OSError:
+        return False
 
 
 def _runnable(path: Path) -> tuple[str, ...] | None:
@@ -42,40 +61,39 @@ def _runnable(path: Path) -> tuple[str, ...] | None:
     return ("perl", str(path)) if path.suffix == ".pl" else None
 
 
-def _in_directory(directory: Path) -> tuple[str, ...] | None:
-    return _runnable(directory / "flamegraph.pl")
+def _at(path: Path) -> tuple[str, ...] | None:
+    """The renderer a path names: the program itself, or a directory holding one."""
+    if not path.is_dir():
+        return _runnable(path)
+    return next(filter(None, (_runnable(path / name) for name in RENDERERS)), None)
 
 
 def find_renderer(explicit: str | None = None) -> Renderer | None:
-    """The first renderer in the documented order of places."""
-    if explicit:
-        path = Path(explicit)
-        command = _in_directory(path) if path.is_dir() else _runnable(path)
-        return Renderer(command, "--flamegraph") if command else None
-    if os.environ.get("FLAMEGRAPH_DIR"):
-        command = _in_directory(Path(os.environ["FLAMEGRAPH_DIR"]))
-        if command:
-            return Renderer(command, "$FLAMEGRAPH_DIR")
-    for name in ("inferno-flamegraph", "flamegraph.pl"):
+    """The first renderer in the documented order of places. A --flamegraph or
+    $FLAMEGRAPH_DIR that holds none is an error: never a reason to draw with another."""
+    for found_by, given in (("--flamegraph", explicit), ("$FLAMEGRAPH_DIR", os.environ.get("FLAMEGRAPH_DIR"))):
+        if given:
+            command = _at(Path(given))
+            if command is None:
+                raise OffcpuError(f"{given} ({found_by}) is not flamegraph.pl, inferno-flamegraph or a directory "
+                                  f"holding one; {HOW_TO_GET_ONE}")
+            return Renderer.of(command, found_by)
+    for name in RENDERERS:
         found = shutil.which(name)
         if found:
-            return Renderer((found,), f"{name} on PATH")
-    command = _runnable(DEBIAN_NYTPROF_COPY)
-    if command:
-        return Renderer(command, "Debian's libdevel-nytprof-perl")
-    for checkout in CHECKOUTS:
-        command = _in_directory(checkout)
+            return Renderer.of((found,), f"{name} on PATH")
+    for path, found_by in ((DEBIAN_NYTPROF_COPY, "Debian's libdevel-nytprof-perl"),
+                           *((checkout / "flamegraph.pl", f"checkout in {checkout}") for checkout in CHECKOUTS)):
+        command = _runnable(path)
         if command:
-            return Renderer(command, f"checkout in {checkout}")
+            return Renderer.of(command, found_by)
     return None
 
 
 def require_renderer(explicit: str | None = None) -> Renderer:
     renderer = find_renderer(explicit)
     if renderer is None:
-        where = f"{explicit} is not flamegraph.pl, inferno-flamegraph or a FlameGraph checkout" if explicit \
-            else "no flame graph renderer was found"
-        raise OffcpuError(f"{where}; {HOW_TO_GET_ONE}")
+        raise OffcpuError(f"no flame graph renderer was found; {HOW_TO_GET_ONE}")
     return renderer
 
 
@@ -89,11 +107,19 @@ def safe_title(title: str) -> str:
 def render_svg(renderer: Renderer, lines: Iterable[str], title: str, inverted: bool = False) -> str:
     """An off-CPU flame graph of folded lines ("frames count" or, for a differential
     graph, "frames before after"), with only the options both renderers share.
-    Any title will do: it is made safe for the SVG here (see safe_title)."""
+    Any title will do: it is made safe for the SVG here (see safe_title). For a
+    renderer that would draw C++'s `Basket<std::pair<int, long> >` as
+    `Basket(std::pair(int, long) )`, < and > in names become ‹ and ›."""
     argv = [*renderer.command, "--title", safe_title(title), "--countname", "us", "--colors", "io"]
     if inverted:
         argv.append("--inverted")
-    done = subprocess.run(argv, input="".join(f"{line}\n" for line in lines), capture_output=True, text=True)
+    text = "".join(f"{line}\n" for line in lines)
+    if renderer.angle_brackets_as_parentheses:
+        text = text.translate(NAME_LOOKALIKES)
+    # flamegraph.pl cuts labels to fit their frames: with PERL_UNICODE it reads its input and
+    # arguments as UTF-8 and cuts between characters, not inside one (inferno ignores it).
+    done = subprocess.run(argv, input=text, capture_output=True, encoding="utf-8", errors="replace",
+                          env={**os.environ, "PERL_UNICODE": "SA"})
     if done.returncode != 0 or "<svg" not in done.stdout:
         reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise OffcpuError(f"{' '.join(renderer.command)} failed: {reason}")

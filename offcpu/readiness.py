@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offcpu import events, system
+from offcpu.errors import OffcpuError
 from offcpu.flamegraph import HOW_TO_GET_ONE, find_renderer
 from offcpu.framepointers import check_binary, libc_of
 from offcpu.limits import LimitsSnapshot, is_kernel_thread
@@ -35,10 +36,18 @@ def machine_checks() -> list[Check]:
     checks.append(Check("BTF", INFO, "/sys/kernel/btf/vmlinux present" if system.btf_present() else "no /sys/kernel/btf/vmlinux"))
     bpftrace = system.find_bpftrace()
     checks.append(Check("bpftrace", INFO, bpftrace or "not installed ('apt-get install bpftrace')"))
-    renderer = find_renderer()
-    checks.append(Check("flame graph renderer", OK if renderer else WARN,
-                        f"{' '.join(renderer.command)} ({renderer.found_by})" if renderer else f"none found; {HOW_TO_GET_ONE}"))
+    checks.append(_renderer_check())
     return checks
+
+
+def _renderer_check() -> Check:
+    try:
+        renderer = find_renderer()
+    except OffcpuError as error:  # $FLAMEGRAPH_DIR names none
+        return Check("flame graph renderer", WARN, error.format_message())
+    if renderer is None:
+        return Check("flame graph renderer", WARN, f"none found; {HOW_TO_GET_ONE}")
+    return Check("flame graph renderer", OK, f"{' '.join(renderer.command)} ({renderer.found_by})")
 
 
 def _perf_check(perf: str | None, version: str | None) -> Check:

@@ -45,17 +45,111 @@ def meaningful(frames: Sequence[str]) -> list[str]:
     return kept or list(frames)
 
 
+# Taking a lock: between the code that wants it (lock_mm_and_find_vma, __vm_munmap) and the
+# slow path it waits in (rwsem_down_read_slowpath, which already says what kind of lock).
+LOCK_TAKING = frozenset({
+    "down_read", "down_write", "down_read_killable", "down_write_killable", "down_read_interruptible",
+    "down_write_interruptible", "mutex_lock", "mutex_lock_killable", "mutex_lock_interruptible",
+})
+
+
+def telling(kernel: Sequence[str]) -> list[str]:
+    """Kernel frames (root first) that say what the kernel was doing and why it waited:
+    without the scheduler's plumbing, nor the taking of a lock when the frame it waits in
+    is there below it."""
+    kept = meaningful(kernel)
+    return [frame for frame in kept[:-1] if frame not in LOCK_TAKING] + kept[-1:]
+
+
+class _Shortened:
+    """A root-first stack (its last `kernel_frames` the kernel's) as its user frames without
+    the unnamed ones and its telling kernel frames, shown in part: the last `users` of the
+    one and the last `kernels` of the other, '…' for what is left out."""
+
+    def __init__(self, frames: Sequence[str], kernel_frames: int) -> None:
+        split = len(frames) - kernel_frames
+        self.kernel = telling(frames[split:]) if kernel_frames else []
+        self.user = [frame for frame in frames[:split] if frame != UNKNOWN] or (
+            [] if self.kernel else list(frames[:split]))
+
+    def shown(self, users: int, kernels: int) -> str:
+        users, kernels = min(users, len(self.user)), min(kernels, len(self.kernel))
+        parts = (["…"] if users < len(self.user) else []) + self.user[len(self.user) - users:]
+        if kernels < len(self.kernel) and parts[-1:] != ["…"]:
+            parts.append("…")
+        return ";".join(parts + self.kernel[len(self.kernel) - kernels:])
+
+    @property
+    def whole(self) -> str:
+        return self.shown(len(self.user), len(self.kernel))
+
+    def fitted(self, limit: int) -> tuple[int, int]:
+        """How many user and kernel frames to show in `limit` characters: the kernel's
+        leaf-most frame, which says why it waited, then the program's nearest the kernel,
+        which says where, and so on in turn while they fit."""
+        users, kernels = min(1, len(self.user)), min(1, len(self.kernel))
+        if users and kernels and len(self.shown(users, kernels)) > limit:  # why it waited matters most
+            users = 0
+        while True:
+            wider = [(users, kernels + 1)] * (kernels < len(self.kernel)) + [(users + 1, kernels)] * (
+                users < len(self.user))
+            if users < kernels:
+                wider.reverse()
+            fitting = [choice for choice in wider if len(self.shown(*choice)) <= limit]
+            if not fitting:
+                return users, kernels
+            users, kernels = fitting[0]
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:max(limit - 1, 0)] + "…"
+
+
 def shorten(frames: Sequence[str], kernel_frames: int, limit: int) -> str:
-    """A leaf-first stack in about `limit` characters, callers first and joined by ';':
-    the user frames nearest the kernel (where the program was), then the kernel's
-    leaf-most meaningful frame (why it waited); '…' marks frames left out."""
-    kernel = meaningful(frames[:kernel_frames]) if kernel_frames else []
-    user = [frame for frame in frames[kernel_frames:] if frame != UNKNOWN]
-    why = kernel[:1]
-    where: list[str] = []
-    for frame in user:
-        if where and len(";".join([frame, *where, "…", *why])) > limit:
-            break
-        where.insert(0, frame)
-    parts = (["…"] if len(where) < len(user) else []) + where + (["…"] if len(kernel) > 1 else []) + why
-    return ";".join(parts)
+    """A root-first stack (its last `kernel_frames` frames the kernel's) in at most `limit`
+    characters, joined by ';': the kernel's leaf-most frames, which say why it waited (see
+    telling()), and the program's frames nearest the kernel, which say where it was, one
+    of each in turn while they fit. '…' marks frames left out; a leaf too long for `limit`
+    on its own is cut."""
+    stack = _Shortened(frames, kernel_frames)
+    return _cut(stack.shown(*stack.fitted(limit)), limit)
+
+
+def shorten_apart(stacks: Sequence[tuple[Sequence[str], int]], limit: int) -> list[str]:
+    """Each (frames, kernel_frames) shortened as by shorten(), except stacks that would read
+    the same although they differ: they are shown the same number of user and kernel frames
+    that tells them all apart, the most that fit `limit` characters; when no such choice
+    fits, each that can is shown with as many frames as fit among which one the others
+    do not have."""
+    parsed = [_Shortened(frames, kernel_frames) for frames, kernel_frames in stacks]
+    shown = [stack.shown(*stack.fitted(limit)) for stack in parsed]
+    alike: dict[str, list[int]] = {}
+    for index, text in enumerate(shown):
+        alike.setdefault(text, []).append(index)
+    for group in alike.values():
+        wholes = {parsed[index].whole for index in group}
+        if len(wholes) < 2:
+            continue
+        together = ([parsed[index].shown(*choice) for index in group] for choice in _choices(
+            max(len(parsed[index].user) for index in group), max(len(parsed[index].kernel) for index in group)))
+        fitting = next((texts for texts in together
+                        if len(set(texts)) == len(wholes) and all(len(text) <= limit for text in texts)), None)
+        for place, index in enumerate(group):
+            if fitting is not None:
+                shown[index] = fitting[place]
+                continue
+            others = {frame for other in group if parsed[other].whole != parsed[index].whole
+                      for frame in parsed[other].user + parsed[other].kernel}
+            stack = parsed[index]
+            texts = (stack.shown(*choice) for choice in _choices(len(stack.user), len(stack.kernel)))
+            shown[index] = next((text for text in texts
+                                 if len(text) <= limit and set(text.split(";")) - others - {"…"}), shown[index])
+    return [_cut(text, limit) for text in shown]
+
+
+def _choices(users: int, kernels: int) -> list[tuple[int, int]]:
+    """How many user and kernel frames a short stack can show (at least one of the kernel's
+    when there are any), the most first, the kernel's first."""
+    return sorted(((shown_users, shown_kernels) for shown_users in range(users + 1)
+                   for shown_kernels in range(min(1, kernels), kernels + 1)),
+                  key=lambda choice: (-sum(choice), -choice[1]))

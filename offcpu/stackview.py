@@ -1,13 +1,20 @@
-"""Which off-CPU time a report shows, and how its stacks are drawn: the
-options `report folded` and the flame graphs share."""
+"""What a report shows: the view options every format shares, applied here and
+only here. The filters (--time, --state, --pid, --tid, --comm) choose the
+off-CPU time that every table and total covers; the drawing options
+(--by-thread, --waker, --user-only, --kernel-only, --min-us) say how its
+stacks are drawn, in flame graphs and in tables alike."""
 
 from __future__ import annotations
 
 import re
+import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
-from offcpu.model import PREEMPTED, Model, Row
+from offcpu.errors import OffcpuError
+from offcpu.model import PREEMPTED, Model, Row, Thread
+from offcpu.stacks import shorten
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
 # flamegraph.pl and inferno read a line whose last frame ends in blanks and a number
@@ -17,6 +24,7 @@ NUMBER_AT_END = re.compile(r"\s+(\d+(?:\.\d*)?)$")
 
 @dataclass(frozen=True)
 class StackView:
+    time: tuple[float, float] | None = None  # seconds from the start of the recording (the model is built of it)
     states: frozenset[str] = frozenset()  # empty: all
     pids: frozenset[int] = frozenset()
     tids: frozenset[int] = frozenset()
@@ -27,51 +35,172 @@ class StackView:
     waker: bool = False
     min_us: int = 0
 
-    def keeps(self, model: Model, row: Row) -> bool:
-        thread = model.threads[row.tid]
-        return ((not self.states or row.state in self.states)
-                and (not self.pids or thread.pid in self.pids)
-                and (not self.tids or row.tid in self.tids)
+    @property
+    def filtered(self) -> bool:
+        """Whether the filters leave out threads or states (--time makes the model, not a filter of it)."""
+        return bool(self.states or self.pids or self.tids or self.comms)
+
+    def keeps_thread(self, thread: Thread) -> bool:
+        return ((not self.pids or thread.pid in self.pids) and (not self.tids or thread.tid in self.tids)
                 and (not self.comms or thread.comm in self.comms))
+
+    def keeps(self, model: Model, row: Row) -> bool:
+        return (not self.states or row.state in self.states) and self.keeps_thread(model.threads[row.tid])
+
+    @property
+    def filters(self) -> str:
+        """The filters in words ('' when there are none)."""
+        parts = [f"{self.time[0]:g}-{self.time[1]:g} s"] if self.time else []
+        for name, values in (("state", self.states), ("pid", self.pids), ("tid", self.tids), ("comm", self.comms)):
+            if values:
+                parts.append(f"{name}{'s' if len(values) > 1 else ''} {','.join(str(v) for v in sorted(values))}")
+        return ", ".join(parts)
+
+    @property
+    def drawing(self) -> str:
+        """How the stacks are drawn, in words ('' when as recorded)."""
+        parts = [words for drawn, words in ((self.by_thread, "by thread"), (self.waker, "waker stacks"),
+                                            (self.user_only, "user frames only"),
+                                            (self.kernel_only, "kernel frames only")) if drawn]
+        return ", ".join(parts + ([f"stacks of {self.min_us:,} µs or more"] if self.min_us else []))
+
+
+def selected(model: Model, view: StackView) -> Model:
+    """The model of what the filters keep, for totals and tables (threads, states, wakers,
+    lifecycle) that follow them. With --state a thread's off-CPU time is its time in those
+    states, and a thread without any is left out. (Run-queue delays are not kept per
+    thread: they stay those of every thread recorded in the window.)"""
+    if not view.filtered:
+        return model
+    rows = [row for row in model.rows if view.keeps(model, row)]
+    times: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for row in rows:
+        time = times[row.tid]
+        time[0] += row.offcpu_us
+        time[1] += row.blocked_us
+        time[2] += row.runqueue_us
+    threads = {tid: replace(thread, offcpu_us=times[tid][0], blocked_us=times[tid][1], runqueue_us=times[tid][2])
+               for tid, thread in model.threads.items()
+               if view.keeps_thread(thread) and (tid in times or not view.states)}
+    return replace(model, rows=rows, threads=threads)
+
+
+def of_threads(model: Model, view: StackView) -> Model:
+    """The model of the threads the filters keep, in every state: what findings are about
+    (a finding weighs its waits against all of its threads' time)."""
+    return selected(model, replace(view, states=frozenset()))
+
+
+@dataclass(frozen=True)
+class DrawnStack:
+    """Off-CPU time in one stack as a view draws it, in one switch-out state."""
+
+    root: str  # the thread's name, or name-tid by thread
+    frames: tuple[str, ...]  # root first (without the root)
+    kernel_frames: int  # the last this many frames are the kernel's
+    waker: tuple[str, ...]  # with --waker: the waker's frames leaf first, then who it was; else empty
+    state: str
+    offcpu_us: int
+    blocked_us: int
+    runqueue_us: int
+    count: int
+
+    @property
+    def folded(self) -> str:
+        """As a folded line has it (before its count): frames root first, joined by ';'."""
+        frames = [self.root, *self.frames, *((SEPARATOR, *self.waker) if self.waker else ())]
+        # The last frame is a kernel or user symbol, one of the bracketed frames, or (waker)
+        # a thread's name without blanks; only a perf map's symbol or the root of an empty
+        # stack could still end in " <digits>".
+        frames[-1] = NUMBER_AT_END.sub(r"_\1", frames[-1])
+        return ";".join(frame.replace(";", ":") for frame in frames)
+
+    @property
+    def woken_by(self) -> str:
+        """Who ended its waits (with --waker), as its flame graph's last frame names them."""
+        return self.waker[-1] if self.waker else ""
+
+
+def drawn(model: Model, view: StackView) -> list[DrawnStack]:
+    """The stacks the view keeps, per switch-out state, most off-CPU time first; a stack
+    whose time in all states is under --min-us is left out, as from its flame graph."""
+    sums: dict[tuple[str, tuple[str, ...], int, tuple[str, ...], str], list[int]] = defaultdict(
+        lambda: [0, 0, 0, 0])
+    for row in model.rows:
+        if row.offcpu_us and view.keeps(model, row):
+            thread = model.threads[row.tid]
+            root = f"{thread.comm}-{row.tid}" if view.by_thread else thread.comm
+            frames, kernel = _frames(model, view, row.stack)
+            total = sums[(root, frames, kernel, _waker_frames(model, view, row) if view.waker else (), row.state)]
+            total[0] += row.offcpu_us
+            total[1] += row.blocked_us
+            total[2] += row.runqueue_us
+            total[3] += row.count
+    stacks = [DrawnStack(*key, *values) for key, values in sums.items()]
+    lines = dict(lines_of(stacks))
+    return sorted((stack for stack in stacks if lines[stack.folded] >= view.min_us),
+                  key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
+
+
+def chosen(model: Model, view: StackView) -> list[DrawnStack]:
+    """drawn(), for a report that has nothing to show without stacks: none is an error that says why."""
+    stacks = drawn(model, view)
+    if not stacks:
+        part = (model.window_start_ns, model.window_end_ns) != (model.capture.window_start_ns,
+                                                                model.capture.window_end_ns)
+        raise OffcpuError("no off-CPU time matches these options; loosen --state, --pid, --tid, --comm or --min-us"
+                          if model.rows else
+                          "no off-CPU intervals in this part of the recording: no thread left or came back to the "
+                          "CPU in it (give a longer --time)" if part else
+                          "no off-CPU intervals in this capture: its threads never left the CPU while recording "
+                          "(record a longer --duration)")
+    return stacks
 
 
 def folded(model: Model, view: StackView) -> list[tuple[str, int]]:
     """(root-first frames joined by ';', microseconds) per distinct drawn stack, sorted."""
-    totals: dict[str, int] = defaultdict(int)
-    for row in model.rows:
-        if row.offcpu_us and view.keeps(model, row):
-            totals[_draw(model, view, row)] += row.offcpu_us
-    return sorted((stack, us) for stack, us in totals.items() if us >= view.min_us)
+    return lines_of(drawn(model, view))
 
 
-def _draw(model: Model, view: StackView, row: Row) -> str:
-    thread = model.threads[row.tid]
-    root = f"{thread.comm}-{row.tid}" if view.by_thread else thread.comm
-    frames = [root, *reversed(_frames(model, view, row.stack))]
-    if view.waker:
-        frames += [SEPARATOR, *_waker_frames(model, view, row)]
-    # The last frame is a kernel or user symbol, one of the bracketed frames, or (waker)
-    # a thread's name without blanks; only a perf map's symbol or the root of an empty
-    # stack could still end in " <digits>".
-    frames[-1] = NUMBER_AT_END.sub(r"_\1", frames[-1])
-    return ";".join(frame.replace(";", ":") for frame in frames)
+def lines_of(stacks: Iterable[DrawnStack]) -> list[tuple[str, int]]:
+    """(folded stack, microseconds) per distinct folded line, sorted: a line holds all its states."""
+    lines: dict[str, int] = defaultdict(int)
+    for stack in stacks:
+        lines[stack.folded] += stack.offcpu_us
+    return sorted(lines.items())
 
 
-def _frames(model: Model, view: StackView, index: int) -> tuple[str, ...]:
+def listed(stacks: list[DrawnStack]) -> list[DrawnStack]:
+    """Drawn stacks as a table lists them, most first: stacks that read the same however
+    wide the table (they differ only in frames perf could not name or in the scheduler's
+    own, or only in the waker's stack where a table names the waker) are one row."""
+    rows: dict[tuple[str, str, str, str], DrawnStack] = {}
+    for stack in stacks:
+        key = (stack.root, shorten(stack.frames, stack.kernel_frames, sys.maxsize), stack.woken_by, stack.state)
+        seen = rows.get(key)
+        rows[key] = stack if seen is None else replace(
+            seen, offcpu_us=seen.offcpu_us + stack.offcpu_us, blocked_us=seen.blocked_us + stack.blocked_us,
+            runqueue_us=seen.runqueue_us + stack.runqueue_us, count=seen.count + stack.count)
+    return sorted(rows.values(), key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
+
+
+def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...], int]:
+    """A stack's frames the view draws, root first, and how many of them (the last) are the kernel's."""
     stack = model.stacks[index]
     if view.user_only:
-        return stack.user_frames or ("[no user frames]",)
+        return tuple(reversed(stack.user_frames)) or ("[no user frames]",), 0
     if view.kernel_only:
-        return stack.frames[:stack.kernel_frames] or ("[no kernel frames]",)
-    return stack.frames
+        kernel = tuple(reversed(stack.frames[:stack.kernel_frames]))
+        return (kernel, len(kernel)) if kernel else (("[no kernel frames]",), 0)
+    return tuple(reversed(stack.frames)), stack.kernel_frames
 
 
-def _waker_frames(model: Model, view: StackView, row: Row) -> list[str]:
+def _waker_frames(model: Model, view: StackView, row: Row) -> tuple[str, ...]:
     """The waker's stack leaf first (so its leaf meets the blocked leaf), then who it was."""
     if row.waker is None:
-        return ["[preempted]" if row.state == PREEMPTED else "[waker not recorded]"]
+        return ("[preempted]" if row.state == PREEMPTED else "[waker not recorded]",)
     waker = model.wakers[row.waker]
     name = re.sub(r"\s", "_", waker.comm)  # the line's last frame: "worker 3" would read as a count
     thread = f"{name}-{waker.tid}" if view.by_thread else name
     who = {"thread": thread, "idle": "[idle]", "interrupt": f"[interrupt in {waker.comm}]"}
-    return [*_frames(model, view, waker.stack), who[waker.kind]]
+    return (*reversed(_frames(model, view, waker.stack)[0]), who[waker.kind])

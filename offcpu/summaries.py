@@ -9,7 +9,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from offcpu.model import Model, Row
-from offcpu.stackview import StackView
 
 PERCENTILES = (50, 90, 99)
 
@@ -116,29 +115,22 @@ def lifecycle(model: Model) -> Lifecycle:
                      round(statistics.median(lives)) if lives else None)
 
 
-@dataclass(frozen=True)
-class StackTotal:
-    frames: tuple[str, ...]  # leaf first, as perf prints them
-    kernel_frames: int
-    state: str
-    offcpu_us: int
-    blocked_us: int
-    runqueue_us: int
-    count: int
-
-
 def by_stack(rows: Iterable[Row]) -> dict[tuple[int, str], list[Row]]:
-    """Rows grouped as the stack tables show them: one stack in one state, all threads together."""
+    """Rows grouped by stack and state, all threads together (how findings give evidence)."""
     groups: dict[tuple[int, str], list[Row]] = defaultdict(list)
     for row in rows:
         groups[(row.stack, row.state)].append(row)
     return groups
 
 
-def top_stacks(model: Model, view: StackView, limit: int) -> list[StackTotal]:
-    """The stacks (by state, over the threads the view keeps) that held the most off-CPU time."""
-    totals = [StackTotal(model.stacks[stack].frames, model.stacks[stack].kernel_frames, state,
-                         sum(row.offcpu_us for row in rows), sum(row.blocked_us for row in rows),
-                         sum(row.runqueue_us for row in rows), sum(row.count for row in rows))
-              for (stack, state), rows in by_stack(row for row in model.rows if view.keeps(model, row)).items()]
-    return sorted(totals, key=lambda total: -total.offcpu_us)[:limit]
+def caveats(model: Model) -> list[str]:
+    """What makes the numbers less than whole, in sentences, for the reports to lead with."""
+    capture = model.capture
+    said = []
+    if capture.lost_events:
+        recorded = capture.samples + capture.switch_records + capture.lost_events
+        said.append(f"perf lost {capture.lost_events:,} events ({capture.lost_events / recorded:.1%}) while "
+                    "recording: some waits are missing or cut short (record again with --mmap-pages 1024)")
+    if model.skipped_lines:
+        said.append(f"{model.skipped_lines:,} lines of perf script output could not be read and were left out")
+    return said

@@ -174,3 +174,14 @@ def example_capture(tmp_path_factory: pytest.TempPathFactory, perf: str) -> Call
         return captures[name]
 
     return capture
+
+
+@pytest.fixture(scope="session")
+def cpp_capture(tmp_path_factory: pytest.TempPathFactory, perf: str) -> Path:
+    """1 s of cpp_names (2 threads waiting in templated C++ code) with DWARF stacks, which reach
+    its frames through libstdc++ and a libc without frame pointers; shared by the tests that read it."""
+    capture = tmp_path_factory.mktemp("cpp") / "cap"
+    result = run_offcpu("record", "--call-graph", "dwarf", "-o", str(capture), "--", str(example("cpp_names")),
+                        "-t", "2", "-s", "1")
+    assert result.returncode == 0, result.stderr
+    return capture

@@ -2,36 +2,27 @@
 
 from __future__ import annotations
 
-from offcpu.errors import OffcpuError
 from offcpu.flamegraph import Renderer, render_svg
 from offcpu.model import Model
-from offcpu.stackview import StackView, folded
+from offcpu.stackview import StackView, chosen, lines_of
 from offcpu.summaries import totals
 
 
 def stack_lines(model: Model, view: StackView) -> list[str]:
     """The folded lines of a view; an empty view is an error that says why."""
-    lines = [f"{stack} {microseconds}" for stack, microseconds in folded(model, view)]
-    if not lines:
-        part = (model.window_start_ns, model.window_end_ns) != (model.capture.window_start_ns,
-                                                                model.capture.window_end_ns)
-        raise OffcpuError("no off-CPU time matches these options; loosen --state, --pid, --tid, --comm or --min-us"
-                          if model.rows else
-                          "no off-CPU intervals in this part of the recording: no thread left or came back to the "
-                          "CPU in it (give a longer --time)" if part else
-                          "no off-CPU intervals in this capture: its threads never left the CPU while recording "
-                          "(record a longer --duration)")
-    return lines
+    return [f"{stack} {microseconds}" for stack, microseconds in lines_of(chosen(model, view))]
 
 
-def title(model: Model, view: StackView) -> str:
-    """What the graph shows: the target, the window, the stacks' mode and the time they hold."""
+def title(model: Model, view: StackView, inverted: bool = False) -> str:
+    """What the graph shows: the target, the time its stacks hold, the window, and the view:
+    its filters, how the stacks are drawn, and which way up."""
     capture = model.capture
     shown = sum(int(line.rpartition(" ")[2]) for line in stack_lines(model, view))
     whole = totals(model)
     share = f" of {whole.offcpu_us / 1e6:.2f} s" if shown != whole.offcpu_us else ""
+    mode = ", ".join(part for part in (view.filters, view.drawing, "icicle" if inverted else "") if part)
     return (f"Off-CPU time of {capture.target.describe()}: {shown / 1e6:.2f} s{share} off CPU "
-            f"in {model.wall_us / 1e6:.1f} s, {capture.call_graph} stacks")
+            f"in {model.wall_us / 1e6:.1f} s, {capture.call_graph} stacks" + (f"; {mode}" if mode else ""))
 
 
 class FlameGraphSvg:
@@ -41,4 +32,5 @@ class FlameGraphSvg:
         self.inverted = inverted
 
     def render(self, model: Model) -> str:
-        return render_svg(self.renderer, stack_lines(model, self.view), title(model, self.view), self.inverted)
+        return render_svg(self.renderer, stack_lines(model, self.view), title(model, self.view, self.inverted),
+                          self.inverted)

@@ -13,10 +13,10 @@ from offcpu.flamegraph import Renderer
 from offcpu.findings import findings
 from offcpu.model import Model
 from offcpu.renderers.flame import FlameGraphSvg, title
-from offcpu.renderers.text import STATE_NAMES
-from offcpu.stacks import meaningful
-from offcpu.stackview import SEPARATOR, StackView, folded
-from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, totals, waker_pairs
+from offcpu.renderers.text import STATE_NAMES, ms, share, waits, waker_name
+from offcpu.stacks import shorten_apart
+from offcpu.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
+from offcpu.summaries import by_state, caveats, lifecycle, runqueue_percentiles, totals, waker_pairs
 
 STACK_CHARS = 110  # a stack cell shows about this much; its tooltip has every frame
 # The browser fetches nothing for the page, and says so if asked to. The flame graph's data: frame
@@ -39,14 +39,6 @@ tbody tr:nth-child(even) { background: #f7f7f7; }
 """
 
 Cell = str | tuple[str, str]  # text, or (text, tooltip)
-
-
-def _ms(microseconds: int) -> str:
-    return f"{microseconds / 1000:,.1f}"
-
-
-def _share(part: int, whole: int) -> str:
-    return f"{100 * part / whole:.1f}%" if whole else "-"
 
 
 def _cell(tag: str, value: Cell, right: bool) -> str:
@@ -76,21 +68,6 @@ def _svg_size(svg: str) -> tuple[str, str]:
     return width.group(1) if width else "100%", height.group(1) if height else "600"
 
 
-def short_stack(stack: str, limit: int = STACK_CHARS) -> str:
-    """A folded stack in about `limit` characters: its root (the thread), then the
-    leaf-most frames that say why it waited, without the scheduler's plumbing;
-    '…' marks frames left out. With --waker, who woke it."""
-    blocked, separator, waker = stack.partition(f";{SEPARATOR};")
-    root, *frames = blocked.split(";")
-    leaf: list[str] = []
-    for frame in reversed(meaningful(frames)):
-        if leaf and len(" → ".join([root, "…", frame, *leaf])) > limit:
-            break
-        leaf.insert(0, frame)
-    shown = " → ".join([root, *(["…"] if len(leaf) < len(frames) else []), *leaf])
-    return shown + (f" (woken by {waker.rpartition(';')[2]})" if separator else "")
-
-
 class HtmlReport:
     def __init__(self, renderer: Renderer, view: StackView, top: int) -> None:
         self.flame = FlameGraphSvg(renderer, view)
@@ -98,25 +75,30 @@ class HtmlReport:
         self.top = top
 
     def _findings(self, model: Model) -> str:
-        found = findings(model)
+        found = findings(of_threads(model, self.view))
         blocks = []
         for finding in found:
-            evidence = "".join(f"<li>{_ms(item.offcpu_us)} ms in {item.count:,} waits ({escape(item.state)}): "
-                               f"<span title=\"{escape(';'.join(item.frames))}\">"
-                               f"{escape(short_stack(';'.join(item.frames)))}</span></li>" for item in finding.evidence)
-            confidence = (f"<p><b>Confidence: low</b>, {escape(finding.confidence_reason)}</p>"
-                          if finding.confidence == "low" else "")
+            stacks = shorten_apart([(item.frames, item.kernel_frames) for item in finding.evidence], STACK_CHARS)
+            evidence = "".join(f"<li>{ms(item.offcpu_us)} ms in {waits(item.count)} ({escape(item.state)}): "
+                               f"<span title=\"{escape(';'.join(item.frames))}\">{escape(stack)}</span></li>"
+                               for item, stack in zip(finding.evidence, stacks))
+            confidence = (f"<p><b>Confidence: {escape(finding.confidence)}</b>, {escape(finding.confidence_reason)}</p>"
+                          if finding.confidence_reason else "")
             blocks.append(f'<div class="finding {escape(finding.severity)}"><h3>[{escape(finding.severity)}] '
                           f"{escape(finding.title)}</h3>\n<p>{escape(finding.summary)}</p>\n<ul>{evidence}</ul>\n"
                           f"<p><b>Fix:</b> {escape(finding.remedy)}</p>{confidence}</div>")
-        note = "Worst first" if found else "Nothing stands out in this recording."
-        return _section("findings", "Findings", note, "\n".join(blocks))
+        states = " (in every state: a finding weighs its waits against all its threads' time)" \
+            if self.view.states else ""
+        note = ("Worst first" if found else "Nothing stands out in this recording") + states
+        said = "".join(f'<p class="warn">{escape(caveat)}</p>\n' for caveat in caveats(model))
+        return _section("findings", "Findings", note, said + "\n".join(blocks))
 
     def render(self, model: Model) -> str:
         heading = title(model, self.view)
-        sections = [self._findings(model), self._flame_graph(model), self._capture(model), self._totals(model), self._stacks(model),
-                    self._threads(model), self._states(model), self._runqueue(model), self._wakers(model),
-                    self._lifecycle(model)]
+        shown = selected(model, self.view)
+        sections = [self._findings(model), self._flame_graph(model), self._capture(model), self._totals(shown),
+                    self._stacks(model, totals(shown).offcpu_us), self._threads(shown), self._states(shown),
+                    self._runqueue(model), self._wakers(shown), self._lifecycle(shown)]
         return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
                 f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">\n'
                 f"<title>{escape(heading)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
@@ -170,49 +152,59 @@ class HtmlReport:
     def _totals(self, model: Model) -> str:
         whole = totals(model)
         table = _table(("recorded", "threads", "off-CPU ms", "blocked ms", "waiting for a CPU ms"), "rrrrr",
-                       [(f"{whole.wall_us / 1e6:.2f} s", f"{whole.threads:,}", _ms(whole.offcpu_us),
-                         _ms(whole.blocked_us), _ms(whole.runqueue_us))])
-        return _section("totals", "Totals", "Over every thread recorded", table)
+                       [(f"{whole.wall_us / 1e6:.2f} s", f"{whole.threads:,}", ms(whole.offcpu_us),
+                         ms(whole.blocked_us), ms(whole.runqueue_us))])
+        note = f"Over what is chosen: {self.view.filters}" if self.view.filtered else "Over every thread recorded"
+        return _section("totals", "Totals", note, table)
 
-    def _stacks(self, model: Model) -> str:
-        lines = sorted(folded(model, self.view), key=lambda line: -line[1])
-        shown = sum(us for _, us in lines)
-        rows = [(_ms(us), _share(us, shown), (short_stack(stack), "\n".join(stack.split(";"))))
-                for stack, us in lines[: self.top]]
-        note = (f"The {len(rows)} of {len(lines):,} stacks in the flame graph that held the most off-CPU time; "
-                "hover over one for all its frames, root first")
-        return _section("stacks", "Top off-CPU stacks", note, _table(("off-CPU ms", "share", "stack"), "rrl", rows))
+    def _stacks(self, model: Model, offcpu_us: int) -> str:
+        stacks = listed(chosen(model, self.view))
+        top = stacks[: self.top]
+        whose = self.view.by_thread or len({stack.root for stack in top}) > 1  # say whose
+        short = shorten_apart([(stack.frames, stack.kernel_frames) for stack in top], STACK_CHARS)
+        headers = ["off-CPU ms", "share", "state", "count", *(["thread"] if whose else []),
+                   *(["woken by"] if self.view.waker else []), "stack"]
+        rows: list[list[Cell]] = [
+            [ms(stack.offcpu_us), share(stack.offcpu_us, offcpu_us), stack.state, f"{stack.count:,}",
+             *([stack.root] if whose else []), *([stack.woken_by] if self.view.waker else []),
+             (text, "\n".join((stack.root, *stack.frames, *((SEPARATOR, *stack.waker) if stack.waker else ()))))]
+            for stack, text in zip(top, short)]
+        drawing = f" ({self.view.drawing})" if self.view.drawing else ""
+        note = (f"The {len(rows):,} of {len(stacks):,} stacks{drawing} in the flame graph, by switch-out state, that "
+                "held the most off-CPU time; hover over one for all its frames, root first")
+        align = "rrrr" + "l" * (len(headers) - 4)
+        return _section("stacks", "Top off-CPU stacks", note, _table(headers, align, rows))
 
     def _threads(self, model: Model) -> str:
         threads = sorted(model.threads.values(), key=lambda t: -t.offcpu_us)[: self.top]
         table = _table(("tid", "comm", "off-CPU ms", "blocked ms", "run-queue ms", "on-CPU ms"), "rlrrrr",
-                       [(str(t.tid), t.comm, _ms(t.offcpu_us), _ms(t.blocked_us), _ms(t.runqueue_us),
-                         _ms(t.oncpu_us)) for t in threads])
-        return _section("threads", "Threads", f"The {len(threads)} of {len(model.threads):,} threads longest off CPU",
-                        table)
+                       [(str(t.tid), t.comm, ms(t.offcpu_us), ms(t.blocked_us), ms(t.runqueue_us),
+                         ms(t.oncpu_us)) for t in threads])
+        return _section("threads", "Threads",
+                        f"The {len(threads):,} of {len(model.threads):,} threads longest off CPU", table)
 
     def _states(self, model: Model) -> str:
         table = _table(("state", "meaning", "off-CPU ms", "blocked ms", "run-queue ms", "count"), "llrrrr",
-                       [(s.state, STATE_NAMES.get(s.state, ""), _ms(s.offcpu_us), _ms(s.blocked_us),
-                         _ms(s.runqueue_us), f"{s.count:,}") for s in by_state(model)])
+                       [(s.state, STATE_NAMES.get(s.state, ""), ms(s.offcpu_us), ms(s.blocked_us),
+                         ms(s.runqueue_us), f"{s.count:,}") for s in by_state(model)])
         return _section("states", "Switch-out states", "What the threads were doing when they left the CPU", table)
 
     def _runqueue(self, model: Model) -> str:
         percentiles = runqueue_percentiles(model)
         if not percentiles:
-            return _section("runqueue", "Run-queue delay", "No wakeup or preemption was recorded whole.", "")
+            return _section("runqueue", "Run-queue delay", "No wakeup was recorded with the run after it.", "")
         table = _table([("max" if p == 100 else f"p{p}") + " µs" for p in percentiles], "r" * len(percentiles),
                        [[f"{delay:,}" for delay in percentiles.values()]])
-        return _section("runqueue", "Run-queue delay", "From a wakeup or preemption until the thread ran again", table)
+        whose = ", of every thread recorded (it is not kept per thread: the filters do not apply)" \
+            if self.view.filtered else ""
+        return _section("runqueue", "Run-queue delay",
+                        f"From a wakeup until the thread ran again{whose}", table)
 
     def _wakers(self, model: Model) -> str:
         pairs = waker_pairs(model)
-        rows = []
-        for pair in pairs[: self.top]:
-            waker = pair.waker_comm if pair.waker_kind == "thread" else f"[{pair.waker_kind}] {pair.waker_comm}"
-            rows.append((f"{waker}-{pair.waker_tid}", f"{pair.wakee_comm}-{pair.wakee_tid}", f"{pair.wakeups:,}",
-                         _ms(pair.blocked_us), _ms(pair.runqueue_us)))
-        note = f"The {len(rows)} of {len(pairs):,} waker and wakee pairs whose wakeups ended the longest waits"
+        rows = [(waker_name(pair), f"{pair.wakee_comm}-{pair.wakee_tid}", f"{pair.wakeups:,}", ms(pair.blocked_us),
+                 ms(pair.runqueue_us)) for pair in pairs[: self.top]]
+        note = f"The {len(rows):,} of {len(pairs):,} waker and wakee pairs whose wakeups ended the longest waits"
         return _section("wakers", "Who woke whom", note,
                         _table(("waker", "woke", "wakeups", "blocked ms", "then run-queue ms"), "llrrr", rows))
 

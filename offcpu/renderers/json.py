@@ -7,8 +7,8 @@ from dataclasses import asdict
 
 from offcpu.findings import findings
 from offcpu.model import Model
-from offcpu.stackview import StackView
-from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, top_stacks, totals, waker_pairs
+from offcpu.stackview import StackView, chosen, of_threads, selected
+from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, totals, waker_pairs
 
 SCHEMA = "offcpu/1"
 
@@ -20,20 +20,22 @@ class JsonReport:
 
     def render(self, model: Model) -> str:
         percentiles = runqueue_percentiles(model)
+        shown = selected(model, self.view)
         report = {
             "schema": SCHEMA,
             "capture": model.capture.to_json(),
             "window": {"start_ns": model.window_start_ns, "end_ns": model.window_end_ns,
                        "seconds": (model.window_end_ns - model.window_start_ns) / 1e9},
-            "totals": asdict(totals(model)),
-            "states": [asdict(state) for state in by_state(model)],
+            "view": {option: sorted(value) if isinstance(value, frozenset) else value
+                     for option, value in asdict(self.view).items()},
+            "totals": asdict(totals(shown)),
+            "states": [asdict(state) for state in by_state(shown)],
             "runqueue_delay_us": {f"p{p}" if p < 100 else "max": delay for p, delay in percentiles.items()},
-            "threads": sorted((asdict(thread) for thread in model.threads.values()), key=lambda t: -t["offcpu_us"]),
-            "stacks": [{**asdict(stack), "frames": list(reversed(stack.frames)),
-                        "kernel_frames": stack.kernel_frames} for stack in top_stacks(model, self.view, self.top)],
-            "wakers": [asdict(pair) for pair in waker_pairs(model)[: self.top]],
-            "lifecycle": asdict(lifecycle(model)),
-            "findings": [asdict(finding) for finding in findings(model)],
+            "threads": sorted((asdict(thread) for thread in shown.threads.values()), key=lambda t: -t["offcpu_us"]),
+            "stacks": [asdict(stack) for stack in chosen(model, self.view)[: self.top]],
+            "wakers": [asdict(pair) for pair in waker_pairs(shown)[: self.top]],
+            "lifecycle": asdict(lifecycle(shown)),
+            "findings": [asdict(finding) for finding in findings(of_threads(model, self.view))],
             "counts": {"clipped_intervals": model.clipped_intervals, "unseen_wakeups": model.unseen_wakeups,
                        "skipped_lines": model.skipped_lines},
         }

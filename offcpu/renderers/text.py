@@ -1,8 +1,8 @@
-"""The report for the terminal: rich tables, worst first; plain and stable when not a terminal."""
+"""The report for the terminal: rich tables, worst first, as wide as the terminal (or
+COLUMNS) and no wider; plain and stable when not a terminal."""
 
 from __future__ import annotations
 
-from rich import box
 from rich.console import Group
 from rich.padding import Padding
 from rich.table import Table
@@ -10,20 +10,31 @@ from rich.text import Text
 
 from offcpu.findings import Finding, findings
 from offcpu.model import Model
-from offcpu.renderers.console import printed
-from offcpu.stackview import StackView
-from offcpu.stacks import shorten
-from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, top_stacks, totals, waker_pairs
+from offcpu.renderers.console import Column, fitted_table, printed, short_names
+from offcpu.stacks import shorten_apart
+from offcpu.stackview import StackView, chosen, listed, of_threads, selected
+from offcpu.summaries import WakerPair, by_state, caveats, lifecycle, runqueue_percentiles, totals, waker_pairs
 
 STATE_NAMES = {"S": "sleeping", "D": "uninterruptible (locks, I/O)", "R": "preempted while runnable",
                "I": "idle kernel thread", "?": "since before the recording", "T": "stopped", "t": "traced"}
+EVIDENCE_STACK = 30  # the fewest characters an evidence stack gets; narrower, it goes on a line of its own
 
 
-def _ms(microseconds: int) -> str:
+def waker_name(pair: WakerPair) -> str:
+    """Who woke: a thread as comm-tid, an interrupt or the idle task with the thread it came in."""
+    kind = "" if pair.waker_kind == "thread" else f"[{pair.waker_kind}] "
+    return f"{kind}{pair.waker_comm}-{pair.waker_tid}"
+
+
+def ms(microseconds: int) -> str:
     return f"{microseconds / 1000:,.1f}"
 
 
-def _share(part: int, whole: int) -> str:
+def waits(count: int) -> str:
+    return "1 wait" if count == 1 else f"{count:,} waits"
+
+
+def share(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
 
 
@@ -37,87 +48,97 @@ class TextReport:
     def render(self, model: Model) -> str:
         return printed(self._parts(model), self.width, self.color, gap=True)
 
-    def _table(self, title: str, *columns: str) -> Table:
-        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if self.color else box.ASCII2,
-                      expand=False, title_style="bold" if self.color else "")
-        for column in columns:
-            numeric = column.endswith(("ms", "%", "count", "wakeups", "µs", "tid", "state"))
-            table.add_column(column, justify="right" if numeric else "left", no_wrap=True,
-                             min_width=len(column) if numeric else None, overflow="ellipsis")
-        return table
-
-    @staticmethod
-    def _row(table: Table, *cells: str) -> None:
-        """Cells are plain text: symbol and thread names may hold '[' that rich would read as markup."""
-        table.add_row(*(Text(cell) for cell in cells))
+    def _table(self, title: str, *columns: Column) -> Table:
+        return fitted_table(title, columns, self.width, self.color)
 
     def _parts(self, model: Model) -> list[Text | Table | Group]:
-        whole = totals(model)
+        shown = selected(model, self.view)
+        whole = totals(shown)
         capture = model.capture
+        only = f"Only {self.view.filters}\n" if self.view.filters else ""
+        threads = f"{whole.threads:,} {'thread was' if whole.threads == 1 else 'threads were'}"
         header = (f"Off-CPU time of {capture.target.describe()}, {model.wall_us / 1e6:.2f} s recorded "
-                  f"({capture.call_graph} stacks)\n"
-                  f"{whole.threads} threads were off CPU for {_ms(whole.offcpu_us)} ms: blocked {_ms(whole.blocked_us)} "
-                  f"ms, waiting for a CPU {_ms(whole.runqueue_us)} ms")
-        return [Text(header), *self._findings(model), self._stacks(model, whole.offcpu_us), self._threads(model), self._states(model),
-                self._runqueue(model), self._wakers(model), self._lifecycle(model)]
+                  f"({capture.call_graph} stacks)\n{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
+                  f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms"
+                  + "".join(f"\nNote: {caveat}" for caveat in caveats(model)))
+        return [Text(header), *self._findings(model), self._stacks(model, whole.offcpu_us), self._threads(shown),
+                self._states(shown), self._runqueue(model), self._wakers(shown), self._lifecycle(shown)]
 
     def _findings(self, model: Model) -> list[Text | Group]:
         """Worst first, each readable on its own: what, how much, the proof, the fix."""
-        found = findings(model)
+        found = findings(of_threads(model, self.view))
+        states = " (in every state: a finding weighs its waits against all its threads' time)" \
+            if self.view.states else ""
         if not found:
-            return [Text("Findings: nothing stands out in this recording.")]
-        return [Text("Findings, worst first", style="bold" if self.color else ""),
+            return [Text(f"Findings: nothing stands out in this recording{states}.")]
+        return [Text(f"Findings, worst first{states}", style="bold" if self.color else ""),
                 *(self._finding(finding) for finding in found)]
 
     def _finding(self, finding: Finding) -> Group:
         style = {"critical": "bold red", "warning": "yellow"}.get(finding.severity, "") if self.color else ""
-        stack_width = max(30, self.width - 30)
-        lines = [finding.summary]
-        lines += [f"{_ms(evidence.offcpu_us)} ms in {evidence.count:,} waits ({evidence.state}): "
-                  f"{shorten(tuple(reversed(evidence.frames)), evidence.kernel_frames, stack_width)}"
-                  for evidence in finding.evidence]
-        lines.append(f"Fix: {finding.remedy}")
-        if finding.confidence == "low":
-            lines.append(f"Confidence: low, {finding.confidence_reason}")
+        said = [f"{ms(evidence.offcpu_us)} ms in {waits(evidence.count)} ({evidence.state}): "
+                for evidence in finding.evidence]
+        room = self.width - 2 - max(map(len, said), default=0)  # the stacks go after what they say, or below it
+        stacks = shorten_apart([(evidence.frames, evidence.kernel_frames) for evidence in finding.evidence],
+                               room if room >= EVIDENCE_STACK else self.width - 4)
+        lines = [finding.summary, *(words + stack for words, stack in zip(said, stacks)), f"Fix: {finding.remedy}"]
+        if finding.confidence_reason:
+            lines.append(f"Confidence: {finding.confidence}, {finding.confidence_reason}")
         return Group(Text(f"[{finding.severity}] {finding.title}", style=style),
                      *(Padding(Text(line), (0, 0, 0, 2)) for line in lines))
 
     def _stacks(self, model: Model, offcpu_us: int) -> Table:
-        stack_width = max(30, self.width - 50)  # what the four number columns and the borders leave
-        table = self._table(f"Top {self.top} off-CPU stacks", "off-CPU ms", "share %", "state", "count", "stack")
-        table.columns[-1].max_width = stack_width
-        for stack in top_stacks(model, self.view, self.top):
-            self._row(table, _ms(stack.offcpu_us), _share(stack.offcpu_us, offcpu_us), stack.state, f"{stack.count:,}",
-                          shorten(stack.frames, stack.kernel_frames, stack_width))
-        return table
+        stacks = listed(chosen(model, self.view))
+        top = stacks[: self.top]
+        title = f"Top {len(top):,} of {len(stacks):,} off-CPU stacks" if len(stacks) > len(top) \
+            else f"The {len(top):,} off-CPU stack{'s' if len(top) != 1 else ''}"
+        columns = [Column("off-CPU ms", [ms(stack.offcpu_us) for stack in top]),
+                   Column("share %", [share(stack.offcpu_us, offcpu_us) for stack in top], drop=3),
+                   Column("state", [stack.state for stack in top], drop=1),
+                   Column("count", [f"{stack.count:,}" for stack in top], drop=2)]
+        if self.view.by_thread or len({stack.root for stack in top}) > 1:  # say whose
+            columns.append(Column("thread", short_names([stack.root for stack in top]), least=10))
+        frames = [(stack.frames, stack.kernel_frames) for stack in top]
+        columns.append(Column("stack", lambda width: shorten_apart(frames, width), least=30, ample=40))
+        if self.view.waker:
+            columns.append(Column("woken by", short_names([stack.woken_by for stack in top]), least=10))
+        return self._table(title + (f" ({self.view.drawing})" if self.view.drawing else ""), *columns)
 
     def _threads(self, model: Model) -> Table:
-        table = self._table("Threads", "tid", "comm", "off-CPU ms", "blocked ms", "run-queue ms", "on-CPU ms")
-        for thread in sorted(model.threads.values(), key=lambda t: -t.offcpu_us)[: self.top]:
-            self._row(table, str(thread.tid), thread.comm, _ms(thread.offcpu_us), _ms(thread.blocked_us),
-                          _ms(thread.runqueue_us), _ms(thread.oncpu_us))
-        return table
+        threads = sorted(model.threads.values(), key=lambda t: -t.offcpu_us)[: self.top]
+        return self._table("Threads",
+                           Column("tid", [str(t.tid) for t in threads]),
+                           Column("comm", short_names([t.comm for t in threads]), least=15),
+                           Column("off-CPU ms", [ms(t.offcpu_us) for t in threads]),
+                           Column("blocked ms", [ms(t.blocked_us) for t in threads], drop=2),
+                           Column("run-queue ms", [ms(t.runqueue_us) for t in threads], drop=1),
+                           Column("on-CPU ms", [ms(t.oncpu_us) for t in threads], drop=3))
 
     def _states(self, model: Model) -> Table:
-        table = self._table("Switch-out states", "state", "meaning", "off-CPU ms", "count")
-        for state in by_state(model):
-            self._row(table, state.state, STATE_NAMES.get(state.state, ""), _ms(state.offcpu_us), f"{state.count:,}")
-        return table
+        states = by_state(model)
+        return self._table("Switch-out states",
+                           Column("state", [s.state for s in states]),
+                           Column("meaning", short_names([STATE_NAMES.get(s.state, "") for s in states])),
+                           Column("off-CPU ms", [ms(s.offcpu_us) for s in states]),
+                           Column("count", [f"{s.count:,}" for s in states], drop=1))
 
     def _runqueue(self, model: Model) -> Text:
         percentiles = runqueue_percentiles(model)
         if not percentiles:
-            return Text("Run-queue delay: no wakeup or preemption was recorded whole.")
+            return Text("Run-queue delay: no wakeup was recorded with the run after it.")
         shown = ", ".join(f"{'max' if p == 100 else f'p{p}'} {delay:,} µs" for p, delay in percentiles.items())
-        return Text(f"Run-queue delay (wakeup or preemption to running again): {shown}")
+        whose = ", of every thread recorded (it is not kept per thread: the filters do not apply)" \
+            if self.view.filtered else ""
+        return Text(f"Run-queue delay (from a wakeup to running again){whose}: {shown}")
 
     def _wakers(self, model: Model) -> Table:
-        table = self._table("Who woke whom", "waker", "woke", "wakeups", "blocked ms", "then run-queue ms")
-        for pair in waker_pairs(model)[: self.top]:
-            waker = pair.waker_comm if pair.waker_kind == "thread" else f"[{pair.waker_kind}] {pair.waker_comm}"
-            self._row(table, f"{waker}-{pair.waker_tid}", f"{pair.wakee_comm}-{pair.wakee_tid}", f"{pair.wakeups:,}",
-                          _ms(pair.blocked_us), _ms(pair.runqueue_us))
-        return table
+        pairs = waker_pairs(model)[: self.top]
+        return self._table("Who woke whom",
+                           Column("waker", short_names([waker_name(pair) for pair in pairs])),
+                           Column("woke", short_names([f"{pair.wakee_comm}-{pair.wakee_tid}" for pair in pairs])),
+                           Column("wakeups", [f"{pair.wakeups:,}" for pair in pairs], drop=1),
+                           Column("blocked ms", [ms(pair.blocked_us) for pair in pairs]),
+                           Column("then run-queue ms", [ms(pair.runqueue_us) for pair in pairs], drop=2))
 
     def _lifecycle(self, model: Model) -> Text:
         life = lifecycle(model)

@@ -37,6 +37,12 @@ def test_doctor_says_recording_can_work_here():
     assert "flame graph renderer" in checks
 
 
+def test_doctor_says_when_flamegraph_dir_holds_no_renderer(tmp_path):
+    result = run_offcpu("doctor", "--json", env={**os.environ, "FLAMEGRAPH_DIR": str(tmp_path)})
+    check = next(check for check in json.loads(result.stdout)["checks"] if check["name"] == "flame graph renderer")
+    assert check["status"] == "warn" and f"{tmp_path} ($FLAMEGRAPH_DIR) is not flamegraph.pl" in check["detail"]
+
+
 def test_doctor_pid_shows_limits_and_frame_pointers(workload):
     program = workload("idle_pool", "-t", "16", "-s", "30", threads=17)
     report = json.loads(run_offcpu("doctor", "--pid", str(program.pid), "--json").stdout)

@@ -33,20 +33,23 @@ def captures(tmp_path_factory, perf) -> tuple[Path, Path]:
     return recorded[0], recorded[1]
 
 
-def report_diff(*args: str) -> subprocess.CompletedProcess[str]:
+def report_diff(*args: str, columns: int = 100) -> subprocess.CompletedProcess[str]:
     """offcpu report diff with the plain table at a known width (COLUMNS may be set around the tests)."""
-    return run_offcpu("report", "diff", *args, env={**os.environ, "COLUMNS": "100"})
+    return run_offcpu("report", "diff", *args, env={**os.environ, "COLUMNS": str(columns)})
+
+
+def table_cells(stdout: str) -> list[list[str]]:
+    """The plain table's rows below its header, as cells."""
+    lines = stdout.splitlines()
+    rules = [i for i, line in enumerate(lines) if line.startswith("+-")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[rules[1] + 1:rules[2]]] \
+        if len(rules) == 3 else []
 
 
 def grown_rows(stdout: str) -> list[tuple[str, int, int, int]]:
     """The plain table's rows: (stack, base µs, new µs, change µs)."""
-    rows = []
-    for line in stdout.splitlines():
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        if line.startswith("| ") and cells[0] != "stack":
-            stack, base, new, change = cells
-            rows.append((stack, int(base.replace(",", "")), int(new.replace(",", "")), int(change.replace(",", ""))))
-    return rows
+    return [(stack, int(base.replace(",", "")), int(new.replace(",", "")), int(change.replace(",", "")))
+            for stack, base, new, change in table_cells(stdout)]
 
 
 def frames(svg: Path) -> list[tuple[str, float, tuple[int, int, int]]]:
@@ -96,6 +99,19 @@ def test_the_fix_against_the_problem_draws_a_differential_graph(captures, tmp_pa
     waits = grown_rows(report_diff("--text", "--state", "D", str(fixed), str(patho)).stdout)
     assert "rwsem_down_write_slowpath" in waits[0][0] or "rwsem_down_read_slowpath" in waits[0][0]
     assert any("rwsem_down_read_slowpath" in stack for stack, *_ in waits), waits
+
+
+@pytest.mark.parametrize("columns", [60, 80, 100])
+@pytest.mark.parametrize("waker", [(), ("--waker",)])
+def test_the_table_fits_the_width_and_cuts_no_number(captures, columns, waker):
+    fixed, patho = captures
+    wide = table_cells(report_diff("--text", *waker, str(fixed), str(patho), columns=300).stdout)
+    table = report_diff("--text", *waker, str(fixed), str(patho), columns=columns).stdout
+    assert max(len(line) for line in table.splitlines()) <= columns
+    # the change, the table's last column, is never left out nor cut
+    assert [row[-1] for row in table_cells(table)] == [row[-1] for row in wide] != []
+    if "Left out" not in table:
+        assert [row[-3:] for row in table_cells(table)] == [row[-3:] for row in wide]
 
 
 def test_new_is_normalised_to_the_window_of_base_and_says_so(captures):

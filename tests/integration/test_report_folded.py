@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from offcpu.flamegraph import find_renderer
-from tests.conftest import OFFCPU, assert_one_line_error, example, run_offcpu
+from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 
 pytestmark = pytest.mark.usefixtures("perf")
 
@@ -129,12 +129,8 @@ def test_the_model_is_reused_and_rebuilt_when_perf_data_changes(mmap_capture):
     assert folded(run_offcpu("report", "folded", str(mmap_capture)))
 
 
-def test_cpp_names_are_kept_whole(tmp_path):
-    capture = tmp_path / "cap"
-    result = run_offcpu("record", "--call-graph", "dwarf", "-o", str(capture), "--",
-                        str(example("cpp_names")), "-t", "2", "-s", "1")
-    assert result.returncode == 0, result.stderr
-    lines = folded(run_offcpu("report", "folded", str(capture)))
+def test_cpp_names_are_kept_whole(cpp_capture):
+    lines = folded(run_offcpu("report", "folded", str(cpp_capture)))
     frames = {frame for stack in lines for frame in stack.split(";")}
     assert "shop::Basket<std::pair<int, long> >::wait_for_delivery" in frames
     assert "shop::Basket<std::pair<int, long> >::fill" in frames

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ElementTree
 
 import pytest
 
+from offcpu.flamegraph import DEBIAN_NYTPROF_COPY
 from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 
 pytestmark = pytest.mark.usefixtures("perf")
@@ -66,6 +68,16 @@ def test_svg_through_flamegraph_dir(mmap_capture, tmp_path):
     env = {**os.environ, "FLAMEGRAPH_DIR": str(tmp_path / "fg")}
     assert run_offcpu("report", "svg", str(mmap_capture), "-o", str(tmp_path / "g.svg"), env=env).returncode == 0
     assert svg_frames(tmp_path / "g.svg")
+
+
+def test_a_flamegraph_dir_without_a_renderer_is_an_error(mmap_capture, tmp_path):
+    (tmp_path / "empty").mkdir()
+    for place in (tmp_path / "missing", tmp_path / "empty"):
+        env = {**os.environ, "FLAMEGRAPH_DIR": str(place)}
+        for fmt in ("svg", "html"):
+            result = run_offcpu("report", fmt, str(mmap_capture), "-o", str(tmp_path / f"g.{fmt}"), env=env)
+            assert_one_line_error(result, f"{place} ($FLAMEGRAPH_DIR) is not flamegraph.pl")
+            assert not (tmp_path / f"g.{fmt}").exists()
 
 
 def test_json_is_the_only_thing_on_stdout_and_adds_up(mmap_capture):
@@ -169,9 +181,172 @@ def test_reports_lead_with_the_findings(mmap_capture, tmp_path):
     assert "rwsem_down_write_slowpath" in top["evidence"][0]["frames"] or \
         "rwsem_down_read_slowpath" in top["evidence"][0]["frames"]
     text = run_offcpu("report", "text", str(mmap_capture), env={**os.environ, "COLUMNS": "120"}).stdout
-    assert text.index("Findings, worst first") < text.index("Top 10 off-CPU stacks")
+    stacks = re.search(r"^Top 10 of [\d,]+ off-CPU stacks$", text, re.MULTILINE)
+    assert stacks and text.index("Findings, worst first") < stacks.start()
     assert "[critical] Threads wait for the process's memory-map lock (mmap_lock)" in text
     page = tmp_path / "page.html"
     assert run_offcpu("report", "html", str(mmap_capture), "-o", str(page)).returncode == 0
     html = page.read_text()
     assert html.index('id="findings"') < html.index('id="capture"') and 'class="finding critical"' in html
+
+
+def test_reports_of_the_current_directory_go_beside_it(mmap_capture, tmp_path):
+    # Given a copy of a capture (with its saved model) and a second one beside it
+    capture, other = tmp_path / "cap", tmp_path / "other"
+    shutil.copytree(mmap_capture, capture)
+    shutil.copytree(mmap_capture, other)
+    # When reports are asked for from inside it, as '.'
+    for args, written in ((("svg", "."), "cap.svg"), (("html", "."), "cap.html"),
+                          (("diff", "../other", "."), "cap.diff.svg")):
+        result = run_offcpu("report", *args, cwd=capture)
+        # Then each goes beside the capture, named after it
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.strip().endswith(f"Wrote {tmp_path / written}")
+        assert (tmp_path / written).stat().st_size > 0
+    # and the diff's table names both sides
+    table = run_offcpu("report", "diff", "--text", "../other", ".", cwd=capture).stdout
+    assert "µs in other, " in table and " µs in cap (" in table
+
+
+@pytest.mark.parametrize("columns", ["", "abc", "0", "-5"])
+def test_a_columns_that_is_not_a_width_is_ignored(mmap_capture, columns):
+    result = run_offcpu("report", "text", str(mmap_capture), env={**os.environ, "COLUMNS": columns})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == run_offcpu("report", "text", str(mmap_capture), env={**os.environ, "COLUMNS": "100"}).stdout
+
+
+def test_cpp_templates_read_as_written_in_debians_flamegraph_pl(cpp_capture, tmp_path):
+    # Given C++ code waiting in methods of shop::Basket<std::pair<int, long> >, drawn by Debian's
+    # flamegraph.pl, which turns < and > in names into ( and )
+    graph = tmp_path / "cpp.svg"
+    result = run_offcpu("report", "svg", str(cpp_capture), "--flamegraph", str(DEBIAN_NYTPROF_COPY), "-o", str(graph))
+    assert result.returncode == 0, result.stderr
+    # Then the names read with their template brackets, as look-alikes
+    frames = svg_frames(graph)
+    for method in ("fill", "wait_for_delivery"):
+        assert any(frame.startswith(f"shop::Basket\u2039std::pair\u2039int, long\u203a \u203a::{method} (")
+                   for frame in frames), method
+    assert not any("Basket(" in frame for frame in frames)
+
+
+def test_names_carrying_markup_stay_text_in_the_flame_graph(cpp_capture, tmp_path):
+    # Given a copy of a capture whose thread and frame names are markup
+    copy = tmp_path / "copy"
+    shutil.copytree(cpp_capture, copy)
+    assert run_offcpu("report", "folded", str(copy)).returncode == 0  # makes model.json
+    model = json.loads((copy / "model.json").read_text())
+    comm, function = '<b>x</b> & "y"', '<text>wait</text> &amp "now" <img src=x/>'
+    for thread in model["threads"]:
+        thread["comm"] = comm
+    for frames, _ in model["stacks"]:
+        frames[:] = [function if frame.endswith("::wait_for_delivery") else frame for frame in frames]
+    (copy / "model.json").write_text(json.dumps(model))
+    # When it is drawn
+    graph = tmp_path / "markup.svg"
+    result = run_offcpu("report", "svg", str(copy), "--flamegraph", str(DEBIAN_NYTPROF_COPY), "-o", str(graph))
+    assert result.returncode == 0, result.stderr
+    # Then the SVG is XML holding the names as text (< > as look-alikes), and no element of theirs
+    root = ElementTree.parse(graph).getroot()
+    assert {element.tag for element in root.iter()} <= {f"{SVG}{tag}" for tag in (
+        "svg", "defs", "linearGradient", "stop", "style", "script", "rect", "text", "g", "title")}
+    look_alike = str.maketrans("<>", "\u2039\u203a")
+    frames = svg_frames(graph)
+    assert any(frame.startswith(f"{function.translate(look_alike)} (") for frame in frames)
+    assert any(frame.startswith(f"{comm.translate(look_alike)} (") for frame in frames)
+
+
+def svg_title(path) -> str:
+    texts = [element.text or "" for element in ElementTree.parse(path).getroot().iter(f"{SVG}text")]
+    return next(text for text in texts if text.startswith("Off-CPU time of "))
+
+
+@pytest.mark.parametrize("options, mode", [
+    ((), None), (("--waker",), "waker stacks"), (("--by-thread",), "by thread"), (("--inverted",), "icicle"),
+    (("--state", "D"), "state D"), (("--time", "0.2,0.5"), "0.2-0.5 s"), (("--user-only",), "user frames only"),
+    (("--state", "S,D", "--kernel-only", "--min-us", "1000"),
+     "states D,S, kernel frames only, stacks of 1,000 µs or more"),
+])
+def test_the_flame_graphs_title_names_the_view(mmap_capture, tmp_path, options, mode):
+    graph = tmp_path / "graph.svg"
+    result = run_offcpu("report", "svg", str(mmap_capture), *options, "-o", str(graph))
+    assert result.returncode == 0, result.stderr
+    title = svg_title(graph)
+    assert title.endswith(" stacks") if mode is None else title.endswith(f" stacks; {mode}"), title
+
+
+def json_report(capture, *options: str) -> dict:
+    result = run_offcpu("report", "json", str(capture), "--top", "100000", *options)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def folded_lines(capture, *options: str) -> dict[str, int]:
+    result = run_offcpu("report", "folded", str(capture), *options)
+    assert result.returncode == 0, result.stderr
+    return {stack: int(count) for stack, _, count in (line.rpartition(" ") for line in result.stdout.splitlines())}
+
+
+VIEWS = [(), ("--state", "D"), ("--by-thread",), ("--waker",), ("--user-only",), ("--kernel-only",),
+         ("--min-us", "20000"), ("--time", "0.5,1.5"), ("--waker", "--by-thread", "--state", "R,S")]
+
+
+@pytest.mark.parametrize("options", VIEWS)
+def test_json_stacks_are_the_flame_graphs_stacks(mmap_capture, options):
+    # Given the same view options for json and folded
+    report = json_report(mmap_capture, *options)
+    # Then the JSON's stacks, by state, add up to the folded lines
+    lines: dict[str, int] = {}
+    for stack in report["stacks"]:
+        line = ";".join([stack["root"], *stack["frames"], *(["--", *stack["waker"]] if stack["waker"] else [])])
+        lines[line] = lines.get(line, 0) + stack["offcpu_us"]
+        assert 0 <= stack["kernel_frames"] <= len(stack["frames"])
+    assert lines == folded_lines(mmap_capture, *options)
+
+
+def test_json_tables_and_totals_follow_the_filters(mmap_capture):
+    everything = json_report(mmap_capture)
+    worker = next(thread for thread in everything["threads"] if thread["tid"] != thread["pid"])
+    # --state: every table is of those states, each thread's time its time in them
+    d_only = json_report(mmap_capture, "--state", "D")
+    assert d_only["view"]["states"] == ["D"] and [state["state"] for state in d_only["states"]] == ["D"]
+    assert d_only["totals"]["offcpu_us"] == d_only["states"][0]["offcpu_us"] == sum(
+        thread["offcpu_us"] for thread in d_only["threads"]) < everything["totals"]["offcpu_us"]
+    assert {stack["state"] for stack in d_only["stacks"]} == {"D"}
+    # --tid: one thread, what woke it, its stacks
+    one = json_report(mmap_capture, "--tid", str(worker["tid"]))
+    assert one["threads"] == [worker] and one["totals"]["threads"] == 1
+    assert one["totals"]["offcpu_us"] == worker["offcpu_us"]
+    assert one["wakers"] and {pair["wakee_tid"] for pair in one["wakers"]} == {worker["tid"]}
+    assert sum(stack["offcpu_us"] for stack in one["stacks"]) == worker["offcpu_us"]
+    # --comm that matches nothing: nothing to report
+    assert_one_line_error(run_offcpu("report", "json", str(mmap_capture), "--comm", "nosuch"),
+                          "no off-CPU time matches these options")
+
+
+def test_text_follows_the_view_and_says_which(mmap_capture):
+    model = json_report(mmap_capture)
+    worker = next(thread for thread in model["threads"] if thread["tid"] != thread["pid"])
+    result = run_offcpu("report", "text", str(mmap_capture), "--state", "D", "--tid", str(worker["tid"]), "--waker",
+                        "--by-thread", env={**os.environ, "COLUMNS": "160"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1] == f"Only state D, tid {worker['tid']}"
+    assert lines[2].startswith("1 thread was off CPU for ")
+    stacks = result.stdout.split("off-CPU stacks (by thread, waker stacks)\n")[1].split("\n\n")[0].splitlines()
+    assert [cell.strip() for cell in stacks[1].split("|")[1:-1]] == [
+        "off-CPU ms", "share %", "state", "count", "thread", "stack", "woken by"]
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in stacks[3:-1]]
+    assert rows and all(row[2] == "D" and row[4] == f"mmap_contention-{worker['tid']}" and row[6] for row in rows)
+    threads = result.stdout.split("Threads\n")[1].split("\n\n")[0].splitlines()
+    assert [line.split("|")[1].strip() for line in threads[3:-1]] == [str(worker["tid"])]
+    assert_one_line_error(run_offcpu("report", "text", str(mmap_capture), "--comm", "nosuch"),
+                          "no off-CPU time matches these options")
+
+
+@pytest.mark.parametrize("columns", [60, 80, 100])
+def test_text_fits_the_width_without_cutting_a_number(mmap_capture, columns):
+    text = run_offcpu("report", "text", str(mmap_capture), env={**os.environ, "COLUMNS": str(columns)}).stdout
+    assert text and max(len(line) for line in text.splitlines()) <= columns
+    cells = set(re.split(r"[\s|]+", text))
+    threads = sorted(json_report(mmap_capture)["threads"], key=lambda thread: -thread["offcpu_us"])[:10]
+    assert all(str(thread["tid"]) in cells and f"{thread['offcpu_us'] / 1000:,.1f}" in cells for thread in threads)

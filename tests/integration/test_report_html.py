@@ -139,7 +139,9 @@ def test_the_page_in_a_browser(mmap_capture, browser, tmp_path):
     assert "sched:sched_switch" in capture["Events used"] and capture["How it ended"] == "duration"
     assert capture["Call graphs"] == "fp"
 
-    # the top stack is the mmap_lock wait, with every frame in its tooltip
+    # the top stack is the mmap_lock wait, with its state and count, and every frame in its tooltip
+    rows = table_rows(browser, "stacks")
+    assert rows[0][2] == "D" and int(rows[0][3].replace(",", "")) > 0
     stacks = browser.find_elements(By.CSS_SELECTOR, "#stacks tbody td:last-child")
     assert len(stacks) <= 20
     assert "rwsem_down_write_slowpath" in stacks[0].text or "rwsem_down_read_slowpath" in stacks[0].text
@@ -210,12 +212,25 @@ def test_the_file_references_nothing_outside_itself(mmap_capture, tmp_path):
     assert "<svg" in svg and set(re.findall(r"https?://[^\s\"'<>)]*", svg)) <= SVG_NAMESPACES
 
 
-def test_view_options_reach_the_tables(mmap_capture, tmp_path):
-    page = report(mmap_capture, tmp_path / "top3.html", "--top", "3", "--waker", "--state", "D")
-    stacks = re.search(r'<section id="stacks">.*?</section>', page, re.DOTALL).group()
-    assert stacks.count("<tr><td") == 3
-    assert stacks.count(" (woken by ") == 3
-    assert "rwsem_down_write_slowpath" in embedded_svg(page)
+def test_view_options_reach_the_tables(mmap_capture, browser, tmp_path):
+    # Given a page of the D waits of two threads, with their wakers
+    model = json.loads(run_offcpu("report", "json", str(mmap_capture)).stdout)
+    tids = [str(thread["tid"]) for thread in model["threads"] if thread["tid"] != thread["pid"]][:2]
+    page = tmp_path / "top3.html"
+    text = report(mmap_capture, page, "--top", "3", "--waker", "--state", "D", "--tid", ",".join(tids))
+    open_page(browser, page)
+    # Then the title says so, and every table shows only those
+    assert browser.title.endswith(f"; state D, tids {','.join(sorted(tids, key=int))}, waker stacks")
+    stacks = table_rows(browser, "stacks")
+    headers = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#stacks thead th")]
+    assert headers == ["off-CPU ms", "share", "state", "count", "woken by", "stack"]
+    assert len(stacks) == 3 and {row[2] for row in stacks} == {"D"} and all(row[4] for row in stacks)
+    assert all(int(row[3].replace(",", "")) > 0 for row in stacks)
+    assert sorted(row[0] for row in table_rows(browser, "threads")) == sorted(tids)
+    assert [row[0] for row in table_rows(browser, "states")] == ["D"]
+    assert {row[1].rpartition("-")[2] for row in table_rows(browser, "wakers")} <= set(tids)
+    assert table_rows(browser, "totals")[0][1] == "2"
+    assert "rwsem_down_write_slowpath" in embedded_svg(text)
 
 
 def test_output_beside_the_capture_and_force(mmap_capture):

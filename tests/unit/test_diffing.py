@@ -8,11 +8,12 @@ from dataclasses import replace
 import pytest
 
 from offcpu.diffing import (SCHEDULER_LEAF, Side, compare, from_folded, from_model, normalise, parse_folded,
-                            short_stack, title, without_scheduler_leaf)
+                            split_stack, title, without_scheduler_leaf)
 from offcpu.errors import OffcpuError
 from offcpu.flamegraph import safe_title
 from offcpu.renderers.flame import stack_lines
-from offcpu.stackview import SEPARATOR, StackView, folded
+from offcpu.stacks import shorten
+from offcpu.stackview import SEPARATOR, StackView, drawn, folded
 from tests.unit.test_engine import model_of
 
 MUNMAP_WAIT = ("mmap_contention;start_thread;__munmap;entry_SYSCALL_64_after_hwframe;do_syscall_64;__x64_sys_munmap;"
@@ -131,7 +132,7 @@ def test_view_options_apply_to_both_captures_and_only_min_us_to_a_folded_file():
     assert from_folded(stacks, "f", StackView(min_us=10)) == Side("f", {"a;c": 50}, None, False)
     ignored = from_folded(stacks, "f", d_only)
     assert ignored.view_ignored and ignored.stacks == stacks
-    assert from_folded(stacks, "f", StackView(), time_given=True).view_ignored
+    assert from_folded(stacks, "f", StackView(time=(0.5, 1.0))).view_ignored
     assert compare(ignored, from_model(model, d_only, "mmap")).notes == (
         "BASE is a folded file: view options other than --min-us were not applied to it",)
 
@@ -169,30 +170,13 @@ def test_parse_folded_names_the_bad_line(line):
         parse_folded(f"a;b 1\n{line}\n", "f")
 
 
-def test_short_stack_keeps_where_and_why():
-    # the program's frames nearest the kernel, and the kernel's leaf-most frame without the scheduler's plumbing
-    assert short_stack(MUNMAP_WAIT, 50) == "start_thread;__munmap;…;rwsem_down_write_slowpath"
-    assert short_stack(MUNMAP_WAIT, 40) == "…;__munmap;…;rwsem_down_write_slowpath"
-    assert short_stack(MUNMAP_WAIT, 200) == ("start_thread;__munmap;__x64_sys_munmap;__vm_munmap;down_write_killable;"
-                                             "rwsem_down_write_slowpath")
-    # too narrow for where and why: why, whole
-    assert short_stack(MUNMAP_WAIT, 30) == "…;rwsem_down_write_slowpath"
-    assert short_stack(MUNMAP_WAIT, 10) == "…;rwsem_down_write_slowpath"
-    assert short_stack(MUNMAP_WAIT, 60, with_root=True) == "mmap_contention: …;__munmap;…;rwsem_down_write_slowpath"
-    # user or kernel frames only: the leaf-most
-    assert short_stack("prog;main;serve;wait_for_work", 22) == "…;serve;wait_for_work"
-    assert short_stack("prog;entry_SYSCALL_64_after_hwframe;do_syscall_64;__x64_sys_futex;futex_wait;schedule", 50) \
-        == "__x64_sys_futex;futex_wait"
-    assert short_stack("prog", 20) == "prog"
-    # a waker's stack is summed up by who it was
-    assert short_stack(f"{MUNMAP_WAIT};--;rwsem_wake;up_write;mmap_contention", 70) == \
-        "start_thread;__munmap;…;rwsem_down_write_slowpath;--;mmap_contention"
-
-
-@pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "mmap_all"])
-def test_short_stacks_of_the_fixtures_fit(name):
-    for stack, _ in folded(model_of(name), StackView()):
-        short = short_stack(stack, 60)
-        frames = [frame for frame in short.split(";") if frame != "…"]
-        assert frames and "__schedule" not in frames, (stack, short)
-        assert len(short) <= 60 or len(frames) == 1, (stack, short)  # longer only to keep the leaf whole
+@pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "mmap_all", "churn_dwarf_pid"])
+@pytest.mark.parametrize("view", [StackView(), StackView(waker=True), StackView(by_thread=True, kernel_only=True)])
+def test_a_folded_line_reads_as_the_stack_it_was_drawn_from(name, view):
+    # A folded line does not say where the kernel begins: read from its entry frame, its
+    # stacks shorten as the stacks they were drawn from do
+    for stack in drawn(model_of(name), view):
+        root, frames, kernel_frames, woken_by = split_stack(stack.folded)
+        assert (root, frames, woken_by) == (stack.root, stack.frames, stack.woken_by)
+        for limit in (30, 60, 100):
+            assert shorten(frames, kernel_frames, limit) == shorten(stack.frames, stack.kernel_frames, limit)

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
-from offcpu.stacks import looks_truncated, user_stack_complete
+import sys
+
+import pytest
+
+from offcpu.stacks import PLUMBING, looks_truncated, shorten, shorten_apart, user_stack_complete
+from tests.unit.test_engine import model_of
 
 
 def test_stack_reaching_clone3_is_complete():
@@ -20,3 +25,68 @@ def test_majority_decides():
     assert looks_truncated([short, short, complete]) is True
     assert looks_truncated([complete, complete, short]) is False
     assert looks_truncated([]) is None
+
+
+def stacks_of(name: str) -> list[tuple[tuple[str, ...], int]]:
+    """A fixture's stacks, root first, each with how many of its last frames are the kernel's."""
+    return [(tuple(reversed(stack.frames)), stack.kernel_frames) for stack in model_of(name).stacks]
+
+
+def stack_with(name: str, *frames: str) -> tuple[tuple[str, ...], int]:
+    return next(stack for stack in stacks_of(name) if all(frame in stack[0] for frame in frames))
+
+
+def test_why_it_waited_then_where_as_the_width_allows():
+    # munmap waiting for mmap_lock, recorded by scripts/record-fixtures
+    munmap = stack_with("mmap_all", "__vm_munmap", "rwsem_down_write_slowpath")
+    assert shorten(*munmap, 30) == "…;rwsem_down_write_slowpath"  # why, first
+    assert shorten(*munmap, 40) == "…;__munmap;…;rwsem_down_write_slowpath"  # where
+    assert shorten(*munmap, 50) == "…;__munmap;…;__vm_munmap;rwsem_down_write_slowpath"  # more of the kernel's
+    # whole: without the scheduler's frames, the system call entry, and down_write_killable (the slow path says it)
+    assert shorten(*munmap, 200) == "start_thread;__munmap;__x64_sys_munmap;__vm_munmap;rwsem_down_write_slowpath"
+    # a leaf too long for the width on its own is cut
+    assert shorten(*munmap, 20) == "…;rwsem_down_write_…"
+
+
+def test_the_page_fault_path_of_mmap_lock_shows_when_there_is_room():
+    fault = stack_with("mmap_all", "lock_mm_and_find_vma")
+    assert shorten(*fault, 40) == "…;worker;…;rwsem_down_read_slowpath"
+    assert shorten(*fault, 60) == "…;worker;…;lock_mm_and_find_vma;rwsem_down_read_slowpath"
+
+
+@pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "mmap_all", "churn_dwarf_pid"])
+def test_every_stack_fits_and_says_why(name):
+    for frames, kernel_frames in stacks_of(name):
+        leaf = shorten(frames, kernel_frames, sys.maxsize).split(";")[-1]
+        for limit in range(1, 160):
+            short = shorten(frames, kernel_frames, limit)
+            assert len(short) <= limit, (frames, limit, short)
+            if limit >= len(leaf) + 2:
+                assert short.split(";")[-1] == leaf, (frames, limit, short)
+            assert not {"__schedule", "schedule", "[unknown]"} & set(short.split(";")) or leaf in PLUMBING
+
+
+def test_stacks_that_differ_read_differently_when_the_width_allows():
+    # Given the two ways thread_churn waits for glibc's stack cache lock (DWARF stacks): creating a
+    # thread and freeing one's stack, which at 70 characters shorten to the same text
+    creating = stack_with("churn_dwarf_pid", "pthread_create@GLIBC_2.2.5", "__lll_lock_wait_private", "futex_do_wait")
+    freeing = stack_with("churn_dwarf_pid", "__GI___nptl_deallocate_stack", "__lll_lock_wait_private",
+                         "futex_do_wait")
+    assert shorten(*creating, 70) == shorten(*freeing, 70)
+    # When they are shortened together
+    both = shorten_apart([creating, freeing], 70)
+    # Then each says which it is, in as many characters
+    assert both == ["…;pthread_create@GLIBC_2.2.5;__lll_lock_wait_private;…;futex_do_wait",
+                    "…;__GI___nptl_deallocate_stack;__lll_lock_wait_private;…;futex_do_wait"]
+    # When no one choice of frames tells them apart in the width (mmap_contention_fixed preempted by
+    # two kinds of interrupt), each that can be is shown with a frame the other does not have
+    ipi = stack_with("mmap_fixed_pid", "asm_sysvec_reschedule_ipi")
+    timer = stack_with("mmap_fixed_pid", "asm_sysvec_apic_timer_interrupt")
+    assert shorten(*ipi, 55) == shorten(*timer, 55) == "start_thread;worker;…;irqentry_exit_to_user_mode"
+    assert shorten_apart([ipi, timer], 55) == ["…;asm_sysvec_reschedule_ipi;irqentry_exit_to_user_mode",
+                                               "start_thread;worker;…;irqentry_exit_to_user_mode"]
+    assert shorten_apart([ipi, timer], 60) == ["…;asm_sysvec_reschedule_ipi;irqentry_exit_to_user_mode",
+                                               "…;asm_sysvec_apic_timer_interrupt;irqentry_exit_to_user_mode"]
+    # and a stack that reads like no other is shortened as shorten() does
+    for limit in (30, 60, 90):
+        assert shorten_apart([creating], limit) == [shorten(*creating, limit)]

@@ -6,15 +6,19 @@ then read the diff of tests/unit/golden/ before committing it."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
+from offcpu.model import Model
 from offcpu.renderers.text import TextReport
-from offcpu.stackview import StackView
+from offcpu.stackview import StackView, drawn, listed
+from offcpu.summaries import by_state, waker_pairs
 from tests.unit.test_engine import model_of
 
 GOLDEN = Path(__file__).parent / "golden"
+ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @pytest.mark.parametrize("name", ["futex_pid", "churn_pid"])
@@ -26,10 +30,55 @@ def test_plain_text_matches_the_golden_file(name):
     assert text == golden.read_text()
 
 
-def test_plain_text_has_no_escape_codes_and_fits_the_width():
-    text = TextReport(StackView(), top=10, width=80, color=False).render(model_of("mmap_all"))
-    assert "\x1b[" not in text
-    assert max(len(line) for line in text.splitlines()) <= 80
+def whole_numbers(model: Model, top: int) -> list[str]:
+    """What the tables show in columns that are never left out, as the report writes them:
+    every stack's and thread's off-CPU time, every tid, every state's off-CPU time and
+    every waker pair's blocked time."""
+    def ms(microseconds: int) -> str:
+        return f"{microseconds / 1000:,.1f}"
+
+    threads = sorted(model.threads.values(), key=lambda t: -t.offcpu_us)[:top]
+    return ([ms(stack.offcpu_us) for stack in listed(drawn(model, StackView()))[:top]]
+            + [str(t.tid) for t in threads] + [ms(t.offcpu_us) for t in threads]
+            + [ms(state.offcpu_us) for state in by_state(model)]
+            + [ms(pair.blocked_us) for pair in waker_pairs(model)[:top]])
+
+
+@pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "mmap_all"])
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 220])
+@pytest.mark.parametrize("color", [False, True])
+def test_the_tables_fit_the_width_and_cut_no_number(name, width, color):
+    # Given a report at this width
+    model = model_of(name)
+    text = TextReport(StackView(), top=10, width=width, color=color).render(model)
+    plain = ESCAPE.sub("", text)
+    assert ("\x1b[" in text) == color
+    # Then no line is wider, and every number of the tables is there whole
+    assert max(len(line) for line in plain.splitlines()) <= width
+    cells = set(re.split(r"[\s|]+", plain))
+    assert not [number for number in whole_numbers(model, 10) if number not in cells]
+
+
+@pytest.mark.parametrize("width", [60, 100])
+def test_who_was_woken_is_told_at_any_width(width):
+    # Given the wakers of a futex storm
+    model = model_of("futex_pid")
+    pairs = waker_pairs(model)[:10]
+    text = TextReport(StackView(), top=10, width=width, color=False).render(model)
+    # Then each row names the thread woken, with its tid whole
+    table = text.split("Who woke whom\n")[1].split("\n\n")[0].splitlines()
+    body = table[[i for i, line in enumerate(table) if line.startswith("+")][1] + 1:]  # below the header's rule
+    rows = [line.split("|")[1:-1] for line in body if line.startswith("|")]
+    assert [row[1].strip().rpartition("-")[2] for row in rows] == [str(pair.wakee_tid) for pair in pairs]
+    assert [row[0].strip().rpartition("-")[2] for row in rows] == [str(pair.waker_tid) for pair in pairs]
+
+
+def test_columns_are_left_out_only_for_want_of_width_and_said_so():
+    model = model_of("futex_pid")
+    wide = TextReport(StackView(), top=10, width=100, color=False).render(model)
+    assert "Left out" not in wide and "then run-queue ms" in wide
+    narrow = TextReport(StackView(), top=10, width=60, color=False).render(model)
+    assert "Left out, for want of width: then run-queue ms" in narrow
 
 
 def test_colour_on_a_terminal():
@@ -38,6 +87,6 @@ def test_colour_on_a_terminal():
 
 def test_top_limits_every_table():
     text = TextReport(StackView(), top=2, width=120, color=False).render(model_of("churn_pid"))
-    assert "Top 2 off-CPU stacks" in text
+    assert f"Top 2 of {len(listed(drawn(model_of('churn_pid'), StackView())))} off-CPU stacks" in text
     threads = text.split("Threads\n")[1].split("\n\n")[0]
     assert sum(1 for line in threads.splitlines() if line.startswith("|")) == 1 + 2  # header and two rows

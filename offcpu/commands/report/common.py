@@ -15,6 +15,10 @@ from offcpu.model import Model
 from offcpu.stackview import StackView
 
 capture_argument = click.argument("capture", type=click.Path(path_type=Path))
+renderer_option = click.option(
+    "--flamegraph", "flamegraph_path", metavar="PATH",
+    help="Draw with this flamegraph.pl or inferno-flamegraph, or the one in this directory "
+         "[default: see 'svg --help'].")
 
 
 def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -24,8 +28,12 @@ def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def output_path(capture: Path, output: Path | None, suffix: str, force: bool) -> Path:
-    """Where a report file goes: -o, or CAPTURE.suffix beside the capture directory."""
-    return checked_output(output or capture.with_name(capture.name + suffix), force)
+    """Where a report file goes: -o, or CAPTURE.suffix beside the capture directory
+    (resolved first: '.' and '..' have no name to add the suffix to)."""
+    if output is None:
+        capture = capture.resolve()
+        output = capture.with_name(capture.name + suffix)
+    return checked_output(output, force)
 
 
 def checked_output(path: Path, force: bool) -> Path:
@@ -80,7 +88,7 @@ def parse_time(value: str | None) -> tuple[float, float] | None:
 
 
 def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """The options that choose and draw stacks; the command receives `view` and `time`."""
+    """The options that choose and draw stacks; the command receives them as `view`."""
     options = [
         click.option("--by-thread", is_flag=True, help="Root each stack at its thread (comm-tid), not its comm."),
         click.option("--state", help="Only these switch-out states, e.g. D or S,D (R: preempted while runnable)."),
@@ -104,11 +112,11 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
         if user_only and kernel_only:
             raise click.UsageError("--user-only and --kernel-only exclude each other")
         view = StackView(
-            states=frozenset(state.rstrip("+") for state in _split(state)), pids=_integers(pid, "--pid"),
-            tids=_integers(tid, "--tid"), comms=frozenset(_split(comm)), by_thread=by_thread,
-            user_only=user_only, kernel_only=kernel_only, waker=waker, min_us=min_us,
+            time=parse_time(time_range), states=frozenset(state.rstrip("+") for state in _split(state)),
+            pids=_integers(pid, "--pid"), tids=_integers(tid, "--tid"), comms=frozenset(_split(comm)),
+            by_thread=by_thread, user_only=user_only, kernel_only=kernel_only, waker=waker, min_us=min_us,
         )
-        return function(view=view, time=parse_time(time_range), **rest)
+        return function(view=view, **rest)
 
     with_view.__doc__ = function.__doc__
     with_view.__name__ = function.__name__

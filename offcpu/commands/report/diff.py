@@ -5,18 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich import box
-from rich.table import Table
 from rich.text import Text
 
-from offcpu.commands.report.common import load_with_progress, output_options, output_path, view_options, write_report
-from offcpu.diffing import Diff, Side, compare, from_folded, from_model, parse_folded, short_stack, title
+from offcpu.commands.report.common import (load_with_progress, output_options, output_path, renderer_option,
+                                           view_options, write_report)
+from offcpu.diffing import Diff, Side, compare, from_folded, from_model, parse_folded, split_stack, title
 from offcpu.errors import OffcpuError
 from offcpu.flamegraph import render_svg, require_renderer
-from offcpu.renderers.console import printed, stdout_layout
+from offcpu.renderers.console import Column, fitted_table, printed, short_names, stdout_layout
+from offcpu.stacks import shorten_apart
 from offcpu.stackview import StackView
-
-NUMBER_COLUMNS = 45  # what the three number columns and the borders take of the width
 
 
 @click.command()
@@ -26,10 +24,9 @@ NUMBER_COLUMNS = 45  # what the three number columns and the borders take of the
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Rows in the table of stacks that grew most.")
 @click.option("--text", "text_only", is_flag=True, help="Print only the table; write no SVG.")
-@click.option("--flamegraph", "flamegraph_path", metavar="PATH",
-              help="flamegraph.pl, inferno-flamegraph or a FlameGraph checkout to draw with.")
+@renderer_option
 @output_options
-def diff(base: Path, new: Path, view: StackView, time: tuple[float, float] | None, top: int, text_only: bool,
+def diff(base: Path, new: Path, view: StackView, top: int, text_only: bool,
          flamegraph_path: str | None, output: Path | None, force: bool) -> None:
     """Compare two recordings: where did off-CPU time grow from BASE to NEW?
 
@@ -66,8 +63,8 @@ def diff(base: Path, new: Path, view: StackView, time: tuple[float, float] | Non
         if svg_path.resolve() in (base.resolve(), new.resolve()):
             raise OffcpuError(f"{svg_path} is one of the inputs; choose another output with -o")
         renderer = require_renderer(flamegraph_path)
-    base_label, new_label = (base.name, new.name) if base.name != new.name else (str(base), str(new))
-    result = compare(_side(base, base_label, view, time), _side(new, new_label, view, time))
+    base_label, new_label = _labels(base, new)
+    result = compare(_side(base, base_label, view), _side(new, new_label, view))
     if svg_path is not None and renderer is not None:
         if not result.new_us:
             raise OffcpuError(f"NEW ({new_label}) has no off-CPU time to draw: a differential graph is as wide as "
@@ -76,36 +73,45 @@ def diff(base: Path, new: Path, view: StackView, time: tuple[float, float] | Non
     click.get_text_stream("stdout").write(_grown_table(result, top))
 
 
-def _side(path: Path, label: str, view: StackView, time: tuple[float, float] | None) -> Side:
+def _labels(base: Path, new: Path) -> tuple[str, str]:
+    """The names BASE and NEW go by: their own names (of the resolved paths, so that '.' has
+    one), or their whole paths when the names are the same."""
+    base, new = base.resolve(), new.resolve()
+    return (base.name, new.name) if base.name != new.name else (str(base), str(new))
+
+
+def _side(path: Path, label: str, view: StackView) -> Side:
     """A capture directory through its model; anything else as a folded file."""
     if path.is_dir():
-        return from_model(load_with_progress(path, time), view, label)
+        return from_model(load_with_progress(path, view.time), view, label)
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
         reason = error.strerror if isinstance(error, OSError) else "not text"
         raise OffcpuError(f"cannot read {path} ({reason}); give a capture directory or a folded file") from None
-    return from_folded(parse_folded(text, str(path)), label, view, time is not None)
+    return from_folded(parse_folded(text, str(path)), label, view)
 
 
 def _grown_table(result: Diff, top: int) -> str:
-    """The stacks that grew most as a rich table: coloured on a terminal, plain and stable otherwise."""
+    """The stacks that grew most as a table as wide as the terminal or COLUMNS: coloured on a
+    terminal, plain and stable otherwise."""
     width, color = stdout_layout()
-    grown = result.grown(top)
-    stack_width = max(30, width - NUMBER_COLUMNS)
-    table = Table(title=f"Stacks that grew most from {result.base.label} to {result.new.label}",
-                  title_justify="left", title_style="bold" if color else "",
-                  box=box.SIMPLE_HEAD if color else box.ASCII2)
-    table.add_column("stack", no_wrap=True, overflow="ellipsis", max_width=stack_width)
-    for column in ("base µs", "new µs", "change µs"):
-        table.add_column(column, justify="right", no_wrap=True, min_width=len(column))
-    with_root = len({change.stack.split(";")[0] for change in grown}) > 1  # several programs: say whose
-    for change in grown:
-        table.add_row(Text(short_stack(change.stack, stack_width, with_root)), f"{change.base_us:,}",
-                      f"{change.new_us:,}", Text(f"{change.change_us:+,}", style="red" if color else ""))
-    parts = [table if grown else Text(f"No stack grew from {result.base.label} to {result.new.label}."),
-             Text(f"Off CPU in all stacks: {result.base_us:,} µs in {result.base.label}, {result.new_us:,} µs "
-                  f"in {result.new.label} ({result.new_us - result.base_us:+,} µs)."),
-             Text(f"{result.normalisation[0].upper()}{result.normalisation[1:]}."),
-             *(Text(f"{note}.") for note in result.notes)]
+    grown = [(split_stack(change.stack), change) for change in result.grown(top)]
+    columns = []
+    if len({root for (root, *_), _ in grown}) > 1:  # several programs: say whose
+        columns.append(Column("thread", short_names([root for (root, *_), _ in grown]), least=10))
+    frames = [(frames, kernel_frames) for (_, frames, kernel_frames, _), _ in grown]
+    columns.append(Column("stack", lambda cell_width: shorten_apart(frames, cell_width), least=30, ample=40))
+    if any(woken_by for (*_, woken_by), _ in grown):
+        columns.append(Column("woken by", short_names([woken_by for (*_, woken_by), _ in grown]), least=10))
+    columns += [Column("base µs", [f"{change.base_us:,}" for _, change in grown], drop=2),
+                Column("new µs", [f"{change.new_us:,}" for _, change in grown], drop=1),
+                Column("change µs", [f"{change.change_us:+,}" for _, change in grown])]
+    title = f"Stacks that grew most from {result.base.label} to {result.new.label}"
+    parts = [fitted_table(title, columns, width, color) if grown
+              else Text(f"No stack grew from {result.base.label} to {result.new.label}."),
+              Text(f"Off CPU in all stacks: {result.base_us:,} µs in {result.base.label}, {result.new_us:,} µs "
+                   f"in {result.new.label} ({result.new_us - result.base_us:+,} µs)."),
+              Text(f"{result.normalisation[0].upper()}{result.normalisation[1:]}."),
+              *(Text(f"{note}.") for note in result.notes)]
     return printed(parts, width, color)

@@ -14,7 +14,7 @@ from offcpu.stackview import StackView
 @click.command()
 @capture_argument
 @view_options
-def folded(capture: Path, view: StackView, time: tuple[float, float] | None) -> None:
+def folded(capture: Path, view: StackView) -> None:
     """Print off-CPU stacks as folded lines: frames root first, joined by ';',
     then the microseconds spent off CPU in that stack.
 
@@ -26,5 +26,5 @@ def folded(capture: Path, view: StackView, time: tuple[float, float] | None) -> 
     The lines sum to the off-CPU time of the threads they cover.
     """
     stdout = click.get_text_stream("stdout")
-    for line in stack_lines(load_with_progress(capture, time), view):
+    for line in stack_lines(load_with_progress(capture, view.time), view):
         stdout.write(f"{line}\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from offcpu.commands.report.common import (capture_argument, load_with_progress, output_options, output_path,
-                                           view_options, write_report)
+                                           renderer_option, view_options, write_report)
 from offcpu.flamegraph import require_renderer
 from offcpu.renderers.html import HtmlReport
 from offcpu.stackview import StackView
@@ -18,10 +18,9 @@ from offcpu.stackview import StackView
 @view_options
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
               help="Rows in the stacks, threads and wakers tables.")
-@click.option("--flamegraph", "flamegraph_path", metavar="PATH",
-              help="flamegraph.pl, inferno-flamegraph or a FlameGraph checkout to draw with.")
+@renderer_option
 @output_options
-def html_report(capture: Path, view: StackView, time: tuple[float, float] | None, top: int,
+def html_report(capture: Path, view: StackView, top: int,
                 flamegraph_path: str | None, output: Path | None, force: bool) -> None:
     """Write one self-contained HTML page: the interactive off-CPU flame graph
     (click a frame to zoom), the capture's metadata, totals, switch-out states,
@@ -32,5 +31,5 @@ def html_report(capture: Path, view: StackView, time: tuple[float, float] | None
     """
     path = output_path(capture, output, ".html", force)
     renderer = require_renderer(flamegraph_path)
-    model = load_with_progress(capture, time)
+    model = load_with_progress(capture, view.time)
     write_report(path, HtmlReport(renderer, view, top).render(model))

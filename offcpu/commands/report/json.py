@@ -18,7 +18,7 @@ from offcpu.stackview import StackView
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
               help="How many stacks and waker pairs to list.")
 @output_options
-def json_report(capture: Path, view: StackView, time: tuple[float, float] | None, top: int,
+def json_report(capture: Path, view: StackView, top: int,
                 output: Path | None, force: bool) -> None:
     """Print the analysis as JSON (schema "offcpu/1", documented in README.md):
     capture metadata, window, totals, states, run-queue delay, threads,
@@ -30,4 +30,4 @@ def json_report(capture: Path, view: StackView, time: tuple[float, float] | None
     """
     if output is not None:
         checked_output(output, force)
-    print_or_write(JsonReport(view, top).render(load_with_progress(capture, time)), output)
+    print_or_write(JsonReport(view, top).render(load_with_progress(capture, view.time)), output)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from offcpu.commands.report.common import (capture_argument, load_with_progress, output_options, output_path,
-                                           view_options, write_report)
+                                           renderer_option, view_options, write_report)
 from offcpu.flamegraph import require_renderer
 from offcpu.renderers.flame import FlameGraphSvg
 from offcpu.stackview import StackView
@@ -17,10 +17,9 @@ from offcpu.stackview import StackView
 @capture_argument
 @view_options
 @click.option("--inverted", is_flag=True, help="An icicle graph: leaves on top, to see the common blocking call.")
-@click.option("--flamegraph", "flamegraph_path", metavar="PATH",
-              help="flamegraph.pl, inferno-flamegraph or a FlameGraph checkout to draw with.")
+@renderer_option
 @output_options
-def svg(capture: Path, view: StackView, time: tuple[float, float] | None, inverted: bool,
+def svg(capture: Path, view: StackView, inverted: bool,
         flamegraph_path: str | None, output: Path | None, force: bool) -> None:
     """Draw an off-CPU flame graph (SVG): the width of a frame is the time
     threads spent off CPU under it, in microseconds.
@@ -28,9 +27,11 @@ def svg(capture: Path, view: StackView, time: tuple[float, float] | None, invert
     \b
     The renderer is the first found of: --flamegraph, $FLAMEGRAPH_DIR,
     inferno-flamegraph or flamegraph.pl on PATH, Debian's copy in
-    libdevel-nytprof-perl, ~/FlameGraph, /opt/FlameGraph.
+    libdevel-nytprof-perl, ~/FlameGraph, /opt/FlameGraph. --flamegraph and
+    $FLAMEGRAPH_DIR take either program or a directory holding one; when
+    they hold none, that is an error.
     """
     path = output_path(capture, output, ".svg", force)
     renderer = require_renderer(flamegraph_path)
-    model = load_with_progress(capture, time)
+    model = load_with_progress(capture, view.time)
     write_report(path, FlameGraphSvg(renderer, view, inverted).render(model))

@@ -18,7 +18,7 @@ from offcpu.stackview import StackView
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Rows per table.")
 @output_options
-def text(capture: Path, view: StackView, time: tuple[float, float] | None, top: int,
+def text(capture: Path, view: StackView, top: int,
          output: Path | None, force: bool) -> None:
     """Print the analysis as tables: the top off-CPU stacks, threads,
     switch-out states, run-queue delay, who woke whom and thread lifecycle.
@@ -29,4 +29,4 @@ def text(capture: Path, view: StackView, time: tuple[float, float] | None, top: 
     if output is not None:
         checked_output(output, force)
     width, color = stdout_layout(to_file=output is not None)
-    print_or_write(TextReport(view, top, width, color).render(load_with_progress(capture, time)), output)
+    print_or_write(TextReport(view, top, width, color).render(load_with_progress(capture, view.time)), output)

@@ -1,0 +1,86 @@
+"""Where offcpu finds its flame graph renderer, with Debian's flamegraph.pl (which
+scripts/setup installs) standing in for any renderer file."""
+
+from __future__ import annotations
+
+from xml.etree import ElementTree
+
+import pytest
+
+from offcpu.errors import OffcpuError
+from offcpu.flamegraph import DEBIAN_NYTPROF_COPY, find_renderer, render_svg, require_renderer
+from offcpu.stackview import StackView, folded
+from tests.unit.test_engine import model_of
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+pytestmark = pytest.mark.skipif(not DEBIAN_NYTPROF_COPY.is_file(),
+                                reason="Debian's flamegraph.pl is missing (scripts/setup installs it)")
+
+
+@pytest.mark.parametrize("name", ["flamegraph.pl", "inferno-flamegraph"])
+def test_a_directory_holding_either_renderer(tmp_path, monkeypatch, name):
+    (tmp_path / name).symlink_to(DEBIAN_NYTPROF_COPY)
+    monkeypatch.setenv("FLAMEGRAPH_DIR", str(tmp_path))
+    assert find_renderer().command == (str(tmp_path / name),)
+    assert find_renderer().found_by == "$FLAMEGRAPH_DIR"
+    assert find_renderer(str(tmp_path)).command == (str(tmp_path / name),)
+    assert find_renderer(str(tmp_path)).found_by == "--flamegraph"
+
+
+def test_the_path_of_the_program_itself(tmp_path, monkeypatch):
+    program = tmp_path / "inferno-flamegraph"
+    program.symlink_to(DEBIAN_NYTPROF_COPY)
+    monkeypatch.setenv("FLAMEGRAPH_DIR", str(program))
+    assert find_renderer().command == (str(program),)
+    assert find_renderer(str(DEBIAN_NYTPROF_COPY)).command == (str(DEBIAN_NYTPROF_COPY),)
+
+
+@pytest.mark.parametrize("given", ["missing", "empty", "other-file"])
+def test_a_place_that_holds_no_renderer_is_an_error_not_a_fallback(tmp_path, monkeypatch, given):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other-file").write_text("not a program\n")
+    path = str(tmp_path / given)
+    monkeypatch.setenv("FLAMEGRAPH_DIR", path)
+    with pytest.raises(OffcpuError, match=f"{path} \\(\\$FLAMEGRAPH_DIR\\) is not flamegraph.pl"):
+        find_renderer()
+    monkeypatch.delenv("FLAMEGRAPH_DIR")
+    with pytest.raises(OffcpuError, match=f"{path} \\(--flamegraph\\) is not flamegraph.pl"):
+        require_renderer(path)
+
+
+def test_flamegraph_wins_over_flamegraph_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLAMEGRAPH_DIR", str(tmp_path / "missing"))
+    assert find_renderer(str(DEBIAN_NYTPROF_COPY)).found_by == "--flamegraph"
+
+
+def test_debians_copy_is_known_to_draw_angle_brackets_as_parentheses(tmp_path):
+    # Debian's copy found anywhere: in its place, through a link, or copied
+    copy = tmp_path / "flamegraph.pl"
+    copy.write_bytes(DEBIAN_NYTPROF_COPY.read_bytes())
+    for given in (str(DEBIAN_NYTPROF_COPY), str(copy), str(tmp_path)):
+        assert find_renderer(given).angle_brackets_as_parentheses, given
+    # a copy without that line (as a current flamegraph.pl, which escapes < and >) is left alone
+    (tmp_path / "elsewhere").mkdir()
+    other = tmp_path / "elsewhere" / "flamegraph.pl"
+    other.write_bytes(DEBIAN_NYTPROF_COPY.read_bytes().replace(b"tr/<>/()/", b""))
+    assert not find_renderer(str(other)).angle_brackets_as_parentheses
+
+
+@pytest.mark.parametrize("prefix", ["", "x"])
+def test_names_cut_to_fit_their_frames_are_cut_between_characters(prefix):
+    # Given the fixture's stacks with start_thread, which almost all of them share (a wide frame),
+    # renamed to a name of < only (look-alikes, three bytes each in UTF-8, once drawn by Debian's copy):
+    # cut by bytes, one of the two names would end inside a character
+    name = prefix + "<" * 300
+    lines = [f"{stack.replace(';start_thread;', f';{name};')} {us}"
+             for stack, us in folded(model_of("futex_pid"), StackView())]
+    assert sum(f";{name};" in line for line in lines) > 1
+    # When Debian's flamegraph.pl draws them, cutting labels to fit their frames
+    svg = render_svg(find_renderer(str(DEBIAN_NYTPROF_COPY)), lines, "t")
+    # Then the label is cut between characters: the SVG is XML and the label the start of the name
+    shown = name.replace("<", "\u2039")
+    labels = [text.text or "" for text in ElementTree.fromstring(svg).iter(f"{SVG}text")
+              if (text.text or "").startswith(shown[:2])]
+    assert labels and all(label.endswith("..") and shown.startswith(label[:-2]) for label in labels), labels
+    assert "\ufffd" not in svg
