@@ -50,7 +50,7 @@ COMPARED = tuple(rule for rule in RULE_IDS if rule != WAITS_FOR_WORK) + (BLOCKED
 class Limits:
     """The limits on one finding; None: not checked."""
 
-    max_share: float | None = None  # share of the threads' time, idle waits left out (0..1)
+    max_share: float | None = None  # Finding.share_of_wall: of the time of the threads it is about (0..1)
     max_ms_per_s: float | None = None  # off-CPU milliseconds per second of recording, all threads together
     max_p99_ms: float | None = None  # runqueue only: p99 wakeup-to-run delay
     max_per_second: float | None = None  # thread_churn only: threads created a second

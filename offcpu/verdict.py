@@ -2,9 +2,10 @@
 measurements against a policy and against a known-good baseline. Pure
 functions; no I/O.
 
-Every figure compared is normalised: shares are of the threads' time in the
-window (the sum over threads of the time each was in it), so a longer
-recording or more threads do not by themselves make a run look worse.
+Every figure compared is normalised: a finding's share is of the time of the
+threads it is about, and blocked time's of all the threads' time in the window
+(the sum over threads of the time each was in it), so a longer recording or more
+threads do not by themselves make a run look worse.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def _not_above_info(rule: str, run: Measurements) -> Check:
 def _limit_checks(rule: str, limits: dict[str, float | None], run: Measurements) -> list[Check]:
     """One check per limit set, in the order of Limits' fields."""
     measured = {
-        "max_share": (run.share(rule), _pct, "share of the threads' time"),
+        "max_share": (run.share(rule), _pct, "share of its threads' time"),
         "max_ms_per_s": (run.ms_per_s(rule), lambda v: f"{v:,.1f} ms/s", "off CPU per second of recording"),
     }
     if "max_p99_ms" in EXTRA_KEYS.get(rule, ()):

@@ -67,7 +67,7 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
     'offcpu record', and kept for 'offcpu report'). The default policy fails
     on every finding above info but CPU saturation (runqueue) and waiting for
     work (idle); a --policy file changes the keys it sets. With --baseline,
-    each finding's share of the threads' time, and blocked time with waits
+    each finding's share of its threads' time, and blocked time with waits
     for work left out, must not grow past the tolerances.
 
     \b
