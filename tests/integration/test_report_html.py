@@ -6,7 +6,6 @@ import base64
 import json
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.conftest import assert_one_line_error, example, run_offcpu
+from tests.conftest import assert_one_line_error, run_offcpu
 
 pytestmark = pytest.mark.usefixtures("perf")
 
@@ -28,20 +27,6 @@ CHROMIUM_FLAGS = (
     "--window-size=1300,900",
 )
 SVG_NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
-
-
-@pytest.fixture(scope="module")
-def mmap_capture(tmp_path_factory, perf) -> Path:
-    """2 s of mmap_contention (16 threads) by --pid, shared by the tests that only read it."""
-    capture = tmp_path_factory.mktemp("mmap") / "cap"
-    program = subprocess.Popen([str(example("mmap_contention")), "-t", "16", "-s", "30"], stdout=subprocess.DEVNULL)
-    try:
-        result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", "-o", str(capture))
-        assert result.returncode == 0, result.stderr
-    finally:
-        program.kill()
-        program.wait()
-    return capture
 
 
 @pytest.fixture(scope="module")
