@@ -85,7 +85,7 @@ class Recording:
         with interrupts_blocked():
             for pid in children(os.getpid()):
                 if pid not in killed:
-                    print(f"record-overhead: killing leftover process {pid} ({comm(pid)})", file=sys.stderr)
+                    print(f"bench: killing leftover process {pid} ({comm(pid)})", file=sys.stderr)
                     kill_tree(pid)
                 os.waitpid(pid, 0)
         self._log.close()

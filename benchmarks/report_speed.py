@@ -76,10 +76,10 @@ def _record(output: Path, seconds: float) -> Path:
         time.sleep(max(0.0, seconds - 0.5))  # let it run to its duration: no early end
         recording.finish()
     finally:
-        recording.close()
-        os.killpg(pipe.pid, signal.SIGKILL)
+        os.killpg(pipe.pid, signal.SIGKILL)  # first: the recording's clean-up ends any child it finds
         pipe.wait()
         reap_group(pipe.pid)
+        recording.close()
     return output
 
 
