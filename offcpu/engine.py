@@ -86,8 +86,12 @@ class ThreadTotals:
 
 @dataclass
 class Tally:
-    """Everything that adds up across slices."""
+    """Everything that adds up across slices, of the time between `counted_from_ns` and
+    `counted_to_ns`: a report of part of a recording reads the events from the start
+    (what each thread was doing when the part begins), and counts only that part."""
 
+    counted_from_ns: int = 0
+    counted_to_ns: int = 1 << 63
     rows: dict[tuple[int, str, str, WakerKey | None], list[int]] = field(default_factory=dict)
     threads: dict[int, ThreadTotals] = field(default_factory=dict)
     runqueue_delays_us: Counter[int] = field(default_factory=Counter)
@@ -103,14 +107,21 @@ class Tally:
             thread.comm = comm or thread.comm
         return thread
 
-    def add_wait(self, tid: int, wait: Wait, back_ns: int, clipped: bool) -> None:
-        """Count one off-CPU interval, from `wait.since_ns` to `back_ns`."""
-        offcpu = round((back_ns - wait.since_ns) / 1000)
-        still_waiting = clipped and wait.stack != BEFORE_WINDOW
+    def on_cpu(self, tid: int, from_ns: int, to_ns: int) -> None:
+        self.thread(tid).oncpu_ns += max(0, min(to_ns, self.counted_to_ns) - max(from_ns, self.counted_from_ns))
+
+    def add_wait(self, tid: int, wait: Wait, back_ns: int, back_seen: bool = True) -> None:
+        """Count one off-CPU interval, from `wait.since_ns` to `back_ns` (when the thread
+        came back, or, not `back_seen`, the end of the recording), as far as it is counted."""
+        since_ns, until_ns = max(wait.since_ns, self.counted_from_ns), min(back_ns, self.counted_to_ns)
+        if until_ns <= since_ns and (wait.since_ns, back_ns) != (since_ns, until_ns):
+            return  # all of it outside what is counted
+        clipped = not back_seen or wait.stack == BEFORE_WINDOW or (since_ns, until_ns) != (wait.since_ns, back_ns)
+        offcpu = round((until_ns - since_ns) / 1000)
         if wait.state == PREEMPTED:
             blocked = 0
         elif wait.woken_ns is not None:
-            blocked = min(offcpu, max(0, round((wait.woken_ns - wait.since_ns) / 1000)))
+            blocked = min(offcpu, max(0, round((wait.woken_ns - since_ns) / 1000)))
         else:
             blocked = offcpu
             self.unseen_wakeups += not clipped and wait.state != UNKNOWN_STATE
@@ -126,7 +137,8 @@ class Tally:
         thread.offcpu_us += offcpu
         thread.blocked_us += blocked
         thread.runqueue_us += runqueue
-        if not still_waiting and wait.woken_ns is not None:  # from the wakeup to running again
+        if back_seen and wait.woken_ns is not None and \
+                self.counted_from_ns <= wait.woken_ns and back_ns <= self.counted_to_ns:  # wakeup to running
             self.runqueue_delays_us[runqueue] += 1
         self.clipped += clipped
 
@@ -176,9 +188,9 @@ class SliceResult:
 class SliceBuilder:
     """The per-slice state machine: which threads are on CPU, which wait, since when."""
 
-    def __init__(self, start_ns: int, end_ns: int) -> None:
+    def __init__(self, start_ns: int, end_ns: int, counted: tuple[int, int] | None = None) -> None:
         self.start_ns, self.end_ns = start_ns, end_ns
-        self.totals = Tally()
+        self.totals = Tally(*counted) if counted else Tally()
         self.running: dict[int, int] = {}
         self.waiting: dict[int, Wait] = {}
         self.seen: set[int] = set()
@@ -237,9 +249,9 @@ class SliceBuilder:
         thread = self.totals.thread(tid, pid, comm)
         first = tid not in self.seen
         if tid in self.running:
-            thread.oncpu_ns += time_ns - self.running.pop(tid)
+            self.totals.on_cpu(tid, self.running.pop(tid), time_ns)
         elif first:
-            thread.oncpu_ns += time_ns - self.start_ns  # on CPU since the slice began
+            self.totals.on_cpu(tid, self.start_ns, time_ns)  # on CPU since the slice began
         self.seen.add(tid)
         racing = self.racing_wakeups.pop(tid, None)
         if first and racing is None:
@@ -261,7 +273,7 @@ class SliceBuilder:
         if wait is not None and self.first_waits.pop(tid, None) is wait and wait.waker is None:
             self.deferred.append((tid, wait, time_ns))
         elif wait is not None:
-            self.totals.add_wait(tid, wait, time_ns, clipped=False)
+            self.totals.add_wait(tid, wait, time_ns)
         elif tid not in self.seen:
             woken_ns, waker = self.head_wakeups.pop(tid, (None, None))
             self.heads[tid] = Head(time_ns, woken_ns, waker)
@@ -309,14 +321,14 @@ class SliceBuilder:
         thread = self.totals.thread(tid, pid, comm)
         thread.exited_ns = time_ns
         if tid in self.running:
-            thread.oncpu_ns += time_ns - self.running.pop(tid)
+            self.totals.on_cpu(tid, self.running.pop(tid), time_ns)
         elif tid not in self.seen:
-            thread.oncpu_ns += time_ns - self.start_ns
+            self.totals.on_cpu(tid, self.start_ns, time_ns)
         self.seen.add(tid)
 
     def _finish(self) -> SliceResult:
         for tid, since in self.running.items():
-            self.totals.thread(tid).oncpu_ns += self.end_ns - since
+            self.totals.on_cpu(tid, since, self.end_ns)
         early = {tid: wakeup for tid, wakeup in self.head_wakeups.items() if tid not in self.seen}
         first_tails = {tid for tid, wait in self.first_waits.items() if self.waiting.get(tid) is wait}
         return SliceResult(self.start_ns, self.end_ns, self.totals, self.heads, self.waiting, set(self.running),
@@ -324,16 +336,17 @@ class SliceBuilder:
                            self.reader.skipped_lines)
 
 
-def read_slice(perf: str, perf_data: Path, start_ns: int, end_ns: int) -> SliceResult:
+def read_slice(perf: str, perf_data: Path, start_ns: int, end_ns: int, counted: tuple[int, int]) -> SliceResult:
     with script_output(perf, perf_data, (start_ns, end_ns)) as stream:
-        return SliceBuilder(start_ns, end_ns).read(stream)
+        return SliceBuilder(start_ns, end_ns, counted).read(stream)
 
 
 def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
-          at_start: dict[int, tuple[str, str]]) -> tuple[Tally, int]:
-    """Join the slices in time order; returns the tally and the skipped line count.
-    `at_start` holds the threads of the target when recording began (comm, state)."""
-    totals = Tally()
+          at_start: dict[int, tuple[str, str]], counted: tuple[int, int] | None = None) -> tuple[Tally, int]:
+    """Join the slices (of the recording's window, in time order); returns the tally of
+    the `counted` part of it (default: all) and the skipped line count. `at_start` holds
+    the threads of the target when recording began (comm, state)."""
+    totals = Tally(*counted) if counted else Tally()
     pending: dict[int, Wait] = {}
     running: set[int] = set()
     seen: set[int] = set()
@@ -349,15 +362,15 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
             wait = wait or Wait(window_start_ns, BEFORE_WINDOW, at_start.get(tid, ("", UNKNOWN_STATE))[1])
             if head.woken_ns is not None and head.waker is not None:
                 wait.woken(head.woken_ns, head.waker)
-            totals.add_wait(tid, wait, head.back_ns, clipped=wait.stack == BEFORE_WINDOW)
+            totals.add_wait(tid, wait, head.back_ns)
         for tid, wait, back_ns in piece.deferred:
             if tid in racing:
                 wait.woken(*racing[tid])
-            totals.add_wait(tid, wait, back_ns, clipped=False)
+            totals.add_wait(tid, wait, back_ns)
         for tid in piece.first_tails & racing.keys():
             piece.tails[tid].woken(*racing[tid])
         for tid in running - piece.seen:
-            totals.thread(tid).oncpu_ns += piece.end_ns - piece.start_ns  # on CPU through the whole slice
+            totals.on_cpu(tid, piece.start_ns, piece.end_ns)  # on CPU through the whole slice
         totals.add(piece.totals)
         for tid in piece.seen - piece.heads.keys():
             pending.pop(tid, None)  # its return was lost: do not invent a wait longer than it was
@@ -367,7 +380,7 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
         racing = {tid: wakeup for tid, wakeup in racing.items() if tid not in piece.seen | piece.active}
         racing.update(piece.racing_at_end)
     for tid, wait in pending.items():
-        totals.add_wait(tid, wait, window_end_ns, clipped=True)
+        totals.add_wait(tid, wait, window_end_ns, back_seen=False)
     _add_quiet_threads(totals, at_start, seen, window_start_ns, window_end_ns)
     return totals, sum(piece.skipped_lines for piece in slices)
 
@@ -379,11 +392,11 @@ def _add_quiet_threads(totals: Tally, at_start: dict[int, tuple[str, str]], seen
     for tid, (comm, state) in at_start.items():
         if tid in seen:
             continue
-        thread = totals.thread(tid, comm=comm)
+        totals.thread(tid, comm=comm)
         if state == PREEMPTED:
-            thread.oncpu_ns += window_end_ns - window_start_ns
+            totals.on_cpu(tid, window_start_ns, window_end_ns)
         else:
-            totals.add_wait(tid, Wait(window_start_ns, BEFORE_WINDOW, state), window_end_ns, clipped=True)
+            totals.add_wait(tid, Wait(window_start_ns, BEFORE_WINDOW, state), window_end_ns, back_seen=False)
 
 
 def threads_at_start(info: CaptureInfo) -> dict[int, tuple[str, str]]:
@@ -399,20 +412,22 @@ def time_slices(start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]
 
 def build_model(perf: str, perf_data: Path, info: CaptureInfo, window: tuple[int, int] | None = None,
                 on_progress: Callable[[int, int], None] | None = None) -> Model:
-    """Read perf.data in parallel time slices and build the model of `window` (default: the capture's)."""
+    """Read perf.data in parallel time slices and build the model of `window` (default: the
+    capture's). Part of a recording is read from its start, to know where each thread was
+    when the part begins, up to the part's end."""
     start_ns, end_ns = window or (info.window_start_ns, info.window_end_ns)
     workers = os.cpu_count() or 1
-    slices = time_slices(start_ns, end_ns, workers)
+    slices = time_slices(info.window_start_ns, end_ns, workers)
     results: dict[int, SliceResult] = {}
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
-        futures = {pool.submit(read_slice, perf, perf_data, first, last): index
+        futures = {pool.submit(read_slice, perf, perf_data, first, last, (start_ns, end_ns)): index
                    for index, (first, last) in enumerate(slices)}
         for future in as_completed(futures):
             results[futures[future]] = future.result()
             if on_progress:
                 on_progress(len(results), len(slices))
-    totals, skipped = merge([results[index] for index in range(len(slices))], start_ns, end_ns,
-                            threads_at_start(info))
+    totals, skipped = merge([results[index] for index in range(len(slices))], info.window_start_ns, end_ns,
+                            threads_at_start(info), (start_ns, end_ns))
     return _to_model(totals, info, start_ns, end_ns, skipped)
 
 
@@ -446,7 +461,14 @@ def _to_model(totals: Tally, info: CaptureInfo, start_ns: int, end_ns: int, skip
             row[index] += value
     rows = [Row(*key, *values) for key, values in merged.items()]
     wakers = list(waker_ids)  # in the order they were numbered
-    threads = {tid: Thread(tid, t.pid if t.pid is not None else tid, t.comm, round(t.oncpu_ns / 1000), t.offcpu_us, t.blocked_us, t.runqueue_us,
-                           t.created_ns, t.exited_ns) for tid, t in totals.threads.items()}
+    waited = {row.tid for row in rows}
+
+    def inside(ns: int | None) -> int | None:
+        return ns if ns is not None and start_ns <= ns <= end_ns else None
+
+    threads = {tid: Thread(tid, t.pid if t.pid is not None else tid, t.comm, round(t.oncpu_ns / 1000), t.offcpu_us,
+                           t.blocked_us, t.runqueue_us, inside(t.created_ns), inside(t.exited_ns))
+               for tid, t in totals.threads.items()
+               if t.oncpu_ns or tid in waited or inside(t.created_ns) or inside(t.exited_ns)}
     return Model(info, start_ns, end_ns, stacks, wakers, rows, threads, totals.runqueue_delays_us,
                  totals.clipped, totals.unseen_wakeups, skipped)

@@ -116,6 +116,26 @@ def test_time_slice_of_the_recording(mmap_capture):
     assert one_ms.returncode == 0 or "this part of the recording" in one_ms.stderr, one_ms.stderr
 
 
+def test_parts_of_a_recording_add_up_to_it(mmap_capture):
+    # Given the recording cut in two at 0.7 s
+    info = json.loads((mmap_capture / "capture.json").read_text())
+    seconds = (info["window_end_ns"] - info["window_start_ns"]) / 1e9
+    whole = json.loads(run_offcpu("report", "json", str(mmap_capture)).stdout)
+    parts = [json.loads(run_offcpu("report", "json", str(mmap_capture), "--time", span).stdout)
+             for span in ("0,0.7", f"0.7,{seconds}")]
+    # Then each thread there all along is on or off CPU for the whole of each part, waits
+    # under way when a part begins included (the main thread sleeps through all of it)
+    for part in parts:
+        wall_us = part["window"]["seconds"] * 1e6
+        for thread in part["threads"]:
+            assert abs(thread["oncpu_us"] + thread["offcpu_us"] - wall_us) <= 0.02 * wall_us, thread
+        main = next(thread for thread in part["threads"] if thread["tid"] == info["target"]["pid"])
+        assert main["offcpu_us"] >= 0.98 * wall_us
+    # and the parts add up to the whole, to the microsecond each cut interval is rounded to
+    for key in ("offcpu_us", "blocked_us", "runqueue_us"):
+        assert abs(sum(part["totals"][key] for part in parts) - whole["totals"][key]) <= 2 * 17, key
+
+
 def test_the_model_is_reused_and_rebuilt_when_perf_data_changes(mmap_capture):
     run_offcpu("report", "folded", str(mmap_capture))
     no_perf = {**os.environ, "PATH": str(OFFCPU.parent)}
