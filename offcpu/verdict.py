@@ -57,11 +57,13 @@ class Measurements:
 def unrecorded(model: Model) -> str | None:
     """Why the model holds no scheduler event of its target, so that there is nothing
     to check; None when it does. perf counted no event at all, or none of the
-    target's threads ran (switched in) during the window."""
+    target's threads ran (switched in), or none left the CPU, during the window."""
     if model.capture.samples == 0:
         return f"capture.json counts 0 events and {model.capture.switch_records:,} switch records"
     if not any(thread.oncpu_us for thread in model.threads.values()):
         return "no thread of the target ran during the window"
+    if not model.rows:
+        return "no thread of the target left the CPU during the window"
     return None
 
 

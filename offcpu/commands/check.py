@@ -146,7 +146,10 @@ def _check_capture(capture: Path) -> None:
     if not capture.is_dir():
         raise OffcpuError(f"{capture} is not a capture directory; record one with 'offcpu record -o DIR' "
                           "or let 'offcpu check --pid PID' record it")
-    load(capture)  # says clearly when it is not a capture
+    info = load(capture)  # says clearly when it is not a capture
+    if info.command_exit_status:
+        raise OffcpuError(f"{COULD_NOT_CHECK}the command recorded in {capture} exited with status "
+                          f"{info.command_exit_status}: a run that failed is not checked; record one that succeeds")
 
 
 def _measure(capture: Path) -> Measurements:

@@ -288,6 +288,8 @@ class TestCouldNotCheck:
         assert result.returncode == 2 and "status 3" in result.stderr.splitlines()[-1]
         assert "Traceback" not in result.stderr and "PASS" not in result.stdout
         assert (capture / "perf.data").exists()  # kept, to see what happened
+        # and checking that capture afterwards does not pass it either
+        assert_one_line_error(check(str(capture)), "could not check", "exited with status 3")
 
     def test_recording_without_perf(self, tmp_path):
         bare = tmp_path / "bin"

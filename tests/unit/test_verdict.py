@@ -146,6 +146,13 @@ def test_recordings_of_a_running_target_are_checked(name):
     assert unrecorded(model_of(name)) is None
 
 
+def test_a_recording_without_a_wait_is_not_checked():
+    # as a command that ran and ended without leaving its CPU (`true`, most of the time)
+    model = model_of("futex_pid")
+    model.rows.clear()
+    assert unrecorded(model) == "no thread of the target left the CPU during the window"
+
+
 @pytest.mark.parametrize("report", [[], {"schema": "offcpu/2"}, {"schema": "offcpu/1"}])
 def test_what_is_not_a_json_report(report):
     with pytest.raises((ValueError, KeyError)):
