@@ -7,7 +7,7 @@ long after the recording and on another machine.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
@@ -86,7 +86,31 @@ class CaptureInfo:
         target = data.get("target", {})
         if not isinstance(target, dict):
             raise TypeError(f"target is {type(target).__name__}, expected an object")
-        return cls(**{**data, "target": Target(**{**target, "command": tuple(target.get("command", ()))})})
+        _check_types(data, cls)
+        _check_types(target, Target)
+        info = cls(**{**data, "target": Target(**{**target, "command": tuple(target.get("command", ()))})})
+        if info.window_end_ns <= info.window_start_ns:
+            raise ValueError(f"its window, {info.window_start_ns} to {info.window_end_ns} ns, is empty")
+        return info
+
+
+# What each annotation of CaptureInfo and Target allows in JSON.
+JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "int | None": (int, type(None)),
+    "bool | None": (bool, type(None)), "dict | None": (dict, type(None)),
+    "list[str]": (list,), "list[dict]": (list,), "dict[str, list]": (dict,), "tuple[str, ...]": (list, tuple),
+}
+
+
+def _check_types(data: dict, kind: type) -> None:
+    """TypeError naming the first field whose JSON value has the wrong type (a
+    hand-edited or damaged capture.json), before any number is computed from it."""
+    for item in fields(kind):
+        if item.name not in data or item.name == "target":
+            continue
+        value, allowed = data[item.name], JSON_TYPES.get(str(item.type), (object,))
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            raise TypeError(f"{item.name} is {json.dumps(value)[:40]}, not {item.type}")
 
 
 def save(directory: Path, info: CaptureInfo) -> None:

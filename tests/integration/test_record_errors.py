@@ -162,3 +162,22 @@ def test_capture_json_that_is_not_an_object(tmp_path, content):
     (capture / "perf.data").write_bytes(b"")
     (capture / "capture.json").write_text(content)
     assert_one_line_error(run_offcpu("report", "json", str(capture)), "not a capture description")
+
+
+@pytest.mark.parametrize("damage, words", [
+    ({"window_start_ns": "abc"}, ["window_start_ns", "not int"]),
+    ({"window_end_ns": None}, ["window_end_ns"]),
+    ({"samples": True}, ["samples", "not int"]),
+    ({"target": {"kind": "pid", "comm": 3}}, ["comm", "not str"]),
+])
+def test_a_damaged_capture_json_is_said_to_be_damaged(tmp_path, damage, words):
+    # Given a real capture.json with one field damaged, and a perf.data beside it
+    data = json.loads((Path(__file__).parent.parent / "fixtures" / "futex_pid" / "capture.json").read_text())
+    data.update(damage)
+    capture = tmp_path / "cap"
+    capture.mkdir()
+    (capture / "perf.data").write_bytes(b"PERFILE2")
+    (capture / "capture.json").write_text(json.dumps(data))
+    # Then every command that reads it says so in one line, and none computes with it
+    for command in (["report", "json"], ["check"]):
+        assert_one_line_error(run_offcpu(*command, str(capture)), "not a capture description", *words)
