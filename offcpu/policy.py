@@ -36,7 +36,7 @@ WAITS_FOR_WORK = "idle"
 # check as soon as it is warning or critical.
 NOT_GATED_BY_DEFAULT = {
     "runqueue": "CPU saturation: a benchmark that keeps the CPUs busy is doing its job (gate it with "
-                "runqueue.max_p99_ms)",
+                "runqueue.max_p99_ms, and its growth against a baseline with [regression.runqueue])",
     WAITS_FOR_WORK: "threads waiting for work are never a problem",
 }
 DEFAULT_FAIL_ABOVE_INFO = tuple(rule for rule in RULE_IDS if rule not in NOT_GATED_BY_DEFAULT)

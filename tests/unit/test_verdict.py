@@ -71,8 +71,18 @@ def test_ms_per_s_is_off_cpu_time_over_the_window(futex):
 def test_against_itself_nothing_grew(futex):
     verdict = evaluate(Policy(fail_above_info=()), futex, futex)
     assert verdict.passed and verdict.comparisons
-    assert {check.rule for check in verdict.comparisons} == {*futex.findings, BLOCKED} - {"idle"}
+    assert {check.rule for check in verdict.comparisons} == {*futex.findings, BLOCKED} - {"idle", "runqueue"}
     assert all(check.detail == "unchanged" for check in verdict.comparisons)
+
+
+def test_cpu_saturation_is_compared_only_when_the_policy_asks(futex, fixed):
+    # A fix that removes a lock keeps the threads busy: more preemption is no regression by default
+    assert "runqueue" in futex.findings
+    default = evaluate(Policy(fail_above_info=()), futex, fixed)
+    assert "runqueue" not in {check.rule for check in default.comparisons}
+    asked = evaluate(Policy(fail_above_info=(), regression=Regression(overrides={"runqueue": Tolerance()})),
+                     futex, fixed)
+    assert "runqueue" in {check.rule for check in asked.comparisons}
 
 
 def test_growth_fails_only_past_both_tolerances(futex):
