@@ -209,13 +209,11 @@ class Match:
 
     rows: list[Row]
     summary: str
-    title: str = ""  # the rule's, unless given
     confidence: str = "high"
     confidence_reason: str = ""
     floor: str = "info"  # lowest severity, whatever the share
     cap: str = "critical"  # highest severity
     threads: int | None = None  # counted from the rows unless given
-    remedy: str = ""  # the rule's, unless given
 
 
 class Context:
@@ -383,30 +381,30 @@ def detect_thread_churn(ctx: Context) -> Match | None:
 
 def detect_futex_contention(ctx: Context) -> Match | None:
     locks = ctx.waits(lambda row: ctx.kinds[row.stack] == "lock")
+    if not locks:
+        return None
     unknown = ctx.waits(lambda row: ctx.kinds[row.stack] == "unknown")
     other = ctx.waits(lambda row: ctx.kinds[row.stack] in ("condition", "wait"))
-    apart = f"{us_text(total(other))} of condition-variable, join and semaphore waits are not counted" \
-        if other else ""
-    if locks:
-        notes = [apart] + ([f"{us_text(total(unknown))} of futex waits whose kind the stacks do not show"]
-                           if unknown else [])
-        notes = [note for note in notes if note]
-        return Match(locks, f"{threads_text(locks)} {spent_text(locks, ctx)} waiting {times_text(locks)} for a "
-                            f"mutex or rwlock another thread held" + (f" ({'; '.join(notes)})." if notes else "."),
-                     confidence_reason=f"which lock is not shown (user stacks truncated): {DWARF_HINT}"
-                     if ctx.truncated() else "")
+    notes = ([f"{us_text(total(other))} of condition-variable, join and semaphore waits are not counted"]
+             if other else []) + \
+            ([f"nor {us_text(total(unknown))} of futex waits whose kind the stacks do not show"] if unknown else [])
+    return Match(locks, f"{threads_text(locks)} {spent_text(locks, ctx)} waiting {times_text(locks)} for a mutex or "
+                        f"rwlock another thread held" + (f" ({'; '.join(notes)})." if notes else "."),
+                 confidence_reason=f"which lock is not shown (user stacks truncated): {DWARF_HINT}"
+                 if ctx.truncated() else "")
+
+
+def detect_futex_unknown(ctx: Context) -> Match | None:
+    unknown = ctx.waits(lambda row: ctx.kinds[row.stack] == "unknown")
     if not unknown:
         return None
     return Match(unknown, f"{threads_text(unknown)} {spent_text(unknown, ctx)} in "
                           f"{counted(sum(row.count for row in unknown), 'futex wait')} that may be waits for a lock or "
                           f"for work (a condition variable, a join, a semaphore): the stacks stop in libc, so they "
-                          f"are not counted as contention.",
-                 title="Futex waits of unknown kind", cap="info", confidence="low",
+                          f"are neither counted as contention nor as waits for work.",
+                 cap="info", confidence="low",
                  confidence_reason="user stacks stop at libc's futex wrapper (glibc built without frame "
-                                   f"pointers): {DWARF_HINT}",
-                 remedy="Record again with --call-graph dwarf: the full user stacks tell lock waits "
-                        "(pthread_mutex_lock, rwlocks) from waits for work (pthread_cond_wait, pthread_join, "
-                        "sem_wait), and this finding becomes futex_contention or idle.")
+                                   f"pointers): {DWARF_HINT}")
 
 
 def detect_runqueue(ctx: Context) -> Match | None:
@@ -510,6 +508,11 @@ RULES: tuple[Rule, ...] = (
          "use atomics for simple counters. The evidence stacks show where the waits are; record with "
          "--call-graph dwarf to see which code takes the lock.",
          detect_futex_contention),
+    Rule("futex_unknown", "Futex waits of unknown kind",
+         "Record again with --call-graph dwarf: the full user stacks tell lock waits (pthread_mutex_lock, rwlocks) "
+         "from waits for work (pthread_cond_wait, pthread_join, sem_wait), and these waits become "
+         "futex_contention or idle.",
+         detect_futex_unknown),
     Rule("runqueue", "Threads wait for a CPU (CPU saturation)",
          "The threads had work but no CPU to run it on: run no more busy threads than there are CPUs (size pools "
          "to the CPU count), remove or throttle other CPU-heavy work on the machine, or give it more CPUs. This is "
@@ -563,10 +566,10 @@ def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
     if not idle and severity == "info" and match.floor == "info" and share_of_wall < REPORT_FROM:
         return None
     return Finding(
-        id=rule.id, severity=severity, title=match.title or rule.title, summary=match.summary, offcpu_us=us,
+        id=rule.id, severity=severity, title=rule.title, summary=match.summary, offcpu_us=us,
         blocked_us=blocked(match.rows), share_of_wall=share_of_wall, share_of_offcpu=min(us / offcpu, 1.0) if offcpu > 0 else 0.0,
         threads=match.threads if match.threads is not None else tids(match.rows),
-        evidence=evidence(ctx.model, match.rows), remedy=match.remedy or rule.remedy,
+        evidence=evidence(ctx.model, match.rows), remedy=rule.remedy,
         confidence=match.confidence, confidence_reason=match.confidence_reason,
     )
 

@@ -38,6 +38,7 @@ NOT_GATED_BY_DEFAULT = {
     "runqueue": "CPU saturation: a benchmark that keeps the CPUs busy is doing its job (gate it with "
                 "runqueue.max_p99_ms, and its growth against a baseline with [regression.runqueue])",
     WAITS_FOR_WORK: "threads waiting for work are never a problem",
+    "futex_unknown": "the kind of these waits cannot be told from the stacks (record with --call-graph dwarf)",
 }
 DEFAULT_FAIL_ABOVE_INFO = tuple(rule for rule in RULE_IDS if rule not in NOT_GATED_BY_DEFAULT)
 # The baseline comparison of blocked time, waits for work left out, beside the findings';

@@ -40,7 +40,7 @@ def rename_frames(model, names: dict[str, str]) -> None:
 
 def test_rules_are_one_table_with_unique_ids():
     ids = [rule.id for rule in RULES]
-    assert len(ids) == len(set(ids)) == 8
+    assert len(ids) == len(set(ids)) == 9
     assert all(rule.title and rule.remedy and callable(rule.detect) for rule in RULES)
 
 
@@ -112,9 +112,11 @@ def test_futex_contention_told_by_the_lock_leaf_even_in_truncated_stacks():
 
 def test_futex_waits_stopping_at_the_libc_leaf_are_not_called_contention():
     # churn_pid (fp): joins end in __futex_abstimed_wait_common with nothing above it
-    finding = by_id(model_of("churn_pid"))["futex_contention"]
+    found = by_id(model_of("churn_pid"))
+    finding = found["futex_unknown"]
+    assert "futex_contention" not in found
     assert finding.severity == "info" and finding.confidence == "low"
-    assert "not counted as contention" in finding.summary
+    assert "neither counted as contention nor as waits for work" in finding.summary
     assert "--call-graph dwarf" in finding.confidence_reason
     assert finding.evidence[0].frames[0] == "__futex_abstimed_wait_common"
 
@@ -196,11 +198,11 @@ def test_idle_pool_is_idle_not_contended():
     # not told; they are said to be unknown, never contention, and the pool's sleeps
     # and its workers that nothing woke are idle
     found = by_id(model_of("idle_pid"))
-    assert set(found) == {"idle", "futex_contention"} and all(f.severity == "info" for f in found.values())
+    assert set(found) == {"idle", "futex_unknown"} and all(f.severity == "info" for f in found.values())
     assert "not contention" in found["idle"].summary and "not woken at all" in found["idle"].summary
     assert "do_nanosleep" in {f for e in found["idle"].evidence for f in e.frames}
-    unknown = found["futex_contention"]
-    assert unknown.confidence == "low" and "not counted as contention" in unknown.summary
+    unknown = found["futex_unknown"]
+    assert unknown.confidence == "low" and "neither counted as contention" in unknown.summary
     assert "--call-graph dwarf" in unknown.remedy and "Hold the lock" not in unknown.remedy
 
 
