@@ -83,6 +83,17 @@ class _Shortened:
     def whole(self) -> str:
         return self.shown(len(self.user), len(self.kernel))
 
+    def telling_apart(self, others: set[str], limit: int) -> str | None:
+        """The frame nearest the kernel that `others` lack, between '…', then the kernel's
+        leaf frame (why it waited) if it fits: the frames all of them share are left out."""
+        frames = self.user + self.kernel
+        unique = next((frame for frame in reversed(frames) if frame not in others), None)
+        if unique is None:
+            return None
+        after = frames[frames.index(unique) + 1:]
+        shapes = [["…", unique, *(["…"] if len(after) > 1 else []), *after[-1:]], ["…", unique, *(["…"] if after else [])]]
+        return next((";".join(shape) for shape in shapes if len(";".join(shape)) <= limit), None)
+
     def fitted(self, limit: int) -> tuple[int, int]:
         """How many user and kernel frames to show in `limit` characters: the kernel's
         leaf-most frame, which says why it waited, then the program's nearest the kernel,
@@ -143,7 +154,8 @@ def shorten_apart(stacks: Sequence[tuple[Sequence[str], int]], limit: int) -> li
             stack = parsed[index]
             texts = (stack.shown(*choice) for choice in _choices(len(stack.user), len(stack.kernel)))
             shown[index] = next((text for text in texts
-                                 if len(text) <= limit and set(text.split(";")) - others - {"…"}), shown[index])
+                                 if len(text) <= limit and set(text.split(";")) - others - {"…"}),
+                                stack.telling_apart(others, limit) or shown[index])
     return [_cut(text, limit) for text in shown]
 
 

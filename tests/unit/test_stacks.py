@@ -79,12 +79,13 @@ def test_stacks_that_differ_read_differently_when_the_width_allows():
     assert both == ["…;pthread_create@GLIBC_2.2.5;__lll_lock_wait_private;…;futex_do_wait",
                     "…;__GI___nptl_deallocate_stack;__lll_lock_wait_private;…;futex_do_wait"]
     # When no one choice of frames tells them apart in the width (mmap_contention_fixed preempted by
-    # two kinds of interrupt), each that can be is shown with a frame the other does not have
+    # two kinds of interrupt), each is shown with a frame the other does not have, leaving out
+    # frames they share when that is what fits
     ipi = stack_with("mmap_fixed_pid", "asm_sysvec_reschedule_ipi")
     timer = stack_with("mmap_fixed_pid", "asm_sysvec_apic_timer_interrupt")
     assert shorten(*ipi, 55) == shorten(*timer, 55) == "start_thread;worker;…;irqentry_exit_to_user_mode"
     assert shorten_apart([ipi, timer], 55) == ["…;asm_sysvec_reschedule_ipi;irqentry_exit_to_user_mode",
-                                               "start_thread;worker;…;irqentry_exit_to_user_mode"]
+                                               "…;asm_sysvec_apic_timer_interrupt;…"]
     assert shorten_apart([ipi, timer], 60) == ["…;asm_sysvec_reschedule_ipi;irqentry_exit_to_user_mode",
                                                "…;asm_sysvec_apic_timer_interrupt;irqentry_exit_to_user_mode"]
     # and a stack that reads like no other is shortened as shorten() does
