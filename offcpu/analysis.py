@@ -116,7 +116,10 @@ def _window_ns(info: CaptureInfo, window_s: tuple[float, float] | None) -> tuple
         return None
     start_s, end_s = window_s
     length_s = (info.window_end_ns - info.window_start_ns) / 1e9
-    if not 0 <= start_s < end_s or start_s >= length_s:
+    if end_s <= start_s:
+        raise OffcpuError(f"--time {_shown(start_s)},{_shown(end_s)}: END must come after START (seconds from the "
+                          "start of the recording)")
+    if not 0 <= start_s < length_s:
         raise OffcpuError(f"--time {_shown(start_s)},{_shown(end_s)} is outside the recording, which lasted "
                           f"{length_s:.2f} s")
     start_ns = info.window_start_ns + round(start_s * 1e9)

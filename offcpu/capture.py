@@ -7,6 +7,7 @@ long after the recording and on another machine.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -34,7 +35,7 @@ class Target:
         if self.kind == "all":
             return "all CPUs"
         if self.kind == "command":
-            return f"command '{' '.join(self.command)}'" + (f" (pid {self.pid})" if self.pid else "")
+            return f"command {shlex.join(self.command)}" + (f" (pid {self.pid})" if self.pid else "")
         if self.kind == "tid":
             return f"thread {self.tid} of {self.comm} (pid {self.pid})"
         return f"{self.comm} (pid {self.pid})"
@@ -141,6 +142,8 @@ def own_files(directory: Path) -> list[Path]:
 
 def load(directory: Path) -> CaptureInfo:
     """Read a capture directory, with a fix-it message for whatever is missing."""
+    if directory.is_file() and (directory.parent / METADATA).is_file():
+        raise OffcpuError(f"{directory} is a file of a capture; give the capture directory, {directory.parent}")
     if not directory.is_dir():
         raise OffcpuError(f"{directory} is not a capture directory; make one with 'offcpu record -o {directory} ...'")
     path = directory / METADATA

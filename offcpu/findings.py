@@ -371,8 +371,9 @@ def detect_thread_churn(ctx: Context) -> Match | None:
         "waiting for their first run, and in creating, joining and ending them"
     return Match(rows, f"{counted(life.created, 'thread')} were created ({life.created_per_s:,.0f} a second) and "
                        f"lived {us_text(life.median_life_us)} (median); they spent {us_text(us)} off CPU {paths} "
-                       f"({pct(us / busy if busy > 0 else 0.0)} of the off-CPU time, besides waits for the stack "
-                       f"cache lock), and more on CPU setting up and tearing down each thread.",
+                       f"({pct(us / busy if busy > 0 else 0.0)} of the off-CPU time that was not waiting for work; "
+                       f"waits for the stack cache lock aside), and more on CPU setting up and tearing down each "
+                       f"thread.",
                  floor="warning", threads=life.created,
                  confidence="low" if ctx.truncated() else "high",
                  confidence_reason=f"waits in pthread_join are not told apart from other futex waits (user stacks "
@@ -419,8 +420,8 @@ def detect_runqueue(ctx: Context) -> Match | None:
                     f"(p99), up to {us_text(delay[100])} for a CPU, which the findings of the waits they were "
                     f"woken from count" if delay else "")
     waiting = sum(row.runqueue_us for row in ctx.model.rows) / max(ctx.model.wall_us, 1)
-    were = "was" if tids(rows) == 1 else "were"
-    return Match(rows, f"{threads_text(rows)} {were} preempted while they still had work for {us_text(us)} "
+    were, they = ("was", "it") if tids(rows) == 1 else ("were", "they")
+    return Match(rows, f"{threads_text(rows)} {were} preempted while {they} still had work for {us_text(us)} "
                        f"({pct(ctx.share_of_wall(us, rows))} of {their(rows)} time){after_wakeup}; on average "
                        f"{waiting:.1f} runnable threads waited for the {ctx.model.capture.cpus} CPUs.")
 
@@ -465,8 +466,8 @@ def detect_idle(ctx: Context) -> Match | None:
         return None
     us = total(rows)
     quiet = tids(row for row in rows if ctx.model.stacks[row.stack].frames == (BEFORE_WINDOW,))
-    unwoken = "" if not quiet else " (not woken at all)" if quiet == tids(rows) else \
-        f" ({quiet:,} of them not woken at all)"
+    unwoken = "" if not quiet else " (not woken at all: idle, or stuck, which looks the same)" \
+        if quiet == tids(rows) else f" ({quiet:,} of them not woken at all: idle, or stuck, which looks the same)"
     return Match(rows, f"{threads_text(rows)}{unwoken} spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of "
                        f"{their(rows)} time) waiting for work or for time to pass (sleeps, poll/epoll/select, condition "
                        f"variables woken less than {1_000_000 // IDLE_MEAN_WAIT_US} times a second); this is not "

@@ -81,12 +81,20 @@ def measure(model: Model) -> Measurements:
     )
 
 
+# The options of a JSON report that leave part of a run out of its numbers.
+PART_OPTIONS = ("time", "states", "pids", "tids", "comms")
+
+
 def measurements_from_report(report: dict) -> Measurements:
     """The measurements in a JSON report ("offcpu/1"). KeyError, TypeError or
     ValueError when it is not one, or when its idle finding does not say how much
     of it was blocked."""
     if not isinstance(report, dict) or report.get("schema") != "offcpu/1":
         raise ValueError("its schema is not \"offcpu/1\"")
+    chosen = [option for option in PART_OPTIONS if report.get("view", {}).get(option)]
+    if chosen:
+        raise ValueError(f"it is a report of part of a run ({', '.join('--' + option.rstrip('s') for option in chosen)}); "
+                         "a baseline is a whole run: write it without those options")
     runqueue = report["runqueue_delay_us"]
     idle = next((finding for finding in report["findings"] if finding["id"] == WAITS_FOR_WORK), {"blocked_us": 0})
     if "blocked_us" not in idle:

@@ -179,8 +179,8 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
         notes.append(f"the command exited with status {status}"
                      + (f" (killed by signal {-status})" if status < 0 else ""))
     if info.samples == 0:
-        notes.append("perf recorded no scheduler event of the target: it neither ran nor woke anyone during the "
-                     "recording (idle, stopped or deadlocked?), so there is nothing to report")
+        notes.append("perf recorded no scheduler event of the target: none of its threads ran during the recording "
+                     "(idle, stopped or deadlocked?); reports can only show them off CPU all along, with no stack")
     if info.lost_events:
         share = info.lost_events / (info.samples + info.switch_records + info.lost_events)
         notes.append(f"perf lost {info.lost_events:,} events ({share:.1%}), so some waits are missing or cut short: "

@@ -8,7 +8,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from offcpu.findings import Finding, findings
+from offcpu.findings import Finding, findings, us_text
 from offcpu.model import Model
 from offcpu.renderers.console import Column, fitted_table, printed, short_names
 from offcpu.stacks import shorten_apart
@@ -131,8 +131,10 @@ class TextReport:
             if self.view.filtered else ""
         return Text(f"Run-queue delay (from a wakeup to running again){whose}: {shown}")
 
-    def _wakers(self, model: Model) -> Table:
+    def _wakers(self, model: Model) -> Table | Text:
         pairs = waker_pairs(model)[: self.top]
+        if not pairs:
+            return Text("Who woke whom: no wakeup of these threads was recorded.")
         return self._table("Who woke whom",
                            Column("waker", short_names([waker_name(pair) for pair in pairs])),
                            Column("woke", short_names([f"{pair.wakee_comm}-{pair.wakee_tid}" for pair in pairs])),
@@ -144,6 +146,6 @@ class TextReport:
         life = lifecycle(model)
         if not life.created and not life.exited:
             return Text("Threads: none created or exited while recording.")
-        median = f", median life {life.median_life_us:,} µs" if life.median_life_us is not None else ""
+        median = f", median life {us_text(life.median_life_us)}" if life.median_life_us is not None else ""
         return Text(f"Threads: {life.created:,} created ({life.created_per_s:,.0f}/s) and {life.exited:,} exited "
                     f"while recording{median}")

@@ -130,7 +130,7 @@ def test_a_title_with_the_targets_command_line_is_xml(tmp_path):
     assert run_offcpu("report", "svg", str(capture), "-o", str(graph)).returncode == 0
     assert run_offcpu("report", "diff", str(capture), str(capture), "-o", str(diff)).returncode == 0
     # Then both are XML, their titles readable with look-alikes for what XML gives a meaning to
-    for svg, title in ((graph, "Off-CPU time of command 'sh -c sleep 0.2 \uff06\uff06 true'"),
+    for svg, title in ((graph, "Off-CPU time of command sh -c 'sleep 0.2 \uff06\uff06 true'"),
                        (diff, "sh\uff06\uff06true \u2039''1''\u203a against")):
         texts = [element.text or "" for element in ElementTree.parse(svg).getroot().iter(f"{SVG}text")]
         assert any(title in text for text in texts), (title, texts[:3])

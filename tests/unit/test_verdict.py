@@ -140,6 +140,13 @@ def test_a_json_report_measures_as_its_model(name):
     assert measurements_from_report(report) == measure(model)
 
 
+def test_a_report_of_part_of_a_run_is_no_baseline():
+    model = model_of("futex_pid")
+    report = json.loads(JsonReport(StackView(tids=frozenset({model.capture.target.pid})), 5).render(model))
+    with pytest.raises(ValueError, match=r"part of a run \(--tid\)"):
+        measurements_from_report(report)
+
+
 def test_a_json_report_must_say_how_much_of_its_waits_for_work_was_blocked():
     # Given a report whose idle finding gives its off-CPU time but not the blocked part of it
     # (as reports written before findings carried blocked_us)

@@ -15,16 +15,21 @@ from offcpu.model import Model
 from offcpu.stackview import StackView
 
 capture_argument = click.argument("capture", type=click.Path(path_type=Path))
+# The states perf prints as prev_state ('?': waiting since before the recording, state unknown).
+TASK_STATES = ("R", "S", "D", "T", "t", "X", "Z", "P", "I", "?")
 renderer_option = click.option(
     "--flamegraph", "flamegraph_path", metavar="PATH",
     help="Draw with this flamegraph.pl or inferno-flamegraph, or the one in this directory "
          "[default: see 'svg --help'].")
 
 
-def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    function = click.option("--force", is_flag=True, help="Replace the output file if it exists.")(function)
-    return click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
-                        help="Write here [default: beside the capture].")(function)
+def output_options(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """-o and --force; `default` says where the report goes without -o."""
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        function = click.option("--force", is_flag=True, help="Replace the output file if it exists.")(function)
+        return click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
+                            help=f"Write the report to this file [default: {default}].")(function)
+    return decorate
 
 
 def output_path(capture: Path, output: Path | None, suffix: str, force: bool) -> Path:
@@ -111,6 +116,10 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
                   **rest: Any) -> Any:
         if user_only and kernel_only:
             raise click.UsageError("--user-only and --kernel-only exclude each other")
+        unknown = [given for given in _split(state) if given.rstrip("+") not in TASK_STATES]
+        if unknown:
+            raise click.BadParameter(f"{', '.join(unknown)} is not a task state; give letters among "
+                                     f"{', '.join(TASK_STATES)}", param_hint="--state")
         view = StackView(
             time=parse_time(time_range), states=frozenset(state.rstrip("+") for state in _split(state)),
             pids=_integers(pid, "--pid"), tids=_integers(tid, "--tid"), comms=frozenset(_split(comm)),

@@ -25,7 +25,7 @@ from offcpu.stackview import StackView
               help="Rows in the table of stacks that grew most.")
 @click.option("--text", "text_only", is_flag=True, help="Print only the table; write no SVG.")
 @renderer_option
-@output_options
+@output_options("NEW.diff.svg beside NEW")
 def diff(base: Path, new: Path, view: StackView, top: int, text_only: bool,
          flamegraph_path: str | None, output: Path | None, force: bool) -> None:
     """Compare two recordings: where did off-CPU time grow from BASE to NEW?

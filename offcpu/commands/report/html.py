@@ -19,7 +19,7 @@ from offcpu.stackview import StackView
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
               help="Rows in the stacks, threads and wakers tables.")
 @renderer_option
-@output_options
+@output_options("CAPTURE.html beside the capture")
 def html_report(capture: Path, view: StackView, top: int,
                 flamegraph_path: str | None, output: Path | None, force: bool) -> None:
     """Write one self-contained HTML page: the interactive off-CPU flame graph

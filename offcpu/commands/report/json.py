@@ -17,7 +17,7 @@ from offcpu.stackview import StackView
 @view_options
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
               help="How many stacks and waker pairs to list.")
-@output_options
+@output_options("stdout")
 def json_report(capture: Path, view: StackView, top: int,
                 output: Path | None, force: bool) -> None:
     """Print the analysis as JSON (schema "offcpu/1", documented in README.md):

@@ -18,7 +18,7 @@ from offcpu.stackview import StackView
 @view_options
 @click.option("--inverted", is_flag=True, help="An icicle graph: leaves on top, to see the common blocking call.")
 @renderer_option
-@output_options
+@output_options("CAPTURE.svg beside the capture")
 def svg(capture: Path, view: StackView, inverted: bool,
         flamegraph_path: str | None, output: Path | None, force: bool) -> None:
     """Draw an off-CPU flame graph (SVG): the width of a frame is the time

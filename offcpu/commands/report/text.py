@@ -17,7 +17,7 @@ from offcpu.stackview import StackView
 @view_options
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Rows per table.")
-@output_options
+@output_options("stdout")
 def text(capture: Path, view: StackView, top: int,
          output: Path | None, force: bool) -> None:
     """Print the analysis as tables: the top off-CPU stacks, threads,
