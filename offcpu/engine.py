@@ -246,7 +246,7 @@ class SliceBuilder:
             self._leave(prev_tid, time_ns, chain, prev_state, pid, payload[10:prev_pid])
 
     def _leave(self, tid: int, time_ns: int, chain: str, state: str, pid: int, comm: str) -> None:
-        thread = self.totals.thread(tid, pid, comm)
+        self.totals.thread(tid, pid, comm)  # its name and process, as of this switch
         first = tid not in self.seen
         if tid in self.running:
             self.totals.on_cpu(tid, self.running.pop(tid), time_ns)
