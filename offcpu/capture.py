@@ -81,6 +81,15 @@ class CaptureInfo:
     def to_json(self) -> dict:
         return asdict(self)
 
+    @property
+    def lost_note(self) -> str | None:
+        """What perf's lost events mean and what to do about them; None when it lost none."""
+        if not self.lost_events:
+            return None
+        share = self.lost_events / (self.samples + self.switch_records + self.lost_events)
+        return (f"perf lost {self.lost_events:,} events ({share:.1%}), so some waits are missing or cut short: "
+                "record again with a bigger ring buffer, for example --mmap-pages 1024, or a shorter --duration")
+
     @classmethod
     def from_json(cls, data: dict) -> CaptureInfo:
         """TypeError when `data` does not describe a capture."""

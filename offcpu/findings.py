@@ -21,7 +21,6 @@ time (threads waiting for work) left out for every rule but `idle`.
 from __future__ import annotations
 
 import re
-import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -29,8 +28,8 @@ from functools import cached_property
 
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, Model, Row
 from offcpu.perf_script import Stack
-from offcpu.stacks import THREAD_ROOTS, UNKNOWN, shorten
-from offcpu.summaries import Lifecycle, by_stack, lifecycle, runqueue_percentiles
+from offcpu.stacks import THREAD_ROOTS, UNKNOWN, reading
+from offcpu.summaries import Lifecycle, lifecycle, runqueue_percentiles
 
 # Severity from share_of_wall. On the examples (2 CPUs, 1 s): the pathologies'
 # findings carry 20-80% of their threads' time, the same programs' secondary
@@ -226,6 +225,7 @@ class Context:
         self.wall_by_tid = {tid: t.oncpu_us + t.offcpu_us for tid, t in model.threads.items()}
         self.offcpu_us = sum(t.offcpu_us for t in model.threads.values())
         self.idle_rows = [row for row in model.rows if self._idle(row)]
+        self._idle_ids = {id(row) for row in self.idle_rows}
         self.idle_us = total(self.idle_rows)
 
     @cached_property
@@ -257,8 +257,8 @@ class Context:
 
     def waits(self, keep: Callable[[Row], bool]) -> list[Row]:
         """The waits (not preemptions, not waits for work) that `keep` keeps."""
-        idle = {id(row) for row in self.idle_rows}
-        return [row for row in self.model.rows if row.state != PREEMPTED and id(row) not in idle and keep(row)]
+        return [row for row in self.model.rows
+                if row.state != PREEMPTED and id(row) not in self._idle_ids and keep(row)]
 
     def share_of_wall(self, us: int, rows: list[Row]) -> float:
         """`us` over the wall time of the threads of `rows`, at least one whole window."""
@@ -544,16 +544,18 @@ def evidence(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
     """The stacks (with their state) that carry most of the rows' off-CPU time, grouped
     as the stack tables group them: stacks that read the same (they differ only in frames
     perf could not name or in the scheduler's own) are one."""
-    groups: dict[tuple[str, str], list[tuple[int, list[Row]]]] = defaultdict(list)
-    for (stack, state), group in by_stack(rows).items():
-        frames = tuple(reversed(model.stacks[stack].frames))
-        groups[(shorten(frames, model.stacks[stack].kernel_frames, sys.maxsize), state)].append((stack, group))
+    groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for row in rows:
+        stack = model.stacks[row.stack]
+        groups[(reading(tuple(reversed(stack.frames)), stack.kernel_frames), row.state)].append(row)
     said = []
-    for (_, state), stacks in groups.items():
-        biggest = max(stacks, key=lambda item: total(item[1]))[0]
-        every = [row for _, group in stacks for row in group]
-        said.append(Evidence(tuple(reversed(model.stacks[biggest].frames)), model.stacks[biggest].kernel_frames,
-                             state, total(every), sum(row.count for row in every)))
+    for (_, state), group in groups.items():
+        by_stack: dict[int, int] = defaultdict(int)
+        for row in group:
+            by_stack[row.stack] += row.offcpu_us
+        shown = model.stacks[max(by_stack, key=by_stack.__getitem__)]  # the group's heaviest stack
+        said.append(Evidence(tuple(reversed(shown.frames)), shown.kernel_frames, state, total(group),
+                             sum(row.count for row in group)))
     return tuple(sorted(said, key=lambda item: -item.offcpu_us)[:EVIDENCE_STACKS])
 
 

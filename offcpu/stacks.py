@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 # Where every complete user stack begins (outermost frame): a thread's entry
@@ -124,6 +125,12 @@ def shorten(frames: Sequence[str], kernel_frames: int, limit: int) -> str:
     on its own is cut."""
     stack = _Shortened(frames, kernel_frames)
     return _cut(stack.shown(*stack.fitted(limit)), limit)
+
+
+def reading(frames: Sequence[str], kernel_frames: int) -> str:
+    """How a root-first stack reads however much room it is given: stacks that differ only
+    in frames perf could not name or in the scheduler's own read the same, and are one row."""
+    return shorten(frames, kernel_frames, sys.maxsize)
 
 
 def shorten_apart(stacks: Sequence[tuple[Sequence[str], int]], limit: int) -> list[str]:

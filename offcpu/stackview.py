@@ -7,14 +7,13 @@ stacks are drawn, in flame graphs and in tables alike."""
 from __future__ import annotations
 
 import re
-import sys
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from offcpu.errors import OffcpuError
 from offcpu.model import PREEMPTED, Model, Row, Thread
-from offcpu.stacks import shorten
+from offcpu.stacks import reading
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
 # flamegraph.pl and inferno read a line whose last frame ends in blanks and a number
@@ -55,6 +54,11 @@ class StackView:
             if values:
                 parts.append(f"{name}{'s' if len(values) > 1 else ''} {','.join(str(v) for v in sorted(values))}")
         return ", ".join(parts)
+
+    @property
+    def findings_note(self) -> str:
+        """What findings cover when --state chooses states ('' otherwise): all of them."""
+        return " (in every state: a finding weighs its waits against all its threads' time)" if self.states else ""
 
     @property
     def drawing(self) -> str:
@@ -176,7 +180,7 @@ def listed(stacks: list[DrawnStack]) -> list[DrawnStack]:
     own, or only in the waker's stack where a table names the waker) are one row."""
     rows: dict[tuple[str, str, str, str], DrawnStack] = {}
     for stack in stacks:
-        key = (stack.root, shorten(stack.frames, stack.kernel_frames, sys.maxsize), stack.woken_by, stack.state)
+        key = (stack.root, reading(stack.frames, stack.kernel_frames), stack.woken_by, stack.state)
         seen = rows.get(key)
         rows[key] = stack if seen is None else replace(
             seen, offcpu_us=seen.offcpu_us + stack.offcpu_us, blocked_us=seen.blocked_us + stack.blocked_us,

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from offcpu.model import Model, Row
+from offcpu.model import Model
 
 PERCENTILES = (50, 90, 99)
 
@@ -115,22 +114,9 @@ def lifecycle(model: Model) -> Lifecycle:
                      round(statistics.median(lives)) if lives else None)
 
 
-def by_stack(rows: Iterable[Row]) -> dict[tuple[int, str], list[Row]]:
-    """Rows grouped by stack and state, all threads together (how findings give evidence)."""
-    groups: dict[tuple[int, str], list[Row]] = defaultdict(list)
-    for row in rows:
-        groups[(row.stack, row.state)].append(row)
-    return groups
-
-
 def caveats(model: Model) -> list[str]:
     """What makes the numbers less than whole, in sentences, for the reports to lead with."""
-    capture = model.capture
-    said = []
-    if capture.lost_events:
-        recorded = capture.samples + capture.switch_records + capture.lost_events
-        said.append(f"perf lost {capture.lost_events:,} events ({capture.lost_events / recorded:.1%}) while "
-                    "recording: some waits are missing or cut short (record again with --mmap-pages 1024)")
+    said = [model.capture.lost_note] if model.capture.lost_note else []
     if model.skipped_lines:
         said.append(f"{model.skipped_lines:,} lines of perf script output could not be read and were left out")
     return said

@@ -211,7 +211,3 @@ def _growth(policy: Policy, rule: str, before: float, after: float) -> Check:
 def _pct(share: float) -> str:
     return f"{share:.1%}"
 
-
-def counted(n: int, noun: str) -> str:
-    """'1 thread', '2,048 threads'."""
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

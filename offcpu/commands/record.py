@@ -16,6 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from offcpu import limits
 from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
+from offcpu.findings import counted
 from offcpu.recorder import RecordRequest, prepare_output, record as record_capture
 
 MAX_DURATION_S = 600.0
@@ -165,8 +166,8 @@ def _print_summary(info: CaptureInfo, request: RecordRequest, suggest_report: bo
     where = shlex.quote(str(request.output))
     following = f" Next: offcpu report text {where} (or report svg, html, json, folded)" if suggest_report else ""
     console.print(
-        f"Recorded {info.target.describe()} for {info.duration_actual_s:.1f} s{ended}: {info.samples:,} "
-        f"{'event' if info.samples == 1 else 'events'} (+{info.switch_records:,} switch records), "
+        f"Recorded {info.target.describe()} for {info.duration_actual_s:.1f} s{ended}: "
+        f"{counted(info.samples, 'event')} (+{info.switch_records:,} switch records), "
         f"{info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, in {where}/.{following}")
     for note in _notes(info, request):
         console.print(f"  note: {note}")
@@ -181,10 +182,8 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
     if info.samples == 0:
         notes.append("perf recorded no scheduler event of the target: none of its threads ran during the recording "
                      "(idle, stopped or deadlocked?); reports can only show them off CPU all along, with no stack")
-    if info.lost_events:
-        share = info.lost_events / (info.samples + info.switch_records + info.lost_events)
-        notes.append(f"perf lost {info.lost_events:,} events ({share:.1%}), so some waits are missing or cut short: "
-                     "record again with a bigger ring buffer, for example --mmap-pages 1024, or a shorter --duration")
+    if info.lost_note:
+        notes.append(info.lost_note)
     if info.user_stacks_truncated:
         fix = ("give perf a bigger stack copy, for example --call-graph dwarf,32768" if request.call_graph.startswith("dwarf")
                else "record with --call-graph dwarf to see the callers")

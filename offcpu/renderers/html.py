@@ -10,10 +10,10 @@ from collections.abc import Iterable, Sequence
 from html import escape
 
 from offcpu.flamegraph import Renderer
-from offcpu.findings import findings
+from offcpu.findings import counted, findings
 from offcpu.model import Model
 from offcpu.renderers.flame import FlameGraphSvg, title
-from offcpu.renderers.text import STATE_NAMES, ms, share, waits, waker_name
+from offcpu.renderers.text import STATE_NAMES, ms, share, waker_name
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
 from offcpu.summaries import by_state, caveats, lifecycle, runqueue_percentiles, totals, waker_pairs
@@ -79,7 +79,7 @@ class HtmlReport:
         blocks = []
         for finding in found:
             stacks = shorten_apart([(item.frames, item.kernel_frames) for item in finding.evidence], STACK_CHARS)
-            evidence = "".join(f"<li>{ms(item.offcpu_us)} ms in {waits(item.count)} ({escape(item.state)}): "
+            evidence = "".join(f"<li>{ms(item.offcpu_us)} ms in {counted(item.count, 'wait')} ({escape(item.state)}): "
                                f"<span title=\"{escape(';'.join(item.frames))}\">{escape(stack)}</span></li>"
                                for item, stack in zip(finding.evidence, stacks))
             confidence = (f"<p><b>Confidence: {escape(finding.confidence)}</b>, {escape(finding.confidence_reason)}</p>"
@@ -87,8 +87,7 @@ class HtmlReport:
             blocks.append(f'<div class="finding {escape(finding.severity)}"><h3>[{escape(finding.severity)}] '
                           f"{escape(finding.title)}</h3>\n<p>{escape(finding.summary)}</p>\n<ul>{evidence}</ul>\n"
                           f"<p><b>Fix:</b> {escape(finding.remedy)}</p>{confidence}</div>")
-        states = " (in every state: a finding weighs its waits against all its threads' time)" \
-            if self.view.states else ""
+        states = self.view.findings_note
         note = ("Worst first" if found else "Nothing stands out in this recording") + states
         said = "".join(f'<p class="warn">{escape(caveat)}</p>\n' for caveat in caveats(model))
         return _section("findings", "Findings", note, said + "\n".join(blocks))

@@ -8,7 +8,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from offcpu.findings import Finding, findings, us_text
+from offcpu.findings import Finding, counted, findings, us_text
 from offcpu.model import Model
 from offcpu.renderers.console import Column, fitted_table, printed, short_names
 from offcpu.stacks import shorten_apart
@@ -28,10 +28,6 @@ def waker_name(pair: WakerPair) -> str:
 
 def ms(microseconds: int) -> str:
     return f"{microseconds / 1000:,.1f}"
-
-
-def waits(count: int) -> str:
-    return "1 wait" if count == 1 else f"{count:,} waits"
 
 
 def share(part: int, whole: int) -> str:
@@ -67,8 +63,7 @@ class TextReport:
     def _findings(self, model: Model) -> list[Text | Group]:
         """Worst first, each readable on its own: what, how much, the proof, the fix."""
         found = findings(of_threads(model, self.view))
-        states = " (in every state: a finding weighs its waits against all its threads' time)" \
-            if self.view.states else ""
+        states = self.view.findings_note
         if not found:
             return [Text(f"Findings: nothing stands out in this recording{states}.")]
         return [Text(f"Findings, worst first{states}", style="bold" if self.color else ""),
@@ -76,7 +71,7 @@ class TextReport:
 
     def _finding(self, finding: Finding) -> Group:
         style = {"critical": "bold red", "warning": "yellow"}.get(finding.severity, "") if self.color else ""
-        said = [f"{ms(evidence.offcpu_us)} ms in {waits(evidence.count)} ({evidence.state}): "
+        said = [f"{ms(evidence.offcpu_us)} ms in {counted(evidence.count, 'wait')} ({evidence.state}): "
                 for evidence in finding.evidence]
         room = self.width - 2 - max(map(len, said), default=0)  # the stacks go after what they say, or below it
         stacks = shorten_apart([(evidence.frames, evidence.kernel_frames) for evidence in finding.evidence],

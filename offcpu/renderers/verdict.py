@@ -11,9 +11,10 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from offcpu.findings import counted
 from offcpu.policy import NOT_GATED_BY_DEFAULT, RULE_IDS
 from offcpu.renderers.console import printed
-from offcpu.verdict import Check, Measurements, Verdict, counted
+from offcpu.verdict import Check, Measurements, Verdict
 
 SCHEMA = "offcpu-check/1"
 MAX_ANNOTATIONS = 10
