@@ -113,9 +113,9 @@ class Tally:
     def add_wait(self, tid: int, wait: Wait, back_ns: int, back_seen: bool = True) -> None:
         """Count one off-CPU interval, from `wait.since_ns` to `back_ns` (when the thread
         came back, or, not `back_seen`, the end of the recording), as far as it is counted."""
-        since_ns, until_ns = max(wait.since_ns, self.counted_from_ns), min(back_ns, self.counted_to_ns)
-        if until_ns <= since_ns and (wait.since_ns, back_ns) != (since_ns, until_ns):
+        if back_ns < self.counted_from_ns or wait.since_ns > self.counted_to_ns:
             return  # all of it outside what is counted
+        since_ns, until_ns = max(wait.since_ns, self.counted_from_ns), min(back_ns, self.counted_to_ns)
         clipped = not back_seen or wait.stack == BEFORE_WINDOW or (since_ns, until_ns) != (wait.since_ns, back_ns)
         offcpu = round((until_ns - since_ns) / 1000)
         if wait.state == PREEMPTED:
@@ -436,16 +436,12 @@ def _to_model(totals: Tally, info: CaptureInfo, start_ns: int, end_ns: int, skip
     differ only in addresses (other call sites in the same functions) are one stack."""
     chain_ids: dict[str, int] = {}
     stack_ids: dict[Stack, int] = {}
-    stacks: list[Stack] = []
     waker_ids: dict[Waker, int] = {}
-    wakers: list[Waker] = []
 
     def stack_id(chain: str) -> int:
         if chain not in chain_ids:
             stack = Stack((chain,), 0) if chain in SYNTHETIC_STACKS else parse_stack(chain)
             chain_ids[chain] = stack_ids.setdefault(stack, len(stack_ids))
-            if chain_ids[chain] == len(stacks):
-                stacks.append(stack)
         return chain_ids[chain]
 
     def waker_id(key: WakerKey | None) -> int | None:
@@ -460,7 +456,7 @@ def _to_model(totals: Tally, info: CaptureInfo, start_ns: int, end_ns: int, skip
         for index, value in enumerate(values):
             row[index] += value
     rows = [Row(*key, *values) for key, values in merged.items()]
-    wakers = list(waker_ids)  # in the order they were numbered
+    stacks, wakers = list(stack_ids), list(waker_ids)  # in the order they were numbered
     waited = {row.tid for row in rows}
 
     def inside(ns: int | None) -> int | None:

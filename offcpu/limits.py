@@ -50,12 +50,6 @@ class LimitsSnapshot:
             "limits": [asdict(limit) | {"share": limit.share, "near": limit.near} for limit in self.limits],
         }
 
-    @classmethod
-    def from_json(cls, data: dict) -> LimitsSnapshot:
-        fields = ("name", "used", "limit", "what")
-        limits = tuple(Limit(**{key: item[key] for key in fields}) for item in data["limits"])
-        return cls(pid=data["pid"], threads=data["threads"], limits=limits)
-
 
 def process_exists(pid: int) -> bool:
     """A live task: an exited one its parent has not reaped yet (a zombie) is gone."""

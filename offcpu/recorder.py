@@ -219,21 +219,25 @@ def _wait_for_end(perf_process: PerfProcess, duration_s: float, info: CaptureInf
     target = info.target
     start = time.monotonic()
     next_limits = start
-    with _exit_watch(target) as exited:
-        while True:
-            elapsed = time.monotonic() - start
-            on_tick(min(elapsed, duration_s))
-            if exited(0):
-                return "target exited"
-            if perf_process.exited():
-                return "perf exited"
-            if elapsed >= duration_s:
-                return "duration"
-            if target.pid is not None and time.monotonic() >= next_limits:
-                _keep_peak_limits(info, target.pid)
-                next_limits = time.monotonic() + LIMITS_EVERY_S
-            if exited(min(TICK_S, duration_s - elapsed)):
-                return "target exited"
+    peak: limits.LimitsSnapshot | None = None
+    try:
+        with _exit_watch(target) as exited:
+            while True:
+                elapsed = time.monotonic() - start
+                on_tick(min(elapsed, duration_s))
+                if exited(0):
+                    return "target exited"
+                if perf_process.exited():
+                    return "perf exited"
+                if elapsed >= duration_s:
+                    return "duration"
+                if target.pid is not None and time.monotonic() >= next_limits:
+                    peak = _nearer_the_limits(peak, target.pid)
+                    next_limits = time.monotonic() + LIMITS_EVERY_S
+                if exited(min(TICK_S, duration_s - elapsed)):
+                    return "target exited"
+    finally:
+        info.limits_peak = peak.to_json() if peak else None
 
 
 @contextmanager
@@ -268,13 +272,13 @@ def _exit_watch(target: Target) -> Iterator[Callable[[float], bool]]:
         os.close(pidfd)
 
 
-def _keep_peak_limits(info: CaptureInfo, pid: int) -> None:
+def _nearer_the_limits(peak: limits.LimitsSnapshot | None, pid: int) -> limits.LimitsSnapshot | None:
+    """Of `peak` and the target's snapshot now, the one nearer its limits."""
     try:
         now = limits.snapshot(pid)
     except OffcpuError:
-        return  # gone or unreadable: the loop notices an exit
-    if info.limits_peak is None or now.highest_share() >= limits.LimitsSnapshot.from_json(info.limits_peak).highest_share():
-        info.limits_peak = now.to_json()
+        return peak  # gone or unreadable: the loop notices an exit
+    return now if peak is None or now.highest_share() >= peak.highest_share() else peak
 
 
 class _Interrupts:
@@ -418,12 +422,13 @@ def _describe_data(perf: str, perf_data: Path, info: CaptureInfo) -> None:
     counts, info.lost_events = _event_counts(perf, perf_data)
     info.samples = counts.get("SAMPLE", 0)
     info.switch_records = counts.get("SWITCH", 0) + counts.get("SWITCH_CPU_WIDE", 0)
-    first_ns, (exec_ns, exec_pid), info.user_stacks_truncated = _first_samples(perf, perf_data)
+    first = _first_events(perf, perf_data)
+    info.user_stacks_truncated = first.user_stacks_truncated
     # A command's events went on as it was exec'd; the others' between offcpu's
     # "enable" and perf's answer to it.
     if info.target.kind == "command" and info.target.pid is None:
-        info.target = replace(info.target, pid=exec_pid)
-    start_ns = exec_ns if info.target.kind == "command" and exec_ns is not None else first_ns
+        info.target = replace(info.target, pid=first.exec_pid)
+    start_ns = first.exec_ns if info.target.kind == "command" and first.exec_ns is not None else first.sample_ns
     if start_ns is not None and start_ns < info.window_start_ns:
         info.window_start_ns = start_ns
         info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
@@ -448,39 +453,48 @@ def _event_counts(perf: str, perf_data: Path) -> tuple[dict[str, int], int]:
     return counts, lost
 
 
-def _first_samples(perf: str, perf_data: Path) -> tuple[int | None, tuple[int | None, int | None], bool | None]:
-    """The time of the first tracepoint sample, the time and pid of the first exec, and whether
-    most of the first STACKS_TO_JUDGE switch-out stacks stop short in user space
-    (None when there are none or perf script fails). perf script runs in its own
-    session: on SIGINT (a Ctrl-C at the terminal reaches the whole foreground
-    group) it stops early and still exits 0, which would leave the judgement to a
-    handful of stacks."""
+@dataclass
+class FirstEvents:
+    """What the start of perf.data says (None: not found, or perf script failed)."""
+
+    sample_ns: int | None = None  # the first tracepoint sample
+    exec_ns: int | None = None  # the first exec (a command's start) and who did it
+    exec_pid: int | None = None
+    user_stacks_truncated: bool | None = None  # most of the first switch-out stacks stop short
+
+
+def _first_events(perf: str, perf_data: Path) -> FirstEvents:
+    """Read up to STACKS_TO_JUDGE switch-out stacks from the start of perf.data. perf
+    script runs in its own session: on SIGINT (a Ctrl-C at the terminal reaches the
+    whole foreground group) it stops early and still exits 0, which would leave the
+    judgement to a handful of stacks."""
     try:
         process = subprocess.Popen(script_argv(perf, perf_data), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                    stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
     except OSError:
-        return None, (None, None), None
+        return FirstEvents()
     assert process.stdout is not None
-    first_ns = exec_ns = exec_pid = None
+    first = FirstEvents()
     stacks = []
     try:
         for _, pid, _, printed_time, name, payload, chain in EventReader().events(process.stdout):
-            if first_ns is None and not name.startswith("PERF_RECORD"):
-                first_ns = time_ns(printed_time)
-            if exec_ns is None and name == "PERF_RECORD_COMM" and payload.startswith("exec"):
-                exec_ns, exec_pid = time_ns(printed_time), int(pid)
+            if first.sample_ns is None and not name.startswith("PERF_RECORD"):
+                first.sample_ns = time_ns(printed_time)
+            if first.exec_ns is None and name == "PERF_RECORD_COMM" and payload.startswith("exec"):
+                first.exec_ns, first.exec_pid = time_ns(printed_time), int(pid)
             if chain and name.rstrip(":") == SWITCH:
                 stacks.append(parse_stack(chain).user_frames)
                 if len(stacks) >= STACKS_TO_JUDGE:
                     break
         else:
             if process.wait() != 0:
-                return None, (None, None), None
+                return FirstEvents()
     finally:
         process.kill()
         process.wait()
         process.stdout.close()
-    return first_ns, (exec_ns, exec_pid), looks_truncated([frames for frames in stacks if frames])
+    first.user_stacks_truncated = looks_truncated([frames for frames in stacks if frames])
+    return first
 
 
 def prepare_output(directory: Path, force: bool) -> bool:
