@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -23,8 +24,10 @@ def event_counts(perf_data: Path) -> Counter[str]:
     return Counter(event for _, _, event in script_events(perf_data))
 
 
-def lost_events(perf_data: Path) -> int:
-    """What perf's PERF_RECORD_LOST records say it lost, summed."""
-    done = subprocess.run(["perf", "script", "-i", str(perf_data), "--show-lost-events", "-F", "tid,event"],
-                          capture_output=True, text=True, check=True)
-    return sum(int(line.split()[-1]) for line in done.stdout.splitlines() if "PERF_RECORD_LOST " in line)
+def lost_records(perf_data: Path) -> tuple[int, int, int]:
+    """From perf's raw dump of perf.data: how many PERF_RECORD_LOST records it holds, the
+    events they say were lost, and the samples its PERF_RECORD_LOST_SAMPLES records say were."""
+    done = subprocess.run(["perf", "report", "-D", "-i", str(perf_data)], capture_output=True, text=True, check=True)
+    lost = [int(found) for found in re.findall(r"PERF_RECORD_LOST: .*lost:(\d+)", done.stdout)]
+    samples = sum(int(found) for found in re.findall(r"PERF_RECORD_LOST_SAMPLES: .*lost samples :(\d+)", done.stdout))
+    return len(lost), sum(lost), samples
