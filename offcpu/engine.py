@@ -26,7 +26,8 @@ from typing import IO
 
 from offcpu.capture import CaptureInfo
 from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, UNKNOWN_STATE, Model, Row, Thread, Waker)
-from offcpu.perf_script import EventReader, Stack, parse_stack, script_output
+from offcpu.perf_script import EventReader, parse_stack, script_output
+from offcpu.stacks import Stack
 from offcpu.perf_script import time_ns as to_ns
 
 # perf's own task records, "(pid:tid):(ppid:ptid)": the thread created or exiting, and its parent.

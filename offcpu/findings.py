@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, Model, Row
-from offcpu.perf_script import Stack
+from offcpu.stacks import Stack
 from offcpu.stacks import THREAD_ROOTS, UNKNOWN, reading
 from offcpu.summaries import Lifecycle, lifecycle, runqueue_percentiles
 

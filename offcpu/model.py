@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from offcpu.capture import CaptureInfo
-from offcpu.perf_script import Stack
+from offcpu.stacks import Stack
 
 SCHEMA = "offcpu-model/2"  # a new engine reads perf.data again
 # Synthetic frames for time whose stack perf could not have recorded.

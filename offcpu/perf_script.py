@@ -14,11 +14,11 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from offcpu.errors import OffcpuError
+from offcpu.stacks import Stack
 
 FIELDS = "comm,pid,tid,time,event,trace,ip,sym"
 KERNEL_ADDRESS_DIGITS = 16  # x86-64 kernel text is at 0xffff...: 16 hex digits
@@ -42,18 +42,6 @@ Event = tuple[str, str, str, str, str, str, str]
 def time_ns(printed: str) -> int:
     """'1086.132579648' (perf script --ns) as integer nanoseconds."""
     return int(printed.replace(".", "", 1))
-
-
-@dataclass(frozen=True, slots=True)
-class Stack:
-    """A call chain, leaf first; the first `kernel_frames` are kernel frames."""
-
-    frames: tuple[str, ...]
-    kernel_frames: int
-
-    @property
-    def user_frames(self) -> tuple[str, ...]:
-        return self.frames[self.kernel_frames:]
 
 
 def script_argv(perf: str, perf_data: Path, time_slice: tuple[int, int] | None = None) -> list[str]:

@@ -4,6 +4,19 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """A call chain, leaf first; the first `kernel_frames` are kernel frames."""
+
+    frames: tuple[str, ...]
+    kernel_frames: int
+
+    @property
+    def user_frames(self) -> tuple[str, ...]:
+        return self.frames[self.kernel_frames:]
+
 
 # Where every complete user stack begins (outermost frame): a thread's entry
 # through clone, or a process's through _start. Not start_thread: a frame-pointer

@@ -91,7 +91,7 @@ def test_waits_cut_by_the_window_are_kept_and_counted():
 
 
 def test_a_semicolon_in_a_name_does_not_split_a_frame():
-    from offcpu.perf_script import Stack
+    from offcpu.stacks import Stack
     from offcpu.stackview import StackView, folded
 
     # Given a model whose busiest stack has a frame name holding ';' (as a symbol may)

@@ -20,7 +20,7 @@ from offcpu.findings import (
     normal,
     severity_of,
 )
-from offcpu.perf_script import Stack
+from offcpu.stacks import Stack
 from tests.unit.test_engine import model_of
 
 

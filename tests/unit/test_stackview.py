@@ -12,7 +12,7 @@ from xml.etree import ElementTree
 import pytest
 
 from offcpu.flamegraph import find_renderer
-from offcpu.perf_script import Stack
+from offcpu.stacks import Stack
 from offcpu.stackview import SEPARATOR, StackView, folded
 from tests.unit.test_engine import model_of
 
