@@ -14,6 +14,7 @@ from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH
 from offcpu.model import Model
+from offcpu.perf_script import PerfScriptReader
 
 MODEL_FILE = "model.json"
 RECORD_AGAIN = "record it again with 'offcpu record'"
@@ -57,7 +58,7 @@ def build(directory: Path, window_s: tuple[float, float] | None = None,
     if info.samples == 0 and not info.threads_at_start:
         raise OffcpuError(f"{perf_data} holds no scheduler event, and no thread of the target was seen when it "
                           "began: nothing ran during the recording; record again while the target is busy")
-    model = build_model(perf, perf_data, info, window, on_progress)
+    model = build_model(PerfScriptReader(perf, perf_data), info, window, on_progress)
     model.perf_data = identity
     if window_s is None:
         _save(directory / MODEL_FILE, model)

@@ -15,37 +15,23 @@ the merge joins them, so a slice never needs another slice's events.
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
-from pathlib import Path
-from typing import IO
 
 from offcpu.capture import CaptureInfo
 from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, UNKNOWN_STATE, Model, Row, Thread, Waker)
-from offcpu.perf_script import EventReader, parse_stack, script_output
+from offcpu.sched_events import CaptureReader, Chain
 from offcpu.stacks import Stack
-from offcpu.perf_script import time_ns as to_ns
 
-# perf's own task records, "(pid:tid):(ppid:ptid)": the thread created or exiting, and its parent.
-TASK_FIELDS = re.compile(r"\((-?\d+):(-?\d+)\)")
-# Event names as perf script prints them: tracepoints with a trailing colon.
-SWITCH = "sched:sched_switch:"
-WAKING_EVENTS = ("sched:sched_waking:", "sched:sched_wakeup:")
-# Threads' births and deaths come from perf's task records: the lifecycle
-# tracepoints miss some threads that live a few microseconds (seen on 6.18).
-FORK = "PERF_RECORD_FORK"
-EXIT = "PERF_RECORD_EXIT"
-SWITCH_RECORDS = ("PERF_RECORD_SWITCH", "PERF_RECORD_SWITCH_CPU_WIDE")
 DEAD_STATES = ("X", "Z")
 INTERRUPT_FRAMES = ("asm_sysvec_", "asm_common_interrupt", "handle_softirqs", "__irq_exit_rcu", "irq_exit")
 SYNTHETIC_STACKS = (BEFORE_WINDOW, NEW_THREAD)
 
-# kind, pid, tid, comm, raw call chain
-WakerKey = tuple[str, int, int, str, str]
+# pid, tid, comm, call chain (as the reader keeps it)
+WakerKey = tuple[int, int, str, Chain]
 
 
 @dataclass(slots=True)
@@ -53,7 +39,7 @@ class Wait:
     """A thread off CPU and not yet back."""
 
     since_ns: int
-    stack: str  # raw call chain text, or one of SYNTHETIC_STACKS
+    stack: Chain  # as the reader keeps it, or one of SYNTHETIC_STACKS
     state: str
     woken_ns: int | None = None
     waker: WakerKey | None = None
@@ -203,50 +189,42 @@ class SliceBuilder:
         self.active: set[int] = set()
         self.first_waits: dict[int, Wait] = {}
         self.deferred: list[tuple[int, Wait, int]] = []
-        self.interrupt_chains: dict[str, bool] = {}
-        self.reader = EventReader()
 
-    def read(self, stream: IO[str]) -> SliceResult:
-        start_ns, end_ns = self.start_ns, self.end_ns
-        for comm, pid_text, tid_text, time_text, event, payload, chain in self.reader.events(stream):
-            if event in SWITCH_RECORDS and not payload.startswith("IN"):
-                continue  # switch-outs come from sched_switch, with their stacks
-            time_ns = to_ns(time_text)
-            # perf script --time selects samples only; switch records come from the whole file.
-            if not start_ns <= time_ns <= end_ns:
-                continue
-            pid, tid = int(pid_text), int(tid_text)
-            if event in SWITCH_RECORDS:
-                # Returns to CPU come from switch records only (see recorder.perf_record_argv).
-                if tid:  # tid 0: the idle task
-                    self._back(tid, time_ns, pid, comm)
-            elif event == SWITCH:
-                self._switch(comm, pid, tid, time_ns, payload, chain)
-            elif event in WAKING_EVENTS:
-                self._waking(comm, pid, tid, time_ns, payload, chain)
-            elif event == FORK or event == EXIT:
-                match = TASK_FIELDS.match(payload)
-                if match is None:
-                    self.reader.skipped_lines += 1
-                elif event == FORK:
-                    self._created(int(match[2]), time_ns, int(match[1]), comm)
-                else:
-                    self._exited(int(match[2]), time_ns, int(match[1]), comm)
-        return self._finish()
+    def wants(self, time_ns: int) -> bool:
+        """Whether an event is of this slice: perf script --time selects samples only, and
+        a reader may hand over records from around the slice."""
+        return self.start_ns <= time_ns <= self.end_ns
 
-    def _switch(self, comm: str, pid: int, tid: int, time_ns: int, payload: str, chain: str) -> None:
-        # "prev_comm=C prev_pid=P prev_prio=N prev_state=S ==> next_comm=..."; C may hold spaces.
-        prev_pid = payload.find(" prev_pid=")
-        state = payload.find(" prev_state=", prev_pid)
-        if prev_pid < 0 or state < 0:
-            self.reader.skipped_lines += 1
-            return
-        prev_tid = int(payload[prev_pid + 10:payload.index(" ", prev_pid + 10)])
-        if prev_tid:  # pid 0 is the idle task, not a thread
-            prev_state = payload[state + 12:payload.index(" ", state + 12)].rstrip("+")
-            self._leave(prev_tid, time_ns, chain, prev_state, pid, payload[10:prev_pid])
+    def sched_switch(self, time_ns: int, pid: int, tid: int, prev_comm: str, prev_state: str, next_tid: int,
+                     chain: Chain) -> None:
+        if tid and self.wants(time_ns):  # tid 0 is the idle task, not a thread
+            self._leave(tid, time_ns, chain, prev_state, pid, prev_comm)
 
-    def _leave(self, tid: int, time_ns: int, chain: str, state: str, pid: int, comm: str) -> None:
+    def switch_in(self, time_ns: int, pid: int, tid: int, comm: str) -> None:
+        # Returns to CPU come from switch records only (see recorder.perf_record_argv).
+        if tid and self.wants(time_ns):
+            self._back(tid, time_ns, pid, comm)
+
+    def switch_out(self, time_ns: int, pid: int, tid: int, preempt: bool) -> None:
+        pass  # switch-outs come from sched_switch, with their stacks
+
+    def sched_waking(self, time_ns: int, pid: int, tid: int, comm: str, woken_tid: int, chain: Chain) -> None:
+        if self.wants(time_ns):
+            self._waking(comm, pid, tid, woken_tid, chain, time_ns)
+
+    def fork(self, time_ns: int, pid: int, tid: int, ppid: int, ptid: int) -> None:
+        if self.wants(time_ns):
+            parent = self.totals.threads.get(ptid)
+            self._created(tid, time_ns, pid, parent.comm if parent else None)  # a new thread has its creator's name
+
+    def exit(self, time_ns: int, pid: int, tid: int) -> None:
+        if self.wants(time_ns):
+            self._exited(tid, time_ns, pid, None)
+
+    def comm(self, time_ns: int, pid: int, tid: int, comm: str, exec: bool) -> None:
+        pass  # names come with every switch and wakeup
+
+    def _leave(self, tid: int, time_ns: int, chain: Chain, state: str, pid: int, comm: str) -> None:
         self.totals.thread(tid, pid, comm)  # its name and process, as of this switch
         first = tid not in self.seen
         if tid in self.running:
@@ -281,13 +259,7 @@ class SliceBuilder:
         self.seen.add(tid)
         self.running[tid] = time_ns
 
-    def _waking(self, comm: str, pid: int, tid: int, time_ns: int, payload: str, chain: str) -> None:
-        # "comm=C pid=P prio=N target_cpu=N"; C may hold spaces.
-        woken_at = payload.rfind(" pid=", 0, payload.rfind(" prio="))
-        if woken_at < 0:
-            self.reader.skipped_lines += 1
-            return
-        woken = int(payload[woken_at + 5:payload.index(" ", woken_at + 5)])
+    def _waking(self, comm: str, pid: int, tid: int, woken: int, chain: Chain, time_ns: int) -> None:
         self.racing_wakeups.pop(tid, None)  # the waker ran on: it was not on its way to sleep
         if tid not in self.seen:
             self.head_wakeups.pop(tid, None)
@@ -300,14 +272,10 @@ class SliceBuilder:
         elif woken not in self.seen and woken not in self.head_wakeups:
             self.head_wakeups[woken] = (time_ns, self._waker(comm, pid, tid, chain))
 
-    def _waker(self, comm: str, pid: int, tid: int, chain: str) -> WakerKey:
-        interrupt = self.interrupt_chains.get(chain)
-        if interrupt is None:
-            interrupt = self.interrupt_chains[chain] = any(frame in chain for frame in INTERRUPT_FRAMES)
-        kind = "interrupt" if interrupt else "idle" if tid == 0 else "thread"
-        return kind, pid, tid, comm, chain
+    def _waker(self, comm: str, pid: int, tid: int, chain: Chain) -> WakerKey:
+        return pid, tid, comm, chain
 
-    def _created(self, tid: int, time_ns: int, pid: int, comm: str) -> None:
+    def _created(self, tid: int, time_ns: int, pid: int, comm: str | None) -> None:
         for state in (self.running, self.waiting, self.first_waits, self.racing_wakeups, self.head_wakeups):
             state.pop(tid, None)  # a reused tid: nothing of the old thread carries over
         thread = self.totals.thread(tid, pid, comm)
@@ -316,7 +284,7 @@ class SliceBuilder:
         # Runnable from birth: the wait for its first run is run-queue delay.
         self.waiting[tid] = Wait(time_ns, NEW_THREAD, PREEMPTED)
 
-    def _exited(self, tid: int, time_ns: int, pid: int, comm: str) -> None:
+    def _exited(self, tid: int, time_ns: int, pid: int, comm: str | None) -> None:
         """perf writes its exit record on CPU, in the exiting thread. Its last switch-out
         is not recorded for a task-bound recording, so its time on CPU ends here."""
         thread = self.totals.thread(tid, pid, comm)
@@ -327,19 +295,22 @@ class SliceBuilder:
             self.totals.on_cpu(tid, self.start_ns, time_ns)
         self.seen.add(tid)
 
-    def _finish(self) -> SliceResult:
+    def finish(self, skipped: int) -> SliceResult:
+        """What the slice found; `skipped`: what its reader could not decode."""
         for tid, since in self.running.items():
             self.totals.on_cpu(tid, since, self.end_ns)
         early = {tid: wakeup for tid, wakeup in self.head_wakeups.items() if tid not in self.seen}
         first_tails = {tid for tid, wait in self.first_waits.items() if self.waiting.get(tid) is wait}
         return SliceResult(self.start_ns, self.end_ns, self.totals, self.heads, self.waiting, set(self.running),
                            self.seen, early, self.deferred, first_tails, self.racing_wakeups, self.active,
-                           self.reader.skipped_lines)
+                           skipped)
 
 
-def read_slice(perf: str, perf_data: Path, start_ns: int, end_ns: int, counted: tuple[int, int]) -> SliceResult:
-    with script_output(perf, perf_data, (start_ns, end_ns)) as stream:
-        return SliceBuilder(start_ns, end_ns, counted).read(stream)
+def read_slice(reader: CaptureReader, start_ns: int, end_ns: int, counted: tuple[int, int]) -> SliceResult:
+    builder = SliceBuilder(start_ns, end_ns, counted)
+    skipped_before = reader.skipped
+    reader.read(builder, (start_ns, end_ns))
+    return builder.finish(reader.skipped - skipped_before)
 
 
 def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
@@ -400,6 +371,14 @@ def _add_quiet_threads(totals: Tally, at_start: dict[int, tuple[str, str]], seen
             totals.add_wait(tid, Wait(window_start_ns, BEFORE_WINDOW, state), window_end_ns, back_seen=False)
 
 
+def waker_kind(tid: int, stack: Stack) -> str:
+    """"interrupt" when the wakeup came from an interrupt's handler (in whatever thread it
+    interrupted), "idle" when the idle task woke it otherwise, else "thread"."""
+    if any(frame.startswith(INTERRUPT_FRAMES) for frame in stack.frames[:stack.kernel_frames]):
+        return "interrupt"
+    return "idle" if tid == 0 else "thread"
+
+
 def threads_at_start(info: CaptureInfo) -> dict[int, tuple[str, str]]:
     """The target's threads when recording began: tid -> (comm, state)."""
     return {int(tid): (comm, state) for tid, (comm, state) in info.threads_at_start.items()}
@@ -411,7 +390,7 @@ def time_slices(start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]
     return [(bounds[index], bounds[index + 1] - (index + 1 < count)) for index in range(count)]
 
 
-def build_model(perf: str, perf_data: Path, info: CaptureInfo, window: tuple[int, int] | None = None,
+def build_model(reader: CaptureReader, info: CaptureInfo, window: tuple[int, int] | None = None,
                 on_progress: Callable[[int, int], None] | None = None) -> Model:
     """Read perf.data in parallel time slices and build the model of `window` (default: the
     capture's). Part of a recording is read from its start, to know where each thread was
@@ -421,7 +400,7 @@ def build_model(perf: str, perf_data: Path, info: CaptureInfo, window: tuple[int
     slices = time_slices(info.window_start_ns, end_ns, workers)
     results: dict[int, SliceResult] = {}
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
-        futures = {pool.submit(read_slice, perf, perf_data, first, last, (start_ns, end_ns)): index
+        futures = {pool.submit(read_slice, reader, first, last, (start_ns, end_ns)): index
                    for index, (first, last) in enumerate(slices)}
         for future in as_completed(futures):
             results[futures[future]] = future.result()
@@ -429,27 +408,33 @@ def build_model(perf: str, perf_data: Path, info: CaptureInfo, window: tuple[int
                 on_progress(len(results), len(slices))
     totals, skipped = merge([results[index] for index in range(len(slices))], info.window_start_ns, end_ns,
                             threads_at_start(info), (start_ns, end_ns))
-    return _to_model(totals, info, start_ns, end_ns, skipped)
+    return to_model(totals, reader, info, start_ns, end_ns, skipped)
 
 
-def _to_model(totals: Tally, info: CaptureInfo, start_ns: int, end_ns: int, skipped: int) -> Model:
-    """Number the distinct stacks and wakers; parse each call chain once. Chains that
-    differ only in addresses (other call sites in the same functions) are one stack."""
-    chain_ids: dict[str, int] = {}
+def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: int, end_ns: int,
+             skipped: int) -> Model:
+    """Number the distinct stacks and wakers; the reader names each call chain once. Chains
+    that differ only in addresses (other call sites in the same functions) are one stack."""
+    chains = {chain for (_, chain, _, waker) in totals.rows for chain in (chain, waker[3] if waker else None)}
+    named = reader.stacks(chain for chain in chains if chain is not None and chain not in SYNTHETIC_STACKS)
+    chain_ids: dict[Chain, int] = {}
     stack_ids: dict[Stack, int] = {}
     waker_ids: dict[Waker, int] = {}
 
-    def stack_id(chain: str) -> int:
+    def stack_of(chain: Chain) -> Stack:
+        return Stack((chain,), 0) if chain in SYNTHETIC_STACKS else named[chain]  # type: ignore[return-value]
+
+    def stack_id(chain: Chain) -> int:
         if chain not in chain_ids:
-            stack = Stack((chain,), 0) if chain in SYNTHETIC_STACKS else parse_stack(chain)
-            chain_ids[chain] = stack_ids.setdefault(stack, len(stack_ids))
+            chain_ids[chain] = stack_ids.setdefault(stack_of(chain), len(stack_ids))
         return chain_ids[chain]
 
     def waker_id(key: WakerKey | None) -> int | None:
         if key is None:
             return None
-        kind, pid, tid, comm, chain = key
-        return waker_ids.setdefault(Waker(kind, pid, tid, comm, stack_id(chain)), len(waker_ids))
+        pid, tid, comm, chain = key
+        waker = Waker(waker_kind(tid, stack_of(chain)), pid, tid, comm, stack_id(chain))
+        return waker_ids.setdefault(waker, len(waker_ids))
 
     merged: dict[tuple[int, int, str, int | None], list[int]] = {}
     for (tid, chain, state, waker), values in totals.rows.items():

@@ -13,11 +13,13 @@ import re
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 from offcpu.errors import OffcpuError
+from offcpu.sched_events import Chain, EventSink
 from offcpu.stacks import Stack
 
 FIELDS = "comm,pid,tid,time,event,trace,ip,sym"
@@ -29,6 +31,18 @@ CHUNK = 1 << 20
 # (comm may hold spaces). Matching
 # whole events in big chunks keeps the per-event work in the regex engine.
 EVENT = re.compile(r"^ *(.*?) +(-?\d+)/(-?\d+) +(\d+\.\d{9}): +([^\s(]+) *(.*)\n((?:\t.*\n)*)\n?", re.MULTILINE)
+
+# Event names as perf script prints them: tracepoints with a trailing colon.
+SWITCH = "sched:sched_switch:"
+WAKING_EVENTS = ("sched:sched_waking:", "sched:sched_wakeup:")
+SWITCH_RECORDS = ("PERF_RECORD_SWITCH", "PERF_RECORD_SWITCH_CPU_WIDE")
+# Threads' births and deaths come from perf's task records: the lifecycle
+# tracepoints miss some threads that live a few microseconds (seen on 6.18).
+FORK = "PERF_RECORD_FORK"
+EXIT = "PERF_RECORD_EXIT"
+COMM = "PERF_RECORD_COMM"
+# perf's own task records, "(pid:tid):(ppid:ptid)": the thread created or exiting, and its parent.
+TASK_FIELDS = re.compile(r"\((-?\d+):(-?\d+)\):\((-?\d+):(-?\d+)\)")
 
 # As printed, for the reader of millions of events to convert only what it uses:
 # comm, pid, tid, time ("seconds.nanoseconds", see time_ns), event as perf names it
@@ -137,6 +151,93 @@ def parse_stack(chain: str) -> Stack:
         if len(address) == KERNEL_ADDRESS_DIGITS and address.startswith("ffff"):
             kernel += 1
     return Stack(tuple(frames), kernel)
+
+
+class PerfScriptReader:
+    """A capture read through `perf script`: its text decoded into EventSink calls.
+    Call chains are the text perf printed, parsed into frames once each by stacks()."""
+
+    name = "perf-script"
+
+    def __init__(self, perf: str, perf_data: Path) -> None:
+        self.perf = perf
+        self.perf_data = perf_data
+        self.skipped = 0
+
+    def read(self, sink: EventSink, time_slice: tuple[int, int] | None = None) -> None:
+        with script_output(self.perf, self.perf_data, time_slice) as stream:
+            self.decode(stream, sink)
+
+    def decode(self, stream: IO[str], sink: EventSink) -> None:
+        """perf script's text (of `script_argv`'s fields) into `sink`."""
+        events = EventReader()
+        for comm, pid_text, tid_text, time_text, event, payload, chain in events.events(stream):
+            pid, tid, time = int(pid_text), int(tid_text), time_ns(time_text)
+            if event in SWITCH_RECORDS:
+                if payload.startswith("IN"):
+                    sink.switch_in(time, pid, tid, comm)
+                else:
+                    sink.switch_out(time, pid, tid, payload.startswith("OUT preempt"))
+            elif event == SWITCH:
+                decoded = _switch_fields(payload)
+                if decoded is None:
+                    events.skipped_lines += 1
+                else:
+                    sink.sched_switch(time, pid, decoded.prev_tid, decoded.prev_comm, decoded.prev_state,
+                                      decoded.next_tid, chain)
+            elif event in WAKING_EVENTS:
+                woken = _woken_tid(payload)
+                if woken is None:
+                    events.skipped_lines += 1
+                else:
+                    sink.sched_waking(time, pid, tid, comm, woken, chain)
+            elif event in (FORK, EXIT):
+                task = TASK_FIELDS.match(payload)
+                if task is None:
+                    events.skipped_lines += 1
+                elif event == FORK:
+                    sink.fork(time, int(task[1]), int(task[2]), int(task[3]), int(task[4]))
+                else:
+                    sink.exit(time, int(task[1]), int(task[2]))
+            elif event == COMM:
+                sink.comm(time, pid, tid, comm, payload.startswith("exec"))
+        self.skipped += events.skipped_lines
+
+    def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
+        return {chain: parse_stack(chain) for chain in chains if isinstance(chain, str)}
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchFields:
+    prev_comm: str
+    prev_tid: int
+    prev_state: str  # as perf prints it, a trailing '+' (preempted) dropped
+    next_tid: int
+
+
+def _switch_fields(payload: str) -> SwitchFields | None:
+    """sched_switch's "prev_comm=C prev_pid=P prev_prio=N prev_state=S ==> next_comm=C
+    next_pid=P next_prio=N"; C may hold spaces."""
+    prev_pid = payload.find(" prev_pid=")
+    state = payload.find(" prev_state=", prev_pid)
+    next_pid = payload.find(" next_pid=", state)
+    if prev_pid < 0 or state < 0 or next_pid < 0:
+        return None
+    try:
+        return SwitchFields(payload[10:prev_pid], int(payload[prev_pid + 10:payload.index(" ", prev_pid + 10)]),
+                            payload[state + 12:payload.index(" ", state + 12)].rstrip("+"),
+                            int(payload[next_pid + 10:payload.index(" ", next_pid + 10)]))
+    except ValueError:
+        return None
+
+
+def _woken_tid(payload: str) -> int | None:
+    """sched_waking's "comm=C pid=P prio=N target_cpu=N"; C may hold spaces."""
+    woken_at = payload.rfind(" pid=", 0, payload.rfind(" prio="))
+    try:
+        return int(payload[woken_at + 5:payload.index(" ", woken_at + 5)]) if woken_at >= 0 else None
+    except ValueError:
+        return None
 
 
 def read_stacks(perf: str, perf_data: Path, event: str, limit: int) -> Iterable[Stack]:

@@ -3,9 +3,12 @@ that cutting the window into slices does not change any number."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from offcpu.engine import SliceBuilder, _to_model, merge, threads_at_start, time_slices
+from offcpu.engine import SliceBuilder, merge, threads_at_start, time_slices, to_model
+from offcpu.perf_script import PerfScriptReader
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED
 from tests.fixtures import capture_info, script_stream
 
@@ -15,10 +18,14 @@ FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]
 def model_of(name: str, slices: int = 1):
     info = capture_info(name)
     start, end = info.window_start_ns, info.window_end_ns
-    pieces = [SliceBuilder(first, last).read(script_stream(name))
-              for first, last in time_slices(start, end, slices)]
+    reader = PerfScriptReader("perf", Path("unused"))
+    pieces = []
+    for first, last in time_slices(start, end, slices):
+        builder, skipped_before = SliceBuilder(first, last), reader.skipped
+        reader.decode(script_stream(name), builder)
+        pieces.append(builder.finish(reader.skipped - skipped_before))
     totals, skipped = merge(pieces, start, end, threads_at_start(info))
-    return _to_model(totals, info, start, end, skipped)
+    return to_model(totals, reader, info, start, end, skipped)
 
 
 @pytest.mark.parametrize("name", FIXTURES)
