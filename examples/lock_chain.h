@@ -1,0 +1,163 @@
+/*
+ * lock_chain.h - shared parts of lock_chain and lock_chain_fixed.
+ *
+ * Threads append records to a log and make each durable with fsync (or, with
+ * -u USEC, sleep instead).  Both programs time with CLOCK_MONOTONIC what a
+ * wait-for chain should find, and print it in their summary line:
+ *
+ *   wall_s       from starting the threads to joining them
+ *   lock_wait_s  time threads spent in pthread_mutex_lock when trylock failed,
+ *   lock_waits   and how many times that was
+ *   held_s       time spent in fsync (or sleep) while holding the lock,
+ *   held_calls   and how many calls
+ *   free_s       the same outside the lock,
+ *   free_calls   and how many calls
+ *
+ * The log lives in the working directory (fsync must reach a disk: run it
+ * outside tmpfs), unlinked as soon as it is open so that nothing is left
+ * behind.  Records are appended, as a log does, so each fsync also commits the
+ * file's new size; the log is cut back to empty every LC_LOG_LIMIT bytes.
+ */
+#ifndef OFFCPU_EXAMPLES_LOCK_CHAIN_H
+#define OFFCPU_EXAMPLES_LOCK_CHAIN_H
+
+#include "common.h"
+
+#include <fcntl.h>
+#include <sys/types.h>
+
+#define LC_RECORD 4096
+#define LC_LOG_LIMIT (16L << 20)
+#define LC_OUTSIDE_ROUNDS 20000 /* some work between records, tens of us */
+
+struct lc_thread {
+    _Alignas(EX_CACHELINE) pthread_t tid;
+    unsigned long long ops;
+    double lock_wait_s;
+    unsigned long long lock_waits;
+    double held_s;
+    unsigned long long held_calls;
+    double free_s;
+    unsigned long long free_calls;
+    unsigned long sink;
+};
+
+struct lc_log {
+    int fd;
+    off_t size;
+};
+
+static long lc_sleep_us; /* -u: sleep this long instead of fsync; 0: fsync */
+
+static inline void lc_options(struct ex_opts *o, int argc, char **argv)
+{
+    o->threads = 4;
+    o->max_threads = 256;
+    o->seconds = 5;
+    o->extra_flag = 'u';
+    o->extra_arg = "USEC";
+    o->extra_help = "sleep USEC microseconds instead of fsync (0: fsync)";
+    o->extra = 0;
+    o->extra_max = 1000000;
+    ex_parse(argc, argv, o);
+    lc_sleep_us = o->extra;
+}
+
+static inline void lc_open_log(struct lc_log *log)
+{
+    char name[] = "lock_chain.XXXXXX";
+    log->fd = mkstemp(name);
+    if (log->fd < 0 || unlink(name)) {
+        perror("lock_chain: log in the working directory");
+        exit(1);
+    }
+    log->size = 0;
+}
+
+/* Append one record and make it durable, or sleep instead: returns how long
+ * the fsync or the sleep took (the append itself only fills the page cache). */
+static inline double lc_durable_append(struct lc_log *log)
+{
+    static const char record[LC_RECORD];
+    if (lc_sleep_us) {
+        double start = ex_now();
+        ex_sleep(lc_sleep_us / 1e6);
+        return ex_now() - start;
+    }
+    if (log->size >= LC_LOG_LIMIT) {
+        if (ftruncate(log->fd, 0)) {
+            perror("lock_chain: ftruncate");
+            exit(1);
+        }
+        log->size = 0;
+    }
+    if (pwrite(log->fd, record, LC_RECORD, log->size) != LC_RECORD) {
+        perror("lock_chain: pwrite");
+        exit(1);
+    }
+    log->size += LC_RECORD;
+    double start = ex_now();
+    if (fsync(log->fd)) {
+        perror("lock_chain: fsync");
+        exit(1);
+    }
+    return ex_now() - start;
+}
+
+/* pthread_mutex_lock, timed when the lock is taken (a wait in the kernel or a spin). */
+static inline void lc_lock(struct lc_thread *t, pthread_mutex_t *lock)
+{
+    if (pthread_mutex_trylock(lock) == 0)
+        return;
+    double start = ex_now();
+    pthread_mutex_lock(lock);
+    t->lock_wait_s += ex_now() - start;
+    t->lock_waits++;
+}
+
+static inline void lc_work_outside(struct lc_thread *t)
+{
+    t->sink = ex_spin(t->sink + 1, LC_OUTSIDE_ROUNDS);
+}
+
+static inline struct lc_thread *lc_start(const struct ex_opts *o, void *(*worker)(void *))
+{
+    struct lc_thread *threads = aligned_alloc(EX_CACHELINE, (size_t)o->threads * sizeof(*threads));
+    if (!threads) {
+        perror("aligned_alloc");
+        exit(1);
+    }
+    memset(threads, 0, (size_t)o->threads * sizeof(*threads));
+    for (int i = 0; i < o->threads; i++) {
+        char name[24]; /* the kernel keeps 15 characters; "worker-255" fits */
+        ex_create(o, &threads[i].tid, worker, &threads[i]);
+        snprintf(name, sizeof name, "worker-%d", i);
+        pthread_setname_np(threads[i].tid, name);
+    }
+    return threads;
+}
+
+/* Join the threads and print the summary line with their totals. */
+static inline void lc_finish(const struct ex_opts *o, struct lc_thread *threads, double started)
+{
+    struct lc_thread sum = {0};
+    for (int i = 0; i < o->threads; i++) {
+        pthread_join(threads[i].tid, NULL);
+        sum.ops += threads[i].ops;
+        sum.lock_wait_s += threads[i].lock_wait_s;
+        sum.lock_waits += threads[i].lock_waits;
+        sum.held_s += threads[i].held_s;
+        sum.held_calls += threads[i].held_calls;
+        sum.free_s += threads[i].free_s;
+        sum.free_calls += threads[i].free_calls;
+    }
+    double wall = ex_now() - started;
+    free(threads);
+    ex_summary(o, sum.ops,
+               " wall_s=%.6f call=%s lock_wait_s=%.6f lock_waits=%llu held_s=%.6f held_calls=%llu"
+               " free_s=%.6f free_calls=%llu",
+               wall, lc_sleep_us ? "sleep" : "fsync", sum.lock_wait_s, sum.lock_waits,
+               sum.held_s, sum.held_calls, sum.free_s, sum.free_calls);
+}
+
+#endif
