@@ -2,11 +2,13 @@
  * java_monitor_fixed - the twin of java_monitor: the same work, nothing shared.
  *
  * Each worker keeps its own state and takes no monitor another thread takes,
- * so the workers run side by side and wait only for a CPU.
+ * so the workers run side by side and wait only for a CPU. Run it with as many
+ * threads as there are CPUs (the default, 2, is this machine's), the load it
+ * can take.
  */
 public final class MonitorContentionFixed {
     public static void main(String[] args) throws InterruptedException {
-        Example example = Example.parse("java_monitor_fixed", 4, args);
+        Example example = Example.parse("java_monitor_fixed", 2, args);
         example.run(index -> stop -> {
             long ops = 0;
             long state = index;

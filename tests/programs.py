@@ -407,7 +407,7 @@ def wait_loaded(what: str, requests: Callable[[], int], groups: ProcessGroups) -
 
 
 MEMCACHED_THREADS = 4
-MEMCASLAP_THREADS = 2
+MEMCASLAP_THREADS = 1
 MEMCASLAP_CONCURRENCY = 16
 
 
@@ -433,7 +433,7 @@ def memcached_under_memcaslap() -> Iterator[Running]:
 
 
 NGINX_WORKERS = 3
-WRK_THREADS = 2
+WRK_THREADS = 1
 WRK_CONNECTIONS = 16
 
 NGINX_CONF = """\
@@ -490,7 +490,7 @@ def nginx_under_wrk() -> Iterator[Running]:
 WORKLOADS: dict[str, Callable[[], AbstractContextManager[Running]]] = {
     "ruby_gvl": functools.partial(ruby_gvl, 8),
     "ruby_gvl_twin": functools.partial(ruby_gvl, 1),
-    "java_monitor": functools.partial(java_monitor, 4),
+    "java_monitor": functools.partial(java_monitor, 8),
     "java_monitor_twin": functools.partial(java_monitor, 2, fixed=True),
     "rocksdb_writers": functools.partial(rocksdb_writers, 4),
     "rocksdb_writers_twin": functools.partial(rocksdb_writers, 1),
