@@ -10,7 +10,10 @@
 # uses about one CPU and each thread waits most of its time, woken by the
 # sibling that let go.
 #
-#   futex_wait <- pthread_cond_wait <- gvl_acquire_common <- thread_do_start
+#   futex_wait <- pthread_cond_wait <- rb_native_cond_wait <- ... <- rb_threadptr_execute_interrupts
+#
+# (a thread told to let go of the lock waits there to get it back; the names
+# between are static functions of libruby, which perf cannot name).
 #
 # Twin: the same program with -t 1 (one thread holds the lock alone).
 #

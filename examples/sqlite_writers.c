@@ -9,7 +9,8 @@
  * That is contention which looks like sleeping: the waiters are in
  * nanosleep, woken by a timer, while the one they wait for is in fsync.
  *
- *   hrtimer_nanosleep <- clock_nanosleep <- usleep <- unixSleep <- sqliteDefaultBusyCallback
+ *   hrtimer_nanosleep <- clock_nanosleep <- usleep <- (sqliteDefaultBusyCallback)
+ *     <- sqlite3InvokeBusyHandler <- sqlite3BtreeBeginTrans
  *
  * The summary line adds the program's own clock: begin_s, the time spent in
  * BEGIN IMMEDIATE (waiting for the write lock), commit_s in COMMIT (the WAL

@@ -34,7 +34,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import EXAMPLES, OFFCPU
+from tests.conftest import EXAMPLES, run_offcpu
 
 READY_TIMEOUT_S = 30.0  # a JVM on a busy 2-core machine takes seconds to start
 LOADED_REQUESTS = 1000  # a server is loaded once it has served this many more requests
@@ -508,10 +508,8 @@ def record(name: str, capture: Path, seconds: float, *offcpu_args: str) -> Recor
     """Start the named workload, record it through offcpu for `seconds` (its
     record_target, plus `offcpu_args`), and stop it."""
     with WORKLOADS[name]() as running:
-        result = subprocess.run([str(OFFCPU), "record", *running.record_target, "-d", str(seconds),
-                                 "-o", str(capture), *offcpu_args],
-                                check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                timeout=seconds + 120)
+        result = run_offcpu("record", *running.record_target, "-d", str(seconds), "-o", str(capture), *offcpu_args,
+                            timeout=seconds + 120)
     return Recording(capture=capture, running=running, result=result)
 
 
@@ -527,9 +525,7 @@ def record_run(name: str, capture: Path, seconds: float, *program_args: str,
     workspace on a disk."""
     binary = need_example(name)
     with workspace() as directory:
-        result = subprocess.run([str(OFFCPU), "record", "-d", str(seconds + 60), "-o", str(capture), *offcpu_args,
-                                 "--", str(binary), *program_args, "-s", str(seconds)],
-                                check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=directory,
-                                timeout=seconds + 180)
+        result = run_offcpu("record", "-d", str(seconds + 60), "-o", str(capture), *offcpu_args,
+                            "--", str(binary), *program_args, "-s", str(seconds), cwd=directory, timeout=seconds + 180)
     lines = [line for line in result.stdout.splitlines() if line.startswith(f"{name}: ")]
     return RunRecording(capture=capture, summary=parse_summary(lines[-1]) if lines else {}, result=result)
