@@ -95,7 +95,7 @@ def thread_names(pid: int) -> dict[int, str]:
         return {}
     for tid in tids:
         try:
-            names[int(tid)] = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            names[int(tid)] = Path(f"/proc/{pid}/task/{tid}/comm").read_text(errors="replace").strip()
         except FileNotFoundError:
             continue
     return names
@@ -105,8 +105,8 @@ def children(pid: int) -> list[int]:
     """The processes whose parent is `pid`."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+        try:  # as bytes: other processes' names need not be UTF-8
+            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
         except (FileNotFoundError, ProcessLookupError):
             continue
         if int(fields[1]) == pid:
@@ -116,10 +116,10 @@ def children(pid: int) -> list[int]:
 
 def process_exists(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
     except FileNotFoundError:
         return False
-    return state not in ("Z", "X")
+    return state not in (b"Z", b"X")
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def thread_times(pid: int) -> dict[int, ThreadTimes]:
         task = Path(f"/proc/{pid}/task/{tid}")
         try:
             oncpu, runqueue, _ = (int(value) for value in (task / "schedstat").read_text().split())
-            status = dict(line.split(":\t", 1) for line in (task / "status").read_text().splitlines())
+            status = dict(line.split(":\t", 1) for line in (task / "status").read_text(errors="replace").splitlines())
         except (FileNotFoundError, ProcessLookupError):
             continue
         times[tid] = ThreadTimes(oncpu, runqueue, int(status["voluntary_ctxt_switches"]),
@@ -164,9 +164,19 @@ class Usage:
         return self.oncpu_s / self.seconds
 
     @property
+    def oncpu_share(self) -> float:
+        """Share of the threads' time on CPU."""
+        return self.oncpu_s / (self.threads * self.seconds)
+
+    @property
+    def runqueue_share(self) -> float:
+        """Share of the threads' time runnable, waiting for a CPU."""
+        return self.runqueue_s / (self.threads * self.seconds)
+
+    @property
     def blocked_share(self) -> float:
         """Share of the threads' time off CPU and not runnable: blocked, waiting."""
-        return 1 - (self.oncpu_s + self.runqueue_s) / (self.threads * self.seconds)
+        return 1 - self.oncpu_share - self.runqueue_share
 
 
 def snapshot(pids: tuple[int, ...]) -> dict[int, ThreadTimes]:
