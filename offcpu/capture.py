@@ -76,6 +76,10 @@ class CaptureInfo:
     lost_events: int = 0
     perf_data_bytes: int = 0
     user_stacks_truncated: bool | None = None  # None: no user stacks to judge
+    # The median time from a switch to perf's record of the thread coming in, where both are
+    # recorded: what a switch-in from an unrecorded thread (idle, another process) is placed
+    # before perf's record of it. None: not measured (a capture of every CPU has no need).
+    switch_cost_ns: int | None = None
     schema: str = field(default=SCHEMA)
 
     def to_json(self) -> dict:

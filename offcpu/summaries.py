@@ -22,6 +22,22 @@ class Totals:
 
 
 @dataclass(frozen=True)
+class Observer:
+    """perf's own cost: the time its handling of the recorded switches took, which the kernel
+    charges to the threads coming in, so that it is part of their time on CPU (never of
+    their waits)."""
+
+    us: int
+    share: float  # of the threads' time in the window (on CPU plus off CPU, summed), 0-1
+    estimated_switch_ins: int  # switch-ins placed by the capture's measured switch cost
+    switch_cost_ns: int | None  # that cost, of one switch (None: not measured)
+
+
+# From this share of the threads' time, perf's own cost is worth a note with what to do.
+OBSERVER_NOTE_FROM = 0.03
+
+
+@dataclass(frozen=True)
 class StateTotal:
     state: str
     offcpu_us: int
@@ -56,6 +72,13 @@ def totals(model: Model) -> Totals:
     threads = model.threads.values()
     return Totals(model.wall_us, sum(t.offcpu_us for t in threads), sum(t.blocked_us for t in threads),
                   sum(t.runqueue_us for t in threads), len(model.threads))
+
+
+def observer(model: Model) -> Observer:
+    threads = model.threads.values()
+    whole = sum(t.oncpu_us + t.offcpu_us for t in threads)
+    us = sum(t.observer_us for t in threads)
+    return Observer(us, us / whole if whole else 0.0, model.estimated_switch_ins, model.capture.switch_cost_ns)
 
 
 def by_state(model: Model) -> list[StateTotal]:
@@ -117,6 +140,11 @@ def lifecycle(model: Model) -> Lifecycle:
 def caveats(model: Model) -> list[str]:
     """What makes the numbers less than whole, in sentences, for the reports to lead with."""
     said = [model.capture.lost_note] if model.capture.lost_note else []
+    cost = observer(model)
+    if cost.share >= OBSERVER_NOTE_FROM:
+        said.append(f"perf's handling of the switches took {cost.share:.1%} of the threads' time (counted as time "
+                    "on CPU, as the kernel does, not as waiting); on a program that switches this often, record "
+                    "for less time, with --call-graph fp rather than dwarf, and compare with an unrecorded run")
     if model.skipped_lines:
         said.append(f"{model.skipped_lines:,} lines of perf script output could not be read and were left out")
     return said

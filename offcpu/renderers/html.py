@@ -16,7 +16,7 @@ from offcpu.renderers.flame import FlameGraphSvg, title
 from offcpu.renderers.text import STATE_NAMES, ms, share, waker_name
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
-from offcpu.summaries import by_state, caveats, lifecycle, runqueue_percentiles, totals, waker_pairs
+from offcpu.summaries import by_state, caveats, lifecycle, observer, runqueue_percentiles, totals, waker_pairs
 
 STACK_CHARS = 110  # a stack cell shows about this much; its tooltip has every frame
 # The browser fetches nothing for the page, and says so if asked to. The flame graph's data: frame
@@ -150,9 +150,11 @@ class HtmlReport:
 
     def _totals(self, model: Model) -> str:
         whole = totals(model)
-        table = _table(("recorded", "threads", "off-CPU ms", "blocked ms", "waiting for a CPU ms"), "rrrrr",
+        cost = observer(model)
+        table = _table(("recorded", "threads", "off-CPU ms", "blocked ms", "waiting for a CPU ms",
+                        "perf's own handling ms (on CPU)"), "rrrrrr",
                        [(f"{whole.wall_us / 1e6:.2f} s", f"{whole.threads:,}", ms(whole.offcpu_us),
-                         ms(whole.blocked_us), ms(whole.runqueue_us))])
+                         ms(whole.blocked_us), ms(whole.runqueue_us), f"{ms(cost.us)} ({cost.share:.1%})")])
         note = f"Over what is chosen: {self.view.filters}" if self.view.filtered else "Over every thread recorded"
         return _section("totals", "Totals", note, table)
 

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from offcpu.findings import findings
 from offcpu.model import Model
 from offcpu.stackview import StackView, chosen, of_threads, selected
-from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, totals, waker_pairs
+from offcpu.summaries import by_state, lifecycle, observer, runqueue_percentiles, totals, waker_pairs
 
 SCHEMA = "offcpu/1"
 
@@ -29,6 +29,7 @@ class JsonReport:
             "view": {option: sorted(value) if isinstance(value, frozenset) else value
                      for option, value in asdict(self.view).items()},
             "totals": asdict(totals(shown)),
+            "observer": asdict(observer(shown)),
             "states": [asdict(state) for state in by_state(shown)],
             "runqueue_delay_us": {f"p{p}" if p < 100 else "max": delay for p, delay in percentiles.items()},
             "threads": sorted((asdict(thread) for thread in shown.threads.values()), key=lambda t: -t["offcpu_us"]),

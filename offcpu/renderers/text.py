@@ -13,7 +13,8 @@ from offcpu.model import Model
 from offcpu.renderers.console import Column, fitted_table, printed, short_names
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import StackView, chosen, listed, of_threads, selected
-from offcpu.summaries import WakerPair, by_state, caveats, lifecycle, runqueue_percentiles, totals, waker_pairs
+from offcpu.summaries import (WakerPair, by_state, caveats, lifecycle, observer, runqueue_percentiles, totals,
+                               waker_pairs)
 
 STATE_NAMES = {"S": "sleeping", "D": "uninterruptible (locks, I/O)", "R": "preempted while runnable",
                "I": "idle kernel thread", "?": "since before the recording", "T": "stopped", "t": "traced"}
@@ -53,9 +54,12 @@ class TextReport:
         capture = model.capture
         only = f"Only {self.view.filters}\n" if self.view.filters else ""
         threads = f"{whole.threads:,} {'thread was' if whole.threads == 1 else 'threads were'}"
+        cost = observer(shown)
         header = (f"Off-CPU time of {capture.target.describe()}, {model.wall_us / 1e6:.2f} s recorded "
                   f"({capture.call_graph} stacks)\n{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
-                  f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms"
+                  f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms\n"
+                  f"perf's own handling of their switches: {ms(cost.us)} ms of their time on CPU "
+                  f"({cost.share:.1%} of their time)"
                   + "".join(f"\nNote: {caveat}" for caveat in caveats(model)))
         return [Text(header), *self._findings(model), self._stacks(model, whole.offcpu_us), self._threads(shown),
                 self._states(shown), self._runqueue(model), self._wakers(shown), self._lifecycle(shown)]

@@ -229,7 +229,8 @@ def test_junit_says_why_a_rule_the_policy_does_not_gate_passes(futex):
     runqueue, idle = cases["runqueue"].findtext("system-out"), cases["idle"].findtext("system-out")
     assert cases["runqueue"].find("failure") is None and cases["idle"].find("failure") is None
     assert runqueue.startswith("pass: not checked, the policy (defaults) does not gate runqueue (CPU saturation")
-    assert runqueue.endswith("This run: warning: " + futex.findings["runqueue"].summary)
+    seen = futex.findings["runqueue"]
+    assert runqueue.endswith(f"This run: {seen.severity}: {seen.summary}")
     idle_seen = futex.findings.get("idle")
     assert idle.endswith("does not gate idle (threads waiting for work are never a problem). This run: "
                          + (f"info: {idle_seen.summary}" if idle_seen else "not found"))
