@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, Model, Row
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, Model, Row, WaitTimes
 from offcpu.stacks import Stack
 from offcpu.stacks import THREAD_ROOTS, UNKNOWN, reading
 from offcpu.summaries import Lifecycle, lifecycle, runqueue_percentiles
@@ -240,11 +240,10 @@ class Context:
 
     @cached_property
     def _mean_wait_us(self) -> dict[int, float]:
-        sums: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+        sums: dict[int, WaitTimes] = defaultdict(WaitTimes)
         for row in self.model.rows:
-            sums[row.stack][0] += row.offcpu_us
-            sums[row.stack][1] += row.count
-        return {stack: us / max(count, 1) for stack, (us, count) in sums.items()}
+            sums[row.stack].add_times(row)
+        return {stack: times.offcpu_us / max(times.count, 1) for stack, times in sums.items()}
 
     def _idle(self, row: Row) -> bool:
         if row.state == PREEMPTED:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from offcpu.errors import OffcpuError
-from offcpu.model import PREEMPTED, Model, Row, Thread
+from offcpu.model import PREEMPTED, Model, Row, Thread, WaitTimes
 from offcpu.stacks import reading
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
@@ -77,13 +77,11 @@ def selected(model: Model, view: StackView) -> Model:
     if not view.filtered:
         return model
     rows = [row for row in model.rows if view.keeps(model, row)]
-    times: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    times: dict[int, WaitTimes] = defaultdict(WaitTimes)
     for row in rows:
-        time = times[row.tid]
-        time[0] += row.offcpu_us
-        time[1] += row.blocked_us
-        time[2] += row.runqueue_us
-    threads = {tid: replace(thread, offcpu_us=times[tid][0], blocked_us=times[tid][1], runqueue_us=times[tid][2])
+        times[row.tid].add_times(row)
+    threads = {tid: replace(thread, offcpu_us=times[tid].offcpu_us, blocked_us=times[tid].blocked_us,
+                            runqueue_us=times[tid].runqueue_us)
                for tid, thread in model.threads.items()
                if view.keeps_thread(thread) and (tid in times or not view.states)}
     return replace(model, rows=rows, threads=threads)
@@ -128,19 +126,16 @@ class DrawnStack:
 def drawn(model: Model, view: StackView) -> list[DrawnStack]:
     """The stacks the view keeps, per switch-out state, most off-CPU time first; a stack
     whose time in all states is under --min-us is left out, as from its flame graph."""
-    sums: dict[tuple[str, tuple[str, ...], int, tuple[str, ...], str], list[int]] = defaultdict(
-        lambda: [0, 0, 0, 0])
+    sums: dict[tuple[str, tuple[str, ...], int, tuple[str, ...], str], WaitTimes] = defaultdict(WaitTimes)
     for row in model.rows:
         if row.offcpu_us and view.keeps(model, row):
             thread = model.threads[row.tid]
             root = f"{thread.comm}-{row.tid}" if view.by_thread else thread.comm
             frames, kernel = _frames(model, view, row.stack)
-            total = sums[(root, frames, kernel, _waker_frames(model, view, row) if view.waker else (), row.state)]
-            total[0] += row.offcpu_us
-            total[1] += row.blocked_us
-            total[2] += row.runqueue_us
-            total[3] += row.count
-    stacks = [DrawnStack(*key, *values) for key, values in sums.items()]
+            sums[(root, frames, kernel, _waker_frames(model, view, row) if view.waker else (), row.state)
+                 ].add_times(row)
+    stacks = [DrawnStack(*key, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count)
+              for key, times in sums.items()]
     lines = dict(lines_of(stacks))
     return sorted((stack for stack in stacks if lines[stack.folded] >= view.min_us),
                   key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))

@@ -7,7 +7,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from offcpu.model import Model
+from offcpu.model import Model, WaitTimes
 
 PERCENTILES = (50, 90, 99)
 
@@ -83,29 +83,23 @@ def observer(model: Model) -> Observer:
 
 def by_state(model: Model) -> list[StateTotal]:
     """Off-CPU time per switch-out state, most first."""
-    sums: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    sums: dict[str, WaitTimes] = defaultdict(WaitTimes)
     for row in model.rows:
-        total = sums[row.state]
-        total[0] += row.offcpu_us
-        total[1] += row.blocked_us
-        total[2] += row.runqueue_us
-        total[3] += row.count
-    return sorted((StateTotal(state, *values) for state, values in sums.items()), key=lambda s: -s.offcpu_us)
+        sums[row.state].add_times(row)
+    return sorted((StateTotal(state, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count)
+                   for state, times in sums.items()), key=lambda s: -s.offcpu_us)
 
 
 def waker_pairs(model: Model) -> list[WakerPair]:
     """Recorded wakeups grouped by waker and wakee thread, longest blocked first."""
-    sums: dict[tuple[str, str, int, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+    sums: dict[tuple[str, str, int, int], WaitTimes] = defaultdict(WaitTimes)
     for row in model.rows:
         if row.waker is None:
             continue
         waker = model.wakers[row.waker]
-        total = sums[(waker.kind, waker.comm, waker.tid, row.tid)]
-        total[0] += row.count
-        total[1] += row.blocked_us
-        total[2] += row.runqueue_us
-    pairs = [WakerPair(kind, comm, tid, model.threads[wakee].comm, wakee, *values)
-             for (kind, comm, tid, wakee), values in sums.items()]
+        sums[(waker.kind, waker.comm, waker.tid, row.tid)].add_times(row)
+    pairs = [WakerPair(kind, comm, tid, model.threads[wakee].comm, wakee, times.count, times.blocked_us,
+                       times.runqueue_us) for (kind, comm, tid, wakee), times in sums.items()]
     return sorted(pairs, key=lambda pair: -pair.blocked_us)
 
 
