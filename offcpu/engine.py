@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 
 from offcpu.capture import CaptureInfo
-from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, UNKNOWN_STATE, Link, Model, Row, Thread, WaitTimes,
-                          Waker)
+from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, UNKNOWN_STATE, WAKER_NOT_RECORDED, Link, Model, Row,
+                          Thread, WaitTimes, Waker)
 from offcpu.sched_events import UNKNOWN_CPU, CaptureReader, Chain
 from offcpu.stacks import Stack
 
 DEAD_STATES = ("X", "Z")
 INTERRUPT_FRAMES = ("asm_sysvec_", "asm_common_interrupt", "handle_softirqs", "__irq_exit_rcu", "irq_exit")
-SYNTHETIC_STACKS = (BEFORE_WINDOW, NEW_THREAD)
+SYNTHETIC_STACKS = (BEFORE_WINDOW, NEW_THREAD, WAKER_NOT_RECORDED)
 # How many of a thread's last waits are kept to see what it was waiting for while a
 # thread it then woke was waiting for it.
 HISTORY = 256
@@ -46,6 +46,8 @@ HISTORY = 256
 WakerKey = tuple[int, int, str, Chain]
 # The key a wait is counted under: tid, call chain (or a synthetic stack), state, waker
 RowKey = tuple[int, Chain, str, WakerKey | None]
+# The waker of a wait that ended with no wakeup recorded
+UNRECORDED: WakerKey = (-1, -1, "", WAKER_NOT_RECORDED)
 
 
 @dataclass(slots=True)
@@ -158,7 +160,8 @@ class Tally:
             blocked = offcpu
             self.unseen_wakeups += not clipped and wait.state != UNKNOWN_STATE
         runqueue = offcpu - blocked
-        key = (tid, wait.stack, wait.state, wait.waker)
+        waker = wait.waker if wait.waker is not None or not back_seen or wait.state == PREEMPTED else UNRECORDED
+        key = (tid, wait.stack, wait.state, waker)
         row = self.rows.get(key)
         if row is None:
             row = self.rows[key] = WaitTimes()
@@ -499,7 +502,10 @@ def _add_quiet_threads(totals: Tally, at_start: dict[int, tuple[str, str]], seen
 
 def waker_kind(tid: int, stack: Stack) -> str:
     """"interrupt" when the wakeup came from an interrupt's handler (in whatever thread it
-    interrupted), "idle" when the idle task woke it otherwise, else "thread"."""
+    interrupted), "idle" when the idle task woke it otherwise, "unrecorded" when no wakeup was
+    recorded, else "thread"."""
+    if stack.frames == (WAKER_NOT_RECORDED,):
+        return "unrecorded"
     if any(frame.startswith(INTERRUPT_FRAMES) for frame in stack.frames[:stack.kernel_frames]):
         return "interrupt"
     return "idle" if tid == 0 else "thread"

@@ -16,15 +16,20 @@ SCHEMA = "offcpu-model/3"  # a new engine reads perf.data again
 # Synthetic frames for time whose stack perf could not have recorded.
 BEFORE_WINDOW = "[off CPU since before the recording]"
 NEW_THREAD = "[new thread, waiting for its first run]"
+# The stack of the waker of a wait that ended without a recorded wakeup: its waker was
+# not recorded (another process, or an interrupt while an unrecorded thread ran).
+WAKER_NOT_RECORDED = "[waker not recorded]"
+WAKER_KINDS = ("thread", "interrupt", "idle", "unrecorded")
 UNKNOWN_STATE = "?"
 PREEMPTED = "R"  # switched out while runnable: all of the gap is run-queue delay
 
 
 @dataclass(frozen=True)
 class Waker:
-    """Who ended a wait: a thread (with its stack at the wakeup), an interrupt, or the idle task."""
+    """Who ended a wait: a thread (with its stack at the wakeup), an interrupt, the idle task, or
+    something that was not recorded."""
 
-    kind: str  # "thread", "interrupt" or "idle"
+    kind: str  # one of WAKER_KINDS
     pid: int
     tid: int
     comm: str
@@ -58,7 +63,7 @@ class Row:
     tid: int
     stack: int  # index into Model.stacks
     state: str  # prev_state as perf printed it, '+' dropped ("S", "D", "R", ...)
-    waker: int | None  # index into Model.wakers; None when preempted, new, or the wakeup was not recorded
+    waker: int | None  # index into Model.wakers; None when preempted, new, or not back in the window
     offcpu_us: int = 0
     blocked_us: int = 0
     runqueue_us: int = 0
@@ -182,7 +187,7 @@ class Model:
                 raise ValueError(f"stack {stack!r} is not frames and a count of kernel frames")
         for waker in self.wakers:
             index(waker.stack, len(self.stacks), "waker stack")
-            if not isinstance(waker.comm, str) or waker.kind not in ("thread", "interrupt", "idle"):
+            if not isinstance(waker.comm, str) or waker.kind not in WAKER_KINDS:
                 raise ValueError(f"waker {waker!r} has no comm or kind")
         for row in self.rows:
             if row.tid not in self.threads:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from offcpu.errors import OffcpuError
-from offcpu.model import PREEMPTED, Model, Row, Thread, WaitTimes
+from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
 from offcpu.stacks import reading
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
@@ -197,8 +197,10 @@ def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...],
 def _waker_frames(model: Model, view: StackView, row: Row) -> tuple[str, ...]:
     """The waker's stack leaf first (so its leaf meets the blocked leaf), then who it was."""
     if row.waker is None:
-        return ("[preempted]" if row.state == PREEMPTED else "[waker not recorded]",)
+        return ("[preempted]" if row.state == PREEMPTED else "[not woken in the window]",)
     waker = model.wakers[row.waker]
+    if waker.kind == "unrecorded":
+        return (WAKER_NOT_RECORDED,)
     name = re.sub(r"\s", "_", waker.comm)  # the line's last frame: "worker 3" would read as a count
     thread = f"{name}-{waker.tid}" if view.by_thread else name
     who = {"thread": thread, "idle": "[idle]", "interrupt": f"[interrupt in {waker.comm}]"}

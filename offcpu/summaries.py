@@ -94,7 +94,7 @@ def waker_pairs(model: Model) -> list[WakerPair]:
     """Recorded wakeups grouped by waker and wakee thread, longest blocked first."""
     sums: dict[tuple[str, str, int, int], WaitTimes] = defaultdict(WaitTimes)
     for row in model.rows:
-        if row.waker is None:
+        if row.waker is None or model.wakers[row.waker].kind == "unrecorded":
             continue
         waker = model.wakers[row.waker]
         sums[(waker.kind, waker.comm, waker.tid, row.tid)].add_times(row)
