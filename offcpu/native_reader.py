@@ -63,6 +63,8 @@ def _unsupported(data: PerfData) -> str | None:
             return "perf.data has branch stacks (--call-graph lbr), which the native reader does not decode"
         if attr.sample_type & perf_data.SAMPLE_READ:
             return "perf.data's samples carry counter values (PERF_SAMPLE_READ), which the native reader does not decode"
+        if not attr.sample_type & perf_data.SAMPLE_TID:
+            return "perf.data's samples do not say their thread (PERF_SAMPLE_TID), which the native reader needs"
         if not attr.sample_id_all or not attr.sample_type & perf_data.SAMPLE_TIME:
             return "perf.data's records carry no time stamps (sample_id_all), which the native reader needs"
     if len(data.attrs) > 1 and not all(attr.sample_type & perf_data.SAMPLE_IDENTIFIER for attr in data.attrs):
@@ -271,15 +273,19 @@ class _Decoder:
                 if event is None:
                     continue
                 is_switch, tid_at, chain_at, raw_at, fields = event
+                size = words[word + 3]
                 ids = quads[(position + tid_at) >> 3]
                 pid, tid = ids & low, ids >> 32
                 if chain_at is not None:
-                    count = quads[(position + chain_at) >> 3]
+                    count = quads[(position + chain_at) >> 3] if chain_at + 8 <= size else size
                     raw_at = chain_at + 8 + 8 * count
                     chain = mapped[position + chain_at + 8:position + raw_at]
                     chain_key: Chain = (pid, generations.get(pid, 0), chain) if user_marker in chain else chain
                 else:
                     chain_key = b""
+                if raw_at + 4 + fields.unpack.size > size:  # a damaged sample: its fields would run past its end
+                    self.reader.skipped += 1
+                    continue
                 values = fields.unpack.unpack_from(mapped, position + raw_at + 4)
                 if is_switch:  # fields: prev_comm, prev_pid, prev_state, next_pid (see _events)
                     raw_comm, prev_pid, state, next_pid = values
@@ -296,7 +302,7 @@ class _Decoder:
                 continue
             end = position + words[word + 3]
             trailer = uniform or self.clock.trailer(mapped, end)
-            if trailer is None or trailer.tid_from_end is None:
+            if trailer is None or trailer.tid_from_end is None or end - position < trailer.size + 8:
                 self.reader.skipped += 1
                 continue
             ids = quads[(end - trailer.tid_from_end) >> 3]

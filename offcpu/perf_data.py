@@ -161,6 +161,7 @@ class IdLayout:
 
     tid_from_end: int | None
     time_from_end: int | None
+    size: int  # of the whole trailer
 
     @classmethod
     def of(cls, sample_type: int) -> IdLayout:
@@ -171,7 +172,7 @@ class IdLayout:
         for bit, size in sizes:
             where[bit] = total - offset
             offset += size
-        return cls(where.get(SAMPLE_TID), where.get(SAMPLE_TIME))
+        return cls(where.get(SAMPLE_TID), where.get(SAMPLE_TIME), total)
 
 
 @dataclass(frozen=True)
@@ -258,7 +259,7 @@ def open_perf_data(path: Path) -> PerfData:
         raise damaged(path, f"its data section ends at byte {data_offset + data_size}, the file at {size}: "
                             "cut short, or perf did not finish writing it")
     attrs = _attrs(path, mapped, attr_size, attrs_offset, attrs_size, size)
-    features = _feature_sections(mapped, data_offset + data_size, feature_words, size)
+    features = _feature_sections(path, mapped, data_offset + data_size, feature_words, size)
     data = PerfData(path, mapped, data_offset, data_offset + data_size, attrs, features)
     tracing = features.get(FEATURE_TRACING_DATA)
     if tracing:
@@ -288,18 +289,19 @@ def _attrs(path: Path, mapped: mmap.mmap, attr_size: int, offset: int, size: int
     return attrs
 
 
-def _feature_sections(mapped: mmap.mmap, offset: int, words: list[int], file_size: int) -> dict[int, tuple[int, int]]:
-    """The feature sections, one (offset, size) after the data for each bit set; those
-    that lie outside the file are left out (perf writes them last)."""
+def _feature_sections(path: Path, mapped: mmap.mmap, offset: int, words: list[int],
+                      file_size: int) -> dict[int, tuple[int, int]]:
+    """The feature sections, one (offset, size) after the data for each bit set."""
     bits = [bit for bit in range(256) if words[bit // 64] >> (bit % 64) & 1]
     sections = {}
     for index, bit in enumerate(bits):
         at = offset + index * SECTION.size
         if at + SECTION.size > file_size:
-            break
+            raise damaged(path, "cut short after its data")
         start, size = SECTION.unpack_from(mapped, at)
-        if start + size <= file_size:
-            sections[bit] = (start, size)
+        if start + size > file_size:
+            raise damaged(path, "cut short after its data")
+        sections[bit] = (start, size)
     return sections
 
 
@@ -485,6 +487,8 @@ class Index:
 
 
 TASK_TYPES = frozenset({COMM, FORK, EXIT, MMAP, MMAP2})
+# The smallest record of each task type that holds its fields (header, ids, then names or times).
+MIN_TASK_SIZE = {COMM: 24, FORK: 32, EXIT: 32, MMAP: 48, MMAP2: 80}
 
 
 def index_records(data: PerfData) -> Index:
@@ -513,9 +517,15 @@ def index_records(data: PerfData) -> Index:
         if kind == FINISHED_ROUND:
             rounds.append(position + size)
         elif kind in TASK_TYPES:
-            tasks.append(position)
+            if size >= MIN_TASK_SIZE[kind]:
+                tasks.append(position)
+            else:
+                unknown += 1
         elif kind == LOST or kind == LOST_SAMPLES:
-            lost.append(position)
+            if size >= 24:
+                lost.append(position)
+            else:
+                unknown += 1
         elif kind == COMPRESSED:
             compressed = True
         elif kind not in QUIET_TYPES and kind not in PERF_TYPES:
@@ -535,6 +545,7 @@ class Clock:
     sample_time: int
     trailers: dict[int, IdLayout]  # by event id
     uniform: IdLayout | None  # when every event's trailer is laid out alike
+    uniform_size: int  # with a uniform trailer, how long a record must be to hold one
 
     @classmethod
     def of(cls, data: PerfData) -> Clock:
@@ -542,7 +553,8 @@ class Clock:
         trailers = {event_id: IdLayout.of(attr.sample_type) for attr in data.attrs for event_id in attr.ids}
         trailers[0] = IdLayout.of(data.attrs[0].sample_type)  # perf's synthesized records: id 0, the first event
         layouts = {IdLayout.of(attr.sample_type) for attr in data.attrs}
-        return cls(sample_time or 0, trailers, layouts.pop() if len(layouts) == 1 else None)
+        uniform = next(iter(layouts)) if len(layouts) == 1 else None
+        return cls(sample_time or 0, trailers, uniform, uniform.size + 8 if uniform else 0)
 
     def trailer(self, mapped: mmap.mmap, end: int) -> IdLayout | None:
         """The sample_id layout of the record that ends at `end`."""
@@ -556,8 +568,10 @@ class Clock:
             return int.from_bytes(mapped[position + self.sample_time:position + self.sample_time + 8], "little")
         if kind in KERNEL_TYPES:
             end = position + words[(position >> 1) + 3]
+            if end - position < 16:
+                return -1
             layout = self.trailer(mapped, end)
-            if layout is None or layout.time_from_end is None:
+            if layout is None or layout.time_from_end is None or end - position < layout.size + 8:
                 return -1
             return int.from_bytes(mapped[end - layout.time_from_end:end - layout.time_from_end + 8], "little")
         return -1  # perf's own records carry no time
@@ -574,7 +588,7 @@ def ordered_keys(data: PerfData, clock: Clock, rounds: list[int], first_round: i
     A record travels as an int, time << TIME_SHIFT | its offset from the data start:
     ints sort fastest, and the queue holds one small object per record."""
     words, quads = data.words, data.quads
-    sample, sample_time = SAMPLE, clock.sample_time
+    sample, sample_time, trailer_size = SAMPLE, clock.sample_time, clock.uniform_size
     uniform = clock.uniform.time_from_end if clock.uniform else None
     base, shift = data.data_start, TIME_SHIFT
     queued: list[int] = []
@@ -589,12 +603,21 @@ def ordered_keys(data: PerfData, clock: Clock, rounds: list[int], first_round: i
             word = position >> 1
             kind, size = words[word], words[word + 3]
             if kind == sample:
+                if size < sample_time + 8:
+                    position += size
+                    continue
                 time = quads[(position + sample_time) >> 3]
             elif kind in handled:
                 if uniform is not None:
+                    if size < trailer_size:
+                        position += size
+                        continue
                     time = quads[(position + size - uniform) >> 3]
                 else:
                     time = clock.time_of(words, data.map, position)
+                    if time < 0:
+                        position += size
+                        continue
             else:
                 position += size
                 continue
