@@ -20,11 +20,13 @@ import re
 import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import cxxfilt
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import NoteSection, SymbolTableSection
 from rust_demangler import demangle as rust_demangle
 
@@ -212,6 +214,7 @@ class Mapping:
     offset: int  # in the file
     path: str
     build_id: bytes | None  # when the MMAP2 record carries one
+    inode: tuple[int, int, int] | None  # major, minor, inode number, when the MMAP2 record carries them
 
 
 @dataclass
@@ -258,19 +261,21 @@ def _mapping(data: PerfData, position: int, kind: int) -> Mapping | None:
     mapped = data.map
     size = data.words[(position >> 1) + 3]
     start, length, offset = struct.unpack_from("<QQQ", mapped, position + 16)
-    build_id = None
+    build_id = inode = None
     if kind == MMAP2:
         prot = struct.unpack_from("<I", mapped, position + 64)[0]
         if not prot & PROT_EXEC:
             return None
         if data.words[(position >> 1) + 2] & MISC_MMAP_BUILD_ID:  # header.misc
             build_id = bytes(mapped[position + 44:position + 44 + min(mapped[position + 40], 20)])
+        else:
+            inode = struct.unpack_from("<IIQ", mapped, position + 40)
         name_at = position + 72
     else:
         name_at = position + 40
     end = mapped.find(b"\0", name_at, position + size)
     path = mapped[name_at:end if end >= 0 else position + size].decode(errors="replace")
-    return Mapping(start, start + length, offset, path, build_id)
+    return Mapping(start, start + length, offset, path, build_id, inode)
 
 
 @dataclass
@@ -329,6 +334,30 @@ def _function_symbols(elf: ELFFile) -> list[Symbol] | None:
             symbols.append(Symbol(start, start + symbol["st_size"], symbol.name, binding))
         return symbols
     return None
+
+
+PLT_ENTRY = 16  # x86-64
+
+
+def _plt_symbols(elf: ELFFile) -> list[Symbol]:
+    """perf names each PLT stub after the function it jumps to ("name@plt"): the stubs of
+    .plt.sec, or those of .plt after its first (the resolver's), in .rela.plt's order."""
+    relocations = elf.get_section_by_name(".rela.plt")
+    secure = elf.get_section_by_name(".plt.sec")
+    plt = secure or elf.get_section_by_name(".plt")
+    if not isinstance(relocations, RelocationSection) or plt is None:
+        return []
+    dynamic = elf.get_section(relocations["sh_link"])
+    if not isinstance(dynamic, SymbolTableSection):
+        return []
+    first = plt["sh_addr"] + (0 if secure else PLT_ENTRY)
+    symbols = []
+    for number, relocation in enumerate(relocations.iter_relocations()):
+        name = dynamic.get_symbol(relocation["r_info_sym"]).name
+        start = first + number * PLT_ENTRY
+        if name and start + PLT_ENTRY <= plt["sh_addr"] + plt["sh_size"]:
+            symbols.append(Symbol(start, start + PLT_ENTRY, f"{name}@plt", "global"))
+    return symbols
 
 
 def _segments(elf: ELFFile) -> list[tuple[int, int, int]]:
@@ -450,60 +479,78 @@ class Symbolizer:
         build_id = mapping.build_id or self.build_ids.get(mapping.path)
         key = (mapping.path, build_id)
         if key not in self.files:
-            self.files[key] = self._load(mapping.path, build_id)
+            replaced = build_id is None and _replaced(mapping)
+            self.files[key] = None if replaced else load_symbols(mapping.path, build_id)
             if self.files[key] is None:
                 self.missing.append(f"{mapping.path} is gone or changed since the recording"
                                     + (f" (build id {build_id.hex()})" if build_id else "")
                                     + ": its frames are shown as its name and offset")
         return self.files[key]
 
-    def _load(self, path: str, build_id: bytes | None) -> ElfSymbols | None:
-        """The file's symbols: from a debug file by build id when there is one, placed by the
-        binary itself (at its path, or in perf's cache) whose build id matches."""
-        runtime = None
-        candidates = []
-        if build_id:  # perf's cache: a directory per build id, with a copy of the file
-            name = build_id.hex()
-            cached = perf_cache() / ".build-id" / name[:2] / name[2:]
-            candidates += [cached / "elf", cached / "vdso"]
-        if path.startswith("/"):
-            candidates.insert(0, Path(path))
-        for candidate in candidates:
-            opened = _open_elf(candidate)
-            if opened is None:
-                continue
-            elf, stream = opened
-            if build_id is None or elf_build_id(elf) == build_id:
-                runtime = (elf, stream)
-                break
-            stream.close()  # type: ignore[attr-defined]
-        if runtime is None:
-            return None
-        elf, stream = runtime
+
+def _replaced(mapping: Mapping) -> bool:
+    """Without a build id (perf record keeps those of the files its samples' own addresses
+    were in, kernel ones here), a file at the path that is not the inode mapped is another
+    file. perf script reads it all the same; its names would be wrong."""
+    if mapping.inode is None or not mapping.path.startswith("/"):
+        return False
+    try:
+        status = os.stat(mapping.path)
+    except OSError:
+        return False  # gone: found missing when loaded
+    major, minor, number = mapping.inode
+    return (os.major(status.st_dev), os.minor(status.st_dev), status.st_ino) != (major, minor, number)
+
+
+@lru_cache(maxsize=256)
+def load_symbols(path: str, build_id: bytes | None) -> ElfSymbols | None:
+    """A file's symbols (once per process: a file's symbols do not change for its build id): from a debug file by build id when there is one, placed by the
+    binary itself (at its path, or in perf's cache) whose build id matches."""
+    runtime = None
+    candidates = []
+    if build_id:  # perf's cache: a directory per build id, with a copy of the file
+        name = build_id.hex()
+        cached = perf_cache() / ".build-id" / name[:2] / name[2:]
+        candidates += [cached / "elf", cached / "vdso"]
+    if path.startswith("/"):
+        candidates.insert(0, Path(path))
+    for candidate in candidates:
+        opened = _open_elf(candidate)
+        if opened is None:
+            continue
+        elf, stream = opened
+        if build_id is None or elf_build_id(elf) == build_id:
+            runtime = (elf, stream)
+            break
+        stream.close()  # type: ignore[attr-defined]
+    if runtime is None:
+        return None
+    elf, stream = runtime
+    try:
+        segments = _segments(elf)
+        symbols = _debug_symbols(build_id or elf_build_id(elf))
+        if symbols is None:
+            symbols = _function_symbols(elf) or []
+        symbols += _plt_symbols(elf)
+    finally:
+        stream.close()  # type: ignore[attr-defined]
+    return ElfSymbols(SymbolTable(symbols, kallsyms=False), segments)
+
+def _debug_symbols(build_id: bytes | None) -> list[Symbol] | None:
+    if not build_id:
+        return None
+    name = build_id.hex()
+    for directory in (*DEBUG_DIRS, perf_cache() / ".build-id"):
+        path = directory / name[:2] / (name[2:] + ".debug") if directory in DEBUG_DIRS else \
+            directory / name[:2] / name[2:] / "debug"
+        opened = _open_elf(path)
+        if opened is None:
+            continue
+        elf, stream = opened
         try:
-            segments = _segments(elf)
-            symbols = self._debug_symbols(build_id or elf_build_id(elf))
-            if symbols is None:
-                symbols = _function_symbols(elf) or []
+            symbols = _function_symbols(elf)
         finally:
             stream.close()  # type: ignore[attr-defined]
-        return ElfSymbols(SymbolTable(symbols, kallsyms=False), segments)
-
-    def _debug_symbols(self, build_id: bytes | None) -> list[Symbol] | None:
-        if not build_id:
-            return None
-        name = build_id.hex()
-        for directory in (*DEBUG_DIRS, perf_cache() / ".build-id"):
-            path = directory / name[:2] / (name[2:] + ".debug") if directory in DEBUG_DIRS else \
-                directory / name[:2] / name[2:] / "debug"
-            opened = _open_elf(path)
-            if opened is None:
-                continue
-            elf, stream = opened
-            try:
-                symbols = _function_symbols(elf)
-            finally:
-                stream.close()  # type: ignore[attr-defined]
-            if symbols:
-                return symbols
-        return None
+        if symbols:
+            return symbols
+    return None
