@@ -117,6 +117,9 @@ class Model:
     # the recorded switch)
     estimated_switch_ins: int = 0
     perf_data: dict = field(default_factory=dict)  # size and mtime of the perf.data it was built from
+    reader: str = ""  # which read perf.data: "native" or "perf-script"
+    reader_note: str = ""  # why that one
+    missing_binaries: list[str] = field(default_factory=list)  # files gone or changed since the recording, said once
     schema: str = SCHEMA
 
     @property
@@ -141,6 +144,9 @@ class Model:
             "unseen_wakeups": self.unseen_wakeups,
             "skipped_lines": self.skipped_lines,
             "estimated_switch_ins": self.estimated_switch_ins,
+            "reader": self.reader,
+            "reader_note": self.reader_note,
+            "missing_binaries": self.missing_binaries,
         }
 
     @classmethod
@@ -167,6 +173,9 @@ class Model:
             skipped_lines=data["skipped_lines"],
             estimated_switch_ins=data["estimated_switch_ins"],
             perf_data=data["perf_data"],
+            reader=data["reader"],
+            reader_note=data["reader_note"],
+            missing_binaries=data["missing_binaries"],
         )
         model.check()
         return model

@@ -201,7 +201,7 @@ class PerfScriptReader:
                     sink.fork(time, int(task[1]), int(task[2]), int(task[3]), int(task[4]))
                 else:
                     sink.exit(time, cpu, int(task[1]), int(task[2]))
-            elif event == COMM:
+            elif event.rstrip(":") == COMM:  # "PERF_RECORD_COMM exec:", or "PERF_RECORD_COMM:" for a rename
                 sink.comm(time, pid, tid, comm, payload.startswith("exec"))
         self.skipped += events.skipped_lines
 

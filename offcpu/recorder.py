@@ -29,6 +29,7 @@ from offcpu.describe import describe
 from offcpu.errors import OffcpuError
 from offcpu.events import EventPlan, plan_events
 from offcpu.perf_process import ACK_TIMEOUT_S, CONTROL_PLACEHOLDER, PerfProcess
+from offcpu.symbols import save_kernel_symbols
 
 TICK_S = 0.1
 LIMITS_EVERY_S = 1.0  # how often the target's threads and maps are held against its limits
@@ -100,6 +101,7 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
         with _signals_ignored():
             info.command_exit_status = _command_exit_status(perf_process, request, info)
             describe(perf, perf_data, info)
+            _save_kernel_symbols(request.output)
             _save(request.output, info)
     return info
 
@@ -412,6 +414,16 @@ def _perf_failure(stderr: list[str], request: RecordRequest | None) -> OffcpuErr
         return OffcpuError(f"could not start {request.target.command[0]}: check the command and its path")
     last = next((line.strip() for line in reversed(stderr) if line.strip()), "no message")
     return OffcpuError(f"perf record failed: {last}")
+
+
+def _save_kernel_symbols(directory: Path) -> None:
+    """The kernel's symbols travel with the capture, so that its kernel frames can be named
+    on another machine or after a reboot; without them (kernel.kptr_restrict), they are
+    named from this kernel's own when it is the same."""
+    try:
+        save_kernel_symbols(directory)
+    except OffcpuError:
+        pass
 
 
 def prepare_output(directory: Path, force: bool) -> bool:

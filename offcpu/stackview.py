@@ -33,6 +33,7 @@ class StackView:
     kernel_only: bool = False
     waker: bool = False
     min_us: int = 0
+    reader: str | None = None  # which reader reads perf.data (None: the one chosen for it), like time a part of the model's making
 
     @property
     def filtered(self) -> bool:
