@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 
 from offcpu.capture import CaptureInfo
-from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, UNKNOWN_STATE, WAKER_NOT_RECORDED, Link, Model, Row,
-                          Thread, WaitTimes, Waker)
+from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, STACK_LOST, UNKNOWN_STATE, WAKER_NOT_RECORDED, Link,
+                          Model, Row, Thread, WaitTimes, Waker)
 from offcpu.sched_events import UNKNOWN_CPU, CaptureReader, Chain
 from offcpu.stacks import Stack
 
 DEAD_STATES = ("X", "Z")
 INTERRUPT_FRAMES = ("asm_sysvec_", "asm_common_interrupt", "handle_softirqs", "__irq_exit_rcu", "irq_exit")
-SYNTHETIC_STACKS = (BEFORE_WINDOW, NEW_THREAD, WAKER_NOT_RECORDED)
+SYNTHETIC_STACKS = (BEFORE_WINDOW, NEW_THREAD, WAKER_NOT_RECORDED, STACK_LOST)
 # How many of a thread's last waits are kept to see what it was waiting for while a
 # thread it then woke was waiting for it.
 HISTORY = 256
@@ -121,6 +121,7 @@ class Tally:
     clipped: int = 0
     unseen_wakeups: int = 0
     estimated_switch_ins: int = 0
+    half_recorded_switches: int = 0
     # Each thread's last waits, to follow a wakeup to what the waker itself waited for.
     # Not carried across slices: a wait whose waker's waits are in an earlier slice has no links.
     history: dict[int, deque[Interval]] = field(default_factory=dict)
@@ -134,49 +135,65 @@ class Tally:
             thread.comm = comm or thread.comm
         return thread
 
-    def on_cpu(self, tid: int, from_ns: int, to_ns: int) -> None:
-        self.thread(tid).oncpu_ns += self._counted(from_ns, to_ns)
+    def on_cpu(self, thread: ThreadTotals, from_ns: int, to_ns: int) -> None:
+        thread.oncpu_ns += self.counted(from_ns, to_ns)
 
-    def observed(self, tid: int, from_ns: int, to_ns: int) -> None:
-        """perf's handling of a switch to `tid`: on CPU for the kernel, the observer's cost for us."""
-        self.thread(tid).observer_ns += self._counted(from_ns, to_ns)
+    def observed(self, thread: ThreadTotals, from_ns: int, to_ns: int) -> None:
+        """perf's handling of a switch to `thread`: on CPU for the kernel, the observer's cost for us."""
+        thread.observer_ns += self.counted(from_ns, to_ns)
 
-    def _counted(self, from_ns: int, to_ns: int) -> int:
+    def counted(self, from_ns: int, to_ns: int) -> int:
+        """How much of from_ns..to_ns is counted."""
+        if from_ns >= self.counted_from_ns and to_ns <= self.counted_to_ns:  # the usual case, first
+            return to_ns - from_ns if to_ns > from_ns else 0
         return max(0, min(to_ns, self.counted_to_ns) - max(from_ns, self.counted_from_ns))
 
     def add_wait(self, tid: int, wait: Wait, back_ns: int, back_seen: bool = True) -> None:
         """Count one off-CPU interval, from `wait.since_ns` to `back_ns` (when the thread
-        came back, or, not `back_seen`, the end of the recording), as far as it is counted."""
-        if back_ns < self.counted_from_ns or wait.since_ns > self.counted_to_ns:
+        came back, or, not `back_seen`, the end of the recording), as far as it is counted.
+        The hot path of the engine: one call per switch."""
+        since_ns, until_ns = wait.since_ns, back_ns
+        counted_from_ns, counted_to_ns = self.counted_from_ns, self.counted_to_ns
+        if until_ns < counted_from_ns or since_ns > counted_to_ns:
             return  # all of it outside what is counted
-        since_ns, until_ns = max(wait.since_ns, self.counted_from_ns), min(back_ns, self.counted_to_ns)
-        clipped = not back_seen or wait.stack == BEFORE_WINDOW or (since_ns, until_ns) != (wait.since_ns, back_ns)
+        clipped = not back_seen or wait.stack == BEFORE_WINDOW
+        if since_ns < counted_from_ns:
+            since_ns, clipped = counted_from_ns, True
+        if until_ns > counted_to_ns:
+            until_ns, clipped = counted_to_ns, True
         offcpu = round((until_ns - since_ns) / 1000)
+        woken_ns, waker = wait.woken_ns, wait.waker
         if wait.state == PREEMPTED:
             blocked = 0
-        elif wait.woken_ns is not None:
-            blocked = min(offcpu, max(0, round((wait.woken_ns - since_ns) / 1000)))
+        elif woken_ns is not None:
+            blocked = min(offcpu, max(0, round((woken_ns - since_ns) / 1000)))
         else:
             blocked = offcpu
             self.unseen_wakeups += not clipped and wait.state != UNKNOWN_STATE
+            if back_seen and wait.state != PREEMPTED:
+                waker = UNRECORDED
         runqueue = offcpu - blocked
-        waker = wait.waker if wait.waker is not None or not back_seen or wait.state == PREEMPTED else UNRECORDED
         key = (tid, wait.stack, wait.state, waker)
         row = self.rows.get(key)
         if row is None:
             row = self.rows[key] = WaitTimes()
-        row.add(offcpu, blocked, runqueue)
-        thread = self.thread(tid)
+        row.offcpu_us += offcpu
+        row.blocked_us += blocked
+        row.runqueue_us += runqueue
+        row.count += 1
+        thread = self.threads.get(tid) or self.thread(tid)
         thread.offcpu_us += offcpu
         thread.blocked_us += blocked
         thread.runqueue_us += runqueue
-        if back_seen and wait.woken_ns is not None and \
-                self.counted_from_ns <= wait.woken_ns and back_ns <= self.counted_to_ns:  # wakeup to running
-            self.runqueue_delays_us[runqueue] += 1
+        if woken_ns is not None and back_seen and counted_from_ns <= woken_ns and back_ns <= counted_to_ns:
+            self.runqueue_delays_us[runqueue] += 1  # wakeup to running
         self.clipped += clipped
-        if wait.waker is not None and wait.woken_ns is not None:
-            self._link(key, since_ns, min(wait.woken_ns, until_ns), wait.waker[1])
-        self._remember(tid, Interval(since_ns, until_ns, key))
+        if woken_ns is not None and waker is not None:
+            self._link(key, since_ns, min(woken_ns, until_ns), waker[1])
+        history = self.history.get(tid)
+        if history is None:
+            history = self.history[tid] = deque(maxlen=HISTORY)
+        history.append(Interval(since_ns, until_ns, key))
 
     def _link(self, key: RowKey, since_ns: int, woken_ns: int, waker_tid: int) -> None:
         """While this wait was blocked (since_ns to woken_ns), when was its waker itself off
@@ -191,12 +208,6 @@ class Tally:
                     link = self.links[(key, interval.row)] = Overlap()
                 link.ns += overlap
                 link.count += 1
-
-    def _remember(self, tid: int, interval: Interval) -> None:
-        history = self.history.get(tid)
-        if history is None:
-            history = self.history[tid] = deque(maxlen=HISTORY)
-        history.append(interval)
 
     def add(self, other: Tally) -> None:
         for key, times in other.rows.items():
@@ -216,6 +227,7 @@ class Tally:
         self.clipped += other.clipped
         self.unseen_wakeups += other.unseen_wakeups
         self.estimated_switch_ins += other.estimated_switch_ins
+        self.half_recorded_switches += other.half_recorded_switches
 
 
 @dataclass
@@ -293,14 +305,18 @@ class SliceBuilder:
     def switch_in(self, time_ns: int, cpu: int, pid: int, tid: int, comm: str) -> None:
         """A task-bound sched_switch fires only for the thread leaving, so that a thread is in
         again is known from perf's switch record (see recorder.perf_record_argv)."""
-        if tid and self.wants(time_ns):
+        if tid and self.start_ns <= time_ns <= self.end_ns:
             estimated_before = self.totals.estimated_switch_ins
             back_ns = self._switched_in_at(tid, time_ns, cpu)
-            self.totals.observed(tid, back_ns, time_ns)
             self._back(tid, back_ns, pid, comm, time_ns, self.totals.estimated_switch_ins > estimated_before)
 
     def switch_out(self, time_ns: int, cpu: int, pid: int, tid: int, preempt: bool) -> None:
-        pass  # switch-outs come from sched_switch, with their stacks and states
+        """Switch-outs come from sched_switch, with their stacks and states, just before this
+        record; a thread still on CPU here lost its sched_switch (perf lost events): it left
+        now, with no stack, runnable if preempted, else in a state perf did not record."""
+        if tid in self.running and self.start_ns <= time_ns <= self.end_ns:
+            self.totals.half_recorded_switches += 1
+            self._leave(tid, time_ns, STACK_LOST, PREEMPTED if preempt else UNKNOWN_STATE, pid, None)
 
     def _switched_in_at(self, tid: int, record_ns: int, cpu: int) -> int:
         """When the switch to `tid` that perf recorded at `record_ns` happened: the sched_switch
@@ -313,8 +329,11 @@ class SliceBuilder:
             return record_ns
         self.totals.estimated_switch_ins += 1
         wait = self.waiting.get(tid)
-        earliest = (wait.woken_ns or wait.since_ns) if wait is not None else self.start_ns
-        return max(record_ns - self.switch_cost_ns, earliest)
+        if wait is not None:
+            return max(record_ns - self.switch_cost_ns, wait.woken_ns or wait.since_ns)
+        # off CPU since before the slice: the merge keeps it after that wait's start (see Head)
+        woken = self.head_wakeups.get(tid)
+        return max(record_ns - self.switch_cost_ns, woken[0] if woken else 0)
 
     def sched_waking(self, time_ns: int, pid: int, tid: int, comm: str, woken_tid: int, chain: Chain) -> None:
         if self.wants(time_ns):
@@ -334,14 +353,20 @@ class SliceBuilder:
     def comm(self, time_ns: int, pid: int, tid: int, comm: str, exec: bool) -> None:
         pass  # names come with every switch and wakeup
 
-    def _leave(self, tid: int, time_ns: int, chain: Chain, state: str, pid: int, comm: str) -> None:
-        self.totals.thread(tid, pid, comm)  # its name and process, as of this switch
-        self.incoming.pop(tid, None)  # a switch to it whose record of it being in was lost
+    def _leave(self, tid: int, time_ns: int, chain: Chain, state: str, pid: int, comm: str | None) -> None:
+        thread = self.totals.thread(tid, pid, comm)  # its name and process, as of this switch
+        switched_ns = self.incoming.pop(tid, None)
+        wait = self.waiting.get(tid)
+        if wait is not None and switched_ns is not None and switched_ns >= wait.since_ns:
+            # back at the switch to it, whose record of it being in perf lost
+            self.totals.half_recorded_switches += 1
+            self._back(tid, switched_ns, pid, comm or thread.comm, switched_ns, False)
         first = tid not in self.seen
-        if tid in self.running:
-            self.totals.on_cpu(tid, self.running.pop(tid), time_ns)
+        since_ns = self.running.pop(tid, None)
+        if since_ns is not None:
+            self.totals.on_cpu(thread, since_ns, time_ns)
         elif first:
-            self.totals.on_cpu(tid, self.start_ns, time_ns)  # on CPU since the slice began
+            self.totals.on_cpu(thread, self.start_ns, time_ns)  # on CPU since the slice began
         self.seen.add(tid)
         racing = self.racing_wakeups.pop(tid, None)
         if first and racing is None:
@@ -358,7 +383,7 @@ class SliceBuilder:
         if tid in self.running:
             return  # already on CPU: a duplicate switch record
         self.racing_wakeups.pop(tid, None)
-        self.totals.thread(tid, pid, comm)
+        self.totals.observed(self.totals.thread(tid, pid, comm), time_ns, record_ns)
         wait = self.waiting.pop(tid, None)
         if wait is not None and self.first_waits.pop(tid, None) is wait and wait.waker is None:
             self.deferred.append((tid, wait, time_ns))
@@ -401,15 +426,16 @@ class SliceBuilder:
         thread = self.totals.thread(tid, pid, comm)
         thread.exited_ns = time_ns
         if tid in self.running:
-            self.totals.on_cpu(tid, self.running.pop(tid), time_ns)
+            self.totals.on_cpu(thread, self.running.pop(tid), time_ns)
         elif tid not in self.seen:
-            self.totals.on_cpu(tid, self.start_ns, time_ns)
+            self.totals.on_cpu(thread, self.start_ns, time_ns)
         self.seen.add(tid)
 
     def finish(self, skipped: int) -> SliceResult:
         """What the slice found; `skipped`: what its reader could not decode."""
         for tid, since in self.running.items():
-            self.totals.on_cpu(tid, since, self.end_ns)
+            self.totals.on_cpu(self.totals.thread(tid), since, self.end_ns)
+        self.totals.history = {}  # of this slice only: it does not travel
         early = {tid: wakeup for tid, wakeup in self.head_wakeups.items() if tid not in self.seen}
         first_tails = {tid for tid, wait in self.first_waits.items() if self.waiting.get(tid) is wait}
         return SliceResult(self.start_ns, self.end_ns, self.totals, self.heads, self.waiting, set(self.running),
@@ -437,7 +463,7 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
     racing: dict[int, tuple[int, WakerKey]] = {}  # wakeups of threads on their way to sleep
     incoming: dict[int, int] = {}  # switches to threads not yet recorded as in
     for piece in slices:
-        _switched_before(piece, incoming, totals)
+        _switched_before(piece, incoming, pending, totals)
         for tid, (woken_ns, waker) in piece.early_wakeups.items():
             if tid in pending:
                 pending[tid].woken(woken_ns, waker)
@@ -456,7 +482,7 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
         for tid in piece.first_tails & racing.keys():
             piece.tails[tid].woken(*racing[tid])
         for tid in running - piece.seen:
-            totals.on_cpu(tid, piece.start_ns, piece.end_ns)  # on CPU through the whole slice
+            totals.on_cpu(totals.thread(tid), piece.start_ns, piece.end_ns)  # on CPU through the whole slice
         totals.add(piece.totals)
         for tid in piece.seen - piece.heads.keys():
             pending.pop(tid, None)  # its return was lost: do not invent a wait longer than it was
@@ -473,17 +499,26 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
     return totals, sum(piece.skipped_lines for piece in slices)
 
 
-def _switched_before(piece: SliceResult, incoming: dict[int, int], totals: Tally) -> None:
-    """Threads whose first event in the slice is perf's record of being in, after a switch to
-    them in an earlier slice: they came back at that switch."""
+def _switched_before(piece: SliceResult, incoming: dict[int, int], pending: dict[int, Wait], totals: Tally) -> None:
+    """Threads whose first event in the slice is perf's record of being in: they came back
+    at the switch to them in an earlier slice, when there was one; else no earlier than
+    their wait in an earlier slice began, or their wakeup, when their return was placed by
+    the switch cost."""
     for tid, head in piece.heads.items():
         switched_ns = incoming.get(tid)
-        if switched_ns is None or not switched_ns < head.back_ns <= head.record_ns:
+        thread = totals.thread(tid)
+        if switched_ns is not None and switched_ns < head.back_ns <= head.record_ns:
+            totals.on_cpu(thread, switched_ns, head.back_ns)
+            totals.observed(thread, switched_ns, head.back_ns)
+            totals.estimated_switch_ins -= head.estimated
+            head.back_ns = switched_ns
             continue
-        totals.on_cpu(tid, switched_ns, head.back_ns)
-        totals.observed(tid, switched_ns, head.back_ns)
-        totals.estimated_switch_ins -= head.estimated
-        head.back_ns = switched_ns
+        wait = pending.get(tid)
+        if head.estimated and wait is not None and head.back_ns < (wait.woken_ns or wait.since_ns):
+            earliest = wait.woken_ns or wait.since_ns
+            thread.oncpu_ns -= totals.counted(head.back_ns, earliest)
+            thread.observer_ns -= totals.counted(head.back_ns, earliest)
+            head.back_ns = earliest
 
 
 def _add_quiet_threads(totals: Tally, at_start: dict[int, tuple[str, str]], seen: set[int],
@@ -493,9 +528,9 @@ def _add_quiet_threads(totals: Tally, at_start: dict[int, tuple[str, str]], seen
     for tid, (comm, state) in at_start.items():
         if tid in seen:
             continue
-        totals.thread(tid, comm=comm)
+        thread = totals.thread(tid, comm=comm)
         if state == PREEMPTED:
-            totals.on_cpu(tid, window_start_ns, window_end_ns)
+            totals.on_cpu(thread, window_start_ns, window_end_ns)
         else:
             totals.add_wait(tid, Wait(window_start_ns, BEFORE_WINDOW, state), window_end_ns, back_seen=False)
 
@@ -516,12 +551,6 @@ def threads_at_start(info: CaptureInfo) -> dict[int, tuple[str, str]]:
     return {int(tid): (comm, state) for tid, (comm, state) in info.threads_at_start.items()}
 
 
-def time_slices(start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
-    """`count` consecutive slices; perf's --time bounds are inclusive, so none share a nanosecond."""
-    bounds = [start_ns + (end_ns - start_ns) * index // count for index in range(count + 1)]
-    return [(bounds[index], bounds[index + 1] - (index + 1 < count)) for index in range(count)]
-
-
 def build_model(reader: CaptureReader, info: CaptureInfo, window: tuple[int, int] | None = None,
                 on_progress: Callable[[int, int], None] | None = None) -> Model:
     """Read perf.data in parallel time slices and build the model of `window` (default: the
@@ -529,7 +558,7 @@ def build_model(reader: CaptureReader, info: CaptureInfo, window: tuple[int, int
     when the part begins, up to the part's end."""
     start_ns, end_ns = window or (info.window_start_ns, info.window_end_ns)
     workers = os.cpu_count() or 1
-    slices = time_slices(info.window_start_ns, end_ns, workers)
+    slices = reader.time_slices(info.window_start_ns, end_ns, workers)
     results: dict[int, SliceResult] = {}
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
         futures = {pool.submit(read_slice, reader, first, last, (start_ns, end_ns), info.switch_cost_ns or 0): index
@@ -595,4 +624,5 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
                if t.oncpu_ns or tid in waited or inside(t.created_ns) or inside(t.exited_ns)}
     return Model(info, start_ns, end_ns, stacks, wakers, rows, threads, totals.runqueue_delays_us,
                  [Link(waiter, waker, round(link.ns / 1000), link.count) for (waiter, waker), link in links.items()],
-                 totals.clipped, totals.unseen_wakeups, skipped, totals.estimated_switch_ins)
+                 totals.clipped, totals.unseen_wakeups, skipped, totals.estimated_switch_ins,
+                 totals.half_recorded_switches)

@@ -19,6 +19,8 @@ NEW_THREAD = "[new thread, waiting for its first run]"
 # The stack of the waker of a wait that ended without a recorded wakeup: its waker was
 # not recorded (another process, or an interrupt while an unrecorded thread ran).
 WAKER_NOT_RECORDED = "[waker not recorded]"
+# The stack of a switch-out whose sched_switch perf lost: only its switch record says when.
+STACK_LOST = "[switch-out's stack lost]"
 WAKER_KINDS = ("thread", "interrupt", "idle", "unrecorded")
 UNKNOWN_STATE = "?"
 PREEMPTED = "R"  # switched out while runnable: all of the gap is run-queue delay
@@ -116,6 +118,9 @@ class Model:
     # is perf's record of it less the capture's measured switch cost (the others start at
     # the recorded switch)
     estimated_switch_ins: int = 0
+    # Switches of which perf lost one record (the sched_switch or the record of being in),
+    # placed by the other
+    half_recorded_switches: int = 0
     perf_data: dict = field(default_factory=dict)  # size and mtime of the perf.data it was built from
     reader: str = ""  # which read perf.data: "native" or "perf-script"
     reader_note: str = ""  # why that one
@@ -144,6 +149,7 @@ class Model:
             "unseen_wakeups": self.unseen_wakeups,
             "skipped_lines": self.skipped_lines,
             "estimated_switch_ins": self.estimated_switch_ins,
+            "half_recorded_switches": self.half_recorded_switches,
             "reader": self.reader,
             "reader_note": self.reader_note,
             "missing_binaries": self.missing_binaries,
@@ -172,6 +178,7 @@ class Model:
             unseen_wakeups=data["unseen_wakeups"],
             skipped_lines=data["skipped_lines"],
             estimated_switch_ins=data["estimated_switch_ins"],
+            half_recorded_switches=data["half_recorded_switches"],
             perf_data=data["perf_data"],
             reader=data["reader"],
             reader_note=data["reader_note"],

@@ -163,6 +163,9 @@ class NativeReader:
                                                time_slice[1] if time_slice else None, ORDERED_TYPES):
             decoder.emit(batch)
 
+    def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
+        return perf_data.balanced_slices(self.data, self.index.round_starts, start_ns, end_ns, count)
+
     def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
         history = TaskHistory.replay(self.data, self.index.task_records)
         symbolizer = Symbolizer(self.data, history, self.kernel_symbols)

@@ -641,6 +641,24 @@ def ordered_keys(data: PerfData, clock: Clock, rounds: list[int], first_round: i
     yield queued
 
 
+def balanced_slices(data: PerfData, rounds: list[int], start_ns: int, end_ns: int,
+                    count: int) -> list[tuple[int, int]]:
+    """`count` consecutive slices of start_ns..end_ns (both included) of about the same
+    number of records: cut at the first time of the rounds nearest equal parts of the file
+    (events come unevenly in time), so that workers share the reading evenly; the same
+    cuts whichever reader reads them."""
+    clock = Clock.of(data)
+    bounds = [start_ns]
+    for part in range(1, count):
+        target = data.data_start + (data.data_end - data.data_start) * part // count
+        number = min(range(len(rounds)), key=lambda index: abs(rounds[index] - target))
+        cut = first_time(data, data.words, clock, rounds, number)
+        if bounds[-1] < cut < end_ns:
+            bounds.append(cut)
+    bounds.append(end_ns + 1)
+    return [(first, after - 1) for first, after in zip(bounds, bounds[1:])]
+
+
 def round_for_time(data: PerfData, clock: Clock, rounds: list[int], time_ns: int) -> int:
     """The first round that may hold a record at or after `time_ns`: perf record writes
     a round's records after every record two rounds before, so a record of time t is
@@ -649,14 +667,14 @@ def round_for_time(data: PerfData, clock: Clock, rounds: list[int], time_ns: int
     low, high = 0, len(rounds)
     while low < high:  # the first round whose first timed record is at or after time_ns
         middle = (low + high) // 2
-        if _first_time(data, words, clock, rounds, middle) < time_ns:
+        if first_time(data, words, clock, rounds, middle) < time_ns:
             low = middle + 1
         else:
             high = middle
     return max(0, low - 2)
 
 
-def _first_time(data: PerfData, words: memoryview, clock: Clock, rounds: list[int], number: int) -> int:
+def first_time(data: PerfData, words: memoryview, clock: Clock, rounds: list[int], number: int) -> int:
     end = rounds[number + 1] if number + 1 < len(rounds) else data.data_end
     position = rounds[number]
     while position < end:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from offcpu import perf_data
 from offcpu.errors import OffcpuError
 from offcpu.sched_events import UNKNOWN_CPU, Chain, EventSink
 from offcpu.stacks import Stack
@@ -204,6 +205,21 @@ class PerfScriptReader:
             elif event.rstrip(":") == COMM:  # "PERF_RECORD_COMM exec:", or "PERF_RECORD_COMM:" for a rename
                 sink.comm(time, pid, tid, comm, payload.startswith("exec"))
         self.skipped += events.skipped_lines
+
+    def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
+        """Slices of about as many records each, cut where the native reader cuts them (so that
+        both readers make the same model); of equal length when perf.data cannot be indexed.
+        perf script's --time bounds are inclusive, so none share a nanosecond."""
+        try:
+            data = perf_data.open_perf_data(self.perf_data)
+            try:
+                return perf_data.balanced_slices(data, perf_data.index_records(data).round_starts, start_ns, end_ns,
+                                                 count)
+            finally:
+                data.map.close()
+        except OffcpuError:
+            bounds = [start_ns + (end_ns - start_ns) * index // count for index in range(count + 1)]
+            return [(bounds[index], bounds[index + 1] - (index + 1 < count)) for index in range(count)]
 
     def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
         return {chain: parse_stack(chain) for chain in chains if isinstance(chain, str)}

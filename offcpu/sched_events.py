@@ -68,5 +68,9 @@ class CaptureReader(Protocol):
         included), at least the samples in it: records outside it may come too, and the
         sink leaves out what it does not want."""
 
+    def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
+        """`count` consecutive slices of start_ns..end_ns (both included) that hold about as
+        many events each, as far as the reader can tell, for workers to read in parallel."""
+
     def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
         """The frames of each chain handed to a sink, named once each."""

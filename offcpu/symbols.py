@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -103,48 +103,52 @@ class Symbol:
 
 class SymbolTable:
     """Symbols sorted by address, with perf's fix-ups: a symbol without a size ends
-    where the next begins, and of symbols at one address only perf's choice is kept."""
+    where the next begins, and of symbols at one address only perf's choice is kept.
+    The fix-ups are made for the addresses looked up only, and symbols are kept as
+    columns until then (a kernel has ~200,000 symbols; a capture's stacks use a few
+    hundred)."""
 
-    def __init__(self, symbols: list[Symbol], kallsyms: bool) -> None:
-        ordered = sorted(symbols, key=lambda symbol: symbol.start)  # stable: equal starts keep their order
-        ended = _fix_ends(ordered, kallsyms)
-        kept = _without_duplicates(ended)
-        self.starts = [symbol.start for symbol in kept]
-        self.symbols = kept
+    def __init__(self, starts: list[int], ends: list[int], names: list[str], bindings: list[str],
+                 kallsyms: bool) -> None:
+        order = sorted(range(len(starts)), key=starts.__getitem__)  # stable: equal starts keep their order
+        self.starts = [starts[index] for index in order]
+        self.ends = [ends[index] for index in order]
+        self.names = [names[index] for index in order]
+        self.bindings = [bindings[index] for index in order]
+        self.kallsyms = kallsyms
+
+    @classmethod
+    def of(cls, symbols: list[Symbol], kallsyms: bool = False) -> SymbolTable:
+        return cls([symbol.start for symbol in symbols], [symbol.end for symbol in symbols],
+                   [symbol.name for symbol in symbols], [symbol.binding for symbol in symbols], kallsyms)
 
     def find(self, address: int) -> Symbol | None:
-        at = bisect_right(self.starts, address) - 1
-        if at < 0:
+        last = bisect_right(self.starts, address) - 1
+        if last < 0:
             return None
-        symbol = self.symbols[at]
-        return symbol if symbol.start <= address < symbol.end else None
+        first = bisect_left(self.starts, self.starts[last])
+        kept = None
+        for index in range(first, last + 1):  # the symbols at this address: perf keeps one
+            symbol = self._ended(index)
+            if kept is None or not _better(kept, symbol):
+                kept = symbol
+        assert kept is not None
+        if not kept.start <= address < kept.end:
+            return None
+        return Symbol(kept.start, kept.end, kept.name.split("\t", 1)[0].strip(), kept.binding) if self.kallsyms \
+            else kept
 
-
-def _fix_ends(symbols: list[Symbol], kallsyms: bool) -> list[Symbol]:
-    fixed = []
-    for index, symbol in enumerate(symbols):
-        if symbol.end == symbol.start:
-            following = symbols[index + 1] if index + 1 < len(symbols) else None
-            if following is None:
-                end = symbol.start // PAGE * PAGE + 2 * PAGE if symbol.start % PAGE else symbol.start + PAGE
-            elif kallsyms and ("[" in symbol.name) != ("[" in following.name):
-                end = (symbol.end + PAGE + PAGE - 1) // PAGE * PAGE  # the last symbol of the kernel or a module
+    def _ended(self, index: int) -> Symbol:
+        """The symbol at `index`, a symbol without a size ending where the next begins."""
+        start, end, name = self.starts[index], self.ends[index], self.names[index]
+        if end == start:
+            if index + 1 == len(self.starts):
+                end = start // PAGE * PAGE + 2 * PAGE if start % PAGE else start + PAGE
+            elif self.kallsyms and ("[" in name) != ("[" in self.names[index + 1]):
+                end = (end + PAGE + PAGE - 1) // PAGE * PAGE  # the last symbol of the kernel or a module
             else:
-                end = following.start
-            symbol = Symbol(symbol.start, end, symbol.name, symbol.binding)
-        fixed.append(symbol)
-    return fixed
-
-
-def _without_duplicates(symbols: list[Symbol]) -> list[Symbol]:
-    kept: list[Symbol] = []
-    for symbol in symbols:
-        if kept and kept[-1].start == symbol.start:
-            if not _better(kept[-1], symbol):
-                kept[-1] = symbol
-            continue
-        kept.append(symbol)
-    return kept
+                end = self.starts[index + 1]
+        return Symbol(start, end, name, self.bindings[index])
 
 
 def _better(first: Symbol, second: Symbol) -> bool:
@@ -185,22 +189,16 @@ def kernel_symbols_for(data: PerfData, saved: Path | None) -> SymbolTable | None
     return None
 
 
+KALLSYMS_LINE = re.compile(r"^([0-9a-fA-F]+) ([TtWwDdBb]) ([^\n]+)", re.MULTILINE)
+
+
 def _kallsyms(text: str) -> SymbolTable:
-    symbols = []
-    for line in text.splitlines():
-        parts = line.split(None, 2)
-        if len(parts) < 3 or parts[1] not in KALLSYMS_TYPES:
-            continue
-        try:
-            address = int(parts[0], 16)
-        except ValueError:
-            continue
-        name = parts[2]
-        binding = "weak" if parts[1] in "Ww" else "global" if parts[1].isupper() else "local"
-        symbols.append(Symbol(address, address, name, binding))
-    table = SymbolTable(symbols, kallsyms=True)
-    table.symbols = [Symbol(s.start, s.end, s.name.split("\t", 1)[0].strip(), s.binding) for s in table.symbols]
-    return table
+    """The symbols perf takes from kallsyms: text, weak, data and bss (a module's named
+    with its "\t[module]" suffix, which find() leaves out)."""
+    found = KALLSYMS_LINE.findall(text)
+    starts = [int(address, 16) for address, _, _ in found]
+    bindings = ["weak" if kind in "Ww" else "global" if kind.isupper() else "local" for _, kind, _ in found]
+    return SymbolTable(starts, starts, [name for _, _, name in found], bindings, kallsyms=True)
 
 
 # User space -------------------------------------------------------------------
@@ -313,25 +311,39 @@ def _open_elf(path: Path) -> tuple[ELFFile, object] | None:
         return None
 
 
+ELF64_SYMBOL = struct.Struct("<IBBHQQ")  # st_name, st_info, st_other, st_shndx, st_value, st_size
+ELF64_RELOCATION = struct.Struct("<QQq")  # r_offset, r_info (symbol << 32 | type), r_addend
+STT_NOTYPE, STT_FUNC, STT_GNU_IFUNC = 0, 2, 10
+STB_GLOBAL, STB_WEAK = 1, 2
+SHN_RESERVED = 0xFF00  # from here on, section indexes are special (absolute, common...)
+SHF_EXECINSTR = 0x4
+
+
 def _function_symbols(elf: ELFFile) -> list[Symbol] | None:
     """What perf takes from .symtab, else .dynsym: functions, and labels (symbols without a
-    type, such as assembly entry points) in executable sections; None without either table."""
+    type, such as assembly entry points) in executable sections; None without either table.
+    pyelftools finds the tables; their entries are unpacked here in bulk (pyelftools parses
+    one symbol at a time: seconds for a libc's debug symbols)."""
+    if elf.elfclass != 64 or not elf.little_endian:
+        return None  # not what perf records on x86-64
     for name in (".symtab", ".dynsym"):
         table = elf.get_section_by_name(name)
         if not isinstance(table, SymbolTableSection) or table["sh_type"] == "SHT_NOBITS":
             continue
         executable = {index for index, section in enumerate(elf.iter_sections())
-                      if section["sh_flags"] & 0x4}  # SHF_EXECINSTR
+                      if section["sh_flags"] & SHF_EXECINSTR}
+        names = elf.get_section(table["sh_link"]).data()
         symbols = []
-        for symbol in table.iter_symbols():
-            kind, index = symbol["st_info"]["type"], symbol["st_shndx"]
-            if not symbol.name or not isinstance(index, int):  # unnamed, undefined or absolute
+        for name_at, info, _, index, start, size in ELF64_SYMBOL.iter_unpack(table.data()):
+            kind = info & 0xF
+            if not name_at or not index or index >= SHN_RESERVED:  # unnamed, undefined or special
                 continue
-            if kind not in ("STT_FUNC", "STT_GNU_IFUNC") and not (kind == "STT_NOTYPE" and index in executable):
+            if kind not in (STT_FUNC, STT_GNU_IFUNC) and not (kind == STT_NOTYPE and index in executable):
                 continue
-            binding = {"STB_GLOBAL": "global", "STB_WEAK": "weak"}.get(symbol["st_info"]["bind"], "local")
-            start = symbol["st_value"]
-            symbols.append(Symbol(start, start + symbol["st_size"], symbol.name, binding))
+            bind = info >> 4
+            binding = "global" if bind == STB_GLOBAL else "weak" if bind == STB_WEAK else "local"
+            symbol_name = names[name_at:names.index(b"\0", name_at)].decode(errors="replace")
+            symbols.append(Symbol(start, start + size, symbol_name, binding))
         return symbols
     return None
 
@@ -350,10 +362,17 @@ def _plt_symbols(elf: ELFFile) -> list[Symbol]:
     dynamic = elf.get_section(relocations["sh_link"])
     if not isinstance(dynamic, SymbolTableSection):
         return []
+    if elf.elfclass != 64 or not elf.little_endian:
+        return []
     first = plt["sh_addr"] + (0 if secure else PLT_ENTRY)
+    dynamic_entries, names = dynamic.data(), elf.get_section(dynamic["sh_link"]).data()
     symbols = []
-    for number, relocation in enumerate(relocations.iter_relocations()):
-        name = dynamic.get_symbol(relocation["r_info_sym"]).name
+    for number, (_, info, _) in enumerate(ELF64_RELOCATION.iter_unpack(relocations.data())):
+        entry = (info >> 32) * ELF64_SYMBOL.size  # the relocation's symbol, in .dynsym
+        if entry + ELF64_SYMBOL.size > len(dynamic_entries):
+            continue
+        name_at = ELF64_SYMBOL.unpack_from(dynamic_entries, entry)[0]
+        name = names[name_at:names.index(b"\0", name_at)].decode(errors="replace") if name_at else ""
         start = first + number * PLT_ENTRY
         if name and start + PLT_ENTRY <= plt["sh_addr"] + plt["sh_size"]:
             symbols.append(Symbol(start, start + PLT_ENTRY, f"{name}@plt", "global"))
@@ -534,7 +553,7 @@ def load_symbols(path: str, build_id: bytes | None) -> ElfSymbols | None:
         symbols += _plt_symbols(elf)
     finally:
         stream.close()  # type: ignore[attr-defined]
-    return ElfSymbols(SymbolTable(symbols, kallsyms=False), segments)
+    return ElfSymbols(SymbolTable.of(symbols), segments)
 
 def _debug_symbols(build_id: bytes | None) -> list[Symbol] | None:
     if not build_id:

@@ -68,3 +68,36 @@ def first_difference(perf: str, perf_data: Path) -> str | None:
         if mine != theirs:
             return f"event {number} of {len(expected)}: native {mine}, perf script {theirs}"
     return None
+
+
+def model_difference(capture: Path, slices: int) -> str | None:
+    """None when both readers give the same model of a capture, read in `slices` slices
+    (folded lines, thread totals, wakers, links), else the first thing that differs."""
+    from offcpu.analysis import choose_reader
+    from offcpu.capture import load
+    from offcpu.engine import merge, read_slice, threads_at_start, to_model
+    from offcpu.stackview import StackView, folded
+    from offcpu.summaries import waker_pairs
+
+    info = load(capture)
+    window = (info.window_start_ns, info.window_end_ns)
+    seen = {}
+    for name in ("native", "perf-script"):
+        reader, _ = choose_reader(capture, info, name)
+        pieces = [read_slice(reader, first, last, window, info.switch_cost_ns or 0)
+                  for first, last in reader.time_slices(*window, slices)]
+        totals, skipped = merge(pieces, *window, threads_at_start(info), window)
+        model = to_model(totals, reader, info, *window, skipped)
+        links = sorted((tuple(model.rows[link.waiter_row].__dict__.values()), tuple(model.rows[link.waker_row].__dict__.values()),
+                        link.overlap_us, link.count) for link in model.links)
+        seen[name] = {"folded": dict(folded(model, StackView())),
+                      "threads": {tid: thread for tid, thread in model.threads.items()},
+                      "wakers": waker_pairs(model), "links": len(links), "skipped": model.skipped_lines}
+    for part in seen["native"]:
+        if seen["native"][part] != seen["perf-script"][part]:
+            mine, theirs = seen["native"][part], seen["perf-script"][part]
+            if isinstance(mine, dict):
+                key = next(key for key in sorted(set(mine) | set(theirs), key=str) if mine.get(key) != theirs.get(key))
+                return f"{part} differ at {key}: native {mine.get(key)}, perf script {theirs.get(key)}"
+            return f"{part} differ: native {mine}, perf script {theirs}"
+    return None

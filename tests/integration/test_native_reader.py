@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from offcpu.engine import time_slices
 from offcpu.native_reader import NativeReader, unsupported
 from offcpu.symbols import perf_cache
 from tests.conftest import example, run_offcpu
-from tests.native_compare import CHAINED, KeepingSink, first_difference, native_events, script_events
+from tests.native_compare import CHAINED, KeepingSink, first_difference, model_difference, native_events, script_events
 
 
 def _record(directory: Path, *arguments: str) -> Path:
@@ -50,11 +49,12 @@ def test_slices_read_in_two_processes_make_the_whole(perf: str, example_capture)
     info = json.loads((capture / "capture.json").read_text())
     reader = NativeReader(capture / "perf.data")  # made in the parent, used in forked workers
     whole, _ = native_events(capture / "perf.data")
-    slices = time_slices(info["window_start_ns"], info["window_end_ns"], 2)
+    slices = reader.time_slices(info["window_start_ns"], info["window_end_ns"], 2)
     with ProcessPoolExecutor(2, mp_context=get_context("fork")) as pool:
         parts = list(pool.map(_read_slice, [reader, reader], slices))
     for (first, last), part in zip(slices, parts):
         assert part == [event for event in whole if first <= event[1] <= last]
+        assert len(part) > 0.25 * len(whole)  # slices of the file's records, not of its time
     chains = {event[-1] for part in parts for event in part if event[0] in CHAINED}
     named = reader.stacks(chains)
     _, expected_stacks = script_events(perf, capture / "perf.data")
@@ -111,3 +111,11 @@ def test_compressed_and_piped_files_are_unsupported(perf: str, tmp_path: Path) -
         subprocess.run([perf, "record", "-q", "-o", "-", "-e", "sched:sched_switch", "--", "sleep", "0.05"],
                        check=True, stdout=output, stderr=subprocess.DEVNULL)
     assert "pipe" in (unsupported(piped) or "")
+
+
+@pytest.mark.parametrize("name", ["futex_contention", "mmap_contention", "thread_churn"])
+def test_both_readers_make_the_same_model_of_a_fresh_recording(perf: str, example_capture, name: str) -> None:  # type: ignore[no-untyped-def]
+    capture = example_capture(name)
+    for slices in (1, 2):
+        difference = model_difference(capture, slices)
+        assert difference is None, f"{difference}; first event apart: {first_difference(perf, capture / 'perf.data')}"
