@@ -3,12 +3,14 @@ COLUMNS) and no wider; plain and stable when not a terminal."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.console import Group
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from offcpu.findings import Finding, counted, findings, us_text
+from offcpu.findings import Evidence, Finding, counted, findings, pct, us_text
 from offcpu.model import Model
 from offcpu.renderers.console import Column, fitted_table, printed, short_names
 from offcpu.stacks import shorten_apart
@@ -33,6 +35,20 @@ def ms(microseconds: int) -> str:
 
 def share(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def cause_lines(finding: Finding) -> list[str]:
+    """Who let a finding's waits go, what they did meanwhile, and what that came down to."""
+    lines = []
+    if finding.wakers:
+        lines.append("Let go by: " + "; ".join(f"{share.who} ({counted(share.wakeups, 'wakeup')})"
+                                               for share in finding.wakers))
+    if finding.chain:
+        lines.append("Meanwhile the threads that let them go: " + ", ".join(f"{step.what} {pct(step.share)}"
+                                                                           for step in finding.chain))
+    if finding.roots:
+        lines.append("At the root: " + ", ".join(f"{root.what} {pct(root.share)}" for root in finding.roots))
+    return lines
 
 
 class TextReport:
@@ -75,16 +91,24 @@ class TextReport:
 
     def _finding(self, finding: Finding) -> Group:
         style = {"critical": "bold red", "warning": "yellow"}.get(finding.severity, "") if self.color else ""
-        said = [f"{ms(evidence.offcpu_us)} ms in {counted(evidence.count, 'wait')} ({evidence.state}): "
-                for evidence in finding.evidence]
-        room = self.width - 2 - max(map(len, said), default=0)  # the stacks go after what they say, or below it
-        stacks = shorten_apart([(evidence.frames, evidence.kernel_frames) for evidence in finding.evidence],
-                               room if room >= EVIDENCE_STACK else self.width - 4)
-        lines = [finding.summary, *(words + stack for words, stack in zip(said, stacks)), f"Fix: {finding.remedy}"]
+        lines = [finding.summary,
+                 *self._stacks_said(finding.evidence, lambda e: f"{ms(e.offcpu_us)} ms in "
+                                                                f"{counted(e.count, 'wait')} ({e.state}): "),
+                 *self._stacks_said(finding.release_sites[:1], lambda e: "Let go at: "),
+                 *cause_lines(finding),
+                 f"Fix: {finding.remedy}"]
         if finding.confidence_reason:
             lines.append(f"Confidence: {finding.confidence}, {finding.confidence_reason}")
         return Group(Text(f"[{finding.severity}] {finding.title}", style=style),
                      *(Padding(Text(line), (0, 0, 0, 2)) for line in lines))
+
+    def _stacks_said(self, stacks: tuple[Evidence, ...], words: Callable[[Evidence], str]) -> list[str]:
+        """Each stack after what is said of it, shortened to the room left, or below it."""
+        said = [words(stack) for stack in stacks]
+        room = self.width - 2 - max(map(len, said), default=0)
+        shown = shorten_apart([(stack.frames, stack.kernel_frames) for stack in stacks],
+                              room if room >= EVIDENCE_STACK else self.width - 4)
+        return [text + stack for text, stack in zip(said, shown)]
 
     def _stacks(self, model: Model, offcpu_us: int) -> Table:
         stacks = listed(chosen(model, self.view))
