@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from pathlib import Path
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from offcpu.errors import OffcpuError
+from offcpu.findings import Finding, findings, lock_table
 from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
 from offcpu.stacks import reading
 
@@ -33,7 +35,15 @@ class StackView:
     kernel_only: bool = False
     waker: bool = False
     min_us: int = 0
-    reader: str | None = None  # which reader reads perf.data (None: the one chosen for it), like time a part of the model's making
+    # How the model is made and read, not a filter of it: which reader reads perf.data (None:
+    # the one chosen for it), and a file of [[lock]] entries that name wait sites before
+    # offcpu's own lock table
+    reader: str | None = None
+    locks: Path | None = None
+
+    def findings(self, model: Model) -> list[Finding]:
+        """The findings about the threads the filters keep, in every state."""
+        return findings(of_threads(model, self), table=lock_table(self.locks))
 
     @property
     def filtered(self) -> bool:

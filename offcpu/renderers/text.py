@@ -82,7 +82,7 @@ class TextReport:
 
     def _findings(self, model: Model) -> list[Text | Group]:
         """Worst first, each readable on its own: what, how much, the proof, the fix."""
-        found = findings(of_threads(model, self.view))
+        found = self.view.findings(model)
         states = self.view.findings_note
         if not found:
             return [Text(f"Findings: nothing stands out in this recording{states}.")]

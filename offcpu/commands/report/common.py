@@ -11,6 +11,7 @@ from rich.console import Console
 
 from offcpu.analysis import READERS, build, cached_model
 from offcpu.errors import OffcpuError
+from offcpu.findings import lock_table
 from offcpu.model import Model
 from offcpu.stackview import StackView
 
@@ -107,6 +108,9 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--comm", help="Only threads with these names (comma-separated)."),
         click.option("--time", "time_range", metavar="START,END",
                      help="Only this part of the recording, in seconds from its start."),
+        click.option("--locks", type=click.Path(path_type=Path, dir_okay=False),
+                     help="A TOML file of [[lock]] entries that name your program's own wait sites, tried before "
+                          "offcpu's lock table (a check's policy file will do: see README)."),
         click.option("--reader", type=click.Choice(READERS),
                      help="Read perf.data directly (native) or through perf script [default: native, or perf "
                           "script where only it can: --call-graph dwarf captures]."),
@@ -116,7 +120,7 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
     def with_view(by_thread: bool, state: str | None, min_us: int, user_only: bool, kernel_only: bool,
                   waker: bool, pid: str | None, tid: str | None, comm: str | None, time_range: str | None,
-                  reader: str | None, **rest: Any) -> Any:
+                  locks: Path | None, reader: str | None, **rest: Any) -> Any:
         if user_only and kernel_only:
             raise click.UsageError("--user-only and --kernel-only exclude each other")
         unknown = [given for given in _split(state) if given.rstrip("+") not in TASK_STATES]
@@ -127,8 +131,10 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
             time=parse_time(time_range), states=frozenset(state.rstrip("+") for state in _split(state)),
             pids=_integers(pid, "--pid"), tids=_integers(tid, "--tid"), comms=frozenset(_split(comm)),
             by_thread=by_thread, user_only=user_only, kernel_only=kernel_only, waker=waker, min_us=min_us,
-            reader=reader,
+            reader=reader, locks=locks,
         )
+        if locks is not None:
+            lock_table(locks)  # a wrong file is said before any work
         return function(view=view, **rest)
 
     with_view.__doc__ = function.__doc__
