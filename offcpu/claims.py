@@ -129,6 +129,24 @@ class Claims:
                 if self._timed_out_taking_turns(index):
                     self.of_row[index] = Claim(SERIALIZATION, self.waits.pool_of(row.tid))
         self.pools = self._pools()  # with the turns found: threads taking them have work
+        self._begun_like_the_rest()
+
+    def _begun_like_the_rest(self) -> None:
+        """A wait under way when the recording began has no stack to say where it waited: ended
+        by a peer, it goes with the heaviest of its pool's waits on peers that have one."""
+        heaviest: dict[str, dict[Claim, int]] = defaultdict(lambda: defaultdict(int))
+        begun = []
+        for index, (row, claim) in enumerate(zip(self.model.rows, self.of_row)):
+            if self.waits.classes[index].cause != PEER or claim is None:
+                continue
+            if self.model.stacks[row.stack].frames == (BEFORE_WINDOW,):
+                begun.append(index)
+            else:
+                heaviest[self.waits.pool_of(row.tid)][claim] += row.blocked_us
+        for index in begun:
+            claims = heaviest.get(self.waits.pool_of(self.model.rows[index].tid))
+            if claims:
+                self.of_row[index] = max(claims, key=claims.__getitem__)
 
     @cached_property
     def lifecycle(self) -> Lifecycle:
