@@ -44,6 +44,8 @@ GLIBC_INTERNAL_LOCK = "glibc internal lock"
 MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION = "mmap_lock", "stack_cache_lock", "lock_contention"
 SERIALIZATION, HANDOFF, THREAD_CHURN = "serialization", "handoff", "thread_churn"
 FUTEX_UNKNOWN, RUNQUEUE, IO_WAIT, IDLE = "futex_unknown", "runqueue", "io_wait", "idle"
+# The findings of waits on peers, which a wait under way when the recording began may join.
+PEER_FINDINGS = (LOCK_CONTENTION, SERIALIZATION, HANDOFF)
 CHURN_FRAMES = frozenset({  # a thread being created, joined or exiting
     "kernel_clone", "copy_process", "__do_sys_clone", "__do_sys_clone3", "__x64_sys_clone", "__x64_sys_clone3",
     "do_exit", "do_group_exit", "__x64_sys_exit", "pthread_create", "__pthread_create_2_1", "pthread_join",
@@ -133,18 +135,21 @@ class Claims:
 
     def _begun_like_the_rest(self) -> None:
         """A wait under way when the recording began has no stack to say where it waited: ended
-        by a peer, it goes with the heaviest of its pool's waits on peers that have one."""
-        heaviest: dict[str, dict[Claim, int]] = defaultdict(lambda: defaultdict(int))
+        by a peer, it goes with the heaviest of its thread's (else its pool's) waits on peers."""
+        by_thread: dict[int, dict[Claim, int]] = defaultdict(lambda: defaultdict(int))
+        by_pool: dict[str, dict[Claim, int]] = defaultdict(lambda: defaultdict(int))
         begun = []
         for index, (row, claim) in enumerate(zip(self.model.rows, self.of_row)):
-            if self.waits.classes[index].cause != PEER or claim is None:
+            if self.waits.classes[index].cause != PEER or claim is None or claim.finding not in PEER_FINDINGS:
                 continue
             if self.model.stacks[row.stack].frames == (BEFORE_WINDOW,):
                 begun.append(index)
             else:
-                heaviest[self.waits.pool_of(row.tid)][claim] += row.blocked_us
+                by_thread[row.tid][claim] += row.blocked_us
+                by_pool[self.waits.pool_of(row.tid)][claim] += row.blocked_us
         for index in begun:
-            claims = heaviest.get(self.waits.pool_of(self.model.rows[index].tid))
+            row = self.model.rows[index]
+            claims = by_thread.get(row.tid) or by_pool.get(self.waits.pool_of(row.tid))
             if claims:
                 self.of_row[index] = max(claims, key=claims.__getitem__)
 
