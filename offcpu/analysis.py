@@ -14,25 +14,32 @@ from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH
 from offcpu.model import Model
+from offcpu.native_reader import NativeReader, unsupported
 from offcpu.perf_script import PerfScriptReader
+from offcpu.sched_events import CaptureReader
+from offcpu.symbols import KERNEL_SYMBOLS
 
 MODEL_FILE = "model.json"
+READERS = (NativeReader.name, PerfScriptReader.name)
 RECORD_AGAIN = "record it again with 'offcpu record'"
 # Less cannot be cut into one perf script --time slice per CPU, and would show nothing anyway.
 MIN_WINDOW_NS = 1_000_000
 
 
-def load_model(directory: Path, window_s: tuple[float, float] | None = None,
+def load_model(directory: Path, window_s: tuple[float, float] | None = None, reader: str | None = None,
                on_progress: Callable[[int, int], None] | None = None) -> Model:
     """The capture's model; `window_s` (seconds from the start of the recording)
-    builds a model of that part only, which is not saved."""
-    model = cached_model(directory, window_s)
-    return model if model is not None else build(directory, window_s, on_progress)
+    builds a model of that part only, which is not saved; `reader` (one of READERS)
+    reads perf.data with that reader instead of the one chosen for it."""
+    model = cached_model(directory, window_s, reader)
+    return model if model is not None else build(directory, window_s, reader, on_progress)
 
 
-def cached_model(directory: Path, window_s: tuple[float, float] | None = None) -> Model | None:
-    """The model saved beside perf.data, when there is one for this perf.data and no
-    window is asked for; None when it has to be built (the slow part)."""
+def cached_model(directory: Path, window_s: tuple[float, float] | None = None,
+                 reader: str | None = None) -> Model | None:
+    """The model saved beside perf.data, when there is one for this perf.data (read by
+    `reader`, when given) and no window is asked for; None when it has to be built (the
+    slow part)."""
     info = load(directory)
     identity = _identity(directory / PERF_DATA)
     cache = directory / MODEL_FILE
@@ -42,10 +49,12 @@ def cached_model(directory: Path, window_s: tuple[float, float] | None = None) -
     if not cache.is_file():
         return None
     model = _read_cache(cache)
-    return model if model is not None and model.perf_data == identity else None
+    if model is None or model.perf_data != identity or reader not in (None, model.reader):
+        return None
+    return model
 
 
-def build(directory: Path, window_s: tuple[float, float] | None = None,
+def build(directory: Path, window_s: tuple[float, float] | None = None, reader: str | None = None,
           on_progress: Callable[[int, int], None] | None = None) -> Model:
     """Read perf.data into the model (of `window_s` only, when given); the whole
     capture's is saved as model.json when the directory can be written."""
@@ -53,13 +62,15 @@ def build(directory: Path, window_s: tuple[float, float] | None = None,
     perf_data = directory / PERF_DATA
     identity = _identity(perf_data)
     window = _window_ns(info, window_s)
-    perf = system.require_perf()
-    _check_readable(perf, perf_data, info)
     if info.samples == 0 and not info.threads_at_start:
         raise OffcpuError(f"{perf_data} holds no scheduler event, and no thread of the target was seen when it "
                           "began: nothing ran during the recording; record again while the target is busy")
-    model = build_model(PerfScriptReader(perf, perf_data), info, window, on_progress)
+    chosen, why = choose_reader(directory, info, reader)
+    model = build_model(chosen, info, window, on_progress)
     model.perf_data = identity
+    model.reader, model.reader_note = chosen.name, why
+    if isinstance(chosen, NativeReader):
+        model.missing_binaries = chosen.missing_binaries
     if window_s is None:
         _save(directory / MODEL_FILE, model)
     return model
@@ -93,6 +104,30 @@ def _read_cache(path: Path) -> Model | None:
         return Model.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError):
         return None  # unreadable, from another version of offcpu, or damaged: build it again
+
+
+def choose_reader(directory: Path, info: CaptureInfo, forced: str | None) -> tuple[CaptureReader, str]:
+    """The reader for this capture and why it was chosen: perf.data read directly, unless
+    it holds what only perf script decodes (dwarf stacks to unwind, compressed records...)
+    or `forced` names the other."""
+    perf_data = directory / PERF_DATA
+    if forced == PerfScriptReader.name:
+        return _perf_script_reader(perf_data, info), "--reader perf-script"
+    reason = unsupported(perf_data)
+    if reason is None:
+        kernel_symbols = directory / KERNEL_SYMBOLS
+        native = NativeReader(perf_data, kernel_symbols if kernel_symbols.is_file() else None)
+        return native, "--reader native" if forced else "perf.data read directly"
+    if forced == NativeReader.name:
+        raise OffcpuError(f"--reader native cannot read {perf_data}: {reason}; leave out --reader, and perf script "
+                          "reads it")
+    return _perf_script_reader(perf_data, info), f"read with perf script: {reason}"
+
+
+def _perf_script_reader(perf_data: Path, info: CaptureInfo) -> PerfScriptReader:
+    perf = system.require_perf()
+    _check_readable(perf, perf_data, info)
+    return PerfScriptReader(perf, perf_data)
 
 
 def _check_readable(perf: str, perf_data: Path, info: CaptureInfo) -> None:

@@ -18,11 +18,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from offcpu import perf_data
 from offcpu.errors import OffcpuError
-from offcpu.sched_events import Chain, EventSink
+from offcpu.sched_events import UNKNOWN_CPU, Chain, EventSink
 from offcpu.stacks import Stack
 
-FIELDS = "comm,pid,tid,time,event,trace,ip,sym"
+FIELDS = "comm,pid,tid,cpu,time,event,trace,ip,sym"
 KERNEL_ADDRESS_DIGITS = 16  # x86-64 kernel text is at 0xffff...: 16 hex digits
 CHUNK = 1 << 20
 
@@ -30,7 +31,8 @@ CHUNK = 1 << 20
 # chain, one "\t<address> <symbol>" line a frame, and a blank line after a chain
 # (comm may hold spaces). Matching
 # whole events in big chunks keeps the per-event work in the regex engine.
-EVENT = re.compile(r"^ *(.*?) +(-?\d+)/(-?\d+) +(\d+\.\d{9}): +([^\s(]+) *(.*)\n((?:\t.*\n)*)\n?", re.MULTILINE)
+EVENT = re.compile(r"^ *(.*?) +(-?\d+)/(-?\d+) +(?:\[(-?\d+)\] +)?(\d+\.\d{9}): +([^\s(]+) *(.*)\n((?:\t.*\n)*)\n?",
+                   re.MULTILINE)
 
 # Event names as perf script prints them: tracepoints with a trailing colon.
 SWITCH = "sched:sched_switch:"
@@ -45,12 +47,12 @@ COMM = "PERF_RECORD_COMM"
 TASK_FIELDS = re.compile(r"\((-?\d+):(-?\d+)\):\((-?\d+):(-?\d+)\)")
 
 # As printed, for the reader of millions of events to convert only what it uses:
-# comm, pid, tid, time ("seconds.nanoseconds", see time_ns), event as perf names it
+# comm, pid, tid, cpu (None in text printed without it), time ("seconds.nanoseconds", see time_ns), event as perf names it
 # ("sched:sched_switch:" with a colon for tracepoints, "PERF_RECORD_SWITCH",
 # "PERF_RECORD_FORK"), payload (the tracepoint's fields; "IN" / "OUT preempt ..."
 # for switch records; "(pid:tid):(ppid:ptid)" for fork and exit records), raw call
 # chain text ("" when the event has none)
-Event = tuple[str, str, str, str, str, str, str]
+Event = tuple[str, str, str, str | None, str, str, str, str]
 
 
 def time_ns(printed: str) -> int:
@@ -171,19 +173,20 @@ class PerfScriptReader:
     def decode(self, stream: IO[str], sink: EventSink) -> None:
         """perf script's text (of `script_argv`'s fields) into `sink`."""
         events = EventReader()
-        for comm, pid_text, tid_text, time_text, event, payload, chain in events.events(stream):
+        for comm, pid_text, tid_text, cpu_text, time_text, event, payload, chain in events.events(stream):
             pid, tid, time = int(pid_text), int(tid_text), time_ns(time_text)
+            cpu = int(cpu_text) if cpu_text else UNKNOWN_CPU
             if event in SWITCH_RECORDS:
                 if payload.startswith("IN"):
-                    sink.switch_in(time, pid, tid, comm)
+                    sink.switch_in(time, cpu, pid, tid, comm)
                 else:
-                    sink.switch_out(time, pid, tid, payload.startswith("OUT preempt"))
+                    sink.switch_out(time, cpu, pid, tid, payload.startswith("OUT preempt"))
             elif event == SWITCH:
                 decoded = _switch_fields(payload)
                 if decoded is None:
                     events.skipped_lines += 1
                 else:
-                    sink.sched_switch(time, pid, decoded.prev_tid, decoded.prev_comm, decoded.prev_state,
+                    sink.sched_switch(time, cpu, pid, decoded.prev_tid, decoded.prev_comm, decoded.prev_state,
                                       decoded.next_tid, chain)
             elif event in WAKING_EVENTS:
                 woken = _woken_tid(payload)
@@ -198,10 +201,25 @@ class PerfScriptReader:
                 elif event == FORK:
                     sink.fork(time, int(task[1]), int(task[2]), int(task[3]), int(task[4]))
                 else:
-                    sink.exit(time, int(task[1]), int(task[2]))
-            elif event == COMM:
+                    sink.exit(time, cpu, int(task[1]), int(task[2]))
+            elif event.rstrip(":") == COMM:  # "PERF_RECORD_COMM exec:", or "PERF_RECORD_COMM:" for a rename
                 sink.comm(time, pid, tid, comm, payload.startswith("exec"))
         self.skipped += events.skipped_lines
+
+    def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
+        """Slices of about as many records each, cut where the native reader cuts them (so that
+        both readers make the same model); of equal length when perf.data cannot be indexed.
+        perf script's --time bounds are inclusive, so none share a nanosecond."""
+        try:
+            data = perf_data.open_perf_data(self.perf_data)
+            try:
+                return perf_data.balanced_slices(data, perf_data.index_records(data).round_starts, start_ns, end_ns,
+                                                 count)
+            finally:
+                data.map.close()
+        except OffcpuError:
+            bounds = [start_ns + (end_ns - start_ns) * index // count for index in range(count + 1)]
+            return [(bounds[index], bounds[index + 1] - (index + 1 < count)) for index in range(count)]
 
     def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
         return {chain: parse_stack(chain) for chain in chains if isinstance(chain, str)}
@@ -244,7 +262,7 @@ def read_stacks(perf: str, perf_data: Path, event: str, limit: int) -> Iterable[
     """The first `limit` call chains of one event."""
     found = 0
     with script_output(perf, perf_data) as stream:
-        for _, _, _, _, name, _, chain in EventReader().events(stream):
+        for _, _, _, _, _, name, _, chain in EventReader().events(stream):
             if chain and name.rstrip(":") == event:
                 yield parse_stack(chain)
                 found += 1

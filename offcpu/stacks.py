@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,15 @@ class Stack:
     @property
     def user_frames(self) -> tuple[str, ...]:
         return self.frames[self.kernel_frames:]
+
+
+_SUFFIX = re.compile(r"@.*$|\.(?:isra|constprop|part|cold|llvm)\b.*$")
+
+
+def normal(frame: str) -> str:
+    """A frame's name without glibc's internal alias prefix (__GI_), symbol versions
+    (@@GLIBC_2.2.5) and compiler clone suffixes (.isra.0, .constprop.0)."""
+    return _SUFFIX.sub("", frame).removeprefix("__GI_")
 
 
 # Where every complete user stack begins (outermost frame): a thread's entry

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from pathlib import Path
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from offcpu.errors import OffcpuError
-from offcpu.model import PREEMPTED, Model, Row, Thread
+from offcpu.findings import Finding, findings, lock_table
+from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
 from offcpu.stacks import reading
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
@@ -33,6 +35,15 @@ class StackView:
     kernel_only: bool = False
     waker: bool = False
     min_us: int = 0
+    # How the model is made and read, not a filter of it: which reader reads perf.data (None:
+    # the one chosen for it), and a file of [[lock]] entries that name wait sites before
+    # offcpu's own lock table
+    reader: str | None = None
+    locks: Path | None = None
+
+    def findings(self, model: Model) -> list[Finding]:
+        """The findings about the threads the filters keep, in every state."""
+        return findings(of_threads(model, self), table=lock_table(self.locks))
 
     @property
     def filtered(self) -> bool:
@@ -77,13 +88,11 @@ def selected(model: Model, view: StackView) -> Model:
     if not view.filtered:
         return model
     rows = [row for row in model.rows if view.keeps(model, row)]
-    times: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    times: dict[int, WaitTimes] = defaultdict(WaitTimes)
     for row in rows:
-        time = times[row.tid]
-        time[0] += row.offcpu_us
-        time[1] += row.blocked_us
-        time[2] += row.runqueue_us
-    threads = {tid: replace(thread, offcpu_us=times[tid][0], blocked_us=times[tid][1], runqueue_us=times[tid][2])
+        times[row.tid].add_times(row)
+    threads = {tid: replace(thread, offcpu_us=times[tid].offcpu_us, blocked_us=times[tid].blocked_us,
+                            runqueue_us=times[tid].runqueue_us)
                for tid, thread in model.threads.items()
                if view.keeps_thread(thread) and (tid in times or not view.states)}
     return replace(model, rows=rows, threads=threads)
@@ -128,19 +137,16 @@ class DrawnStack:
 def drawn(model: Model, view: StackView) -> list[DrawnStack]:
     """The stacks the view keeps, per switch-out state, most off-CPU time first; a stack
     whose time in all states is under --min-us is left out, as from its flame graph."""
-    sums: dict[tuple[str, tuple[str, ...], int, tuple[str, ...], str], list[int]] = defaultdict(
-        lambda: [0, 0, 0, 0])
+    sums: dict[tuple[str, tuple[str, ...], int, tuple[str, ...], str], WaitTimes] = defaultdict(WaitTimes)
     for row in model.rows:
         if row.offcpu_us and view.keeps(model, row):
             thread = model.threads[row.tid]
             root = f"{thread.comm}-{row.tid}" if view.by_thread else thread.comm
             frames, kernel = _frames(model, view, row.stack)
-            total = sums[(root, frames, kernel, _waker_frames(model, view, row) if view.waker else (), row.state)]
-            total[0] += row.offcpu_us
-            total[1] += row.blocked_us
-            total[2] += row.runqueue_us
-            total[3] += row.count
-    stacks = [DrawnStack(*key, *values) for key, values in sums.items()]
+            sums[(root, frames, kernel, _waker_frames(model, view, row) if view.waker else (), row.state)
+                 ].add_times(row)
+    stacks = [DrawnStack(*key, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count)
+              for key, times in sums.items()]
     lines = dict(lines_of(stacks))
     return sorted((stack for stack in stacks if lines[stack.folded] >= view.min_us),
                   key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
@@ -202,8 +208,10 @@ def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...],
 def _waker_frames(model: Model, view: StackView, row: Row) -> tuple[str, ...]:
     """The waker's stack leaf first (so its leaf meets the blocked leaf), then who it was."""
     if row.waker is None:
-        return ("[preempted]" if row.state == PREEMPTED else "[waker not recorded]",)
+        return ("[preempted]" if row.state == PREEMPTED else "[not woken in the window]",)
     waker = model.wakers[row.waker]
+    if waker.kind == "unrecorded":
+        return (WAKER_NOT_RECORDED,)
     name = re.sub(r"\s", "_", waker.comm)  # the line's last frame: "worker 3" would read as a count
     thread = f"{name}-{waker.tid}" if view.by_thread else name
     who = {"thread": thread, "idle": "[idle]", "interrupt": f"[interrupt in {waker.comm}]"}

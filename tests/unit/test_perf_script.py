@@ -18,7 +18,7 @@ def test_every_event_perf_counted_is_read(name):
     # capture.json's counts come from `perf report --stats`, independently of the reader
     info = capture_info(name)
     reader = EventReader()
-    events = Counter(event.rstrip(":") for _, _, _, _, event, _, _ in reader.events(script_stream(name)))
+    events = Counter(event.rstrip(":") for _, _, _, _, _, event, _, _ in reader.events(script_stream(name)))
     assert reader.skipped_lines == 0
     switch_records = events["PERF_RECORD_SWITCH"] + events["PERF_RECORD_SWITCH_CPU_WIDE"]
     assert switch_records == info.switch_records
@@ -27,9 +27,9 @@ def test_every_event_perf_counted_is_read(name):
 
 
 def test_a_switch_out_event_and_its_stack():
-    comm, pid, tid, time, event, payload, chain = next(
+    comm, pid, tid, _, time, event, payload, chain = next(
         event for event in EventReader().events(script_stream("futex_pid"))
-        if event[4] == "sched:sched_switch:" and event[6])
+        if event[5] == "sched:sched_switch:" and event[7])
     assert comm == "futex_contentio"  # perf prints the kernel's 15-character comm
     assert int(pid) == capture_info("futex_pid").target.pid and int(tid) >= int(pid)
     assert payload.startswith(f"prev_comm=futex_contentio prev_pid={tid} ")
@@ -41,7 +41,7 @@ def test_a_switch_out_event_and_its_stack():
 
 
 def test_switch_records_carry_in_and_out():
-    payloads = Counter(payload.split()[0] for _, _, _, _, event, payload, _ in
+    payloads = Counter(payload.split()[0] for _, _, _, _, _, event, payload, _ in
                        EventReader().events(script_stream("futex_pid")) if event == "PERF_RECORD_SWITCH")
     assert set(payloads) == {"IN", "OUT"} and payloads["IN"] > 0
 
