@@ -31,7 +31,7 @@ def describe(perf: str, perf_data: Path, info: CaptureInfo) -> None:
     info.switch_records = counts.get("SWITCH", 0) + counts.get("SWITCH_CPU_WIDE", 0)
     first = first_events(PerfScriptReader(perf, perf_data))
     info.user_stacks_truncated = first.user_stacks_truncated
-    info.switch_cost_ns = first.switch_cost_ns
+    info.switch_cost_ns = first.costs.median_ns
     # A command's events went on as it was exec'd; the others' between offcpu's
     # "enable" and perf's answer to it.
     if info.target.kind == "command" and info.target.pid is None:
@@ -62,6 +62,56 @@ def event_counts(perf: str, perf_data: Path) -> tuple[dict[str, int], int]:
 
 
 @dataclass
+class SwitchCosts:
+    """What perf's recording adds to a switch between two recorded threads, which the kernel
+    charges to the one coming in: its sched_switch sample with the stack (from the
+    tracepoint to perf's record of the thread going out), then the switch itself with
+    perf's switching of its events and its record of the thread coming in. A switch from
+    a thread that was not recorded costs about as much as the second part, and is placed
+    that much before perf's record of it."""
+
+    leaving: dict[int, tuple[int, int]] = field(default_factory=dict)  # tid out -> (tid in, the switch's time)
+    out: dict[int, tuple[int, int]] = field(default_factory=dict)  # tid in -> (the switch's time, the out record's)
+    sample_ns: list[int] = field(default_factory=list)  # switch -> record of the thread going out
+    after_out_ns: list[int] = field(default_factory=list)  # record of it going out -> of the next coming in
+
+    def sched_switch(self, time_ns: int, prev_tid: int, next_tid: int) -> None:
+        if prev_tid and next_tid:
+            self.leaving[prev_tid] = (next_tid, time_ns)
+
+    def switch_out(self, time_ns: int, tid: int) -> None:
+        leaving = self.leaving.pop(tid, None)
+        if leaving is not None and leaving[1] <= time_ns:
+            next_tid, switched_ns = leaving
+            self.out[next_tid] = (switched_ns, time_ns)
+
+    def switch_in(self, time_ns: int, tid: int) -> None:
+        out = self.out.pop(tid, None)
+        if out is not None and out[1] <= time_ns:
+            switched_ns, out_ns = out
+            self.sample_ns.append(out_ns - switched_ns)
+            self.after_out_ns.append(time_ns - out_ns)
+
+    @property
+    def median_ns(self) -> int | None:
+        """The switch cost a switch-in from an unrecorded thread is placed by."""
+        return _median(self.after_out_ns)
+
+    @property
+    def whole_ns(self) -> int | None:
+        """All that recording adds to a switch between recorded threads."""
+        return _median([sample + after for sample, after in zip(self.sample_ns, self.after_out_ns)])
+
+    @property
+    def sample_median_ns(self) -> int | None:
+        return _median(self.sample_ns)
+
+
+def _median(values: list[int]) -> int | None:
+    return round(statistics.median(values)) if values else None
+
+
+@dataclass
 class FirstEvents:
     """What the start of perf.data says (None: not found, or perf.data could not be read)."""
 
@@ -69,42 +119,11 @@ class FirstEvents:
     exec_ns: int | None = None  # the first exec (a command's start) and who did it
     exec_pid: int | None = None
     user_stacks_truncated: bool | None = None  # most of the first switch-out stacks stop short
-    switch_cost_ns: int | None = None  # see SwitchCosts
+    costs: SwitchCosts = field(default_factory=SwitchCosts)
 
 
 class _Enough(Exception):
     """The first events have said all they can: stop reading."""
-
-
-@dataclass
-class SwitchCosts:
-    """perf's cost of one switch between two recorded threads, as the kernel charges it to
-    the one coming in: from perf's record of the first going out to its record of the
-    second coming in (the switch itself, then perf's switching of its events and its
-    record). A switch from a thread that was not recorded costs about the same, and is
-    placed this much before perf's record of it."""
-
-    leaving: dict[int, int] = field(default_factory=dict)  # tid switching out -> the tid switching in
-    out_ns: dict[int, int] = field(default_factory=dict)  # tid switching in -> when the one before it was out
-    costs_ns: list[int] = field(default_factory=list)
-
-    def sched_switch(self, prev_tid: int, next_tid: int) -> None:
-        if prev_tid and next_tid:
-            self.leaving[prev_tid] = next_tid
-
-    def switch_out(self, time_ns: int, tid: int) -> None:
-        next_tid = self.leaving.pop(tid, None)
-        if next_tid is not None:
-            self.out_ns[next_tid] = time_ns
-
-    def switch_in(self, time_ns: int, tid: int) -> None:
-        out_ns = self.out_ns.pop(tid, None)
-        if out_ns is not None and out_ns <= time_ns:
-            self.costs_ns.append(time_ns - out_ns)
-
-    @property
-    def median_ns(self) -> int | None:
-        return round(statistics.median(self.costs_ns)) if self.costs_ns else None
 
 
 class _FirstEventsSink:
@@ -118,14 +137,14 @@ class _FirstEventsSink:
     def _sample(self, time_ns: int) -> None:
         if self.first.sample_ns is None:
             self.first.sample_ns = time_ns
-        if len(self.chains) >= STACKS_TO_JUDGE and len(self.costs.costs_ns) >= SWITCHES_TO_TIME:
+        if len(self.chains) >= STACKS_TO_JUDGE and len(self.costs.after_out_ns) >= SWITCHES_TO_TIME:
             raise _Enough
 
     def sched_switch(self, time_ns: int, cpu: int, pid: int, tid: int, prev_comm: str, prev_state: str,
                      next_tid: int, chain: Chain) -> None:
         if chain and len(self.chains) < STACKS_TO_JUDGE:
             self.chains.append(chain)
-        self.costs.sched_switch(tid, next_tid)
+        self.costs.sched_switch(time_ns, tid, next_tid)
         self._sample(time_ns)
 
     def sched_waking(self, time_ns: int, pid: int, tid: int, comm: str, woken_tid: int, chain: Chain) -> None:
@@ -161,5 +180,5 @@ def first_events(reader: PerfScriptReader) -> FirstEvents:
     stacks = reader.stacks(sink.chains)
     sink.first.user_stacks_truncated = looks_truncated(
         [stacks[chain].user_frames for chain in sink.chains if stacks[chain].user_frames])
-    sink.first.switch_cost_ns = sink.costs.median_ns
+    sink.first.costs = sink.costs
     return sink.first

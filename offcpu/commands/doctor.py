@@ -9,9 +9,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from offcpu import limits
+from offcpu import limits, system
 from offcpu.errors import OffcpuError
-from offcpu.readiness import FAIL, OK, WARN, can_record, frame_pointer_checks, limit_checks, machine_checks
+from offcpu.readiness import (FAIL, INFO, OK, WARN, Check, can_record, frame_pointer_checks, limit_checks,
+                              machine_checks)
+from offcpu.selftest import recorded_switch
 
 STYLES = {OK: "green", WARN: "yellow", FAIL: "bold red"}
 
@@ -35,6 +37,8 @@ def doctor(pid: int | None, as_json: bool) -> None:
     snapshot = limits.snapshot(pid) if pid is not None else None
     limit_rows = limit_checks(snapshot) if snapshot else []
     ready = can_record(checks)
+    if ready:
+        checks.append(_cost_check(as_json))
     if as_json:
         click.echo(json.dumps({
             "can_record": ready,
@@ -49,6 +53,20 @@ def doctor(pid: int | None, as_json: bool) -> None:
         verdict = "offcpu can record here." if ready else "offcpu cannot record here: fix the failed checks above."
         console.print(verdict, style="green" if ready else "bold red")
     click.get_current_context().exit(0 if ready else 1)
+
+
+def _cost_check(quiet: bool) -> Check:
+    """What one recorded switch costs here, measured by a short recording (about a second)."""
+    console = Console(stderr=True)
+    try:
+        if console.is_terminal and not quiet:
+            with console.status("Measuring what recording costs here..."):
+                cost = recorded_switch(system.require_perf())
+        else:
+            cost = recorded_switch(system.require_perf())
+    except OffcpuError as error:
+        return Check("cost of recording", WARN, f"could not be measured: {error.format_message()}")
+    return Check("cost of recording", INFO, cost.words())
 
 
 def _table(title: str, checks: list) -> Table:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,13 @@ def test_doctor_says_recording_can_work_here():
         assert checks["sched:sched_stat_sleep"]["detail"] == "absent"
     assert checks["frame pointers: system libc"]["detail"].startswith("/")
     assert "flame graph renderer" in checks
+    # and what one recorded switch costs here, measured by a short recording
+    cost = re.fullmatch(r"one switch costs perf ([\d.]+) µs here \(its sched_switch sample with the stack ([\d.]+) "
+                        r"µs, then the switch and its records ([\d.]+) µs\): a program switching 50,000 times a "
+                        r"second would lose about (\d+)% of a CPU to recording", checks["cost of recording"]["detail"])
+    assert cost is not None, checks["cost of recording"]
+    whole, sample, rest, share = (float(value) for value in cost.groups())
+    assert 0 < whole < 1000 and abs(sample + rest - whole) <= 0.15 and abs(whole * 5 - share) <= 1
 
 
 def test_doctor_says_when_flamegraph_dir_holds_no_renderer(tmp_path):
