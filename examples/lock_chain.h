@@ -7,7 +7,8 @@
  *
  *   wall_s       from starting the threads to joining them
  *   lock_wait_s  time threads spent in pthread_mutex_lock when trylock failed,
- *   lock_waits   and how many times that was
+ *   lock_waits   and how many such calls (one call may sleep on the futex more
+ *                than once: woken, it can lose the lock to a thread on CPU)
  *   held_s       time spent in fsync (or sleep) while holding the lock,
  *   held_calls   and how many calls
  *   free_s       the same outside the lock,
