@@ -10,6 +10,7 @@
  *   lock_waits   and how many such calls (one call may sleep on the futex more
  *                than once: woken, it can lose the lock to a thread on CPU)
  *   held_s       time spent in fsync (or sleep) while holding the lock,
+ *   held_cpu_s   of which on CPU (the thread's CPU clock: fsync's own work),
  *   held_calls   and how many calls
  *   free_s       the same outside the lock,
  *   free_calls   and how many calls
@@ -37,6 +38,7 @@ struct lc_thread {
     double lock_wait_s;
     unsigned long long lock_waits;
     double held_s;
+    double held_cpu_s;
     unsigned long long held_calls;
     double free_s;
     unsigned long long free_calls;
@@ -75,15 +77,29 @@ static inline void lc_open_log(struct lc_log *log)
     log->size = 0;
 }
 
-/* Append one record and make it durable, or sleep instead: returns how long
- * the fsync or the sleep took (the append itself only fills the page cache). */
-static inline double lc_durable_append(struct lc_log *log)
+/* The calling thread's CPU clock, in seconds. */
+static inline double lc_cpu_now(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+/* How long the slow call took, and how much of it the thread was on CPU. */
+struct lc_call {
+    double wall_s;
+    double cpu_s;
+};
+
+/* Append one record and make it durable, or sleep instead: how long the fsync or
+ * the sleep took (the append itself only fills the page cache). */
+static inline struct lc_call lc_durable_append(struct lc_log *log)
 {
     static const char record[LC_RECORD];
     if (lc_sleep_us) {
-        double start = ex_now();
+        double start = ex_now(), cpu = lc_cpu_now();
         ex_sleep(lc_sleep_us / 1e6);
-        return ex_now() - start;
+        return (struct lc_call){ex_now() - start, lc_cpu_now() - cpu};
     }
     if (log->size >= LC_LOG_LIMIT) {
         if (ftruncate(log->fd, 0)) {
@@ -97,12 +113,12 @@ static inline double lc_durable_append(struct lc_log *log)
         exit(1);
     }
     log->size += LC_RECORD;
-    double start = ex_now();
+    double start = ex_now(), cpu = lc_cpu_now();
     if (fsync(log->fd)) {
         perror("lock_chain: fsync");
         exit(1);
     }
-    return ex_now() - start;
+    return (struct lc_call){ex_now() - start, lc_cpu_now() - cpu};
 }
 
 /* pthread_mutex_lock, timed when the lock is taken (a wait in the kernel or a spin). */
@@ -148,6 +164,7 @@ static inline void lc_finish(const struct ex_opts *o, struct lc_thread *threads,
         sum.lock_wait_s += threads[i].lock_wait_s;
         sum.lock_waits += threads[i].lock_waits;
         sum.held_s += threads[i].held_s;
+        sum.held_cpu_s += threads[i].held_cpu_s;
         sum.held_calls += threads[i].held_calls;
         sum.free_s += threads[i].free_s;
         sum.free_calls += threads[i].free_calls;
@@ -155,10 +172,10 @@ static inline void lc_finish(const struct ex_opts *o, struct lc_thread *threads,
     double wall = ex_now() - started;
     free(threads);
     ex_summary(o, sum.ops,
-               " wall_s=%.6f call=%s lock_wait_s=%.6f lock_waits=%llu held_s=%.6f held_calls=%llu"
-               " free_s=%.6f free_calls=%llu",
+               " wall_s=%.6f call=%s lock_wait_s=%.6f lock_waits=%llu held_s=%.6f held_cpu_s=%.6f"
+               " held_calls=%llu free_s=%.6f free_calls=%llu",
                wall, lc_sleep_us ? "sleep" : "fsync", sum.lock_wait_s, sum.lock_waits,
-               sum.held_s, sum.held_calls, sum.free_s, sum.free_calls);
+               sum.held_s, sum.held_cpu_s, sum.held_calls, sum.free_s, sum.free_calls);
 }
 
 #endif

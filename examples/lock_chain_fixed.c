@@ -24,7 +24,7 @@ static void *worker(void *arg)
         lc_lock(t, &lock);
         next_record++;
         pthread_mutex_unlock(&lock);
-        t->free_s += lc_durable_append(&own_log);
+        t->free_s += lc_durable_append(&own_log).wall_s;
         t->free_calls++;
         t->ops++;
         lc_work_outside(t);

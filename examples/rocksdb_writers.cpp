@@ -14,9 +14,10 @@
 //
 // The database lives in a directory made in the working directory (fdatasync
 // must reach a disk: run it outside tmpfs), destroyed at the end.
-// Twin: the same program with -t 1 (one writer leads every group alone).
+// Twin: the same program with -t 1 -p 50000 (one writer, a write every 50 ms: the
+// load it can take, so that it waits for nobody and mostly for work).
 //
-// usage: rocksdb_writers [-t THREADS] [-s SECONDS]
+// usage: rocksdb_writers [-t THREADS] [-s SECONDS] [-p USEC]
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/statistics.h>
@@ -46,15 +47,16 @@ struct Writer {
 
 [[noreturn]] void usage() {
     std::fprintf(stderr,
-                 "usage: rocksdb_writers [-t THREADS] [-s SECONDS]\n"
+                 "usage: rocksdb_writers [-t THREADS] [-s SECONDS] [-p USEC]\n"
                  "  -t THREADS  number of writer threads, 1..%d (default 4)\n"
-                 "  -s SECONDS  run time, >0 and <=3600 (default 5.00)\n",
+                 "  -s SECONDS  run time, >0 and <=3600 (default 5.00)\n"
+                 "  -p USEC     pause after each write, 1..1000000 (default none)\n",
                  kMaxThreads);
     std::exit(2);
 }
 
-void parse(int argc, char **argv, int &threads, double &seconds) {
-    for (int opt; (opt = getopt(argc, argv, "t:s:")) != -1;) {
+void parse(int argc, char **argv, int &threads, double &seconds, long &pause_us) {
+    for (int opt; (opt = getopt(argc, argv, "t:s:p:")) != -1;) {
         char *end = nullptr;
         if (opt == 't') {
             long value = std::strtol(optarg, &end, 10);
@@ -63,6 +65,9 @@ void parse(int argc, char **argv, int &threads, double &seconds) {
         } else if (opt == 's') {
             seconds = std::strtod(optarg, &end);
             if (*end || end == optarg || !(seconds > 0) || seconds > 3600) usage();
+        } else if (opt == 'p') {
+            pause_us = std::strtol(optarg, &end, 10);
+            if (*end || end == optarg || pause_us < 1 || pause_us > 1000000) usage();
         } else {
             usage();
         }
@@ -75,7 +80,7 @@ void parse(int argc, char **argv, int &threads, double &seconds) {
     std::exit(1);
 }
 
-void write_until_stopped(rocksdb::DB *db, int id, Writer &writer) {
+void write_until_stopped(rocksdb::DB *db, int id, long pause_us, Writer &writer) {
     rocksdb::WriteOptions synced;
     synced.sync = true;
     const std::string value(kValueBytes, 'v');
@@ -86,6 +91,7 @@ void write_until_stopped(rocksdb::DB *db, int id, Writer &writer) {
         writer.put_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (!status.ok()) fail("Put", status);
         ++writer.puts;
+        if (pause_us) std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
     }
 }
 
@@ -94,7 +100,8 @@ void write_until_stopped(rocksdb::DB *db, int id, Writer &writer) {
 int main(int argc, char **argv) {
     int threads = 4;
     double seconds = 5;
-    parse(argc, argv, threads, seconds);
+    long pause_us = 0;
+    parse(argc, argv, threads, seconds, pause_us);
 
     char directory[] = "rocksdb_writers.XXXXXX";
     if (!mkdtemp(directory)) {
@@ -111,7 +118,7 @@ int main(int argc, char **argv) {
     std::vector<Writer> writers(threads);
     std::vector<std::thread> running;
     for (int i = 0; i < threads; ++i) {
-        running.emplace_back(write_until_stopped, db, i, std::ref(writers[i]));
+        running.emplace_back(write_until_stopped, db, i, pause_us, std::ref(writers[i]));
         pthread_setname_np(running.back().native_handle(), ("writer-" + std::to_string(i)).c_str());
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));

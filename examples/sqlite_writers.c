@@ -18,7 +18,8 @@
  *
  * The database lives in the working directory (fsync must reach a disk: run
  * it outside tmpfs) and is removed at the end.
- * Twin: the same program with -t 1 (one writer waits for nobody).
+ * Twin: the same program with -t 1 -p 50000 (one writer, a transaction every 50 ms:
+ * the load it can take, so that it waits for nobody and mostly for work).
  */
 #include "common.h"
 
@@ -36,6 +37,7 @@ struct writer {
 };
 
 static char db_path[] = "sqlite_writers.XXXXXX";
+static long pause_us; /* -p: sleep this long after each transaction */
 
 static void die(sqlite3 *db, const char *what)
 {
@@ -121,6 +123,8 @@ static void *writer_main(void *arg)
         if (!timed_step(db, commit, &w->commit_s))
             die(db, "COMMIT busy while holding the write lock");
         w->ops++;
+        if (pause_us)
+            usleep((useconds_t)pause_us);
     }
     sqlite3_finalize(begin);
     sqlite3_finalize(insert);
@@ -131,8 +135,11 @@ static void *writer_main(void *arg)
 
 int main(int argc, char **argv)
 {
-    struct ex_opts o = {.name = "sqlite_writers", .threads = 4, .max_threads = 256, .seconds = 5};
+    struct ex_opts o = {.name = "sqlite_writers", .threads = 4, .max_threads = 256, .seconds = 5,
+                        .extra_flag = 'p', .extra_arg = "USEC", .extra_help = "pause after each transaction",
+                        .extra = 0, .extra_max = 1000000};
     ex_parse(argc, argv, &o);
+    pause_us = o.extra;
     create_database();
 
     struct writer *writers = aligned_alloc(EX_CACHELINE, (size_t)o.threads * sizeof(*writers));

@@ -356,12 +356,12 @@ def java_monitor(threads: int, fixed: bool = False) -> AbstractContextManager[Ru
                            workers=threads, prefix="worker-", needs=("java", "default-jdk-headless"))
 
 
-def rocksdb_writers(threads: int) -> AbstractContextManager[Running]:
-    return example_program("rocksdb_writers", "-t", str(threads), workers=threads, prefix="writer-")
+def rocksdb_writers(threads: int, *args: str) -> AbstractContextManager[Running]:
+    return example_program("rocksdb_writers", "-t", str(threads), *args, workers=threads, prefix="writer-")
 
 
-def sqlite_writers(threads: int) -> AbstractContextManager[Running]:
-    return example_program("sqlite_writers", "-t", str(threads), workers=threads, prefix="writer-")
+def sqlite_writers(threads: int, *args: str) -> AbstractContextManager[Running]:
+    return example_program("sqlite_writers", "-t", str(threads), *args, workers=threads, prefix="writer-")
 
 
 def lock_chain(threads: int, sleep_us: int | None = None, fixed: bool = False) -> AbstractContextManager[Running]:
@@ -495,17 +495,21 @@ def nginx_under_wrk() -> Iterator[Running]:
 
 # -- the named workloads -----------------------------------------------------
 
+# A database twin writes once every this many µs: the load one writer takes without
+# waiting for anyone, mostly waiting for work.
+TWIN_PAUSE_US = 50_000
+
 # Each contended program with its uncontended twin, the chain example and its
 # fixed twin, and the two servers: the configurations the tests and fixtures use.
 WORKLOADS: dict[str, Callable[[], AbstractContextManager[Running]]] = {
     "ruby_gvl": functools.partial(ruby_gvl, 8),
     "ruby_gvl_twin": functools.partial(ruby_gvl, 1),
     "java_monitor": functools.partial(java_monitor, 8),
-    "java_monitor_twin": functools.partial(java_monitor, 2, fixed=True),
+    "java_monitor_twin": functools.partial(java_monitor, 1, fixed=True),
     "rocksdb_writers": functools.partial(rocksdb_writers, 4),
-    "rocksdb_writers_twin": functools.partial(rocksdb_writers, 1),
+    "rocksdb_writers_twin": functools.partial(rocksdb_writers, 1, "-p", str(TWIN_PAUSE_US)),
     "sqlite_writers": functools.partial(sqlite_writers, 4),
-    "sqlite_writers_twin": functools.partial(sqlite_writers, 1),
+    "sqlite_writers_twin": functools.partial(sqlite_writers, 1, "-p", str(TWIN_PAUSE_US)),
     "lock_chain": functools.partial(lock_chain, 4),
     "lock_chain_sleep": functools.partial(lock_chain, 4, sleep_us=1000),
     "lock_chain_fixed": functools.partial(lock_chain, 4, fixed=True),
