@@ -27,9 +27,9 @@ from types import FrameType
 from offcpu import limits, system
 from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, is_capture, own_files, save
 from offcpu.errors import OffcpuError
-from offcpu.events import SWITCH, EventPlan, plan_events
+from offcpu.events import EventPlan, plan_events
 from offcpu.perf_process import ACK_TIMEOUT_S, CONTROL_PLACEHOLDER, PerfProcess
-from offcpu.perf_script import EventReader, parse_stack, script_argv, time_ns
+from offcpu.perf_script import COMM_RECORD, SAMPLES, SWITCH, EventReader, parse_stack, script_argv, text_of, time_ns
 from offcpu.stacks import looks_truncated
 
 TICK_S = 0.1
@@ -470,20 +470,20 @@ def _first_events(perf: str, perf_data: Path) -> FirstEvents:
     judgement to a handful of stacks."""
     try:
         process = subprocess.Popen(script_argv(perf, perf_data), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                   stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return FirstEvents()
     assert process.stdout is not None
     first = FirstEvents()
     stacks = []
     try:
-        for _, pid, _, printed_time, name, payload, chain in EventReader().events(process.stdout):
-            if first.sample_ns is None and not name.startswith("PERF_RECORD"):
-                first.sample_ns = time_ns(printed_time)
-            if first.exec_ns is None and name == "PERF_RECORD_COMM" and payload.startswith("exec"):
-                first.exec_ns, first.exec_pid = time_ns(printed_time), int(pid)
-            if chain and name.rstrip(":") == SWITCH:
-                stacks.append(parse_stack(chain).user_frames)
+        for event in EventReader().events(text_of(process.stdout)):
+            if first.sample_ns is None and event.lastgroup in SAMPLES:
+                first.sample_ns = time_ns(event["time"])
+            if first.exec_ns is None and event.lastgroup == COMM_RECORD and event["exec"]:
+                first.exec_ns, first.exec_pid = time_ns(event["time"]), int(event["pid"])
+            if event.lastgroup == SWITCH:
+                stacks.append(parse_stack(event["switch_chain"]).user_frames)
                 if len(stacks) >= STACKS_TO_JUDGE:
                     break
         else:
