@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from offcpu.capture import CaptureInfo
 from offcpu.stacks import Stack
 
-SCHEMA = "offcpu-model/2"  # a new engine reads perf.data again
+SCHEMA = "offcpu-model/3"  # a new engine or reader reads perf.data again
 # Synthetic frames for time whose stack perf could not have recorded.
 BEFORE_WINDOW = "[off CPU since before the recording]"
 NEW_THREAD = "[new thread, waiting for its first run]"
@@ -70,13 +70,23 @@ class Model:
     runqueue_delays_us: Counter[int]  # delay from a wakeup to running -> wakeups that waited that long
     clipped_intervals: int = 0  # cut by the start or end of the window
     unseen_wakeups: int = 0  # blocked intervals whose wakeup was not recorded (a waker outside the target)
-    skipped_lines: int = 0  # perf script lines that could not be read
+    unreadable_events: int = 0  # events of perf.data its reader could not decode, left out
     perf_data: dict = field(default_factory=dict)  # size and mtime of the perf.data it was built from
     schema: str = SCHEMA
 
     @property
     def wall_us(self) -> int:
         return round((self.window_end_ns - self.window_start_ns) / 1000)
+
+    @property
+    def recorded_events(self) -> int:
+        """What perf counted in perf.data (capture.json): samples and switch records."""
+        return self.capture.samples + self.capture.switch_records
+
+    @property
+    def unreadable_share(self) -> float:
+        """The share of the events perf recorded that could not be read (0-1)."""
+        return self.unreadable_events / max(self.recorded_events, self.unreadable_events, 1)
 
     def to_json(self) -> dict:
         return {
@@ -93,7 +103,7 @@ class Model:
             "runqueue_delays_us": sorted(self.runqueue_delays_us.items()),
             "clipped_intervals": self.clipped_intervals,
             "unseen_wakeups": self.unseen_wakeups,
-            "skipped_lines": self.skipped_lines,
+            "unreadable_events": self.unreadable_events,
         }
 
     @classmethod
@@ -116,7 +126,7 @@ class Model:
             runqueue_delays_us=Counter({delay: count for delay, count in data["runqueue_delays_us"]}),
             clipped_intervals=data["clipped_intervals"],
             unseen_wakeups=data["unseen_wakeups"],
-            skipped_lines=data["skipped_lines"],
+            unreadable_events=data["unreadable_events"],
             perf_data=data["perf_data"],
         )
         model.check()

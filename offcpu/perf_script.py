@@ -39,10 +39,12 @@ CHUNK = 1 << 20
 # to 16 in the header of an event without a call chain. Anything may be in it.
 NAME = r"(?s:.{0,16}?)"
 NUMBER = r"-?\d{1,10}"  # bounded: int() refuses thousands of digits
+TIME = r"\d{1,12}\.\d{9}"
 # "comm  pid/tid  seconds.nanoseconds:  event: ...". An event starts at a line start,
 # but its name may hold newlines: the anchor after it is what is trusted.
-HEADER = rf"^(?P<comm>{NAME}) +(?P<pid>{NUMBER})/(?P<tid>{NUMBER}) +(?P<time>\d{{1,12}}\.\d{{9}}): +"
-NEXT_HEADER = rf"{NAME} +{NUMBER}/{NUMBER} +\d{{1,12}}\.\d{{9}}: "
+HEADER = rf"^(?P<comm>{NAME}) +(?P<pid>{NUMBER})/(?P<tid>{NUMBER}) +(?P<time>{TIME}): +"
+ANCHOR = rf" +{NUMBER}/{NUMBER} +{TIME}: "
+NEXT_HEADER = NAME + ANCHOR
 # A call chain's frames: a line each, a tab, the address (right-aligned) and the symbol. A
 # blank line ends the chain.
 FRAMES = r"(?:\t *[0-9a-f]{1,16} [^\n]*\n)+"
@@ -72,6 +74,8 @@ EVENT = re.compile(HEADER + "(?:" + "|".join([
     rf"(?P<other>(?!sched:sched_(?:switch|waking|wakeup):)[\w-]+:[\w-]+: (?:[^\n]*\n(?!{NEXT_HEADER})){{0,32}}?"
     r"[^\n]* [0-9a-f]{16} [^\n]*\n)",
 ]) + ")", re.MULTILINE)
+
+UNREAD_ANCHOR = re.compile(ANCHOR)
 
 # The kinds of event, as EVENT's groups name them.
 SWITCH_RECORD = "switch_record"
@@ -145,10 +149,10 @@ def script_output(perf: str, perf_data: Path, time_slice: tuple[int, int] | None
 class EventReader:
     """Splits perf script output into events (EVENT's matches, whole: a match ends with its
     line, and an event with a call chain with the blank line after it); text that is not
-    an event is skipped and counted."""
+    an event is skipped, and counted in events: each anchor in it, or one when it has none."""
 
     def __init__(self) -> None:
-        self.skipped_lines = 0
+        self.skipped = 0
 
     def events(self, stream: IO[str]) -> Iterator[re.Match[str]]:
         rest = ""
@@ -168,7 +172,8 @@ class EventReader:
         self._skip(rest)
 
     def _skip(self, text: str) -> None:
-        self.skipped_lines += sum(1 for line in text.split("\n") if line.strip())
+        if text.strip():
+            self.skipped += max(1, len(UNREAD_ANCHOR.findall(text)))
 
 
 def parse_stack(chain: str) -> Stack:
@@ -229,7 +234,7 @@ class PerfScriptReader:
                 if comm is None:
                     pid, tid, comm = synthesized
                 sink.comm(time_ns(time), int(pid), int(tid), comm, exec is not None)
-        self.skipped += events.skipped_lines
+        self.skipped += events.skipped
 
     def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
         return {chain: parse_stack(chain) for chain in chains if isinstance(chain, str)}

@@ -13,13 +13,15 @@ import click
 
 from offcpu.capture import CaptureInfo, load
 from offcpu.commands.record import MAX_DURATION_S, check_bounds, default_output, record_into, resolve_target
-from offcpu.commands.report.common import checked_output, load_with_progress, write_report
+from offcpu.commands.report.common import checked_output, read_with_progress, warn_if_unread, write_report
 from offcpu.errors import OffcpuError
+from offcpu.model import Model
 from offcpu.policy import load_policy
 from offcpu.recorder import RecordRequest
 from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.verdict import (VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable, could_not_check_markdown,
                                       github_annotations, github_error)
+from offcpu.summaries import unreadable_note, untrusted
 from offcpu.verdict import Measurements, Verdict, evaluate, measure, measurements_from_report, unrecorded
 
 EXIT_VIOLATED = 1
@@ -153,7 +155,7 @@ def _check_capture(capture: Path) -> None:
 
 
 def _measure(capture: Path) -> Measurements:
-    model = load_with_progress(capture, None)
+    model = _readable_model(capture)
     reason = unrecorded(model)
     if reason:
         raise OffcpuError(f"{COULD_NOT_CHECK}the recording holds no scheduler events of the target ({reason}); "
@@ -162,11 +164,20 @@ def _measure(capture: Path) -> Measurements:
     return measure(model)
 
 
+def _readable_model(capture: Path) -> Model:
+    """The capture's model, unless too much of perf.data could not be read to trust it."""
+    model = read_with_progress(capture, None)
+    if untrusted(model):
+        raise OffcpuError(f"{COULD_NOT_CHECK}in {capture}, {unreadable_note(model)}")
+    warn_if_unread(model)
+    return model
+
+
 def _baseline(path: Path) -> Measurements:
     """A capture directory (its model), or a JSON report of one."""
     if path.is_dir():
         _check_capture(path)
-        return measure(load_with_progress(path, None))
+        return measure(_readable_model(path))
     try:
         return measurements_from_report(json.loads(path.read_text()))
     except OSError as error:

@@ -16,7 +16,8 @@ from offcpu.renderers.flame import FlameGraphSvg, title
 from offcpu.renderers.text import STATE_NAMES, ms, share, waker_name
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
-from offcpu.summaries import by_state, caveats, lifecycle, runqueue_percentiles, totals, waker_pairs
+from offcpu.summaries import (by_state, caveats, lifecycle, runqueue_percentiles, totals, unreadable_note,
+                              untrusted, waker_pairs)
 
 STACK_CHARS = 110  # a stack cell shows about this much; its tooltip has every frame
 # The browser fetches nothing for the page, and says so if asked to. The flame graph's data: frame
@@ -33,6 +34,7 @@ thead th { border-bottom: 2px solid #ccc; } .n { text-align: right; font-variant
 tbody tr:nth-child(even) { background: #f7f7f7; }
 #stacks td:last-child { font: 12px ui-monospace, monospace; }
 #capture th { white-space: nowrap; } #capture td { white-space: pre-line; } .warn { color: #b00; }
+.alarm { color: #fff; background: #b00; padding: .6em .8em; font-size: 1.1em; }
 .finding { border-left: 4px solid #999; padding: .1em .8em; margin: .6em 0; background: #fafafa; }
 .finding.critical { border-color: #c00; } .finding.warning { border-color: #e90; }
 .finding h3 { font-size: 1em; margin: .3em 0; } .finding li span { font: 12px ui-monospace, monospace; }
@@ -101,7 +103,13 @@ class HtmlReport:
         return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
                 f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">\n'
                 f"<title>{escape(heading)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
-                f"<h1>{escape(heading)}</h1>\n" + "\n".join(sections) + "\n</body>\n</html>\n")
+                f"<h1>{escape(heading)}</h1>\n{self._alarm(model)}" + "\n".join(sections) + "\n</body>\n</html>\n")
+
+    @staticmethod
+    def _alarm(model: Model) -> str:
+        """Before anything else, when the numbers cannot be trusted."""
+        return f'<p class="alarm"><b>Warning:</b> {escape(unreadable_note(model) or "")}</p>\n' \
+            if untrusted(model) else ""
 
     def _flame_graph(self, model: Model) -> str:
         """The SVG as a document of its own in a data: frame, so that its script (zoom, search)

@@ -13,7 +13,8 @@ from offcpu.model import Model
 from offcpu.renderers.console import Column, fitted_table, printed, short_names
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import StackView, chosen, listed, of_threads, selected
-from offcpu.summaries import WakerPair, by_state, caveats, lifecycle, runqueue_percentiles, totals, waker_pairs
+from offcpu.summaries import (WakerPair, by_state, caveats, lifecycle, runqueue_percentiles, totals,
+                              unreadable_note, untrusted, waker_pairs)
 
 STATE_NAMES = {"S": "sleeping", "D": "uninterruptible (locks, I/O)", "R": "preempted while runnable",
                "I": "idle kernel thread", "?": "since before the recording", "T": "stopped", "t": "traced"}
@@ -57,8 +58,11 @@ class TextReport:
                   f"({capture.call_graph} stacks)\n{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
                   f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms"
                   + "".join(f"\nNote: {caveat}" for caveat in caveats(model)))
-        return [Text(header), *self._findings(model), self._stacks(model, whole.offcpu_us), self._threads(shown),
-                self._states(shown), self._runqueue(model), self._wakers(shown), self._lifecycle(shown)]
+        alarm = [Text(f"WARNING: {unreadable_note(model)}", style="bold red" if self.color else "")] \
+            if untrusted(model) else []
+        return [*alarm, Text(header), *self._findings(model), self._stacks(model, whole.offcpu_us),
+                self._threads(shown), self._states(shown), self._runqueue(model), self._wakers(shown),
+                self._lifecycle(shown)]
 
     def _findings(self, model: Model) -> list[Text | Group]:
         """Worst first, each readable on its own: what, how much, the proof, the fix."""
