@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
 
 SCHEMA = "offcpu-capture/1"
 PERF_DATA = "perf.data"
@@ -32,13 +33,14 @@ class Target:
     command: tuple[str, ...] = ()
 
     def describe(self) -> str:
+        """The target in words, for people (see escaping.printable)."""
         if self.kind == "all":
             return "all CPUs"
         if self.kind == "command":
-            return f"command {shlex.join(self.command)}" + (f" (pid {self.pid})" if self.pid else "")
+            return printable(f"command {shlex.join(self.command)}") + (f" (pid {self.pid})" if self.pid else "")
         if self.kind == "tid":
-            return f"thread {self.tid} of {self.comm} (pid {self.pid})"
-        return f"{self.comm} (pid {self.pid})"
+            return f"thread {self.tid} of {printable(self.comm)} (pid {self.pid})"
+        return f"{printable(self.comm)} (pid {self.pid})"
 
 
 @dataclass

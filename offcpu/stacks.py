@@ -6,6 +6,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from offcpu.escaping import printable
+
 @dataclass(frozen=True, slots=True)
 class Stack:
     """A call chain, leaf first; the first `kernel_frames` are kernel frames."""
@@ -81,6 +83,7 @@ class _Shortened:
     one and the last `kernels` of the other, '…' for what is left out."""
 
     def __init__(self, frames: Sequence[str], kernel_frames: int) -> None:
+        frames = [printable(frame) for frame in frames]  # shown to people
         split = len(frames) - kernel_frames
         self.kernel = telling(frames[split:]) if kernel_frames else []
         self.user = [frame for frame in frames[:split] if frame != UNKNOWN] or (

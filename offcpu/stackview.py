@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
 from offcpu.model import PREEMPTED, Model, Row, Thread
 from offcpu.stacks import reading
 
@@ -52,7 +53,8 @@ class StackView:
         parts = [f"{self.time[0]:g}-{self.time[1]:g} s"] if self.time else []
         for name, values in (("state", self.states), ("pid", self.pids), ("tid", self.tids), ("comm", self.comms)):
             if values:
-                parts.append(f"{name}{'s' if len(values) > 1 else ''} {','.join(str(v) for v in sorted(values))}")
+                parts.append(f"{name}{'s' if len(values) > 1 else ''} "
+                             f"{','.join(printable(str(v)) for v in sorted(values))}")
         return ", ".join(parts)
 
     @property
@@ -111,8 +113,10 @@ class DrawnStack:
 
     @property
     def folded(self) -> str:
-        """As a folded line has it (before its count): frames root first, joined by ';'."""
-        frames = [self.root, *self.frames, *((SEPARATOR, *self.waker) if self.waker else ())]
+        """As a folded line has it (before its count): frames root first, printable (a line
+        each: a name's newline must not end it), joined by ';'."""
+        frames = [printable(frame) for frame in (self.root, *self.frames, *((SEPARATOR, *self.waker) if self.waker
+                                                                            else ()))]
         # The last frame is a kernel or user symbol, one of the bracketed frames, or (waker)
         # a thread's name without blanks; only a perf map's symbol or the root of an empty
         # stack could still end in " <digits>".

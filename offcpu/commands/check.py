@@ -15,6 +15,7 @@ from offcpu.capture import CaptureInfo, load
 from offcpu.commands.record import MAX_DURATION_S, check_bounds, default_output, record_into, resolve_target
 from offcpu.commands.report.common import checked_output, read_with_progress, warn_if_unread, write_report
 from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
 from offcpu.model import Model
 from offcpu.policy import load_policy
 from offcpu.recorder import RecordRequest
@@ -103,7 +104,7 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
         write_report(json_path, VerdictJson(str(capture), baseline_label).render(verdict))
     _github_outputs(verdict, str(capture))
     if not capture_args:
-        where = shlex.quote(str(capture))
+        where = printable(shlex.quote(str(capture)))
         click.echo(f"The capture is kept in {where}/; to see where its threads waited: offcpu report text {where}",
                    err=True)
     return 0 if verdict.passed else EXIT_VIOLATED

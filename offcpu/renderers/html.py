@@ -9,6 +9,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from html import escape
 
+from offcpu.escaping import printable
 from offcpu.flamegraph import Renderer
 from offcpu.findings import counted, findings
 from offcpu.model import Model
@@ -44,10 +45,16 @@ Cell = str | tuple[str, str]  # text, or (text, tooltip)
 
 
 def _cell(tag: str, value: Cell, right: bool) -> str:
-    """Text from the capture (symbols carry < > & and quotes), escaped."""
+    """Text from the capture (symbols carry < > & and quotes, names anything), printable and
+    escaped; a tooltip's lines are made of printable text already (see _lines)."""
     text, tip = (value, "") if isinstance(value, str) else value
     attributes = (' class="n"' if right else "") + (f' title="{escape(tip)}"' if tip else "")
-    return f"<{tag}{attributes}>{escape(text)}</{tag}>"
+    return f"<{tag}{attributes}>{escape(printable(text))}</{tag}>"
+
+
+def _lines(texts: Iterable[str], separator: str = "\n") -> str:
+    """Texts from the capture joined by a separator that is no part of any of them."""
+    return separator.join(map(printable, texts))
 
 
 def _table(headers: Sequence[str], align: str, rows: Iterable[Sequence[Cell]]) -> str:
@@ -82,7 +89,7 @@ class HtmlReport:
         for finding in found:
             stacks = shorten_apart([(item.frames, item.kernel_frames) for item in finding.evidence], STACK_CHARS)
             evidence = "".join(f"<li>{ms(item.offcpu_us)} ms in {counted(item.count, 'wait')} ({escape(item.state)}): "
-                               f"<span title=\"{escape(';'.join(item.frames))}\">{escape(stack)}</span></li>"
+                               f"<span title=\"{escape(_lines(item.frames, ';'))}\">{escape(stack)}</span></li>"
                                for item, stack in zip(finding.evidence, stacks))
             confidence = (f"<p><b>Confidence: {escape(finding.confidence)}</b>, {escape(finding.confidence_reason)}</p>"
                           if finding.confidence_reason else "")
@@ -152,8 +159,8 @@ class HtmlReport:
             ("User stacks cut short", truncated),
         ]
         warn = {"Lost events": capture.lost_events > 0, "User stacks cut short": bool(capture.user_stacks_truncated)}
-        body = "".join(f"<tr><th>{escape(name)}</th><td{' class=warn' if warn.get(name) else ''}>{escape(value)}"
-                       "</td></tr>\n" for name, value in rows)
+        body = "".join(f"<tr><th>{escape(name)}</th><td{' class=warn' if warn.get(name) else ''}>"
+                       f"{escape(_lines(value.split(chr(10))))}</td></tr>\n" for name, value in rows)
         return _section("capture", "Capture", "What was recorded, and how", f"<table>\n{body}</table>")
 
     def _totals(self, model: Model) -> str:
@@ -174,7 +181,7 @@ class HtmlReport:
         rows: list[list[Cell]] = [
             [ms(stack.offcpu_us), share(stack.offcpu_us, offcpu_us), stack.state, f"{stack.count:,}",
              *([stack.root] if whose else []), *([stack.woken_by] if self.view.waker else []),
-             (text, "\n".join((stack.root, *stack.frames, *((SEPARATOR, *stack.waker) if stack.waker else ()))))]
+             (text, _lines((stack.root, *stack.frames, *((SEPARATOR, *stack.waker) if stack.waker else ()))))]
             for stack, text in zip(top, short)]
         drawing = f" ({self.view.drawing})" if self.view.drawing else ""
         note = (f"The {len(rows):,} of {len(stacks):,} stacks{drawing} in the flame graph, by switch-out state, that "

@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import example, run_offcpu
 from tests.fixtures import HOSTILE_NAMES
 
+SVG = "{http://www.w3.org/2000/svg}"
+
 pytestmark = pytest.mark.usefixtures("perf")
 
 
-def test_every_report_reads_every_name(example_capture, tmp_path):
+def test_every_name_is_read(example_capture):
     # Given a recording of threads with hostile names
     capture = str(example_capture("hostile_names"))
     # Then the JSON report has every thread, under the name it gave itself, and nothing unread
@@ -25,11 +32,9 @@ def test_every_report_reads_every_name(example_capture, tmp_path):
     report = json.loads(result.stdout)
     assert HOSTILE_NAMES - {""} <= {thread["comm"] for thread in report["threads"]}
     assert report["counts"]["unreadable_events"] == 0 and report["caveats"] == []
-    # and every other report and the check run through to their end
-    for args in (["text"], ["folded"], ["svg", "-o", str(tmp_path / "graph.svg")],
-                 ["html", "-o", str(tmp_path / "page.html")]):
-        result = run_offcpu("report", *args, capture)
-        assert result.returncode == 0 and "Traceback" not in result.stderr, (args, result.stderr)
+    # and a folded line a stack (a name's newline is written out), and the check runs to its end
+    folded = run_offcpu("report", "folded", capture)
+    assert folded.returncode == 0 and all(re.fullmatch(r"\S.* \d+", line) for line in folded.stdout.splitlines())
     result = run_offcpu("check", capture)
     assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr
 
@@ -46,3 +51,57 @@ def test_a_newline_in_a_program_s_name_does_not_hide_its_contention(tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     failed = {check["name"] for check in json.loads(verdict.read_text())["checks"] if not check["passed"]}
     assert "mmap_lock not above info" in failed
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # what must not reach a terminal or a page, but \t and \n
+ESCAPE_NAME = "--\x1b[31mred"
+
+
+def test_no_name_reaches_a_terminal_or_a_page_raw(workload, tmp_path):
+    # Given the hostile program running, its main thread named with a terminal escape
+    program = workload("hostile_names", "-s", "30", threads=13)
+    wait_for_name(program.pid, ESCAPE_NAME.encode())
+    capture = tmp_path / "cap"
+    # When it is recorded by pid, then reported and checked
+    recorded = run_offcpu("record", "--pid", str(program.pid), "-d", "1", "-o", str(capture))
+    text = run_offcpu("report", "text", str(capture))
+    checked = run_offcpu("check", str(capture))
+    graph, page = tmp_path / "graph.svg", tmp_path / "page.html"
+    assert run_offcpu("report", "svg", str(capture), "-o", str(graph)).returncode == 0
+    assert run_offcpu("report", "html", str(capture), "-o", str(page)).returncode == 0
+    # Then the summary names the target with the escape written out, and nothing prints raw
+    assert recorded.returncode == 0, recorded.stderr
+    assert f"Recorded {ESCAPE_NAME!r}"[:-1].replace("Recorded '", "Recorded ") in recorded.stderr
+    for output in (recorded.stderr, text.stdout, text.stderr, checked.stdout, checked.stderr,
+                   graph.read_text(), page.read_text()):
+        assert not CONTROL.search(output)
+    assert text.returncode == 0 and "--\\x1b[31mred" in text.stdout and "tab\\there\\nnl" in text.stdout
+    assert checked.returncode in (0, 1), checked.stderr
+    # and the flame graph is XML, its frames the escaped names
+    frames = {title.text or "" for title in ElementTree.parse(graph).getroot().iter(f"{SVG}title")}
+    assert any(frame.startswith("tab\\there\\nnl ") for frame in frames)
+    assert "&lt;script&gt;" in page.read_text() and "--\\x1b[31mred" in page.read_text()
+
+
+def wait_for_name(pid: int, name: bytes) -> None:
+    """Until process `pid` has renamed itself `name` (its main thread does once its workers run)."""
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}/comm").read_bytes() != name + b"\n":
+        assert time.monotonic() < deadline, f"pid {pid} did not take its name"
+        time.sleep(0.01)
+
+
+def test_check_outputs_for_github_hold_nothing_raw(example_capture, tmp_path):
+    # Given a capture kept where a path holds a terminal escape and a newline
+    capture = tmp_path / "run\x1b[2J\nhere"
+    shutil.copytree(example_capture("hostile_names"), capture)
+    summary = tmp_path / "summary.md"
+    # When it is checked on GitHub Actions
+    result = run_offcpu("check", str(capture), env={**os.environ, "GITHUB_ACTIONS": "true",
+                                                    "GITHUB_STEP_SUMMARY": str(summary)})
+    # Then the table and the step summary show the path escaped, and nothing prints raw
+    assert result.returncode in (0, 1), result.stderr
+    for output in (result.stdout, summary.read_text()):
+        assert "run\\x1b[2J\\nhere" in output
+    for output in (result.stdout, result.stderr, summary.read_text()):
+        assert not CONTROL.search(output)
