@@ -7,8 +7,9 @@
  * one of the names below (cycling when -t asks for more), then waits the way
  * the other examples do: on one mutex held while working (futex waits) and in
  * short sleeps, so that every name has off-CPU stacks.  The main thread takes
- * the terminal escape name once the workers run, so the process (its comm,
- * what `offcpu record --pid` names the target) carries it too.
+ * one of the names too once the workers run (-m, default the terminal escape),
+ * so the process (its comm, what `offcpu record --pid` names the target)
+ * carries it.
  *
  * Not a pathology to fix: a test program for offcpu's parser and renderers.
  */
@@ -32,7 +33,7 @@ static const char *const NAMES[] = {
     "",                       /* no name at all */
 };
 #define NAME_COUNT (int)(sizeof(NAMES) / sizeof(NAMES[0]))
-#define MAIN_NAME 5           /* the escape */
+#define ESCAPE_NAME 5         /* the main thread's, unless -m says */
 #define WORK_ROUNDS 2000      /* done under the lock: the others queue for it */
 #define SLEEP_EVERY 64        /* lock rounds between two sleeps */
 #define SLEEP_S 0.001
@@ -71,7 +72,10 @@ static void *named_worker(void *arg)
 int main(int argc, char **argv)
 {
     struct ex_opts o = {.name = "hostile_names", .threads = NAME_COUNT,
-                        .max_threads = 1024, .seconds = 5};
+                        .max_threads = 1024, .seconds = 5,
+                        .extra_flag = 'm', .extra_arg = "INDEX",
+                        .extra_help = "which name the main thread takes (4: the cut one)",
+                        .extra = ESCAPE_NAME, .extra_max = NAME_COUNT - 1};
     ex_parse(argc, argv, &o);
 
     struct ex_slot *slots = ex_alloc_slots(o.threads);
@@ -79,7 +83,7 @@ int main(int argc, char **argv)
         slots[i].sink = (unsigned long)i; /* which name: set before the thread starts */
         ex_create(&o, &slots[i].tid, named_worker, &slots[i]);
     }
-    name_self(NAMES[MAIN_NAME]);
+    name_self(NAMES[o.extra]);
     ex_run_for(&o);
     ex_summary(&o, ex_join_workers(&o, slots), " names=%d", NAME_COUNT);
     return 0;

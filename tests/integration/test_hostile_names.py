@@ -83,6 +83,18 @@ def test_no_name_reaches_a_terminal_or_a_page_raw(workload, tmp_path):
     assert "&lt;script&gt;" in page.read_text() and "--\\x1b[31mred" in page.read_text()
 
 
+def test_a_process_named_with_a_cut_character_is_recorded_by_pid(workload, tmp_path):
+    # Given the hostile program with its main thread, the process, named "ąąąąąąą" and half an 'ą'
+    program = workload("hostile_names", "-m", "4", "-s", "30", threads=13)
+    wait_for_name(program.pid, b"\xc4\x85" * 7 + b"\xc4")
+    # Then offcpu reads the name, with U+FFFD for the half character, to record it and look at it
+    recorded = run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(tmp_path / "cap"))
+    assert recorded.returncode == 0, recorded.stderr
+    assert recorded.stderr.startswith(f"Recorded {'ą' * 7}\ufffd (pid {program.pid})")
+    doctor = run_offcpu("doctor", "--pid", str(program.pid))
+    assert doctor.returncode in (0, 1) and "Traceback" not in doctor.stderr, doctor.stderr
+
+
 def wait_for_name(pid: int, name: bytes) -> None:
     """Until process `pid` has renamed itself `name` (its main thread does once its workers run)."""
     deadline = time.monotonic() + 10
