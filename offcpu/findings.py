@@ -29,6 +29,7 @@ from functools import cached_property
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, Model, Row
 from offcpu.stacks import Stack
 from offcpu.stacks import THREAD_ROOTS, UNKNOWN, reading
+from offcpu.stackview import drawn_alone
 from offcpu.summaries import Lifecycle, lifecycle, runqueue_percentiles
 
 # Severity from share_of_wall. On the examples (2 CPUs, 1 s): the pathologies'
@@ -553,9 +554,8 @@ def evidence(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
         by_stack: dict[int, int] = defaultdict(int)
         for row in group:
             by_stack[row.stack] += row.offcpu_us
-        shown = model.stacks[max(by_stack, key=by_stack.__getitem__)]  # the group's heaviest stack
-        said.append(Evidence(tuple(reversed(shown.frames)), shown.kernel_frames, state, total(group),
-                             sum(row.count for row in group)))
+        frames, kernel_frames = drawn_alone(model.stacks[max(by_stack, key=by_stack.__getitem__)])  # the heaviest
+        said.append(Evidence(frames, kernel_frames, state, total(group), sum(row.count for row in group)))
     return tuple(sorted(said, key=lambda item: -item.offcpu_us)[:EVIDENCE_STACKS])
 
 

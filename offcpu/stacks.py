@@ -30,6 +30,19 @@ THREAD_ROOTS = frozenset({
 })
 # perf's frame-pointer walker follows garbage past a frameless libc: those frames are unnamed.
 UNKNOWN = "[unknown]"
+UNKNOWN_RUN = "[unknown ×"  # how a drawn stack writes a run of them, "[unknown ×120]"
+
+
+def unknown_run(shortest: int, longest: int) -> str:
+    """One frame for runs of `shortest` to `longest` frames perf could not name."""
+    if longest == 1:
+        return UNKNOWN
+    return f"{UNKNOWN_RUN}{shortest}]" if shortest == longest else f"{UNKNOWN_RUN}{shortest}–{longest}]"
+
+
+def unnamed(frame: str) -> bool:
+    """Whether a frame is one perf could not name, or a run of them."""
+    return frame == UNKNOWN or frame.startswith(UNKNOWN_RUN)
 
 
 def user_stack_complete(user_frames: Sequence[str]) -> bool:
@@ -51,13 +64,13 @@ def looks_truncated(user_stacks: Sequence[Sequence[str]]) -> bool | None:
 PLUMBING = frozenset({
     "__schedule", "schedule", "schedule_preempt_disabled", "schedule_timeout", "schedule_hrtimeout_range",
     "schedule_hrtimeout_range_clock", "io_schedule", "preempt_schedule_common", "entry_SYSCALL_64_after_hwframe",
-    "do_syscall_64", "syscall_exit_to_user_mode", "[unknown]",
+    "do_syscall_64", "syscall_exit_to_user_mode",
 })
 
 
 def meaningful(frames: Sequence[str]) -> list[str]:
-    """Frames without the scheduler's plumbing (all of them if nothing else is left)."""
-    kept = [frame for frame in frames if frame not in PLUMBING]
+    """Frames without the scheduler's plumbing and unnamed frames (all of them if nothing else is left)."""
+    kept = [frame for frame in frames if frame not in PLUMBING and not unnamed(frame)]
     return kept or list(frames)
 
 
@@ -86,7 +99,7 @@ class _Shortened:
         frames = [printable(frame) for frame in frames]  # shown to people
         split = len(frames) - kernel_frames
         self.kernel = telling(frames[split:]) if kernel_frames else []
-        self.user = [frame for frame in frames[:split] if frame != UNKNOWN] or (
+        self.user = [frame for frame in frames[:split] if not unnamed(frame)] or (
             [] if self.kernel else list(frames[:split]))
 
     def shown(self, users: int, kernels: int) -> str:

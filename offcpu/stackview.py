@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from itertools import groupby
 from dataclasses import dataclass, replace
 
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import PREEMPTED, Model, Row, Thread
-from offcpu.stacks import reading
+from offcpu.stacks import UNKNOWN, Stack, reading, unknown_run
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
 # flamegraph.pl and inferno read a line whose last frame ends in blanks and a number
@@ -134,17 +135,24 @@ def drawn(model: Model, view: StackView) -> list[DrawnStack]:
     whose time in all states is under --min-us is left out, as from its flame graph."""
     sums: dict[tuple[str, tuple[str, ...], int, tuple[str, ...], str], list[int]] = defaultdict(
         lambda: [0, 0, 0, 0])
+    spans: dict[tuple[str, tuple[str, ...], int, tuple[str, ...], str], list[tuple[int, int]]] = {}
     for row in model.rows:
         if row.offcpu_us and view.keeps(model, row):
             thread = model.threads[row.tid]
             root = f"{thread.comm}-{row.tid}" if view.by_thread else thread.comm
-            frames, kernel = _frames(model, view, row.stack)
-            total = sums[(root, frames, kernel, _waker_frames(model, view, row) if view.waker else (), row.state)]
+            frames, kernel, runs = _frames(model, view, row.stack)
+            waker, waker_runs = _waker_frames(model, view, row) if view.waker else ((), [])
+            key = (root, frames, kernel, waker, row.state)
+            total = sums[key]
             total[0] += row.offcpu_us
             total[1] += row.blocked_us
             total[2] += row.runqueue_us
             total[3] += row.count
-    stacks = [DrawnStack(*key, *values) for key, values in sums.items()]
+            spans[key] = _widened(spans.get(key), runs + waker_runs)
+    stacks = []
+    for (root, frames, kernel, waker, state), values in sums.items():
+        said = iter(spans[(root, frames, kernel, waker, state)])
+        stacks.append(DrawnStack(root, _runs_said(frames, said), kernel, _runs_said(waker, said), state, *values))
     lines = dict(lines_of(stacks))
     return sorted((stack for stack in stacks if lines[stack.folded] >= view.min_us),
                   key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
@@ -192,23 +200,70 @@ def listed(stacks: list[DrawnStack]) -> list[DrawnStack]:
     return sorted(rows.values(), key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
 
 
-def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...], int]:
-    """A stack's frames the view draws, root first, and how many of them (the last) are the kernel's."""
+# Runs of frames perf could not name: a frame-pointer walk through code built without frame
+# pointers gives up to a hundred and more, which would draw a thin tower over an empty graph.
+# A drawn stack has one frame for each run, which says how many frames it stands for; stacks
+# that differ only in the lengths of their runs are one, and the frame says the shortest and
+# longest run it stands for ("[unknown ×118–121]").
+Runs = list[int]  # the lengths of a stack's runs, in the order of its frames
+Spans = list[tuple[int, int]]  # the shortest and longest length of each run of a drawn stack
+
+
+def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...], int, Runs]:
+    """A stack's frames the view draws, root first, each run of unnamed frames as one, how
+    many of them (the last) are the kernel's, and the runs' lengths."""
     stack = model.stacks[index]
+    user, user_runs = _one_frame_a_run(tuple(reversed(stack.user_frames)))
+    kernel, kernel_runs = _one_frame_a_run(tuple(reversed(stack.frames[:stack.kernel_frames])))
     if view.user_only:
-        return tuple(reversed(stack.user_frames)) or ("[no user frames]",), 0
+        return (user, 0, user_runs) if user else (("[no user frames]",), 0, [])
     if view.kernel_only:
-        kernel = tuple(reversed(stack.frames[:stack.kernel_frames]))
-        return (kernel, len(kernel)) if kernel else (("[no kernel frames]",), 0)
-    return tuple(reversed(stack.frames)), stack.kernel_frames
+        return (kernel, len(kernel), kernel_runs) if kernel else (("[no kernel frames]",), 0, [])
+    return user + kernel, len(kernel), user_runs + kernel_runs
 
 
-def _waker_frames(model: Model, view: StackView, row: Row) -> tuple[str, ...]:
-    """The waker's stack leaf first (so its leaf meets the blocked leaf), then who it was."""
+def drawn_alone(stack: Stack) -> tuple[tuple[str, ...], int]:
+    """One stack as it is drawn on its own (a finding's evidence): root first, each run of
+    unnamed frames as one frame that says how long it is; and how many (the last) are the kernel's."""
+    user, user_runs = _one_frame_a_run(tuple(reversed(stack.user_frames)))
+    kernel, kernel_runs = _one_frame_a_run(tuple(reversed(stack.frames[:stack.kernel_frames])))
+    return _runs_said(user + kernel, ((length, length) for length in user_runs + kernel_runs)), len(kernel)
+
+
+def _one_frame_a_run(frames: tuple[str, ...]) -> tuple[tuple[str, ...], Runs]:
+    """`frames` with each run of frames perf could not name as one UNKNOWN, and the runs' lengths."""
+    kept: list[str] = []
+    runs: Runs = []
+    for frame, run in groupby(frames):
+        count = len(list(run))
+        if frame == UNKNOWN:
+            kept.append(UNKNOWN)
+            runs.append(count)
+        else:
+            kept += [frame] * count
+    return tuple(kept), runs
+
+
+def _widened(spans: Spans | None, runs: Runs) -> Spans:
+    """The shortest and longest of each run, with one more stack's runs."""
+    if spans is None:
+        return [(length, length) for length in runs]
+    return [(min(shortest, length), max(longest, length)) for (shortest, longest), length in zip(spans, runs)]
+
+
+def _runs_said(frames: tuple[str, ...], spans: Iterator[tuple[int, int]]) -> tuple[str, ...]:
+    """`frames` with each run's frame saying how many frames it stands for (the next of `spans`)."""
+    return tuple(unknown_run(*next(spans)) if frame == UNKNOWN else frame for frame in frames)
+
+
+def _waker_frames(model: Model, view: StackView, row: Row) -> tuple[tuple[str, ...], Runs]:
+    """The waker's stack leaf first (so its leaf meets the blocked leaf), then who it was; and
+    the lengths of its runs of unnamed frames, in that order."""
     if row.waker is None:
-        return ("[preempted]" if row.state == PREEMPTED else "[waker not recorded]",)
+        return ("[preempted]" if row.state == PREEMPTED else "[waker not recorded]",), []
     waker = model.wakers[row.waker]
     name = re.sub(r"\s", "_", waker.comm)  # the line's last frame: "worker 3" would read as a count
     thread = f"{name}-{waker.tid}" if view.by_thread else name
     who = {"thread": thread, "idle": "[idle]", "interrupt": f"[interrupt in {waker.comm}]"}
-    return (*reversed(_frames(model, view, waker.stack)[0]), who[waker.kind])
+    frames, _, runs = _frames(model, view, waker.stack)
+    return (*reversed(frames), who[waker.kind]), runs[::-1]
