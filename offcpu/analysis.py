@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import struct
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from offcpu import system
-from offcpu.capture import PERF_DATA, CaptureInfo, load
+from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, load
 from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH
@@ -20,6 +23,15 @@ MODEL_FILE = "model.json"
 RECORD_AGAIN = "record it again with 'offcpu record'"
 # Less cannot be cut into one perf script --time slice per CPU, and would show nothing anyway.
 MIN_WINDOW_NS = 1_000_000
+# perf.data begins with its magic, the header's and an attribute's sizes, then where its
+# attributes and its events are (offset and size each): perf's perf_file_header.
+PERF_MAGIC = b"PERFILE2"
+PERF_HEADER = struct.Struct("<8sQQQQQQ")
+HASHED_MAX = 1 << 20  # of perf.data's header, and of its features: never more than this of each
+# `perf report --header-only`: the command perf recorded with (its arguments, each followed by
+# a blank: one may hold blanks or newlines), and one line per event.
+CMDLINE = "# cmdline : "
+EVENT_NAME = re.compile(r"^# event : name = ([^,]+),", re.MULTILINE)
 
 
 def load_model(directory: Path, window_s: tuple[float, float] | None = None,
@@ -79,13 +91,27 @@ def _save(cache: Path, model: Model) -> None:
 
 
 def _identity(perf_data: Path) -> dict:
+    """What ties a saved model to its perf.data: its size and a hash of all perf wrote in it
+    but the events (its header, the events' attributes with ids of their own, and at the end
+    its features: the command line, the time of its first and last sample...), a few KB
+    whatever its size. Not its modification time: a copy is the same recording."""
     try:
-        stat = perf_data.stat()
+        size = perf_data.stat().st_size
+        with perf_data.open("rb") as file:
+            header = file.read(PERF_HEADER.size)
+            digest = hashlib.sha256(header)
+            if len(header) == PERF_HEADER.size and header.startswith(PERF_MAGIC):
+                data_offset, data_size = PERF_HEADER.unpack(header)[-2:]
+                digest.update(file.read(min(max(data_offset - PERF_HEADER.size, 0), HASHED_MAX)))
+                file.seek(data_offset + data_size)
+                digest.update(file.read(HASHED_MAX))
     except FileNotFoundError:
         raise OffcpuError(f"{perf_data} is missing; {RECORD_AGAIN}") from None
-    if stat.st_size == 0:
+    except OSError as error:
+        raise OffcpuError(f"cannot read {perf_data} ({error.strerror}); {RECORD_AGAIN}") from None
+    if size == 0:
         raise OffcpuError(f"{perf_data} is empty; {RECORD_AGAIN}")
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    return {"size": size, "sha256_of_header": digest.hexdigest()}
 
 
 def _read_cache(path: Path) -> Model | None:
@@ -102,14 +128,32 @@ def _check_readable(perf: str, perf_data: Path, info: CaptureInfo) -> None:
             f"this capture was recorded on kernel {info.kernel_release} and this machine runs "
             f"{system.kernel_release()}: perf would name its kernel frames wrongly; report it on the "
             "machine that recorded it (the model it saves there travels with the capture)")
-    done = subprocess.run([perf, "evlist", "-i", str(perf_data)], capture_output=True, text=True)
+    done = subprocess.run([perf, "report", "--header-only", "-i", str(perf_data)], capture_output=True,
+                          encoding="utf-8", errors="replace")
     if done.returncode != 0:
         reason = (done.stderr.strip().splitlines() or ["unreadable"])[-1]
         raise OffcpuError(f"perf cannot read {perf_data} ({reason}): it is truncated or not a perf.data; "
                           f"{RECORD_AGAIN}")
-    if SWITCH not in done.stdout.split():
+    events = set(EVENT_NAME.findall(done.stdout))
+    if SWITCH not in events:
         raise OffcpuError(f"{perf_data} was recorded without {SWITCH}, which off-CPU time comes from; "
                           f"{RECORD_AGAIN}, which records it")
+    _check_same_recording(perf_data, info, done.stdout, events)
+
+
+def _check_same_recording(perf_data: Path, info: CaptureInfo, header: str, events: set[str]) -> None:
+    """perf.data must be the recording capture.json describes, as perf's own header says: the
+    command perf recorded with (which names the target) and its events. Another recording's
+    perf.data would be read with this one's target, window and threads."""
+    if f"\n{CMDLINE}{''.join(f'{arg} ' for arg in info.perf_command)}\n" not in header:
+        raise OffcpuError(f"{perf_data} is another recording than the one {METADATA} beside it describes (perf "
+                          f"recorded it with another command); keep each perf.data with its own {METADATA}, or "
+                          f"{RECORD_AGAIN}")
+    missing = [event["name"] for event in info.events if event["name"] not in events]
+    if missing or info.perf_command[-len(info.target.perf_args()):] != info.target.perf_args():
+        what = f"the events {', '.join(missing)}" if missing else f"the target, {info.target.describe()},"
+        raise OffcpuError(f"{METADATA} says {what} perf did not record in {perf_data}; it was edited or damaged: "
+                          f"{RECORD_AGAIN}")
 
 
 def _window_ns(info: CaptureInfo, window_s: tuple[float, float] | None) -> tuple[int, int] | None:

@@ -71,7 +71,7 @@ class Model:
     clipped_intervals: int = 0  # cut by the start or end of the window
     unseen_wakeups: int = 0  # blocked intervals whose wakeup was not recorded (a waker outside the target)
     unreadable_events: int = 0  # events of perf.data its reader could not decode, left out
-    perf_data: dict = field(default_factory=dict)  # size and mtime of the perf.data it was built from
+    perf_data: dict = field(default_factory=dict)  # the perf.data it was built from (analysis._identity)
     schema: str = SCHEMA
 
     @property

@@ -127,16 +127,7 @@ def perf_record_argv(perf: str, request: RecordRequest, plan: EventPlan) -> list
     # sched_switch fires only for the task leaving, and system-wide ones out of
     # the idle task are not always delivered (seen on 6.18); switch records are.
     argv.append("--switch-events")
-    target = request.target
-    if target.kind == "pid":
-        argv += ["--pid", str(target.pid)]
-    elif target.kind == "tid":
-        argv += ["--tid", str(target.tid)]
-    elif target.kind == "all":
-        argv.append("--all-cpus")
-    else:
-        argv += ["--", *target.command]
-    return argv
+    return argv + request.target.perf_args()
 
 
 def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
