@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from offcpu.escaping import printable
 
+
 @dataclass(frozen=True, slots=True)
 class Stack:
     """A call chain, leaf first; the first `kernel_frames` are kernel frames."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from itertools import groupby
 from dataclasses import dataclass, replace
+from itertools import groupby
 
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
@@ -116,8 +116,8 @@ class DrawnStack:
     def folded(self) -> str:
         """As a folded line has it (before its count): frames root first, printable (a line
         each: a name's newline must not end it), joined by ';'."""
-        frames = [printable(frame) for frame in (self.root, *self.frames, *((SEPARATOR, *self.waker) if self.waker
-                                                                            else ()))]
+        waker = (SEPARATOR, *self.waker) if self.waker else ()
+        frames = [printable(frame) for frame in (self.root, *self.frames, *waker)]
         # The last frame is a kernel or user symbol, one of the bracketed frames, or (waker)
         # a thread's name without blanks; only a perf map's symbol or the root of an empty
         # stack could still end in " <digits>".
@@ -130,12 +130,22 @@ class DrawnStack:
         return self.waker[-1] if self.waker else ""
 
 
+# Runs of frames perf could not name: a frame-pointer walk through code built without frame
+# pointers gives up to a hundred and more, which would draw a thin tower over an empty graph.
+# A drawn stack has one frame for each run, which says how many frames it stands for; stacks
+# that differ only in the lengths of their runs are one, and the frame says the shortest and
+# longest run it stands for ("[unknown ×118–121]").
+Runs = list[int]  # the lengths of a stack's runs, in the order of its frames
+Spans = list[tuple[int, int]]  # the shortest and longest length of each run of a drawn stack
+# root, frames (a run of unnamed frames as one), kernel frames, waker frames (likewise), state
+DrawnKey = tuple[str, tuple[str, ...], int, tuple[str, ...], str]
+
+
 def drawn(model: Model, view: StackView) -> list[DrawnStack]:
     """The stacks the view keeps, per switch-out state, most off-CPU time first; a stack
     whose time in all states is under --min-us is left out, as from its flame graph."""
-    sums: dict[tuple[str, tuple[str, ...], int, tuple[str, ...], str], list[int]] = defaultdict(
-        lambda: [0, 0, 0, 0])
-    spans: dict[tuple[str, tuple[str, ...], int, tuple[str, ...], str], list[tuple[int, int]]] = {}
+    sums: dict[DrawnKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    spans: dict[DrawnKey, Spans] = {}
     for row in model.rows:
         if row.offcpu_us and view.keeps(model, row):
             thread = model.threads[row.tid]
@@ -150,8 +160,9 @@ def drawn(model: Model, view: StackView) -> list[DrawnStack]:
             total[3] += row.count
             spans[key] = _widened(spans.get(key), runs + waker_runs)
     stacks = []
-    for (root, frames, kernel, waker, state), values in sums.items():
-        said = iter(spans[(root, frames, kernel, waker, state)])
+    for key, values in sums.items():
+        root, frames, kernel, waker, state = key
+        said = iter(spans[key])
         stacks.append(DrawnStack(root, _runs_said(frames, said), kernel, _runs_said(waker, said), state, *values))
     lines = dict(lines_of(stacks))
     return sorted((stack for stack in stacks if lines[stack.folded] >= view.min_us),
@@ -200,38 +211,22 @@ def listed(stacks: list[DrawnStack]) -> list[DrawnStack]:
     return sorted(rows.values(), key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
 
 
-# Runs of frames perf could not name: a frame-pointer walk through code built without frame
-# pointers gives up to a hundred and more, which would draw a thin tower over an empty graph.
-# A drawn stack has one frame for each run, which says how many frames it stands for; stacks
-# that differ only in the lengths of their runs are one, and the frame says the shortest and
-# longest run it stands for ("[unknown ×118–121]").
-Runs = list[int]  # the lengths of a stack's runs, in the order of its frames
-Spans = list[tuple[int, int]]  # the shortest and longest length of each run of a drawn stack
+@dataclass(frozen=True)
+class _Part:
+    """The user or the kernel part of a stack, root first, each run of unnamed frames as one
+    UNKNOWN, and the runs' lengths in order."""
+
+    frames: tuple[str, ...]
+    runs: Runs
 
 
-def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...], int, Runs]:
-    """A stack's frames the view draws, root first, each run of unnamed frames as one, how
-    many of them (the last) are the kernel's, and the runs' lengths."""
-    stack = model.stacks[index]
-    user, user_runs = _one_frame_a_run(tuple(reversed(stack.user_frames)))
-    kernel, kernel_runs = _one_frame_a_run(tuple(reversed(stack.frames[:stack.kernel_frames])))
-    if view.user_only:
-        return (user, 0, user_runs) if user else (("[no user frames]",), 0, [])
-    if view.kernel_only:
-        return (kernel, len(kernel), kernel_runs) if kernel else (("[no kernel frames]",), 0, [])
-    return user + kernel, len(kernel), user_runs + kernel_runs
+def _parts(stack: Stack) -> tuple[_Part, _Part]:
+    """A stack's user and kernel parts, each run of unnamed frames as one."""
+    return (_one_frame_a_run(tuple(reversed(stack.user_frames))),
+            _one_frame_a_run(tuple(reversed(stack.frames[:stack.kernel_frames]))))
 
 
-def drawn_alone(stack: Stack) -> tuple[tuple[str, ...], int]:
-    """One stack as it is drawn on its own (a finding's evidence): root first, each run of
-    unnamed frames as one frame that says how long it is; and how many (the last) are the kernel's."""
-    user, user_runs = _one_frame_a_run(tuple(reversed(stack.user_frames)))
-    kernel, kernel_runs = _one_frame_a_run(tuple(reversed(stack.frames[:stack.kernel_frames])))
-    return _runs_said(user + kernel, ((length, length) for length in user_runs + kernel_runs)), len(kernel)
-
-
-def _one_frame_a_run(frames: tuple[str, ...]) -> tuple[tuple[str, ...], Runs]:
-    """`frames` with each run of frames perf could not name as one UNKNOWN, and the runs' lengths."""
+def _one_frame_a_run(frames: tuple[str, ...]) -> _Part:
     kept: list[str] = []
     runs: Runs = []
     for frame, run in groupby(frames):
@@ -241,7 +236,26 @@ def _one_frame_a_run(frames: tuple[str, ...]) -> tuple[tuple[str, ...], Runs]:
             runs.append(count)
         else:
             kept += [frame] * count
-    return tuple(kept), runs
+    return _Part(tuple(kept), runs)
+
+
+def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...], int, Runs]:
+    """A stack's frames the view draws, root first, each run of unnamed frames as one, how
+    many of them (the last) are the kernel's, and the runs' lengths."""
+    user, kernel = _parts(model.stacks[index])
+    if view.user_only:
+        return (user.frames, 0, user.runs) if user.frames else (("[no user frames]",), 0, [])
+    if view.kernel_only:
+        return (kernel.frames, len(kernel.frames), kernel.runs) if kernel.frames else (("[no kernel frames]",), 0, [])
+    return user.frames + kernel.frames, len(kernel.frames), user.runs + kernel.runs
+
+
+def drawn_alone(stack: Stack) -> tuple[tuple[str, ...], int]:
+    """One stack as it is drawn on its own (a finding's evidence): root first, each run of
+    unnamed frames as one frame that says how long it is; and how many (the last) are the kernel's."""
+    user, kernel = _parts(stack)
+    spans = ((length, length) for length in user.runs + kernel.runs)
+    return _runs_said(user.frames + kernel.frames, spans), len(kernel.frames)
 
 
 def _widened(spans: Spans | None, runs: Runs) -> Spans:
