@@ -103,7 +103,7 @@ def _identity(perf_data: Path) -> dict:
             if len(header) == PERF_HEADER.size and header.startswith(PERF_MAGIC):
                 data_offset, data_size = PERF_HEADER.unpack(header)[-2:]
                 digest.update(file.read(min(max(data_offset - PERF_HEADER.size, 0), HASHED_MAX)))
-                file.seek(data_offset + data_size)
+                file.seek(min(data_offset + data_size, size))  # a damaged header may point anywhere
                 digest.update(file.read(HASHED_MAX))
     except FileNotFoundError:
         raise OffcpuError(f"{perf_data} is missing; {RECORD_AGAIN}") from None
@@ -150,10 +150,12 @@ def _check_same_recording(perf_data: Path, info: CaptureInfo, header: str, event
                           f"recorded it with another command); keep each perf.data with its own {METADATA}, or "
                           f"{RECORD_AGAIN}")
     missing = [event["name"] for event in info.events if event["name"] not in events]
-    if missing or info.perf_command[-len(info.target.perf_args()):] != info.target.perf_args():
-        what = f"the events {', '.join(missing)}" if missing else f"the target, {info.target.describe()},"
-        raise OffcpuError(f"{METADATA} says {what} perf did not record in {perf_data}; it was edited or damaged: "
-                          f"{RECORD_AGAIN}")
+    if missing:
+        raise OffcpuError(f"{METADATA} lists the events {', '.join(missing)}, which perf did not record in "
+                          f"{perf_data}; it was edited or damaged: {RECORD_AGAIN}")
+    if info.perf_command[-len(info.target.perf_args()):] != info.target.perf_args():
+        raise OffcpuError(f"{METADATA} names the target {info.target.describe()}, which is not what perf recorded "
+                          f"in {perf_data}; it was edited or damaged: {RECORD_AGAIN}")
 
 
 def _window_ns(info: CaptureInfo, window_s: tuple[float, float] | None) -> tuple[int, int] | None:

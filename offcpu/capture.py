@@ -144,6 +144,12 @@ def _check_values(info: CaptureInfo) -> None:
     """ValueError naming the first value that cannot be (a hand-edited or damaged capture.json),
     before anything is said or computed from it: a count below zero, a target that is none,
     threads, events or limits that are not what offcpu wrote."""
+    _check_numbers(info)
+    _check_target(info.target)
+    _check_lists(info)
+
+
+def _check_numbers(info: CaptureInfo) -> None:
     for name, least in AT_LEAST.items():
         if getattr(info, name) < least:
             raise ValueError(f"{name} is {getattr(info, name)}, less than {least}")
@@ -151,10 +157,15 @@ def _check_values(info: CaptureInfo) -> None:
         raise ValueError(f"duration_requested_s is {info.duration_requested_s}, not a duration")
     if info.window_end_ns <= info.window_start_ns:
         raise ValueError(f"its window, {info.window_start_ns} to {info.window_end_ns} ns, is empty")
-    target = info.target
+
+
+def _check_target(target: Target) -> None:
     if target.kind not in TARGET_KINDS or (target.kind == "command") != bool(target.command) or any(
             number is not None and number < 1 for number in (target.pid, target.tid)):
         raise ValueError(f"target is {json.dumps(asdict(target))[:80]}, not a process, thread, command or all CPUs")
+
+
+def _check_lists(info: CaptureInfo) -> None:
     for tid, state in info.threads_at_start.items():
         if not (tid.isdecimal() and isinstance(state, list) and len(state) == 2
                 and all(isinstance(item, str) for item in state)):

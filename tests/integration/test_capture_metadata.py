@@ -47,7 +47,7 @@ def test_a_target_that_is_not_the_one_recorded_is_refused(copy):
     target = json.loads((copy / "capture.json").read_text())["target"]
     init = {**target, "kind": "pid", "pid": 1, "command": []}
     assert_one_line_error(run_offcpu("report", "text", str(edited(copy, target=init))), "capture.json", "target",
-                          "perf did not record")
+                          "not what perf recorded")
 
 
 def test_the_perf_data_of_another_recording_is_refused(example_capture, copy):
