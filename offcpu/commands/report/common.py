@@ -160,6 +160,7 @@ def read_with_progress(capture: Path, time: tuple[float, float] | None) -> Model
 
 
 def warn_if_unread(model: Model) -> None:
+    """A warning on stderr when part of perf.data could not be read (see summaries.unreadable_note)."""
     unread = unreadable_note(model)
     if unread:
         Console(stderr=True).print(f"offcpu: warning: {unread}", highlight=False, soft_wrap=True, markup=False)
