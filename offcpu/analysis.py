@@ -17,9 +17,14 @@ from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH
 from offcpu.model import Model
+from offcpu.native_reader import NativeReader, unsupported
+from offcpu.perf_data import TYPE_TRACEPOINT, PerfData, damaged, open_perf_data
 from offcpu.perf_script import PerfScriptReader
+from offcpu.sched_events import CaptureReader
+from offcpu.symbols import KERNEL_SYMBOLS
 
 MODEL_FILE = "model.json"
+READERS = (NativeReader.name, PerfScriptReader.name)
 RECORD_AGAIN = "record it again with 'offcpu record'"
 # Less cannot be cut into one perf script --time slice per CPU, and would show nothing anyway.
 MIN_WINDOW_NS = 1_000_000
@@ -28,23 +33,25 @@ MIN_WINDOW_NS = 1_000_000
 PERF_MAGIC = b"PERFILE2"
 PERF_HEADER = struct.Struct("<8sQQQQQQ")
 HASHED_MAX = 1 << 20  # of perf.data's header, and of its features: never more than this of each
-# `perf report --header-only`: the command perf recorded with (its arguments, each followed by
-# a blank: one may hold blanks or newlines), and one line per event.
-CMDLINE = "# cmdline : "
+# `perf report --header-only`: one line per event.
 EVENT_NAME = re.compile(r"^# event : name = ([^,]+),", re.MULTILINE)
+FEATURE_CMDLINE = 11  # perf.data's feature section of the command perf recorded with (HEADER_CMDLINE)
 
 
-def load_model(directory: Path, window_s: tuple[float, float] | None = None,
+def load_model(directory: Path, window_s: tuple[float, float] | None = None, reader: str | None = None,
                on_progress: Callable[[int, int], None] | None = None) -> Model:
     """The capture's model; `window_s` (seconds from the start of the recording)
-    builds a model of that part only, which is not saved."""
-    model = cached_model(directory, window_s)
-    return model if model is not None else build(directory, window_s, on_progress)
+    builds a model of that part only, which is not saved; `reader` (one of READERS)
+    reads perf.data with that reader instead of the one chosen for it."""
+    model = cached_model(directory, window_s, reader)
+    return model if model is not None else build(directory, window_s, reader, on_progress)
 
 
-def cached_model(directory: Path, window_s: tuple[float, float] | None = None) -> Model | None:
-    """The model saved beside perf.data, when there is one for this perf.data and no
-    window is asked for; None when it has to be built (the slow part)."""
+def cached_model(directory: Path, window_s: tuple[float, float] | None = None,
+                 reader: str | None = None) -> Model | None:
+    """The model saved beside perf.data, when there is one for this perf.data (read by
+    `reader`, when given) and no window is asked for; None when it has to be built (the
+    slow part)."""
     info = load(directory)
     identity = _identity(directory / PERF_DATA)
     cache = directory / MODEL_FILE
@@ -54,10 +61,12 @@ def cached_model(directory: Path, window_s: tuple[float, float] | None = None) -
     if not cache.is_file():
         return None
     model = _read_cache(cache)
-    return model if model is not None and model.perf_data == identity else None
+    if model is None or model.perf_data != identity or reader not in (None, model.reader):
+        return None
+    return model
 
 
-def build(directory: Path, window_s: tuple[float, float] | None = None,
+def build(directory: Path, window_s: tuple[float, float] | None = None, reader: str | None = None,
           on_progress: Callable[[int, int], None] | None = None) -> Model:
     """Read perf.data into the model (of `window_s` only, when given); the whole
     capture's is saved as model.json when the directory can be written."""
@@ -65,13 +74,16 @@ def build(directory: Path, window_s: tuple[float, float] | None = None,
     perf_data = directory / PERF_DATA
     identity = _identity(perf_data)
     window = _window_ns(info, window_s)
-    perf = system.require_perf()
-    _check_readable(perf, perf_data, info)
     if info.samples == 0 and not info.threads_at_start:
         raise OffcpuError(f"{perf_data} holds no scheduler event, and no thread of the target was seen when it "
                           "began: nothing ran during the recording; record again while the target is busy")
-    model = build_model(PerfScriptReader(perf, perf_data), info, window, on_progress)
+    _check_same_recording(perf_data, info)
+    chosen, why = choose_reader(directory, info, reader)
+    model = build_model(chosen, info, window, on_progress)
     model.perf_data = identity
+    model.reader, model.reader_note = chosen.name, why
+    if isinstance(chosen, NativeReader):
+        model.missing_binaries = chosen.missing_binaries
     if window_s is None:
         _save(directory / MODEL_FILE, model)
     return model
@@ -121,6 +133,30 @@ def _read_cache(path: Path) -> Model | None:
         return None  # unreadable, from another version of offcpu, or damaged: build it again
 
 
+def choose_reader(directory: Path, info: CaptureInfo, forced: str | None) -> tuple[CaptureReader, str]:
+    """The reader for this capture and why it was chosen: perf.data read directly, unless
+    it holds what only perf script decodes (dwarf stacks to unwind, compressed records...)
+    or `forced` names the other."""
+    perf_data = directory / PERF_DATA
+    if forced == PerfScriptReader.name:
+        return _perf_script_reader(perf_data, info), "--reader perf-script"
+    reason = unsupported(perf_data)
+    if reason is None:
+        kernel_symbols = directory / KERNEL_SYMBOLS
+        native = NativeReader(perf_data, kernel_symbols if kernel_symbols.is_file() else None)
+        return native, "--reader native" if forced else "perf.data read directly"
+    if forced == NativeReader.name:
+        raise OffcpuError(f"--reader native cannot read {perf_data}: {reason}; leave out --reader, and perf script "
+                          "reads it")
+    return _perf_script_reader(perf_data, info), f"read with perf script: {reason}"
+
+
+def _perf_script_reader(perf_data: Path, info: CaptureInfo) -> PerfScriptReader:
+    perf = system.require_perf()
+    _check_readable(perf, perf_data, info)
+    return PerfScriptReader(perf, perf_data)
+
+
 def _check_readable(perf: str, perf_data: Path, info: CaptureInfo) -> None:
     """Fail early, with the fix, on a perf.data this machine cannot turn into a model."""
     if info.kernel_release != system.kernel_release():
@@ -134,28 +170,58 @@ def _check_readable(perf: str, perf_data: Path, info: CaptureInfo) -> None:
         reason = (done.stderr.strip().splitlines() or ["unreadable"])[-1]
         raise OffcpuError(f"perf cannot read {perf_data} ({reason}): it is truncated or not a perf.data; "
                           f"{RECORD_AGAIN}")
-    events = set(EVENT_NAME.findall(done.stdout))
-    if SWITCH not in events:
+    if SWITCH not in EVENT_NAME.findall(done.stdout):
         raise OffcpuError(f"{perf_data} was recorded without {SWITCH}, which off-CPU time comes from; "
                           f"{RECORD_AGAIN}, which records it")
-    _check_same_recording(perf_data, info, done.stdout, events)
 
 
-def _check_same_recording(perf_data: Path, info: CaptureInfo, header: str, events: set[str]) -> None:
-    """perf.data must be the recording capture.json describes, as perf's own header says: the
+def _check_same_recording(perf_data: Path, info: CaptureInfo) -> None:
+    """perf.data must be the recording capture.json describes, as its own header says: the
     command perf recorded with (which names the target) and its events. Another recording's
-    perf.data would be read with this one's target, window and threads."""
-    if f"\n{CMDLINE}{''.join(f'{arg} ' for arg in info.perf_command)}\n" not in header:
+    perf.data would be read with this one's target, window and threads. (A file that is no
+    perf.data its header can be read from is left to the reader to refuse.)"""
+    try:
+        data = open_perf_data(perf_data)
+    except OffcpuError:
+        return
+    try:
+        command = _recorded_command(data)
+        events = {data.tracepoints[attr.config].full_name for attr in data.attrs
+                  if attr.type == TYPE_TRACEPOINT and attr.config in data.tracepoints}
+    finally:
+        data.map.close()
+    if command is not None and command != info.perf_command:
         raise OffcpuError(f"{perf_data} is another recording than the one {METADATA} beside it describes (perf "
                           f"recorded it with another command); keep each perf.data with its own {METADATA}, or "
                           f"{RECORD_AGAIN}")
-    missing = [event["name"] for event in info.events if event["name"] not in events]
+    missing = [event["name"] for event in info.events if events and event["name"] not in events]
     if missing:
         raise OffcpuError(f"{METADATA} lists the events {', '.join(missing)}, which perf did not record in "
                           f"{perf_data}; it was edited or damaged: {RECORD_AGAIN}")
     if info.perf_command[-len(info.target.perf_args()):] != info.target.perf_args():
         raise OffcpuError(f"{METADATA} names the target {info.target.describe()}, which is not what perf recorded "
                           f"in {perf_data}; it was edited or damaged: {RECORD_AGAIN}")
+
+
+def _recorded_command(data: PerfData) -> list[str] | None:
+    """The arguments perf recorded with, from perf.data's header (None when it has none: a
+    pipe's): a count, then each argument as a length and as many bytes, NUL-padded."""
+    if FEATURE_CMDLINE not in data.features:
+        return None
+    offset, size = data.features[FEATURE_CMDLINE]
+    end = offset + size
+    try:
+        (count,), at = struct.unpack_from("<I", data.map, offset), offset + 4
+        arguments = []
+        for _ in range(count):
+            (length,), at = struct.unpack_from("<I", data.map, at), at + 4
+            if at + length > end:
+                raise struct.error("past its section")
+            arguments.append(bytes(data.map[at:at + length]).rstrip(b"\0").decode(errors="replace"))
+            at += length
+    except struct.error:
+        raise damaged(data.path, "the command it was recorded with is damaged") from None
+    return arguments
 
 
 def _window_ns(info: CaptureInfo, window_s: tuple[float, float] | None) -> tuple[int, int] | None:

@@ -19,8 +19,9 @@ PERF_DATA = "perf.data"
 METADATA = "capture.json"
 # Every file offcpu (or perf for it) writes in a capture directory, besides any
 # ending in PARTIAL; `offcpu record --force` deletes these and nothing else.
-# model.json is the report's cache (offcpu.analysis.MODEL_FILE).
-OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, "model.json")
+# model.json is the report's cache (offcpu.analysis.MODEL_FILE), kallsyms the kernel's
+# symbols when it was recorded (offcpu.symbols.KERNEL_SYMBOLS).
+OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, "model.json", "kallsyms")
 PARTIAL = ".partial"
 
 
@@ -88,6 +89,10 @@ class CaptureInfo:
     lost_events: int = 0
     perf_data_bytes: int = 0
     user_stacks_truncated: bool | None = None  # None: no user stacks to judge
+    # The median time from a switch to perf's record of the thread coming in, where both are
+    # recorded: what a switch-in from an unrecorded thread (idle, another process) is placed
+    # before perf's record of it. None: not measured (a capture of every CPU has no need).
+    switch_cost_ns: int | None = None
     schema: str = field(default=SCHEMA)
 
     def to_json(self) -> dict:

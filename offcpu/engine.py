@@ -1,12 +1,20 @@
 """From a capture to the off-CPU model.
 
-A thread's time off CPU runs from its switch-out (the stack and prev_state
-of sched_switch) to its next switch-in. The wakeup in between, recorded in
-the waker's context with the waker's stack, splits it into blocked time and
-run-queue delay. This needs sched_switch alone, so it works on kernels
-without schedstats.
+A thread is off CPU from its switch-out to its next switch-in, both placed
+where the kernel switches: at sched_switch, which fires as the scheduler has
+picked the next thread and gives the leaving thread's stack and state. A
+thread comes back at the sched_switch that names it as next; when the thread
+that left was not recorded (the idle task, another process), perf's record of
+the switch-in, less the switch's cost measured in the capture, says when. The
+time perf spends between the switch and its record of it (walking stacks,
+writing samples) is charged by the kernel to the thread coming in: it counts
+as that thread's time on CPU, and is shown apart as the observer's cost,
+never as waiting. The wakeup in between, recorded in the waker's context with
+the waker's stack, splits the time off CPU into blocked time and run-queue
+delay. This needs sched_switch alone, so it works on kernels without
+schedstats.
 
-perf script is the slow step, so the window is cut into time slices read in
+Reading is the slow step, so the window is cut into time slices read in
 parallel. Each slice is a small state machine over its own events; waits that
 cross a slice boundary leave a tail in one slice and a head in the next, and
 the merge joins them, so a slice never needs another slice's events.
@@ -15,23 +23,31 @@ the merge joins them, so a slice never needs another slice's events.
 from __future__ import annotations
 
 import os
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 
 from offcpu.capture import CaptureInfo
-from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, UNKNOWN_STATE, Model, Row, Thread, Waker)
-from offcpu.sched_events import CaptureReader, Chain
+from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, STACK_LOST, UNKNOWN_STATE, WAKER_NOT_RECORDED, Link,
+                          Model, Row, Thread, WaitTimes, Waker)
+from offcpu.sched_events import UNKNOWN_CPU, CaptureReader, Chain
 from offcpu.stacks import Stack
 
 DEAD_STATES = ("X", "Z")
 INTERRUPT_FRAMES = ("asm_sysvec_", "asm_common_interrupt", "handle_softirqs", "__irq_exit_rcu", "irq_exit")
-SYNTHETIC_STACKS = (BEFORE_WINDOW, NEW_THREAD)
+SYNTHETIC_STACKS = (BEFORE_WINDOW, NEW_THREAD, WAKER_NOT_RECORDED, STACK_LOST)
+# How many of a thread's last waits are kept to see what it was waiting for while a
+# thread it then woke was waiting for it.
+HISTORY = 256
 
 # pid, tid, comm, call chain (as the reader keeps it)
 WakerKey = tuple[int, int, str, Chain]
+# The key a wait is counted under: tid, call chain (or a synthetic stack), state, waker
+RowKey = tuple[int, Chain, str, WakerKey | None]
+# The waker of a wait that ended with no wakeup recorded
+UNRECORDED: WakerKey = (-1, -1, "", WAKER_NOT_RECORDED)
 
 
 @dataclass(slots=True)
@@ -50,6 +66,23 @@ class Wait:
 
 
 @dataclass(slots=True)
+class Interval:
+    """A thread's finished time off CPU, as counted, and the row it was counted in."""
+
+    since_ns: int
+    back_ns: int
+    row: RowKey
+
+
+@dataclass(slots=True)
+class Overlap:
+    """How long waits of one row overlapped waits of their waker's other row, and how often."""
+
+    ns: int = 0
+    count: int = 0
+
+
+@dataclass(slots=True)
 class ThreadTotals:
     pid: int | None  # None until an event of the thread's own says which process it is in
     comm: str
@@ -57,6 +90,7 @@ class ThreadTotals:
     offcpu_us: int = 0
     blocked_us: int = 0
     runqueue_us: int = 0
+    observer_ns: int = 0
     created_ns: int | None = None
     exited_ns: int | None = None
 
@@ -67,6 +101,7 @@ class ThreadTotals:
         self.offcpu_us += other.offcpu_us
         self.blocked_us += other.blocked_us
         self.runqueue_us += other.runqueue_us
+        self.observer_ns += other.observer_ns
         self.created_ns = self.created_ns if other.created_ns is None else other.created_ns
         self.exited_ns = self.exited_ns if other.exited_ns is None else other.exited_ns
 
@@ -79,11 +114,17 @@ class Tally:
 
     counted_from_ns: int = 0
     counted_to_ns: int = 1 << 63
-    rows: dict[tuple[int, str, str, WakerKey | None], list[int]] = field(default_factory=dict)
+    rows: dict[RowKey, WaitTimes] = field(default_factory=dict)
+    links: dict[tuple[RowKey, RowKey], Overlap] = field(default_factory=dict)
     threads: dict[int, ThreadTotals] = field(default_factory=dict)
     runqueue_delays_us: Counter[int] = field(default_factory=Counter)
     clipped: int = 0
     unseen_wakeups: int = 0
+    estimated_switch_ins: int = 0
+    half_recorded_switches: int = 0
+    # Each thread's last waits, to follow a wakeup to what the waker itself waited for.
+    # Not carried across slices: a wait whose waker's waits are in an earlier slice has no links.
+    history: dict[int, deque[Interval]] = field(default_factory=dict)
 
     def thread(self, tid: int, pid: int | None = None, comm: str | None = None) -> ThreadTotals:
         thread = self.threads.get(tid)
@@ -94,54 +135,99 @@ class Tally:
             thread.comm = comm or thread.comm
         return thread
 
-    def on_cpu(self, tid: int, from_ns: int, to_ns: int) -> None:
-        self.thread(tid).oncpu_ns += max(0, min(to_ns, self.counted_to_ns) - max(from_ns, self.counted_from_ns))
+    def on_cpu(self, thread: ThreadTotals, from_ns: int, to_ns: int) -> None:
+        thread.oncpu_ns += self.counted(from_ns, to_ns)
+
+    def observed(self, thread: ThreadTotals, from_ns: int, to_ns: int) -> None:
+        """perf's handling of a switch to `thread`: on CPU for the kernel, the observer's cost for us."""
+        thread.observer_ns += self.counted(from_ns, to_ns)
+
+    def counted(self, from_ns: int, to_ns: int) -> int:
+        """How much of from_ns..to_ns is counted."""
+        if from_ns >= self.counted_from_ns and to_ns <= self.counted_to_ns:  # the usual case, first
+            return to_ns - from_ns if to_ns > from_ns else 0
+        return max(0, min(to_ns, self.counted_to_ns) - max(from_ns, self.counted_from_ns))
 
     def add_wait(self, tid: int, wait: Wait, back_ns: int, back_seen: bool = True) -> None:
         """Count one off-CPU interval, from `wait.since_ns` to `back_ns` (when the thread
-        came back, or, not `back_seen`, the end of the recording), as far as it is counted."""
-        if back_ns < self.counted_from_ns or wait.since_ns > self.counted_to_ns:
+        came back, or, not `back_seen`, the end of the recording), as far as it is counted.
+        The hot path of the engine: one call per switch."""
+        since_ns, until_ns = wait.since_ns, back_ns
+        counted_from_ns, counted_to_ns = self.counted_from_ns, self.counted_to_ns
+        if until_ns < counted_from_ns or since_ns > counted_to_ns:
             return  # all of it outside what is counted
-        since_ns, until_ns = max(wait.since_ns, self.counted_from_ns), min(back_ns, self.counted_to_ns)
-        clipped = not back_seen or wait.stack == BEFORE_WINDOW or (since_ns, until_ns) != (wait.since_ns, back_ns)
+        clipped = not back_seen or wait.stack == BEFORE_WINDOW
+        if since_ns < counted_from_ns:
+            since_ns, clipped = counted_from_ns, True
+        if until_ns > counted_to_ns:
+            until_ns, clipped = counted_to_ns, True
         offcpu = round((until_ns - since_ns) / 1000)
+        woken_ns, waker = wait.woken_ns, wait.waker
         if wait.state == PREEMPTED:
             blocked = 0
-        elif wait.woken_ns is not None:
-            blocked = min(offcpu, max(0, round((wait.woken_ns - since_ns) / 1000)))
+        elif woken_ns is not None:
+            blocked = min(offcpu, max(0, round((woken_ns - since_ns) / 1000)))
         else:
             blocked = offcpu
             self.unseen_wakeups += not clipped and wait.state != UNKNOWN_STATE
+            if back_seen and wait.state != PREEMPTED:
+                waker = UNRECORDED
         runqueue = offcpu - blocked
-        row = self.rows.get((tid, wait.stack, wait.state, wait.waker))
+        key = (tid, wait.stack, wait.state, waker)
+        row = self.rows.get(key)
         if row is None:
-            row = self.rows[(tid, wait.stack, wait.state, wait.waker)] = [0, 0, 0, 0]
-        row[0] += offcpu
-        row[1] += blocked
-        row[2] += runqueue
-        row[3] += 1
-        thread = self.thread(tid)
+            row = self.rows[key] = WaitTimes()
+        row.offcpu_us += offcpu
+        row.blocked_us += blocked
+        row.runqueue_us += runqueue
+        row.count += 1
+        thread = self.threads.get(tid) or self.thread(tid)
         thread.offcpu_us += offcpu
         thread.blocked_us += blocked
         thread.runqueue_us += runqueue
-        if back_seen and wait.woken_ns is not None and \
-                self.counted_from_ns <= wait.woken_ns and back_ns <= self.counted_to_ns:  # wakeup to running
-            self.runqueue_delays_us[runqueue] += 1
+        if woken_ns is not None and back_seen and counted_from_ns <= woken_ns and back_ns <= counted_to_ns:
+            self.runqueue_delays_us[runqueue] += 1  # wakeup to running
         self.clipped += clipped
+        if woken_ns is not None and waker is not None:
+            self._link(key, since_ns, min(woken_ns, until_ns), waker[1])
+        history = self.history.get(tid)
+        if history is None:
+            history = self.history[tid] = deque(maxlen=HISTORY)
+        history.append(Interval(since_ns, until_ns, key))
+
+    def _link(self, key: RowKey, since_ns: int, woken_ns: int, waker_tid: int) -> None:
+        """While this wait was blocked (since_ns to woken_ns), when was its waker itself off
+        CPU, and in which of its rows?"""
+        for interval in reversed(self.history.get(waker_tid, ())):
+            if interval.back_ns <= since_ns:
+                break
+            overlap = min(interval.back_ns, woken_ns) - max(interval.since_ns, since_ns)
+            if overlap > 0:
+                link = self.links.get((key, interval.row))
+                if link is None:
+                    link = self.links[(key, interval.row)] = Overlap()
+                link.ns += overlap
+                link.count += 1
 
     def add(self, other: Tally) -> None:
-        for key, values in other.rows.items():
+        for key, times in other.rows.items():
             row = self.rows.get(key)
             if row is None:
-                self.rows[key] = list(values)
-            else:
-                for index, value in enumerate(values):
-                    row[index] += value
+                row = self.rows[key] = WaitTimes()
+            row.add_times(times)
+        for pair, overlap in other.links.items():
+            link = self.links.get(pair)
+            if link is None:
+                link = self.links[pair] = Overlap()
+            link.ns += overlap.ns
+            link.count += overlap.count
         for tid, thread in other.threads.items():
             self.thread(tid).add(thread)
         self.runqueue_delays_us.update(other.runqueue_delays_us)
         self.clipped += other.clipped
         self.unseen_wakeups += other.unseen_wakeups
+        self.estimated_switch_ins += other.estimated_switch_ins
+        self.half_recorded_switches += other.half_recorded_switches
 
 
 @dataclass
@@ -151,6 +237,8 @@ class Head:
     back_ns: int
     woken_ns: int | None
     waker: WakerKey | None
+    record_ns: int  # perf's record of it being in: the switch to it may be at the end of an earlier slice
+    estimated: bool  # back_ns is the record less the capture's switch cost
 
 
 @dataclass
@@ -169,15 +257,20 @@ class SliceResult:
     first_tails: set[int]  # tails that are such a first wait
     racing_at_end: dict[int, tuple[int, WakerKey]]
     active: set[int]  # threads that woke others before any switch of theirs in the slice
+    incoming_at_end: dict[int, int]  # switches to threads whose record of being in is in a later slice
     skipped_lines: int
 
 
 class SliceBuilder:
     """The per-slice state machine: which threads are on CPU, which wait, since when."""
 
-    def __init__(self, start_ns: int, end_ns: int, counted: tuple[int, int] | None = None) -> None:
+    def __init__(self, start_ns: int, end_ns: int, counted: tuple[int, int] | None = None,
+                 switch_cost_ns: int = 0) -> None:
+        """`switch_cost_ns`: the capture's measured time from a switch to perf's record of the
+        thread coming in, for switches from threads that were not recorded."""
         self.start_ns, self.end_ns = start_ns, end_ns
         self.totals = Tally(*counted) if counted else Tally()
+        self.switch_cost_ns = switch_cost_ns
         self.running: dict[int, int] = {}
         self.waiting: dict[int, Wait] = {}
         self.seen: set[int] = set()
@@ -189,24 +282,58 @@ class SliceBuilder:
         self.active: set[int] = set()
         self.first_waits: dict[int, Wait] = {}
         self.deferred: list[tuple[int, Wait, int]] = []
+        self.incoming: dict[int, int] = {}  # tid -> the sched_switch that names it next, until it is in
+        # CPUs whose last recorded thread exited (perf records nothing of it after its exit
+        # record): the next thread in pays no cost of perf's there -> since when
+        self.after_exit: dict[int, int] = {}
 
     def wants(self, time_ns: int) -> bool:
         """Whether an event is of this slice: perf script --time selects samples only, and
         a reader may hand over records from around the slice."""
         return self.start_ns <= time_ns <= self.end_ns
 
-    def sched_switch(self, time_ns: int, pid: int, tid: int, prev_comm: str, prev_state: str, next_tid: int,
-                     chain: Chain) -> None:
-        if tid and self.wants(time_ns):  # tid 0 is the idle task, not a thread
+    def sched_switch(self, time_ns: int, cpu: int, pid: int, tid: int, prev_comm: str, prev_state: str,
+                     next_tid: int, chain: Chain) -> None:
+        if not self.wants(time_ns):
+            return
+        self.after_exit.pop(cpu, None)
+        if tid:  # tid 0 is the idle task, not a thread
             self._leave(tid, time_ns, chain, prev_state, pid, prev_comm)
+        if next_tid:
+            self.incoming[next_tid] = time_ns
 
-    def switch_in(self, time_ns: int, pid: int, tid: int, comm: str) -> None:
-        # Returns to CPU come from switch records only (see recorder.perf_record_argv).
-        if tid and self.wants(time_ns):
-            self._back(tid, time_ns, pid, comm)
+    def switch_in(self, time_ns: int, cpu: int, pid: int, tid: int, comm: str) -> None:
+        """A task-bound sched_switch fires only for the thread leaving, so that a thread is in
+        again is known from perf's switch record (see recorder.perf_record_argv)."""
+        if tid and self.start_ns <= time_ns <= self.end_ns:
+            estimated_before = self.totals.estimated_switch_ins
+            back_ns = self._switched_in_at(tid, time_ns, cpu)
+            self._back(tid, back_ns, pid, comm, time_ns, self.totals.estimated_switch_ins > estimated_before)
 
-    def switch_out(self, time_ns: int, pid: int, tid: int, preempt: bool) -> None:
-        pass  # switch-outs come from sched_switch, with their stacks
+    def switch_out(self, time_ns: int, cpu: int, pid: int, tid: int, preempt: bool) -> None:
+        """Switch-outs come from sched_switch, with their stacks and states, just before this
+        record; a thread still on CPU here lost its sched_switch (perf lost events): it left
+        now, with no stack, runnable if preempted, else in a state perf did not record."""
+        if tid in self.running and self.start_ns <= time_ns <= self.end_ns:
+            self.totals.half_recorded_switches += 1
+            self._leave(tid, time_ns, STACK_LOST, PREEMPTED if preempt else UNKNOWN_STATE, pid, None)
+
+    def _switched_in_at(self, tid: int, record_ns: int, cpu: int) -> int:
+        """When the switch to `tid` that perf recorded at `record_ns` happened: the sched_switch
+        naming it, when the thread that left was recorded; else perf's record, less the
+        capture's switch cost unless that thread had exited (its last switch costs perf nothing)."""
+        switched_ns = self.incoming.pop(tid, None)
+        if switched_ns is not None and switched_ns <= record_ns:
+            return switched_ns
+        if self.after_exit.pop(cpu, None) is not None or not self.switch_cost_ns:
+            return record_ns
+        self.totals.estimated_switch_ins += 1
+        wait = self.waiting.get(tid)
+        if wait is not None:
+            return max(record_ns - self.switch_cost_ns, wait.woken_ns or wait.since_ns)
+        # off CPU since before the slice: the merge keeps it after that wait's start (see Head)
+        woken = self.head_wakeups.get(tid)
+        return max(record_ns - self.switch_cost_ns, woken[0] if woken else 0)
 
     def sched_waking(self, time_ns: int, pid: int, tid: int, comm: str, woken_tid: int, chain: Chain) -> None:
         if self.wants(time_ns):
@@ -217,20 +344,29 @@ class SliceBuilder:
             parent = self.totals.threads.get(ptid)
             self._created(tid, time_ns, pid, parent.comm if parent else None)  # a new thread has its creator's name
 
-    def exit(self, time_ns: int, pid: int, tid: int) -> None:
+    def exit(self, time_ns: int, cpu: int, pid: int, tid: int) -> None:
         if self.wants(time_ns):
             self._exited(tid, time_ns, pid, None)
+            if cpu != UNKNOWN_CPU:
+                self.after_exit[cpu] = time_ns
 
     def comm(self, time_ns: int, pid: int, tid: int, comm: str, exec: bool) -> None:
         pass  # names come with every switch and wakeup
 
-    def _leave(self, tid: int, time_ns: int, chain: Chain, state: str, pid: int, comm: str) -> None:
-        self.totals.thread(tid, pid, comm)  # its name and process, as of this switch
+    def _leave(self, tid: int, time_ns: int, chain: Chain, state: str, pid: int, comm: str | None) -> None:
+        thread = self.totals.thread(tid, pid, comm)  # its name and process, as of this switch
+        switched_ns = self.incoming.pop(tid, None)
+        wait = self.waiting.get(tid)
+        if wait is not None and switched_ns is not None and switched_ns >= wait.since_ns:
+            # back at the switch to it, whose record of it being in perf lost
+            self.totals.half_recorded_switches += 1
+            self._back(tid, switched_ns, pid, comm or thread.comm, switched_ns, False)
         first = tid not in self.seen
-        if tid in self.running:
-            self.totals.on_cpu(tid, self.running.pop(tid), time_ns)
+        since_ns = self.running.pop(tid, None)
+        if since_ns is not None:
+            self.totals.on_cpu(thread, since_ns, time_ns)
         elif first:
-            self.totals.on_cpu(tid, self.start_ns, time_ns)  # on CPU since the slice began
+            self.totals.on_cpu(thread, self.start_ns, time_ns)  # on CPU since the slice began
         self.seen.add(tid)
         racing = self.racing_wakeups.pop(tid, None)
         if first and racing is None:
@@ -243,11 +379,11 @@ class SliceBuilder:
         elif first and tid not in self.active:
             self.first_waits[tid] = wait
 
-    def _back(self, tid: int, time_ns: int, pid: int, comm: str) -> None:
+    def _back(self, tid: int, time_ns: int, pid: int, comm: str, record_ns: int, estimated: bool) -> None:
         if tid in self.running:
             return  # already on CPU: a duplicate switch record
         self.racing_wakeups.pop(tid, None)
-        self.totals.thread(tid, pid, comm)
+        self.totals.observed(self.totals.thread(tid, pid, comm), time_ns, record_ns)
         wait = self.waiting.pop(tid, None)
         if wait is not None and self.first_waits.pop(tid, None) is wait and wait.waker is None:
             self.deferred.append((tid, wait, time_ns))
@@ -255,7 +391,7 @@ class SliceBuilder:
             self.totals.add_wait(tid, wait, time_ns)
         elif tid not in self.seen:
             woken_ns, waker = self.head_wakeups.pop(tid, (None, None))
-            self.heads[tid] = Head(time_ns, woken_ns, waker)
+            self.heads[tid] = Head(time_ns, woken_ns, waker, record_ns, estimated)
         self.seen.add(tid)
         self.running[tid] = time_ns
 
@@ -290,24 +426,26 @@ class SliceBuilder:
         thread = self.totals.thread(tid, pid, comm)
         thread.exited_ns = time_ns
         if tid in self.running:
-            self.totals.on_cpu(tid, self.running.pop(tid), time_ns)
+            self.totals.on_cpu(thread, self.running.pop(tid), time_ns)
         elif tid not in self.seen:
-            self.totals.on_cpu(tid, self.start_ns, time_ns)
+            self.totals.on_cpu(thread, self.start_ns, time_ns)
         self.seen.add(tid)
 
     def finish(self, skipped: int) -> SliceResult:
         """What the slice found; `skipped`: what its reader could not decode."""
         for tid, since in self.running.items():
-            self.totals.on_cpu(tid, since, self.end_ns)
+            self.totals.on_cpu(self.totals.thread(tid), since, self.end_ns)
+        self.totals.history = {}  # of this slice only: it does not travel
         early = {tid: wakeup for tid, wakeup in self.head_wakeups.items() if tid not in self.seen}
         first_tails = {tid for tid, wait in self.first_waits.items() if self.waiting.get(tid) is wait}
         return SliceResult(self.start_ns, self.end_ns, self.totals, self.heads, self.waiting, set(self.running),
                            self.seen, early, self.deferred, first_tails, self.racing_wakeups, self.active,
-                           skipped)
+                           self.incoming, skipped)
 
 
-def read_slice(reader: CaptureReader, start_ns: int, end_ns: int, counted: tuple[int, int]) -> SliceResult:
-    builder = SliceBuilder(start_ns, end_ns, counted)
+def read_slice(reader: CaptureReader, start_ns: int, end_ns: int, counted: tuple[int, int],
+               switch_cost_ns: int) -> SliceResult:
+    builder = SliceBuilder(start_ns, end_ns, counted, switch_cost_ns)
     skipped_before = reader.skipped
     reader.read(builder, (start_ns, end_ns))
     return builder.finish(reader.skipped - skipped_before)
@@ -323,7 +461,9 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
     running: set[int] = set()
     seen: set[int] = set()
     racing: dict[int, tuple[int, WakerKey]] = {}  # wakeups of threads on their way to sleep
+    incoming: dict[int, int] = {}  # switches to threads not yet recorded as in
     for piece in slices:
+        _switched_before(piece, incoming, pending, totals)
         for tid, (woken_ns, waker) in piece.early_wakeups.items():
             if tid in pending:
                 pending[tid].woken(woken_ns, waker)
@@ -342,7 +482,7 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
         for tid in piece.first_tails & racing.keys():
             piece.tails[tid].woken(*racing[tid])
         for tid in running - piece.seen:
-            totals.on_cpu(tid, piece.start_ns, piece.end_ns)  # on CPU through the whole slice
+            totals.on_cpu(totals.thread(tid), piece.start_ns, piece.end_ns)  # on CPU through the whole slice
         totals.add(piece.totals)
         for tid in piece.seen - piece.heads.keys():
             pending.pop(tid, None)  # its return was lost: do not invent a wait longer than it was
@@ -351,10 +491,34 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
         seen |= piece.seen
         racing = {tid: wakeup for tid, wakeup in racing.items() if tid not in piece.seen | piece.active}
         racing.update(piece.racing_at_end)
+        incoming = {tid: time_ns for tid, time_ns in incoming.items() if tid not in piece.seen}
+        incoming.update(piece.incoming_at_end)
     for tid, wait in pending.items():
         totals.add_wait(tid, wait, window_end_ns, back_seen=False)
     _add_quiet_threads(totals, at_start, seen, window_start_ns, window_end_ns)
     return totals, sum(piece.skipped_lines for piece in slices)
+
+
+def _switched_before(piece: SliceResult, incoming: dict[int, int], pending: dict[int, Wait], totals: Tally) -> None:
+    """Threads whose first event in the slice is perf's record of being in: they came back
+    at the switch to them in an earlier slice, when there was one; else no earlier than
+    their wait in an earlier slice began, or their wakeup, when their return was placed by
+    the switch cost."""
+    for tid, head in piece.heads.items():
+        switched_ns = incoming.get(tid)
+        thread = totals.thread(tid)
+        if switched_ns is not None and switched_ns < head.back_ns <= head.record_ns:
+            totals.on_cpu(thread, switched_ns, head.back_ns)
+            totals.observed(thread, switched_ns, head.back_ns)
+            totals.estimated_switch_ins -= head.estimated
+            head.back_ns = switched_ns
+            continue
+        wait = pending.get(tid)
+        if head.estimated and wait is not None and head.back_ns < (wait.woken_ns or wait.since_ns):
+            earliest = wait.woken_ns or wait.since_ns
+            thread.oncpu_ns -= totals.counted(head.back_ns, earliest)
+            thread.observer_ns -= totals.counted(head.back_ns, earliest)
+            head.back_ns = earliest
 
 
 def _add_quiet_threads(totals: Tally, at_start: dict[int, tuple[str, str]], seen: set[int],
@@ -364,16 +528,19 @@ def _add_quiet_threads(totals: Tally, at_start: dict[int, tuple[str, str]], seen
     for tid, (comm, state) in at_start.items():
         if tid in seen:
             continue
-        totals.thread(tid, comm=comm)
+        thread = totals.thread(tid, comm=comm)
         if state == PREEMPTED:
-            totals.on_cpu(tid, window_start_ns, window_end_ns)
+            totals.on_cpu(thread, window_start_ns, window_end_ns)
         else:
             totals.add_wait(tid, Wait(window_start_ns, BEFORE_WINDOW, state), window_end_ns, back_seen=False)
 
 
 def waker_kind(tid: int, stack: Stack) -> str:
     """"interrupt" when the wakeup came from an interrupt's handler (in whatever thread it
-    interrupted), "idle" when the idle task woke it otherwise, else "thread"."""
+    interrupted), "idle" when the idle task woke it otherwise, "unrecorded" when no wakeup was
+    recorded, else "thread"."""
+    if stack.frames == (WAKER_NOT_RECORDED,):
+        return "unrecorded"
     if any(frame.startswith(INTERRUPT_FRAMES) for frame in stack.frames[:stack.kernel_frames]):
         return "interrupt"
     return "idle" if tid == 0 else "thread"
@@ -384,12 +551,6 @@ def threads_at_start(info: CaptureInfo) -> dict[int, tuple[str, str]]:
     return {int(tid): (comm, state) for tid, (comm, state) in info.threads_at_start.items()}
 
 
-def time_slices(start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
-    """`count` consecutive slices; perf's --time bounds are inclusive, so none share a nanosecond."""
-    bounds = [start_ns + (end_ns - start_ns) * index // count for index in range(count + 1)]
-    return [(bounds[index], bounds[index + 1] - (index + 1 < count)) for index in range(count)]
-
-
 def build_model(reader: CaptureReader, info: CaptureInfo, window: tuple[int, int] | None = None,
                 on_progress: Callable[[int, int], None] | None = None) -> Model:
     """Read perf.data in parallel time slices and build the model of `window` (default: the
@@ -397,10 +558,10 @@ def build_model(reader: CaptureReader, info: CaptureInfo, window: tuple[int, int
     when the part begins, up to the part's end."""
     start_ns, end_ns = window or (info.window_start_ns, info.window_end_ns)
     workers = os.cpu_count() or 1
-    slices = time_slices(info.window_start_ns, end_ns, workers)
+    slices = reader.time_slices(info.window_start_ns, end_ns, workers)
     results: dict[int, SliceResult] = {}
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
-        futures = {pool.submit(read_slice, reader, first, last, (start_ns, end_ns)): index
+        futures = {pool.submit(read_slice, reader, first, last, (start_ns, end_ns), info.switch_cost_ns or 0): index
                    for index, (first, last) in enumerate(slices)}
         for future in as_completed(futures):
             results[futures[future]] = future.result()
@@ -436,12 +597,20 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
         waker = Waker(waker_kind(tid, stack_of(chain)), pid, tid, comm, stack_id(chain))
         return waker_ids.setdefault(waker, len(waker_ids))
 
-    merged: dict[tuple[int, int, str, int | None], list[int]] = {}
-    for (tid, chain, state, waker), values in totals.rows.items():
-        row = merged.setdefault((tid, stack_id(chain), state, waker_id(waker)), [0, 0, 0, 0])
-        for index, value in enumerate(values):
-            row[index] += value
-    rows = [Row(*key, *values) for key, values in merged.items()]
+    merged: dict[tuple[int, int, str, int | None], WaitTimes] = {}
+    row_of: dict[RowKey, tuple[int, int, str, int | None]] = {}
+    for key, times in totals.rows.items():
+        tid, chain, state, waker = key
+        merged_key = row_of[key] = (tid, stack_id(chain), state, waker_id(waker))
+        merged.setdefault(merged_key, WaitTimes()).add_times(times)
+    row_index = {key: index for index, key in enumerate(merged)}
+    rows = [Row(*key, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count)
+            for key, times in merged.items()]
+    links: dict[tuple[int, int], Overlap] = {}
+    for (waiter, waker), overlap in totals.links.items():
+        link = links.setdefault((row_index[row_of[waiter]], row_index[row_of[waker]]), Overlap())
+        link.ns += overlap.ns
+        link.count += overlap.count
     stacks, wakers = list(stack_ids), list(waker_ids)  # in the order they were numbered
     waited = {row.tid for row in rows}
 
@@ -449,8 +618,11 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
         return ns if ns is not None and start_ns <= ns <= end_ns else None
 
     threads = {tid: Thread(tid, t.pid if t.pid is not None else tid, t.comm, round(t.oncpu_ns / 1000), t.offcpu_us,
-                           t.blocked_us, t.runqueue_us, inside(t.created_ns), inside(t.exited_ns))
+                           t.blocked_us, t.runqueue_us, inside(t.created_ns), inside(t.exited_ns),
+                           round(t.observer_ns / 1000))
                for tid, t in totals.threads.items()
                if t.oncpu_ns or tid in waited or inside(t.created_ns) or inside(t.exited_ns)}
     return Model(info, start_ns, end_ns, stacks, wakers, rows, threads, totals.runqueue_delays_us,
-                 totals.clipped, totals.unseen_wakeups, skipped)
+                 [Link(waiter, waker, round(link.ns / 1000), link.count) for (waiter, waker), link in links.items()],
+                 totals.clipped, totals.unseen_wakeups, skipped, totals.estimated_switch_ins,
+                 totals.half_recorded_switches)

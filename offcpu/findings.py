@@ -1,36 +1,41 @@
-"""Findings: the contention a model shows, named, with its evidence and its fix.
+"""Findings: what holds a model's threads back, named, with its evidence and its fix.
 
-Pure functions over the model. Each rule is data (id, title, remedy) plus a
-function that picks the off-CPU rows it is about; `findings` runs every rule
-in RULES and ranks what they found, worst first. Adding a rule is one entry
-in RULES.
+Pure functions over the model. Every wait is first classified by what ended it and
+where it waited (offcpu.waits), then claimed by at most one finding (offcpu.claims):
+no microsecond is in two findings. Each rule is data (id, title, remedy) plus a
+function that turns its claimed waits into matches; `findings` runs every rule in
+RULES and ranks what they found, worst first.
 
-What a finding counts (its `offcpu_us`) is the whole off-CPU time of its
-rows: for a wait, the time blocked until the wakeup and then the time waiting
-for a CPU (a thread that had not blocked would not have lost its CPU); summaries
-say both parts. `runqueue` counts the time threads were preempted while they
-still had work, which no other rule counts: no microsecond is in two findings.
+What a finding counts (its `offcpu_us`) is the whole off-CPU time of its waits: the
+time blocked until the wakeup and then the time waiting for a CPU (a thread that had
+not blocked would not have lost its CPU); summaries say both parts. `runqueue`
+counts the time threads were preempted while they still had work.
 
-Shares: `share_of_wall` is that time over the wall time of the threads it is
-about (each one's on-CPU plus off-CPU time, and never less than one thread's
-whole window, so that one short-lived thread's wait does not look like a
-process-wide problem); `share_of_offcpu` is its share of all off-CPU time, idle
-time (threads waiting for work) left out for every rule but `idle`.
+Shares: `share_of_wall` is that time over the wall time of the threads it is about
+(each one's on-CPU plus off-CPU time, and never less than one thread's whole window,
+so that one short-lived thread's wait does not look like a process-wide problem);
+`share_of_offcpu` is its share of all off-CPU time, idle time (threads waiting for
+work) left out for every rule but `idle`.
+
+Each finding names where its threads waited (the wait site: its heaviest stacks),
+where they were let go (the release site: the wakers' stacks at the wakeups), who let
+them go, and what those wakers were themselves waiting for meanwhile (the chain).
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import cached_property
+from pathlib import Path
 
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, Model, Row
-from offcpu.stacks import Stack
-from offcpu.stacks import THREAD_ROOTS, UNKNOWN, reading
-from offcpu.stackview import drawn_alone
-from offcpu.summaries import Lifecycle, lifecycle, runqueue_percentiles
+from offcpu.claims import (FUTEX_UNKNOWN, HANDOFF, IDLE, IDLE_MEAN_WAIT_US, IO_WAIT, LOCK_CONTENTION, MMAP_LOCK,
+                           RUNQUEUE, SERIALIZATION, STACK_CACHE_LOCK, THREAD_CHURN, Claims, Root)
+from offcpu.locktable import LockTable, load_table
+from offcpu.model import BEFORE_WINDOW, Model, Row
+from offcpu.stacks import drawn_alone, reading
+from offcpu.summaries import runqueue_percentiles
+from offcpu.waits import CAUSE_WORDS, PEER, Waits
 
 # Severity from share_of_wall. On the examples (2 CPUs, 1 s): the pathologies'
 # findings carry 20-80% of their threads' time, the same programs' secondary
@@ -41,18 +46,8 @@ WARNING_FROM = 0.05
 REPORT_FROM = 0.01  # below this share a finding is noise and is left out (unless a rule raises its floor)
 SEVERITIES = ("info", "warning", "critical")
 EVIDENCE_STACKS = 3
-
-# A wait for work: a blocked wait on a condition variable lasting this long on
-# average, i.e. fewer than 100 wakeups a second per waiting thread, is not wakeup
-# pressure but an idle worker. (A futex wait whose kind the stack does not show
-# is never called idle: a lock held for 15 ms looks the same.)
-IDLE_MEAN_WAIT_US = 10_000
-# A thread asleep for this much of the window, never woken: nothing asked it to run.
-WHOLE_WINDOW = 0.99
-
-# Thread churn: this many threads created a second, living this long or less (median).
-CHURN_RATE_PER_S = 100.0
-CHURN_LIFE_US = 100_000
+CHAIN_STEPS = 3  # the chain's and the roots' parts shown, the largest
+WAKERS = 3
 
 # thread_limits: a limit used this much is worth a finding, a warning, critical.
 LIMIT_INFO_FROM = 0.5
@@ -60,111 +55,10 @@ LIMIT_WARNING_FROM = 0.8  # offcpu.limits.WARN_FROM, doctor's "near"
 LIMIT_CRITICAL_FROM = 0.95
 
 DWARF_HINT = "record with --call-graph dwarf to see the callers"
-
-
-# -- frame names ----------------------------------------------------------------------
-
-_SUFFIX = re.compile(r"@.*$|\.(?:isra|constprop|part|cold|llvm)\b.*$")
-
-
-def normal(frame: str) -> str:
-    """A frame's name without glibc's internal alias prefix (__GI_), symbol versions
-    (@@GLIBC_2.2.5) and compiler clone suffixes (.isra.0, .constprop.0)."""
-    name = _SUFFIX.sub("", frame)
-    return name.removeprefix("__GI_")
-
-
-RWSEM_SLOW = frozenset({
-    "rwsem_down_write_slowpath", "rwsem_down_read_slowpath",  # kernel 5.x and later
-    "rwsem_down_write_failed", "rwsem_down_read_failed",  # older kernels
-    "rwsem_down_write_failed_killable", "rwsem_down_read_failed_killable",
-    "call_rwsem_down_write_failed", "call_rwsem_down_read_failed",
-    "call_rwsem_down_write_failed_killable", "call_rwsem_down_read_failed_killable",
-})
-MM_ENTRIES = frozenset({
-    "vm_mmap_pgoff", "__vm_munmap", "do_mprotect_pkey", "__do_sys_mremap", "__x64_sys_mremap", "mremap",
-    "__do_sys_brk", "__x64_sys_brk", "brk", "do_madvise", "__x64_sys_madvise",
-    "lock_mm_and_find_vma", "do_user_addr_fault", "exc_page_fault", "__do_page_fault",
-})
-VMA_LOCK = frozenset({"__vma_start_write", "vma_start_write"})
-
-FUTEX_KERNEL = frozenset({"futex_wait", "__futex_wait", "futex_wait_queue", "futex_wait_queue_me", "futex_do_wait"})
-# libc's own futex wrappers: they say a futex was waited on, not why.
-FUTEX_LEAVES = frozenset({
-    "__futex_abstimed_wait_common", "__futex_abstimed_wait_common64", "__futex_abstimed_wait_cancelable64",
-    "__futex_wait", "futex_wait", "syscall", UNKNOWN,
-})
-LOCK_WAITS = frozenset({  # somebody else holds the lock: contention
-    "__lll_lock_wait", "pthread_mutex_lock", "__pthread_mutex_lock", "__pthread_mutex_lock_full",
-    "pthread_mutex_timedlock", "__pthread_mutex_timedlock", "__pthread_mutex_clocklock_common",
-    "pthread_rwlock_rdlock", "pthread_rwlock_wrlock", "__pthread_rwlock_rdlock", "__pthread_rwlock_wrlock",
-    "__pthread_rwlock_rdlock_full", "__pthread_rwlock_wrlock_full", "__pthread_rwlock_rdlock_full64",
-    "__pthread_rwlock_wrlock_full64", "pthread_rwlock_timedrdlock",
-    "pthread_rwlock_timedwrlock", "__pthread_rwlock_clockrdlock64", "__pthread_rwlock_clockwrlock64",
-})
-PRIVATE_LOCK_WAIT = "__lll_lock_wait_private"  # glibc's internal locks
-CONDITION_WAITS = frozenset({
-    "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "__pthread_cond_wait",
-    "__pthread_cond_timedwait", "__pthread_cond_wait_common", "__pthread_cond_timedwait64",
-})
-OTHER_WAITS = frozenset({  # waiting for an event, not for a lock
-    "pthread_join", "__pthread_join", "__pthread_clockjoin_ex", "__pthread_timedjoin_ex", "pthread_barrier_wait",
-    "sem_wait", "sem_timedwait", "sem_clockwait", "__new_sem_wait", "__new_sem_wait_slow64", "do_futex_wait",
-})
-STACK_CACHE_CALLERS = frozenset({
-    "allocate_stack", "get_cached_stack", "__deallocate_stack", "__nptl_deallocate_stack", "__free_tcb",
-    "pthread_create", "__pthread_create_2_1", "pthread_join", "__pthread_join", "__pthread_clockjoin_ex",
-})
-CHURN_FRAMES = frozenset({  # a thread being created, joined or exiting
-    NEW_THREAD, "kernel_clone", "copy_process", "__do_sys_clone", "__do_sys_clone3", "__x64_sys_clone",
-    "__x64_sys_clone3", "do_exit", "do_group_exit", "__x64_sys_exit", "pthread_create", "__pthread_create_2_1",
-    "pthread_join", "__pthread_join", "__pthread_clockjoin_ex", "__pthread_timedjoin_ex", "allocate_stack",
-    "__nptl_deallocate_stack", "__free_tcb",
-})
-IDLE_FRAMES = frozenset({  # waiting for work or for time to pass
-    "do_nanosleep", "hrtimer_nanosleep", "do_epoll_wait", "ep_poll", "do_sys_poll", "do_poll", "do_select",
-    "core_sys_select", "do_sigtimedwait", "__x64_sys_pause", "epoll_wait", "poll", "ppoll", "select", "pselect",
-    "nanosleep", "clock_nanosleep", "sigtimedwait", "sigwaitinfo",
-})
-IO_FRAMES = frozenset({
-    "io_schedule", "io_schedule_timeout", "folio_wait_bit", "folio_wait_bit_common", "folio_wait_writeback",
-    "wait_on_page_bit", "wait_on_page_bit_common", "wait_on_page_writeback", "submit_bio_wait",
-    "wait_for_completion_io", "do_fsync", "vfs_fsync_range", "file_write_and_wait_range",
-    "filemap_write_and_wait_range", "__x64_sys_fsync", "__x64_sys_fdatasync", "__x64_sys_sync_file_range",
-})
-IO_PREFIXES = ("blk_", "jbd2")
-
-
-def frames_of(stack: Stack) -> tuple[str, ...]:
-    """Leaf-first normal names, without the thread's root frame (clone3, _start...),
-    which every complete stack has and which says nothing about the wait."""
-    names = [normal(frame) for frame in stack.frames]
-    if len(names) > stack.kernel_frames and names[-1] in THREAD_ROOTS:
-        names.pop()
-    return tuple(names)
-
-
-def futex_kind(stack: Stack) -> str | None:
-    """What a futex wait was: "lock" (a mutex or rwlock another thread holds),
-    "private" (one of glibc's internal locks), "wait" (a condition variable, join,
-    semaphore: waiting for an event), "unknown" (the user stack stops at libc's
-    futex wrapper); None when the stack is not a futex wait."""
-    kernel = [normal(frame) for frame in stack.frames[:stack.kernel_frames]]
-    if not FUTEX_KERNEL.intersection(kernel):
-        return None
-    for frame in (normal(frame) for frame in stack.user_frames):
-        if frame in FUTEX_LEAVES:
-            continue
-        if frame == PRIVATE_LOCK_WAIT:
-            return "private"
-        if frame in LOCK_WAITS or "mutex::lock" in frame or "shared_mutex::lock" in frame:
-            return "lock"
-        if frame in CONDITION_WAITS or "condition_variable::wait" in frame:
-            return "condition"
-        if frame in OTHER_WAITS:
-            return "wait"
-        return "unknown"
-    return "unknown"
+GENERIC_FUTEX = "futex"  # the lock table's name for a futex its stack says nothing more of
+LOCK_REMEDY = ("Hold the lock for less time or less often: move work out of the critical section, split the data so "
+               "threads do not share one lock (per-thread or per-CPU state merged at the end, striped locks), or use "
+               "atomics for simple counters. The wait site shows who waits, the release site who held it.")
 
 
 # -- what rules see and return --------------------------------------------------------
@@ -181,9 +75,39 @@ def blocked(rows: Iterable[Row]) -> int:
 class Evidence:
     frames: tuple[str, ...]  # root first
     kernel_frames: int  # the last this many frames are the kernel's
-    state: str
-    offcpu_us: int
+    state: str  # the waits' switch-out state ("" for a release site)
+    offcpu_us: int  # the waits' time off CPU (for a release site: of the waits let go there, until then)
     count: int
+
+
+@dataclass(frozen=True)
+class WakerShare:
+    """Who let a finding's waits go: a pool of threads, or what else ended them."""
+
+    who: str
+    wakeups: int
+    blocked_us: int
+
+
+@dataclass(frozen=True)
+class ChainStep:
+    """Part of a finding's blocked time, and what the threads that ended those waits were
+    themselves doing meanwhile: waiting somewhere, or running."""
+
+    what: str
+    us: int
+    share: float  # of the finding's blocked time that peers ended
+
+
+@dataclass(frozen=True)
+class RootShare:
+    """Part of a finding's blocked time by what it came down to: following each wait's waker
+    to what that waker was itself waiting for, and on, to a thread on CPU, a device, a
+    timer or work from outside."""
+
+    what: str
+    us: int
+    share: float  # of the finding's blocked time that peers ended
 
 
 @dataclass(frozen=True)
@@ -197,10 +121,15 @@ class Finding:
     share_of_wall: float
     share_of_offcpu: float
     threads: int
-    evidence: tuple[Evidence, ...]
+    evidence: tuple[Evidence, ...]  # the wait site: the stacks its waits were in, heaviest first
     remedy: str
     confidence: str  # "high" or "low"
     confidence_reason: str
+    subject: str = ""  # which lock or pool, for findings that can be there several times
+    release_sites: tuple[Evidence, ...] = ()  # the wakers' stacks at the wakeups
+    wakers: tuple[WakerShare, ...] = ()
+    chain: tuple[ChainStep, ...] = ()
+    roots: tuple[RootShare, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -214,52 +143,22 @@ class Match:
     floor: str = "info"  # lowest severity, whatever the share
     cap: str = "critical"  # highest severity
     threads: int | None = None  # counted from the rows unless given
+    subject: str = ""
+    title: str = ""  # instead of the rule's
+    remedy: str = ""  # instead of the rule's
 
 
 class Context:
-    """The model with what every rule needs computed once: frames, idle rows, totals."""
+    """The model with what every rule needs computed once: classes, claims, totals."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, table: LockTable | None = None) -> None:
         self.model = model
-        self.frames = [frames_of(stack) for stack in model.stacks]
-        self.kinds = [futex_kind(stack) for stack in model.stacks]
+        self.waits = Waits(model, table or default_table())
+        self.claims = Claims(model, self.waits)
         self.wall_by_tid = {tid: t.oncpu_us + t.offcpu_us for tid, t in model.threads.items()}
         self.offcpu_us = sum(t.offcpu_us for t in model.threads.values())
-        self.idle_rows = [row for row in model.rows if self._idle(row)]
-        self._idle_ids = {id(row) for row in self.idle_rows}
+        self.idle_rows = self.claims.rows(IDLE)
         self.idle_us = total(self.idle_rows)
-
-    @cached_property
-    def lifecycle(self) -> Lifecycle:
-        return lifecycle(self.model)
-
-    @cached_property
-    def churning(self) -> bool:
-        life = self.lifecycle
-        return (life.created_per_s >= CHURN_RATE_PER_S and life.median_life_us is not None
-                and life.median_life_us <= CHURN_LIFE_US)
-
-    @cached_property
-    def _mean_wait_us(self) -> dict[int, float]:
-        sums: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-        for row in self.model.rows:
-            sums[row.stack][0] += row.offcpu_us
-            sums[row.stack][1] += row.count
-        return {stack: us / max(count, 1) for stack, (us, count) in sums.items()}
-
-    def _idle(self, row: Row) -> bool:
-        if row.state == PREEMPTED:
-            return False
-        if self.model.stacks[row.stack].frames == (BEFORE_WINDOW,):  # asleep (S) all window, never woken
-            return row.state == "S" and row.waker is None and row.blocked_us >= WHOLE_WINDOW * self.model.wall_us
-        if IDLE_FRAMES.intersection(self.frames[row.stack]):
-            return True
-        return self.kinds[row.stack] == "condition" and self._mean_wait_us[row.stack] >= IDLE_MEAN_WAIT_US
-
-    def waits(self, keep: Callable[[Row], bool]) -> list[Row]:
-        """The waits (not preemptions, not waits for work) that `keep` keeps."""
-        return [row for row in self.model.rows
-                if row.state != PREEMPTED and id(row) not in self._idle_ids and keep(row)]
 
     def share_of_wall(self, us: int, rows: list[Row]) -> float:
         """`us` over the wall time of the threads of `rows`, at least one whole window."""
@@ -268,6 +167,16 @@ class Context:
 
     def truncated(self) -> bool:
         return bool(self.model.capture.user_stacks_truncated)
+
+
+_DEFAULT_TABLE: list[LockTable] = []
+
+
+def default_table() -> LockTable:
+    """The package's lock table, read once."""
+    if not _DEFAULT_TABLE:
+        _DEFAULT_TABLE.append(load_table())
+    return _DEFAULT_TABLE[0]
 
 
 def us_text(us: float) -> str:
@@ -314,107 +223,162 @@ def times_text(rows: Iterable[Row]) -> str:
 
 # -- the rules ------------------------------------------------------------------------
 
-def detect_mmap_lock(ctx: Context) -> Match | None:
-    def keep(row: Row) -> bool:
-        frames = ctx.frames[row.stack]
-        slow = next((i for i, frame in enumerate(frames) if frame in RWSEM_SLOW), None)
-        return (slow is not None and any(frame in MM_ENTRIES for frame in frames[slow + 1:])) or \
-            bool(VMA_LOCK.intersection(frames))
-
-    rows = ctx.waits(keep)
+def detect_mmap_lock(ctx: Context) -> list[Match]:
+    rows = ctx.claims.rows(MMAP_LOCK)
     if not rows:
-        return None
-    return Match(rows, f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for the process's "
-                       f"memory-map lock (mmap_lock), which mmap, munmap, mprotect, madvise and page faults all take.")
+        return []
+    return [Match(rows, f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for the process's "
+                        f"memory-map lock (mmap_lock), which mmap, munmap, mprotect, madvise and page faults all "
+                        f"take.")]
 
 
-def stack_cache_rows(ctx: Context) -> tuple[list[Row], list[Row]]:
-    """Waits for glibc's internal lock under thread creation or exit (seen), and, while
-    threads churn, those whose callers the stacks do not show (guessed)."""
-    def callers(row: Row) -> list[str]:
-        frames = ctx.frames[row.stack]
-        return [f for f in frames[frames.index(PRIVATE_LOCK_WAIT) + 1:] if f not in (UNKNOWN, "start_thread")]
-
-    private = ctx.waits(lambda row: ctx.kinds[row.stack] == "private")
-    seen = [row for row in private if STACK_CACHE_CALLERS.intersection(callers(row))]
-    guessed = [row for row in private if not callers(row)] if ctx.churning else []
-    return seen, guessed
-
-
-def detect_stack_cache_lock(ctx: Context) -> Match | None:
-    seen, guessed = stack_cache_rows(ctx)
-    rows = seen + guessed
+def detect_stack_cache_lock(ctx: Context) -> list[Match]:
+    rows = ctx.claims.rows(STACK_CACHE_LOCK)
     if not rows:
-        return None
+        return []
     summary = (f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for glibc's stack cache "
                f"lock, which every thread creation and exit takes.")
+    guessed = ctx.claims.guessed(STACK_CACHE_LOCK)
     if total(guessed) * 2 > total(rows):
-        life = ctx.lifecycle
-        return Match(rows, summary.replace("for glibc's stack cache lock", "for a glibc-internal lock, most "
-                                           "likely its stack cache lock"),
-                     confidence="low",
-                     confidence_reason=f"the stacks stop at __lll_lock_wait_private (user stacks truncated); with "
-                                       f"{life.created_per_s:,.0f} threads created a second it is most likely the "
-                                       f"stack cache lock: {DWARF_HINT}")
-    return Match(rows, summary)
+        life = ctx.claims.lifecycle
+        return [Match(rows, summary.replace("for glibc's stack cache lock", "for a glibc-internal lock, most "
+                                            "likely its stack cache lock"),
+                      confidence="low",
+                      confidence_reason=f"the stacks stop at __lll_lock_wait_private (user stacks truncated); with "
+                                        f"{life.created_per_s:,.0f} threads created a second it is most likely the "
+                                        f"stack cache lock: {DWARF_HINT}")]
+    return [Match(rows, summary)]
 
 
-def detect_thread_churn(ctx: Context) -> Match | None:
-    life = ctx.lifecycle
-    if not ctx.churning or life.median_life_us is None:
-        return None
-    lock = {id(row) for part in stack_cache_rows(ctx) for row in part}  # the stack_cache_lock finding's
-    new = [row for row in ctx.model.rows if ctx.model.stacks[row.stack].frames == (NEW_THREAD,)]
-    rows = new + ctx.waits(lambda row: id(row) not in lock and bool(CHURN_FRAMES.intersection(ctx.frames[row.stack])))
+def detect_lock_contention(ctx: Context) -> list[Match]:
+    """A finding per lock the lock table names (glibc's mutexes, a runtime's or a server's)."""
+    matches = []
+    for name in ctx.claims.keys(LOCK_CONTENTION):
+        rows = ctx.claims.rows(LOCK_CONTENTION, name)
+        lock = next(site.lock for site in ctx.waits.sites if site is not None and site.lock.name == name)
+        what = lock.what or name
+        summary = f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for {what}"
+        if lock.retry:
+            summary += (": they sleep and try again, so a timer ends their waits, not the holder; meanwhile "
+                        f"{_holders(ctx, rows)}")
+        matches.append(Match(rows, summary + ".", subject=name, title=f"Threads wait for a lock: {name}",
+                             remedy=lock.remedy or LOCK_REMEDY,
+                             confidence_reason=f"which lock is not shown (user stacks truncated): {DWARF_HINT}"
+                             if ctx.truncated() and name == "pthread mutex" else ""))
+    return matches
+
+
+def _holders(ctx: Context, rows: list[Row]) -> str:
+    """What the other threads of the waiters' pools did while those retried: they held the lock."""
+    pools = {ctx.waits.pool_of(row.tid) for row in rows}
+    tids_of = {tid for pool in pools for tid in ctx.claims.pools[pool].tids}
+    oncpu = sum(ctx.model.threads[tid].oncpu_us for tid in tids_of)
+    io = total(row for row in ctx.claims.rows(IO_WAIT) if row.tid in tids_of)
+    return (f"their pool{'s' if len(pools) > 1 else ''} ({', '.join(sorted(pools))}) ran {us_text(oncpu)} on CPU "
+            f"and waited {us_text(io)} for disk I/O, holding it")
+
+
+def detect_serialization(ctx: Context) -> list[Match]:
+    """A finding per pool whose threads take turns, or wait behind one another's disk or lock."""
+    matches = []
+    for name in ctx.claims.keys(SERIALIZATION):
+        rows = ctx.claims.rows(SERIALIZATION, name)
+        pool = ctx.claims.pools[name]
+        summary = (f"{threads_text(rows)} of {name} {spent_text(rows, ctx)} waiting {times_text(rows)} for each "
+                   f"other (each wait ended by another of them); {pool.with_work} of its threads had work and they "
+                   f"ran on {pool.parallelism:.1f} CPUs of {pool.cpus} on average")
+        root = _roots(ctx, rows)
+        if root.behind_io_or_lock:
+            behind = (root.io_us + root.lock_us) / max(blocked(rows), 1)
+            summary += f"; the threads that let them go were waiting for a disk or a lock {pct(behind)} of that time"
+        elif pool.held_to_fewer_cpus:
+            summary += ": they take turns, as on one lock"
+        site = ctx.waits.sites[_heaviest_stack(rows)]
+        site_words = f" at {site.lock.name}" if site is not None and site.lock.name != GENERIC_FUTEX else ""
+        matches.append(Match(rows, summary + ".", subject=name, title=f"Threads take turns{site_words}: {name}",
+                             confidence="low" if ctx.truncated() and site is None else "high",
+                             confidence_reason=f"the stacks do not show which lock or queue (user stacks truncated): "
+                                               f"{DWARF_HINT}" if ctx.truncated() and site is None else ""))
+    return matches
+
+
+def _roots(ctx: Context, rows: list[Row]) -> Root:
+    """What the wakers of these rows' waits did meanwhile, all together."""
+    index = {id(row): number for number, row in enumerate(ctx.model.rows)}
+    whole = Root()
+    for row in rows:
+        root = ctx.claims.roots.get(index[id(row)])
+        if root is not None:
+            whole.idle_us += root.idle_us
+            whole.io_us += root.io_us
+            whole.lock_us += root.lock_us
+            whole.peer_us += root.peer_us
+            whole.busy_us += root.busy_us
+    return whole
+
+
+def _heaviest_stack(rows: list[Row]) -> int:
+    by_stack: dict[int, int] = defaultdict(int)
+    for row in rows:
+        by_stack[row.stack] += row.offcpu_us
+    return max(by_stack, key=by_stack.__getitem__)
+
+
+def detect_handoff(ctx: Context) -> list[Match]:
+    matches = []
+    for name in ctx.claims.keys(HANDOFF):
+        rows = ctx.claims.rows(HANDOFF, name)
+        pool = ctx.claims.pools[name]
+        rate = sum(row.count for row in rows) / max(ctx.model.wall_us / 1e6, 1e-9)
+        site = ctx.waits.sites[_heaviest_stack(rows)]
+        through = f" through a {site.lock.name}" if site is not None and site.lock.kind == "handoff" else ""
+        turns = (f"; they take turns, on {pool.parallelism:.1f} CPUs of {pool.cpus}" if pool.held_to_fewer_cpus
+                 else "")
+        matches.append(Match(rows, f"{threads_text(rows)} of {name} handed work to each other{through} "
+                                   f"{rate:,.0f} times a second and {spent_text(rows, ctx)} waiting for it{turns}: "
+                                   f"this is how the program is built, not a lock; at high rates its cost is the "
+                                   f"switches.", subject=name, cap="info"))
+    return matches
+
+
+def detect_thread_churn(ctx: Context) -> list[Match]:
+    life = ctx.claims.lifecycle
+    if not ctx.claims.churning or life.median_life_us is None:
+        return []
+    rows = ctx.claims.rows(THREAD_CHURN)
     us = total(rows)
     busy = ctx.offcpu_us - ctx.idle_us
     paths = "waiting for their first run, and in creating and ending them" if ctx.truncated() else \
         "waiting for their first run, and in creating, joining and ending them"
-    return Match(rows, f"{counted(life.created, 'thread')} were created ({life.created_per_s:,.0f} a second) and "
-                       f"lived {us_text(life.median_life_us)} (median); they spent {us_text(us)} off CPU {paths} "
-                       f"({pct(us / busy if busy > 0 else 0.0)} of the off-CPU time that was not waiting for work; "
-                       f"waits for the stack cache lock aside), and more on CPU setting up and tearing down each "
-                       f"thread.",
-                 floor="warning", threads=life.created,
-                 confidence="low" if ctx.truncated() else "high",
-                 confidence_reason=f"waits in pthread_join are not told apart from other futex waits (user stacks "
-                                   f"truncated): {DWARF_HINT}" if ctx.truncated() else "")
+    return [Match(rows, f"{counted(life.created, 'thread')} were created ({life.created_per_s:,.0f} a second) and "
+                        f"lived {us_text(life.median_life_us)} (median); they spent {us_text(us)} off CPU {paths} "
+                        f"({pct(us / busy if busy > 0 else 0.0)} of the off-CPU time that was not waiting for work; "
+                        f"waits for the stack cache lock aside), and more on CPU setting up and tearing down each "
+                        f"thread.",
+                  floor="warning", threads=life.created,
+                  confidence="low" if ctx.truncated() else "high",
+                  confidence_reason=f"waits in pthread_join are not told apart from other futex waits (user stacks "
+                                    f"truncated): {DWARF_HINT}" if ctx.truncated() else "")]
 
 
-def detect_futex_contention(ctx: Context) -> Match | None:
-    locks = ctx.waits(lambda row: ctx.kinds[row.stack] == "lock")
-    if not locks:
-        return None
-    unknown = ctx.waits(lambda row: ctx.kinds[row.stack] == "unknown")
-    other = ctx.waits(lambda row: ctx.kinds[row.stack] in ("condition", "wait"))
-    notes = ([f"{us_text(total(other))} of condition-variable, join and semaphore waits are not counted"]
-             if other else []) + \
-            ([f"nor {us_text(total(unknown))} of futex waits whose kind the stacks do not show"] if unknown else [])
-    return Match(locks, f"{threads_text(locks)} {spent_text(locks, ctx)} waiting {times_text(locks)} for a mutex or "
-                        f"rwlock another thread held" + (f" ({'; '.join(notes)})." if notes else "."),
-                 confidence_reason=f"which lock is not shown (user stacks truncated): {DWARF_HINT}"
-                 if ctx.truncated() else "")
-
-
-def detect_futex_unknown(ctx: Context) -> Match | None:
-    unknown = ctx.waits(lambda row: ctx.kinds[row.stack] == "unknown")
+def detect_futex_unknown(ctx: Context) -> list[Match]:
+    unknown = ctx.claims.rows(FUTEX_UNKNOWN)
     if not unknown:
-        return None
-    return Match(unknown, f"{threads_text(unknown)} {spent_text(unknown, ctx)} in "
-                          f"{counted(sum(row.count for row in unknown), 'futex wait')} that may be waits for a lock or "
-                          f"for work (a condition variable, a join, a semaphore): the stacks stop in libc, so they "
-                          f"are neither counted as contention nor as waits for work.",
-                 cap="info", confidence="low",
-                 confidence_reason="user stacks stop at libc's futex wrapper (glibc built without frame "
-                                   f"pointers): {DWARF_HINT}")
+        return []
+    return [Match(unknown, f"{threads_text(unknown)} {spent_text(unknown, ctx)} in "
+                           f"{counted(sum(row.count for row in unknown), 'futex wait')} that no recorded thread ended, "
+                           f"and whose stacks stop in libc: they may be waits for a lock or for work (a condition "
+                           f"variable, a join, a semaphore), so they are neither counted as contention nor as waits "
+                           f"for work.",
+                  cap="info", confidence="low",
+                  confidence_reason="user stacks stop at libc's futex wrapper (glibc built without frame "
+                                    f"pointers): {DWARF_HINT}")]
 
 
-def detect_runqueue(ctx: Context) -> Match | None:
-    synthetic = (NEW_THREAD, BEFORE_WINDOW)
-    rows = [row for row in ctx.model.rows
-            if row.state == PREEMPTED and ctx.model.stacks[row.stack].frames[0] not in synthetic]
+def detect_runqueue(ctx: Context) -> list[Match]:
+    rows = ctx.claims.rows(RUNQUEUE)
     if not rows:
-        return None
+        return []
     us = total(rows)
     delay = runqueue_percentiles(ctx.model)
     after_wakeup = (f"; after their wakeups, threads waited {us_text(delay[50])} (median), {us_text(delay[99])} "
@@ -422,24 +386,20 @@ def detect_runqueue(ctx: Context) -> Match | None:
                     f"woken from count" if delay else "")
     waiting = sum(row.runqueue_us for row in ctx.model.rows) / max(ctx.model.wall_us, 1)
     were, they = ("was", "it") if tids(rows) == 1 else ("were", "they")
-    return Match(rows, f"{threads_text(rows)} {were} preempted while {they} still had work for {us_text(us)} "
-                       f"({pct(ctx.share_of_wall(us, rows))} of {their(rows)} time){after_wakeup}; on average "
-                       f"{waiting:.1f} runnable threads waited for the {ctx.model.capture.cpus} CPUs.")
+    return [Match(rows, f"{threads_text(rows)} {were} preempted while {they} still had work for {us_text(us)} "
+                        f"({pct(ctx.share_of_wall(us, rows))} of {their(rows)} time){after_wakeup}; on average "
+                        f"{waiting:.1f} runnable threads waited for the {ctx.model.capture.cpus} CPUs.")]
 
 
-def detect_io_wait(ctx: Context) -> Match | None:
-    def keep(row: Row) -> bool:
-        frames = ctx.frames[row.stack]
-        return bool(IO_FRAMES.intersection(frames)) or any(frame.startswith(IO_PREFIXES) for frame in frames)
-
-    rows = ctx.waits(keep)
+def detect_io_wait(ctx: Context) -> list[Match]:
+    rows = ctx.claims.rows(IO_WAIT)
     if not rows:
-        return None
-    return Match(rows, f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for disk I/O "
-                       f"(reads, writeback, fsync or the journal).")
+        return []
+    return [Match(rows, f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for disk I/O "
+                        f"(reads, writeback, fsync or the journal).")]
 
 
-def detect_thread_limits(ctx: Context) -> Match | None:
+def detect_thread_limits(ctx: Context) -> list[Match]:
     capture = ctx.model.capture
     snapshots = [("at the start of the recording", capture.limits), ("during the recording", capture.limits_peak)]
     when, snapshot = max(((when, snapshot) for when, snapshot in snapshots if snapshot),
@@ -447,33 +407,34 @@ def detect_thread_limits(ctx: Context) -> Match | None:
     limits = [item for item in (snapshot or {}).get("limits", [])
               if item.get("share") is not None and item["share"] >= LIMIT_INFO_FROM]
     if not snapshot or not limits:
-        return None
+        return []
     worst = max(item["share"] for item in limits)
     floor = "critical" if worst >= LIMIT_CRITICAL_FROM else "warning" if worst >= LIMIT_WARNING_FROM else "info"
     used = "; ".join(f"{item['used']:,} of {item['limit']:,} {item['what']} ({item['name']}, {item['share']:.0%})"
                      for item in sorted(limits, key=lambda item: -item["share"]))
-    return Match([], f"{when.capitalize()} the process was near the limits on threads and memory maps: {used}; "
-                     f"at the limit, creating a thread fails with 'Resource temporarily unavailable'.",
-                 floor=floor, cap=floor, threads=snapshot.get("threads", 0))
+    return [Match([], f"{when.capitalize()} the process was near the limits on threads and memory maps: {used}; "
+                      f"at the limit, creating a thread fails with 'Resource temporarily unavailable'.",
+                  floor=floor, cap=floor, threads=snapshot.get("threads", 0))]
 
 
 def _highest_share(snapshot: dict) -> float:
     return max((item["share"] for item in snapshot.get("limits", []) if item.get("share") is not None), default=0.0)
 
 
-def detect_idle(ctx: Context) -> Match | None:
+def detect_idle(ctx: Context) -> list[Match]:
     rows = ctx.idle_rows
     if not rows:
-        return None
+        return []
     us = total(rows)
     quiet = tids(row for row in rows if ctx.model.stacks[row.stack].frames == (BEFORE_WINDOW,))
     unwoken = "" if not quiet else " (not woken at all: idle, or stuck, which looks the same)" \
         if quiet == tids(rows) else f" ({quiet:,} of them not woken at all: idle, or stuck, which looks the same)"
-    return Match(rows, f"{threads_text(rows)}{unwoken} spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of "
-                       f"{their(rows)} time) waiting for work or for time to pass (sleeps, poll/epoll/select, condition "
-                       f"variables woken less than {1_000_000 // IDLE_MEAN_WAIT_US} times a second); this is not "
-                       f"contention and is left out of the other findings' shares.",
-                 cap="info")
+    return [Match(rows, f"{threads_text(rows)}{unwoken} spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of "
+                        f"{their(rows)} time) waiting for work or for time to pass: woken by a timer, the network, "
+                        f"a thread outside their service, or a peer that was itself waiting for work (or handing it "
+                        f"over less than {1_000_000 // IDLE_MEAN_WAIT_US} times a second); this is not contention "
+                        f"and is left out of the other findings' shares.",
+                  cap="info")]
 
 
 @dataclass(frozen=True)
@@ -481,46 +442,53 @@ class Rule:
     id: str
     title: str
     remedy: str
-    detect: Callable[[Context], Match | None]
+    detect: Callable[[Context], list[Match]]
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("mmap_lock", "Threads wait for the process's memory-map lock (mmap_lock)",
+    Rule(MMAP_LOCK, "Threads wait for the process's memory-map lock (mmap_lock)",
          "Stop mapping and unmapping memory on the hot path: allocate buffers once per thread (or from a pool) and "
          "reuse them, read files with read()/pread() into a reused buffer instead of mmap() per request, and keep "
          "the allocator from returning memory to the kernel all the time (glibc: raise M_MMAP_THRESHOLD and "
          "M_TRIM_THRESHOLD, or use jemalloc/tcmalloc). In the MemSQL case, read() instead of mmap() per query "
          "nearly doubled throughput.",
          detect_mmap_lock),
-    Rule("stack_cache_lock", "Thread creation and exit wait for glibc's stack cache lock",
+    Rule(STACK_CACHE_LOCK, "Thread creation and exit wait for glibc's stack cache lock",
          "Stop creating a thread per task: run tasks on a fixed pool of threads created once. glibc serializes "
          "every thread creation and exit on one lock, held while thread stacks are mapped and unmapped, so the "
          "cost of starting a thread grows with how many start and exit at the same time. If threads must come "
          "and go, give them smaller stacks (pthread_attr_setstacksize) so freed stacks stay in glibc's stack "
          "cache (40 MiB by default, GLIBC_TUNABLES=glibc.pthread.stack_cache_size).",
          detect_stack_cache_lock),
-    Rule("thread_churn", "Threads are created and destroyed at a high rate",
+    Rule(LOCK_CONTENTION, "Threads wait for a lock another thread holds", LOCK_REMEDY, detect_lock_contention),
+    Rule(SERIALIZATION, "Threads take turns: they wait on each other",
+         "The threads wait for one another far more than they run: one lock, queue or resource lets one of them "
+         "through at a time. The wait site shows where they wait and the release site which code lets them go; "
+         "make that section shorter or split what it guards so that several can go at once, or use fewer "
+         "threads (they add waiting, not throughput). When the threads that let them go were waiting for a disk "
+         "or a lock themselves (the chain), fix that first.",
+         detect_serialization),
+    Rule(HANDOFF, "Threads hand work to each other",
+         "Nothing is held here: the threads wait for each other's data by design (a pipe, a queue, a request and "
+         "its reply). At high rates the cost is the switches: hand over work in batches, or keep both sides on "
+         "one thread.",
+         detect_handoff),
+    Rule(THREAD_CHURN, "Threads are created and destroyed at a high rate",
          "Use a thread pool sized to the CPUs and the work, fed by a bounded queue, instead of a thread per task "
          "or request: each new thread costs a clone, a stack mapping and its guard page, and an unmapping at exit, "
          "all under process-wide locks.",
          detect_thread_churn),
-    Rule("futex_contention", "Threads wait for locks held by other threads (futex contention)",
-         "Hold the lock for less time or less often: move work out of the critical section, split the data so "
-         "threads do not share one lock (per-thread or per-CPU counters merged at the end, striped locks), or "
-         "use atomics for simple counters. The evidence stacks show where the waits are; record with "
-         "--call-graph dwarf to see which code takes the lock.",
-         detect_futex_contention),
-    Rule("futex_unknown", "Futex waits of unknown kind",
+    Rule(FUTEX_UNKNOWN, "Futex waits of unknown kind",
          "Record again with --call-graph dwarf: the full user stacks tell lock waits (pthread_mutex_lock, rwlocks) "
          "from waits for work (pthread_cond_wait, pthread_join, sem_wait), and these waits become "
-         "futex_contention or idle.",
+         "lock_contention or idle.",
          detect_futex_unknown),
-    Rule("runqueue", "Threads wait for a CPU (CPU saturation)",
+    Rule(RUNQUEUE, "Threads wait for a CPU (CPU saturation)",
          "The threads had work but no CPU to run it on: run no more busy threads than there are CPUs (size pools "
          "to the CPU count), remove or throttle other CPU-heavy work on the machine, or give it more CPUs. This is "
          "not a lock: making critical sections shorter will not help.",
          detect_runqueue),
-    Rule("io_wait", "Threads wait for disk I/O",
+    Rule(IO_WAIT, "Threads wait for disk I/O",
          "Find which files and devices are slow (iostat -x, biolatency); batch fsync/fdatasync calls, move writes "
          "and flushes off the request path, read ahead or cache hot data, or use faster storage.",
          detect_io_wait),
@@ -529,7 +497,7 @@ RULES: tuple[Rule, ...] = (
          "Raising ulimit -u (RLIMIT_NPROC), kernel.threads-max, kernel.pid_max or vm.max_map_count only postpones "
          "the 'Resource temporarily unavailable' failures.",
          detect_thread_limits),
-    Rule("idle", "Threads wait for work (idle)",
+    Rule(IDLE, "Threads wait for work (idle)",
          "Nothing to fix: threads blocked waiting for work cost almost nothing. Look at the other findings.",
          detect_idle),
 )
@@ -545,43 +513,187 @@ def evidence(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
     """The stacks (with their state) that carry most of the rows' off-CPU time, grouped
     as the stack tables group them: stacks that read the same (they differ only in frames
     perf could not name or in the scheduler's own) are one."""
-    groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
-    for row in rows:
-        stack = model.stacks[row.stack]
-        groups[(reading(tuple(reversed(stack.frames)), stack.kernel_frames), row.state)].append(row)
+    return _heaviest(model, [(row.stack, row.state, row.offcpu_us, row.count) for row in rows])
+
+
+def release_sites(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
+    """The wakers' stacks at the wakeups that ended the rows' waits, weighted by how long
+    those waits had been blocked."""
+    return _heaviest(model, [(model.wakers[row.waker].stack, "", row.blocked_us, row.count) for row in rows
+                             if row.waker is not None and model.wakers[row.waker].kind in ("thread", "interrupt")])
+
+
+def _heaviest(model: Model, weighted: list[tuple[int, str, int, int]]) -> tuple[Evidence, ...]:
+    """(stack, state, µs, count) grouped by how the stack reads, heaviest first."""
+    groups: dict[tuple[str, str], list[tuple[int, int, int]]] = defaultdict(list)
+    for stack_index, state, us, count in weighted:
+        stack = model.stacks[stack_index]
+        groups[(reading(tuple(reversed(stack.frames)), stack.kernel_frames), state)].append((stack_index, us, count))
     said = []
     for (_, state), group in groups.items():
         by_stack: dict[int, int] = defaultdict(int)
-        for row in group:
-            by_stack[row.stack] += row.offcpu_us
+        for stack_index, us, _ in group:
+            by_stack[stack_index] += us
         frames, kernel_frames = drawn_alone(model.stacks[max(by_stack, key=by_stack.__getitem__)])  # the heaviest
-        said.append(Evidence(frames, kernel_frames, state, total(group), sum(row.count for row in group)))
+        said.append(Evidence(frames, kernel_frames, state, sum(us for _, us, _ in group),
+                             sum(count for _, _, count in group)))
     return tuple(sorted(said, key=lambda item: -item.offcpu_us)[:EVIDENCE_STACKS])
+
+
+def waker_shares(ctx: Context, rows: list[Row]) -> tuple[WakerShare, ...]:
+    """Who ended the rows' waits: the wakers' pools, or what else it was."""
+    shares: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    index = {id(row): number for number, row in enumerate(ctx.model.rows)}
+    for row in rows:
+        cause = ctx.waits.classes[index[id(row)]].cause
+        if row.waker is None:
+            continue  # not let go in the window
+        if ctx.model.wakers[row.waker].kind == "thread":
+            waker = ctx.model.wakers[row.waker]
+            who = ctx.waits.pool_of(waker.tid) if waker.tid in ctx.model.threads else f"{waker.comm} ({waker.pid})"
+        else:
+            who = CAUSE_WORDS[cause]
+        shares[who][0] += row.count
+        shares[who][1] += row.blocked_us
+    ranked = sorted(shares.items(), key=lambda item: -item[1][1])
+    return tuple(WakerShare(who, wakeups, us) for who, (wakeups, us) in ranked[:WAKERS] if us)
+
+
+def chain(ctx: Context, rows: list[Row]) -> tuple[ChainStep, ...]:
+    """What the threads that ended the rows' waits were doing meanwhile: their waits that
+    overlapped them (by where they waited), and running for the rest."""
+    index = {id(row): number for number, row in enumerate(ctx.model.rows)}
+    numbers = [index[id(row)] for row in rows if ctx.waits.classes[index[id(row)]].cause == PEER]
+    whole = sum(ctx.model.rows[number].blocked_us for number in numbers)
+    if not whole:
+        return ()
+    pools = {ctx.waits.pool_of(row.tid) for row in rows}
+    steps: dict[str, int] = defaultdict(int)
+    for number in numbers:
+        overlapped = 0
+        for waker_row, overlap in ctx.waits.links_by_waiter.get(number, ()):
+            steps[_step_words(ctx, waker_row, pools)] += overlap
+            overlapped += overlap
+        steps["ran"] += max(0, ctx.model.rows[number].blocked_us - overlapped)
+    ranked = sorted(steps.items(), key=lambda item: -item[1])
+    return tuple(ChainStep(what, us, us / whole) for what, us in ranked[:CHAIN_STEPS] if us >= 0.01 * whole)
+
+
+def _step_words(ctx: Context, number: int, pools: set[str]) -> str:
+    """A waker's overlapping wait: where it waited (and whose, when not the waiters' own pool)."""
+    pool = ctx.waits.pool_of(ctx.model.rows[number].tid)
+    whose = "" if pool in pools else f" ({pool})"
+    claim = ctx.claims.of_row[number]
+    if claim is not None and claim.finding == RUNQUEUE:
+        return f"waited for a CPU{whose}"
+    return f"waited for {_root_words(ctx, number)}{whose}"
+
+
+ON_CPU = "a thread on CPU (or waiting for one)"
+ROOT_ROUNDS = 40  # rounds of the redistribution: each carries what is left of a chain one waker further
+
+
+def roots(ctx: Context, rows: list[Row]) -> tuple[RootShare, ...]:
+    """The peer-ended part of the rows' blocked time, followed down the wake-up links to its
+    roots (wPerf's cascaded redistribution): the time a waker was itself waiting for a peer
+    goes to what that peer was doing, in proportion, and so on; the rest of each wait goes
+    to the waker's own wait (a disk, a timer...) or to its being on CPU."""
+    index = {id(row): number for number, row in enumerate(ctx.model.rows)}
+    numbers = [index[id(row)] for row in rows if ctx.waits.classes[index[id(row)]].cause == PEER]
+    whole = sum(ctx.model.rows[number].blocked_us for number in numbers)
+    if not whole:
+        return ()
+    shares = _root_shares(ctx)
+    found: dict[str, float] = defaultdict(float)
+    for number in numbers:
+        for what, share in shares[number].items():
+            found[what] += share * ctx.model.rows[number].blocked_us
+    ranked = sorted(found.items(), key=lambda item: -item[1])
+    return tuple(RootShare(what, round(us), us / whole) for what, us in ranked[:CHAIN_STEPS + 1] if us >= 0.01 * whole)
+
+
+def _root_shares(ctx: Context) -> dict[int, dict[str, float]]:
+    """For every peer-ended row, what its blocked time came down to, as shares of it: the
+    fixed point of "a row's roots are its wakers' overlapping waits' roots (their own kind
+    for waits no peer ended), and a thread on CPU for the rest", reached round by round
+    (each round follows the chains one waker further; cycles of waits shrink every round)."""
+    peers = [number for number, cls in enumerate(ctx.waits.classes) if cls.cause == PEER]
+    parts: dict[int, list[tuple[int, float]]] = {}
+    fixed: dict[int, dict[str, float]] = {}  # the part of each row's roots that no peer's wait carries
+    for number in peers:
+        blocked_us = ctx.model.rows[number].blocked_us
+        own: dict[str, float] = defaultdict(float)
+        parts[number] = []
+        overlapped = 0
+        for waker_row, overlap in ctx.waits.links_by_waiter.get(number, ()):
+            overlapped += overlap
+            part = overlap / blocked_us if blocked_us else 0.0
+            if ctx.waits.classes[waker_row].cause == PEER:
+                parts[number].append((waker_row, part))
+            else:
+                own[_root_words(ctx, waker_row)] += part
+        if blocked_us > overlapped:
+            own[ON_CPU] += (blocked_us - overlapped) / blocked_us
+        fixed[number] = own
+    shares: dict[int, dict[str, float]] = {number: dict(fixed[number]) for number in peers}
+    for _ in range(ROOT_ROUNDS):
+        following: dict[int, dict[str, float]] = {}
+        for number in peers:
+            merged = defaultdict(float, fixed[number])
+            for waker_row, part in parts[number]:
+                for what, share in shares[waker_row].items():
+                    merged[what] += part * share
+            following[number] = dict(merged)
+        shares = following
+    return shares
+
+
+def _root_words(ctx: Context, number: int) -> str:
+    """A wait at the root of a chain: where it waited, or what ended it."""
+    cls, claim = ctx.waits.classes[number], ctx.claims.of_row[number]
+    if claim is not None and claim.finding == RUNQUEUE:
+        return ON_CPU
+    if cls.site is not None:
+        return cls.site.lock.name
+    if cls.cause == PEER:
+        return "another thread of theirs"
+    return f"a wait ended by {CAUSE_WORDS[cls.cause]}"
 
 
 def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
     us = total(match.rows)
-    idle = rule.id == "idle"
+    idle = rule.id == IDLE
     share_of_wall = ctx.share_of_wall(us, match.rows) if match.rows else 0.0
     offcpu = ctx.offcpu_us if idle else ctx.offcpu_us - ctx.idle_us
     rank = SEVERITIES.index
     severity = SEVERITIES[min(max(rank(severity_of(share_of_wall)), rank(match.floor)), rank(match.cap))]
     if not idle and severity == "info" and match.floor == "info" and share_of_wall < REPORT_FROM:
         return None
+    peer_waits = rule.id not in (IDLE, RUNQUEUE, "thread_limits")
     return Finding(
-        id=rule.id, severity=severity, title=rule.title, summary=match.summary, offcpu_us=us,
-        blocked_us=blocked(match.rows), share_of_wall=share_of_wall, share_of_offcpu=min(us / offcpu, 1.0) if offcpu > 0 else 0.0,
+        id=rule.id, severity=severity, title=match.title or rule.title, summary=match.summary, offcpu_us=us,
+        blocked_us=blocked(match.rows), share_of_wall=share_of_wall,
+        share_of_offcpu=min(us / offcpu, 1.0) if offcpu > 0 else 0.0,
         threads=match.threads if match.threads is not None else tids(match.rows),
-        evidence=evidence(ctx.model, match.rows), remedy=rule.remedy,
-        confidence=match.confidence, confidence_reason=match.confidence_reason,
+        evidence=evidence(ctx.model, match.rows), remedy=match.remedy or rule.remedy,
+        confidence=match.confidence, confidence_reason=match.confidence_reason, subject=match.subject,
+        release_sites=release_sites(ctx.model, match.rows) if peer_waits else (),
+        wakers=waker_shares(ctx, match.rows) if peer_waits else (),
+        chain=chain(ctx, match.rows) if peer_waits else (),
+        roots=roots(ctx, match.rows) if peer_waits else (),
     )
 
 
-def findings(model: Model, rules: tuple[Rule, ...] = RULES) -> list[Finding]:
+def findings(model: Model, rules: tuple[Rule, ...] = RULES, table: LockTable | None = None) -> list[Finding]:
     """What every rule found in the model, worst first: by severity, then waits with a
     cause in the program before waits for a CPU (which the machine's other load shares),
     then by time."""
-    ctx = Context(model)
-    found = [finding for rule in rules if (match := rule.detect(ctx)) is not None
-             and (finding := _finding(rule, ctx, match)) is not None]
-    return sorted(found, key=lambda f: (-SEVERITIES.index(f.severity), f.id == "runqueue", -f.offcpu_us))
+    ctx = Context(model, table)
+    found = [finding for rule in rules for match in rule.detect(ctx)
+             if (finding := _finding(rule, ctx, match)) is not None]
+    return sorted(found, key=lambda f: (-SEVERITIES.index(f.severity), f.id == RUNQUEUE, -f.offcpu_us))
+
+
+def lock_table(path: Path | None) -> LockTable:
+    """The lock table a report or a check reads: the package's, after a user's entries."""
+    return load_table(path) if path is not None else default_table()

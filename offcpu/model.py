@@ -12,23 +12,50 @@ from dataclasses import asdict, dataclass, field
 from offcpu.capture import CaptureInfo
 from offcpu.stacks import Stack
 
-SCHEMA = "offcpu-model/3"  # a new engine or reader reads perf.data again
+SCHEMA = "offcpu-model/4"  # a new engine or reader reads perf.data again
 # Synthetic frames for time whose stack perf could not have recorded.
 BEFORE_WINDOW = "[off CPU since before the recording]"
 NEW_THREAD = "[new thread, waiting for its first run]"
+# The stack of the waker of a wait that ended without a recorded wakeup: its waker was
+# not recorded (another process, or an interrupt while an unrecorded thread ran).
+WAKER_NOT_RECORDED = "[waker not recorded]"
+# The stack of a switch-out whose sched_switch perf lost: only its switch record says when.
+STACK_LOST = "[switch-out's stack lost]"
+WAKER_KINDS = ("thread", "interrupt", "idle", "unrecorded")
 UNKNOWN_STATE = "?"
 PREEMPTED = "R"  # switched out while runnable: all of the gap is run-queue delay
 
 
 @dataclass(frozen=True)
 class Waker:
-    """Who ended a wait: a thread (with its stack at the wakeup), an interrupt, or the idle task."""
+    """Who ended a wait: a thread (with its stack at the wakeup), an interrupt, the idle task, or
+    something that was not recorded."""
 
-    kind: str  # "thread", "interrupt" or "idle"
+    kind: str  # one of WAKER_KINDS
     pid: int
     tid: int
     comm: str
     stack: int  # index into Model.stacks
+
+
+@dataclass(slots=True)
+class WaitTimes:
+    """The off-CPU time of some waits: all of it, the part until their wakeups (blocked),
+    the part then spent waiting for a CPU (run queue), and how many waits."""
+
+    offcpu_us: int = 0
+    blocked_us: int = 0
+    runqueue_us: int = 0
+    count: int = 0
+
+    def add(self, offcpu_us: int, blocked_us: int, runqueue_us: int, count: int = 1) -> None:
+        self.offcpu_us += offcpu_us
+        self.blocked_us += blocked_us
+        self.runqueue_us += runqueue_us
+        self.count += count
+
+    def add_times(self, other: WaitTimes | Row) -> None:
+        self.add(other.offcpu_us, other.blocked_us, other.runqueue_us, other.count)
 
 
 @dataclass
@@ -38,11 +65,23 @@ class Row:
     tid: int
     stack: int  # index into Model.stacks
     state: str  # prev_state as perf printed it, '+' dropped ("S", "D", "R", ...)
-    waker: int | None  # index into Model.wakers; None when preempted, new, or the wakeup was not recorded
+    waker: int | None  # index into Model.wakers; None when preempted, new, or not back in the window
     offcpu_us: int = 0
     blocked_us: int = 0
     runqueue_us: int = 0
     count: int = 0
+
+
+@dataclass
+class Link:
+    """A wait that another thread ended, and that thread's own earlier wait: how long the
+    first thread waited while its waker was itself off CPU in the second row (so that a
+    wait can be followed to what its waker waited for, and on, to the root)."""
+
+    waiter_row: int  # index into Model.rows: a wait ended by a thread
+    waker_row: int  # index into Model.rows: a wait of that thread, overlapping it
+    overlap_us: int  # of the waiter's blocked time, while the waker was off CPU in its row
+    count: int  # waits of the waiter that overlapped one of the waker's
 
 
 @dataclass
@@ -56,6 +95,9 @@ class Thread:
     runqueue_us: int = 0
     created_ns: int | None = None  # inside the window
     exited_ns: int | None = None
+    # Of oncpu_us, the time perf's own handling of its switches took, as the kernel charges
+    # it: from the switch to the thread (its sched_switch) to perf's record of it being in.
+    observer_us: int = 0
 
 
 @dataclass
@@ -68,10 +110,21 @@ class Model:
     rows: list[Row]
     threads: dict[int, Thread]
     runqueue_delays_us: Counter[int]  # delay from a wakeup to running -> wakeups that waited that long
+    links: list[Link] = field(default_factory=list)
     clipped_intervals: int = 0  # cut by the start or end of the window
     unseen_wakeups: int = 0  # blocked intervals whose wakeup was not recorded (a waker outside the target)
     unreadable_events: int = 0  # events of perf.data its reader could not decode, left out
+    # Switch-ins from a thread outside the recording (idle, another process), whose start
+    # is perf's record of it less the capture's measured switch cost (the others start at
+    # the recorded switch)
+    estimated_switch_ins: int = 0
+    # Switches of which perf lost one record (the sched_switch or the record of being in),
+    # placed by the other
+    half_recorded_switches: int = 0
     perf_data: dict = field(default_factory=dict)  # the perf.data it was built from (analysis._identity)
+    reader: str = ""  # which read perf.data: "native" or "perf-script"
+    reader_note: str = ""  # why that one
+    missing_binaries: list[str] = field(default_factory=list)  # files gone or changed since the recording, said once
     schema: str = SCHEMA
 
     @property
@@ -100,10 +153,16 @@ class Model:
             "rows": [[row.tid, row.stack, row.state, row.waker, row.offcpu_us, row.blocked_us, row.runqueue_us,
                       row.count] for row in self.rows],
             "threads": [asdict(thread) for thread in self.threads.values()],
+            "links": [[link.waiter_row, link.waker_row, link.overlap_us, link.count] for link in self.links],
             "runqueue_delays_us": sorted(self.runqueue_delays_us.items()),
             "clipped_intervals": self.clipped_intervals,
             "unseen_wakeups": self.unseen_wakeups,
             "unreadable_events": self.unreadable_events,
+            "estimated_switch_ins": self.estimated_switch_ins,
+            "half_recorded_switches": self.half_recorded_switches,
+            "reader": self.reader,
+            "reader_note": self.reader_note,
+            "missing_binaries": self.missing_binaries,
         }
 
     @classmethod
@@ -123,11 +182,17 @@ class Model:
             wakers=[Waker(**waker) for waker in data["wakers"]],
             rows=[Row(*row) for row in data["rows"]],
             threads={thread["tid"]: Thread(**thread) for thread in data["threads"]},
+            links=[Link(*link) for link in data["links"]],
             runqueue_delays_us=Counter({delay: count for delay, count in data["runqueue_delays_us"]}),
             clipped_intervals=data["clipped_intervals"],
             unseen_wakeups=data["unseen_wakeups"],
             unreadable_events=data["unreadable_events"],
+            estimated_switch_ins=data["estimated_switch_ins"],
+            half_recorded_switches=data["half_recorded_switches"],
             perf_data=data["perf_data"],
+            reader=data["reader"],
+            reader_note=data["reader_note"],
+            missing_binaries=data["missing_binaries"],
         )
         model.check()
         return model
@@ -148,7 +213,7 @@ class Model:
                 raise ValueError(f"stack {stack!r} is not frames and a count of kernel frames")
         for waker in self.wakers:
             index(waker.stack, len(self.stacks), "waker stack")
-            if not isinstance(waker.comm, str) or waker.kind not in ("thread", "interrupt", "idle"):
+            if not isinstance(waker.comm, str) or waker.kind not in WAKER_KINDS:
                 raise ValueError(f"waker {waker!r} has no comm or kind")
         for row in self.rows:
             if row.tid not in self.threads:
@@ -159,3 +224,6 @@ class Model:
             if not isinstance(row.state, str) or not all(isinstance(value, int) for value in (
                     row.offcpu_us, row.blocked_us, row.runqueue_us, row.count)):
                 raise ValueError(f"row {row!r} has no state or times")
+        for link in self.links:
+            index(link.waiter_row, len(self.rows), "link waiter row")
+            index(link.waker_row, len(self.rows), "link waker row")

@@ -27,11 +27,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from offcpu import perf_data
 from offcpu.errors import OffcpuError
-from offcpu.sched_events import Chain, EventSink
+from offcpu.sched_events import UNKNOWN_CPU, Chain, EventSink
 from offcpu.stacks import Stack
 
-FIELDS = "comm,pid,tid,time,event,trace,ip,sym"
+FIELDS = "comm,pid,tid,cpu,time,event,trace,ip,sym"
 KERNEL_ADDRESS_DIGITS = 16  # x86-64 kernel text is at 0xffff...: 16 hex digits
 CHUNK = 1 << 20
 
@@ -40,10 +41,12 @@ CHUNK = 1 << 20
 NAME = r"(?s:.{0,16}?)"
 NUMBER = r"-?\d{1,10}"  # bounded: int() refuses thousands of digits
 TIME = r"\d{1,12}\.\d{9}"
-# "comm  pid/tid  seconds.nanoseconds:  event: ...". An event starts at a line start,
-# but its name may hold newlines: the anchor after it is what is trusted.
-HEADER = rf"^(?P<comm>{NAME}) +(?P<pid>{NUMBER})/(?P<tid>{NUMBER}) +(?P<time>{TIME}): +"
-ANCHOR = rf" +{NUMBER}/{NUMBER} +{TIME}: "
+# "comm  pid/tid  [cpu]  seconds.nanoseconds:  event: ...", the cpu in text printed with it.
+# An event starts at a line start, but its name may hold newlines: the anchor after it is
+# what is trusted.
+HEADER = (rf"^(?P<comm>{NAME}) +(?P<pid>{NUMBER})/(?P<tid>{NUMBER}) +(?:\[(?P<cpu>{NUMBER})\] +)?"
+          rf"(?P<time>{TIME}): +")
+ANCHOR = rf" +{NUMBER}/{NUMBER} +(?:\[{NUMBER}\] +)?{TIME}: "
 NEXT_HEADER = NAME + ANCHOR
 # A call chain's frames: a line each, a tab, the address (right-aligned) and the symbol. A
 # blank line ends the chain.
@@ -68,7 +71,7 @@ EVENT = re.compile(HEADER + "(?:" + "|".join([
     # synthesized by perf (header 0/0) for the threads there when it began, from /proc, which
     # shows a newline in a name as "\\n"
     rf"(?P<comm_record>PERF_RECORD_COMM(?P<exec> exec)?: (?:(?P<own_comm>{NAME}):(?P=pid)/(?P=tid)|"
-    rf"(?P<synthesized_comm>[^\n]{{0,16}}?):(?P<synthesized_pid>{NUMBER})/(?P<synthesized_tid>{NUMBER}))\n)",
+    rf"(?P<synthesized_comm>[^\n]{{0,16}}?):{NUMBER}/{NUMBER})\n)",
     # the other tracepoints offcpu records, without call chains: their fields, which may hold
     # names (and so newlines, never a whole header), then the address they fired at and its symbol
     rf"(?P<other>(?!sched:sched_(?:switch|waking|wakeup):)[\w-]+:[\w-]+: (?:[^\n]*\n(?!{NEXT_HEADER})){{0,32}}?"
@@ -88,13 +91,13 @@ SAMPLES = (SWITCH, WAKING, OTHER)  # tracepoints, not perf's own records
 # The fields each kind is decoded from, as group numbers: a call of Match.group with
 # numbers is the cheapest way out of the regex engine, on the hot path of every report.
 _GROUPS = EVENT.groupindex
-RECORD_FIELDS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "time", "direction"))
-SWITCH_FIELDS = tuple(_GROUPS[name] for name in ("pid", "tid", "time", "prev_comm", "prev_state", "next_tid",
+RECORD_FIELDS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "cpu", "time", "direction"))
+SWITCH_FIELDS = tuple(_GROUPS[name] for name in ("pid", "tid", "cpu", "time", "prev_comm", "prev_state", "next_tid",
                                                  "switch_chain"))
 WAKING_FIELDS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "time", "woken_tid", "waking_chain"))
-TASK_FIELDS = tuple(_GROUPS[name] for name in ("time", "task_kind", "task_pid", "task_tid", "parent_pid", "parent_tid"))
-COMM_FIELDS = tuple(_GROUPS[name] for name in ("pid", "tid", "time", "own_comm", "synthesized_pid",
-                                                "synthesized_tid", "synthesized_comm", "exec"))
+TASK_FIELDS = tuple(_GROUPS[name] for name in ("cpu", "time", "task_kind", "task_pid", "task_tid", "parent_pid",
+                                                "parent_tid"))
+COMM_FIELDS = tuple(_GROUPS[name] for name in ("pid", "tid", "time", "own_comm", "synthesized_comm", "exec"))
 
 
 def time_ns(printed: str) -> int:
@@ -211,30 +214,48 @@ class PerfScriptReader:
         for event in events.events(stream):
             kind = event.lastgroup
             if kind == SWITCH_RECORD:
-                comm, pid, tid, time, direction = event.group(*RECORD_FIELDS)
+                comm, pid, tid, cpu, time, direction = event.group(*RECORD_FIELDS)
                 if direction == "IN":
-                    sink.switch_in(time_ns(time), int(pid), int(tid), comm)
+                    sink.switch_in(time_ns(time), _cpu(cpu), int(pid), int(tid), comm)
                 else:
-                    sink.switch_out(time_ns(time), int(pid), int(tid), direction == "OUT preempt")
+                    sink.switch_out(time_ns(time), _cpu(cpu), int(pid), int(tid), direction == "OUT preempt")
             elif kind == SWITCH:
-                pid, tid, time, prev_comm, state, next_tid, chain = event.group(*SWITCH_FIELDS)
-                sink.sched_switch(time_ns(time), int(pid), int(tid), prev_comm, state.rstrip("+"),
+                pid, tid, cpu, time, prev_comm, state, next_tid, chain = event.group(*SWITCH_FIELDS)
+                sink.sched_switch(time_ns(time), _cpu(cpu), int(pid), int(tid), prev_comm, state.rstrip("+"),
                                   int(next_tid), chain)
             elif kind == WAKING:
                 comm, pid, tid, time, woken, chain = event.group(*WAKING_FIELDS)
                 sink.sched_waking(time_ns(time), int(pid), int(tid), comm, int(woken), chain)
             elif kind == TASK:
-                time, task, pid, tid, parent_pid, parent_tid = event.group(*TASK_FIELDS)
+                cpu, time, task, pid, tid, parent_pid, parent_tid = event.group(*TASK_FIELDS)
                 if task == "FORK":
                     sink.fork(time_ns(time), int(pid), int(tid), int(parent_pid), int(parent_tid))
                 else:
-                    sink.exit(time_ns(time), int(pid), int(tid))
+                    sink.exit(time_ns(time), _cpu(cpu), int(pid), int(tid))
             elif kind == COMM_RECORD:
-                pid, tid, time, comm, *synthesized, exec = event.group(*COMM_FIELDS)
-                if comm is None:
-                    pid, tid, comm = synthesized
-                sink.comm(time_ns(time), int(pid), int(tid), comm, exec is not None)
+                pid, tid, time, own, synthesized, exec = event.group(*COMM_FIELDS)
+                sink.comm(time_ns(time), int(pid), int(tid), synthesized if own is None else own, exec is not None)
         self.skipped += events.skipped
+
+    def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
+        """Slices of about as many records each, cut where the native reader cuts them (so that
+        both readers make the same model); of equal length when perf.data cannot be indexed.
+        perf script's --time bounds are inclusive, so none share a nanosecond."""
+        try:
+            data = perf_data.open_perf_data(self.perf_data)
+            try:
+                return perf_data.balanced_slices(data, perf_data.index_records(data).round_starts, start_ns, end_ns,
+                                                 count)
+            finally:
+                data.map.close()
+        except OffcpuError:
+            bounds = [start_ns + (end_ns - start_ns) * index // count for index in range(count + 1)]
+            return [(bounds[index], bounds[index + 1] - (index + 1 < count)) for index in range(count)]
 
     def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
         return {chain: parse_stack(chain) for chain in chains if isinstance(chain, str)}
+
+
+def _cpu(printed: str | None) -> int:
+    """The CPU an event was recorded on, UNKNOWN_CPU in text printed without it."""
+    return int(printed) if printed is not None else UNKNOWN_CPU

@@ -16,6 +16,10 @@ only in the keys it sets.
     max_share_growth = 0.02
     [regression.blocked]              # blocked time, waits for work left out
     max_relative_growth = 1
+
+    [[lock]]                          # the lock table's entries (offcpu.locktable): a lock
+    name = "Ruby GVL"                 # of offcpu's, or one of yours, with limits on its waits
+    max_share = 0.1
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
-from offcpu.findings import RULES
+from offcpu.findings import RULES, default_table
+from offcpu.locktable import LockTable, load_table, read_toml_text
 
 RULE_IDS = tuple(rule.id for rule in RULES)
 # The finding of threads waiting for work: never a problem, so never gated by default
@@ -39,6 +44,7 @@ NOT_GATED_BY_DEFAULT = {
                 "runqueue.max_p99_ms, and its growth against a baseline with [regression.runqueue])",
     WAITS_FOR_WORK: "threads waiting for work are never a problem",
     "futex_unknown": "the kind of these waits cannot be told from the stacks (record with --call-graph dwarf)",
+    "handoff": "threads handing work to each other (a pipe, a queue) is how a program is built, not a lock",
 }
 DEFAULT_FAIL_ABOVE_INFO = tuple(rule for rule in RULE_IDS if rule not in NOT_GATED_BY_DEFAULT)
 # The baseline comparison of blocked time, waits for work left out, beside the findings';
@@ -92,6 +98,7 @@ class Policy:
     limits: dict[str, Limits] = field(default_factory=dict)  # finding id -> its limits
     regression: Regression = Regression()
     source: str = "defaults"  # the file it was read from, over the defaults
+    locks: LockTable = field(default_factory=default_table)  # the lock table, with the file's [[lock]] entries
 
     def to_json(self) -> dict:
         return {
@@ -99,6 +106,9 @@ class Policy:
             "fail_above_info": list(self.fail_above_info),
             "limits": {rule: {key: value for key, value in vars(limits).items() if value is not None}
                        for rule, limits in self.limits.items()},
+            "lock_limits": {name: {key: getattr(lock, key) for key in ("max_share", "max_ms_per_s")
+                                   if getattr(lock, key) is not None}
+                            for name, lock in self.locks.limits().items()},
             "regression": self.regression.to_json(),
         }
 
@@ -108,16 +118,14 @@ def load_policy(path: Path | None) -> Policy:
     key and its line for anything that is not a policy."""
     if path is None:
         return Policy()
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = error.strerror if isinstance(error, OSError) else "it is not text"
-        raise OffcpuError(f"cannot read the policy {path} ({reason}); give a TOML file with --policy") from None
+    text = read_toml_text(path, "policy")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise OffcpuError(f"policy {path} is not TOML: {error}") from None
-    return _Reader(path, text).policy(data)
+    except RecursionError:
+        raise OffcpuError(f"policy {path} nests arrays or tables too deeply to be a policy") from None
+    return replace(_Reader(path, text).policy(data), locks=load_table(path))
 
 
 class _Reader:
@@ -143,9 +151,9 @@ class _Reader:
                 policy = replace(policy, regression=self.regression(self.table((key,), value)))
             elif key in RULE_IDS:
                 limits[key] = self.limits(key, self.table((key,), value))
-            else:
+            elif key != "lock":  # [[lock]] entries: offcpu.locktable reads them
                 raise self.error((key,), f"is not a policy key; use finding ids ({', '.join(RULE_IDS)}), "
-                                         "fail_above_info or [regression]")
+                                         "fail_above_info, [regression] or [[lock]]")
         return replace(policy, limits=limits)
 
     def table(self, key: tuple[str, ...], value: object) -> dict:

@@ -15,7 +15,6 @@ import re
 import select
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,19 +25,17 @@ from types import FrameType
 
 from offcpu import limits, system
 from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, is_capture, own_files, save
+from offcpu.describe import describe
 from offcpu.errors import OffcpuError
 from offcpu.events import EventPlan, plan_events
 from offcpu.perf_process import ACK_TIMEOUT_S, CONTROL_PLACEHOLDER, PerfProcess
-from offcpu.perf_script import COMM_RECORD, SAMPLES, SWITCH, EventReader, parse_stack, script_argv, text_of, time_ns
-from offcpu.stacks import looks_truncated
+from offcpu.symbols import save_kernel_symbols
 
 TICK_S = 0.1
 LIMITS_EVERY_S = 1.0  # how often the target's threads and maps are held against its limits
 MIN_FREE_BYTES = 32 << 20
-STACKS_TO_JUDGE = 2000  # switch-out stacks read to judge whether user stacks are truncated
 CAPTURED_LINE = "Captured and wrote"  # perf record's last line, once perf.data is complete
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-STATS_LINE = re.compile(r"^\s*(\w+) events:\s+(\d+)", re.MULTILINE)  # perf report --stats
 
 
 @dataclass(frozen=True)
@@ -103,7 +100,8 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
         # SIG_IGN (not only held) so that perf report and perf script inherit it.
         with _signals_ignored():
             info.command_exit_status = _command_exit_status(perf_process, request, info)
-            _describe_data(perf, perf_data, info)
+            describe(perf, perf_data, info)
+            _save_kernel_symbols(request.output)
             _save(request.output, info)
     return info
 
@@ -126,7 +124,9 @@ def perf_record_argv(perf: str, request: RecordRequest, plan: EventPlan) -> list
     # Switch records give the moment each thread comes back on CPU: a task-bound
     # sched_switch fires only for the task leaving, and system-wide ones out of
     # the idle task are not always delivered (seen on 6.18); switch records are.
-    argv.append("--switch-events")
+    # ... on the CPU they are on (a task-bound recording leaves it out of its switch
+    # records otherwise): what ran there before tells what a switch-in cost.
+    argv += ["--switch-events", "--sample-cpu"]
     return argv + request.target.perf_args()
 
 
@@ -407,85 +407,14 @@ def _perf_failure(stderr: list[str], request: RecordRequest | None) -> OffcpuErr
     return OffcpuError(f"perf record failed: {last}")
 
 
-def _describe_data(perf: str, perf_data: Path, info: CaptureInfo) -> None:
-    os.chmod(perf_data, 0o600)
-    info.perf_data_bytes = perf_data.stat().st_size
-    counts, info.lost_events = _event_counts(perf, perf_data)
-    info.samples = counts.get("SAMPLE", 0)
-    info.switch_records = counts.get("SWITCH", 0) + counts.get("SWITCH_CPU_WIDE", 0)
-    first = _first_events(perf, perf_data)
-    info.user_stacks_truncated = first.user_stacks_truncated
-    # A command's events went on as it was exec'd; the others' between offcpu's
-    # "enable" and perf's answer to it.
-    if info.target.kind == "command" and info.target.pid is None:
-        info.target = replace(info.target, pid=first.exec_pid)
-    start_ns = first.exec_ns if info.target.kind == "command" and first.exec_ns is not None else first.sample_ns
-    if start_ns is not None and start_ns < info.window_start_ns:
-        info.window_start_ns = start_ns
-        info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
-
-
-def _event_counts(perf: str, perf_data: Path) -> tuple[dict[str, int], int]:
-    """Record counts by type, and the number of events perf lost, from `perf
-    report --stats`; empty when perf report fails. The aggregated LOST counts
-    are records, each standing for many lost events: the per-event sections
-    after them sum what those records carry. perf report runs in its own
-    session, out of reach of a Ctrl-C at the terminal."""
+def _save_kernel_symbols(directory: Path) -> None:
+    """The kernel's symbols travel with the capture, so that its kernel frames can be named
+    on another machine or after a reboot; without them (kernel.kptr_restrict), they are
+    named from this kernel's own when it is the same."""
     try:
-        done = subprocess.run([perf, "report", "-i", str(perf_data), "--stats"], capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, start_new_session=True)
-    except OSError:
-        return {}, 0
-    aggregated, _, per_event = done.stdout.split("Aggregated stats:")[-1].partition(" stats:\n")
-    counts: dict[str, int] = {}
-    for match in STATS_LINE.finditer(aggregated):
-        counts.setdefault(match[1], int(match[2]))
-    lost = sum(int(match[2]) for match in STATS_LINE.finditer(per_event) if match[1] == "LOST_SAMPLES")
-    return counts, lost
-
-
-@dataclass
-class FirstEvents:
-    """What the start of perf.data says (None: not found, or perf script failed)."""
-
-    sample_ns: int | None = None  # the first tracepoint sample
-    exec_ns: int | None = None  # the first exec (a command's start) and who did it
-    exec_pid: int | None = None
-    user_stacks_truncated: bool | None = None  # most of the first switch-out stacks stop short
-
-
-def _first_events(perf: str, perf_data: Path) -> FirstEvents:
-    """Read up to STACKS_TO_JUDGE switch-out stacks from the start of perf.data. perf
-    script runs in its own session: on SIGINT (a Ctrl-C at the terminal reaches the
-    whole foreground group) it stops early and still exits 0, which would leave the
-    judgement to a handful of stacks."""
-    try:
-        process = subprocess.Popen(script_argv(perf, perf_data), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
-    except OSError:
-        return FirstEvents()
-    assert process.stdout is not None
-    first = FirstEvents()
-    stacks = []
-    try:
-        for event in EventReader().events(text_of(process.stdout)):
-            if first.sample_ns is None and event.lastgroup in SAMPLES:
-                first.sample_ns = time_ns(event["time"])
-            if first.exec_ns is None and event.lastgroup == COMM_RECORD and event["exec"]:
-                first.exec_ns, first.exec_pid = time_ns(event["time"]), int(event["pid"])
-            if event.lastgroup == SWITCH:
-                stacks.append(parse_stack(event["switch_chain"]).user_frames)
-                if len(stacks) >= STACKS_TO_JUDGE:
-                    break
-        else:
-            if process.wait() != 0:
-                return FirstEvents()
-    finally:
-        process.kill()
-        process.wait()
-        process.stdout.close()
-    first.user_stacks_truncated = looks_truncated([frames for frames in stacks if frames])
-    return first
+        save_kernel_symbols(directory)
+    except OffcpuError:
+        pass
 
 
 def prepare_output(directory: Path, force: bool) -> bool:

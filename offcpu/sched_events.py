@@ -19,14 +19,15 @@ from typing import Protocol
 from offcpu.stacks import Stack
 
 Chain = Hashable  # a call chain as its reader keeps it; () or "" when the event has none
+UNKNOWN_CPU = -1  # the CPU of a record perf wrote without one (a task-bound recording without --sample-cpu)
 
 
 class EventSink(Protocol):
     """What the engine does with each event. Readers call these in time order."""
 
-    def sched_switch(self, time_ns: int, pid: int, tid: int, prev_comm: str, prev_state: str, next_tid: int,
-                     chain: Chain) -> None:
-        """sched:sched_switch, in the context of the thread leaving the CPU (`tid`, of process
+    def sched_switch(self, time_ns: int, cpu: int, pid: int, tid: int, prev_comm: str, prev_state: str,
+                     next_tid: int, chain: Chain) -> None:
+        """sched:sched_switch, on `cpu`, in the context of the thread leaving it (`tid`, of process
         `pid`): its name, its state as perf prints prev_state without a trailing '+' ("S",
         "D", "R", "X", ...), the thread coming in (0: the idle task) and the leaving
         thread's call chain."""
@@ -36,20 +37,21 @@ class EventSink(Protocol):
         0 when the idle task woke it, from an interrupt), its name, the thread it woke and
         the waker's call chain."""
 
-    def switch_in(self, time_ns: int, pid: int, tid: int, comm: str) -> None:
-        """PERF_RECORD_SWITCH(_CPU_WIDE) IN: `tid` is back on a CPU (perf writes it once the
+    def switch_in(self, time_ns: int, cpu: int, pid: int, tid: int, comm: str) -> None:
+        """PERF_RECORD_SWITCH(_CPU_WIDE) IN: `tid` is back on `cpu` (perf writes it once the
         switch is done, in the incoming thread's context)."""
 
-    def switch_out(self, time_ns: int, pid: int, tid: int, preempt: bool) -> None:
-        """PERF_RECORD_SWITCH(_CPU_WIDE) OUT: `tid` is leaving its CPU (perf writes it after
+    def switch_out(self, time_ns: int, cpu: int, pid: int, tid: int, preempt: bool) -> None:
+        """PERF_RECORD_SWITCH(_CPU_WIDE) OUT: `tid` is leaving `cpu` (perf writes it after
         the sched_switch tracepoint's sample, just before the switch); `preempt` when it
         was still runnable."""
 
     def fork(self, time_ns: int, pid: int, tid: int, ppid: int, ptid: int) -> None:
         """PERF_RECORD_FORK: thread `tid` of process `pid` was created by `ptid` of `ppid`."""
 
-    def exit(self, time_ns: int, pid: int, tid: int) -> None:
-        """PERF_RECORD_EXIT: thread `tid` of process `pid` exited."""
+    def exit(self, time_ns: int, cpu: int, pid: int, tid: int) -> None:
+        """PERF_RECORD_EXIT: thread `tid` of process `pid` exited, on `cpu` (perf writes it in the
+        exiting thread, and records nothing of the thread after it)."""
 
     def comm(self, time_ns: int, pid: int, tid: int, comm: str, exec: bool) -> None:
         """PERF_RECORD_COMM: `tid` took the name `comm` (`exec`: by exec'ing a program)."""
@@ -65,6 +67,10 @@ class CaptureReader(Protocol):
         """Every event in time order into `sink`; with `time_slice` (first, last ns, both
         included), at least the samples in it: records outside it may come too, and the
         sink leaves out what it does not want."""
+
+    def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
+        """`count` consecutive slices of start_ns..end_ns (both included) that hold about as
+        many events each, as far as the reader can tell, for workers to read in parallel."""
 
     def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
         """The frames of each chain handed to a sink, named once each."""

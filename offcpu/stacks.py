@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 
 from offcpu.escaping import printable
 
@@ -19,6 +21,15 @@ class Stack:
     @property
     def user_frames(self) -> tuple[str, ...]:
         return self.frames[self.kernel_frames:]
+
+
+_SUFFIX = re.compile(r"@.*$|\.(?:isra|constprop|part|cold|llvm)\b.*$")
+
+
+def normal(frame: str) -> str:
+    """A frame's name without glibc's internal alias prefix (__GI_), symbol versions
+    (@@GLIBC_2.2.5) and compiler clone suffixes (.isra.0, .constprop.0)."""
+    return _SUFFIX.sub("", frame).removeprefix("__GI_")
 
 
 # Where every complete user stack begins (outermost frame): a thread's entry
@@ -44,6 +55,51 @@ def unknown_run(shortest: int, longest: int) -> str:
 def unnamed(frame: str) -> bool:
     """Whether a frame is one perf could not name, or a run of them."""
     return frame == UNKNOWN or frame.startswith(UNKNOWN_RUN)
+
+
+Runs = list[int]  # the lengths of a stack's runs of unnamed frames, in the order of its frames
+
+
+@dataclass(frozen=True)
+class Part:
+    """The user or the kernel part of a stack as it is drawn: root first, each run of unnamed
+    frames as one UNKNOWN (see stackview), and the runs' lengths in order."""
+
+    frames: tuple[str, ...]
+    runs: Runs
+
+
+def parts(stack: Stack) -> tuple[Part, Part]:
+    """A stack's user and kernel parts, each run of unnamed frames as one."""
+    return (_one_frame_a_run(tuple(reversed(stack.user_frames))),
+            _one_frame_a_run(tuple(reversed(stack.frames[:stack.kernel_frames]))))
+
+
+def _one_frame_a_run(frames: tuple[str, ...]) -> Part:
+    kept: list[str] = []
+    runs: Runs = []
+    for frame, run in groupby(frames):
+        count = len(list(run))
+        if frame == UNKNOWN:
+            kept.append(UNKNOWN)
+            runs.append(count)
+        else:
+            kept += [frame] * count
+    return Part(tuple(kept), runs)
+
+
+def runs_said(frames: tuple[str, ...], spans: Iterator[tuple[int, int]]) -> tuple[str, ...]:
+    """`frames` with each run's frame saying how many frames it stands for: the shortest and
+    longest run (the next of `spans`)."""
+    return tuple(unknown_run(*next(spans)) if frame == UNKNOWN else frame for frame in frames)
+
+
+def drawn_alone(stack: Stack) -> tuple[tuple[str, ...], int]:
+    """One stack as it is drawn on its own (a finding's evidence): root first, each run of
+    unnamed frames as one frame that says how long it is; and how many (the last) are the kernel's."""
+    user, kernel = parts(stack)
+    spans = ((length, length) for length in user.runs + kernel.runs)
+    return runs_said(user.frames + kernel.frames, spans), len(kernel.frames)
 
 
 def user_stack_complete(user_frames: Sequence[str]) -> bool:

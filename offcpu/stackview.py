@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from pathlib import Path
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from itertools import groupby
 
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
-from offcpu.model import PREEMPTED, Model, Row, Thread
-from offcpu.stacks import UNKNOWN, Stack, reading, unknown_run
+from offcpu.findings import Finding, findings, lock_table
+from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
+from offcpu.stacks import Runs, parts, reading, runs_said
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
 # flamegraph.pl and inferno read a line whose last frame ends in blanks and a number
@@ -35,6 +36,15 @@ class StackView:
     kernel_only: bool = False
     waker: bool = False
     min_us: int = 0
+    # How the model is made and read, not a filter of it: which reader reads perf.data (None:
+    # the one chosen for it), and a file of [[lock]] entries that name wait sites before
+    # offcpu's own lock table
+    reader: str | None = None
+    locks: Path | None = None
+
+    def findings(self, model: Model) -> list[Finding]:
+        """The findings about the threads the filters keep, in every state."""
+        return findings(of_threads(model, self), table=lock_table(self.locks))
 
     @property
     def filtered(self) -> bool:
@@ -80,13 +90,11 @@ def selected(model: Model, view: StackView) -> Model:
     if not view.filtered:
         return model
     rows = [row for row in model.rows if view.keeps(model, row)]
-    times: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    times: dict[int, WaitTimes] = defaultdict(WaitTimes)
     for row in rows:
-        time = times[row.tid]
-        time[0] += row.offcpu_us
-        time[1] += row.blocked_us
-        time[2] += row.runqueue_us
-    threads = {tid: replace(thread, offcpu_us=times[tid][0], blocked_us=times[tid][1], runqueue_us=times[tid][2])
+        times[row.tid].add_times(row)
+    threads = {tid: replace(thread, offcpu_us=times[tid].offcpu_us, blocked_us=times[tid].blocked_us,
+                            runqueue_us=times[tid].runqueue_us)
                for tid, thread in model.threads.items()
                if view.keeps_thread(thread) and (tid in times or not view.states)}
     return replace(model, rows=rows, threads=threads)
@@ -135,7 +143,6 @@ class DrawnStack:
 # A drawn stack has one frame for each run, which says how many frames it stands for; stacks
 # that differ only in the lengths of their runs are one, and the frame says the shortest and
 # longest run it stands for ("[unknown ×118–121]").
-Runs = list[int]  # the lengths of a stack's runs, in the order of its frames
 Spans = list[tuple[int, int]]  # the shortest and longest length of each run of a drawn stack
 # root, frames (a run of unnamed frames as one), kernel frames, waker frames (likewise), state
 DrawnKey = tuple[str, tuple[str, ...], int, tuple[str, ...], str]
@@ -144,7 +151,7 @@ DrawnKey = tuple[str, tuple[str, ...], int, tuple[str, ...], str]
 def drawn(model: Model, view: StackView) -> list[DrawnStack]:
     """The stacks the view keeps, per switch-out state, most off-CPU time first; a stack
     whose time in all states is under --min-us is left out, as from its flame graph."""
-    sums: dict[DrawnKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    sums: dict[DrawnKey, WaitTimes] = defaultdict(WaitTimes)
     spans: dict[DrawnKey, Spans] = {}
     for row in model.rows:
         if row.offcpu_us and view.keeps(model, row):
@@ -153,17 +160,14 @@ def drawn(model: Model, view: StackView) -> list[DrawnStack]:
             frames, kernel, runs = _frames(model, view, row.stack)
             waker, waker_runs = _waker_frames(model, view, row) if view.waker else ((), [])
             key = (root, frames, kernel, waker, row.state)
-            total = sums[key]
-            total[0] += row.offcpu_us
-            total[1] += row.blocked_us
-            total[2] += row.runqueue_us
-            total[3] += row.count
+            sums[key].add_times(row)
             spans[key] = _widened(spans.get(key), runs + waker_runs)
     stacks = []
-    for key, values in sums.items():
+    for key, times in sums.items():
         root, frames, kernel, waker, state = key
         said = iter(spans[key])
-        stacks.append(DrawnStack(root, _runs_said(frames, said), kernel, _runs_said(waker, said), state, *values))
+        stacks.append(DrawnStack(root, runs_said(frames, said), kernel, runs_said(waker, said), state,
+                                 times.offcpu_us, times.blocked_us, times.runqueue_us, times.count))
     lines = dict(lines_of(stacks))
     return sorted((stack for stack in stacks if lines[stack.folded] >= view.min_us),
                   key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
@@ -211,51 +215,15 @@ def listed(stacks: list[DrawnStack]) -> list[DrawnStack]:
     return sorted(rows.values(), key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
 
 
-@dataclass(frozen=True)
-class _Part:
-    """The user or the kernel part of a stack, root first, each run of unnamed frames as one
-    UNKNOWN, and the runs' lengths in order."""
-
-    frames: tuple[str, ...]
-    runs: Runs
-
-
-def _parts(stack: Stack) -> tuple[_Part, _Part]:
-    """A stack's user and kernel parts, each run of unnamed frames as one."""
-    return (_one_frame_a_run(tuple(reversed(stack.user_frames))),
-            _one_frame_a_run(tuple(reversed(stack.frames[:stack.kernel_frames]))))
-
-
-def _one_frame_a_run(frames: tuple[str, ...]) -> _Part:
-    kept: list[str] = []
-    runs: Runs = []
-    for frame, run in groupby(frames):
-        count = len(list(run))
-        if frame == UNKNOWN:
-            kept.append(UNKNOWN)
-            runs.append(count)
-        else:
-            kept += [frame] * count
-    return _Part(tuple(kept), runs)
-
-
 def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...], int, Runs]:
     """A stack's frames the view draws, root first, each run of unnamed frames as one, how
     many of them (the last) are the kernel's, and the runs' lengths."""
-    user, kernel = _parts(model.stacks[index])
+    user, kernel = parts(model.stacks[index])
     if view.user_only:
         return (user.frames, 0, user.runs) if user.frames else (("[no user frames]",), 0, [])
     if view.kernel_only:
         return (kernel.frames, len(kernel.frames), kernel.runs) if kernel.frames else (("[no kernel frames]",), 0, [])
     return user.frames + kernel.frames, len(kernel.frames), user.runs + kernel.runs
-
-
-def drawn_alone(stack: Stack) -> tuple[tuple[str, ...], int]:
-    """One stack as it is drawn on its own (a finding's evidence): root first, each run of
-    unnamed frames as one frame that says how long it is; and how many (the last) are the kernel's."""
-    user, kernel = _parts(stack)
-    spans = ((length, length) for length in user.runs + kernel.runs)
-    return _runs_said(user.frames + kernel.frames, spans), len(kernel.frames)
 
 
 def _widened(spans: Spans | None, runs: Runs) -> Spans:
@@ -265,17 +233,14 @@ def _widened(spans: Spans | None, runs: Runs) -> Spans:
     return [(min(shortest, length), max(longest, length)) for (shortest, longest), length in zip(spans, runs)]
 
 
-def _runs_said(frames: tuple[str, ...], spans: Iterator[tuple[int, int]]) -> tuple[str, ...]:
-    """`frames` with each run's frame saying how many frames it stands for (the next of `spans`)."""
-    return tuple(unknown_run(*next(spans)) if frame == UNKNOWN else frame for frame in frames)
-
-
 def _waker_frames(model: Model, view: StackView, row: Row) -> tuple[tuple[str, ...], Runs]:
     """The waker's stack leaf first (so its leaf meets the blocked leaf), then who it was; and
     the lengths of its runs of unnamed frames, in that order."""
     if row.waker is None:
-        return ("[preempted]" if row.state == PREEMPTED else "[waker not recorded]",), []
+        return ("[preempted]" if row.state == PREEMPTED else "[not woken in the window]",), []
     waker = model.wakers[row.waker]
+    if waker.kind == "unrecorded":
+        return (WAKER_NOT_RECORDED,), []
     name = re.sub(r"\s", "_", waker.comm)  # the line's last frame: "worker 3" would read as a count
     thread = f"{name}-{waker.tid}" if view.by_thread else name
     who = {"thread": thread, "idle": "[idle]", "interrupt": f"[interrupt in {waker.comm}]"}

@@ -7,7 +7,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from offcpu.model import Model
+from offcpu.model import Model, WaitTimes
 
 PERCENTILES = (50, 90, 99)
 # Over this share of the events perf recorded left unread, no number can be trusted.
@@ -21,6 +21,22 @@ class Totals:
     blocked_us: int
     runqueue_us: int
     threads: int
+
+
+@dataclass(frozen=True)
+class Observer:
+    """perf's own cost: the time its handling of the recorded switches took, which the kernel
+    charges to the threads coming in, so that it is part of their time on CPU (never of
+    their waits)."""
+
+    us: int
+    share: float  # of the threads' time in the window (on CPU plus off CPU, summed), 0-1
+    estimated_switch_ins: int  # switch-ins placed by the capture's measured switch cost
+    switch_cost_ns: int | None  # that cost, of one switch (None: not measured)
+
+
+# From this share of the threads' time, perf's own cost is worth a note with what to do.
+OBSERVER_NOTE_FROM = 0.03
 
 
 @dataclass(frozen=True)
@@ -60,31 +76,32 @@ def totals(model: Model) -> Totals:
                   sum(t.runqueue_us for t in threads), len(model.threads))
 
 
+def observer(model: Model) -> Observer:
+    threads = model.threads.values()
+    whole = sum(t.oncpu_us + t.offcpu_us for t in threads)
+    us = sum(t.observer_us for t in threads)
+    return Observer(us, us / whole if whole else 0.0, model.estimated_switch_ins, model.capture.switch_cost_ns)
+
+
 def by_state(model: Model) -> list[StateTotal]:
     """Off-CPU time per switch-out state, most first."""
-    sums: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    sums: dict[str, WaitTimes] = defaultdict(WaitTimes)
     for row in model.rows:
-        total = sums[row.state]
-        total[0] += row.offcpu_us
-        total[1] += row.blocked_us
-        total[2] += row.runqueue_us
-        total[3] += row.count
-    return sorted((StateTotal(state, *values) for state, values in sums.items()), key=lambda s: -s.offcpu_us)
+        sums[row.state].add_times(row)
+    return sorted((StateTotal(state, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count)
+                   for state, times in sums.items()), key=lambda s: -s.offcpu_us)
 
 
 def waker_pairs(model: Model) -> list[WakerPair]:
     """Recorded wakeups grouped by waker and wakee thread, longest blocked first."""
-    sums: dict[tuple[str, str, int, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+    sums: dict[tuple[str, str, int, int], WaitTimes] = defaultdict(WaitTimes)
     for row in model.rows:
-        if row.waker is None:
+        if row.waker is None or model.wakers[row.waker].kind == "unrecorded":
             continue
         waker = model.wakers[row.waker]
-        total = sums[(waker.kind, waker.comm, waker.tid, row.tid)]
-        total[0] += row.count
-        total[1] += row.blocked_us
-        total[2] += row.runqueue_us
-    pairs = [WakerPair(kind, comm, tid, model.threads[wakee].comm, wakee, *values)
-             for (kind, comm, tid, wakee), values in sums.items()]
+        sums[(waker.kind, waker.comm, waker.tid, row.tid)].add_times(row)
+    pairs = [WakerPair(kind, comm, tid, model.threads[wakee].comm, wakee, times.count, times.blocked_us,
+                       times.runqueue_us) for (kind, comm, tid, wakee), times in sums.items()]
     return sorted(pairs, key=lambda pair: -pair.blocked_us)
 
 
@@ -130,13 +147,18 @@ def unreadable_note(model: Model) -> str | None:
             f"({model.unreadable_share:.1%}) could not be read and are left out")
     if not untrusted(model):
         return said
-    return (f"{said}, so these numbers cannot be trusted: offcpu does not understand what this perf "
-            f"({model.capture.perf_version}) printed; report it to offcpu with the capture")
+    return (f"{said}, so these numbers cannot be trusted: this perf.data (perf {model.capture.perf_version}) holds "
+            "what offcpu cannot read; report it to offcpu with the capture")
 
 
 def caveats(model: Model) -> list[str]:
     """What makes the numbers less than whole, in sentences, for the reports to lead with
     (after the warning that they cannot be trusted, when they cannot: see untrusted)."""
     said = [model.capture.lost_note] if model.capture.lost_note else []
+    cost = observer(model)
+    if cost.share >= OBSERVER_NOTE_FROM:
+        said.append(f"perf's handling of the switches took {cost.share:.1%} of the threads' time (counted as time "
+                    "on CPU, as the kernel does, not as waiting); on a program that switches this often, record "
+                    "for less time, with --call-graph fp rather than dwarf, and compare with an unrecorded run")
     unread = unreadable_note(model)
     return said + ([unread] if unread and not untrusted(model) else [])

@@ -13,7 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from offcpu.findings import Context, findings
+from offcpu.claims import LOCK_CONTENTION, MMAP_LOCK, STACK_CACHE_LOCK
+from offcpu.findings import Context, Finding, findings
+from offcpu.locktable import Lock, LockTable
 from offcpu.model import Model
 from offcpu.policy import BLOCKED, EXTRA_KEYS, NOT_GATED_BY_DEFAULT, WAITS_FOR_WORK, Policy
 from offcpu.summaries import lifecycle, runqueue_percentiles, totals
@@ -27,6 +29,24 @@ class FindingFigures:
     summary: str  # Finding.summary: the sentence with the numbers
 
 
+# The findings whose subject is a lock of the lock table, which a policy's [[lock]] may gate.
+LOCK_FINDINGS = (MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION)
+
+
+def by_id(found: list[tuple[str, FindingFigures]]) -> dict[str, FindingFigures]:
+    """A finding id's figures when it was found for several locks or pools: its worst
+    severity, its largest share, their time and their sentences together."""
+    grouped: dict[str, list[FindingFigures]] = {}
+    for finding_id, figures in found:
+        grouped.setdefault(finding_id, []).append(figures)
+    return {finding_id: FindingFigures(max((f.severity for f in group), key=SEVERITY_ORDER.index),
+                                       max(f.share for f in group), sum(f.offcpu_us for f in group),
+                                       " ".join(f.summary for f in group))
+            for finding_id, group in grouped.items()}
+
+
+SEVERITY_ORDER = ("info", "warning", "critical")
+
 @dataclass(frozen=True)
 class Measurements:
     """What a run measured: from a model, or from the JSON report of one."""
@@ -38,7 +58,8 @@ class Measurements:
     idle_blocked_us: int  # of blocked_us, the waits for work (the idle finding's rows)
     runqueue_p99_us: int | None
     created_per_s: float
-    findings: dict[str, FindingFigures]
+    findings: dict[str, FindingFigures]  # by finding id (see by_id)
+    locks: dict[str, FindingFigures]  # the lock findings, by lock name
 
     @property
     def blocked_share(self) -> float:
@@ -50,7 +71,12 @@ class Measurements:
         return figures.share if figures else 0.0
 
     def ms_per_s(self, rule: str) -> float:
-        figures = self.findings.get(rule)
+        return self._ms_per_s(self.findings.get(rule))
+
+    def lock_ms_per_s(self, lock: str) -> float:
+        return self._ms_per_s(self.locks.get(lock))
+
+    def _ms_per_s(self, figures: FindingFigures | None) -> float:
         return figures.offcpu_us / 1000 / self.window_s if figures and self.window_s else 0.0
 
 
@@ -67,18 +93,24 @@ def unrecorded(model: Model) -> str | None:
     return None
 
 
-def measure(model: Model) -> Measurements:
+def measure(model: Model, table: LockTable | None = None) -> Measurements:
     total = totals(model)
+    found = findings(model, table=table)
     return Measurements(
         window_s=(model.window_end_ns - model.window_start_ns) / 1e9,
         threads=total.threads,
         threads_us=sum(t.oncpu_us + t.offcpu_us for t in model.threads.values()),
         blocked_us=total.blocked_us,
-        idle_blocked_us=sum(row.blocked_us for row in Context(model).idle_rows),
+        idle_blocked_us=sum(row.blocked_us for row in Context(model, table).idle_rows),
         runqueue_p99_us=runqueue_percentiles(model).get(99),
         created_per_s=lifecycle(model).created_per_s,
-        findings={f.id: FindingFigures(f.severity, f.share_of_wall, f.offcpu_us, f.summary) for f in findings(model)},
+        findings=by_id([(f.id, _figures(f)) for f in found]),
+        locks={f.subject: _figures(f) for f in found if f.id in LOCK_FINDINGS and f.subject},
     )
+
+
+def _figures(finding: Finding) -> FindingFigures:
+    return FindingFigures(finding.severity, finding.share_of_wall, finding.offcpu_us, finding.summary)
 
 
 # The options of a JSON report that leave part of a run out of its numbers.
@@ -107,9 +139,14 @@ def measurements_from_report(report: dict) -> Measurements:
         idle_blocked_us=int(idle["blocked_us"]),
         runqueue_p99_us=int(runqueue["p99"]) if "p99" in runqueue else None,
         created_per_s=float(report["lifecycle"]["created_per_s"]),
-        findings={f["id"]: FindingFigures(str(f["severity"]), float(f["share_of_wall"]), int(f["offcpu_us"]),
-                                          str(f["summary"])) for f in report["findings"]},
+        findings=by_id([(str(f["id"]), _reported(f)) for f in report["findings"]]),
+        locks={str(f["subject"]): _reported(f) for f in report["findings"] if f["id"] in LOCK_FINDINGS and f["subject"]},
     )
+
+
+def _reported(finding: dict) -> FindingFigures:
+    return FindingFigures(str(finding["severity"]), float(finding["share_of_wall"]), int(finding["offcpu_us"]),
+                          str(finding["summary"]))
 
 
 @dataclass(frozen=True)
@@ -150,6 +187,7 @@ class Verdict:
 def evaluate(policy: Policy, run: Measurements, baseline: Measurements | None = None) -> Verdict:
     checks = [_not_above_info(rule, run) for rule in policy.fail_above_info]
     checks += [check for rule, limits in policy.limits.items() for check in _limit_checks(rule, vars(limits), run)]
+    checks += [check for name, lock in policy.locks.limits().items() for check in _lock_checks(name, lock, run)]
     comparisons = _compare(policy, run, baseline) if baseline is not None else []
     return Verdict(policy, run, baseline, checks, comparisons)
 
@@ -180,6 +218,26 @@ def _limit_checks(rule: str, limits: dict[str, float | None], run: Measurements)
         value, shown, what = measured[key]
         checks.append(Check(rule, f"{rule}.{key}", shown(value), shown(maximum), value <= maximum, what))
     return checks
+
+
+def _lock_checks(name: str, lock: Lock, run: Measurements) -> list[Check]:
+    """A [[lock]] entry's limits on that lock's waits (not found: nothing waited there)."""
+    figures = run.locks.get(name)
+    share = figures.share if figures else 0.0
+    checks = []
+    max_share, max_ms_per_s = lock.max_share, lock.max_ms_per_s
+    if max_share is not None:
+        checks.append(Check(LOCK, f"lock {name}.max_share", _pct(share), _pct(max_share), share <= max_share,
+                            "share of its threads' time" if figures else "not found"))
+    if max_ms_per_s is not None:
+        rate = run.lock_ms_per_s(name)
+        checks.append(Check(LOCK, f"lock {name}.max_ms_per_s", f"{rate:,.1f} ms/s", f"{max_ms_per_s:,.1f} ms/s",
+                            rate <= max_ms_per_s, "off CPU per second of recording" if figures else "not found"))
+    return checks
+
+
+# The rule name of the checks of a [[lock]] entry's limits.
+LOCK = "lock"
 
 
 def _compare(policy: Policy, run: Measurements, baseline: Measurements) -> list[Check]:

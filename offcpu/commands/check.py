@@ -17,7 +17,7 @@ from offcpu.commands.report.common import checked_output, read_with_progress, wa
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import Model
-from offcpu.policy import load_policy
+from offcpu.policy import Policy, load_policy
 from offcpu.recorder import RecordRequest
 from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.verdict import (VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable, could_not_check_markdown,
@@ -91,9 +91,9 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
         raise click.UsageError("give a CAPTURE to check, or --pid / -- COMMAND to record one, not both")
     if capture_args:
         _check_capture(Path(capture_args[0]))
-    base = _baseline(baseline) if baseline is not None else None
+    base = _baseline(baseline, policy) if baseline is not None else None
     capture = Path(capture_args[0]) if capture_args else _record(pid, command, duration, output, force)
-    run = _measure(capture)
+    run = _measure(capture, policy)
     verdict = evaluate(policy, run, base)
     width, color = stdout_layout()
     baseline_label = str(baseline) if baseline else None
@@ -155,14 +155,14 @@ def _check_capture(capture: Path) -> None:
                           f"{info.command_exit_status}: a run that failed is not checked; record one that succeeds")
 
 
-def _measure(capture: Path) -> Measurements:
+def _measure(capture: Path, policy: Policy) -> Measurements:
     model = _readable_model(capture)
     reason = unrecorded(model)
     if reason:
         raise OffcpuError(f"{COULD_NOT_CHECK}the recording holds no scheduler events of the target ({reason}); "
                           "record it while it does its work (a deadlocked, stopped or sleeping process, or a "
                           "kernel thread, gives nothing to check)")
-    return measure(model)
+    return measure(model, policy.locks)
 
 
 def _readable_model(capture: Path) -> Model:
@@ -174,11 +174,11 @@ def _readable_model(capture: Path) -> Model:
     return model
 
 
-def _baseline(path: Path) -> Measurements:
-    """A capture directory (its model), or a JSON report of one."""
+def _baseline(path: Path, policy: Policy) -> Measurements:
+    """A capture directory (its model, read with the policy's lock table), or a JSON report of one."""
     if path.is_dir():
         _check_capture(path)
-        return measure(_readable_model(path))
+        return measure(_readable_model(path), policy.locks)
     try:
         return measurements_from_report(json.loads(path.read_text()))
     except OSError as error:

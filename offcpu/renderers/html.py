@@ -11,14 +11,16 @@ from html import escape
 
 from offcpu.escaping import printable
 from offcpu.flamegraph import Renderer
-from offcpu.findings import counted, findings
+from offcpu.findings import Context, counted, lock_table
 from offcpu.model import Model
 from offcpu.renderers.flame import FlameGraphSvg, title
-from offcpu.renderers.text import STATE_NAMES, ms, share, waker_name
+from offcpu.renderers.graph_svg import graph_svg
+from offcpu.renderers.text import STATE_NAMES, cause_lines, ms, share, waker_name
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
-from offcpu.summaries import (by_state, caveats, lifecycle, runqueue_percentiles, totals, unreadable_note,
+from offcpu.summaries import (by_state, caveats, lifecycle, observer, runqueue_percentiles, totals, unreadable_note,
                               untrusted, waker_pairs)
+from offcpu.waitgraph import wait_graph
 
 STACK_CHARS = 110  # a stack cell shows about this much; its tooltip has every frame
 # The browser fetches nothing for the page, and says so if asked to. The flame graph's data: frame
@@ -84,7 +86,7 @@ class HtmlReport:
         self.top = top
 
     def _findings(self, model: Model) -> str:
-        found = findings(of_threads(model, self.view))
+        found = self.view.findings(model)
         blocks = []
         for finding in found:
             stacks = shorten_apart([(item.frames, item.kernel_frames) for item in finding.evidence], STACK_CHARS)
@@ -93,8 +95,14 @@ class HtmlReport:
                                for item, stack in zip(finding.evidence, stacks))
             confidence = (f"<p><b>Confidence: {escape(finding.confidence)}</b>, {escape(finding.confidence_reason)}</p>"
                           if finding.confidence_reason else "")
+            released = "".join(f"<li>Let go at: <span title=\"{escape(_lines(item.frames, ';'))}\">{escape(stack)}</span></li>"
+                               for item, stack in zip(finding.release_sites[:1], shorten_apart(
+                                   [(item.frames, item.kernel_frames) for item in finding.release_sites[:1]],
+                                   STACK_CHARS)))
+            causes = "".join(f"<li>{escape(printable(line))}</li>" for line in cause_lines(finding))  # name pools
             blocks.append(f'<div class="finding {escape(finding.severity)}"><h3>[{escape(finding.severity)}] '
-                          f"{escape(finding.title)}</h3>\n<p>{escape(finding.summary)}</p>\n<ul>{evidence}</ul>\n"
+                          f"{escape(printable(finding.title))}</h3>\n<p>{escape(printable(finding.summary))}</p>\n"
+                          f"<ul>{evidence}{released}{causes}</ul>\n"
                           f"<p><b>Fix:</b> {escape(finding.remedy)}</p>{confidence}</div>")
         states = self.view.findings_note
         note = ("Worst first" if found else "Nothing stands out in this recording") + states
@@ -104,7 +112,8 @@ class HtmlReport:
     def render(self, model: Model) -> str:
         heading = title(model, self.view)
         shown = selected(model, self.view)
-        sections = [self._findings(model), self._flame_graph(model), self._capture(model), self._totals(shown),
+        sections = [self._findings(model), self._flame_graph(model), self._wait_graph(model), self._capture(model),
+                    self._totals(shown),
                     self._stacks(model, totals(shown).offcpu_us), self._threads(shown), self._states(shown),
                     self._runqueue(model), self._wakers(shown), self._lifecycle(shown)]
         return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -128,6 +137,13 @@ class HtmlReport:
                 'Search (top right) highlights frames by name.</p>\n'
                 f'<div class="flame"><iframe id="flamegraph" title="Off-CPU flame graph" src="{source}" '
                 f'width="{width}" height="{height}"></iframe></div>\n</section>')
+
+    def _wait_graph(self, model: Model) -> str:
+        svg = graph_svg(wait_graph(Context(of_threads(model, self.view), lock_table(self.view.locks))))
+        note = ("Who waited for whom: an arrow from the threads that waited to what let them go, as thick as the "
+                "time they waited; a loop on a pool whose threads let each other go. Hover for the figures."
+                if svg else "No wait was ended by anyone within the recording.")
+        return _section("waitgraph", "Who waits for whom", note, svg)
 
     def _capture(self, model: Model) -> str:
         capture = model.capture
@@ -165,9 +181,11 @@ class HtmlReport:
 
     def _totals(self, model: Model) -> str:
         whole = totals(model)
-        table = _table(("recorded", "threads", "off-CPU ms", "blocked ms", "waiting for a CPU ms"), "rrrrr",
+        cost = observer(model)
+        table = _table(("recorded", "threads", "off-CPU ms", "blocked ms", "waiting for a CPU ms",
+                        "perf's own handling ms (on CPU)"), "rrrrrr",
                        [(f"{whole.wall_us / 1e6:.2f} s", f"{whole.threads:,}", ms(whole.offcpu_us),
-                         ms(whole.blocked_us), ms(whole.runqueue_us))])
+                         ms(whole.blocked_us), ms(whole.runqueue_us), f"{ms(cost.us)} ({cost.share:.1%})")])
         note = f"Over what is chosen: {self.view.filters}" if self.view.filtered else "Over every thread recorded"
         return _section("totals", "Totals", note, table)
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 from offcpu.findings import findings
 from offcpu.model import Model
 from offcpu.stackview import StackView, chosen, of_threads, selected
-from offcpu.summaries import (by_state, caveats, lifecycle, runqueue_percentiles, totals, unreadable_note,
+from offcpu.summaries import (by_state, caveats, lifecycle, observer, runqueue_percentiles, totals, unreadable_note,
                               untrusted, waker_pairs)
 
 SCHEMA = "offcpu/1"
@@ -29,16 +30,17 @@ class JsonReport:
             "capture": model.capture.to_json(),
             "window": {"start_ns": model.window_start_ns, "end_ns": model.window_end_ns,
                        "seconds": (model.window_end_ns - model.window_start_ns) / 1e9},
-            "view": {option: sorted(value) if isinstance(value, frozenset) else value
-                     for option, value in asdict(self.view).items()},
+            "view": {option: sorted(value) if isinstance(value, frozenset) else str(value) if isinstance(value, Path)
+                     else value for option, value in asdict(self.view).items()},
             "totals": asdict(totals(shown)),
+            "observer": asdict(observer(shown)),
             "states": [asdict(state) for state in by_state(shown)],
             "runqueue_delay_us": {f"p{p}" if p < 100 else "max": delay for p, delay in percentiles.items()},
             "threads": sorted((asdict(thread) for thread in shown.threads.values()), key=lambda t: -t["offcpu_us"]),
             "stacks": [asdict(stack) for stack in chosen(model, self.view)[: self.top]],
             "wakers": [asdict(pair) for pair in waker_pairs(shown)[: self.top]],
             "lifecycle": asdict(lifecycle(shown)),
-            "findings": [asdict(finding) for finding in findings(of_threads(model, self.view))],
+            "findings": [asdict(finding) for finding in self.view.findings(model)],
             "counts": {"clipped_intervals": model.clipped_intervals, "unseen_wakeups": model.unseen_wakeups,
                        "unreadable_events": model.unreadable_events, "unreadable_share": model.unreadable_share},
         }

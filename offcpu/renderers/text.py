@@ -3,17 +3,20 @@ COLUMNS) and no wider; plain and stable when not a terminal."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.console import Group
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from offcpu.findings import Finding, counted, findings, us_text
+from offcpu.escaping import printable
+from offcpu.findings import Evidence, Finding, counted, findings, pct, us_text
 from offcpu.model import Model
 from offcpu.renderers.console import Column, fitted_table, printed, short_names
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import StackView, chosen, listed, of_threads, selected
-from offcpu.summaries import (WakerPair, by_state, caveats, lifecycle, runqueue_percentiles, totals,
+from offcpu.summaries import (WakerPair, by_state, caveats, lifecycle, observer, runqueue_percentiles, totals,
                               unreadable_note, untrusted, waker_pairs)
 
 STATE_NAMES = {"S": "sleeping", "D": "uninterruptible (locks, I/O)", "R": "preempted while runnable",
@@ -35,6 +38,20 @@ def share(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
 
 
+def cause_lines(finding: Finding) -> list[str]:
+    """Who let a finding's waits go, what they did meanwhile, and what that came down to."""
+    lines = []
+    if finding.wakers:
+        lines.append("Let go by: " + "; ".join(f"{share.who} ({counted(share.wakeups, 'wakeup')})"
+                                               for share in finding.wakers))
+    if finding.chain:
+        lines.append("Meanwhile the threads that let them go: " + ", ".join(f"{step.what} {pct(step.share)}"
+                                                                           for step in finding.chain))
+    if finding.roots:
+        lines.append("At the root: " + ", ".join(f"{root.what} {pct(root.share)}" for root in finding.roots))
+    return lines
+
+
 class TextReport:
     def __init__(self, view: StackView, top: int, width: int, color: bool) -> None:
         self.view = view
@@ -54,9 +71,12 @@ class TextReport:
         capture = model.capture
         only = f"Only {self.view.filters}\n" if self.view.filters else ""
         threads = f"{whole.threads:,} {'thread was' if whole.threads == 1 else 'threads were'}"
+        cost = observer(shown)
         header = (f"Off-CPU time of {capture.target.describe()}, {model.wall_us / 1e6:.2f} s recorded "
                   f"({capture.call_graph} stacks)\n{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
-                  f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms"
+                  f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms\n"
+                  f"perf's own handling of their switches: {ms(cost.us)} ms of their time on CPU "
+                  f"({cost.share:.1%} of their time)"
                   + "".join(f"\nNote: {caveat}" for caveat in caveats(model)))
         alarm = [Text(f"WARNING: {unreadable_note(model)}", style="bold red" if self.color else "")] \
             if untrusted(model) else []
@@ -66,7 +86,7 @@ class TextReport:
 
     def _findings(self, model: Model) -> list[Text | Group]:
         """Worst first, each readable on its own: what, how much, the proof, the fix."""
-        found = findings(of_threads(model, self.view))
+        found = self.view.findings(model)
         states = self.view.findings_note
         if not found:
             return [Text(f"Findings: nothing stands out in this recording{states}.")]
@@ -75,16 +95,24 @@ class TextReport:
 
     def _finding(self, finding: Finding) -> Group:
         style = {"critical": "bold red", "warning": "yellow"}.get(finding.severity, "") if self.color else ""
-        said = [f"{ms(evidence.offcpu_us)} ms in {counted(evidence.count, 'wait')} ({evidence.state}): "
-                for evidence in finding.evidence]
-        room = self.width - 2 - max(map(len, said), default=0)  # the stacks go after what they say, or below it
-        stacks = shorten_apart([(evidence.frames, evidence.kernel_frames) for evidence in finding.evidence],
-                               room if room >= EVIDENCE_STACK else self.width - 4)
-        lines = [finding.summary, *(words + stack for words, stack in zip(said, stacks)), f"Fix: {finding.remedy}"]
+        lines = [finding.summary,
+                 *self._stacks_said(finding.evidence, lambda e: f"{ms(e.offcpu_us)} ms in "
+                                                                f"{counted(e.count, 'wait')} ({e.state}): "),
+                 *self._stacks_said(finding.release_sites[:1], lambda e: "Let go at: "),
+                 *cause_lines(finding),
+                 f"Fix: {finding.remedy}"]
         if finding.confidence_reason:
             lines.append(f"Confidence: {finding.confidence}, {finding.confidence_reason}")
-        return Group(Text(f"[{finding.severity}] {finding.title}", style=style),
-                     *(Padding(Text(line), (0, 0, 0, 2)) for line in lines))
+        return Group(Text(f"[{finding.severity}] {printable(finding.title)}", style=style),
+                     *(Padding(Text(printable(line)), (0, 0, 0, 2)) for line in lines))  # they name pools
+
+    def _stacks_said(self, stacks: tuple[Evidence, ...], words: Callable[[Evidence], str]) -> list[str]:
+        """Each stack after what is said of it, shortened to the room left, or below it."""
+        said = [words(stack) for stack in stacks]
+        room = self.width - 2 - max(map(len, said), default=0)
+        shown = shorten_apart([(stack.frames, stack.kernel_frames) for stack in stacks],
+                              room if room >= EVIDENCE_STACK else self.width - 4)
+        return [text + stack for text, stack in zip(said, shown)]
 
     def _stacks(self, model: Model, offcpu_us: int) -> Table:
         stacks = listed(chosen(model, self.view))

@@ -114,10 +114,12 @@ class VerdictJunit:
                               errors="0", skipped="0", time="0")
         for rule, checks, unchecked in cases:
             case = ET.SubElement(suite, "testcase", classname=f"offcpu.check.{name}", name=rule, time="0")
-            details = "\n".join(f"{'pass' if check.passed else 'FAIL'}: {check.sentence}" for check in checks)
+            details = "\n".join(f"{'pass' if check.passed else 'FAIL'}: {printable(check.sentence)}"
+                                for check in checks)  # XML allows no control character
             failed = [check for check in checks if not check.passed]
             if failed:
-                failure = ET.SubElement(case, "failure", message="; ".join(check.sentence for check in failed),
+                failure = ET.SubElement(case, "failure", message="; ".join(printable(check.sentence)
+                                                                           for check in failed),
                                         type="offcpu.policy")
                 failure.text = details
             else:

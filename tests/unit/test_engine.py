@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from offcpu.engine import SliceBuilder, merge, threads_at_start, time_slices, to_model
+from offcpu.engine import SliceBuilder, merge, threads_at_start, to_model
 from offcpu.perf_script import PerfScriptReader
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED
 from tests.fixtures import capture_info, script_stream
@@ -22,7 +22,7 @@ def model_of(name: str, slices: int = 1, text: str | None = None):
     start, end = info.window_start_ns, info.window_end_ns
     reader = PerfScriptReader("perf", Path("unused"))
     pieces = []
-    for first, last in time_slices(start, end, slices):
+    for first, last in reader.time_slices(start, end, slices):
         builder, skipped_before = SliceBuilder(first, last), reader.skipped
         reader.decode(script_stream(name) if text is None else io.StringIO(text), builder)
         pieces.append(builder.finish(reader.skipped - skipped_before))

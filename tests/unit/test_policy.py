@@ -27,8 +27,8 @@ def test_without_a_file_the_defaults():
     policy = load_policy(None)
     assert policy == Policy() and policy.source == "defaults"
     assert "runqueue" not in policy.fail_above_info and "idle" not in policy.fail_above_info
-    assert set(DEFAULT_FAIL_ABOVE_INFO) == {"mmap_lock", "stack_cache_lock", "thread_churn", "futex_contention",
-                                            "io_wait", "thread_limits"}
+    assert set(DEFAULT_FAIL_ABOVE_INFO) == {"mmap_lock", "stack_cache_lock", "thread_churn", "lock_contention",
+                                            "serialization", "io_wait", "thread_limits"}
     assert policy.limits == {} and policy.regression == Regression(Tolerance(0.05, 0.5), {})
 
 
@@ -54,7 +54,7 @@ fail_above_info = []
 runqueue.max_p99_ms = 20
 thread_churn.max_per_second = 50
 
-[futex_contention]
+[lock_contention]
 max_share = 0.1
 max_ms_per_s = 250.5
 
@@ -71,10 +71,10 @@ max_relative_growth = 1
 """)
     assert policy.fail_above_info == ()
     assert policy.limits == {"runqueue": Limits(max_p99_ms=20.0), "thread_churn": Limits(max_per_second=50.0),
-                             "futex_contention": Limits(max_share=0.1, max_ms_per_s=250.5)}
+                             "lock_contention": Limits(max_share=0.1, max_ms_per_s=250.5)}
     assert policy.regression == Regression(Tolerance(0.02, 0.25), {"mmap_lock": Tolerance(0.01, 0.25),
                                                                    BLOCKED: Tolerance(0.1, 1.0)})
-    assert policy.to_json()["limits"]["futex_contention"] == {"max_share": 0.1, "max_ms_per_s": 250.5}
+    assert policy.to_json()["limits"]["lock_contention"] == {"max_share": 0.1, "max_ms_per_s": 250.5}
     assert policy.to_json()["regression"] == {"max_share_growth": 0.02, "max_relative_growth": 0.25,
                                               "mmap_lock": {"max_share_growth": 0.01, "max_relative_growth": 0.25},
                                               "blocked": {"max_share_growth": 0.1, "max_relative_growth": 1.0}}
@@ -82,10 +82,10 @@ max_relative_growth = 1
 
 def test_a_finding_s_own_tolerances_are_over_the_file_s_whatever_the_order(tmp_path):
     # Given an override written before the tolerances it falls back on (dotted keys allow it)
-    policy = policy_from(tmp_path, "regression.futex_contention.max_relative_growth = 2\n"
+    policy = policy_from(tmp_path, "regression.lock_contention.max_relative_growth = 2\n"
                                    "regression.max_share_growth = 0.1\n")
     # Then it takes the file's share growth, not the built-in one; the others take the file's
-    assert policy.regression.tolerance("futex_contention") == Tolerance(0.1, 2.0)
+    assert policy.regression.tolerance("lock_contention") == Tolerance(0.1, 2.0)
     assert policy.regression.tolerance("mmap_lock") == policy.regression.tolerance(BLOCKED) == Tolerance(0.1, 0.5)
 
 
@@ -94,7 +94,7 @@ def test_a_finding_s_own_tolerances_are_over_the_file_s_whatever_the_order(tmp_p
     ("\n\n[runqueue]\nmax_p99_ms = 'fast'\n", ["line 4", "runqueue.max_p99_ms", "must be a number", "string"]),
     ("[thread_churn]\nmax_per_second = true\n", ["line 2", "thread_churn.max_per_second", "true/false"]),
     ("mmap_lock.max_share = 5\n", ["line 1", "from 0 to 1"]),
-    ("futex_contention.max_ms_per_s = -1\n", ["line 1", "0 or more"]),
+    ("lock_contention.max_ms_per_s = -1\n", ["line 1", "0 or more"]),
     ("mmap_lock.max_share = nan\n", ["line 1", "must be a number"]),
     ("mmap_lock.max_p99_ms = 3\n", ["mmap_lock.max_p99_ms", "is not a limit of mmap_lock"]),
     ("# a comment\nmmap = {max_share = 0.1}\n", ["line 2", "mmap is not a policy key", "fail_above_info"]),
@@ -106,7 +106,7 @@ def test_a_finding_s_own_tolerances_are_over_the_file_s_whatever_the_order(tmp_p
     ("regression = 1\n", ["line 1", "regression must be a table"]),
     ("[regression]\nmax_share_growth = 0.1\n[regression.mmap]\nmax_share_growth = 0.02\n",
      ["line 3", "regression.mmap is neither a tolerance", "mmap_lock", "blocked"]),
-    ("[regression.idle]\nmax_share_growth = 0.02\n", ["line 1", "regression.idle is neither", "futex_contention"]),
+    ("[regression.idle]\nmax_share_growth = 0.02\n", ["line 1", "regression.idle is neither", "lock_contention"]),
     ("\n[regression.blocked]\nmax_share = 0.02\n", ["line 3", "regression.blocked.max_share",
                                                        "use max_share_growth, max_relative_growth"]),
     ("[regression.mmap_lock]\nmax_relative_growth = '50%'\n", ["line 2", "regression.mmap_lock.max_relative_growth",
@@ -133,5 +133,5 @@ def test_unreadable_files(tmp_path, content):
     path = tmp_path / "policy.toml"
     if content is not None:
         path.write_bytes(content)
-    with pytest.raises(OffcpuError, match="cannot read the policy"):
+    with pytest.raises(OffcpuError, match="the policy file .* is not (a regular file|text)"):
         load_policy(path)

@@ -33,9 +33,9 @@ def names(checks) -> set[str]:
     return {check.name for check in checks}
 
 
-def test_the_default_policy_fails_futex_contention(futex):
+def test_the_default_policy_fails_lock_contention(futex):
     verdict = evaluate(Policy(), futex)
-    assert not verdict.passed and names(verdict.failures) == {"futex_contention not above info"}
+    assert not verdict.passed and names(verdict.failures) == {"lock_contention not above info"}
     [failure] = verdict.failures
     assert failure.measured in ("warning", "critical") and "mutex" in failure.detail
     assert not verdict.comparisons
@@ -43,28 +43,28 @@ def test_the_default_policy_fails_futex_contention(futex):
 
 def test_the_fixed_program_passes_the_default_policy(fixed):
     verdict = evaluate(Policy(), fixed)
-    assert verdict.passed and len(verdict.checks) == 6
+    assert verdict.passed and len(verdict.checks) == 7
     assert all(check.measured in ("not found", "info") for check in verdict.checks)
 
 
 def test_limits_compare_the_measured_values(futex):
-    share = futex.findings["futex_contention"].share
+    share = futex.findings["lock_contention"].share
     p99_ms = futex.runqueue_p99_us / 1000
     policy = Policy(fail_above_info=(), limits={
-        "futex_contention": Limits(max_share=share, max_ms_per_s=futex.ms_per_s("futex_contention") - 1),
+        "lock_contention": Limits(max_share=share, max_ms_per_s=futex.ms_per_s("lock_contention") - 1),
         "runqueue": Limits(max_p99_ms=p99_ms - 0.001),
         "thread_churn": Limits(max_per_second=0),
     })
     verdict = evaluate(policy, futex)
-    assert names(verdict.checks) == {"futex_contention.max_share", "futex_contention.max_ms_per_s",
+    assert names(verdict.checks) == {"lock_contention.max_share", "lock_contention.max_ms_per_s",
                                      "runqueue.max_p99_ms", "thread_churn.max_per_second"}
     # a value equal to its limit passes; one over it fails
-    assert names(verdict.failures) == {"futex_contention.max_ms_per_s", "runqueue.max_p99_ms"}
+    assert names(verdict.failures) == {"lock_contention.max_ms_per_s", "runqueue.max_p99_ms"}
 
 
 def test_ms_per_s_is_off_cpu_time_over_the_window(futex):
-    figures = futex.findings["futex_contention"]
-    assert futex.ms_per_s("futex_contention") == pytest.approx(figures.offcpu_us / 1000 / futex.window_s)
+    figures = futex.findings["lock_contention"]
+    assert futex.ms_per_s("lock_contention") == pytest.approx(figures.offcpu_us / 1000 / futex.window_s)
     assert futex.ms_per_s("io_wait") == 0.0 and futex.share("io_wait") == 0.0
 
 
@@ -105,11 +105,11 @@ def test_growth_fails_only_past_both_tolerances(futex):
 
 def test_a_finding_s_own_tolerance_applies_to_it_alone(futex, fixed):
     # Given futex contention that is new in the run, and a policy that tolerates it growing a lot
-    loose = Regression(overrides={"futex_contention": Tolerance(max_share_growth=1.0)})
+    loose = Regression(overrides={"lock_contention": Tolerance(max_share_growth=1.0)})
     verdict = evaluate(Policy(fail_above_info=(), regression=loose), futex, fixed)
     # Then that comparison passes, with its own limit shown, and the others keep the default tolerances
     growth = {check.rule: check for check in verdict.comparisons}
-    assert growth["futex_contention"].passed and growth["futex_contention"].limit == "+100.0 pts or +50%"
+    assert growth["lock_contention"].passed and growth["lock_contention"].limit == "+100.0 pts or +50%"
     assert growth[BLOCKED].limit == "+5.0 pts or +50%"
 
 
@@ -128,7 +128,7 @@ def test_blocked_time_leaves_the_waits_for_work_out():
 
 def test_a_finding_new_in_the_run_is_a_regression(futex, fixed):
     verdict = evaluate(Policy(fail_above_info=()), futex, fixed)
-    new = next(check for check in verdict.comparisons if check.rule == "futex_contention")
+    new = next(check for check in verdict.comparisons if check.rule == "lock_contention")
     assert not new.passed and new.measured.startswith("0.0% -> ") and new.detail.endswith("(new)")
     assert not math.isnan(futex.blocked_share)
 
@@ -217,8 +217,8 @@ def test_junit_has_a_testcase_per_rule_and_comparison_with_counts_and_times(fail
     for count in ("tests", "failures", "errors"):
         assert int(root.get(count)) == int(policy.get(count)) + int(baseline.get(count))
     assert policy.get("failures") == "1" and float(root.get("time")) == 0
-    failure = policy.find("testcase[@name='futex_contention']/failure")
-    assert failure is not None and failure.get("message").startswith("futex_contention not above info: ")
+    failure = policy.find("testcase[@name='lock_contention']/failure")
+    assert failure is not None and failure.get("message").startswith("lock_contention not above info: ")
 
 
 def test_junit_says_why_a_rule_the_policy_does_not_gate_passes(futex):
@@ -229,7 +229,8 @@ def test_junit_says_why_a_rule_the_policy_does_not_gate_passes(futex):
     runqueue, idle = cases["runqueue"].findtext("system-out"), cases["idle"].findtext("system-out")
     assert cases["runqueue"].find("failure") is None and cases["idle"].find("failure") is None
     assert runqueue.startswith("pass: not checked, the policy (defaults) does not gate runqueue (CPU saturation")
-    assert runqueue.endswith("This run: warning: " + futex.findings["runqueue"].summary)
+    seen = futex.findings["runqueue"]
+    assert runqueue.endswith(f"This run: {seen.severity}: {seen.summary}")
     idle_seen = futex.findings.get("idle")
     assert idle.endswith("does not gate idle (threads waiting for work are never a problem). This run: "
                          + (f"info: {idle_seen.summary}" if idle_seen else "not found"))
@@ -240,9 +241,9 @@ def test_junit_says_why_a_rule_the_policy_does_not_gate_passes(futex):
 def test_json_has_the_verdict_and_every_value(failing):
     data = json.loads(VerdictJson("cap", "good").render(failing))
     assert data["schema"] == "offcpu-check/1" and data["verdict"] == "fail"
-    assert data["measurements"]["findings"]["futex_contention"]["share"] > 0
+    assert data["measurements"]["findings"]["lock_contention"]["share"] > 0
     assert data["baseline_measurements"]["threads"] == failing.baseline.threads
-    assert len(data["checks"]) == 7 and data["policy"]["limits"] == {"runqueue": {"max_p99_ms": 1000}}
+    assert len(data["checks"]) == 8 and data["policy"]["limits"] == {"runqueue": {"max_p99_ms": 1000}}
 
 
 def test_markdown_summary(failing):
@@ -255,8 +256,8 @@ def test_markdown_summary(failing):
 
 def test_table_counts_in_words_and_with_separators(futex):
     # Given a policy whose limits are in the thousands
-    policy = Policy(fail_above_info=("futex_contention",),
-                    limits={"futex_contention": Limits(max_ms_per_s=12_345), "thread_churn": Limits(max_per_second=5e6)})
+    policy = Policy(fail_above_info=("lock_contention",),
+                    limits={"lock_contention": Limits(max_ms_per_s=12_345), "thread_churn": Limits(max_per_second=5e6)})
     verdict = evaluate(policy, futex)
     text = VerdictTable("cap", None, 120, color=False).render(verdict)
     assert "12,345.0 ms/s" in text and "5,000,000/s" in text

@@ -9,8 +9,9 @@ from typing import Any
 import click
 from rich.console import Console
 
-from offcpu.analysis import build, cached_model
+from offcpu.analysis import READERS, build, cached_model
 from offcpu.errors import OffcpuError
+from offcpu.findings import lock_table
 from offcpu.model import Model
 from offcpu.stackview import StackView
 from offcpu.summaries import unreadable_note
@@ -108,13 +109,19 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--comm", help="Only threads with these names (comma-separated)."),
         click.option("--time", "time_range", metavar="START,END",
                      help="Only this part of the recording, in seconds from its start."),
+        click.option("--locks", type=click.Path(path_type=Path, dir_okay=False),
+                     help="A TOML file of [[lock]] entries that name your program's own wait sites, tried before "
+                          "offcpu's lock table (a check's policy file will do: see README)."),
+        click.option("--reader", type=click.Choice(READERS),
+                     help="Read perf.data directly (native) or through perf script [default: native, or perf "
+                          "script where only it can: --call-graph dwarf captures]."),
     ]
     for option in reversed(options):
         function = option(function)
 
     def with_view(by_thread: bool, state: str | None, min_us: int, user_only: bool, kernel_only: bool,
                   waker: bool, pid: str | None, tid: str | None, comm: str | None, time_range: str | None,
-                  **rest: Any) -> Any:
+                  locks: Path | None, reader: str | None, **rest: Any) -> Any:
         if user_only and kernel_only:
             raise click.UsageError("--user-only and --kernel-only exclude each other")
         unknown = [given for given in _split(state) if given.rstrip("+") not in TASK_STATES]
@@ -125,7 +132,10 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
             time=parse_time(time_range), states=frozenset(state.rstrip("+") for state in _split(state)),
             pids=_integers(pid, "--pid"), tids=_integers(tid, "--tid"), comms=frozenset(_split(comm)),
             by_thread=by_thread, user_only=user_only, kernel_only=kernel_only, waker=waker, min_us=min_us,
+            reader=reader, locks=locks,
         )
+        if locks is not None:
+            lock_table(locks)  # a wrong file is said before any work
         return function(view=view, **rest)
 
     with_view.__doc__ = function.__doc__
@@ -135,27 +145,27 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
     return with_view
 
 
-def load_with_progress(capture: Path, time: tuple[float, float] | None) -> Model:
+def load_with_progress(capture: Path, time: tuple[float, float] | None, reader: str | None = None) -> Model:
     """The capture's model (see read_with_progress), and a warning on stderr when part of
     perf.data could not be read."""
-    model = read_with_progress(capture, time)
+    model = read_with_progress(capture, time, reader)
     warn_if_unread(model)
     return model
 
 
-def read_with_progress(capture: Path, time: tuple[float, float] | None) -> Model:
+def read_with_progress(capture: Path, time: tuple[float, float] | None, reader: str | None = None) -> Model:
     """The capture's model, with a transient progress line while perf.data is read
     (not when the saved model is used: that takes no time worth showing)."""
     console = Console(stderr=True)
-    model = cached_model(capture, time)
+    model = cached_model(capture, time, reader)
     if model is None and console.is_terminal:
         with console.status("Reading perf.data...") as status:
             def show(done: int, total: int) -> None:
                 status.update(f"Reading perf.data: {done} of {total} time slices done...")
 
-            model = build(capture, time, show)
+            model = build(capture, time, reader, show)
     elif model is None:
-        model = build(capture, time)
+        model = build(capture, time, reader)
     return model
 
 

@@ -85,7 +85,7 @@ def _labels(base: Path, new: Path) -> tuple[str, str]:
 def _side(path: Path, label: str, view: StackView) -> Side:
     """A capture directory through its model; anything else as a folded file."""
     if path.is_dir():
-        return from_model(load_with_progress(path, view.time), view, label)
+        return from_model(load_with_progress(path, view.time, view.reader), view, label)
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as error:

@@ -26,5 +26,5 @@ def folded(capture: Path, view: StackView) -> None:
     The lines sum to the off-CPU time of the threads they cover.
     """
     stdout = click.get_text_stream("stdout")
-    for line in stack_lines(load_with_progress(capture, view.time), view):
+    for line in stack_lines(load_with_progress(capture, view.time, view.reader), view):
         stdout.write(f"{line}\n")

@@ -31,5 +31,5 @@ def html_report(capture: Path, view: StackView, top: int,
     """
     path = output_path(capture, output, ".html", force)
     renderer = require_renderer(flamegraph_path)
-    model = load_with_progress(capture, view.time)
+    model = load_with_progress(capture, view.time, view.reader)
     write_report(path, HtmlReport(renderer, view, top).render(model))

@@ -30,4 +30,4 @@ def json_report(capture: Path, view: StackView, top: int,
     """
     if output is not None:
         checked_output(output, force)
-    print_or_write(JsonReport(view, top).render(load_with_progress(capture, view.time)), output)
+    print_or_write(JsonReport(view, top).render(load_with_progress(capture, view.time, view.reader)), output)

@@ -33,5 +33,5 @@ def svg(capture: Path, view: StackView, inverted: bool,
     """
     path = output_path(capture, output, ".svg", force)
     renderer = require_renderer(flamegraph_path)
-    model = load_with_progress(capture, view.time)
+    model = load_with_progress(capture, view.time, view.reader)
     write_report(path, FlameGraphSvg(renderer, view, inverted).render(model))

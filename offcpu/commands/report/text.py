@@ -29,4 +29,4 @@ def text(capture: Path, view: StackView, top: int,
     if output is not None:
         checked_output(output, force)
     width, color = stdout_layout(to_file=output is not None)
-    print_or_write(TextReport(view, top, width, color).render(load_with_progress(capture, view.time)), output)
+    print_or_write(TextReport(view, top, width, color).render(load_with_progress(capture, view.time, view.reader)), output)

@@ -1,0 +1,297 @@
+"""Which finding each wait goes to, so that no wait is counted by two.
+
+A wait goes by where it waited when the lock table names a lock or a disk there, and
+otherwise by what ended it: a timer, the network or a thread outside the service
+means it waited for time or work (idle); a device, for I/O. A wait a peer ended is
+judged by what that peer did meanwhile (the wake-up links): waiting for work or time
+itself, it handed work over (idle); on CPU, or waiting on a disk or a lock, it held
+the waiter back. Held back, threads that take turns (their pool runs on fewer CPUs
+than it has threads with work and CPUs to run them) or wait behind a peer's disk or
+lock are serialized; otherwise they hand work to each other.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, Model, Row
+from offcpu.summaries import Lifecycle, lifecycle
+from offcpu.waits import (DEVICE, INTERRUPT, KERNEL, NETWORK, NEW, OUTSIDE, PEER, PREEMPTED_CAUSE, TIMER,
+                          UNRECORDED, UNWOKEN, WaitClass, Waits)
+
+# Thread churn: this many threads created a second, living this long or less (median).
+CHURN_RATE_PER_S = 100.0
+CHURN_LIFE_US = 100_000
+# A wait whose peer was itself waiting for work or time this much of it handed work over.
+IDLE_ROOT = 0.5
+# Peer waits this long on average (fewer than 100 a second per waiting thread) are a pool
+# waiting for the work its peers hand it, unless their pool is held to fewer CPUs than it could use.
+IDLE_MEAN_WAIT_US = 10_000
+# A pool is held to fewer CPUs when it runs on at least this many on average, and at least
+# this many fewer than it has threads with work (and CPUs to run them).
+CEILING_FROM = 0.5
+CEILING_BELOW = 0.5
+# A thread has work when it is not waiting for work or time for at least this much of its time.
+WITH_WORK = 0.5
+# A thread asleep for this much of the window, never woken: nothing asked it to run.
+WHOLE_WINDOW = 0.99
+# glibc's own lock, when its callers do not show: during thread churn, most likely the stack cache's.
+GLIBC_INTERNAL_LOCK = "glibc internal lock"
+
+# The findings claims go to (offcpu.findings has a rule for each).
+MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION = "mmap_lock", "stack_cache_lock", "lock_contention"
+SERIALIZATION, HANDOFF, THREAD_CHURN = "serialization", "handoff", "thread_churn"
+FUTEX_UNKNOWN, RUNQUEUE, IO_WAIT, IDLE = "futex_unknown", "runqueue", "io_wait", "idle"
+# The findings of waits on peers, which a wait under way when the recording began may join.
+PEER_FINDINGS = (LOCK_CONTENTION, SERIALIZATION, HANDOFF)
+CHURN_FRAMES = frozenset({  # a thread being created, joined or exiting
+    "kernel_clone", "copy_process", "__do_sys_clone", "__do_sys_clone3", "__x64_sys_clone", "__x64_sys_clone3",
+    "do_exit", "do_group_exit", "__x64_sys_exit", "pthread_create", "__pthread_create_2_1", "pthread_join",
+    "__pthread_join", "__pthread_clockjoin_ex", "__pthread_timedjoin_ex", "allocate_stack",
+    "__nptl_deallocate_stack", "__free_tcb",
+})
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A wait's finding, and which of its kind (a lock's name, a pool) when there are several."""
+
+    finding: str
+    key: str = ""
+    guessed: bool = False  # the finding is likely, not seen (a lock whose callers the stack does not show)
+
+
+@dataclass
+class Pool:
+    """Threads of one service whose names differ only in a trailing number."""
+
+    name: str
+    tids: list[int] = field(default_factory=list)
+    oncpu_us: int = 0
+    wall_us: int = 0
+    with_work: int = 0  # threads not mostly waiting for work or time
+    cpus: int = 1
+    window_us: int = 1
+
+    @property
+    def parallelism(self) -> float:
+        """How many CPUs its threads ran on, on average."""
+        return self.oncpu_us / self.window_us if self.window_us else 0.0
+
+    @property
+    def could_use(self) -> int:
+        return min(self.with_work, self.cpus)
+
+    @property
+    def held_to_fewer_cpus(self) -> bool:
+        """It runs, on fewer CPUs than it has threads with work and CPUs for them: they take turns."""
+        return self.parallelism >= CEILING_FROM and self.parallelism <= self.could_use - CEILING_BELOW
+
+
+@dataclass
+class Root:
+    """What a wait's waker did while it waited (µs of the wait's blocked time)."""
+
+    idle_us: int = 0  # the waker waited for work or time
+    io_us: int = 0  # ... for a disk
+    lock_us: int = 0  # ... for a lock
+    peer_us: int = 0  # ... for a peer of its own
+    busy_us: int = 0  # the waker was on CPU (or runnable)
+
+    @property
+    def idle_share(self) -> float:
+        whole = self.idle_us + self.io_us + self.lock_us + self.peer_us + self.busy_us
+        return self.idle_us / whole if whole else 0.0
+
+    @property
+    def behind_io_or_lock(self) -> bool:
+        return self.io_us + self.lock_us > self.busy_us + self.idle_us + self.peer_us
+
+
+class Claims:
+    """Every row's claim (None: no finding's), decided once per model."""
+
+    def __init__(self, model: Model, waits: Waits) -> None:
+        self.model = model
+        self.waits = waits
+        self.of_row: list[Claim | None] = [self._direct(row, cls) for row, cls in zip(model.rows, waits.classes)]
+        self.pools = self._pools()
+        self.roots: dict[int, Root] = {}
+        peers = [index for index, claim in enumerate(self.of_row) if claim is None and waits.classes[index].cause == PEER]
+        # Twice: a peer's wait is judged by its waker's waits, which the first pass may
+        # find were turns taken rather than time waited for.
+        for _ in range(2):
+            for index in peers:
+                self.roots[index] = self._root(index)
+            for index in peers:
+                self.of_row[index] = self._peer_claim(index)
+            for index, row in enumerate(model.rows):
+                if self._timed_out_taking_turns(index):
+                    self.of_row[index] = Claim(SERIALIZATION, self.waits.pool_of(row.tid))
+        self.pools = self._pools()  # with the turns found: threads taking them have work
+        self._begun_like_the_rest()
+
+    def _begun_like_the_rest(self) -> None:
+        """A wait under way when the recording began has no stack to say where it waited: ended
+        by a peer, it goes with the heaviest of its thread's (else its pool's) waits on peers."""
+        by_thread: dict[int, dict[Claim, int]] = defaultdict(lambda: defaultdict(int))
+        by_pool: dict[str, dict[Claim, int]] = defaultdict(lambda: defaultdict(int))
+        begun = []
+        for index, (row, claim) in enumerate(zip(self.model.rows, self.of_row)):
+            if self.waits.classes[index].cause != PEER or claim is None or claim.finding not in PEER_FINDINGS:
+                continue
+            if self.model.stacks[row.stack].frames == (BEFORE_WINDOW,):
+                begun.append(index)
+            else:
+                by_thread[row.tid][claim] += row.blocked_us
+                by_pool[self.waits.pool_of(row.tid)][claim] += row.blocked_us
+        for index in begun:
+            row = self.model.rows[index]
+            claims = by_thread.get(row.tid) or by_pool.get(self.waits.pool_of(row.tid))
+            if claims:
+                self.of_row[index] = max(claims, key=claims.__getitem__)
+
+    @cached_property
+    def lifecycle(self) -> Lifecycle:
+        return lifecycle(self.model)
+
+    @cached_property
+    def churning(self) -> bool:
+        life = self.lifecycle
+        return (life.created_per_s >= CHURN_RATE_PER_S and life.median_life_us is not None
+                and life.median_life_us <= CHURN_LIFE_US)
+
+    def rows(self, finding: str, key: str | None = None) -> list[Row]:
+        return [row for row, claim in zip(self.model.rows, self.of_row)
+                if claim is not None and claim.finding == finding and (key is None or claim.key == key)]
+
+    def keys(self, finding: str) -> list[str]:
+        return list(dict.fromkeys(claim.key for claim in self.of_row if claim is not None and claim.finding == finding))
+
+    def guessed(self, finding: str) -> list[Row]:
+        return [row for row, claim in zip(self.model.rows, self.of_row)
+                if claim is not None and claim.finding == finding and claim.guessed]
+
+    # -- waits that go by their site or by what ended them --------------------------
+
+    def _direct(self, row: Row, cls: WaitClass) -> Claim | None:
+        stack = self.model.stacks[row.stack]
+        site = cls.site.lock if cls.site else None
+        if cls.cause == NEW:
+            return Claim(THREAD_CHURN) if self.churning else None
+        if cls.cause == PREEMPTED_CAUSE:
+            return Claim(RUNQUEUE) if stack.frames != (BEFORE_WINDOW,) else None
+        if stack.frames == (BEFORE_WINDOW,) and cls.cause == UNWOKEN:
+            asleep_all_window = row.state == "S" and row.blocked_us >= WHOLE_WINDOW * self.model.wall_us
+            return Claim(IDLE) if asleep_all_window else None
+        if site is not None and site.kind == "lock":
+            if site.name == GLIBC_INTERNAL_LOCK and self.churning and not self._callers_shown(stack.frames):
+                return Claim(STACK_CACHE_LOCK, "glibc stack cache lock", guessed=True)
+            return Claim(site.finding or LOCK_CONTENTION, site.name)
+        if (site is not None and site.kind == "io") or cls.cause == DEVICE:
+            return Claim(IO_WAIT)
+        if self.churning and (site is not None and site.kind == "join" or
+                              CHURN_FRAMES.intersection(self.waits.normal_frames(row.stack))):
+            return Claim(THREAD_CHURN)
+        if site is not None and site.kind == "sleep":
+            return Claim(IDLE)
+        if cls.cause in (TIMER, NETWORK, OUTSIDE, UNWOKEN, INTERRUPT):
+            return Claim(IDLE)
+        if cls.cause == UNRECORDED:
+            return Claim(FUTEX_UNKNOWN) if cls.truncated else Claim(IDLE)
+        if cls.cause == KERNEL:
+            return None  # a kernel thread's doing: shown in the tables, not a finding of the program's
+        return None  # a peer's: decided once every other wait is (see _peer_claim)
+
+    def _callers_shown(self, frames: tuple[str, ...]) -> bool:
+        """Whether a glibc-internal lock wait shows who took the lock (a frame above the lock's)."""
+        names = self.waits.normal_frames_of(frames)
+        at = names.index("__lll_lock_wait_private") if "__lll_lock_wait_private" in names else len(names)
+        return any(frame not in ("[unknown]", "start_thread", "clone3", "clone") for frame in names[at + 1:])
+
+    # -- waits a peer ended --------------------------------------------------------------
+
+    def _root(self, index: int) -> Root:
+        """What the waker did while this row's waits were blocked: its own rows that overlapped
+        them, by their claims, and the rest of the time on CPU."""
+        row = self.model.rows[index]
+        root = Root()
+        overlapped = 0
+        for waker_row, overlap in self.waits.links_by_waiter.get(index, ()):
+            overlapped += overlap
+            claim = self.of_row[waker_row]
+            cause = self.waits.classes[waker_row].cause
+            if claim is not None and claim.finding == IDLE:
+                root.idle_us += overlap
+            elif claim is not None and claim.finding == IO_WAIT:
+                root.io_us += overlap
+            elif claim is not None and claim.finding in (MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION):
+                root.lock_us += overlap
+            elif cause == PEER:
+                root.peer_us += overlap
+            else:
+                root.busy_us += overlap  # preempted, new, or a kernel wait: it had work
+        root.busy_us += max(0, row.blocked_us - overlapped)
+        return root
+
+    def _peer_claim(self, index: int) -> Claim:
+        row, cls = self.model.rows[index], self.waits.classes[index]
+        root = self.roots[index]
+        if root.idle_share >= IDLE_ROOT:
+            return Claim(IDLE)  # the peer waited for work or time itself, then handed it over
+        pool = self.pools[self.waits.pool_of(row.tid)]
+        handoff_site = cls.site is not None and cls.site.lock.kind == "handoff"
+        if pool.held_to_fewer_cpus or root.behind_io_or_lock:
+            return Claim(HANDOFF if handoff_site else SERIALIZATION, pool.name)
+        if self.mean_wait_us[row.stack] >= IDLE_MEAN_WAIT_US:
+            return Claim(IDLE)
+        return Claim(HANDOFF, pool.name)
+
+    @cached_property
+    def mean_wait_us(self) -> dict[int, float]:
+        """Per stack, the average time off CPU of its waits that a peer ended."""
+        sums: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+        for row, cls in zip(self.model.rows, self.waits.classes):
+            if cls.cause == PEER:
+                sums[row.stack][0] += row.offcpu_us
+                sums[row.stack][1] += row.count
+        return {stack: us / max(count, 1) for stack, (us, count) in sums.items()}
+
+    def _timed_out_taking_turns(self, index: int) -> bool:
+        """A wait on a condition (not a sleep) that timed out, or that the recording's end
+        cut, in a pool that takes turns there: a turn waited for (an interpreter lock's
+        waiter wakes itself each time slice), not time waited for."""
+        cls, claim = self.waits.classes[index], self.of_row[index]
+        condition = cls.site is None or cls.site.lock.kind == "condition"
+        synthetic = self.model.stacks[self.model.rows[index].stack].frames in ((BEFORE_WINDOW,), (NEW_THREAD,))
+        if cls.cause not in (TIMER, UNWOKEN) or synthetic or not condition or claim is None or claim.finding != IDLE:
+            return False
+        pool = self.pools[self.waits.pool_of(self.model.rows[index].tid)]
+        return pool.held_to_fewer_cpus and bool(self.keys_of_pool(SERIALIZATION, pool.name))
+
+    def keys_of_pool(self, finding: str, pool: str) -> list[int]:
+        return [index for index, claim in enumerate(self.of_row)
+                if claim is not None and claim.finding == finding and claim.key == pool]
+
+    def _pools(self) -> dict[str, Pool]:
+        """The pools, with how many CPUs they ran on and how many of their threads had work
+        (a wait a peer ended counts as work here: it is what is being judged)."""
+        idle_us: dict[int, int] = defaultdict(int)
+        for row, claim in zip(self.model.rows, self.of_row):
+            if claim is not None and claim.finding == IDLE:
+                idle_us[row.tid] += row.offcpu_us
+        pools: dict[str, Pool] = {}
+        for tid, thread in self.model.threads.items():
+            name = self.waits.pool_of(tid)
+            pool = pools.setdefault(name, Pool(name, cpus=self.model.capture.cpus, window_us=self.model.wall_us))
+            wall = thread.oncpu_us + thread.offcpu_us
+            pool.tids.append(tid)
+            pool.oncpu_us += thread.oncpu_us
+            pool.wall_us += wall
+            pool.with_work += wall > 0 and (wall - idle_us[tid]) >= WITH_WORK * wall
+        return pools
+
+    def preempted(self, row: Row) -> bool:
+        return row.state == PREEMPTED and self.model.stacks[row.stack].frames[0] not in (NEW_THREAD, BEFORE_WINDOW)

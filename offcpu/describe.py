@@ -1,0 +1,165 @@
+"""What a finished perf.data says about itself, for capture.json: how many events
+of each kind, how many perf lost, when the first ones came, whether user stacks
+look cut short, and what a recorded switch costs perf on this machine."""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from offcpu.capture import CaptureInfo
+from offcpu.errors import OffcpuError
+from offcpu.perf_script import PerfScriptReader
+from offcpu.sched_events import Chain
+from offcpu.stacks import looks_truncated
+
+STACKS_TO_JUDGE = 2000  # switch-out stacks read to judge whether user stacks are truncated
+SWITCHES_TO_TIME = 2000  # switches read to measure perf's cost of one
+STATS_LINE = re.compile(r"^\s*(\w+) events:\s+(\d+)", re.MULTILINE)  # perf report --stats
+
+
+def describe(perf: str, perf_data: Path, info: CaptureInfo) -> None:
+    """Fill in what capture.json says of perf.data once perf has finished it."""
+    os.chmod(perf_data, 0o600)
+    info.perf_data_bytes = perf_data.stat().st_size
+    counts, info.lost_events = event_counts(perf, perf_data)
+    info.samples = counts.get("SAMPLE", 0)
+    info.switch_records = counts.get("SWITCH", 0) + counts.get("SWITCH_CPU_WIDE", 0)
+    first = first_events(PerfScriptReader(perf, perf_data))
+    info.user_stacks_truncated = first.user_stacks_truncated
+    info.switch_cost_ns = first.switch_cost_ns
+    # A command's events went on as it was exec'd; the others' between offcpu's
+    # "enable" and perf's answer to it.
+    if info.target.kind == "command" and info.target.pid is None:
+        info.target = replace(info.target, pid=first.exec_pid)
+    start_ns = first.exec_ns if info.target.kind == "command" and first.exec_ns is not None else first.sample_ns
+    if start_ns is not None and start_ns < info.window_start_ns:
+        info.window_start_ns = start_ns
+        info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
+
+
+def event_counts(perf: str, perf_data: Path) -> tuple[dict[str, int], int]:
+    """Record counts by type, and the number of events perf lost, from `perf
+    report --stats`; empty when perf report fails. The aggregated LOST counts
+    are records, each standing for many lost events: the per-event sections
+    after them sum what those records carry. perf report runs in its own
+    session, out of reach of a Ctrl-C at the terminal."""
+    try:
+        done = subprocess.run([perf, "report", "-i", str(perf_data), "--stats"], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return {}, 0
+    aggregated, _, per_event = done.stdout.split("Aggregated stats:")[-1].partition(" stats:\n")
+    counts: dict[str, int] = {}
+    for match in STATS_LINE.finditer(aggregated):
+        counts.setdefault(match[1], int(match[2]))
+    lost = sum(int(match[2]) for match in STATS_LINE.finditer(per_event) if match[1] == "LOST_SAMPLES")
+    return counts, lost
+
+
+@dataclass
+class FirstEvents:
+    """What the start of perf.data says (None: not found, or perf.data could not be read)."""
+
+    sample_ns: int | None = None  # the first scheduler sample
+    exec_ns: int | None = None  # the first exec (a command's start) and who did it
+    exec_pid: int | None = None
+    user_stacks_truncated: bool | None = None  # most of the first switch-out stacks stop short
+    switch_cost_ns: int | None = None  # see SwitchCosts
+
+
+class _Enough(Exception):
+    """The first events have said all they can: stop reading."""
+
+
+@dataclass
+class SwitchCosts:
+    """perf's cost of one switch between two recorded threads, as the kernel charges it to
+    the one coming in: from perf's record of the first going out to its record of the
+    second coming in (the switch itself, then perf's switching of its events and its
+    record). A switch from a thread that was not recorded costs about the same, and is
+    placed this much before perf's record of it."""
+
+    leaving: dict[int, int] = field(default_factory=dict)  # tid switching out -> the tid switching in
+    out_ns: dict[int, int] = field(default_factory=dict)  # tid switching in -> when the one before it was out
+    costs_ns: list[int] = field(default_factory=list)
+
+    def sched_switch(self, prev_tid: int, next_tid: int) -> None:
+        if prev_tid and next_tid:
+            self.leaving[prev_tid] = next_tid
+
+    def switch_out(self, time_ns: int, tid: int) -> None:
+        next_tid = self.leaving.pop(tid, None)
+        if next_tid is not None:
+            self.out_ns[next_tid] = time_ns
+
+    def switch_in(self, time_ns: int, tid: int) -> None:
+        out_ns = self.out_ns.pop(tid, None)
+        if out_ns is not None and out_ns <= time_ns:
+            self.costs_ns.append(time_ns - out_ns)
+
+    @property
+    def median_ns(self) -> int | None:
+        return round(statistics.median(self.costs_ns)) if self.costs_ns else None
+
+
+class _FirstEventsSink:
+    """Takes what FirstEvents needs from the start of a capture, then stops the reader."""
+
+    def __init__(self) -> None:
+        self.first = FirstEvents()
+        self.chains: list[Chain] = []
+        self.costs = SwitchCosts()
+
+    def _sample(self, time_ns: int) -> None:
+        if self.first.sample_ns is None:
+            self.first.sample_ns = time_ns
+        if len(self.chains) >= STACKS_TO_JUDGE and len(self.costs.costs_ns) >= SWITCHES_TO_TIME:
+            raise _Enough
+
+    def sched_switch(self, time_ns: int, cpu: int, pid: int, tid: int, prev_comm: str, prev_state: str,
+                     next_tid: int, chain: Chain) -> None:
+        if chain and len(self.chains) < STACKS_TO_JUDGE:
+            self.chains.append(chain)
+        self.costs.sched_switch(tid, next_tid)
+        self._sample(time_ns)
+
+    def sched_waking(self, time_ns: int, pid: int, tid: int, comm: str, woken_tid: int, chain: Chain) -> None:
+        self._sample(time_ns)
+
+    def switch_in(self, time_ns: int, cpu: int, pid: int, tid: int, comm: str) -> None:
+        self.costs.switch_in(time_ns, tid)
+
+    def switch_out(self, time_ns: int, cpu: int, pid: int, tid: int, preempt: bool) -> None:
+        self.costs.switch_out(time_ns, tid)
+
+    def fork(self, time_ns: int, pid: int, tid: int, ppid: int, ptid: int) -> None:
+        pass
+
+    def exit(self, time_ns: int, cpu: int, pid: int, tid: int) -> None:
+        pass
+
+    def comm(self, time_ns: int, pid: int, tid: int, comm: str, exec: bool) -> None:
+        if exec and self.first.exec_ns is None:
+            self.first.exec_ns, self.first.exec_pid = time_ns, pid
+
+
+def first_events(reader: PerfScriptReader) -> FirstEvents:
+    """Read the start of a capture: up to STACKS_TO_JUDGE switch-out stacks and
+    SWITCHES_TO_TIME switches (all of it when it holds fewer)."""
+    sink = _FirstEventsSink()
+    try:
+        reader.read(sink)
+    except _Enough:
+        pass
+    except (OffcpuError, OSError):  # perf.data perf cannot read: these facts are unknown
+        return FirstEvents()
+    stacks = reader.stacks(sink.chains)
+    sink.first.user_stacks_truncated = looks_truncated(
+        [stacks[chain].user_frames for chain in sink.chains if stacks[chain].user_frames])
+    sink.first.switch_cost_ns = sink.costs.median_ns
+    return sink.first

@@ -1,0 +1,575 @@
+"""Names for the addresses of call chains, as perf script shows them.
+
+Kernel addresses are named from a copy of /proc/kallsyms saved beside the capture
+at record time (save_kernel_symbols), or from /proc/kallsyms itself when the
+running kernel is the one recorded (same build id). User addresses are named from
+the ELF symbol tables of the files the process had mapped (its MMAP2 records),
+found as perf finds them: by build id in /usr/lib/debug/.build-id and perf's cache
+~/.debug, else at their path when the build id matches. Where perf keeps several
+symbols at one address, the same one is kept (see _better).
+
+A file that cannot be found with the recorded build id is said once (`missing`)
+and its frames are shown as [file+0xoffset]; perf script shows them as [unknown],
+or by name when its own cache still holds the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import cxxfilt
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.relocation import RelocationSection
+from elftools.elf.sections import NoteSection, SymbolTableSection
+from rust_demangler import demangle as rust_demangle
+
+from offcpu.errors import OffcpuError
+from offcpu.perf_data import (COMM, CONTEXT_MAX, FORK, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MMAP, MMAP2, Clock,
+                              IdLayout, PerfData, SampleLayout)
+from offcpu.stacks import UNKNOWN, Stack
+
+KERNEL_SYMBOLS = "kallsyms"  # the copy saved in a capture directory
+KERNEL_START = 0xFFFF_0000_0000_0000  # perf script prints these as 16 hex digits from ffff: kernel frames
+KERNEL_NOTES = Path("/sys/kernel/notes")
+PROC_KALLSYMS = Path("/proc/kallsyms")
+NT_GNU_BUILD_ID = 3
+PROT_EXEC = 4
+PAGE = 4096
+# kallsyms types perf keeps (text, weak, data, bss; upper or lower case)
+KALLSYMS_TYPES = frozenset("TtWwDdBb")
+DEBUG_DIRS = (Path("/usr/lib/debug/.build-id"),)
+# Mappings of memory that no file on disk holds: perf names nothing in them.
+ANONYMOUS_FILES = ("/memfd:", "//anon", "/dev/zero", "/anon_hugepage", "/SYSV")
+
+
+def perf_cache() -> Path:
+    """perf's build-id cache (perf record copies the files it saw samples in there)."""
+    return Path(os.environ.get("PERF_BUILDID_DIR") or Path.home() / ".debug")
+
+
+# Kernel -----------------------------------------------------------------------
+
+def running_kernel_build_id(notes: Path = KERNEL_NOTES) -> bytes | None:
+    """The build id of the running kernel, from its ELF notes (None if unreadable)."""
+    try:
+        raw = notes.read_bytes()
+    except OSError:
+        return None
+    at = 0
+    while at + 12 <= len(raw):
+        name_size, desc_size, kind = struct.unpack_from("<III", raw, at)
+        name_at = at + 12
+        desc_at = name_at + (name_size + 3) // 4 * 4
+        if kind == NT_GNU_BUILD_ID and raw[name_at:name_at + name_size].rstrip(b"\0") == b"GNU":
+            return raw[desc_at:desc_at + desc_size]
+        at = desc_at + (desc_size + 3) // 4 * 4
+    return None
+
+
+def save_kernel_symbols(directory: Path) -> Path:
+    """Save /proc/kallsyms in `directory` (mode 0600), its first line the running
+    kernel's build id, so that kernel frames can be named on another machine or
+    after a reboot. An OffcpuError when the addresses are hidden (kptr_restrict)."""
+    try:
+        text = PROC_KALLSYMS.read_text()
+    except OSError as error:
+        raise OffcpuError(f"cannot read {PROC_KALLSYMS}: {error.strerror}") from None
+    if not re.search(r"^0*[1-9a-f]", text, re.MULTILINE):
+        raise OffcpuError(f"{PROC_KALLSYMS} shows no addresses (kernel.kptr_restrict): kernel frames could not be "
+                          "named; record as root, or set kernel.kptr_restrict=0")
+    build_id = running_kernel_build_id()
+    target = directory / KERNEL_SYMBOLS
+    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(f"# build-id {build_id.hex() if build_id else ''}\n")
+        file.write(text)
+    return target
+
+
+@dataclass(frozen=True)
+class Symbol:
+    start: int
+    end: int
+    name: str
+    binding: str  # "global", "local" or "weak"
+
+
+class SymbolTable:
+    """Symbols sorted by address, with perf's fix-ups: a symbol without a size ends
+    where the next begins, and of symbols at one address only perf's choice is kept.
+    The fix-ups are made for the addresses looked up only, and symbols are kept as
+    columns until then (a kernel has ~200,000 symbols; a capture's stacks use a few
+    hundred)."""
+
+    def __init__(self, starts: list[int], ends: list[int], names: list[str], bindings: list[str],
+                 kallsyms: bool) -> None:
+        order = sorted(range(len(starts)), key=starts.__getitem__)  # stable: equal starts keep their order
+        self.starts = [starts[index] for index in order]
+        self.ends = [ends[index] for index in order]
+        self.names = [names[index] for index in order]
+        self.bindings = [bindings[index] for index in order]
+        self.kallsyms = kallsyms
+
+    @classmethod
+    def of(cls, symbols: list[Symbol], kallsyms: bool = False) -> SymbolTable:
+        return cls([symbol.start for symbol in symbols], [symbol.end for symbol in symbols],
+                   [symbol.name for symbol in symbols], [symbol.binding for symbol in symbols], kallsyms)
+
+    def find(self, address: int) -> Symbol | None:
+        last = bisect_right(self.starts, address) - 1
+        if last < 0:
+            return None
+        first = bisect_left(self.starts, self.starts[last])
+        kept = None
+        for index in range(first, last + 1):  # the symbols at this address: perf keeps one
+            symbol = self._ended(index)
+            if kept is None or not _better(kept, symbol):
+                kept = symbol
+        assert kept is not None
+        if not kept.start <= address < kept.end:
+            return None
+        return Symbol(kept.start, kept.end, kept.name.split("\t", 1)[0].strip(), kept.binding) if self.kallsyms \
+            else kept
+
+    def _ended(self, index: int) -> Symbol:
+        """The symbol at `index`, a symbol without a size ending where the next begins."""
+        start, end, name = self.starts[index], self.ends[index], self.names[index]
+        if end == start:
+            if index + 1 == len(self.starts):
+                end = start // PAGE * PAGE + 2 * PAGE if start % PAGE else start + PAGE
+            elif self.kallsyms and ("[" in name) != ("[" in self.names[index + 1]):
+                end = (end + PAGE + PAGE - 1) // PAGE * PAGE  # the last symbol of the kernel or a module
+            else:
+                end = self.starts[index + 1]
+        return Symbol(start, end, name, self.bindings[index])
+
+
+def _better(first: Symbol, second: Symbol) -> bool:
+    """Whether perf keeps `first` over `second` at the same address: one with a size,
+    then not weak, then global, then fewer leading underscores, then the longer name,
+    then the first."""
+    for first_key, second_key in (
+            (first.end > first.start, second.end > second.start),
+            (first.binding != "weak", second.binding != "weak"),
+            (first.binding == "global", second.binding == "global"),
+            (-_underscores(first.name), -_underscores(second.name)),
+            (len(first.name), len(second.name))):
+        if first_key != second_key:
+            return first_key > second_key
+    return True
+
+
+def _underscores(name: str) -> int:
+    return len(name) - len(name.lstrip("_"))
+
+
+def kernel_symbols_for(data: PerfData, saved: Path | None) -> SymbolTable | None:
+    """The kernel's symbols: the copy saved with the capture, else /proc/kallsyms when
+    the running kernel is the recorded one; None when neither can be trusted."""
+    recorded = next((entry.build_id for entry in data.build_ids() if entry.kernel), None)
+    if saved is not None and saved.is_file():
+        text = saved.read_text(errors="replace")
+        first, _, rest = text.partition("\n")
+        saved_id = first.removeprefix("# build-id ").strip()
+        if recorded is None or not saved_id or bytes.fromhex(saved_id) == recorded:
+            return _kallsyms(rest)
+    running = running_kernel_build_id()
+    if recorded is not None and running == recorded:
+        try:
+            return _kallsyms(PROC_KALLSYMS.read_text())
+        except OSError:
+            return None
+    return None
+
+
+KALLSYMS_LINE = re.compile(r"^([0-9a-fA-F]+) ([TtWwDdBb]) ([^\n]+)", re.MULTILINE)
+
+
+def _kallsyms(text: str) -> SymbolTable:
+    """The symbols perf takes from kallsyms: text, weak, data and bss (a module's named
+    with its "\t[module]" suffix, which find() leaves out)."""
+    found = KALLSYMS_LINE.findall(text)
+    starts = [int(address, 16) for address, _, _ in found]
+    bindings = ["weak" if kind in "Ww" else "global" if kind.isupper() else "local" for _, kind, _ in found]
+    return SymbolTable(starts, starts, [name for _, _, name in found], bindings, kallsyms=True)
+
+
+# User space -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Mapping:
+    """An executable mapping of a file into a process (an MMAP or MMAP2 record)."""
+
+    start: int
+    end: int
+    offset: int  # in the file
+    path: str
+    build_id: bytes | None  # when the MMAP2 record carries one
+    inode: tuple[int, int, int] | None  # major, minor, inode number, when the MMAP2 record carries them
+
+
+@dataclass
+class TaskHistory:
+    """Each process's executable mappings per exec generation, as perf knows them at the
+    end: a forked process starts with its parent's, and an exec keeps the mappings the
+    new program's do not cover (perf replaces only what a new mapping overlaps)."""
+
+    mappings: dict[tuple[int, int], list[Mapping]] = field(default_factory=dict)
+
+    @classmethod
+    def replay(cls, data: PerfData, task_records: list[int]) -> TaskHistory:
+        clock = Clock.of(data)
+        history = cls()
+        generation: dict[int, int] = {}
+        ordered = sorted(task_records, key=lambda at: clock.time_of(data.words, data.map, at))
+        for position in ordered:
+            kind = data.words[position >> 1]
+            if kind == COMM and data.words[(position >> 1) + 2] & MISC_COMM_EXEC:  # header.misc
+                pid = struct.unpack_from("<I", data.map, position + 8)[0]
+                before = history.mappings.get((pid, generation.get(pid, 0)), [])
+                generation[pid] = generation.get(pid, 0) + 1
+                history.mappings[(pid, generation[pid])] = list(before)
+            elif kind == FORK:
+                pid, ppid = struct.unpack_from("<II", data.map, position + 8)
+                if pid != ppid:
+                    generation[pid] = 0
+                    history.mappings[(pid, 0)] = list(history.mappings.get((ppid, generation.get(ppid, 0)), []))
+            elif kind in (MMAP, MMAP2):
+                mapping = _mapping(data, position, kind)
+                if mapping is not None:
+                    pid = struct.unpack_from("<i", data.map, position + 8)[0]
+                    history.mappings.setdefault((pid, generation.get(pid, 0)), []).append(mapping)
+        return history
+
+    def find(self, pid: int, generation: int, address: int) -> Mapping | None:
+        for mapping in reversed(self.mappings.get((pid, generation), ())):
+            if mapping.start <= address < mapping.end:
+                return mapping
+        return None
+
+
+def _mapping(data: PerfData, position: int, kind: int) -> Mapping | None:
+    mapped = data.map
+    size = data.words[(position >> 1) + 3]
+    start, length, offset = struct.unpack_from("<QQQ", mapped, position + 16)
+    build_id = inode = None
+    if kind == MMAP2:
+        prot = struct.unpack_from("<I", mapped, position + 64)[0]
+        if not prot & PROT_EXEC:
+            return None
+        if data.words[(position >> 1) + 2] & MISC_MMAP_BUILD_ID:  # header.misc
+            build_id = bytes(mapped[position + 44:position + 44 + min(mapped[position + 40], 20)])
+        else:
+            inode = struct.unpack_from("<IIQ", mapped, position + 40)
+        name_at = position + 72
+    else:
+        name_at = position + 40
+    end = mapped.find(b"\0", name_at, position + size)
+    path = mapped[name_at:end if end >= 0 else position + size].decode(errors="replace")
+    return Mapping(start, start + length, offset, path, build_id, inode)
+
+
+@dataclass
+class ElfSymbols:
+    """A file's function symbols and the segments that place them in the file."""
+
+    table: SymbolTable
+    segments: list[tuple[int, int, int]]  # file offset, size, virtual address of each PT_LOAD
+
+    def find(self, file_offset: int) -> Symbol | None:
+        for offset, size, address in self.segments:
+            if offset <= file_offset < offset + size:
+                return self.table.find(file_offset - offset + address)
+        return self.table.find(file_offset)
+
+
+def elf_build_id(elf: ELFFile) -> bytes | None:
+    for section in elf.iter_sections():
+        if isinstance(section, NoteSection):
+            for note in section.iter_notes():
+                if note["n_type"] == "NT_GNU_BUILD_ID":
+                    return bytes.fromhex(note["n_desc"])
+    return None
+
+
+def _open_elf(path: Path) -> tuple[ELFFile, object] | None:
+    try:
+        stream = open(path, "rb")
+    except OSError:
+        return None
+    try:
+        return ELFFile(stream), stream
+    except (ELFError, OSError, ValueError, struct.error):
+        stream.close()
+        return None
+
+
+ELF64_SYMBOL = struct.Struct("<IBBHQQ")  # st_name, st_info, st_other, st_shndx, st_value, st_size
+ELF64_RELOCATION = struct.Struct("<QQq")  # r_offset, r_info (symbol << 32 | type), r_addend
+STT_NOTYPE, STT_FUNC, STT_GNU_IFUNC = 0, 2, 10
+STB_GLOBAL, STB_WEAK = 1, 2
+SHN_RESERVED = 0xFF00  # from here on, section indexes are special (absolute, common...)
+SHF_EXECINSTR = 0x4
+
+
+def _function_symbols(elf: ELFFile) -> list[Symbol] | None:
+    """What perf takes from .symtab, else .dynsym: functions, and labels (symbols without a
+    type, such as assembly entry points) in executable sections; None without either table.
+    pyelftools finds the tables; their entries are unpacked here in bulk (pyelftools parses
+    one symbol at a time: seconds for a libc's debug symbols)."""
+    if elf.elfclass != 64 or not elf.little_endian:
+        return None  # not what perf records on x86-64
+    for name in (".symtab", ".dynsym"):
+        table = elf.get_section_by_name(name)
+        if not isinstance(table, SymbolTableSection) or table["sh_type"] == "SHT_NOBITS":
+            continue
+        executable = {index for index, section in enumerate(elf.iter_sections())
+                      if section["sh_flags"] & SHF_EXECINSTR}
+        names = elf.get_section(table["sh_link"]).data()
+        symbols = []
+        for name_at, info, _, index, start, size in ELF64_SYMBOL.iter_unpack(table.data()):
+            kind = info & 0xF
+            if not name_at or not index or index >= SHN_RESERVED:  # unnamed, undefined or special
+                continue
+            if kind not in (STT_FUNC, STT_GNU_IFUNC) and not (kind == STT_NOTYPE and index in executable):
+                continue
+            bind = info >> 4
+            binding = "global" if bind == STB_GLOBAL else "weak" if bind == STB_WEAK else "local"
+            symbol_name = names[name_at:names.index(b"\0", name_at)].decode(errors="replace")
+            symbols.append(Symbol(start, start + size, symbol_name, binding))
+        return symbols
+    return None
+
+
+PLT_ENTRY = 16  # x86-64
+
+
+def _plt_symbols(elf: ELFFile) -> list[Symbol]:
+    """perf names each PLT stub after the function it jumps to ("name@plt"): the stubs of
+    .plt.sec, or those of .plt after its first (the resolver's), in .rela.plt's order."""
+    relocations = elf.get_section_by_name(".rela.plt")
+    secure = elf.get_section_by_name(".plt.sec")
+    plt = secure or elf.get_section_by_name(".plt")
+    if not isinstance(relocations, RelocationSection) or plt is None:
+        return []
+    dynamic = elf.get_section(relocations["sh_link"])
+    if not isinstance(dynamic, SymbolTableSection):
+        return []
+    if elf.elfclass != 64 or not elf.little_endian:
+        return []
+    first = plt["sh_addr"] + (0 if secure else PLT_ENTRY)
+    dynamic_entries, names = dynamic.data(), elf.get_section(dynamic["sh_link"]).data()
+    symbols = []
+    for number, (_, info, _) in enumerate(ELF64_RELOCATION.iter_unpack(relocations.data())):
+        entry = (info >> 32) * ELF64_SYMBOL.size  # the relocation's symbol, in .dynsym
+        if entry + ELF64_SYMBOL.size > len(dynamic_entries):
+            continue
+        name_at = ELF64_SYMBOL.unpack_from(dynamic_entries, entry)[0]
+        name = names[name_at:names.index(b"\0", name_at)].decode(errors="replace") if name_at else ""
+        start = first + number * PLT_ENTRY
+        if name and start + PLT_ENTRY <= plt["sh_addr"] + plt["sh_size"]:
+            symbols.append(Symbol(start, start + PLT_ENTRY, f"{name}@plt", "global"))
+    return symbols
+
+
+def _segments(elf: ELFFile) -> list[tuple[int, int, int]]:
+    return [(segment["p_offset"], segment["p_filesz"], segment["p_vaddr"]) for segment in elf.iter_segments()
+            if segment["p_type"] == "PT_LOAD" and segment["p_filesz"]]
+
+
+def demangle(name: str) -> str:
+    """A symbol's name as perf 6.1 shows it: C++ and Rust names demangled without
+    their parameters (libiberty's cplus_demangle without DMGL_PARAMS), others as they are."""
+    if name.startswith("_R") or (name.startswith("_ZN") and re.search(r"17h[0-9a-f]{16}E$", name)):
+        try:
+            return rust_demangle(name)
+        except Exception:  # the library raises bare Exceptions for names it does not take
+            return name
+    if not name.startswith("_Z"):
+        return name
+    try:
+        full = cxxfilt.demangle(name)
+    except cxxfilt.InvalidName:
+        return name
+    return without_parameters(full)
+
+
+def without_parameters(demangled: str) -> str:
+    """`ns::f<T>(int) const` -> `ns::f<T>`, and a template function's return type dropped:
+    what the demangler prints when it is not asked for parameters."""
+    depth = 0
+    cut = len(demangled)
+    # the parameter list is the last top-level (...) group; operator names may hold brackets
+    index = len(demangled) - 1
+    while index >= 0:
+        char = demangled[index]
+        if char == ")":
+            if depth == 0:
+                cut_end = index
+            depth += 1
+        elif char == "(":
+            depth -= 1
+            if depth == 0 and not demangled[:index].endswith("operator"):
+                cut = index
+                break
+        index -= 1
+    else:
+        return demangled
+    del cut_end
+    name = demangled[:cut]
+    return _without_return_type(name)
+
+
+def _without_return_type(name: str) -> str:
+    """The text after the last space outside <>, () and {}: a template function's return
+    type comes first, separated by a space."""
+    depth = 0
+    for index in range(len(name) - 1, -1, -1):
+        char = name[index]
+        if char in ">)}":
+            depth += 1
+        elif char in "<({":
+            depth -= 1
+        elif char == " " and depth == 0 and not name[:index].endswith("operator"):
+            return name[index + 1:]
+    return name
+
+
+class Symbolizer:
+    """Names the frames of raw call chains (see native_reader), once per address."""
+
+    def __init__(self, data: PerfData, history: TaskHistory, kernel_symbols: Path | None) -> None:
+        self.history = history
+        self.kernel = kernel_symbols_for(data, kernel_symbols)
+        self.build_ids = {entry.filename: entry.build_id for entry in data.build_ids() if not entry.kernel}
+        self.files: dict[tuple[str, bytes | None], ElfSymbols | None] = {}
+        self.names: dict[tuple[int, int, int], str] = {}
+        self.missing: list[str] = []
+
+    def stack(self, chain: object) -> Stack:
+        if isinstance(chain, tuple):
+            pid, generation, raw = chain
+        else:
+            pid, generation, raw = -1, 0, chain
+        addresses = struct.unpack(f"<{len(raw) // 8}Q", raw)
+        frames = []
+        kernel = 0
+        for address in addresses:
+            if address >= CONTEXT_MAX:
+                continue
+            if address >= KERNEL_START:
+                kernel += 1
+                frames.append(self._kernel_name(address))
+            else:
+                frames.append(self._user_name(pid, generation, address))
+        return Stack(tuple(frames), kernel)
+
+    def _kernel_name(self, address: int) -> str:
+        symbol = self.kernel.find(address) if self.kernel else None
+        return symbol.name if symbol else UNKNOWN
+
+    def _user_name(self, pid: int, generation: int, address: int) -> str:
+        key = (pid, generation, address)
+        name = self.names.get(key)
+        if name is None:
+            name = self.names[key] = self._name_in_maps(pid, generation, address)
+        return name
+
+    def _name_in_maps(self, pid: int, generation: int, address: int) -> str:
+        mapping = self.history.find(pid, generation, address)
+        if mapping is None or not (mapping.path.startswith("/") or mapping.path == "[vdso]") \
+                or mapping.path.startswith(ANONYMOUS_FILES):
+            return UNKNOWN
+        file_offset = address - mapping.start + mapping.offset
+        symbols = self._symbols(mapping)
+        if symbols is None:
+            return f"[{Path(mapping.path).name}+0x{file_offset:x}]"
+        symbol = symbols.find(file_offset)
+        return demangle(symbol.name) if symbol else UNKNOWN
+
+    def _symbols(self, mapping: Mapping) -> ElfSymbols | None:
+        build_id = mapping.build_id or self.build_ids.get(mapping.path)
+        key = (mapping.path, build_id)
+        if key not in self.files:
+            replaced = build_id is None and _replaced(mapping)
+            self.files[key] = None if replaced else load_symbols(mapping.path, build_id)
+            if self.files[key] is None:
+                self.missing.append(f"{mapping.path} is gone or changed since the recording"
+                                    + (f" (build id {build_id.hex()})" if build_id else "")
+                                    + ": its frames are shown as its name and offset")
+        return self.files[key]
+
+
+def _replaced(mapping: Mapping) -> bool:
+    """Without a build id (perf record keeps those of the files its samples' own addresses
+    were in, kernel ones here), a file at the path that is not the inode mapped is another
+    file. perf script reads it all the same; its names would be wrong."""
+    if mapping.inode is None or not mapping.path.startswith("/"):
+        return False
+    try:
+        status = os.stat(mapping.path)
+    except OSError:
+        return False  # gone: found missing when loaded
+    major, minor, number = mapping.inode
+    return (os.major(status.st_dev), os.minor(status.st_dev), status.st_ino) != (major, minor, number)
+
+
+@lru_cache(maxsize=256)
+def load_symbols(path: str, build_id: bytes | None) -> ElfSymbols | None:
+    """A file's symbols (once per process: a file's symbols do not change for its build id): from a debug file by build id when there is one, placed by the
+    binary itself (at its path, or in perf's cache) whose build id matches."""
+    runtime = None
+    candidates = []
+    if build_id:  # perf's cache: a directory per build id, with a copy of the file
+        name = build_id.hex()
+        cached = perf_cache() / ".build-id" / name[:2] / name[2:]
+        candidates += [cached / "elf", cached / "vdso"]
+    if path.startswith("/"):
+        candidates.insert(0, Path(path))
+    for candidate in candidates:
+        opened = _open_elf(candidate)
+        if opened is None:
+            continue
+        elf, stream = opened
+        if build_id is None or elf_build_id(elf) == build_id:
+            runtime = (elf, stream)
+            break
+        stream.close()  # type: ignore[attr-defined]
+    if runtime is None:
+        return None
+    elf, stream = runtime
+    try:
+        segments = _segments(elf)
+        symbols = _debug_symbols(build_id or elf_build_id(elf))
+        if symbols is None:
+            symbols = _function_symbols(elf) or []
+        symbols += _plt_symbols(elf)
+    finally:
+        stream.close()  # type: ignore[attr-defined]
+    return ElfSymbols(SymbolTable.of(symbols), segments)
+
+def _debug_symbols(build_id: bytes | None) -> list[Symbol] | None:
+    if not build_id:
+        return None
+    name = build_id.hex()
+    for directory in (*DEBUG_DIRS, perf_cache() / ".build-id"):
+        path = directory / name[:2] / (name[2:] + ".debug") if directory in DEBUG_DIRS else \
+            directory / name[:2] / name[2:] / "debug"
+        opened = _open_elf(path)
+        if opened is None:
+            continue
+        elf, stream = opened
+        try:
+            symbols = _function_symbols(elf)
+        finally:
+            stream.close()  # type: ignore[attr-defined]
+        if symbols:
+            return symbols
+    return None

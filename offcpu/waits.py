@@ -1,0 +1,164 @@
+"""What each wait was, by what ended it first and by where it waited after.
+
+What ended a wait is in every capture: the wakeup, recorded in the waker's context
+with the waker's stack. A wait ended by a *peer* (a thread of the same service:
+the same process, or processes of the same name) waited for that peer: a lock, a
+condition, a hand-off. One ended by a *timer* waited for time; by a *device*, for
+I/O; by the *network* or a thread *outside* the service, for work. Where it waited
+(the lock table's entry for its stack) then says which lock or queue it was.
+
+A peer's wait is judged by what the peer did meanwhile, from the wake-up links: a
+peer that was itself waiting for work or time handed work over when it came (the
+waiter waited for work too); a peer that was on CPU, or waiting on a disk or a lock,
+held the waiter back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cached_property
+
+from offcpu.locktable import LockTable, Site
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, STACK_LOST, Model, Row, Waker
+from offcpu.stacks import THREAD_ROOTS, UNKNOWN, Stack, normal
+
+# What ended a wait.
+PEER, TIMER, DEVICE, NETWORK, OUTSIDE, KERNEL = "peer", "timer", "device", "network", "outside", "kernel"
+INTERRUPT = "interrupt"  # another device, or an interrupt whose kind the stack does not show
+UNRECORDED = "unrecorded"  # it ended with no wakeup recorded (a waker outside the recording)
+UNWOKEN = "unwoken"  # not back in the window
+PREEMPTED_CAUSE, NEW = "preempted", "new thread"
+CAUSES = (PEER, TIMER, DEVICE, NETWORK, OUTSIDE, KERNEL, INTERRUPT, UNRECORDED, UNWOKEN, PREEMPTED_CAUSE, NEW)
+
+CAUSE_WORDS = {
+    PEER: "a thread of the same service", TIMER: "a timer", DEVICE: "a device (I/O done)",
+    NETWORK: "the network", OUTSIDE: "a thread outside the service", KERNEL: "a kernel thread",
+    INTERRUPT: "an interrupt", UNRECORDED: "something not recorded", UNWOKEN: "nothing (not back in the window)",
+    PREEMPTED_CAUSE: "preemption", NEW: "its creation",
+}
+
+_TIMER = re.compile(r"hrtimer_wakeup|__hrtimer_run_queues|hrtimer_interrupt|call_timer_fn|process_timeout|"
+                    r"it_real_fn|run_timer_softirq|tick_sched_|posix_timer_fn|alarmtimer_")
+_DEVICE = re.compile(r"blk_mq_|blk_update_request|bio_endio|scsi_|nvme_|virtblk_|ata_|ahci_|"
+                     r"folio_end_writeback|end_page_writeback|jbd2_|ext4_end_|xfs_end_|iomap_.*end")
+_NETWORK = re.compile(r"net_rx_action|napi_|netif_receive_skb|ip6?_rcv|ip6?_local_deliver|tcp_v[46]_rcv|"
+                      r"tcp_rcv_|udp[v6]?_rcv|__udp[46]_lib_rcv|sock_def_readable|sk_data_ready|virtnet_|"
+                      r"loopback_xmit|dev_queue_xmit|dev_hard_start_xmit")
+KERNEL_THREADS = re.compile(r"^(kworker|ksoftirqd|jbd2|kswapd|rcu_|migration|irq/|kcompactd|khugepaged|kthreadd|"
+                            r"watchdog|cpuhp|kauditd|writeback|kblockd|scsi_|nvme|loop\d|kdmflush|xfs|ext4)")
+# libc's futex wrappers: a user stack of these and nothing of the program's says a futex was
+# waited on, not why (glibc built without frame pointers cuts the walk there).
+LIBC_WRAPPERS = frozenset({
+    "__futex_abstimed_wait_common", "__futex_abstimed_wait_common64", "__futex_abstimed_wait_cancelable64",
+    "__futex_wait", "futex_wait", "syscall", "start_thread", UNKNOWN,
+})
+STEM = re.compile(r"[-_.:# ]*\d+$")  # "worker-3" -> "worker", "GC Thread#0" -> "GC Thread"
+
+
+@dataclass(frozen=True)
+class WaitClass:
+    """One row's waits: what ended them, and where they waited (None: no entry names it)."""
+
+    cause: str  # one of CAUSES
+    site: Site | None
+    truncated: bool  # the user stack stops at libc's futex wrapper, with no frame of the program
+
+
+def cause_of_waker(waker: Waker, stack: Stack, same_service: bool) -> str:
+    """What a wakeup came from, by who made it and its stack."""
+    if waker.kind == "unrecorded":
+        return UNRECORDED
+    frames = [normal(frame) for frame in stack.frames[:stack.kernel_frames]]
+    for pattern, cause in ((_TIMER, TIMER), (_DEVICE, DEVICE), (_NETWORK, NETWORK)):
+        if any(pattern.match(frame) for frame in frames) and (waker.kind != "thread" or not same_service):
+            return cause
+    if waker.kind != "thread":
+        return INTERRUPT
+    if len(stack.frames) == stack.kernel_frames and KERNEL_THREADS.match(waker.comm):
+        return KERNEL
+    return PEER if same_service else OUTSIDE
+
+
+def truncated(stack: Stack) -> bool:
+    user = [normal(frame) for frame in stack.user_frames]
+    return bool(user) and all(frame in LIBC_WRAPPERS or frame in THREAD_ROOTS for frame in user)
+
+
+def stem(comm: str) -> str:
+    return STEM.sub("", comm) or comm
+
+
+class Waits:
+    """The classes of a model's rows, its services and pools, and what peers did while
+    their waiters waited (from the model's links)."""
+
+    def __init__(self, model: Model, table: LockTable) -> None:
+        self.model = model
+        self.table = table
+        names = _process_names(model)
+        same_name = defaultdict(set)
+        for pid, name in names.items():
+            same_name[name].add(pid)
+        # a service: processes of one name when there are several, else a process
+        self.service = {pid: name if len(same_name[name]) > 1 else f"{name} ({pid})" for pid, name in names.items()}
+        self._normal: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self.sites = [table.site(stack) for stack in model.stacks]
+        self.truncated = [truncated(stack) for stack in model.stacks]
+        self.classes = [self._classify(row) for row in model.rows]
+
+    def service_of_pid(self, pid: int, comm: str) -> str:
+        return self.service.get(pid, f"{comm} ({pid})")
+
+    def pool_of(self, tid: int) -> str:
+        """Threads of one service whose names differ only in a trailing number are one pool."""
+        thread = self.model.threads[tid]
+        return f"{self.service_of_pid(thread.pid, thread.comm)}: {stem(thread.comm)}"
+
+    def _classify(self, row: Row) -> WaitClass:
+        stack = self.model.stacks[row.stack]
+        site = self.sites[row.stack]
+        if stack.frames == (NEW_THREAD,):
+            return WaitClass(NEW, None, False)
+        if row.state == PREEMPTED:
+            return WaitClass(PREEMPTED_CAUSE, site, False)
+        if row.waker is None:
+            return WaitClass(UNWOKEN, site, self.truncated[row.stack])
+        waker = self.model.wakers[row.waker]
+        waiter = self.model.threads[row.tid]
+        same = self.service_of_pid(waker.pid, waker.comm) == self.service_of_pid(waiter.pid, waiter.comm) \
+            and waker.tid != row.tid
+        cause = cause_of_waker(waker, self.model.stacks[waker.stack], same)
+        return WaitClass(cause, site, self.truncated[row.stack])
+
+    def normal_frames(self, stack: int) -> tuple[str, ...]:
+        """A stack's frames, leaf first, as the lock table reads them."""
+        return self.normal_frames_of(self.model.stacks[stack].frames)
+
+    def normal_frames_of(self, frames: tuple[str, ...]) -> tuple[str, ...]:
+        found = self._normal.get(frames)
+        if found is None:
+            found = self._normal[frames] = tuple(normal(frame) for frame in frames)
+        return found
+
+    @cached_property
+    def links_by_waiter(self) -> dict[int, list[tuple[int, int]]]:
+        """Row index -> (waker's row index, overlap µs) for every link of the model."""
+        found: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for link in self.model.links:
+            found[link.waiter_row].append((link.waker_row, link.overlap_us))
+        return found
+
+
+def _process_names(model: Model) -> dict[int, str]:
+    """Each process's name: its main thread's, else its first thread's."""
+    names: dict[int, str] = {}
+    for tid, thread in sorted(model.threads.items()):
+        if tid == thread.pid or thread.pid not in names:
+            names[thread.pid] = thread.comm
+    return names
+
+
+def is_synthetic(stack: Stack) -> bool:
+    return stack.frames in ((BEFORE_WINDOW,), (NEW_THREAD,), (STACK_LOST,))

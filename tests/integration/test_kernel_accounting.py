@@ -1,0 +1,153 @@
+"""offcpu's time on CPU against the kernel's own accounting of it.
+
+The kernel keeps each thread's exact time on CPU in /proc/PID/task/TID/schedstat (first
+field, ns). While `offcpu record --pid` records an example, a sampler here reads it
+every few milliseconds; the report of the part of the recording between two samples
+(`--time`) must give every thread the time on CPU the kernel counted between them,
+within 3% or 5 ms, and each thread's time on and off CPU must add up to that part.
+Where a kernel has no schedstat, /proc/PID/task/TID/stat's ticks stand in, with a
+tolerance that fits their resolution.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import STARTUP_TIMEOUT_S, example, run_offcpu
+
+SAMPLE_EVERY_S = 0.005
+MAX_READ_NS = 500_000  # a sample that took longer to read was preempted: its time is unsure
+MARGIN_NS = 200_000_000  # the compared part starts and ends this far inside the recording
+TOLERANCE = 0.03
+TOLERANCE_NS = 5_000_000
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Sample:
+    time_ns: int  # CLOCK_MONOTONIC, perf.data's clock
+    oncpu_ns: dict[int, int]  # tid -> the kernel's time on CPU so far
+
+
+def schedstat_present(pid: int) -> bool:
+    return Path(f"/proc/{pid}/task/{pid}/schedstat").exists()
+
+
+def oncpu_ns(pid: int, tid: str, schedstat: bool) -> int:
+    if schedstat:
+        return int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+    fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // TICKS_PER_S  # utime + stime
+
+
+class Sampler:
+    """Reads every thread's time on CPU every SAMPLE_EVERY_S, in a thread of the test."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.schedstat = schedstat_present(pid)
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_EVERY_S):
+            before_ns = time.monotonic_ns()
+            times = {}
+            for tid in os.listdir(f"/proc/{self.pid}/task"):
+                try:
+                    times[int(tid)] = oncpu_ns(self.pid, tid, self.schedstat)
+                except (OSError, ValueError, IndexError):
+                    continue  # the thread exited meanwhile
+            after_ns = time.monotonic_ns()
+            if after_ns - before_ns <= MAX_READ_NS:  # not preempted while reading: the time is the readings'
+                self.samples.append(Sample((before_ns + after_ns) // 2, times))
+
+    def around(self, start_ns: int, end_ns: int) -> tuple[Sample, Sample]:
+        """The first sample after `start_ns` and the last before `end_ns`."""
+        first = next(sample for sample in self.samples if sample.time_ns >= start_ns)
+        last = next(sample for sample in reversed(self.samples) if sample.time_ns <= end_ns)
+        return first, last
+
+
+def wait_for_workers(pid: int, count: int) -> None:
+    """Until process `pid` runs at least `count` threads (thread_churn's come and go)."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while len(os.listdir(f"/proc/{pid}/task")) < count:
+        assert time.monotonic() < deadline, f"pid {pid} did not start {count} threads"
+        time.sleep(0.01)
+
+
+def record_while_sampling(tmp_path: Path, name: str, *args: str, threads: int) -> tuple[Path, Sampler]:
+    program = subprocess.Popen([str(example(name)), *args, "-s", "30"], stdout=subprocess.DEVNULL)
+    try:
+        wait_for_workers(program.pid, threads)
+        capture = tmp_path / name
+        with Sampler(program.pid) as sampler:
+            result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", "-o", str(capture))
+        assert result.returncode == 0, result.stderr
+    finally:
+        program.kill()
+        program.wait()
+    return capture, sampler
+
+
+def compared_part(capture: Path, sampler: Sampler) -> tuple[dict, Sample, Sample]:
+    """The JSON report of the part of the recording between two samples, and those samples."""
+    info = json.loads((capture / "capture.json").read_text())
+    start_ns, end_ns = info["window_start_ns"], info["window_end_ns"]
+    first, last = sampler.around(start_ns + MARGIN_NS, end_ns - MARGIN_NS)
+    part = f"{(first.time_ns - start_ns) / 1e9:.9f},{(last.time_ns - start_ns) / 1e9:.9f}"
+    result = run_offcpu("report", "json", str(capture), "--time", part)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout), first, last
+
+
+CASES = [
+    pytest.param("futex_contention", ("-t", "4"), 5, id="mutex"),
+    pytest.param("futex_contention_fixed", ("-t", "4"), 5, id="mutex-fixed"),
+    pytest.param("mmap_contention", ("-t", "8"), 9, id="mmap"),
+    pytest.param("mmap_contention_fixed", ("-t", "8"), 9, id="mmap-fixed"),
+    pytest.param("thread_churn", ("-t", "8"), 9, id="churn"),
+    pytest.param("thread_churn_fixed", ("-t", "8"), 9, id="churn-fixed"),
+]
+
+
+@pytest.mark.parametrize(("name", "args", "threads"), CASES)
+def test_time_on_cpu_is_the_kernels(tmp_path: Path, perf: str, name: str, args: tuple[str, ...],
+                                    threads: int) -> None:
+    # Given an example recorded by pid while the kernel's accounting is sampled (main thread and workers)
+    capture, sampler = record_while_sampling(tmp_path, name, *args, threads=threads)
+    if not sampler.schedstat:
+        print(f"no schedstat here: compared with /proc/PID/task/TID/stat ticks (1/{TICKS_PER_S} s)")
+    report, first, last = compared_part(capture, sampler)
+    # Then every thread alive over the part was on CPU as long as the kernel says, within the tolerance
+    tolerance_ns = TOLERANCE_NS if sampler.schedstat else 2 * 1_000_000_000 // TICKS_PER_S
+    threads_seen = {thread["tid"]: thread for thread in report["threads"]}
+    compared = [tid for tid in first.oncpu_ns if tid in last.oncpu_ns and tid in threads_seen]
+    assert len(compared) >= 4, (sorted(first.oncpu_ns), sorted(threads_seen))
+    part_us = (last.time_ns - first.time_ns) / 1000
+    for tid in compared:
+        kernel_ns = last.oncpu_ns[tid] - first.oncpu_ns[tid]
+        offcpu_ns = threads_seen[tid]["oncpu_us"] * 1000
+        assert abs(offcpu_ns - kernel_ns) <= max(TOLERANCE * kernel_ns, tolerance_ns), \
+            (tid, offcpu_ns / 1e6, kernel_ns / 1e6, report["observer"])
+        # and its time on CPU and off CPU is the whole part (to the rounding of each interval)
+        thread = threads_seen[tid]
+        assert abs(thread["oncpu_us"] + thread["offcpu_us"] - part_us) <= 0.001 * part_us + 50, thread

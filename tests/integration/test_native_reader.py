@@ -1,0 +1,121 @@
+"""The native reader on fresh recordings of the examples, against perf script on the same files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from offcpu.native_reader import NativeReader, unsupported
+from offcpu.symbols import perf_cache
+from tests.conftest import example, run_offcpu
+from tests.native_compare import CHAINED, KeepingSink, first_difference, model_difference, native_events, script_events
+
+
+def _record(directory: Path, *arguments: str) -> Path:
+    result = run_offcpu("record", "-o", str(directory), *arguments)
+    assert result.returncode == 0, result.stderr
+    return directory / "perf.data"
+
+
+def test_a_command_reads_as_perf_script_shows_it(perf: str, example_capture) -> None:  # type: ignore[no-untyped-def]
+    assert first_difference(perf, example_capture("thread_churn") / "perf.data") is None
+
+
+def test_a_whole_machine_reads_as_perf_script_shows_it(perf: str, tmp_path: Path) -> None:
+    program = subprocess.Popen([str(example("mmap_contention")), "-t", "4", "-s", "10"], stdout=subprocess.DEVNULL)
+    try:
+        perf_data = _record(tmp_path / "cap", "-a", "-d", "0.3")
+    finally:
+        program.kill()
+        program.wait()
+    assert first_difference(perf, perf_data) is None
+
+
+def _read_slice(reader: NativeReader, time_slice: tuple[int, int]) -> list[tuple]:
+    sink = KeepingSink()
+    reader.read(sink, time_slice)
+    return [event for event in sink.events if time_slice[0] <= event[1] <= time_slice[1]]
+
+
+def test_slices_read_in_two_processes_make_the_whole(perf: str, example_capture) -> None:  # type: ignore[no-untyped-def]
+    capture = example_capture("futex_contention")
+    info = json.loads((capture / "capture.json").read_text())
+    reader = NativeReader(capture / "perf.data")  # made in the parent, used in forked workers
+    whole, _ = native_events(capture / "perf.data")
+    slices = reader.time_slices(info["window_start_ns"], info["window_end_ns"], 2)
+    with ProcessPoolExecutor(2, mp_context=get_context("fork")) as pool:
+        parts = list(pool.map(_read_slice, [reader, reader], slices))
+    for (first, last), part in zip(slices, parts):
+        assert part == [event for event in whole if first <= event[1] <= last]
+        assert len(part) > 0.25 * len(whole)  # slices of the file's records, not of its time
+    chains = {event[-1] for part in parts for event in part if event[0] in CHAINED}
+    named = reader.stacks(chains)
+    _, expected_stacks = script_events(perf, capture / "perf.data")
+    assert set(named.values()) <= set(expected_stacks.values())
+
+
+def _with_new_build_id(source: Path, target: Path) -> bytes:
+    """A copy of an ELF file with a build id of its own (so that no cache knows it)."""
+    data = bytearray(source.read_bytes())
+    with source.open("rb") as stream:
+        note = ELFFile(stream).get_section_by_name(".note.gnu.build-id")
+        offset, size = note["sh_offset"], note["sh_size"]
+    new_id = bytes(reversed(data[offset + size - 20:offset + size]))
+    data[offset + size - 20:offset + size] = new_id
+    target.write_bytes(bytes(data))
+    target.chmod(0o755)
+    return new_id
+
+
+@pytest.mark.parametrize("change", ["removed", "replaced"])
+def test_a_binary_gone_since_the_recording_is_said_and_shown_by_offset(perf: str, tmp_path: Path,
+                                                                       change: str) -> None:
+    binary = tmp_path / "futex_copy"
+    build_id = _with_new_build_id(example("futex_contention"), binary)
+    perf_data = _record(tmp_path / "cap", "-d", "1", "--", str(binary), "-t", "4", "-s", "0.5")
+    shutil.rmtree(perf_cache() / ".build-id" / build_id.hex()[:2] / build_id.hex()[2:], ignore_errors=True)
+    if change == "replaced":  # as a package upgrade does: the new file is renamed over the old
+        shutil.copy(example("idle_pool"), tmp_path / "new")
+        (tmp_path / "new").rename(binary)
+    else:
+        binary.unlink()
+    events, reader = native_events(perf_data)
+    stacks = reader.stacks({event[-1] for event in events if event[0] in CHAINED})
+    assert [sentence for sentence in reader.missing_binaries if str(binary) in sentence] and \
+        len(reader.missing_binaries) == len(set(reader.missing_binaries))
+    frames = {frame for stack in stacks.values() for frame in stack.frames}
+    assert any(frame.startswith("[futex_copy+0x") for frame in frames)
+    if change == "removed":  # perf script shows [unknown] there, and nothing else differs
+        assert first_difference(perf, perf_data) is None
+
+
+def test_dwarf_stacks_are_unsupported(cpp_capture: Path) -> None:
+    reason = unsupported(cpp_capture / "perf.data")
+    assert reason is not None and "--call-graph dwarf" in reason
+
+
+def test_compressed_and_piped_files_are_unsupported(perf: str, tmp_path: Path) -> None:
+    compressed = tmp_path / "compressed.data"
+    subprocess.run([perf, "record", "-z", "-q", "-o", str(compressed), "-e", "sched:sched_switch", "--",
+                    "sleep", "0.05"], check=True, capture_output=True)
+    assert "compressed" in (unsupported(compressed) or "")
+    piped = tmp_path / "piped.data"
+    with piped.open("wb") as output:
+        subprocess.run([perf, "record", "-q", "-o", "-", "-e", "sched:sched_switch", "--", "sleep", "0.05"],
+                       check=True, stdout=output, stderr=subprocess.DEVNULL)
+    assert "pipe" in (unsupported(piped) or "")
+
+
+@pytest.mark.parametrize("name", ["futex_contention", "mmap_contention", "thread_churn"])
+def test_both_readers_make_the_same_model_of_a_fresh_recording(perf: str, example_capture, name: str) -> None:  # type: ignore[no-untyped-def]
+    capture = example_capture(name)
+    for slices in (1, 2):
+        difference = model_difference(capture, slices)
+        assert difference is None, f"{difference}; first event apart: {first_difference(perf, capture / 'perf.data')}"

@@ -1,0 +1,103 @@
+"""Comparing the native reader with perf script, event by event: a sink that keeps
+what it is handed, and perf script's own text of the same perf.data as the reference."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import re
+import subprocess
+from pathlib import Path
+
+from offcpu.native_reader import NativeReader
+from offcpu.perf_script import PerfScriptReader, script_argv
+from offcpu.sched_events import Chain
+from offcpu.stacks import Stack
+
+CHAINED = ("sched_switch", "sched_waking")  # the events whose last argument is a call chain
+
+
+class KeepingSink:
+    """Every call, as (method, arguments...)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def __getattr__(self, method: str):  # type: ignore[no-untyped-def]
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return lambda *arguments: self.events.append((method, *arguments))
+
+
+def script_events(perf: str, perf_data: Path) -> tuple[list[tuple], dict[Chain, Stack]]:
+    """What perf script shows, through offcpu's parser of its text, with each chain's frames."""
+    done = subprocess.run(script_argv(perf, perf_data), capture_output=True, text=True, errors="replace", check=True)
+    sink = KeepingSink()
+    reader = PerfScriptReader(perf, perf_data)
+    reader.decode(io.StringIO(done.stdout), sink)
+    return sink.events, reader.stacks(event[-1] for event in sink.events if event[0] in CHAINED)
+
+
+def native_events(perf_data: Path, time_slice: tuple[int, int] | None = None) -> tuple[list[tuple], NativeReader]:
+    reader = NativeReader(perf_data)
+    sink = KeepingSink()
+    reader.read(sink, time_slice)
+    return sink.events, reader
+
+
+def named(events: list[tuple], stacks: dict[Chain, Stack]) -> list[tuple]:
+    return [(*event[:-1], stacks[event[-1]]) if event[0] in CHAINED else event for event in events]
+
+
+def as_perf_shows_missing(stack: Stack, missing: list[str]) -> Stack:
+    """The documented difference: frames of a file that is gone are [file+0xoffset] here,
+    [unknown] in perf script."""
+    names = {Path(sentence.split(" is gone", 1)[0]).name for sentence in missing}
+    frames = tuple("[unknown]" if (found := re.fullmatch(r"\[(.+)\+0x[0-9a-f]+\]", frame)) and found[1] in names
+                   else frame for frame in stack.frames)
+    return Stack(frames, stack.kernel_frames)
+
+
+def first_difference(perf: str, perf_data: Path) -> str | None:
+    """None when the native reader hands the sink what perf script shows, else where they part."""
+    expected, expected_stacks = script_events(perf, perf_data)
+    got, reader = native_events(perf_data)
+    stacks = reader.stacks({event[-1] for event in got if event[0] in CHAINED})
+    stacks = {chain: as_perf_shows_missing(stack, reader.missing_binaries) for chain, stack in stacks.items()}
+    for number, (mine, theirs) in enumerate(itertools.zip_longest(named(got, stacks), named(expected, expected_stacks))):
+        if mine != theirs:
+            return f"event {number} of {len(expected)}: native {mine}, perf script {theirs}"
+    return None
+
+
+def model_difference(capture: Path, slices: int) -> str | None:
+    """None when both readers give the same model of a capture, read in `slices` slices
+    (folded lines, thread totals, wakers, links), else the first thing that differs."""
+    from offcpu.analysis import choose_reader
+    from offcpu.capture import load
+    from offcpu.engine import merge, read_slice, threads_at_start, to_model
+    from offcpu.stackview import StackView, folded
+    from offcpu.summaries import waker_pairs
+
+    info = load(capture)
+    window = (info.window_start_ns, info.window_end_ns)
+    seen = {}
+    for name in ("native", "perf-script"):
+        reader, _ = choose_reader(capture, info, name)
+        pieces = [read_slice(reader, first, last, window, info.switch_cost_ns or 0)
+                  for first, last in reader.time_slices(*window, slices)]
+        totals, skipped = merge(pieces, *window, threads_at_start(info), window)
+        model = to_model(totals, reader, info, *window, skipped)
+        links = sorted((tuple(model.rows[link.waiter_row].__dict__.values()), tuple(model.rows[link.waker_row].__dict__.values()),
+                        link.overlap_us, link.count) for link in model.links)
+        seen[name] = {"folded": dict(folded(model, StackView())),
+                      "threads": {tid: thread for tid, thread in model.threads.items()},
+                      "wakers": waker_pairs(model), "links": len(links), "skipped": model.unreadable_events}
+    for part in seen["native"]:
+        if seen["native"][part] != seen["perf-script"][part]:
+            mine, theirs = seen["native"][part], seen["perf-script"][part]
+            if isinstance(mine, dict):
+                key = next(key for key in sorted(set(mine) | set(theirs), key=str) if mine.get(key) != theirs.get(key))
+                return f"{part} differ at {key}: native {mine.get(key)}, perf script {theirs.get(key)}"
+            return f"{part} differ: native {mine}, perf script {theirs}"
+    return None

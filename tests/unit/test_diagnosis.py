@@ -1,0 +1,118 @@
+"""Findings by cause on small event sequences in the engine's own form (EventSink calls),
+every expected figure worked out by hand in the comments.
+
+Threads 11-13 are threads of process 10 ("app"); chains are frame names joined by ';',
+leaf first, all of them the kernel's (see test_engine_events.NamedChains), so the lock
+table reads them as it reads a stack's frames.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from offcpu.engine import SliceBuilder
+from offcpu.findings import Finding, findings
+from tests.unit.test_engine_events import US, builder, model
+
+FUTEX = "__schedule;schedule;futex_do_wait;futex_wait;__lll_lock_wait"  # a pthread mutex
+PIPE = "__schedule;schedule;pipe_wait_readable;anon_pipe_read;vfs_read"
+CONDITION = "__schedule;schedule;futex_do_wait;futex_wait"  # a futex of the program's own
+TIMER = "try_to_wake_up;hrtimer_wakeup;__hrtimer_run_queues;hrtimer_interrupt;asm_sysvec_apic_timer_interrupt"
+DISK = "try_to_wake_up;blk_mq_end_request;virtblk_done;asm_common_interrupt"
+WAKE = "try_to_wake_up;wake_up_q;futex_wake"
+
+
+def switch(events: SliceBuilder, at_us: int, prev: int, state: str, next_tid: int, chain: str,
+           cpu: int = 0, prev_pid: int = 10) -> None:
+    """sched_switch from `prev` to `next_tid`, and perf's record of `next_tid` being in."""
+    events.sched_switch(at_us * US, cpu, prev_pid if prev else 0, prev, f"app-{prev}", state, next_tid, chain)
+    if next_tid:
+        events.switch_in(at_us * US, cpu, 10, next_tid, f"app-{next_tid}")
+
+
+def turns(chain: str) -> list[Finding]:
+    """Threads 11, 12, 13 take turns on one CPU of two for 9 ms: each runs 1 ms, wakes the
+    next and waits at `chain` until its turn comes again, 2 ms later."""
+    events = builder()
+    order = [11, 12, 13]
+    events.switch_in(0, 0, 10, 11, "app-11")
+    for step in range(1, 10):
+        running, following = order[(step - 1) % 3], order[step % 3]
+        events.sched_waking(step * 1000 * US, 10, running, f"app-{running}", following, WAKE)
+        switch(events, step * 1000, running, "S", following, chain)
+    return findings(model(events))
+
+
+def by_id(found: list[Finding]) -> dict[str, Finding]:
+    return {finding.id: finding for finding in found}
+
+
+def test_threads_that_take_turns_on_a_futex_of_their_own_are_serialized() -> None:
+    found = by_id(turns(CONDITION))
+    finding = found["serialization"]
+    # 7 waits of 2 ms each were ended by another of the three, two more were under way when the
+    # recording began (12's 1 ms, 13's 2 ms) and two when it ended (12's 2 ms, 13's 1 ms: turns,
+    # in a pool that takes turns); the pool ran on 1.0 CPU of 2 with 3 threads with work
+    # (the process is named after its first thread: "app-11")
+    assert finding.severity == "critical" and finding.subject == "app-11 (10): app"
+    assert finding.blocked_us == 7 * 2000 + (1000 + 2000) + (2000 + 1000)
+    assert "ran on 1.0 CPUs of 2" in finding.summary and "take turns" in finding.summary
+    assert [(share.who, share.wakeups) for share in finding.wakers] == [("app-11 (10): app", 9)]  # 7 + 2 begun
+    assert finding.release_sites[0].frames == tuple(reversed(WAKE.split(";")))
+    assert "lock_contention" not in found and "handoff" not in found
+
+
+def test_threads_that_take_turns_through_a_pipe_hand_work_over() -> None:
+    found = by_id(turns(PIPE))
+    finding = found["handoff"]
+    assert finding.severity == "info" and "through a pipe" in finding.summary and "take turns" in finding.summary
+    assert "serialization" not in found and "lock_contention" not in found
+
+
+def test_threads_that_take_turns_on_a_mutex_wait_for_that_lock() -> None:
+    found = by_id(turns(FUTEX))
+    finding = found["lock_contention"]
+    assert finding.subject == "pthread mutex" and finding.severity == "critical"
+    # the 7 waits ended within the window, the 2 cut by its end (at the mutex too), and the 2 under
+    # way when it began, which have no stack but go with their pool's waits on peers
+    assert finding.blocked_us == 7 * 2000 + (2000 + 1000) + (1000 + 2000)
+    assert "serialization" not in found
+    # every waker was on CPU until it let go: the waits come down to threads running
+    assert [(root.what, round(root.share, 3)) for root in finding.roots] == [(
+        "a thread on CPU (or waiting for one)", 1.0)]
+
+
+@pytest.mark.parametrize(("waker_pid", "waker_tid", "waker_chain", "expected"), [
+    (0, 0, TIMER, "idle"),  # a timer's interrupt: time passing
+    (0, 0, DISK, "io_wait"),  # a disk's interrupt: I/O
+    (98, 99, "try_to_wake_up;sock_def_readable;unix_stream_sendmsg", "idle"),  # a client, outside the service
+])
+def test_what_ended_a_wait_says_what_it_was(waker_pid: int, waker_tid: int, waker_chain: str,
+                                            expected: str) -> None:
+    # Given thread 11 waiting 1 -> 6 ms in a futex of its own, woken at 5 ms
+    events = builder()
+    events.switch_in(0, 0, 10, 11, "app-11")
+    switch(events, 1000, 11, "S", 0, CONDITION)
+    events.sched_waking(5000 * US, waker_pid, waker_tid, "other", 11, waker_chain)
+    switch(events, 6000, 0, "R", 11, "", cpu=0, prev_pid=0)
+    found = by_id(findings(model(events)))
+    # Then its 5 ms (4 ms blocked, 1 ms waiting for a CPU) go to the finding of what ended it
+    finding = found[expected]
+    assert (finding.offcpu_us, finding.blocked_us) == (5000, 4000)
+
+
+def test_a_lock_wait_comes_down_to_what_the_holder_waited_for() -> None:
+    # Given 11 blocked on a mutex 1 -> 5 ms while its holder, 12, waited for the disk 2 -> 4 ms
+    events = builder()
+    switch(events, 1000, 11, "S", 12, FUTEX)
+    switch(events, 2000, 12, "D", 0, "__schedule;schedule;io_schedule;do_fsync", cpu=0)
+    events.sched_waking(3900 * US, 0, 0, "swapper/0", 12, DISK)
+    switch(events, 4000, 0, "R", 12, "", prev_pid=0)
+    events.sched_waking(5000 * US, 10, 12, "app-12", 11, WAKE)
+    switch(events, 5200, 12, "S", 11, CONDITION)
+    finding = by_id(findings(model(events)))["lock_contention"]
+    # Then of its 4 ms blocked, the holder was off CPU waiting for the disk (its wait, 2 -> 4 ms,
+    # run queue included) 2 ms, and on CPU the other 2 ms
+    assert [(step.what, step.us) for step in finding.chain] == [("waited for disk I/O", 2000), ("ran", 2000)]
+    assert {root.what: root.share for root in finding.roots} == {"disk I/O": 0.5,
+                                                                  "a thread on CPU (or waiting for one)": 0.5}

@@ -1,0 +1,145 @@
+"""The engine on small event sequences in its own form (EventSink calls), with every
+expected microsecond worked out by hand in the comments.
+
+Times below are microseconds from the window's start (the helpers turn them into
+nanoseconds). Thread 11 and 12 are threads of process 10; tid 0 is the idle task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from offcpu.capture import CaptureInfo, Target
+from offcpu.engine import SliceBuilder, merge, to_model
+from offcpu.model import PREEMPTED, Model
+from offcpu.sched_events import Chain
+from offcpu.stacks import Stack
+
+US = 1000
+WINDOW_US = 10_000
+CPU = 0
+
+
+class NamedChains:
+    """The reader's half the engine needs after counting: chains here are frame names
+    joined by ';', leaf first, all of them the kernel's."""
+
+    name = "test"
+    skipped = 0
+
+    def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
+        return {chain: Stack(tuple(str(chain).split(";")), len(str(chain).split(";"))) for chain in chains}
+
+
+def info(switch_cost_ns: int | None = None) -> CaptureInfo:
+    return CaptureInfo(target=Target("pid", "test", pid=10), perf_command=[], kernel_release="", perf_version="",
+                       cpus=2, call_graph="fp", events=[], events_skipped=[], duration_requested_s=0.01,
+                       schedstats="absent", limits=None, window_start_ns=0, window_end_ns=WINDOW_US * US,
+                       switch_cost_ns=switch_cost_ns)
+
+
+def model(events: SliceBuilder, switch_cost_ns: int | None = None) -> Model:
+    totals, skipped = merge([events.finish(0)], 0, WINDOW_US * US, {})
+    return to_model(totals, NamedChains(), info(switch_cost_ns), 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
+
+
+def builder(switch_cost_us: int = 0) -> SliceBuilder:
+    return SliceBuilder(0, WINDOW_US * US, switch_cost_ns=switch_cost_us * US)
+
+
+def switch(events: SliceBuilder, at_us: int, prev: int, state: str, next_tid: int, chain: str,
+           in_after_us: int = 0, cpu: int = CPU) -> None:
+    """sched_switch from `prev` to `next_tid`, then perf's record of `next_tid` being in."""
+    events.sched_switch(at_us * US, cpu, 10 if prev else 0, prev, f"t{prev}", state, next_tid, chain)
+    if next_tid:
+        events.switch_in((at_us + in_after_us) * US, cpu, 10, next_tid, f"t{next_tid}")
+
+
+def row_of(result: Model, tid: int, stack: str):  # type: ignore[no-untyped-def]
+    [row] = [row for row in result.rows if row.tid == tid and ";".join(result.stacks[row.stack].frames) == stack]
+    return row
+
+
+def test_a_wait_is_blocked_until_its_wakeup_then_waits_for_a_cpu() -> None:
+    events = builder()
+    events.switch_in(500 * US, CPU, 10, 11, "worker")       # 11 runs from 500 (its record, no switch seen)
+    switch(events, 1000, 11, "S", 12, "futex_wait", 4)       # 11 sleeps at 1000; perf says 12 is in 4 µs later
+    events.sched_waking(4000 * US, 10, 12, "waker", 11, "futex_wake")  # 12 wakes 11 at 4000
+    switch(events, 4500, 12, "S", 11, "futex_wait", 10)      # 11 is switched in at 4500, perf says so 10 µs later
+    result = model(events)
+    row = row_of(result, 11, "futex_wait")
+    # off CPU 1000 -> 4500: 3500 µs, blocked until the wakeup at 4000 (3000), then 500 waiting for a CPU
+    assert (row.offcpu_us, row.blocked_us, row.runqueue_us, row.count) == (3500, 3000, 500, 1)
+    # woken by 12, from its stack at the wakeup
+    waker = result.wakers[row.waker]
+    assert (waker.tid, waker.kind, result.stacks[waker.stack].frames) == (12, "thread", ("futex_wake",))
+    # 11 on CPU 500 -> 1000 and 4500 -> 10000: 6000 µs, of which perf's 10 µs at its switch-in; off CPU
+    # since before the recording until 500, then 1000 -> 4500: 4000 µs; together, the window
+    thread = result.threads[11]
+    assert (thread.oncpu_us, thread.offcpu_us, thread.observer_us) == (6000, 4000, 10)
+    assert thread.oncpu_us + thread.offcpu_us == WINDOW_US
+    # 12: on CPU from the switch to it at 1000 to its own at 4500, perf's 4 µs included
+    assert (result.threads[12].oncpu_us, result.threads[12].observer_us) == (3500, 4)
+    assert result.runqueue_delays_us == {500: 1}
+
+
+def test_a_switch_in_from_an_unrecorded_thread_is_placed_by_the_switch_cost() -> None:
+    events = builder(switch_cost_us=20)
+    switch(events, 1000, 11, "S", 0, "futex_wait")  # to the idle task
+    events.sched_waking(2000 * US, 10, 12, "waker", 11, "futex_wake")
+    events.switch_in(2600 * US, CPU, 10, 11, "worker")  # from idle: no sched_switch names 11
+    result = model(events, switch_cost_ns=20 * US)
+    row = row_of(result, 11, "futex_wait")
+    # back at 2600 - 20 = 2580: off 1580, blocked 1000 (to the wakeup at 2000), run queue 580
+    assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (1580, 1000, 580)
+    assert result.estimated_switch_ins == 1 and result.threads[11].observer_us == 20
+
+
+def test_a_switch_in_after_a_recorded_threads_exit_costs_perf_nothing() -> None:
+    events = builder(switch_cost_us=20)
+    switch(events, 1000, 11, "S", 0, "futex_wait", cpu=1)
+    events.sched_waking(2000 * US, 10, 13, "child", 11, "futex_wake")
+    events.exit(2400 * US, 1, 10, 13)  # 13 exits on CPU 1; perf records nothing of it after this
+    events.switch_in(2600 * US, 1, 10, 11, "worker")
+    row = row_of(model(events, switch_cost_ns=20 * US), 11, "futex_wait")
+    # back at perf's record, 2600: off 1600, blocked 1000, run queue 600
+    assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (1600, 1000, 600)
+
+
+def test_a_preempted_thread_only_waits_for_a_cpu() -> None:
+    events = builder()
+    switch(events, 1000, 11, "R", 12, "preempt_schedule")
+    switch(events, 1800, 12, "S", 11, "futex_wait")
+    row = row_of(model(events), 11, "preempt_schedule")
+    assert (row.state, row.offcpu_us, row.blocked_us, row.runqueue_us, row.waker) == (PREEMPTED, 800, 0, 800, None)
+
+
+def test_a_wakeup_before_the_switch_out_makes_the_whole_gap_run_queue_delay() -> None:
+    events = builder()
+    events.switch_in(100 * US, CPU, 10, 11, "worker")
+    events.sched_waking(900 * US, 10, 12, "waker", 11, "futex_wake")  # 11 is still on CPU, on its way to sleep
+    switch(events, 1000, 11, "S", 0, "futex_wait")
+    switch(events, 1300, 12, "S", 11, "futex_wait", cpu=1)
+    row = row_of(model(events), 11, "futex_wait")
+    assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (300, 0, 300)
+
+
+def test_a_wait_is_linked_to_what_its_waker_waited_for_meanwhile() -> None:
+    events = builder()
+    # 11 waits for a lock from 1000; 12, which holds it, waits for the disk from 2000 to 4000
+    switch(events, 1000, 11, "S", 12, "futex_wait")
+    switch(events, 2000, 12, "D", 0, "io_schedule")
+    events.sched_waking(3900 * US, 0, 0, "swapper/0", 12, "asm_common_interrupt")  # the disk's interrupt
+    switch(events, 4000, 0, "R", 12, "")
+    # then 12 lets the lock go at 5000, waking 11, which is in at 5200
+    events.sched_waking(5000 * US, 10, 12, "holder", 11, "futex_wake")
+    switch(events, 5200, 12, "S", 11, "futex_wait")
+    result = model(events)
+    waiter, holder = row_of(result, 11, "futex_wait"), row_of(result, 12, "io_schedule")
+    assert (waiter.offcpu_us, waiter.blocked_us) == (4200, 4000)
+    assert (holder.offcpu_us, holder.blocked_us, holder.runqueue_us) == (2000, 1900, 100)
+    # of 11's 4000 µs blocked (1000 -> 5000), 12 was off CPU in its disk wait 2000 -> 4000
+    [link] = result.links
+    assert (result.rows[link.waiter_row], result.rows[link.waker_row], link.overlap_us, link.count) == \
+        (waiter, holder, 2000, 1)
+    assert result.wakers[holder.waker].kind == "interrupt"

@@ -1,0 +1,133 @@
+"""The native reader on committed captures, against perf script on the same files, and on bad input."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from offcpu.errors import OffcpuError
+from offcpu.native_reader import NativeReader, unsupported
+from offcpu.perf_data import constant, state_names
+from offcpu.symbols import without_parameters
+from tests.native_compare import KeepingSink, first_difference, native_events
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+NATIVE_FIXTURES = ("native_futex_pid", "native_cpp_command")
+FUZZ_SECONDS = 3.0
+
+
+@pytest.mark.parametrize("name", NATIVE_FIXTURES)
+def test_events_equal_perf_script(perf: str, name: str) -> None:
+    assert first_difference(perf, FIXTURES / name / "perf.data") is None
+
+
+def test_a_fixture_has_every_kind_of_event() -> None:
+    events, _ = native_events(FIXTURES / "native_cpp_command" / "perf.data")
+    kinds = {event[0] for event in events}
+    assert kinds >= {"sched_switch", "sched_waking", "switch_in", "switch_out", "fork", "exit", "comm"}
+
+
+def test_prev_state_is_read_from_the_format() -> None:
+    fmt = ('"prev_state=%s%s", (REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002) + 1) << 1) - 1)) ? '
+           '__print_flags(REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002) + 1) << 1) - 1), "|", '
+           '{ 0x00000001, "S" }, { 0x00000002, "D" }) : "R", REC->prev_state & (((0x00000000 | 0x00000001 | '
+           '0x00000002) + 1) << 1) ? "+" : ""')
+    names = state_names(fmt)
+    assert names is not None
+    assert (names.name(0), names.name(1), names.name(2), names.name(3), names.name(8)) == ("R", "S", "D", "S|D", "R")
+
+
+def test_constant_refuses_anything_but_arithmetic() -> None:
+    assert constant("((0x1 | 0x2) + 1) << 1") == 8
+    with pytest.raises(ValueError):
+        constant("__import__('os')")
+
+
+def test_parameters_are_dropped_as_perf_drops_them() -> None:
+    # perf 6.1 shows, for instance, shop::Basket<std::pair<int, long> >::fill (see test_events_equal_perf_script)
+    assert without_parameters("shop::Basket<std::pair<int, long> >::fill(int)") == \
+        "shop::Basket<std::pair<int, long> >::fill"
+    assert without_parameters("void shop::take<int>(std::vector<int, std::allocator<int> >&) const") == \
+        "shop::take<int>"
+    assert without_parameters("main::{lambda()#1}::operator()() const") == "main::{lambda()#1}::operator()"
+
+
+def test_a_file_of_the_other_byte_order_is_unsupported(tmp_path: Path) -> None:
+    copy = tmp_path / "perf.data"
+    data = bytearray((FIXTURES / "native_futex_pid" / "perf.data").read_bytes())
+    data[:8] = data[:8][::-1]
+    copy.write_bytes(bytes(data))
+    reason = unsupported(copy)
+    assert reason is not None and "byte order" in reason
+    with pytest.raises(OffcpuError, match="byte order"):
+        NativeReader(copy)
+
+
+@pytest.mark.parametrize("content", [b"", b"PERFILE2", b"\x1f\x8b\x08\x00 a gzip file" * 10, bytes(range(256)) * 40],
+                         ids=["empty", "magic only", "another tool's file", "random"])
+def test_what_is_not_perf_data_is_one_error(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "perf.data"
+    path.write_bytes(content)
+    with pytest.raises(OffcpuError) as raised:
+        NativeReader(path)
+    assert "\n" not in raised.value.format_message()
+
+
+def test_a_cut_file_is_one_error(tmp_path: Path) -> None:
+    original = (FIXTURES / "native_futex_pid" / "perf.data").read_bytes()
+    for cut in (100, 1000, len(original) // 2, len(original) - 9):
+        path = tmp_path / "perf.data"
+        path.write_bytes(original[:cut])
+        with pytest.raises(OffcpuError, match="perf.data"):
+            NativeReader(path)
+
+
+def _read_damaged(path: Path) -> None:
+    """Read as a report would: every event, then the chains' names."""
+    try:
+        reader = NativeReader(path)
+        sink = KeepingSink()
+        reader.read(sink)
+        reader.stacks({event[-1] for event in sink.events if event[0] in ("sched_switch", "sched_waking")})
+    except OffcpuError:
+        pass
+
+
+def test_fuzzed_files_raise_nothing_but_offcpu_errors(tmp_path: Path) -> None:
+    """Random cuts and bit flips of a capture, and random bytes, for a few seconds: no other exception."""
+    original = (FIXTURES / "native_futex_pid" / "perf.data").read_bytes()
+    chooser = random.Random(13)
+    path = tmp_path / "perf.data"
+    deadline = time.monotonic() + FUZZ_SECONDS
+    tried = 0
+    while time.monotonic() < deadline:
+        damaged = bytearray(original)
+        for _ in range(chooser.randint(1, 20)):
+            damaged[chooser.randrange(len(damaged))] ^= 1 << chooser.randrange(8)
+        if chooser.random() < 0.3:
+            damaged = damaged[:chooser.randrange(len(damaged))]
+        if chooser.random() < 0.05:
+            damaged = bytearray(chooser.randbytes(chooser.randrange(2000)))
+        path.write_bytes(bytes(damaged))
+        _read_damaged(path)
+        tried += 1
+    assert tried > 10
+
+
+def test_unknown_record_types_are_counted(tmp_path: Path) -> None:
+    """A record of a type no perf writes (its header rewritten) is skipped and counted."""
+    source = FIXTURES / "native_cpp_command" / "perf.data"
+    reader = NativeReader(source)
+    data = bytearray(source.read_bytes())
+    exit_record = next(at for at in reader.index.task_records if data[at] == 4)  # an EXIT record
+    data[exit_record] = 60  # unknown kernel record type
+    copy = tmp_path / "perf.data"
+    copy.write_bytes(bytes(data))
+    damaged = NativeReader(copy)
+    assert damaged.skipped == reader.skipped + 1
+    events, _ = native_events(copy)
+    original, _ = native_events(source)
+    assert len([e for e in events if e[0] == "exit"]) == len([e for e in original if e[0] == "exit"]) - 1
