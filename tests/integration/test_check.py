@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("perf")
 CASES = {
     "mmap_contention": ({"mmap_lock not above info"}, "mmap_contention_fixed"),
     "thread_churn": ({"stack_cache_lock not above info", "thread_churn not above info"}, "thread_churn_fixed"),
-    "futex_contention": ({"futex_contention not above info"}, "futex_contention_fixed"),
+    "futex_contention": ({"lock_contention not above info"}, "futex_contention_fixed"),
     "thread_per_request": ({"thread_churn not above info"}, "thread_per_request_fixed"),
 }
 NO_GITHUB = {name: value for name, value in os.environ.items() if not name.startswith("GITHUB_")}
@@ -58,7 +58,7 @@ def test_the_fixed_twin_passes(example_capture, tmp_path, program):
     _, twin = CASES[program]
     status, verdict = verdict_of(tmp_path, str(example_capture(twin)))
     assert status == 0 and verdict["verdict"] == "pass" and not failed(verdict), verdict["checks"]
-    assert verdict["policy"]["source"] == "defaults" and len(verdict["checks"]) == 6
+    assert verdict["policy"]["source"] == "defaults" and len(verdict["checks"]) == 7
 
 
 def test_an_idle_pool_passes(example_capture, tmp_path):
@@ -135,12 +135,12 @@ def test_a_run_against_itself_is_no_regression(example_capture, tmp_path, regres
 
 def test_policy_limits_pass_and_fail_on_the_measured_values(example_capture, tmp_path):
     policy = tmp_path / "limits.toml"
-    policy.write_text('fail_above_info = ["mmap_lock"]\nfutex_contention.max_share = 0.2\n'
-                      "futex_contention.max_ms_per_s = 1000000\n[runqueue]\nmax_p99_ms = 1000\n")
+    policy.write_text('fail_above_info = ["mmap_lock"]\nlock_contention.max_share = 0.2\n'
+                      "lock_contention.max_ms_per_s = 1000000\n[runqueue]\nmax_p99_ms = 1000\n")
     status, verdict = verdict_of(tmp_path, "--policy", str(policy), str(example_capture("futex_contention")))
-    assert status == 1 and failed(verdict) == {"futex_contention.max_share"}
+    assert status == 1 and failed(verdict) == {"lock_contention.max_share"}
     assert {item["name"] for item in verdict["checks"]} == {
-        "mmap_lock not above info", "futex_contention.max_share", "futex_contention.max_ms_per_s",
+        "mmap_lock not above info", "lock_contention.max_share", "lock_contention.max_ms_per_s",
         "runqueue.max_p99_ms"}
     assert verdict["policy"]["regression"] == {"max_share_growth": 0.05, "max_relative_growth": 0.5}
 
@@ -161,13 +161,13 @@ def test_junit_file_has_the_usual_structure(example_capture, tmp_path):
         assert float(suite.get("time")) >= 0 and all(float(case.get("time")) >= 0 for case in cases)
     policy_cases = {case.get("name"): case for case in suites[0].findall("testcase")}
     assert list(policy_cases) == [rule.id for rule in RULES]  # every rule, gated or not
-    failure = policy_cases["futex_contention"].find("failure")
-    assert failure is not None and "futex_contention" in failure.get("message") and "mutex" in failure.text
+    failure = policy_cases["lock_contention"].find("failure")
+    assert failure is not None and "lock_contention" in failure.get("message") and "mutex" in failure.text
     assert policy_cases["mmap_lock"].find("failure") is None and policy_cases["mmap_lock"].find("system-out") is not None
     assert "not checked" in policy_cases["runqueue"].findtext("system-out")
     for count in ("tests", "failures", "errors"):
         assert int(root.get(count)) == sum(int(suite.get(count)) for suite in suites)
-    assert int(root.get("failures")) >= 2  # the policy's and the baseline's futex_contention
+    assert int(root.get("failures")) >= 2  # the policy's and the baseline's lock_contention
 
 
 def test_github_outputs_only_when_asked(example_capture, tmp_path):
@@ -182,9 +182,9 @@ def test_github_outputs_only_when_asked(example_capture, tmp_path):
     result = check(capture, env=env)
     assert result.returncode == 1, result.stderr
     annotations = [line for line in result.stdout.splitlines() if line.startswith("::error")]
-    assert 1 <= len(annotations) <= 10 and "futex_contention" in annotations[0]
+    assert 1 <= len(annotations) <= 10 and "lock_contention" in annotations[0]
     text = summary.read_text()
-    assert text.startswith("earlier step\n### offcpu check: FAIL") and "| ❌ | futex_contention not above info |" in text
+    assert text.startswith("earlier step\n### offcpu check: FAIL") and "| ❌ | lock_contention not above info |" in text
 
 
 def test_an_unwritable_step_summary_does_not_change_the_verdict(example_capture, tmp_path):
@@ -225,7 +225,7 @@ def test_check_records_a_command_and_keeps_the_capture(tmp_path):
     # Then it is recorded, kept, and fails on its contention
     assert result.returncode == 1, result.stderr
     assert (capture / "capture.json").exists() and (capture / "perf.data").exists()
-    assert "FAIL" in result.stdout and "futex_contention not above info" in result.stdout
+    assert "FAIL" in result.stdout and "lock_contention not above info" in result.stdout
     assert "offcpu check: FAIL" in result.stdout.splitlines()[-1]
     # and says once where the capture is kept and how to look into it
     [kept] = [line for line in result.stderr.splitlines() if "kept" in line]

@@ -24,7 +24,7 @@ CHURN = {"stack_cache_lock", "thread_churn"}
 CASES = {
     "mmap_contention": ({"mmap_lock"}, "mmap_contention_fixed"),
     "thread_churn": (CHURN, "thread_churn_fixed"),
-    "futex_contention": ({"futex_contention"}, "futex_contention_fixed"),
+    "futex_contention": ({"lock_contention"}, "futex_contention_fixed"),
     # a thread per request piles up thousands of short-lived threads that contend on the
     # stack cache lock; it caps itself far below the thread and map limits, so thread_limits stays quiet
     "thread_per_request": (CHURN, "thread_per_request_fixed"),
