@@ -190,6 +190,9 @@ def _check_same_recording(perf_data: Path, info: CaptureInfo) -> None:
                   if attr.type == TYPE_TRACEPOINT and attr.config in data.tracepoints}
     finally:
         data.map.close()
+    if events and SWITCH not in events:
+        raise OffcpuError(f"{perf_data} was recorded without {SWITCH}, which off-CPU time comes from; "
+                          f"{RECORD_AGAIN}, which records it")
     if command is not None and command != info.perf_command:
         raise OffcpuError(f"{perf_data} is another recording than the one {METADATA} beside it describes (perf "
                           f"recorded it with another command); keep each perf.data with its own {METADATA}, or "
