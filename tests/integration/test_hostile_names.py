@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from offcpu.analysis import READERS
 from tests.conftest import example, run_offcpu
 from tests.fixtures import HOSTILE_NAMES
 
@@ -25,13 +26,15 @@ pytestmark = pytest.mark.usefixtures("perf")
 def test_every_name_is_read(example_capture):
     # Given a recording of threads with hostile names
     capture = str(example_capture("hostile_names"))
-    # Then the JSON report has every thread, under the name it gave itself, and nothing unread
-    # (but the empty name: the engine takes "" for no name, and keeps the creator's)
-    result = run_offcpu("report", "json", capture)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert HOSTILE_NAMES - {""} <= {thread["comm"] for thread in report["threads"]}
-    assert report["counts"]["unreadable_events"] == 0 and report["caveats"] == []
+    # Then the JSON report has every thread, under the name it gave itself, and nothing unread,
+    # whether perf.data is read directly or through perf script's text (but the empty name: the
+    # engine takes "" for no name, and keeps the creator's)
+    for reader in READERS:
+        result = run_offcpu("report", "json", "--reader", reader, capture)
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert HOSTILE_NAMES - {""} <= {thread["comm"] for thread in report["threads"]}, reader
+        assert report["counts"]["unreadable_events"] == 0 and report["caveats"] == [], reader
     # and a folded line a stack (a name's newline is written out), and the check runs to its end
     folded = run_offcpu("report", "folded", capture)
     assert folded.returncode == 0 and all(re.fullmatch(r"\S.* \d+", line) for line in folded.stdout.splitlines())
@@ -51,6 +54,10 @@ def test_a_newline_in_a_program_s_name_does_not_hide_its_contention(tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     failed = {check["name"] for check in json.loads(verdict.read_text())["checks"] if not check["passed"]}
     assert "mmap_lock not above info" in failed
+    # and so does what perf script prints of it, every event read
+    report = json.loads(run_offcpu("report", "json", "--reader", "perf-script", str(tmp_path / "run")).stdout)
+    assert report["counts"]["unreadable_events"] == 0
+    assert {finding["id"]: finding["severity"] for finding in report["findings"]}["mmap_lock"] != "info"
 
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # what must not reach a terminal or a page, but \t and \n
