@@ -3,18 +3,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import struct
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from offcpu import system
-from offcpu.capture import PERF_DATA, CaptureInfo, load
+from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, load
 from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH
 from offcpu.model import Model
 from offcpu.native_reader import NativeReader, unsupported
+from offcpu.perf_data import TYPE_TRACEPOINT, PerfData, damaged, open_perf_data
 from offcpu.perf_script import PerfScriptReader
 from offcpu.sched_events import CaptureReader
 from offcpu.symbols import KERNEL_SYMBOLS
@@ -24,6 +28,14 @@ READERS = (NativeReader.name, PerfScriptReader.name)
 RECORD_AGAIN = "record it again with 'offcpu record'"
 # Less cannot be cut into one perf script --time slice per CPU, and would show nothing anyway.
 MIN_WINDOW_NS = 1_000_000
+# perf.data begins with its magic, the header's and an attribute's sizes, then where its
+# attributes and its events are (offset and size each): perf's perf_file_header.
+PERF_MAGIC = b"PERFILE2"
+PERF_HEADER = struct.Struct("<8sQQQQQQ")
+HASHED_MAX = 1 << 20  # of perf.data's header, and of its features: never more than this of each
+# `perf report --header-only`: one line per event.
+EVENT_NAME = re.compile(r"^# event : name = ([^,]+),", re.MULTILINE)
+FEATURE_CMDLINE = 11  # perf.data's feature section of the command perf recorded with (HEADER_CMDLINE)
 
 
 def load_model(directory: Path, window_s: tuple[float, float] | None = None, reader: str | None = None,
@@ -65,6 +77,7 @@ def build(directory: Path, window_s: tuple[float, float] | None = None, reader: 
     if info.samples == 0 and not info.threads_at_start:
         raise OffcpuError(f"{perf_data} holds no scheduler event, and no thread of the target was seen when it "
                           "began: nothing ran during the recording; record again while the target is busy")
+    _check_same_recording(perf_data, info)
     chosen, why = choose_reader(directory, info, reader)
     model = build_model(chosen, info, window, on_progress)
     model.perf_data = identity
@@ -90,13 +103,27 @@ def _save(cache: Path, model: Model) -> None:
 
 
 def _identity(perf_data: Path) -> dict:
+    """What ties a saved model to its perf.data: its size and a hash of all perf wrote in it
+    but the events (its header, the events' attributes with ids of their own, and at the end
+    its features: the command line, the time of its first and last sample...), a few KB
+    whatever its size. Not its modification time: a copy is the same recording."""
     try:
-        stat = perf_data.stat()
+        size = perf_data.stat().st_size
+        with perf_data.open("rb") as file:
+            header = file.read(PERF_HEADER.size)
+            digest = hashlib.sha256(header)
+            if len(header) == PERF_HEADER.size and header.startswith(PERF_MAGIC):
+                data_offset, data_size = PERF_HEADER.unpack(header)[-2:]
+                digest.update(file.read(min(max(data_offset - PERF_HEADER.size, 0), HASHED_MAX)))
+                file.seek(min(data_offset + data_size, size))  # a damaged header may point anywhere
+                digest.update(file.read(HASHED_MAX))
     except FileNotFoundError:
         raise OffcpuError(f"{perf_data} is missing; {RECORD_AGAIN}") from None
-    if stat.st_size == 0:
+    except OSError as error:
+        raise OffcpuError(f"cannot read {perf_data} ({error.strerror}); {RECORD_AGAIN}") from None
+    if size == 0:
         raise OffcpuError(f"{perf_data} is empty; {RECORD_AGAIN}")
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    return {"size": size, "sha256_of_header": digest.hexdigest()}
 
 
 def _read_cache(path: Path) -> Model | None:
@@ -137,14 +164,67 @@ def _check_readable(perf: str, perf_data: Path, info: CaptureInfo) -> None:
             f"this capture was recorded on kernel {info.kernel_release} and this machine runs "
             f"{system.kernel_release()}: perf would name its kernel frames wrongly; report it on the "
             "machine that recorded it (the model it saves there travels with the capture)")
-    done = subprocess.run([perf, "evlist", "-i", str(perf_data)], capture_output=True, text=True)
+    done = subprocess.run([perf, "report", "--header-only", "-i", str(perf_data)], capture_output=True,
+                          encoding="utf-8", errors="replace")
     if done.returncode != 0:
         reason = (done.stderr.strip().splitlines() or ["unreadable"])[-1]
         raise OffcpuError(f"perf cannot read {perf_data} ({reason}): it is truncated or not a perf.data; "
                           f"{RECORD_AGAIN}")
-    if SWITCH not in done.stdout.split():
+    if SWITCH not in EVENT_NAME.findall(done.stdout):
         raise OffcpuError(f"{perf_data} was recorded without {SWITCH}, which off-CPU time comes from; "
                           f"{RECORD_AGAIN}, which records it")
+
+
+def _check_same_recording(perf_data: Path, info: CaptureInfo) -> None:
+    """perf.data must be the recording capture.json describes, as its own header says: the
+    command perf recorded with (which names the target) and its events. Another recording's
+    perf.data would be read with this one's target, window and threads. (A file that is no
+    perf.data its header can be read from is left to the reader to refuse.)"""
+    try:
+        data = open_perf_data(perf_data)
+    except OffcpuError:
+        return
+    try:
+        command = _recorded_command(data)
+        events = {data.tracepoints[attr.config].full_name for attr in data.attrs
+                  if attr.type == TYPE_TRACEPOINT and attr.config in data.tracepoints}
+    finally:
+        data.map.close()
+    if events and SWITCH not in events:
+        raise OffcpuError(f"{perf_data} was recorded without {SWITCH}, which off-CPU time comes from; "
+                          f"{RECORD_AGAIN}, which records it")
+    if command is not None and command != info.perf_command:
+        raise OffcpuError(f"{perf_data} is another recording than the one {METADATA} beside it describes (perf "
+                          f"recorded it with another command); keep each perf.data with its own {METADATA}, or "
+                          f"{RECORD_AGAIN}")
+    missing = [event["name"] for event in info.events if events and event["name"] not in events]
+    if missing:
+        raise OffcpuError(f"{METADATA} lists the events {', '.join(missing)}, which perf did not record in "
+                          f"{perf_data}; it was edited or damaged: {RECORD_AGAIN}")
+    if info.perf_command[-len(info.target.perf_args()):] != info.target.perf_args():
+        raise OffcpuError(f"{METADATA} names the target {info.target.describe()}, which is not what perf recorded "
+                          f"in {perf_data}; it was edited or damaged: {RECORD_AGAIN}")
+
+
+def _recorded_command(data: PerfData) -> list[str] | None:
+    """The arguments perf recorded with, from perf.data's header (None when it has none: a
+    pipe's): a count, then each argument as a length and as many bytes, NUL-padded."""
+    if FEATURE_CMDLINE not in data.features:
+        return None
+    offset, size = data.features[FEATURE_CMDLINE]
+    end = offset + size
+    try:
+        (count,), at = struct.unpack_from("<I", data.map, offset), offset + 4
+        arguments = []
+        for _ in range(count):
+            (length,), at = struct.unpack_from("<I", data.map, at), at + 4
+            if at + length > end:
+                raise struct.error("past its section")
+            arguments.append(bytes(data.map[at:at + length]).rstrip(b"\0").decode(errors="replace"))
+            at += length
+    except struct.error:
+        raise damaged(data.path, "the command it was recorded with is damaged") from None
+    return arguments
 
 
 def _window_ns(info: CaptureInfo, window_s: tuple[float, float] | None) -> tuple[int, int] | None:

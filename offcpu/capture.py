@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
 
 SCHEMA = "offcpu-capture/1"
 PERF_DATA = "perf.data"
@@ -33,13 +34,24 @@ class Target:
     command: tuple[str, ...] = ()
 
     def describe(self) -> str:
+        """The target in words, for people (see escaping.printable)."""
         if self.kind == "all":
             return "all CPUs"
         if self.kind == "command":
-            return f"command {shlex.join(self.command)}" + (f" (pid {self.pid})" if self.pid else "")
+            return printable(f"command {shlex.join(self.command)}") + (f" (pid {self.pid})" if self.pid else "")
         if self.kind == "tid":
-            return f"thread {self.tid} of {self.comm} (pid {self.pid})"
-        return f"{self.comm} (pid {self.pid})"
+            return f"thread {self.tid} of {printable(self.comm)} (pid {self.pid})"
+        return f"{printable(self.comm)} (pid {self.pid})"
+
+    def perf_args(self) -> list[str]:
+        """How `perf record` is told to record this target (the last of its arguments)."""
+        if self.kind == "pid":
+            return ["--pid", str(self.pid)]
+        if self.kind == "tid":
+            return ["--tid", str(self.tid)]
+        if self.kind == "all":
+            return ["--all-cpus"]
+        return ["--", *self.command]
 
 
 @dataclass
@@ -104,8 +116,7 @@ class CaptureInfo:
         _check_types(data, cls)
         _check_types(target, Target)
         info = cls(**{**data, "target": Target(**{**target, "command": tuple(target.get("command", ()))})})
-        if info.window_end_ns <= info.window_start_ns:
-            raise ValueError(f"its window, {info.window_start_ns} to {info.window_end_ns} ns, is empty")
+        _check_values(info)
         return info
 
 
@@ -126,6 +137,69 @@ def _check_types(data: dict, kind: type) -> None:
         value, allowed = data[item.name], JSON_TYPES.get(str(item.type), (object,))
         if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
             raise TypeError(f"{item.name} is {json.dumps(value)[:40]}, not {item.type}")
+
+
+# The least each count and time of capture.json can be.
+AT_LEAST = {"cpus": 1, "samples": 0, "switch_records": 0, "lost_events": 0, "perf_data_bytes": 0,
+            "window_start_ns": 0, "duration_actual_s": 0}
+TARGET_KINDS = ("pid", "tid", "all", "command")
+
+
+def _check_values(info: CaptureInfo) -> None:
+    """ValueError naming the first value that cannot be (a hand-edited or damaged capture.json),
+    before anything is said or computed from it: a count below zero, a target that is none,
+    threads, events or limits that are not what offcpu wrote."""
+    _check_numbers(info)
+    _check_target(info.target)
+    _check_lists(info)
+
+
+def _check_numbers(info: CaptureInfo) -> None:
+    for name, least in AT_LEAST.items():
+        if getattr(info, name) < least:
+            raise ValueError(f"{name} is {getattr(info, name)}, less than {least}")
+    if info.duration_requested_s <= 0:
+        raise ValueError(f"duration_requested_s is {info.duration_requested_s}, not a duration")
+    if info.window_end_ns <= info.window_start_ns:
+        raise ValueError(f"its window, {info.window_start_ns} to {info.window_end_ns} ns, is empty")
+
+
+def _check_target(target: Target) -> None:
+    if target.kind not in TARGET_KINDS or (target.kind == "command") != bool(target.command) or any(
+            number is not None and number < 1 for number in (target.pid, target.tid)):
+        raise ValueError(f"target is {json.dumps(asdict(target))[:80]}, not a process, thread, command or all CPUs")
+
+
+def _check_lists(info: CaptureInfo) -> None:
+    for tid, state in info.threads_at_start.items():
+        if not (tid.isdecimal() and isinstance(state, list) and len(state) == 2
+                and all(isinstance(item, str) for item in state)):
+            raise ValueError(f"threads_at_start holds {json.dumps({tid: state})[:60]}, not a tid and its [comm, state]")
+    for name, items, fields in (("events", info.events, EVENT_FIELDS), ("events_skipped", info.events_skipped,
+                                                                          SKIPPED_FIELDS)):
+        if not all(isinstance(item, dict) and _typed(item, fields) for item in items):
+            raise ValueError(f"{name} holds something other than events as offcpu writes them")
+    for name, snapshot in (("limits", info.limits), ("limits_peak", info.limits_peak)):
+        if snapshot is not None and not _limits_snapshot(snapshot):
+            raise ValueError(f"{name} is not a snapshot of the target's limits as offcpu writes it")
+
+
+EVENT_FIELDS = {"name": str, "call_graph": bool, "why": str}
+SKIPPED_FIELDS = {"name": str, "why": str}
+LIMIT_FIELDS = {"name": str, "used": int, "limit": (int, type(None)), "what": str, "share": (int, float, type(None))}
+
+
+def _typed(item: dict, fields: dict[str, type | tuple[type, ...]]) -> bool:
+    """Whether each of `fields` of `item` has its type (JSON's true is no number)."""
+    return all(isinstance(item.get(name), kind) and (kind is bool or not isinstance(item.get(name), bool))
+               for name, kind in fields.items())
+
+
+def _limits_snapshot(snapshot: dict) -> bool:
+    """Whether `snapshot` is offcpu.limits.LimitsSnapshot.to_json(), as the findings read it."""
+    limits = snapshot.get("limits")
+    return isinstance(snapshot.get("threads"), int) and isinstance(limits, list) and all(
+        isinstance(item, dict) and _typed(item, LIMIT_FIELDS) for item in limits)
 
 
 def save(directory: Path, info: CaptureInfo) -> None:

@@ -33,7 +33,7 @@ from offcpu.claims import (FUTEX_UNKNOWN, HANDOFF, IDLE, IDLE_MEAN_WAIT_US, IO_W
                            RUNQUEUE, SERIALIZATION, STACK_CACHE_LOCK, THREAD_CHURN, Claims, Root)
 from offcpu.locktable import LockTable, load_table
 from offcpu.model import BEFORE_WINDOW, Model, Row
-from offcpu.stacks import reading
+from offcpu.stacks import drawn_alone, reading
 from offcpu.summaries import runqueue_percentiles
 from offcpu.waits import CAUSE_WORDS, PEER, Waits
 
@@ -534,8 +534,8 @@ def _heaviest(model: Model, weighted: list[tuple[int, str, int, int]]) -> tuple[
         by_stack: dict[int, int] = defaultdict(int)
         for stack_index, us, _ in group:
             by_stack[stack_index] += us
-        shown = model.stacks[max(by_stack, key=by_stack.__getitem__)]  # the group's heaviest stack
-        said.append(Evidence(tuple(reversed(shown.frames)), shown.kernel_frames, state, sum(us for _, us, _ in group),
+        frames, kernel_frames = drawn_alone(model.stacks[max(by_stack, key=by_stack.__getitem__)])  # the heaviest
+        said.append(Evidence(frames, kernel_frames, state, sum(us for _, us, _ in group),
                              sum(count for _, _, count in group)))
     return tuple(sorted(said, key=lambda item: -item.offcpu_us)[:EVIDENCE_STACKS])
 

@@ -4,7 +4,6 @@ port inferno-flamegraph. offcpu runs them; it never carries their code."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
 
 DEBIAN_NYTPROF_COPY = Path("/usr/share/perl5/Devel/NYTProf/flamegraph.pl")
 CHECKOUTS = (Path.home() / "FlameGraph", Path("/opt/FlameGraph"))
@@ -24,7 +24,6 @@ HOW_TO_GET_ONE = (
 # it, so escaping here would show "&amp;" in inferno's graphs. Instead, what XML
 # gives a meaning to becomes a look-alike that neither renderer changes.
 TITLE_LOOKALIKES = str.maketrans({"&": "\uff06", "<": "\u2039", ">": "\u203a", '"': "''"})  # ＆ ‹ › ''
-NOT_XML_TEXT = re.compile("[\x00-\x1f\ud800-\udfff\ufffe\uffff]")  # controls, lone surrogates, non-characters
 RENDERERS = ("inferno-flamegraph", "flamegraph.pl")  # the names a renderer goes by, the faster first
 # Older flamegraph.pl, Debian's copy among them, turns < and > in frame names into ( and ) with
 # this line of its source; inferno and a current flamegraph.pl escape them.
@@ -98,22 +97,23 @@ def require_renderer(explicit: str | None = None) -> Renderer:
 
 
 def safe_title(title: str) -> str:
-    """`title` as either renderer can put it into an SVG unescaped and still be XML:
-    & < > and " as look-alikes (＆ ‹ › ''), control characters as spaces, and what
-    is not text at all (lone surrogates of undecodable bytes, non-characters) as U+FFFD."""
-    return NOT_XML_TEXT.sub(lambda found: " " if found[0] < " " else "\ufffd", title.translate(TITLE_LOOKALIKES))
+    """`title` as either renderer can put it into an SVG unescaped and still be XML: & < >
+    and " as look-alikes (＆ ‹ › ''), and what does not print (controls, which XML does not
+    allow, non-characters, lone surrogates) escaped (see escaping.printable)."""
+    return printable(title).translate(TITLE_LOOKALIKES)
 
 
 def render_svg(renderer: Renderer, lines: Iterable[str], title: str, inverted: bool = False) -> str:
     """An off-CPU flame graph of folded lines ("frames count" or, for a differential
     graph, "frames before after"), with only the options both renderers share.
-    Any title will do: it is made safe for the SVG here (see safe_title). For a
+    Any title and names will do: they are made safe for the SVG here (see safe_title,
+    escaping.printable). For a
     renderer that would draw C++'s `Basket<std::pair<int, long> >` as
     `Basket(std::pair(int, long) )`, < and > in names become ‹ and ›."""
     argv = [*renderer.command, "--title", safe_title(title), "--countname", "us", "--colors", "io"]
     if inverted:
         argv.append("--inverted")
-    text = "".join(f"{line}\n" for line in lines)
+    text = "".join(f"{printable(line)}\n" for line in lines)  # a folded file's names too (report diff)
     if renderer.angle_brackets_as_parentheses:
         text = text.translate(NAME_LOOKALIKES)
     # flamegraph.pl cuts labels to fit their frames: with PERL_UNICODE it reads its input and

@@ -12,6 +12,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from offcpu.system import proc_text
+
 X86_64 = 62
 SHT_SYMTAB, SHT_DYNSYM = 2, 11
 SHF_EXECINSTR = 0x4
@@ -100,7 +102,7 @@ def _sets_up_frame(data: bytes, offset: int) -> bool:
 
 def libc_of(pid: int | str) -> str | None:
     """The C library mapped into a process ('self' for this one)."""
-    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+    for line in proc_text(f"/proc/{pid}/maps").splitlines():
         path = line.split(maxsplit=5)[-1]
         name = Path(path).name
         if name.startswith("libc.so") or (name.startswith("libc-") and ".so" in name):

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
-from offcpu.system import read_int_sysctl
+from offcpu.system import proc_text, read_int_sysctl
 
 WARN_FROM = 0.8
 PF_KTHREAD = 0x00200000  # in the flags of /proc/PID/stat: a kernel thread
@@ -63,7 +63,7 @@ def process_exists(pid: int) -> bool:
 
 def _status_fields(pid: int) -> dict[str, str]:
     fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    for line in proc_text(f"/proc/{pid}/status").splitlines():
         key, _, value = line.partition(":")
         fields[key] = value.strip()
     return fields
@@ -75,7 +75,8 @@ def thread_group_of(tid: int) -> int:
 
 
 def command_name(pid: int) -> str:
-    return Path(f"/proc/{pid}/comm").read_text().strip()
+    """The process's name as its main thread set it (the kernel ends it with a newline)."""
+    return proc_text(f"/proc/{pid}/comm").removesuffix("\n")
 
 
 def _stat_fields(stat: str) -> tuple[str, list[str]]:
@@ -85,7 +86,7 @@ def _stat_fields(stat: str) -> tuple[str, list[str]]:
 
 
 def _read_stat(path: str) -> tuple[str, list[str]]:
-    return _stat_fields(Path(path).read_bytes().decode(errors="replace"))
+    return _stat_fields(proc_text(path))
 
 
 def is_kernel_thread(pid: int) -> bool:
@@ -130,7 +131,7 @@ def _threads_of_user(uid: str) -> int:
     total = 0
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
-            fields = status.read_text().split("\n")
+            fields = proc_text(status).split("\n")
         except OSError:
             continue  # the process exited while we looked
         entries = dict(line.split(":", 1) for line in fields if ":" in line)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from offcpu.capture import CaptureInfo
 from offcpu.stacks import Stack
 
-SCHEMA = "offcpu-model/3"  # a new engine reads perf.data again
+SCHEMA = "offcpu-model/4"  # a new engine or reader reads perf.data again
 # Synthetic frames for time whose stack perf could not have recorded.
 BEFORE_WINDOW = "[off CPU since before the recording]"
 NEW_THREAD = "[new thread, waiting for its first run]"
@@ -113,7 +113,7 @@ class Model:
     links: list[Link] = field(default_factory=list)
     clipped_intervals: int = 0  # cut by the start or end of the window
     unseen_wakeups: int = 0  # blocked intervals whose wakeup was not recorded (a waker outside the target)
-    skipped_lines: int = 0  # what the reader could not decode (perf script lines, perf.data records)
+    unreadable_events: int = 0  # events of perf.data its reader could not decode, left out
     # Switch-ins from a thread outside the recording (idle, another process), whose start
     # is perf's record of it less the capture's measured switch cost (the others start at
     # the recorded switch)
@@ -121,7 +121,7 @@ class Model:
     # Switches of which perf lost one record (the sched_switch or the record of being in),
     # placed by the other
     half_recorded_switches: int = 0
-    perf_data: dict = field(default_factory=dict)  # size and mtime of the perf.data it was built from
+    perf_data: dict = field(default_factory=dict)  # the perf.data it was built from (analysis._identity)
     reader: str = ""  # which read perf.data: "native" or "perf-script"
     reader_note: str = ""  # why that one
     missing_binaries: list[str] = field(default_factory=list)  # files gone or changed since the recording, said once
@@ -130,6 +130,16 @@ class Model:
     @property
     def wall_us(self) -> int:
         return round((self.window_end_ns - self.window_start_ns) / 1000)
+
+    @property
+    def recorded_events(self) -> int:
+        """What perf counted in perf.data (capture.json): samples and switch records."""
+        return self.capture.samples + self.capture.switch_records
+
+    @property
+    def unreadable_share(self) -> float:
+        """The share of the events perf recorded that could not be read (0-1)."""
+        return self.unreadable_events / max(self.recorded_events, self.unreadable_events, 1)
 
     def to_json(self) -> dict:
         return {
@@ -147,7 +157,7 @@ class Model:
             "runqueue_delays_us": sorted(self.runqueue_delays_us.items()),
             "clipped_intervals": self.clipped_intervals,
             "unseen_wakeups": self.unseen_wakeups,
-            "skipped_lines": self.skipped_lines,
+            "unreadable_events": self.unreadable_events,
             "estimated_switch_ins": self.estimated_switch_ins,
             "half_recorded_switches": self.half_recorded_switches,
             "reader": self.reader,
@@ -176,7 +186,7 @@ class Model:
             runqueue_delays_us=Counter({delay: count for delay, count in data["runqueue_delays_us"]}),
             clipped_intervals=data["clipped_intervals"],
             unseen_wakeups=data["unseen_wakeups"],
-            skipped_lines=data["skipped_lines"],
+            unreadable_events=data["unreadable_events"],
             estimated_switch_ins=data["estimated_switch_ins"],
             half_recorded_switches=data["half_recorded_switches"],
             perf_data=data["perf_data"],

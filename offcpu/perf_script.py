@@ -5,15 +5,24 @@ perf script is the slow step, so it is asked only for the fields offcpu uses
 as it arrives instead of being written anywhere. A call chain is kept as the
 raw text perf printed: equal stacks are equal strings, so they are counted
 by a dictionary lookup and split into frames only once each.
+
+A thread names itself: up to 15 bytes of anything but NUL (newlines, tabs and
+terminal escapes included), and perf prints the name as it is, in each event's
+header and in the tracepoints' comm fields. So a name is never read up to a
+delimiter: each event is matched whole, by the shape of what perf prints
+around the names (the `pid/tid seconds:` anchor, the field names and numbers
+of each tracepoint, call chain lines of a tab and an address), and a name is
+whatever lies between them, at most 16 characters. Text of any other shape
+is skipped and counted.
 """
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -27,32 +36,68 @@ FIELDS = "comm,pid,tid,cpu,time,event,trace,ip,sym"
 KERNEL_ADDRESS_DIGITS = 16  # x86-64 kernel text is at 0xffff...: 16 hex digits
 CHUNK = 1 << 20
 
-# One event: "comm  pid/tid  seconds.nanoseconds:  event: payload", then its call
-# chain, one "\t<address> <symbol>" line a frame, and a blank line after a chain
-# (comm may hold spaces). Matching
-# whole events in big chunks keeps the per-event work in the regex engine.
-EVENT = re.compile(r"^ *(.*?) +(-?\d+)/(-?\d+) +(?:\[(-?\d+)\] +)?(\d+\.\d{9}): +([^\s(]+) *(.*)\n((?:\t.*\n)*)\n?",
-                   re.MULTILINE)
+# A thread's name as perf prints it: 15 bytes, each undecodable one a U+FFFD, padded
+# to 16 in the header of an event without a call chain. Anything may be in it.
+NAME = r"(?s:.{0,16}?)"
+NUMBER = r"-?\d{1,10}"  # bounded: int() refuses thousands of digits
+TIME = r"\d{1,12}\.\d{9}"
+# "comm  pid/tid  [cpu]  seconds.nanoseconds:  event: ...", the cpu in text printed with it.
+# An event starts at a line start, but its name may hold newlines: the anchor after it is
+# what is trusted.
+HEADER = (rf"^(?P<comm>{NAME}) +(?P<pid>{NUMBER})/(?P<tid>{NUMBER}) +(?:\[(?P<cpu>{NUMBER})\] +)?"
+          rf"(?P<time>{TIME}): +")
+ANCHOR = rf" +{NUMBER}/{NUMBER} +(?:\[{NUMBER}\] +)?{TIME}: "
+NEXT_HEADER = NAME + ANCHOR
+# A call chain's frames: a line each, a tab, the address (right-aligned) and the symbol. A
+# blank line ends the chain.
+FRAMES = r"(?:\t *[0-9a-f]{1,16} [^\n]*\n)+"
+# Each kind of event perf prints for offcpu's recordings (see script_argv), matched whole;
+# the group named after the kind (the match's lastgroup) tells which one it is.
+EVENT = re.compile(HEADER + "(?:" + "|".join([
+    # perf's switch records, in the switching thread: "IN", "OUT" or "OUT preempt", and for
+    # the CPU-wide kind the other thread's pid/tid
+    r"(?P<switch_record>PERF_RECORD_SWITCH(?:_CPU_WIDE)? (?P<direction>IN|OUT(?: preempt)?)[^\n]*\n)",
+    # sched_switch, in the leaving thread (prev_pid is the header's tid), with its call chain
+    rf"(?P<switch>sched:sched_switch: prev_comm=(?P<prev_comm>{NAME}) prev_pid=(?P=tid) "
+    rf"prev_prio={NUMBER} prev_state=(?P<prev_state>\S+) ==> next_comm={NAME} next_pid=(?P<next_tid>{NUMBER}) "
+    rf"next_prio={NUMBER}\n(?P<switch_chain>{FRAMES})\n)",
+    # sched_waking (or sched_wakeup), in the waker, with its call chain; comm is the woken thread's
+    rf"(?P<waking>sched:sched_wak(?:ing|eup): comm={NAME} pid=(?P<woken_tid>{NUMBER}) prio={NUMBER} "
+    rf"target_cpu=\d{{1,10}}\n(?P<waking_chain>{FRAMES})\n)",
+    # perf's task records: "(pid:tid):(ppid:ptid)", the thread created or exiting and its parent
+    rf"(?P<task>PERF_RECORD_(?P<task_kind>FORK|EXIT)\((?P<task_pid>{NUMBER}):(?P<task_tid>{NUMBER})\):"
+    rf"\((?P<parent_pid>{NUMBER}):(?P<parent_tid>{NUMBER})\)\n)",
+    # a thread's new name, "exec" when exec gave it: "name:pid/tid", in the thread named, or
+    # synthesized by perf (header 0/0) for the threads there when it began, from /proc, which
+    # shows a newline in a name as "\\n"
+    rf"(?P<comm_record>PERF_RECORD_COMM(?P<exec> exec)?: (?:(?P<own_comm>{NAME}):(?P=pid)/(?P=tid)|"
+    rf"(?P<synthesized_comm>[^\n]{{0,16}}?):{NUMBER}/{NUMBER})\n)",
+    # the other tracepoints offcpu records, without call chains: their fields, which may hold
+    # names (and so newlines, never a whole header), then the address they fired at and its symbol
+    rf"(?P<other>(?!sched:sched_(?:switch|waking|wakeup):)[\w-]+:[\w-]+: (?:[^\n]*\n(?!{NEXT_HEADER})){{0,32}}?"
+    r"[^\n]* [0-9a-f]{16} [^\n]*\n)",
+]) + ")", re.MULTILINE)
 
-# Event names as perf script prints them: tracepoints with a trailing colon.
-SWITCH = "sched:sched_switch:"
-WAKING_EVENTS = ("sched:sched_waking:", "sched:sched_wakeup:")
-SWITCH_RECORDS = ("PERF_RECORD_SWITCH", "PERF_RECORD_SWITCH_CPU_WIDE")
-# Threads' births and deaths come from perf's task records: the lifecycle
-# tracepoints miss some threads that live a few microseconds (seen on 6.18).
-FORK = "PERF_RECORD_FORK"
-EXIT = "PERF_RECORD_EXIT"
-COMM = "PERF_RECORD_COMM"
-# perf's own task records, "(pid:tid):(ppid:ptid)": the thread created or exiting, and its parent.
-TASK_FIELDS = re.compile(r"\((-?\d+):(-?\d+)\):\((-?\d+):(-?\d+)\)")
+UNREAD_ANCHOR = re.compile(ANCHOR)
 
-# As printed, for the reader of millions of events to convert only what it uses:
-# comm, pid, tid, cpu (None in text printed without it), time ("seconds.nanoseconds", see time_ns), event as perf names it
-# ("sched:sched_switch:" with a colon for tracepoints, "PERF_RECORD_SWITCH",
-# "PERF_RECORD_FORK"), payload (the tracepoint's fields; "IN" / "OUT preempt ..."
-# for switch records; "(pid:tid):(ppid:ptid)" for fork and exit records), raw call
-# chain text ("" when the event has none)
-Event = tuple[str, str, str, str | None, str, str, str, str]
+# The kinds of event, as EVENT's groups name them.
+SWITCH_RECORD = "switch_record"
+SWITCH = "switch"
+WAKING = "waking"
+TASK = "task"
+COMM_RECORD = "comm_record"
+OTHER = "other"
+SAMPLES = (SWITCH, WAKING, OTHER)  # tracepoints, not perf's own records
+# The fields each kind is decoded from, as group numbers: a call of Match.group with
+# numbers is the cheapest way out of the regex engine, on the hot path of every report.
+_GROUPS = EVENT.groupindex
+RECORD_FIELDS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "cpu", "time", "direction"))
+SWITCH_FIELDS = tuple(_GROUPS[name] for name in ("pid", "tid", "cpu", "time", "prev_comm", "prev_state", "next_tid",
+                                                 "switch_chain"))
+WAKING_FIELDS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "time", "woken_tid", "waking_chain"))
+TASK_FIELDS = tuple(_GROUPS[name] for name in ("cpu", "time", "task_kind", "task_pid", "task_tid", "parent_pid",
+                                                "parent_tid"))
+COMM_FIELDS = tuple(_GROUPS[name] for name in ("pid", "tid", "time", "own_comm", "synthesized_comm", "exec"))
 
 
 def time_ns(printed: str) -> int:
@@ -72,6 +117,12 @@ def _seconds(ns: int) -> str:
     return f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
 
 
+def text_of(output: IO[bytes]) -> IO[str]:
+    """perf script's output as text: UTF-8, an undecodable byte (a name cut mid-character)
+    as U+FFFD, and a carriage return kept as it is: a name may hold one, and it ends no line."""
+    return io.TextIOWrapper(output, encoding="utf-8", errors="replace", newline="\n")
+
+
 @contextmanager
 def script_output(perf: str, perf_data: Path, time_slice: tuple[int, int] | None = None) -> Iterator[IO[str]]:
     """perf script's stdout, streamed. perf is ended when the caller stops early;
@@ -79,18 +130,19 @@ def script_output(perf: str, perf_data: Path, time_slice: tuple[int, int] | None
     with tempfile.TemporaryFile("w+") as errors:
         process = subprocess.Popen(
             script_argv(perf, perf_data, time_slice), stdout=subprocess.PIPE, stderr=errors,
-            stdin=subprocess.DEVNULL, text=True, errors="replace",
+            stdin=subprocess.DEVNULL,
         )
         assert process.stdout is not None
+        stream = text_of(process.stdout)
         read_to_the_end = False
         try:
-            yield process.stdout
-            read_to_the_end = process.stdout.read(1) == ""
+            yield stream
+            read_to_the_end = stream.read(1) == ""
         finally:
             if not read_to_the_end:
                 process.kill()
             process.wait()
-            process.stdout.close()
+            stream.close()
         if read_to_the_end and process.returncode != 0:
             errors.seek(0)
             last = next((line.strip() for line in reversed(errors.readlines()) if line.strip()), "no message")
@@ -98,47 +150,33 @@ def script_output(perf: str, perf_data: Path, time_slice: tuple[int, int] | None
 
 
 class EventReader:
-    """Splits perf script output into events; text that is not an event is skipped and counted."""
+    """Splits perf script output into events (EVENT's matches, whole: a match ends with its
+    line, and an event with a call chain with the blank line after it); text that is not
+    an event is skipped, and counted in events: each anchor in it, or one when it has none."""
 
     def __init__(self) -> None:
-        self.skipped_lines = 0
+        self.skipped = 0
 
-    def events(self, stream: IO[str]) -> Iterator[Event]:
+    def events(self, stream: IO[str]) -> Iterator[re.Match[str]]:
         rest = ""
         while chunk := stream.read(CHUNK):
             text = rest + chunk
-            cut = _complete_events(text)
-            rest = text[cut:]
-            yield from self._parse(text, cut)
-        if rest:
-            text = rest if rest.endswith("\n") else rest + "\n"
-            yield from self._parse(text, len(text))
-
-    def _parse(self, text: str, end: int) -> Iterator[Event]:
-        position = 0
-        for match in EVENT.finditer(text, 0, end):
-            if match.start() != position:
-                self._skip(text[position:match.start()])
-            position = match.end()
-            yield match.groups()  # type: ignore[misc]
-        if position != end:
-            self._skip(text[position:end])
+            position = 0
+            for match in EVENT.finditer(text):
+                if match.start() != position:
+                    self._skip(text[position:match.start()])
+                position = match.end()
+                yield match
+            rest = text[position:]  # an event still arriving, or text that is none
+            if len(rest) > CHUNK:  # no event is that long: the lines before the last chunk are none
+                cut = rest.rfind("\n", 0, len(rest) - CHUNK) + 1
+                self._skip(rest[:cut])
+                rest = rest[cut:]
+        self._skip(rest)
 
     def _skip(self, text: str) -> None:
-        self.skipped_lines += sum(1 for line in text.split("\n") if line.strip())
-
-
-def _complete_events(text: str) -> int:
-    """Where the whole events at the start of `text` end. An event with a call
-    chain ends with a blank line. Without one (a run of switch records), cut
-    before the first call chain, or else before the last whole line, which may
-    be the header of a call chain still to come."""
-    cut = text.rfind("\n\n") + 2
-    if cut >= 2:
-        return cut
-    chain = text.find("\n\t")
-    end = chain if chain >= 0 else text.rfind("\n")
-    return text.rfind("\n", 0, end) + 1 if end > 0 else 0
+        if text.strip():
+            self.skipped += max(1, len(UNREAD_ANCHOR.findall(text)))
 
 
 def parse_stack(chain: str) -> Stack:
@@ -173,38 +211,31 @@ class PerfScriptReader:
     def decode(self, stream: IO[str], sink: EventSink) -> None:
         """perf script's text (of `script_argv`'s fields) into `sink`."""
         events = EventReader()
-        for comm, pid_text, tid_text, cpu_text, time_text, event, payload, chain in events.events(stream):
-            pid, tid, time = int(pid_text), int(tid_text), time_ns(time_text)
-            cpu = int(cpu_text) if cpu_text else UNKNOWN_CPU
-            if event in SWITCH_RECORDS:
-                if payload.startswith("IN"):
-                    sink.switch_in(time, cpu, pid, tid, comm)
+        for event in events.events(stream):
+            kind = event.lastgroup
+            if kind == SWITCH_RECORD:
+                comm, pid, tid, cpu, time, direction = event.group(*RECORD_FIELDS)
+                if direction == "IN":
+                    sink.switch_in(time_ns(time), _cpu(cpu), int(pid), int(tid), comm)
                 else:
-                    sink.switch_out(time, cpu, pid, tid, payload.startswith("OUT preempt"))
-            elif event == SWITCH:
-                decoded = _switch_fields(payload)
-                if decoded is None:
-                    events.skipped_lines += 1
+                    sink.switch_out(time_ns(time), _cpu(cpu), int(pid), int(tid), direction == "OUT preempt")
+            elif kind == SWITCH:
+                pid, tid, cpu, time, prev_comm, state, next_tid, chain = event.group(*SWITCH_FIELDS)
+                sink.sched_switch(time_ns(time), _cpu(cpu), int(pid), int(tid), prev_comm, state.rstrip("+"),
+                                  int(next_tid), chain)
+            elif kind == WAKING:
+                comm, pid, tid, time, woken, chain = event.group(*WAKING_FIELDS)
+                sink.sched_waking(time_ns(time), int(pid), int(tid), comm, int(woken), chain)
+            elif kind == TASK:
+                cpu, time, task, pid, tid, parent_pid, parent_tid = event.group(*TASK_FIELDS)
+                if task == "FORK":
+                    sink.fork(time_ns(time), int(pid), int(tid), int(parent_pid), int(parent_tid))
                 else:
-                    sink.sched_switch(time, cpu, pid, decoded.prev_tid, decoded.prev_comm, decoded.prev_state,
-                                      decoded.next_tid, chain)
-            elif event in WAKING_EVENTS:
-                woken = _woken_tid(payload)
-                if woken is None:
-                    events.skipped_lines += 1
-                else:
-                    sink.sched_waking(time, pid, tid, comm, woken, chain)
-            elif event in (FORK, EXIT):
-                task = TASK_FIELDS.match(payload)
-                if task is None:
-                    events.skipped_lines += 1
-                elif event == FORK:
-                    sink.fork(time, int(task[1]), int(task[2]), int(task[3]), int(task[4]))
-                else:
-                    sink.exit(time, cpu, int(task[1]), int(task[2]))
-            elif event.rstrip(":") == COMM:  # "PERF_RECORD_COMM exec:", or "PERF_RECORD_COMM:" for a rename
-                sink.comm(time, pid, tid, comm, payload.startswith("exec"))
-        self.skipped += events.skipped_lines
+                    sink.exit(time_ns(time), _cpu(cpu), int(pid), int(tid))
+            elif kind == COMM_RECORD:
+                pid, tid, time, own, synthesized, exec = event.group(*COMM_FIELDS)
+                sink.comm(time_ns(time), int(pid), int(tid), synthesized if own is None else own, exec is not None)
+        self.skipped += events.skipped
 
     def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
         """Slices of about as many records each, cut where the native reader cuts them (so that
@@ -225,46 +256,6 @@ class PerfScriptReader:
         return {chain: parse_stack(chain) for chain in chains if isinstance(chain, str)}
 
 
-@dataclass(frozen=True, slots=True)
-class SwitchFields:
-    prev_comm: str
-    prev_tid: int
-    prev_state: str  # as perf prints it, a trailing '+' (preempted) dropped
-    next_tid: int
-
-
-def _switch_fields(payload: str) -> SwitchFields | None:
-    """sched_switch's "prev_comm=C prev_pid=P prev_prio=N prev_state=S ==> next_comm=C
-    next_pid=P next_prio=N"; C may hold spaces."""
-    prev_pid = payload.find(" prev_pid=")
-    state = payload.find(" prev_state=", prev_pid)
-    next_pid = payload.find(" next_pid=", state)
-    if prev_pid < 0 or state < 0 or next_pid < 0:
-        return None
-    try:
-        return SwitchFields(payload[10:prev_pid], int(payload[prev_pid + 10:payload.index(" ", prev_pid + 10)]),
-                            payload[state + 12:payload.index(" ", state + 12)].rstrip("+"),
-                            int(payload[next_pid + 10:payload.index(" ", next_pid + 10)]))
-    except ValueError:
-        return None
-
-
-def _woken_tid(payload: str) -> int | None:
-    """sched_waking's "comm=C pid=P prio=N target_cpu=N"; C may hold spaces."""
-    woken_at = payload.rfind(" pid=", 0, payload.rfind(" prio="))
-    try:
-        return int(payload[woken_at + 5:payload.index(" ", woken_at + 5)]) if woken_at >= 0 else None
-    except ValueError:
-        return None
-
-
-def read_stacks(perf: str, perf_data: Path, event: str, limit: int) -> Iterable[Stack]:
-    """The first `limit` call chains of one event."""
-    found = 0
-    with script_output(perf, perf_data) as stream:
-        for _, _, _, _, _, name, _, chain in EventReader().events(stream):
-            if chain and name.rstrip(":") == event:
-                yield parse_stack(chain)
-                found += 1
-                if found >= limit:
-                    return
+def _cpu(printed: str | None) -> int:
+    """The CPU an event was recorded on, UNKNOWN_CPU in text printed without it."""
+    return int(printed) if printed is not None else UNKNOWN_CPU

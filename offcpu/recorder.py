@@ -127,16 +127,7 @@ def perf_record_argv(perf: str, request: RecordRequest, plan: EventPlan) -> list
     # ... on the CPU they are on (a task-bound recording leaves it out of its switch
     # records otherwise): what ran there before tells what a switch-in cost.
     argv += ["--switch-events", "--sample-cpu"]
-    target = request.target
-    if target.kind == "pid":
-        argv += ["--pid", str(target.pid)]
-    elif target.kind == "tid":
-        argv += ["--tid", str(target.tid)]
-    elif target.kind == "all":
-        argv.append("--all-cpus")
-    else:
-        argv += ["--", *target.command]
-    return argv
+    return argv + request.target.perf_args()
 
 
 def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,

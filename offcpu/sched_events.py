@@ -61,7 +61,7 @@ class CaptureReader(Protocol):
     """Decodes one perf.data. `name` says which reader it is ("native", "perf-script")."""
 
     name: str
-    skipped: int  # what could not be decoded (text lines, records), left out and counted
+    skipped: int  # how many events (records) could not be decoded, left out and counted
 
     def read(self, sink: EventSink, time_slice: tuple[int, int] | None = None) -> None:
         """Every event in time order into `sink`; with `time_slice` (first, last ns, both

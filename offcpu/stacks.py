@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import groupby
+
+from offcpu.escaping import printable
+
 
 @dataclass(frozen=True, slots=True)
 class Stack:
@@ -38,6 +42,64 @@ THREAD_ROOTS = frozenset({
 })
 # perf's frame-pointer walker follows garbage past a frameless libc: those frames are unnamed.
 UNKNOWN = "[unknown]"
+UNKNOWN_RUN = "[unknown ×"  # how a drawn stack writes a run of them, "[unknown ×120]"
+
+
+def unknown_run(shortest: int, longest: int) -> str:
+    """One frame for runs of `shortest` to `longest` frames perf could not name."""
+    if longest == 1:
+        return UNKNOWN
+    return f"{UNKNOWN_RUN}{shortest}]" if shortest == longest else f"{UNKNOWN_RUN}{shortest}–{longest}]"
+
+
+def unnamed(frame: str) -> bool:
+    """Whether a frame is one perf could not name, or a run of them."""
+    return frame == UNKNOWN or frame.startswith(UNKNOWN_RUN)
+
+
+Runs = list[int]  # the lengths of a stack's runs of unnamed frames, in the order of its frames
+
+
+@dataclass(frozen=True)
+class Part:
+    """The user or the kernel part of a stack as it is drawn: root first, each run of unnamed
+    frames as one UNKNOWN (see stackview), and the runs' lengths in order."""
+
+    frames: tuple[str, ...]
+    runs: Runs
+
+
+def parts(stack: Stack) -> tuple[Part, Part]:
+    """A stack's user and kernel parts, each run of unnamed frames as one."""
+    return (_one_frame_a_run(tuple(reversed(stack.user_frames))),
+            _one_frame_a_run(tuple(reversed(stack.frames[:stack.kernel_frames]))))
+
+
+def _one_frame_a_run(frames: tuple[str, ...]) -> Part:
+    kept: list[str] = []
+    runs: Runs = []
+    for frame, run in groupby(frames):
+        count = len(list(run))
+        if frame == UNKNOWN:
+            kept.append(UNKNOWN)
+            runs.append(count)
+        else:
+            kept += [frame] * count
+    return Part(tuple(kept), runs)
+
+
+def runs_said(frames: tuple[str, ...], spans: Iterator[tuple[int, int]]) -> tuple[str, ...]:
+    """`frames` with each run's frame saying how many frames it stands for: the shortest and
+    longest run (the next of `spans`)."""
+    return tuple(unknown_run(*next(spans)) if frame == UNKNOWN else frame for frame in frames)
+
+
+def drawn_alone(stack: Stack) -> tuple[tuple[str, ...], int]:
+    """One stack as it is drawn on its own (a finding's evidence): root first, each run of
+    unnamed frames as one frame that says how long it is; and how many (the last) are the kernel's."""
+    user, kernel = parts(stack)
+    spans = ((length, length) for length in user.runs + kernel.runs)
+    return runs_said(user.frames + kernel.frames, spans), len(kernel.frames)
 
 
 def user_stack_complete(user_frames: Sequence[str]) -> bool:
@@ -59,13 +121,13 @@ def looks_truncated(user_stacks: Sequence[Sequence[str]]) -> bool | None:
 PLUMBING = frozenset({
     "__schedule", "schedule", "schedule_preempt_disabled", "schedule_timeout", "schedule_hrtimeout_range",
     "schedule_hrtimeout_range_clock", "io_schedule", "preempt_schedule_common", "entry_SYSCALL_64_after_hwframe",
-    "do_syscall_64", "syscall_exit_to_user_mode", "[unknown]",
+    "do_syscall_64", "syscall_exit_to_user_mode",
 })
 
 
 def meaningful(frames: Sequence[str]) -> list[str]:
-    """Frames without the scheduler's plumbing (all of them if nothing else is left)."""
-    kept = [frame for frame in frames if frame not in PLUMBING]
+    """Frames without the scheduler's plumbing and unnamed frames (all of them if nothing else is left)."""
+    kept = [frame for frame in frames if frame not in PLUMBING and not unnamed(frame)]
     return kept or list(frames)
 
 
@@ -91,9 +153,10 @@ class _Shortened:
     one and the last `kernels` of the other, '…' for what is left out."""
 
     def __init__(self, frames: Sequence[str], kernel_frames: int) -> None:
+        frames = [printable(frame) for frame in frames]  # shown to people
         split = len(frames) - kernel_frames
         self.kernel = telling(frames[split:]) if kernel_frames else []
-        self.user = [frame for frame in frames[:split] if frame != UNKNOWN] or (
+        self.user = [frame for frame in frames[:split] if not unnamed(frame)] or (
             [] if self.kernel else list(frames[:split]))
 
     def shown(self, users: int, kernels: int) -> str:

@@ -13,9 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
 from offcpu.findings import Finding, findings, lock_table
 from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
-from offcpu.stacks import reading
+from offcpu.stacks import Runs, parts, reading, runs_said
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
 # flamegraph.pl and inferno read a line whose last frame ends in blanks and a number
@@ -63,7 +64,8 @@ class StackView:
         parts = [f"{self.time[0]:g}-{self.time[1]:g} s"] if self.time else []
         for name, values in (("state", self.states), ("pid", self.pids), ("tid", self.tids), ("comm", self.comms)):
             if values:
-                parts.append(f"{name}{'s' if len(values) > 1 else ''} {','.join(str(v) for v in sorted(values))}")
+                parts.append(f"{name}{'s' if len(values) > 1 else ''} "
+                             f"{','.join(printable(str(v)) for v in sorted(values))}")
         return ", ".join(parts)
 
     @property
@@ -120,8 +122,10 @@ class DrawnStack:
 
     @property
     def folded(self) -> str:
-        """As a folded line has it (before its count): frames root first, joined by ';'."""
-        frames = [self.root, *self.frames, *((SEPARATOR, *self.waker) if self.waker else ())]
+        """As a folded line has it (before its count): frames root first, printable (a line
+        each: a name's newline must not end it), joined by ';'."""
+        waker = (SEPARATOR, *self.waker) if self.waker else ()
+        frames = [printable(frame) for frame in (self.root, *self.frames, *waker)]
         # The last frame is a kernel or user symbol, one of the bracketed frames, or (waker)
         # a thread's name without blanks; only a perf map's symbol or the root of an empty
         # stack could still end in " <digits>".
@@ -134,19 +138,36 @@ class DrawnStack:
         return self.waker[-1] if self.waker else ""
 
 
+# Runs of frames perf could not name: a frame-pointer walk through code built without frame
+# pointers gives up to a hundred and more, which would draw a thin tower over an empty graph.
+# A drawn stack has one frame for each run, which says how many frames it stands for; stacks
+# that differ only in the lengths of their runs are one, and the frame says the shortest and
+# longest run it stands for ("[unknown ×118–121]").
+Spans = list[tuple[int, int]]  # the shortest and longest length of each run of a drawn stack
+# root, frames (a run of unnamed frames as one), kernel frames, waker frames (likewise), state
+DrawnKey = tuple[str, tuple[str, ...], int, tuple[str, ...], str]
+
+
 def drawn(model: Model, view: StackView) -> list[DrawnStack]:
     """The stacks the view keeps, per switch-out state, most off-CPU time first; a stack
     whose time in all states is under --min-us is left out, as from its flame graph."""
-    sums: dict[tuple[str, tuple[str, ...], int, tuple[str, ...], str], WaitTimes] = defaultdict(WaitTimes)
+    sums: dict[DrawnKey, WaitTimes] = defaultdict(WaitTimes)
+    spans: dict[DrawnKey, Spans] = {}
     for row in model.rows:
         if row.offcpu_us and view.keeps(model, row):
             thread = model.threads[row.tid]
             root = f"{thread.comm}-{row.tid}" if view.by_thread else thread.comm
-            frames, kernel = _frames(model, view, row.stack)
-            sums[(root, frames, kernel, _waker_frames(model, view, row) if view.waker else (), row.state)
-                 ].add_times(row)
-    stacks = [DrawnStack(*key, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count)
-              for key, times in sums.items()]
+            frames, kernel, runs = _frames(model, view, row.stack)
+            waker, waker_runs = _waker_frames(model, view, row) if view.waker else ((), [])
+            key = (root, frames, kernel, waker, row.state)
+            sums[key].add_times(row)
+            spans[key] = _widened(spans.get(key), runs + waker_runs)
+    stacks = []
+    for key, times in sums.items():
+        root, frames, kernel, waker, state = key
+        said = iter(spans[key])
+        stacks.append(DrawnStack(root, runs_said(frames, said), kernel, runs_said(waker, said), state,
+                                 times.offcpu_us, times.blocked_us, times.runqueue_us, times.count))
     lines = dict(lines_of(stacks))
     return sorted((stack for stack in stacks if lines[stack.folded] >= view.min_us),
                   key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
@@ -194,25 +215,34 @@ def listed(stacks: list[DrawnStack]) -> list[DrawnStack]:
     return sorted(rows.values(), key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
 
 
-def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...], int]:
-    """A stack's frames the view draws, root first, and how many of them (the last) are the kernel's."""
-    stack = model.stacks[index]
+def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...], int, Runs]:
+    """A stack's frames the view draws, root first, each run of unnamed frames as one, how
+    many of them (the last) are the kernel's, and the runs' lengths."""
+    user, kernel = parts(model.stacks[index])
     if view.user_only:
-        return tuple(reversed(stack.user_frames)) or ("[no user frames]",), 0
+        return (user.frames, 0, user.runs) if user.frames else (("[no user frames]",), 0, [])
     if view.kernel_only:
-        kernel = tuple(reversed(stack.frames[:stack.kernel_frames]))
-        return (kernel, len(kernel)) if kernel else (("[no kernel frames]",), 0)
-    return tuple(reversed(stack.frames)), stack.kernel_frames
+        return (kernel.frames, len(kernel.frames), kernel.runs) if kernel.frames else (("[no kernel frames]",), 0, [])
+    return user.frames + kernel.frames, len(kernel.frames), user.runs + kernel.runs
 
 
-def _waker_frames(model: Model, view: StackView, row: Row) -> tuple[str, ...]:
-    """The waker's stack leaf first (so its leaf meets the blocked leaf), then who it was."""
+def _widened(spans: Spans | None, runs: Runs) -> Spans:
+    """The shortest and longest of each run, with one more stack's runs."""
+    if spans is None:
+        return [(length, length) for length in runs]
+    return [(min(shortest, length), max(longest, length)) for (shortest, longest), length in zip(spans, runs)]
+
+
+def _waker_frames(model: Model, view: StackView, row: Row) -> tuple[tuple[str, ...], Runs]:
+    """The waker's stack leaf first (so its leaf meets the blocked leaf), then who it was; and
+    the lengths of its runs of unnamed frames, in that order."""
     if row.waker is None:
-        return ("[preempted]" if row.state == PREEMPTED else "[not woken in the window]",)
+        return ("[preempted]" if row.state == PREEMPTED else "[not woken in the window]",), []
     waker = model.wakers[row.waker]
     if waker.kind == "unrecorded":
-        return (WAKER_NOT_RECORDED,)
+        return (WAKER_NOT_RECORDED,), []
     name = re.sub(r"\s", "_", waker.comm)  # the line's last frame: "worker 3" would read as a count
     thread = f"{name}-{waker.tid}" if view.by_thread else name
     who = {"thread": thread, "idle": "[idle]", "interrupt": f"[interrupt in {waker.comm}]"}
-    return (*reversed(_frames(model, view, waker.stack)[0]), who[waker.kind])
+    frames, _, runs = _frames(model, view, waker.stack)
+    return (*reversed(frames), who[waker.kind]), runs[::-1]

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from offcpu.model import Model, WaitTimes
 
 PERCENTILES = (50, 90, 99)
+# Over this share of the events perf recorded left unread, no number can be trusted.
+UNREADABLE_BOUND = 0.001
 
 
 @dataclass(frozen=True)
@@ -131,14 +133,32 @@ def lifecycle(model: Model) -> Lifecycle:
                      round(statistics.median(lives)) if lives else None)
 
 
+def untrusted(model: Model) -> bool:
+    """Whether so much of perf.data could not be read (over UNREADABLE_BOUND of its events) that
+    no number can be trusted: reports lead with it, and a check cannot check."""
+    return model.unreadable_share > UNREADABLE_BOUND
+
+
+def unreadable_note(model: Model) -> str | None:
+    """How much of perf.data could not be read, in a sentence; None when all of it was read."""
+    if not model.unreadable_events:
+        return None
+    said = (f"{model.unreadable_events:,} of the {model.recorded_events:,} events perf recorded "
+            f"({model.unreadable_share:.1%}) could not be read and are left out")
+    if not untrusted(model):
+        return said
+    return (f"{said}, so these numbers cannot be trusted: this perf.data (perf {model.capture.perf_version}) holds "
+            "what offcpu cannot read; report it to offcpu with the capture")
+
+
 def caveats(model: Model) -> list[str]:
-    """What makes the numbers less than whole, in sentences, for the reports to lead with."""
+    """What makes the numbers less than whole, in sentences, for the reports to lead with
+    (after the warning that they cannot be trusted, when they cannot: see untrusted)."""
     said = [model.capture.lost_note] if model.capture.lost_note else []
     cost = observer(model)
     if cost.share >= OBSERVER_NOTE_FROM:
         said.append(f"perf's handling of the switches took {cost.share:.1%} of the threads' time (counted as time "
                     "on CPU, as the kernel does, not as waiting); on a program that switches this often, record "
                     "for less time, with --call-graph fp rather than dwarf, and compare with an unrecorded run")
-    if model.skipped_lines:
-        said.append(f"{model.skipped_lines:,} lines of perf script output could not be read and were left out")
-    return said
+    unread = unreadable_note(model)
+    return said + ([unread] if unread and not untrusted(model) else [])

@@ -49,6 +49,12 @@ def perf_version(perf: str) -> str | None:
     return words[2]
 
 
+def proc_text(path: str | Path) -> str:
+    """A /proc file's text. The names in it (a thread's, a file's) may be any bytes: one that
+    is not UTF-8 (a name cut mid-character) is read with U+FFFD in its place."""
+    return Path(path).read_bytes().decode(errors="replace")
+
+
 def kernel_release() -> str:
     return platform.release()
 

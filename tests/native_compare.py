@@ -92,7 +92,7 @@ def model_difference(capture: Path, slices: int) -> str | None:
                         link.overlap_us, link.count) for link in model.links)
         seen[name] = {"folded": dict(folded(model, StackView())),
                       "threads": {tid: thread for tid, thread in model.threads.items()},
-                      "wakers": waker_pairs(model), "links": len(links), "skipped": model.skipped_lines}
+                      "wakers": waker_pairs(model), "links": len(links), "skipped": model.unreadable_events}
     for part in seen["native"]:
         if seen["native"][part] != seen["perf-script"][part]:
             mine, theirs = seen["native"][part], seen["perf-script"][part]

@@ -13,13 +13,16 @@ import click
 
 from offcpu.capture import CaptureInfo, load
 from offcpu.commands.record import MAX_DURATION_S, check_bounds, default_output, record_into, resolve_target
-from offcpu.commands.report.common import checked_output, load_with_progress, write_report
+from offcpu.commands.report.common import checked_output, read_with_progress, warn_if_unread, write_report
 from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
+from offcpu.model import Model
 from offcpu.policy import Policy, load_policy
 from offcpu.recorder import RecordRequest
 from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.verdict import (VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable, could_not_check_markdown,
                                       github_annotations, github_error)
+from offcpu.summaries import unreadable_note, untrusted
 from offcpu.verdict import Measurements, Verdict, evaluate, measure, measurements_from_report, unrecorded
 
 EXIT_VIOLATED = 1
@@ -101,7 +104,7 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
         write_report(json_path, VerdictJson(str(capture), baseline_label).render(verdict))
     _github_outputs(verdict, str(capture))
     if not capture_args:
-        where = shlex.quote(str(capture))
+        where = printable(shlex.quote(str(capture)))
         click.echo(f"The capture is kept in {where}/; to see where its threads waited: offcpu report text {where}",
                    err=True)
     return 0 if verdict.passed else EXIT_VIOLATED
@@ -153,7 +156,7 @@ def _check_capture(capture: Path) -> None:
 
 
 def _measure(capture: Path, policy: Policy) -> Measurements:
-    model = load_with_progress(capture, None)
+    model = _readable_model(capture)
     reason = unrecorded(model)
     if reason:
         raise OffcpuError(f"{COULD_NOT_CHECK}the recording holds no scheduler events of the target ({reason}); "
@@ -162,11 +165,20 @@ def _measure(capture: Path, policy: Policy) -> Measurements:
     return measure(model, policy.locks)
 
 
+def _readable_model(capture: Path) -> Model:
+    """The capture's model, unless too much of perf.data could not be read to trust it."""
+    model = read_with_progress(capture, None)
+    if untrusted(model):
+        raise OffcpuError(f"{COULD_NOT_CHECK}in {capture}, {unreadable_note(model)}")
+    warn_if_unread(model)
+    return model
+
+
 def _baseline(path: Path, policy: Policy) -> Measurements:
     """A capture directory (its model, read with the policy's lock table), or a JSON report of one."""
     if path.is_dir():
         _check_capture(path)
-        return measure(load_with_progress(path, None), policy.locks)
+        return measure(_readable_model(path), policy.locks)
     try:
         return measurements_from_report(json.loads(path.read_text()))
     except OSError as error:

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from offcpu import limits
 from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
 from offcpu.findings import counted
 from offcpu.recorder import RecordRequest, prepare_output, record as record_capture
 
@@ -148,10 +149,11 @@ def _record_with_progress(request: RecordRequest) -> CaptureInfo:
     console = Console(stderr=True)
     if not console.is_terminal:
         return record_capture(request, on_tick=lambda elapsed: None)
-    columns = (TextColumn(f"Recording {request.target.describe()}"), BarColumn(),
+    # the target's name goes in as the task's description: neither markup nor a format string
+    columns = (TextColumn("Recording {task.description}", markup=False), BarColumn(),
                TextColumn("{task.fields[left]:.1f} s left"))
     with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("record", total=request.duration_s, left=request.duration_s)
+        task = progress.add_task(request.target.describe(), total=request.duration_s, left=request.duration_s)
 
         def show(elapsed: float) -> None:
             progress.update(task, completed=elapsed, left=request.duration_s - elapsed)
@@ -163,14 +165,14 @@ def _print_summary(info: CaptureInfo, request: RecordRequest, suggest_report: bo
     """One line (what was recorded, where, what to run next), then a note for each thing to know."""
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     ended = "" if info.ended_by == "duration" else f", ended by {info.ended_by}"
-    where = shlex.quote(str(request.output))
+    where = printable(shlex.quote(str(request.output)))
     following = f" Next: offcpu report text {where} (or report svg, html, json, folded)" if suggest_report else ""
     console.print(
         f"Recorded {info.target.describe()} for {info.duration_actual_s:.1f} s{ended}: "
         f"{counted(info.samples, 'event')} (+{info.switch_records:,} switch records), "
-        f"{info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, in {where}/.{following}")
+        f"{info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, in {where}/.{following}", markup=False)
     for note in _notes(info, request):
-        console.print(f"  note: {note}")
+        console.print(f"  note: {note}", markup=False)
 
 
 def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:

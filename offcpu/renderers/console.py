@@ -16,6 +16,8 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from offcpu.escaping import printable
+
 PLAIN_WIDTH = 100
 MIN_WIDTH = 40  # narrower than this, numbers would not fit beside the names and stacks: drawn this wide
 UNLIMITED = sys.maxsize  # the width a cell takes when nothing constrains it
@@ -132,8 +134,9 @@ def short_names(names: Sequence[str]) -> Callable[[int], list[str]]:
 
 
 def short_name(name: str, limit: int) -> str:
-    """A thread's name in at most `limit` characters: cut in the middle so that a
-    trailing '-tid' stays whole (which thread it is), '…' where it was cut."""
+    """A thread's name in at most `limit` characters, printable (see escaping.printable): cut in
+    the middle so that a trailing '-tid' stays whole (which thread it is), '…' where it was cut."""
+    name = printable(name)
     if len(name) <= limit:
         return name
     _, dash, tid = name.rpartition("-")

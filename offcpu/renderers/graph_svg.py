@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from html import escape
 
+from offcpu.escaping import printable
 from offcpu.findings import counted, us_text
 from offcpu.waitgraph import Node, WaitGraph
 
@@ -32,7 +33,8 @@ def graph_svg(graph: WaitGraph) -> str:
     for edge in graph.edges:
         width = 1 + (MAX_STROKE - 1) * math.sqrt(edge.blocked_us / heaviest)
         label = f"{us_text(edge.blocked_us)}, {counted(edge.wakeups, 'wakeup')}"
-        title = f"{edge.waiter} waited {us_text(edge.blocked_us)} for {edge.waker} ({counted(edge.wakeups, 'wakeup')})"
+        title = printable(f"{edge.waiter} waited {us_text(edge.blocked_us)} for {edge.waker} "
+                          f"({counted(edge.wakeups, 'wakeup')})")
         parts.append(_edge(places[edge.waiter], places[edge.waker], edge.waiter == edge.waker, width, label, title))
     for node in graph.nodes:
         parts.append(_node(node, *places[node.name]))
@@ -70,10 +72,11 @@ def _edge(start: tuple[float, float], end: tuple[float, float], loop: bool, widt
 
 
 def _node(node: Node, x: float, y: float) -> str:
-    name = node.name if len(node.name) <= LABEL_CHARS else node.name[:LABEL_CHARS - 1] + "…"
+    whole = printable(node.name)  # the names of threads: XML allows no control character
+    name = whole if len(whole) <= LABEL_CHARS else whole[:LABEL_CHARS - 1] + "…"
     detail = (f"{counted(node.threads, 'thread')}, {node.cpus:.1f} CPUs" if node.kind == "pool"
               else node.kind.replace("_", " "))
-    return (f'<g class="node"><title>{escape(node.name)}</title>'
+    return (f'<g class="node"><title>{escape(whole)}</title>'
             f'<rect x="{x - NODE_WIDTH / 2:.0f}" y="{y - NODE_HEIGHT / 2:.0f}" width="{NODE_WIDTH}" '
             f'height="{NODE_HEIGHT}" rx="6" fill="{COLORS.get(node.kind, "#eeeeee")}" stroke="#666"/>'
             f'<text x="{x:.0f}" y="{y - 3:.0f}" text-anchor="middle" font-size="12">{escape(name)}</text>'

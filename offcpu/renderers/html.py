@@ -9,6 +9,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from html import escape
 
+from offcpu.escaping import printable
 from offcpu.flamegraph import Renderer
 from offcpu.findings import Context, counted, lock_table
 from offcpu.model import Model
@@ -17,7 +18,8 @@ from offcpu.renderers.graph_svg import graph_svg
 from offcpu.renderers.text import STATE_NAMES, cause_lines, ms, share, waker_name
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
-from offcpu.summaries import by_state, caveats, lifecycle, observer, runqueue_percentiles, totals, waker_pairs
+from offcpu.summaries import (by_state, caveats, lifecycle, observer, runqueue_percentiles, totals, unreadable_note,
+                              untrusted, waker_pairs)
 from offcpu.waitgraph import wait_graph
 
 STACK_CHARS = 110  # a stack cell shows about this much; its tooltip has every frame
@@ -35,6 +37,7 @@ thead th { border-bottom: 2px solid #ccc; } .n { text-align: right; font-variant
 tbody tr:nth-child(even) { background: #f7f7f7; }
 #stacks td:last-child { font: 12px ui-monospace, monospace; }
 #capture th { white-space: nowrap; } #capture td { white-space: pre-line; } .warn { color: #b00; }
+.alarm { color: #fff; background: #b00; padding: .6em .8em; font-size: 1.1em; }
 .finding { border-left: 4px solid #999; padding: .1em .8em; margin: .6em 0; background: #fafafa; }
 .finding.critical { border-color: #c00; } .finding.warning { border-color: #e90; }
 .finding h3 { font-size: 1em; margin: .3em 0; } .finding li span { font: 12px ui-monospace, monospace; }
@@ -44,10 +47,16 @@ Cell = str | tuple[str, str]  # text, or (text, tooltip)
 
 
 def _cell(tag: str, value: Cell, right: bool) -> str:
-    """Text from the capture (symbols carry < > & and quotes), escaped."""
+    """Text from the capture (symbols carry < > & and quotes, names anything), printable and
+    escaped; a tooltip's lines are made of printable text already (see _lines)."""
     text, tip = (value, "") if isinstance(value, str) else value
     attributes = (' class="n"' if right else "") + (f' title="{escape(tip)}"' if tip else "")
-    return f"<{tag}{attributes}>{escape(text)}</{tag}>"
+    return f"<{tag}{attributes}>{escape(printable(text))}</{tag}>"
+
+
+def _lines(texts: Iterable[str], separator: str = "\n") -> str:
+    """Texts from the capture joined by a separator that is no part of any of them."""
+    return separator.join(map(printable, texts))
 
 
 def _table(headers: Sequence[str], align: str, rows: Iterable[Sequence[Cell]]) -> str:
@@ -82,17 +91,17 @@ class HtmlReport:
         for finding in found:
             stacks = shorten_apart([(item.frames, item.kernel_frames) for item in finding.evidence], STACK_CHARS)
             evidence = "".join(f"<li>{ms(item.offcpu_us)} ms in {counted(item.count, 'wait')} ({escape(item.state)}): "
-                               f"<span title=\"{escape(';'.join(item.frames))}\">{escape(stack)}</span></li>"
+                               f"<span title=\"{escape(_lines(item.frames, ';'))}\">{escape(stack)}</span></li>"
                                for item, stack in zip(finding.evidence, stacks))
             confidence = (f"<p><b>Confidence: {escape(finding.confidence)}</b>, {escape(finding.confidence_reason)}</p>"
                           if finding.confidence_reason else "")
-            released = "".join(f"<li>Let go at: <span title=\"{escape(';'.join(item.frames))}\">{escape(stack)}</span></li>"
+            released = "".join(f"<li>Let go at: <span title=\"{escape(_lines(item.frames, ';'))}\">{escape(stack)}</span></li>"
                                for item, stack in zip(finding.release_sites[:1], shorten_apart(
                                    [(item.frames, item.kernel_frames) for item in finding.release_sites[:1]],
                                    STACK_CHARS)))
-            causes = "".join(f"<li>{escape(line)}</li>" for line in cause_lines(finding))
+            causes = "".join(f"<li>{escape(printable(line))}</li>" for line in cause_lines(finding))  # name pools
             blocks.append(f'<div class="finding {escape(finding.severity)}"><h3>[{escape(finding.severity)}] '
-                          f"{escape(finding.title)}</h3>\n<p>{escape(finding.summary)}</p>\n"
+                          f"{escape(printable(finding.title))}</h3>\n<p>{escape(printable(finding.summary))}</p>\n"
                           f"<ul>{evidence}{released}{causes}</ul>\n"
                           f"<p><b>Fix:</b> {escape(finding.remedy)}</p>{confidence}</div>")
         states = self.view.findings_note
@@ -110,7 +119,13 @@ class HtmlReport:
         return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
                 f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">\n'
                 f"<title>{escape(heading)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
-                f"<h1>{escape(heading)}</h1>\n" + "\n".join(sections) + "\n</body>\n</html>\n")
+                f"<h1>{escape(heading)}</h1>\n{self._alarm(model)}" + "\n".join(sections) + "\n</body>\n</html>\n")
+
+    @staticmethod
+    def _alarm(model: Model) -> str:
+        """Before anything else, when the numbers cannot be trusted."""
+        return f'<p class="alarm"><b>Warning:</b> {escape(unreadable_note(model) or "")}</p>\n' \
+            if untrusted(model) else ""
 
     def _flame_graph(self, model: Model) -> str:
         """The SVG as a document of its own in a data: frame, so that its script (zoom, search)
@@ -160,8 +175,8 @@ class HtmlReport:
             ("User stacks cut short", truncated),
         ]
         warn = {"Lost events": capture.lost_events > 0, "User stacks cut short": bool(capture.user_stacks_truncated)}
-        body = "".join(f"<tr><th>{escape(name)}</th><td{' class=warn' if warn.get(name) else ''}>{escape(value)}"
-                       "</td></tr>\n" for name, value in rows)
+        body = "".join(f"<tr><th>{escape(name)}</th><td{' class=warn' if warn.get(name) else ''}>"
+                       f"{escape(_lines(value.split(chr(10))))}</td></tr>\n" for name, value in rows)
         return _section("capture", "Capture", "What was recorded, and how", f"<table>\n{body}</table>")
 
     def _totals(self, model: Model) -> str:
@@ -184,7 +199,7 @@ class HtmlReport:
         rows: list[list[Cell]] = [
             [ms(stack.offcpu_us), share(stack.offcpu_us, offcpu_us), stack.state, f"{stack.count:,}",
              *([stack.root] if whose else []), *([stack.woken_by] if self.view.waker else []),
-             (text, "\n".join((stack.root, *stack.frames, *((SEPARATOR, *stack.waker) if stack.waker else ()))))]
+             (text, _lines((stack.root, *stack.frames, *((SEPARATOR, *stack.waker) if stack.waker else ()))))]
             for stack, text in zip(top, short)]
         drawing = f" ({self.view.drawing})" if self.view.drawing else ""
         note = (f"The {len(rows):,} of {len(stacks):,} stacks{drawing} in the flame graph, by switch-out state, that "

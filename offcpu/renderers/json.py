@@ -9,7 +9,8 @@ from pathlib import Path
 from offcpu.findings import findings
 from offcpu.model import Model
 from offcpu.stackview import StackView, chosen, of_threads, selected
-from offcpu.summaries import by_state, lifecycle, observer, runqueue_percentiles, totals, waker_pairs
+from offcpu.summaries import (by_state, caveats, lifecycle, observer, runqueue_percentiles, totals, unreadable_note,
+                              untrusted, waker_pairs)
 
 SCHEMA = "offcpu/1"
 
@@ -24,6 +25,8 @@ class JsonReport:
         shown = selected(model, self.view)
         report = {
             "schema": SCHEMA,
+            # what makes the numbers less than whole; first, when they cannot be trusted, why
+            "caveats": [*([unreadable_note(model)] if untrusted(model) else []), *caveats(model)],
             "capture": model.capture.to_json(),
             "window": {"start_ns": model.window_start_ns, "end_ns": model.window_end_ns,
                        "seconds": (model.window_end_ns - model.window_start_ns) / 1e9},
@@ -39,6 +42,6 @@ class JsonReport:
             "lifecycle": asdict(lifecycle(shown)),
             "findings": [asdict(finding) for finding in self.view.findings(model)],
             "counts": {"clipped_intervals": model.clipped_intervals, "unseen_wakeups": model.unseen_wakeups,
-                       "skipped_lines": model.skipped_lines},
+                       "unreadable_events": model.unreadable_events, "unreadable_share": model.unreadable_share},
         }
         return json.dumps(report, indent=2) + "\n"

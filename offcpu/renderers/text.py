@@ -10,13 +10,14 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from offcpu.escaping import printable
 from offcpu.findings import Evidence, Finding, counted, findings, pct, us_text
 from offcpu.model import Model
 from offcpu.renderers.console import Column, fitted_table, printed, short_names
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import StackView, chosen, listed, of_threads, selected
 from offcpu.summaries import (WakerPair, by_state, caveats, lifecycle, observer, runqueue_percentiles, totals,
-                               waker_pairs)
+                              unreadable_note, untrusted, waker_pairs)
 
 STATE_NAMES = {"S": "sleeping", "D": "uninterruptible (locks, I/O)", "R": "preempted while runnable",
                "I": "idle kernel thread", "?": "since before the recording", "T": "stopped", "t": "traced"}
@@ -77,8 +78,11 @@ class TextReport:
                   f"perf's own handling of their switches: {ms(cost.us)} ms of their time on CPU "
                   f"({cost.share:.1%} of their time)"
                   + "".join(f"\nNote: {caveat}" for caveat in caveats(model)))
-        return [Text(header), *self._findings(model), self._stacks(model, whole.offcpu_us), self._threads(shown),
-                self._states(shown), self._runqueue(model), self._wakers(shown), self._lifecycle(shown)]
+        alarm = [Text(f"WARNING: {unreadable_note(model)}", style="bold red" if self.color else "")] \
+            if untrusted(model) else []
+        return [*alarm, Text(header), *self._findings(model), self._stacks(model, whole.offcpu_us),
+                self._threads(shown), self._states(shown), self._runqueue(model), self._wakers(shown),
+                self._lifecycle(shown)]
 
     def _findings(self, model: Model) -> list[Text | Group]:
         """Worst first, each readable on its own: what, how much, the proof, the fix."""
@@ -99,8 +103,8 @@ class TextReport:
                  f"Fix: {finding.remedy}"]
         if finding.confidence_reason:
             lines.append(f"Confidence: {finding.confidence}, {finding.confidence_reason}")
-        return Group(Text(f"[{finding.severity}] {finding.title}", style=style),
-                     *(Padding(Text(line), (0, 0, 0, 2)) for line in lines))
+        return Group(Text(f"[{finding.severity}] {printable(finding.title)}", style=style),
+                     *(Padding(Text(printable(line)), (0, 0, 0, 2)) for line in lines))  # they name pools
 
     def _stacks_said(self, stacks: tuple[Evidence, ...], words: Callable[[Evidence], str]) -> list[str]:
         """Each stack after what is said of it, shortened to the room left, or below it."""

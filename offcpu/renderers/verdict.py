@@ -11,6 +11,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from offcpu.escaping import printable
 from offcpu.findings import counted
 from offcpu.policy import NOT_GATED_BY_DEFAULT, RULE_IDS
 from offcpu.renderers.console import printed
@@ -39,10 +40,10 @@ class VerdictTable:
         self.color = color
 
     def render(self, verdict: Verdict) -> str:
-        header = [Text(f"Checked {self.capture} ({_described(verdict.run)}) against the policy from "
-                       f"{verdict.policy.source}")]
+        header = [Text(printable(f"Checked {self.capture} ({_described(verdict.run)}) against the policy from "
+                                 f"{verdict.policy.source}"))]
         if verdict.baseline is not None:
-            header.append(Text(f"Baseline {self.baseline} ({_described(verdict.baseline)})"))
+            header.append(Text(printable(f"Baseline {self.baseline} ({_described(verdict.baseline)})")))
         tables = [self._table(title, checks) for title, checks in
                   (("Policy", verdict.checks), ("Against the baseline", verdict.comparisons)) if checks]
         status = ("bold green" if verdict.passed else "bold red") if self.color else ""
@@ -58,7 +59,8 @@ class VerdictTable:
         table.add_column("detail", min_width=DETAIL_WIDTH)
         for check in sorted(checks, key=lambda check: check.passed):
             result = Text("pass", style="green") if check.passed else Text("FAIL", style="bold red")
-            table.add_row(result, *(Text(cell) for cell in (check.name, check.measured, check.limit, check.detail)))
+            table.add_row(result, *(Text(printable(cell)) for cell in (check.name, check.measured, check.limit,
+                                                                      check.detail)))
         return table
 
 
@@ -112,10 +114,12 @@ class VerdictJunit:
                               errors="0", skipped="0", time="0")
         for rule, checks, unchecked in cases:
             case = ET.SubElement(suite, "testcase", classname=f"offcpu.check.{name}", name=rule, time="0")
-            details = "\n".join(f"{'pass' if check.passed else 'FAIL'}: {check.sentence}" for check in checks)
+            details = "\n".join(f"{'pass' if check.passed else 'FAIL'}: {printable(check.sentence)}"
+                                for check in checks)  # XML allows no control character
             failed = [check for check in checks if not check.passed]
             if failed:
-                failure = ET.SubElement(case, "failure", message="; ".join(check.sentence for check in failed),
+                failure = ET.SubElement(case, "failure", message="; ".join(printable(check.sentence)
+                                                                           for check in failed),
                                         type="offcpu.policy")
                 failure.text = details
             else:
@@ -147,12 +151,12 @@ class VerdictMarkdown:
         rows = [f"| {'✅' if check.passed else '❌'} | {_cell(check.name)} | {_cell(check.measured)} | "
                 f"{_cell(check.limit)} | {_cell(check.detail)} |"
                 for check in sorted(verdict.checks + verdict.comparisons, key=lambda check: check.passed)]
-        return "\n".join([f"### {headline(verdict)}", "", f"Capture: `{self.capture}`", "",
+        return "\n".join([f"### {headline(verdict)}", "", f"Capture: `{printable(self.capture)}`", "",
                           "| | check | measured | limit | detail |", "|---|---|---|---|---|", *rows, "", ""])
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return printable(text).replace("|", "\\|")
 
 
 def github_annotations(verdict: Verdict) -> str:
@@ -167,10 +171,11 @@ def github_error(message: str) -> str:
 
 def could_not_check_markdown(reason: str) -> str:
     """A GitHub step summary for a check that could not run."""
-    return "\n".join([f"### {COULD_NOT_CHECK}", "", reason, "",
+    return "\n".join([f"### {COULD_NOT_CHECK}", "", printable(reason), "",
                       "This is not a pass: fix the problem and run the check again.", "", ""])
 
 
 def _escape(message: str) -> str:
-    """As GitHub's workflow commands want a message: %, CR and LF encoded."""
-    return message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """As GitHub's workflow commands want a message: %, CR and LF encoded, and what else does
+    not print escaped (see escaping.printable)."""
+    return printable(message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))

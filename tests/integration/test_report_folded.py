@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from offcpu.flamegraph import find_renderer
-from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
+from tests.conftest import assert_one_line_error, run_offcpu
 
 pytestmark = pytest.mark.usefixtures("perf")
 
@@ -136,17 +136,22 @@ def test_parts_of_a_recording_add_up_to_it(mmap_capture):
         assert abs(sum(part["totals"][key] for part in parts) - whole["totals"][key]) <= 2 * 17, key
 
 
-def test_the_model_is_reused_and_rebuilt_when_perf_data_changes(mmap_capture):
-    run_offcpu("report", "folded", str(mmap_capture))
-    no_perf = {**os.environ, "PATH": str(OFFCPU.parent)}
-    # Given a saved model, a report needs no perf at all
-    assert folded(run_offcpu("report", "folded", str(mmap_capture), env=no_perf))
-    # When perf.data changes, the saved model is stale and perf is needed again
-    perf_data = mmap_capture / "perf.data"
-    stat = perf_data.stat()
-    os.utime(perf_data, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
-    assert_one_line_error(run_offcpu("report", "folded", str(mmap_capture), env=no_perf), "perf was not found")
-    assert folded(run_offcpu("report", "folded", str(mmap_capture)))
+def test_the_model_is_reused_and_rebuilt_when_perf_data_changes(mmap_capture, example_capture, tmp_path):
+    expected = folded(run_offcpu("report", "folded", str(mmap_capture)))
+    # Given a copy of a capture with its saved model (its files' modification times new)
+    copy = tmp_path / "copy"
+    shutil.copytree(mmap_capture, copy, copy_function=shutil.copy)
+    saved = (copy / "model.json").stat().st_mtime_ns
+    # Then a report reads the saved model, which is not written again
+    assert folded(run_offcpu("report", "folded", str(copy))) == expected
+    assert (copy / "model.json").stat().st_mtime_ns == saved
+    # When perf.data changes (another recording, with its capture.json), the saved model is
+    # stale: the report is the other recording's, and its model is saved instead
+    other = example_capture("mmap_contention_fixed")
+    for name in ("perf.data", "capture.json"):
+        shutil.copy(other / name, copy / name)
+    assert folded(run_offcpu("report", "folded", str(copy))) == folded(run_offcpu("report", "folded", str(other)))
+    assert (copy / "model.json").stat().st_mtime_ns != saved
 
 
 def test_cpp_names_are_kept_whole(cpp_capture):
@@ -218,7 +223,7 @@ class TestBadInput:
 
     def test_a_model_json_that_is_not_a_model_is_built_again(self, mmap_capture, copy):
         expected = folded(run_offcpu("report", "folded", str(mmap_capture)))
-        saved = model_json(mmap_capture)  # the copy's perf.data has the same size and mtime
+        saved = model_json(mmap_capture)  # the copy's perf.data is the same
         for damaged in ("[]", "null", '"model"', "{", '{"schema": "offcpu-model/1"}',
                         json.dumps({**saved, "capture": []}), json.dumps({**saved, "rows": [[1, 2]]})):
             (copy / "model.json").write_text(damaged)

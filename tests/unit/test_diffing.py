@@ -77,7 +77,8 @@ def test_a_title_with_xml_in_its_labels_is_made_safe_for_the_svg():
     assert 'before <v1> & "old"' in title(diff)  # as given: render_svg makes it safe
     safe = safe_title(title(diff))
     assert not set(safe) & set('<>&"') and "before \u2039v1\u203a \uff06 ''old''" in safe
-    assert safe_title("a\nb\x1bc\udcff") == "a b c\ufffd"
+    # what XML does not allow (controls, a lone surrogate of an undecodable byte) is escaped
+    assert safe_title("a\nb\x1bc\udcff") == "a\\nb\\x1bc\\udcff"
 
 
 def test_new_is_scaled_to_the_window_of_base():

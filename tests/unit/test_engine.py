@@ -3,6 +3,7 @@ that cutting the window into slices does not change any number."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -15,14 +16,15 @@ from tests.fixtures import capture_info, script_stream
 FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]
 
 
-def model_of(name: str, slices: int = 1):
+def model_of(name: str, slices: int = 1, text: str | None = None):
+    """The model of a fixture, of its perf script text or of `text` in its place."""
     info = capture_info(name)
     start, end = info.window_start_ns, info.window_end_ns
     reader = PerfScriptReader("perf", Path("unused"))
     pieces = []
     for first, last in reader.time_slices(start, end, slices):
         builder, skipped_before = SliceBuilder(first, last), reader.skipped
-        reader.decode(script_stream(name), builder)
+        reader.decode(script_stream(name) if text is None else io.StringIO(text), builder)
         pieces.append(builder.finish(reader.skipped - skipped_before))
     totals, skipped = merge(pieces, start, end, threads_at_start(info))
     return to_model(totals, reader, info, start, end, skipped)

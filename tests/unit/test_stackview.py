@@ -5,15 +5,17 @@ read the line as a differential one with two counts."""
 from __future__ import annotations
 
 import re
+from itertools import groupby
 import subprocess
 from dataclasses import replace
 from xml.etree import ElementTree
 
 import pytest
 
+from offcpu.findings import findings
 from offcpu.flamegraph import find_renderer
 from offcpu.stacks import Stack
-from offcpu.stackview import SEPARATOR, StackView, folded
+from offcpu.stackview import SEPARATOR, StackView, drawn, folded
 from tests.unit.test_engine import model_of
 
 FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]
@@ -82,3 +84,49 @@ def test_flamegraph_pl_draws_the_waker_lines_as_one_count():
     assert f"all ({total:,} us, 100%)" in titles
     assert any(title.startswith("worker_3 (") for title in titles)
     assert not any("%;" in title for title in titles)  # a differential graph shows "(N us, P%; +D%)"
+
+
+RUN = re.compile(r"\[unknown ×(\d+)(?:–(\d+))?\]")
+
+
+def longest_unknown_run(frames: tuple[str, ...]) -> int:
+    return max((len(list(run)) for frame, run in groupby(frames) if frame == "[unknown]"), default=0)
+
+
+@pytest.mark.parametrize("view", VIEWS, ids=str)
+def test_runs_of_unnamed_frames_are_drawn_as_one_frame_that_says_how_many(view):
+    # Given thread_churn's model, where frame-pointer walks through libc give runs of
+    # over a hundred frames perf could not name
+    model = model_of("churn_pid")
+    longest = max(longest_unknown_run(stack.frames) for stack in model.stacks)
+    assert longest > 100
+    # Then no drawn stack holds two of them in a row, and a frame says it stands for the longest run
+    stacks = drawn(model, view)
+    assert not any(longest_unknown_run((*stack.frames, *stack.waker)) > 1 for stack in stacks)
+    said = [RUN.fullmatch(frame) for stack in stacks for frame in (*stack.frames, *stack.waker)]
+    assert view.kernel_only or max(int(run[2] or run[1]) for run in said if run) == longest
+
+
+def test_stacks_that_differ_in_the_length_of_a_run_are_one_line_with_both_times():
+    # Given a model with one more stack: one of the others with one more unnamed frame in a run
+    model = model_of("churn_pid")
+    longest = max(model.stacks, key=lambda stack: longest_unknown_run(stack.frames))
+    at = longest.frames.index("[unknown]")
+    model.stacks.append(Stack(longest.frames[:at] + ("[unknown]",) + longest.frames[at:], longest.kernel_frames))
+    copied = next(row for row in model.rows if model.stacks[row.stack] == longest)
+    model.rows.append(replace(copied, stack=len(model.stacks) - 1, offcpu_us=1234))
+    model.threads[copied.tid].offcpu_us += 1234
+    # Then both are one line, whose time is both of theirs, and which says the runs' lengths
+    before = dict(folded(model_of("churn_pid"), StackView()))
+    after = dict(folded(model, StackView()))
+    [gone] = before.keys() - after.keys()
+    [grown] = after.keys() - before.keys()
+    assert RUN.sub("run", gone) == RUN.sub("run", grown) and after[grown] == before[gone] + 1234
+    assert sum(after.values()) == sum(thread.offcpu_us for thread in model.threads.values())
+
+
+def test_a_finding_s_evidence_draws_runs_of_unnamed_frames_as_one_frame():
+    model = model_of("churn_pid")
+    evidence = [item for finding in findings(model) for item in finding.evidence]
+    assert any(RUN.fullmatch(frame) for item in evidence for frame in item.frames)
+    assert not any(longest_unknown_run(item.frames) > 1 for item in evidence)

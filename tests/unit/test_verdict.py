@@ -277,6 +277,7 @@ def test_annotations_are_escaped_and_at_most_ten(failing):
 
 def test_could_not_check_on_github():
     assert github_error("policy p.toml, line 3:\n50%") == "::error title=offcpu check::policy p.toml, line 3:%0A50%25\n"
+    assert github_error("in run\x1b[2J: 50%") == "::error title=offcpu check::in run\\x1b[2J: 50%25\n"
     lines = could_not_check_markdown("the recording holds no scheduler events").splitlines()
     assert lines[0] == "### offcpu check: could not check" and "the recording holds no scheduler events" in lines
     assert any("not a pass" in line for line in lines)

@@ -14,6 +14,7 @@ from offcpu.errors import OffcpuError
 from offcpu.findings import lock_table
 from offcpu.model import Model
 from offcpu.stackview import StackView
+from offcpu.summaries import unreadable_note
 
 capture_argument = click.argument("capture", type=click.Path(path_type=Path))
 # The states perf prints as prev_state ('?': waiting since before the recording, state unknown).
@@ -145,6 +146,14 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def load_with_progress(capture: Path, time: tuple[float, float] | None, reader: str | None = None) -> Model:
+    """The capture's model (see read_with_progress), and a warning on stderr when part of
+    perf.data could not be read."""
+    model = read_with_progress(capture, time, reader)
+    warn_if_unread(model)
+    return model
+
+
+def read_with_progress(capture: Path, time: tuple[float, float] | None, reader: str | None = None) -> Model:
     """The capture's model, with a transient progress line while perf.data is read
     (not when the saved model is used: that takes no time worth showing)."""
     console = Console(stderr=True)
@@ -157,7 +166,11 @@ def load_with_progress(capture: Path, time: tuple[float, float] | None, reader: 
             model = build(capture, time, reader, show)
     elif model is None:
         model = build(capture, time, reader)
-    if model.skipped_lines:
-        console.print(f"offcpu: warning: {model.skipped_lines:,} lines of perf script output could not be read "
-                      "and were left out", highlight=False, soft_wrap=True)
     return model
+
+
+def warn_if_unread(model: Model) -> None:
+    """A warning on stderr when part of perf.data could not be read (see summaries.unreadable_note)."""
+    unread = unreadable_note(model)
+    if unread:
+        Console(stderr=True).print(f"offcpu: warning: {unread}", highlight=False, soft_wrap=True, markup=False)

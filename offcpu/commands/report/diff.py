@@ -11,6 +11,7 @@ from offcpu.commands.report.common import (load_with_progress, output_options, o
                                            view_options, write_report)
 from offcpu.diffing import Diff, Side, compare, from_folded, from_model, parse_folded, split_stack, title
 from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
 from offcpu.flamegraph import render_svg, require_renderer
 from offcpu.renderers.console import Column, fitted_table, printed, short_names, stdout_layout
 from offcpu.stacks import shorten_apart
@@ -74,10 +75,11 @@ def diff(base: Path, new: Path, view: StackView, top: int, text_only: bool,
 
 
 def _labels(base: Path, new: Path) -> tuple[str, str]:
-    """The names BASE and NEW go by: their own names (of the resolved paths, so that '.' has
-    one), or their whole paths when the names are the same."""
+    """The names BASE and NEW go by, printable: their own names (of the resolved paths, so that
+    '.' has one), or their whole paths when the names are the same."""
     base, new = base.resolve(), new.resolve()
-    return (base.name, new.name) if base.name != new.name else (str(base), str(new))
+    base_label, new_label = (base.name, new.name) if base.name != new.name else (str(base), str(new))
+    return printable(base_label), printable(new_label)
 
 
 def _side(path: Path, label: str, view: StackView) -> Side:
