@@ -292,6 +292,3 @@ class Claims:
             pool.wall_us += wall
             pool.with_work += wall > 0 and (wall - idle_us[tid]) >= WITH_WORK * wall
         return pools
-
-    def preempted(self, row: Row) -> bool:
-        return row.state == PREEMPTED and self.model.stacks[row.stack].frames[0] not in (NEW_THREAD, BEFORE_WINDOW)

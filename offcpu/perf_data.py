@@ -98,6 +98,10 @@ FEATURE_COMPRESSED = 27
 CONTEXT_KERNEL = 0xFFFF_FFFF_FFFF_FF80
 CONTEXT_USER = 0xFFFF_FFFF_FFFF_FE00
 CONTEXT_MAX = 0xFFFF_FFFF_FFFF_F001
+# All the markers there are (hypervisor, kernel, user, and a guest's): perf drops a chain
+# holding any other entry at or above CONTEXT_MAX as invalid, and prints its sample without one.
+CONTEXTS = frozenset({0xFFFF_FFFF_FFFF_FFE0, CONTEXT_KERNEL, CONTEXT_USER, 0xFFFF_FFFF_FFFF_F800,
+                      0xFFFF_FFFF_FFFF_F780, 0xFFFF_FFFF_FFFF_F600})
 USER_MARKER = CONTEXT_USER.to_bytes(8, "little")
 
 TRACING_MAGIC = b"\x17\x08\x44tracing"

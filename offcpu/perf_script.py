@@ -50,7 +50,7 @@ ANCHOR = rf" +{NUMBER}/{NUMBER} +(?:\[{NUMBER}\] +)?{TIME}: "
 NEXT_HEADER = NAME + ANCHOR
 # A call chain's frames: a line each, a tab, the address (right-aligned) and the symbol. A
 # blank line ends the chain.
-FRAMES = r"(?:\t *[0-9a-f]{1,16} [^\n]*\n)+"
+FRAMES = r"(?:\t *[0-9a-f]{1,16} [^\n]*\n)*"
 # Each kind of event perf prints for offcpu's recordings (see script_argv), matched whole;
 # the group named after the kind (the match's lastgroup) tells which one it is.
 EVENT = re.compile(HEADER + "(?:" + "|".join([
@@ -188,7 +188,8 @@ def parse_stack(chain: str) -> Stack:
         if not address:
             continue
         frames.append(symbol or "[unknown]")
-        if len(address) == KERNEL_ADDRESS_DIGITS and address.startswith("ffff"):
+        # the kernel's frames come first; a kernel-like address among the user's is junk of the walk
+        if kernel == len(frames) - 1 and len(address) == KERNEL_ADDRESS_DIGITS and address.startswith("ffff"):
             kernel += 1
     return Stack(tuple(frames), kernel)
 

@@ -89,7 +89,11 @@ def selected(model: Model, view: StackView) -> Model:
     thread: they stay those of every thread recorded in the window.)"""
     if not view.filtered:
         return model
-    rows = [row for row in model.rows if view.keeps(model, row)]
+    kept = [index for index, row in enumerate(model.rows) if view.keeps(model, row)]
+    rows = [model.rows[index] for index in kept]
+    renumbered = {old: new for new, old in enumerate(kept)}
+    links = [replace(link, waiter_row=renumbered[link.waiter_row], waker_row=renumbered[link.waker_row])
+             for link in model.links if link.waiter_row in renumbered and link.waker_row in renumbered]
     times: dict[int, WaitTimes] = defaultdict(WaitTimes)
     for row in rows:
         times[row.tid].add_times(row)
@@ -97,7 +101,7 @@ def selected(model: Model, view: StackView) -> Model:
                             runqueue_us=times[tid].runqueue_us)
                for tid, thread in model.threads.items()
                if view.keeps_thread(thread) and (tid in times or not view.states)}
-    return replace(model, rows=rows, threads=threads)
+    return replace(model, rows=rows, threads=threads, links=links)
 
 
 def of_threads(model: Model, view: StackView) -> Model:

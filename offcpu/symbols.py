@@ -31,7 +31,7 @@ from elftools.elf.sections import NoteSection, SymbolTableSection
 from rust_demangler import demangle as rust_demangle
 
 from offcpu.errors import OffcpuError
-from offcpu.perf_data import (COMM, CONTEXT_MAX, FORK, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MMAP, MMAP2, Clock,
+from offcpu.perf_data import (COMM, CONTEXT_MAX, CONTEXT_USER, CONTEXTS, FORK, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MMAP, MMAP2, Clock,
                               IdLayout, PerfData, SampleLayout)
 from offcpu.stacks import UNKNOWN, Stack
 
@@ -461,14 +461,18 @@ class Symbolizer:
         addresses = struct.unpack(f"<{len(raw) // 8}Q", raw)
         frames = []
         kernel = 0
+        in_user = False  # the chain's context: the kernel's frames come first, then the user's marker
         for address in addresses:
             if address >= CONTEXT_MAX:
+                if address not in CONTEXTS:
+                    return Stack((), 0)  # an invalid chain: perf shows none
+                in_user = in_user or address == CONTEXT_USER
                 continue
-            if address >= KERNEL_START:
+            if not in_user and address >= KERNEL_START:
                 kernel += 1
                 frames.append(self._kernel_name(address))
-            else:
-                frames.append(self._user_name(pid, generation, address))
+            else:  # a kernel-like address among the user's frames is junk of the walk: perf names it so
+                frames.append(self._user_name(pid, generation, address) if address < KERNEL_START else UNKNOWN)
         return Stack(tuple(frames), kernel)
 
     def _kernel_name(self, address: int) -> str:
