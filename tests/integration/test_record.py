@@ -343,7 +343,8 @@ def test_force_replaces_only_offcpus_files(workload, tmp_path):
     # Then offcpu's files are replaced and nothing else is touched
     assert result.returncode == 0, result.stderr
     assert load(capture)["window_start_ns"] > first["window_start_ns"]
-    assert sorted(path.name for path in capture.iterdir()) == ["capture.json", "notes.txt", "perf.data", "plots"]
+    assert sorted(path.name for path in capture.iterdir()) == ["capture.json", "kallsyms", "notes.txt", "perf.data",
+                                                               "plots"]
     assert (capture / "notes.txt").read_text() == "mine" and (capture / "plots" / "a.svg").exists()
 
 

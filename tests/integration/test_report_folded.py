@@ -199,7 +199,9 @@ class TestBadInput:
 
     def test_not_perf_data(self, copy):
         (copy / "perf.data").write_bytes(b"not a perf file\n" * 100)
-        assert_one_line_error(run_offcpu("report", "folded", str(copy)), "truncated or not a perf.data")
+        assert_one_line_error(run_offcpu("report", "folded", str(copy)), "not a readable perf.data")
+        assert_one_line_error(run_offcpu("report", "folded", str(copy), "--reader", "perf-script"),
+                              "truncated or not a perf.data")
 
     def test_recorded_without_sched_switch(self, copy):
         subprocess.run(["perf", "record", "-e", "sched:sched_waking", "-o", str(copy / "perf.data"), "--",
@@ -207,11 +209,17 @@ class TestBadInput:
         assert_one_line_error(run_offcpu("report", "folded", str(copy)), "without sched:sched_switch",
                               "offcpu record")
 
-    def test_from_another_machine(self, copy):
+    def test_from_another_machine(self, mmap_capture, copy):
+        # Given a capture recorded on another kernel
+        expected = folded(run_offcpu("report", "folded", str(mmap_capture)))
         info = json.loads((copy / "capture.json").read_text())
         info["kernel_release"] = "5.10.0-other"
         (copy / "capture.json").write_text(json.dumps(info))
-        assert_one_line_error(run_offcpu("report", "folded", str(copy)), "5.10.0-other", "machine that recorded")
+        # Then read directly it is reported as it was, its kernel frames named by the kallsyms it carries
+        assert folded(run_offcpu("report", "folded", str(copy))) == expected
+        # while perf script, which names kernel frames by this machine's kernel, would name them wrongly
+        assert_one_line_error(run_offcpu("report", "folded", str(copy), "--reader", "perf-script"), "5.10.0-other",
+                              "machine that recorded")
 
     def test_no_capture_json(self, copy):
         (copy / "capture.json").unlink()
@@ -268,7 +276,7 @@ class TestBadInput:
             for _ in range(2):  # nothing saved: built each time
                 result = run_offcpu("report", "folded", str(read_only))
                 assert folded(result) == expected and result.stderr == ""
-                assert sorted(path.name for path in read_only.iterdir()) == ["capture.json", "perf.data"]
+                assert sorted(path.name for path in read_only.iterdir()) == ["capture.json", "kallsyms", "perf.data"]
         finally:
             subprocess.run(["umount", str(read_only)], check=True)
 
