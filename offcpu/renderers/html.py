@@ -172,6 +172,7 @@ class HtmlReport:
                           f"{capture.perf_data_bytes / 1e6:.1f} MB, {capture.cpus} CPUs")),
             ("Lost events", f"{capture.lost_events:,}"),
             ("Call graphs", capture.call_graph),
+            ("Read", f"{model.reader}: {model.reader_note}"),
             ("User stacks cut short", truncated),
         ]
         warn = {"Lost events": capture.lost_events > 0, "User stacks cut short": bool(capture.user_stacks_truncated)}

@@ -73,7 +73,7 @@ class TextReport:
         threads = f"{whole.threads:,} {'thread was' if whole.threads == 1 else 'threads were'}"
         cost = observer(shown)
         header = (f"Off-CPU time of {capture.target.describe()}, {model.wall_us / 1e6:.2f} s recorded "
-                  f"({capture.call_graph} stacks)\n{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
+                  f"({capture.call_graph} stacks{'; ' + model.reader_note if model.reader_note else ''})\n{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
                   f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms\n"
                   f"perf's own handling of their switches: {ms(cost.us)} ms of their time on CPU "
                   f"({cost.share:.1%} of their time)"
