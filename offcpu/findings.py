@@ -35,7 +35,7 @@ from offcpu.locktable import LockTable, load_table
 from offcpu.model import BEFORE_WINDOW, Model, Row
 from offcpu.stacks import drawn_alone, reading
 from offcpu.summaries import runqueue_percentiles
-from offcpu.waits import CAUSE_WORDS, PEER, Waits
+from offcpu.waits import CAUSE_WORDS, NEW, PEER, PREEMPTED_CAUSE, Waits
 
 # Severity from share_of_wall. On the examples (2 CPUs, 1 s): the pathologies'
 # findings carry 20-80% of their threads' time, the same programs' secondary
@@ -651,10 +651,10 @@ def _root_shares(ctx: Context) -> dict[int, dict[str, float]]:
 def _root_words(ctx: Context, number: int) -> str:
     """A wait at the root of a chain: where it waited, or what ended it."""
     cls, claim = ctx.waits.classes[number], ctx.claims.of_row[number]
-    if claim is not None and claim.finding == RUNQUEUE:
+    if (claim is not None and claim.finding == RUNQUEUE) or cls.cause in (PREEMPTED_CAUSE, NEW):
         return ON_CPU
     if cls.site is not None:
-        return cls.site.lock.name
+        return "a futex of the program's" if cls.site.lock.name == GENERIC_FUTEX else cls.site.lock.name
     if cls.cause == PEER:
         return "another thread of theirs"
     return f"a wait ended by {CAUSE_WORDS[cls.cause]}"
