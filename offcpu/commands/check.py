@@ -83,9 +83,9 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
     not check.
     """
     policy = load_policy(policy_path)
-    for path in (junit, json_path):
+    for option, path in (("--junit", junit), ("--json", json_path)):
         if path is not None:
-            checked_output(path, force)
+            checked_output(path, force, option)
     capture_args, command = _split_arguments(arguments)
     if capture_args and (pid is not None or output is not None):
         raise click.UsageError("give a CAPTURE to check, or --pid / -- COMMAND to record one, not both")
@@ -99,9 +99,9 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
     baseline_label = str(baseline) if baseline else None
     click.echo(VerdictTable(str(capture), baseline_label, width, color).render(verdict), nl=False)
     if junit is not None:
-        write_report(junit, VerdictJunit().render(verdict))
+        write_report(junit, VerdictJunit().render(verdict), "--junit")
     if json_path is not None:
-        write_report(json_path, VerdictJson(str(capture), baseline_label).render(verdict))
+        write_report(json_path, VerdictJson(str(capture), baseline_label).render(verdict), "--json")
     _github_outputs(verdict, str(capture))
     if not capture_args:
         where = printable(shlex.quote(str(capture)))

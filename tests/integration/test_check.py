@@ -302,7 +302,8 @@ class TestCouldNotCheck:
     def test_outputs_are_not_overwritten(self, example_capture, tmp_path):
         junit = tmp_path / "offcpu.xml"
         junit.write_text("keep")
-        assert_one_line_error(check("--junit", str(junit), str(example_capture("idle_pool"))), "--force")
+        assert_one_line_error(check("--junit", str(junit), str(example_capture("idle_pool"))), "--force",
+                              "another file with --junit")
         assert junit.read_text() == "keep"
         assert check("--junit", str(junit), "--force", str(example_capture("idle_pool"))).returncode == 0
         assert ET.parse(junit).getroot().tag == "testsuites"

@@ -1,0 +1,107 @@
+"""Where reports and verdicts are written: -o, --junit and --json onto devices, pipes and
+symbolic links. Only regular files are replaced; a device or a pipe is written to, a
+symbolic link is followed, and a disk is never written."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import assert_one_line_error, run_offcpu
+
+pytestmark = pytest.mark.usefixtures("perf")
+NULL_DEVICE = os.makedev(1, 3)  # what /dev/null is
+UNUSED_BLOCK_DEVICE = os.makedev(240, 0)  # major 240: "local/experimental use", no driver behind it
+
+
+def device_node(path: Path, kind: int, number: int) -> Path:
+    os.mknod(path, kind | 0o666, number)
+    return path
+
+
+def assert_still_device(path: Path, kind: int, number: int) -> None:
+    mode = path.lstat().st_mode
+    assert stat.S_IFMT(mode) == kind and path.lstat().st_rdev == number, oct(mode)
+
+
+@pytest.mark.parametrize("report", ["text", "json", "svg"])
+def test_a_character_device_is_written_to_not_replaced(mmap_capture, tmp_path, report):
+    null = device_node(tmp_path / "null", stat.S_IFCHR, NULL_DEVICE)
+    for force in ([], ["--force"]):  # nothing to lose in a device: --force changes nothing
+        result = run_offcpu("report", report, str(mmap_capture), "-o", str(null), *force)
+        assert result.returncode == 0, result.stderr
+        assert_still_device(null, stat.S_IFCHR, NULL_DEVICE)
+    assert sorted(tmp_path.iterdir()) == [null]  # no partial file left beside it
+
+
+def test_a_block_device_is_refused(mmap_capture, tmp_path):
+    disk = device_node(tmp_path / "disk", stat.S_IFBLK, UNUSED_BLOCK_DEVICE)
+    result = run_offcpu("report", "text", str(mmap_capture), "-o", str(disk), "--force")
+    assert_one_line_error(result, str(disk), "block device", "-o")
+    assert_still_device(disk, stat.S_IFBLK, UNUSED_BLOCK_DEVICE)
+
+
+def test_a_fifo_with_a_reader_gets_the_report(mmap_capture, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+    try:
+        result = run_offcpu("report", "json", str(mmap_capture), "-o", str(fifo), "--force")
+        received = reader.communicate(timeout=30)[0]
+    finally:
+        reader.kill()
+        reader.wait()
+    assert result.returncode == 0, result.stderr
+    assert json.loads(received)["schema"] == "offcpu/1"
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_a_link_to_stdout_writes_to_stdout(mmap_capture, tmp_path):
+    # Given a path like /dev/stdout (a link to /proc/self/fd/1), made here so that the real one is never at risk
+    stdout = tmp_path / "stdout"
+    stdout.symlink_to("/proc/self/fd/1")
+    result = run_offcpu("report", "json", str(mmap_capture), "-o", str(stdout), "--force")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["schema"] == "offcpu/1"
+    assert stdout.is_symlink() and os.readlink(stdout) == "/proc/self/fd/1"
+
+
+def test_a_symbolic_link_to_a_file_is_written_through(mmap_capture, tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    # Without --force the file it leads to is kept, as any existing file
+    assert_one_line_error(run_offcpu("report", "json", str(mmap_capture), "-o", str(link)), "exists", "--force")
+    assert real.read_text() == "old"
+    # With it, the file is replaced and the link still leads to it
+    result = run_offcpu("report", "json", str(mmap_capture), "-o", str(link), "--force")
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and link.resolve() == real
+    assert json.loads(real.read_text())["schema"] == "offcpu/1"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["link.json", "real.json"]
+
+
+def test_a_dangling_symbolic_link_makes_the_file_it_names(mmap_capture, tmp_path):
+    link = tmp_path / "link.txt"
+    link.symlink_to(tmp_path / "new.txt")
+    result = run_offcpu("report", "text", str(mmap_capture), "-o", str(link))
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and (tmp_path / "new.txt").read_text().startswith("Off-CPU time of mmap_contention")
+
+
+def test_check_writes_its_verdicts_through_devices_and_links(example_capture, tmp_path):
+    null = device_node(tmp_path / "null", stat.S_IFCHR, NULL_DEVICE)
+    real = tmp_path / "verdict.xml"
+    link = tmp_path / "link.xml"
+    link.symlink_to(real)
+    result = run_offcpu("check", "--junit", str(link), "--json", str(null), str(example_capture("idle_pool")))
+    assert result.returncode == 0, result.stderr
+    assert_still_device(null, stat.S_IFCHR, NULL_DEVICE)
+    assert link.is_symlink() and ElementTree.parse(real).getroot().tag == "testsuites"
