@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -109,6 +110,9 @@ def parse_time(value: str | None) -> tuple[float, float] | None:
     except ValueError:
         raise click.BadParameter("give START,END in seconds from the start of the recording, e.g. 1.5,3",
                                  param_hint="--time") from None
+    if not (math.isfinite(start) and math.isfinite(end)):  # nan, inf, and what overflows to it (1e400)
+        raise OffcpuError(f"--time {value}: give START and END as finite numbers of seconds from the start of the "
+                          "recording, e.g. 1.5,3 (an END past the recording's end means its end)")
     return start, end
 
 
