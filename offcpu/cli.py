@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+
 import click
 
 from offcpu import __version__
 from offcpu.commands import COMMANDS
+from offcpu.stdout import ClosedStdout, ReaderGone
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,6 +37,8 @@ for command in COMMANDS:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (usage errors are 2, as in click)."""
+    if sys.stdout is None:
+        sys.stdout = ClosedStdout()
     try:
         # Without standalone mode, click returns ctx.exit()'s code instead of exiting.
         code = cli.main(args=argv, prog_name="offcpu", standalone_mode=False)
@@ -45,4 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     except click.Abort:
         click.echo("offcpu: interrupted", err=True)
         return 130
+    except ReaderGone:
+        _discard_stdout()
+        return 128 + signal.SIGPIPE  # what a shell shows for a program SIGPIPE ended, as it ends cat or grep
     return code if isinstance(code, int) else 0
+
+
+def _discard_stdout() -> None:
+    """What is still buffered for stdout goes nowhere, instead of failing again as Python exits."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)

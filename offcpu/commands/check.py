@@ -23,6 +23,7 @@ from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.verdict import (VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable, could_not_check_markdown,
                                       github_annotations, github_error)
 from offcpu.summaries import unreadable_note, untrusted
+from offcpu.stdout import write_stdout
 from offcpu.verdict import Measurements, Verdict, evaluate, measure, measurements_from_report, unrecorded
 
 EXIT_VIOLATED = 1
@@ -97,7 +98,7 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
     verdict = evaluate(policy, run, base)
     width, color = stdout_layout()
     baseline_label = str(baseline) if baseline else None
-    click.echo(VerdictTable(str(capture), baseline_label, width, color).render(verdict), nl=False)
+    write_stdout(VerdictTable(str(capture), baseline_label, width, color).render(verdict))
     if junit is not None:
         write_report(junit, VerdictJunit().render(verdict), "--junit")
     if json_path is not None:
@@ -194,7 +195,7 @@ def _github_outputs(verdict: Verdict, capture: str) -> None:
     """Only on GitHub Actions (or wherever these variables are set): a step summary, error annotations."""
     _append_step_summary(VerdictMarkdown(capture).render(verdict))
     if os.environ.get("GITHUB_ACTIONS") == "true":
-        click.echo(github_annotations(verdict), nl=False)
+        write_stdout(github_annotations(verdict))
 
 
 @contextmanager
@@ -206,7 +207,7 @@ def _could_not_check_on_github() -> Iterator[None]:
         if error.exit_code == OffcpuError.exit_code:
             reason = error.format_message().removeprefix(COULD_NOT_CHECK)
             if os.environ.get("GITHUB_ACTIONS") == "true":
-                click.echo(github_error(COULD_NOT_CHECK + reason), nl=False)
+                write_stdout(github_error(COULD_NOT_CHECK + reason))
             _append_step_summary(could_not_check_markdown(reason))
         raise
 

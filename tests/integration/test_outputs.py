@@ -1,11 +1,13 @@
 """Where reports and verdicts are written: -o, --junit and --json onto devices, pipes and
-symbolic links. Only regular files are replaced; a device or a pipe is written to, a
-symbolic link is followed, and a disk is never written."""
+symbolic links (only regular files are replaced; a device or a pipe is written to, a
+symbolic link is followed, and a disk is never written), and a stdout that is full, closed
+or has lost its reader."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import xml.etree.ElementTree as ElementTree
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_one_line_error, run_offcpu
+from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 
 pytestmark = pytest.mark.usefixtures("perf")
 NULL_DEVICE = os.makedev(1, 3)  # what /dev/null is
@@ -105,3 +107,62 @@ def test_check_writes_its_verdicts_through_devices_and_links(example_capture, tm
     assert result.returncode == 0, result.stderr
     assert_still_device(null, stat.S_IFCHR, NULL_DEVICE)
     assert link.is_symlink() and ElementTree.parse(real).getroot().tag == "testsuites"
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A directory on a 64 KiB tmpfs filled to the last byte; unmounted afterwards."""
+    point = tmp_path / "full"
+    point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(point)], check=True)
+    try:
+        with open(point / "filler", "wb", buffering=0) as filler:
+            with pytest.raises(OSError, match="No space left"):
+                while True:
+                    filler.write(b"\0" * 4096)
+        yield point
+    finally:
+        subprocess.run(["umount", str(point)], check=False)
+
+
+def offcpu_with_stdout(args: list[str], stdout, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The offcpu command with its stdout going to `stdout` (a file, a pipe)."""
+    return subprocess.run([str(OFFCPU), *args], stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                          text=True, timeout=120, cwd=cwd)
+
+
+def stdout_commands(capture: str) -> list[list[str]]:
+    """A command of each kind that prints on stdout."""
+    return [["report", "json", capture], ["report", "text", capture], ["report", "folded", capture],
+            ["report", "diff", "--text", capture, capture], ["check", capture], ["doctor"]]
+
+
+def test_stdout_on_a_full_disk_is_one_line(example_capture, full_disk):
+    for args in stdout_commands(str(example_capture("idle_pool"))):
+        with open(full_disk / "out", "w") as stdout:
+            result = offcpu_with_stdout(args, stdout)
+        assert_one_line_error(result, "cannot write to stdout", "No space left on device")
+
+
+def test_a_report_file_on_a_full_disk_is_one_line(example_capture, full_disk):
+    result = run_offcpu("report", "json", str(example_capture("idle_pool")), "-o", str(full_disk / "r.json"))
+    assert_one_line_error(result, str(full_disk / "r.json"), "No space left on device", "-o")
+    assert sorted(path.name for path in full_disk.iterdir()) == ["filler"]  # no partial file left
+
+
+def test_a_reader_that_went_away_ends_offcpu_quietly(example_capture):
+    # Given stdout a pipe whose reader has gone (as '| head -c 10' does once it has read enough)
+    for args in stdout_commands(str(example_capture("idle_pool"))):
+        process = subprocess.Popen([str(OFFCPU), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, text=True)
+        process.stdout.close()
+        stderr = process.communicate(timeout=120)[1]
+        # Then it stops as a program killed by SIGPIPE would (the shell's 141), saying nothing
+        assert process.returncode == 128 + signal.SIGPIPE and stderr == "", (args, process.returncode, stderr)
+
+
+def test_a_closed_stdout_is_one_line(example_capture):
+    for args in stdout_commands(str(example_capture("idle_pool"))):
+        result = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", str(OFFCPU), *args], capture_output=True,
+                                text=True, timeout=120)
+        assert_one_line_error(result, "stdout is closed")

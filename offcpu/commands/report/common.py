@@ -18,6 +18,7 @@ from offcpu.findings import lock_table
 from offcpu.model import Model
 from offcpu.stackview import StackView
 from offcpu.summaries import unreadable_note
+from offcpu.stdout import write_stdout
 
 capture_argument = click.argument("capture", type=click.Path(path_type=Path))
 # The states perf prints as prev_state ('?': waiting since before the recording, state unknown).
@@ -72,7 +73,7 @@ def _kind_of(path: Path) -> int | None:
 def print_or_write(text: str, output: Path | None) -> None:
     """Reports for the terminal and for scripts go to stdout unless -o names a file."""
     if output is None:
-        click.get_text_stream("stdout").write(text)
+        write_stdout(text)
     else:
         write_report(output, text)
 

@@ -16,6 +16,7 @@ from offcpu.flamegraph import render_svg, require_renderer
 from offcpu.renderers.console import Column, fitted_table, printed, short_names, stdout_layout
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import StackView
+from offcpu.stdout import write_stdout
 
 
 @click.command()
@@ -71,7 +72,7 @@ def diff(base: Path, new: Path, view: StackView, top: int, text_only: bool,
             raise OffcpuError(f"NEW ({new_label}) has no off-CPU time to draw: a differential graph is as wide as "
                               "NEW's time; swap BASE and NEW to see what went away, or use --text")
         write_report(svg_path, render_svg(renderer, result.lines(), title(result)))
-    click.get_text_stream("stdout").write(_grown_table(result, top))
+    write_stdout(_grown_table(result, top))
 
 
 def _labels(base: Path, new: Path) -> tuple[str, str]:
