@@ -275,6 +275,15 @@ class TestCouldNotCheck:
         policy.write_text("mmap_lock.max_share = \n")
         assert_one_line_error(check("--policy", str(policy), str(example_capture("idle_pool"))), "not TOML", "line 1")
 
+    def test_policy_nested_too_deeply(self, example_capture, tmp_path):
+        # exit 2 (a bad policy), not the traceback and exit 1 ("found a problem") of a RecursionError
+        policy = tmp_path / "policy.toml"
+        policy.write_text(f"fail_above_info = {'[' * 2000}{']' * 2000}\n")
+        assert_one_line_error(check("--policy", str(policy), str(example_capture("idle_pool"))), "too deeply")
+
+    def test_policy_that_never_ends(self, example_capture):
+        assert_one_line_error(check("--policy", "/dev/zero", str(example_capture("idle_pool"))), "not a regular file")
+
     def test_missing_capture(self, tmp_path):
         assert_one_line_error(check(str(tmp_path / "nothing")), "not a capture directory")
 
