@@ -23,6 +23,8 @@ METADATA = "capture.json"
 # symbols when it was recorded (offcpu.symbols.KERNEL_SYMBOLS).
 OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, "model.json", "kallsyms")
 PARTIAL = ".partial"
+# In the directory while offcpu records into it; left there, it marks an unfinished recording.
+RECORDING = f"recording{PARTIAL}"
 
 
 @dataclass(frozen=True)

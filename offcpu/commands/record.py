@@ -18,7 +18,7 @@ from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.findings import counted
-from offcpu.recorder import RecordRequest, prepare_output, record as record_capture
+from offcpu.recorder import RecordRequest, output_taken, record as record_capture
 
 MAX_DURATION_S = 600.0
 MAX_DWARF_BYTES = 65528  # perf record's largest user stack copy
@@ -71,24 +71,10 @@ def record_into(request: RecordRequest, force: bool, suggest_report: bool = True
     """Record into request.output (replacing a capture there only with `force`),
     with a countdown on a terminal, and print the summary (with the report to run
     next, unless the caller goes on by itself)."""
-    created = prepare_output(request.output, force)
-    try:
+    with output_taken(request.output, force):
         info = _record_with_progress(request)
-    except BaseException:
-        # The recorder has removed its files unless perf left a capture, which is
-        # kept; a directory made for nothing goes too, but never a non-empty one.
-        if created:
-            _remove_if_empty(request.output)
-        raise
     _print_summary(info, request, suggest_report)
     return info
-
-
-def _remove_if_empty(directory: Path) -> None:
-    try:
-        directory.rmdir()
-    except OSError:
-        pass  # not empty (a capture, or something else): keep it
 
 
 def resolve_target(pid: int | None, tid: int | None, all_cpus: bool, command: tuple[str, ...]) -> Target:
