@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
-from offcpu import limits
+from offcpu import limits, system
 from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
@@ -118,8 +118,17 @@ def check_bounds(duration: float, no_limit: bool, max_size: str, call_graph: str
     if shape[2] and not 0 < int(shape[2][1:]) <= MAX_DWARF_BYTES:
         raise click.BadParameter(f"perf copies 1 to {MAX_DWARF_BYTES} bytes of stack (default 8192); give for "
                                  "example dwarf,16384", param_hint="--call-graph")
-    if mmap_pages is not None and not (mmap_pages.isdigit() and int(mmap_pages) & (int(mmap_pages) - 1) == 0):
-        raise click.BadParameter("give a power of two, for example 1024", param_hint="--mmap-pages")
+    if mmap_pages is not None:
+        _check_mmap_pages(mmap_pages)
+
+
+def _check_mmap_pages(mmap_pages: str) -> None:
+    """A power of two perf can map here: perf takes more, records nothing, and says nothing."""
+    most, why = system.mmap_pages_limit()
+    pages = int(mmap_pages) if mmap_pages.isdigit() else 0
+    if not 1 <= pages <= most or pages & (pages - 1):
+        raise click.BadParameter(f"give a power of two from 1 to {most:,}, for example {min(1024, most)}: {why}",
+                                 param_hint="--mmap-pages")
 
 
 def default_output(target: Target) -> Path:

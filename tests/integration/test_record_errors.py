@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -51,6 +52,7 @@ def test_thread_given_as_pid(workload, tmp_path):
     (("-a", "--call-graph", "dwarf,1000000"), ["65528"]),
     (("-a", "--max-size", "lots"), ["512M"]),
     (("-a", "--mmap-pages", "1000"), ["power of two"]),
+    (("-a", "--mmap-pages", "0"), ["--mmap-pages", "power of two from 1 to"]),
     (("--", "no-such-program-offcpu"), ["command not found"]),
 ])
 def test_bad_arguments(tmp_path, args, words):
@@ -181,3 +183,43 @@ def test_a_damaged_capture_json_is_said_to_be_damaged(tmp_path, damage, words):
     # Then every command that reads it says so in one line, and none computes with it
     for command in (["report", "json"], ["check"]):
         assert_one_line_error(run_offcpu(*command, str(capture)), "not a capture description", *words)
+
+
+def largest_mmap_pages(message: str) -> int:
+    """The most --mmap-pages an error message says perf maps here."""
+    found = re.search(r"power of two from 1 to ([\d,]+)", message)
+    assert found, message
+    return int(found[1].replace(",", ""))
+
+
+def perf_record_pages(perf: str, pages: int, directory: Path, *run_as: str) -> subprocess.CompletedProcess[str]:
+    """Plain perf with `pages` of ring buffer a CPU, as root or through `run_as` (setpriv ...)."""
+    return subprocess.run([*run_as, perf, "record", "-m", str(pages), "-e", "cpu-clock", "-a",
+                           "-o", str(directory / "pages.data"), "--", "true"], capture_output=True, text=True,
+                          timeout=120, cwd="/")
+
+
+@pytest.mark.parametrize("pages", ["2147483648", "524288"])
+def test_more_mmap_pages_than_the_kernel_maps(tmp_path, perf, pages):
+    # Given more pages than perf can map (2147483648 was taken, recorded nothing, and blamed the target)
+    result = run_offcpu("record", "-a", "--mmap-pages", pages, "-o", str(tmp_path / "cap"))
+    assert_one_line_error(result, "--mmap-pages", "the kernel maps")
+    assert not (tmp_path / "cap").exists()
+    # Then the most it names is the most: perf itself cannot map twice as many
+    failed = perf_record_pages(perf, 2 * largest_mmap_pages(result.stderr), tmp_path)
+    assert failed.returncode != 0 and "Cannot allocate memory" in failed.stderr, failed.stderr
+
+
+def test_mmap_pages_of_a_user_bound_by_perf_event_mlock_kb(open_directory, perf):
+    # Given a user who may trace (CAP_PERFMON) but not lock memory beyond kernel.perf_event_mlock_kb and ulimit -l
+    result = as_nobody("record", "-a", "--mmap-pages", "262144", "-o", str(open_directory / "cap"),
+                       capabilities="+perfmon")
+    assert_one_line_error(result, "--mmap-pages", "kernel.perf_event_mlock_kb")
+    most = largest_mmap_pages(result.stderr)
+    # Then perf, as that user, maps that many pages a CPU and not twice as many
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=+perfmon",
+              "--ambient-caps=+perfmon"]
+    mapped = perf_record_pages(perf, most, open_directory, *nobody)
+    assert mapped.returncode == 0, mapped.stderr
+    refused = perf_record_pages(perf, 2 * most, open_directory, *nobody)
+    assert refused.returncode != 0 and "Permission error mapping pages" in refused.stderr, refused.stderr
