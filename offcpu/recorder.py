@@ -434,6 +434,7 @@ def output_taken(directory: Path, force: bool) -> Iterator[None]:
                 _clear_for_capture(directory, force)
             _check_free_space(directory)
             try:
+                directory.chmod(0o700)  # its files are the owner's alone too: capture.json holds the command line
                 marker.write_text(f"offcpu (pid {os.getpid()}) records here; once it ends this file goes, unless "
                                   "the recording was not finished\n")
             except OSError as error:

@@ -13,7 +13,8 @@ import click
 
 from offcpu.capture import CaptureInfo, load
 from offcpu.commands.record import MAX_DURATION_S, check_bounds, default_output, record_into, resolve_target
-from offcpu.commands.report.common import checked_output, read_with_progress, warn_if_unread, write_report
+from offcpu.commands.report.common import (checked_output, read_with_progress, same_file, warn_if_unread,
+                                           write_report)
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import Model
@@ -87,6 +88,9 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
     for option, path in (("--junit", junit), ("--json", json_path)):
         if path is not None:
             checked_output(path, force, option)
+    if junit is not None and json_path is not None and same_file(junit, json_path):
+        raise OffcpuError(f"--junit {junit} and --json {json_path} are the same file, and the JSON verdict would "
+                          "overwrite the JUnit one; give each its own file")
     capture_args, command = _split_arguments(arguments)
     if capture_args and (pid is not None or output is not None):
         raise click.UsageError("give a CAPTURE to check, or --pid / -- COMMAND to record one, not both")

@@ -317,6 +317,18 @@ class TestCouldNotCheck:
         assert check("--junit", str(junit), "--force", str(example_capture("idle_pool"))).returncode == 0
         assert ET.parse(junit).getroot().tag == "testsuites"
 
+    def test_the_same_file_for_junit_and_json(self, example_capture, tmp_path):
+        # Given --junit and --json naming one file: alike, spelt differently, or through a link
+        verdict = tmp_path / "verdict"
+        (tmp_path / "sub").mkdir()
+        link = tmp_path / "link"
+        link.symlink_to(verdict)
+        for junit, json_path in ((verdict, verdict), (verdict, tmp_path / "sub" / ".." / "verdict"), (link, verdict)):
+            result = check("--junit", str(junit), "--json", str(json_path), "--force", str(example_capture("idle_pool")))
+            # Then the check is refused before it writes either (one would have overwritten the other)
+            assert_one_line_error(result, "--junit", "--json", "same file")
+        assert not verdict.exists()
+
     @pytest.mark.parametrize("args, words", [
         ((), ["nothing to check"]),
         (("a", "b"), ["one CAPTURE"]),

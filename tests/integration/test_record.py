@@ -236,6 +236,20 @@ def test_existing_capture_is_kept_without_force(workload, tmp_path):
     assert replaced.returncode == 0 and load(capture)["window_start_ns"] > first["window_start_ns"]
 
 
+def test_a_capture_is_its_owner_s_alone(example_capture, tmp_path):
+    # capture.json holds the command line, whose arguments may be secrets; perf.data, the stacks
+    capture = example_capture("idle_pool")
+    assert run_offcpu("report", "json", str(capture)).returncode == 0  # which saves model.json
+    assert stat.S_IMODE(capture.stat().st_mode) == 0o700
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in capture.iterdir()} == {
+        "perf.data": 0o600, "capture.json": 0o600, "model.json": 0o600}
+    # and so is a directory that was there before
+    existing = tmp_path / "existing"
+    existing.mkdir(mode=0o755)
+    assert run_offcpu("record", "-d", "0.5", "-o", str(existing), "--", "true").returncode == 0
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o700
+
+
 def test_default_output_name_is_one_plain_word():
     named = default_output(Target("pid", "kworker/R-rcu gp", pid=4))
     assert named.parent == Path(".") and named.name.startswith("offcpu-kworker_R-rcu_gp-4-")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +69,16 @@ def _kind_of(path: Path) -> int | None:
         return stat.S_IFMT(path.stat().st_mode)
     except OSError:
         return None
+
+
+def same_file(first: Path, second: Path) -> bool:
+    """Whether two paths name one file: spelt alike or not, through symbolic or hard links."""
+    if first.resolve() == second.resolve():
+        return True
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one of them does not exist (yet): different files
+        return False
 
 
 def print_or_write(text: str, output: Path | None) -> None:

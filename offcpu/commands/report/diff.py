@@ -8,7 +8,7 @@ import click
 from rich.text import Text
 
 from offcpu.commands.report.common import (load_with_progress, output_options, output_path, renderer_option,
-                                           view_options, write_report)
+                                           same_file, view_options, write_report)
 from offcpu.diffing import Diff, Side, compare, from_folded, from_model, parse_folded, split_stack, title
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
@@ -62,7 +62,7 @@ def diff(base: Path, new: Path, view: StackView, top: int, text_only: bool,
     svg_path, renderer = None, None
     if not text_only:
         svg_path = output_path(new, output, ".diff.svg", force)
-        if svg_path.resolve() in (base.resolve(), new.resolve()):
+        if same_file(svg_path, base) or same_file(svg_path, new):
             raise OffcpuError(f"{svg_path} is one of the inputs; choose another output with -o")
         renderer = require_renderer(flamegraph_path)
     base_label, new_label = _labels(base, new)
