@@ -11,6 +11,7 @@ signal throws the capture away.
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import re
 import select
@@ -36,6 +37,8 @@ TICK_S = 0.1
 LIMITS_EVERY_S = 1.0  # how often the target's threads and maps are held against its limits
 MIN_FREE_BYTES = 32 << 20
 CAPTURED_LINE = "Captured and wrote"  # perf record's last line, once perf.data is complete
+WRITTEN_LINE = re.compile(rf"{CAPTURED_LINE} ([\d.]+) MB")
+SIZE_LIMIT_LINE = "size limit reached"  # perf record stopping at --max-size
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -168,7 +171,7 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
 
 def _stopped_at_max_size(perf_process: PerfProcess, info: CaptureInfo) -> None:
     """Once perf has ended: when it stopped at --max-size (and ended its command), say so."""
-    if any("size limit reached" in line for line in perf_process.stderr):
+    if any(SIZE_LIMIT_LINE in line for line in perf_process.stderr):
         info.ended_by, info.target_exited = "max size", False
 
 
@@ -399,6 +402,9 @@ PERF_FAILURES: tuple[tuple[re.Pattern[str], Callable[[], str]], ...] = (
 
 def _perf_failure(stderr: list[str], request: RecordRequest | None) -> OffcpuError:
     text = "\n".join(stderr)
+    written = WRITTEN_LINE.search(text)
+    if request is not None and SIZE_LIMIT_LINE in text and written:  # it stopped there before the recording began
+        return _too_small(request.max_size, written[1])
     for pattern, explain in PERF_FAILURES:
         if pattern.search(text):
             return OffcpuError(f"perf record failed: {explain()}")
@@ -406,6 +412,13 @@ def _perf_failure(stderr: list[str], request: RecordRequest | None) -> OffcpuErr
         return OffcpuError(f"could not start {request.target.command[0]}: check the command and its path")
     last = next((line.strip() for line in reversed(stderr) if line.strip()), "no message")
     return OffcpuError(f"perf record failed: {last}")
+
+
+def _too_small(max_size: str, written_mb: str) -> OffcpuError:
+    """--max-size was reached by what perf writes before any event (the target's threads and maps)."""
+    room = 1 << math.ceil(math.log2(max(2 * float(written_mb), 1)))  # as much again for events, a round number
+    return OffcpuError(f"--max-size {max_size} is too small to hold anything: perf wrote {written_mb} MB about the "
+                       f"target's threads and memory maps before any event; give more than that, such as {room}M")
 
 
 def _save_kernel_symbols(directory: Path) -> None:

@@ -19,6 +19,7 @@ from offcpu.errors import OffcpuError
 
 TRACEFS_MOUNT_POINTS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 CAP_IPC_LOCK = 14
+CAP_SYS_PTRACE = 19
 CAP_SYS_ADMIN = 21
 CAP_PERFMON = 38
 DEFAULT_MAX_PAGE_ORDER = 10  # the kernel's default on x86 and arm64, when /proc/buddyinfo cannot say

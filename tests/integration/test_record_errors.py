@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -46,14 +47,23 @@ def test_thread_given_as_pid(workload, tmp_path):
     (("-a", "--duration", "inf"), ["--duration", "inf"]),
     (("-a", "--duration", "inf", "--no-limit"), ["--duration", "inf"]),
     (("-a", "--duration", "1e999", "--no-limit"), ["--duration", "inf"]),
-    (("-a", "--max-size", "0"), ["--max-size", "more than 0"]),
-    (("-a", "--max-size", "0M"), ["--max-size", "more than 0"]),
+    (("-a", "--max-size", "0"), ["--max-size", "B, K, M or G"]),
+    (("-a", "--max-size", "0M"), ["--max-size", "too small to hold anything", "at least 1M"]),
+    (("-a", "--max-size", "1K"), ["--max-size", "too small to hold anything", "at least 1M"]),
+    # what perf takes: a number and one of B, K, M or G, in capitals (else its help, or a size it cannot hold)
+    (("-a", "--max-size", "10b"), ["--max-size", "'10b'", "B, K, M or G"]),
+    (("-a", "--max-size", "1000"), ["--max-size", "'1000'", "B, K, M or G"]),
+    (("-a", "--max-size", "10MB"), ["--max-size", "'10MB'", "B, K, M or G"]),
+    (("-a", "--max-size", "17179869184G"), ["--max-size", "at most"]),
     (("-a", "--call-graph", "lbr"), ["fp, dwarf"]),
     (("-a", "--call-graph", "dwarf,1000000"), ["65528"]),
     (("-a", "--max-size", "lots"), ["512M"]),
     (("-a", "--mmap-pages", "1000"), ["power of two"]),
     (("-a", "--mmap-pages", "0"), ["--mmap-pages", "power of two from 1 to"]),
     (("--", "no-such-program-offcpu"), ["command not found"]),
+    (("--", "/etc/passwd"), ["/etc/passwd", "not executable", "chmod +x"]),
+    (("--", "/etc"), ["/etc", "is a directory"]),
+    (("--", "/no/such/program"), ["/no/such/program", "no such file"]),
 ])
 def test_bad_arguments(tmp_path, args, words):
     assert_one_line_error(run_offcpu("record", "-o", str(tmp_path / "cap"), *args), *words)
@@ -223,3 +233,47 @@ def test_mmap_pages_of_a_user_bound_by_perf_event_mlock_kb(open_directory, perf)
     assert mapped.returncode == 0, mapped.stderr
     refused = perf_record_pages(perf, 2 * most, open_directory, *nobody)
     assert refused.returncode != 0 and "Permission error mapping pages" in refused.stderr, refused.stderr
+
+
+MANY_MAPS = """
+import mmap, sys
+# neighbours with other protections do not merge: each is a map of its own, and perf writes one record each
+maps = [mmap.mmap(-1, 4096, prot=mmap.PROT_READ | (mmap.PROT_EXEC if i % 2 else mmap.PROT_WRITE))
+        for i in range(20000)]
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_max_size_smaller_than_what_perf_writes_first(tmp_path):
+    # Given a process with 20000 memory maps: perf describes them all before any event
+    program = subprocess.Popen([sys.executable, "-c", MANY_MAPS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        assert program.stdout.readline() == "ready\n"
+        result = run_offcpu("record", "--pid", str(program.pid), "-d", "1", "--max-size", "1M", "-o",
+                            str(tmp_path / "cap"))
+    finally:
+        program.kill()
+        program.wait()
+    # Then the size is said to be too small, with how much perf wrote first and a size that holds it
+    assert_one_line_error(result, "--max-size 1M is too small to hold anything", "MB", "give more than that")
+    assert not (tmp_path / "cap").exists()
+
+
+def test_a_process_offcpu_may_not_read_even_as_root():
+    # pid 1 here is the sandbox's init, outside the Landlock domain every other process runs in:
+    # the kernel denies reading its memory maps to root, as it denies them to perf
+    if _readable("/proc/1/maps"):
+        pytest.skip("pid 1's memory maps are readable here")
+    result = run_offcpu("record", "--pid", "1", "-d", "0.5")
+    assert_one_line_error(result, "/proc/1/maps", "even as root", "security module")
+    assert "run offcpu as the process's user or as root" not in result.stderr
+
+
+def _readable(path: str) -> bool:
+    try:
+        Path(path).read_bytes()
+    except OSError:
+        return False
+    return True
