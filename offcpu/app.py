@@ -13,7 +13,15 @@ from offcpu.commands import COMMANDS
 from offcpu.stdout import ClosedStdout, ReaderGone
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # stderr's reader went away (stdout's is told by write_stdout)
+            raise ReaderGone from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="offcpu")
 def cli() -> None:
     """Why are my threads not running?
@@ -53,13 +61,15 @@ def run(argv: list[str] | None = None) -> int:
         click.echo(INTERRUPTED_MESSAGE, err=True)
         return EXIT_INTERRUPTED
     except ReaderGone:
-        _discard_stdout()
+        _discard_output()
         return 128 + signal.SIGPIPE  # what a shell shows for a program SIGPIPE ended, as it ends cat or grep
     return code if isinstance(code, int) else 0
 
 
-def _discard_stdout() -> None:
-    """What is still buffered for stdout goes nowhere, instead of failing again as Python exits."""
+def _discard_output() -> None:
+    """What is still buffered for stdout or stderr goes nowhere, instead of failing again as Python
+    exits: there is nothing more to say, and nobody to say it to."""
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
+    for fd in (1, 2):
+        os.dup2(devnull, fd)
     os.close(devnull)

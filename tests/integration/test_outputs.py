@@ -166,3 +166,14 @@ def test_a_closed_stdout_is_one_line(example_capture):
         result = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", str(OFFCPU), *args], capture_output=True,
                                 text=True, timeout=120)
         assert_one_line_error(result, "stdout is closed")
+
+
+def test_a_stderr_reader_that_went_away_ends_offcpu_quietly(example_capture, tmp_path):
+    # Given stderr a pipe whose reader has gone ('2>&1 | head -1' once head has its line)
+    target = tmp_path / "report.json"
+    process = subprocess.Popen([str(OFFCPU), "report", "json", str(example_capture("idle_pool")), "-o", str(target)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    process.stderr.close()
+    # Then the report is written, and saying so fails quietly: 141, as for stdout, not 1 ("found a problem")
+    assert process.wait(timeout=120) == 128 + signal.SIGPIPE
+    assert json.loads(target.read_text())["schema"] == "offcpu/1"
