@@ -242,7 +242,7 @@ def test_a_capture_is_its_owner_s_alone(example_capture, tmp_path):
     assert run_offcpu("report", "json", str(capture)).returncode == 0  # which saves model.json
     assert stat.S_IMODE(capture.stat().st_mode) == 0o700
     assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in capture.iterdir()} == {
-        "perf.data": 0o600, "capture.json": 0o600, "model.json": 0o600}
+        "perf.data": 0o600, "capture.json": 0o600, "model.json": 0o600, "kallsyms": 0o600}
     # and so is a directory that was there before
     existing = tmp_path / "existing"
     existing.mkdir(mode=0o755)
