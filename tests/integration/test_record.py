@@ -306,7 +306,7 @@ def test_perf_ends_when_offcpu_is_killed(tmp_path):
     assert_one_line_error(refused, str(capture), "unfinished recording", "--force")
     replaced = run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture), "--force")
     assert replaced.returncode == 0, replaced.stderr
-    assert sorted(path.name for path in capture.iterdir()) == ["capture.json", "notes.txt", "perf.data"]
+    assert {path.name for path in capture.iterdir()} - {"kallsyms"} == {"capture.json", "notes.txt", "perf.data"}
 
 
 def test_a_second_recording_into_the_same_directory_fails(workload, tmp_path):
