@@ -6,10 +6,12 @@ The moments are not guessed with sleeps: Python reports each import as it comple
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -21,11 +23,23 @@ ENTRY_POINTS = {"console script": [str(OFFCPU)], "python -m offcpu": [str(OFFCPU
 IMPORTED = ["offcpu.cli", "click.types", "click", "rich.console", "offcpu.commands.record", "offcpu.commands"]
 
 
-def start_check(entry_point: list[str], policy: Path) -> subprocess.Popen[str]:
-    """offcpu check reading its policy from a FIFO: once started it waits there until interrupted."""
-    return subprocess.Popen([*entry_point, "check", "--policy", str(policy), "capture"], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+def start_waiting(entry_point: list[str], fifo: Path) -> subprocess.Popen[str]:
+    """offcpu report diff reading a folded file from a FIFO: once started it waits there until interrupted."""
+    return subprocess.Popen([*entry_point, "report", "diff", "--text", str(fifo), str(fifo)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+
+
+def open_for_writing(fifo: Path, timeout_s: float = 60) -> int:
+    """Open the FIFO's writing end once offcpu has opened it to read (never blocking for ever)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as error:  # ENXIO: no reader yet
+            if error.errno != errno.ENXIO or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def interrupt_after_import(process: subprocess.Popen[str], module: str) -> list[str]:
@@ -48,9 +62,9 @@ def assert_interrupted(process: subprocess.Popen[str], stderr: str) -> None:
 @pytest.mark.parametrize("entry_point", ENTRY_POINTS)
 @pytest.mark.parametrize("module", IMPORTED)
 def test_ctrl_c_while_importing(tmp_path, entry_point, module):
-    policy = tmp_path / "policy.toml"
-    os.mkfifo(policy)  # nobody writes it: offcpu never gets past it by itself
-    process = start_check(ENTRY_POINTS[entry_point], policy)
+    fifo = tmp_path / "folded"
+    os.mkfifo(fifo)  # nobody writes it: offcpu never gets past it by itself
+    process = start_waiting(ENTRY_POINTS[entry_point], fifo)
     try:
         before = interrupt_after_import(process, module)
         rest = process.communicate(timeout=60)[1]
@@ -62,17 +76,18 @@ def test_ctrl_c_while_importing(tmp_path, entry_point, module):
 
 @pytest.mark.parametrize("entry_point", ENTRY_POINTS)
 def test_ctrl_c_once_started(tmp_path, entry_point):
-    # Given offcpu started and reading its policy (it has opened the FIFO: the writer's open returned)
-    policy = tmp_path / "policy.toml"
-    os.mkfifo(policy)
-    process = start_check(ENTRY_POINTS[entry_point], policy)
+    # Given offcpu started and reading a folded file (it has opened the FIFO, and waits for its lines)
+    fifo = tmp_path / "folded"
+    os.mkfifo(fifo)
+    process = start_waiting(ENTRY_POINTS[entry_point], fifo)
     stderr: list[str] = []
     drain = threading.Thread(target=lambda: stderr.extend(process.stderr or []))
     drain.start()
     try:
-        with open(policy, "w"):
-            process.send_signal(signal.SIGINT)
-            process.wait(timeout=60)
+        writer = open_for_writing(fifo)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+        os.close(writer)
     finally:
         process.kill()
         process.wait()
