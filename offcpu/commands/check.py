@@ -23,8 +23,8 @@ from offcpu.recorder import RecordRequest
 from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.verdict import (VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable, could_not_check_markdown,
                                       github_annotations, github_error)
-from offcpu.summaries import unreadable_note, untrusted
 from offcpu.stdout import write_stdout
+from offcpu.summaries import unreadable_note, untrusted
 from offcpu.verdict import Measurements, Verdict, evaluate, measure, measurements_from_report, unrecorded
 
 EXIT_VIOLATED = 1

@@ -18,8 +18,8 @@ from offcpu.files import write_whole
 from offcpu.findings import lock_table
 from offcpu.model import Model
 from offcpu.stackview import StackView
-from offcpu.summaries import unreadable_note
 from offcpu.stdout import write_stdout
+from offcpu.summaries import unreadable_note
 
 capture_argument = click.argument("capture", type=click.Path(path_type=Path))
 # The states perf prints as prev_state ('?': waiting since before the recording, state unknown).
