@@ -16,6 +16,7 @@ from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, load
 from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH
+from offcpu.files import write_whole
 from offcpu.model import Model
 from offcpu.native_reader import NativeReader, unsupported
 from offcpu.perf_data import TYPE_TRACEPOINT, PerfData, damaged, open_perf_data
@@ -90,16 +91,12 @@ def build(directory: Path, window_s: tuple[float, float] | None = None, reader: 
 
 
 def _save(cache: Path, model: Model) -> None:
-    """Best effort: a capture on read-only media, or a full disk, is reported without a saved model."""
-    partial = cache.with_suffix(".json.partial")
+    """Best effort: a capture on read-only media, or a full disk, is reported without a saved model.
+    Owner only, as the capture: it holds every thread's name and stacks."""
     try:
-        partial.write_text(json.dumps(model.to_json(), separators=(",", ":")))
-        partial.replace(cache)
+        write_whole(cache, json.dumps(model.to_json(), separators=(",", ":")), private=True)
     except OSError:
-        try:
-            partial.unlink(missing_ok=True)
-        except OSError:
-            pass
+        pass
 
 
 def _identity(perf_data: Path) -> dict:

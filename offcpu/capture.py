@@ -13,6 +13,7 @@ from pathlib import Path
 
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
+from offcpu.files import PARTIAL, write_whole
 
 SCHEMA = "offcpu-capture/1"
 PERF_DATA = "perf.data"
@@ -22,7 +23,8 @@ METADATA = "capture.json"
 # model.json is the report's cache (offcpu.analysis.MODEL_FILE), kallsyms the kernel's
 # symbols when it was recorded (offcpu.symbols.KERNEL_SYMBOLS).
 OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, "model.json", "kallsyms")
-PARTIAL = ".partial"
+# In the directory while offcpu records into it; left there, it marks an unfinished recording.
+RECORDING = f"recording{PARTIAL}"
 
 
 @dataclass(frozen=True)
@@ -203,14 +205,8 @@ def _limits_snapshot(snapshot: dict) -> bool:
 
 
 def save(directory: Path, info: CaptureInfo) -> None:
-    path = directory / METADATA
-    partial = path.with_name(METADATA + PARTIAL)
-    try:
-        partial.write_text(json.dumps(info.to_json(), indent=2) + "\n")
-        partial.replace(path)  # a reader never sees half a file
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    """Owner only: it holds the command line, whose arguments may be secrets."""
+    write_whole(directory / METADATA, json.dumps(info.to_json(), indent=2) + "\n", private=True)
 
 
 def is_capture(directory: Path) -> bool:

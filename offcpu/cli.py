@@ -1,48 +1,39 @@
-"""Entry point: the command group and the one place errors become exit codes."""
+"""The entry point of the console script and of python -m offcpu.
+
+It imports next to nothing, so that a Ctrl-C while Python loads the rest of offcpu
+(click, rich and every command: the first few tenths of a second) ends it as quietly
+as a Ctrl-C later does, instead of with a KeyboardInterrupt traceback.
+"""
 
 from __future__ import annotations
 
-import click
+import signal
+import sys
+from types import FrameType
 
-from offcpu import __version__
-from offcpu.commands import COMMANDS
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="offcpu")
-def cli() -> None:
-    """Why are my threads not running?
-
-    offcpu records bounded perf sessions on the scheduler tracepoints of a
-    process, works out where its threads wait while they are off CPU, and
-    names the contention it finds.
-
-    \b
-    Typical use:
-      offcpu doctor --pid 1234        can recording work here?
-      offcpu record --pid 1234        record 5 seconds of one process
-      offcpu report text CAPTURE      where its threads waited, and why
-      offcpu check -- ./bench         a CI gate: exit 1 on contention
-    """
+from offcpu import EXIT_INTERRUPTED, INTERRUPTED_MESSAGE
 
 
-for command in COMMANDS:
-    cli.add_command(command)
+def _interrupted_while_starting(signum: int, frame: FrameType | None) -> None:
+    print(INTERRUPTED_MESSAGE, file=sys.stderr)
+    raise SystemExit(EXIT_INTERRUPTED)
+
+
+# At import, not in main(): the console script runs a line of its own before main().
+# Not when SIGINT was ignored when offcpu started (a shell's background job).
+_CATCHING_START = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+if _CATCHING_START:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code (usage errors are 2, as in click)."""
+    """Load offcpu and run it; its exit code."""
+    from offcpu.app import run  # the slow part
+
     try:
-        # Without standalone mode, click returns ctx.exit()'s code instead of exiting.
-        code = cli.main(args=argv, prog_name="offcpu", standalone_mode=False)
-    except click.UsageError as error:
-        command = error.ctx.command_path if error.ctx else "offcpu"
-        click.echo(f"offcpu: error: {error.format_message()} (see '{command} --help')", err=True)
-        return error.exit_code
-    except click.ClickException as error:
-        error.show()
-        return error.exit_code
-    except click.Abort:
-        click.echo("offcpu: interrupted", err=True)
-        return 130
-    return code if isinstance(code, int) else 0
+        if _CATCHING_START:  # from here on Ctrl-C is KeyboardInterrupt again: the commands end their work on it
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        return run(argv)
+    except KeyboardInterrupt:  # outside a command (click turns one inside into an exit 130 of its own)
+        print(INTERRUPTED_MESSAGE, file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
-from offcpu.system import proc_text, read_int_sysctl
+from offcpu.system import CAP_SYS_PTRACE, effective_capabilities, proc_text, read_int_sysctl
 
 WARN_FROM = 0.8
 PF_KTHREAD = 0x00200000  # in the flags of /proc/PID/stat: a kernel thread
@@ -145,6 +145,18 @@ def _threads_on_system() -> int:
     return int(Path("/proc/loadavg").read_text().split()[3].split("/")[1])
 
 
+def not_permitted(pid: int, path: str) -> str:
+    """Why offcpu may not read `path` of process `pid` (the kernel's ptrace access check), and the fix."""
+    if os.geteuid() != 0:
+        return f"not permitted to read {path}: run offcpu as the process's user or as root"
+    if not effective_capabilities() & (1 << CAP_SYS_PTRACE):
+        return (f"not permitted to read {path}: offcpu runs as root but without CAP_SYS_PTRACE (a container that "
+                "drops it?), which reading another process's memory maps takes; grant it")
+    return (f"not permitted to read {path} even as root: a Linux security module denies it (Landlock does when "
+            f"offcpu runs in a sandbox that process {pid} is outside of; SELinux or AppArmor can too), and perf needs "
+            "the process's memory maps; record a process started inside that sandbox, or run offcpu outside it")
+
+
 def snapshot(pid: int) -> LimitsSnapshot:
     """The process's threads and maps against each limit, read now."""
     try:
@@ -154,7 +166,7 @@ def snapshot(pid: int) -> LimitsSnapshot:
     except FileNotFoundError:
         raise OffcpuError(f"no such process: {pid} (check the pid with 'ps -p {pid}')") from None
     except PermissionError:
-        raise OffcpuError(f"not permitted to read /proc/{pid}: run offcpu as the process's user or as root") from None
+        raise OffcpuError(not_permitted(pid, f"/proc/{pid}/maps")) from None
     uid = status["Uid"].split()[0]
     system_threads = _threads_on_system()
     nproc_what = "threads of the process's user" + (" (not enforced for root)" if uid == "0" else "")

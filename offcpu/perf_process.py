@@ -149,7 +149,13 @@ class PerfProcess:
         except BrokenPipeError:
             return None  # perf has exited: nothing left to switch
         readable, _, _ = select.select([self._ack], [], [], ACK_TIMEOUT_S)
-        if not readable or not os.read(self._ack, 64):
+        if not readable:
+            return None
+        if not os.read(self._ack, 64):  # perf closed its end: it is exiting, and says why once it has
+            try:
+                self._process.wait(FINISH_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pass
             return None
         return time.monotonic_ns()
 

@@ -24,6 +24,9 @@ only in the keys it sets.
 
 from __future__ import annotations
 
+import datetime
+import json
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -162,8 +165,11 @@ class _Reader:
         return value
 
     def rule_ids(self, key: tuple[str, ...], value: object) -> tuple[str, ...]:
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise self.error(key, f"must be a list of finding ids, not {_kind(value)}")
+        if not isinstance(value, list):
+            raise self.error(key, f'must be an array of finding ids, such as ["mmap_lock"], not {_kind(value)}')
+        other = next((item for item in value if not isinstance(item, str)), None)
+        if other is not None:
+            raise self.error(key, f"must be an array of finding ids (strings), but it holds {_kind(other)}")
         unknown = [item for item in value if item not in RULE_IDS]
         if unknown:
             raise self.error(key, f"names {unknown[0]!r}, which is not a finding id ({', '.join(RULE_IDS)})")
@@ -201,8 +207,10 @@ class _Reader:
         return replace(over, **read)
 
     def number(self, key: tuple[str, ...], value: object, share: bool) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.error(key, f"must be a number, not {_kind(value)}")
+        if not math.isfinite(value):
+            raise self.error(key, f"must be a finite number, not {_kind(value)}")
         if value < 0 or (share and value > 1):
             bounds = "from 0 to 1 (0.05 is 5%)" if share else "0 or more"
             raise self.error(key, f"must be {bounds}, not {value}")
@@ -210,7 +218,30 @@ class _Reader:
 
 
 def _kind(value: object) -> str:
-    return {bool: "true/false", str: "a string", list: "a list", dict: "a table"}.get(type(value), repr(value))
+    """What a TOML value is, in TOML's words, with the value itself when it is short."""
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    kind = _SCALAR_KINDS.get(type(value), "a value")
+    if isinstance(value, datetime.datetime) and value.tzinfo is not None:
+        kind = "an offset date-time"
+    shown = _toml_text(value)
+    return f"{kind} ({shown})" if len(shown) <= 40 else kind
+
+
+_SCALAR_KINDS = {bool: "a boolean", str: "a string", int: "an integer", float: "a float",
+                 datetime.datetime: "a local date-time", datetime.date: "a local date", datetime.time: "a local time"}
+
+
+def _toml_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    return str(value)  # numbers: inf and nan are TOML's words too
 
 
 _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?$")

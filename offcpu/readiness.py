@@ -10,7 +10,7 @@ from offcpu import events, system
 from offcpu.errors import OffcpuError
 from offcpu.flamegraph import HOW_TO_GET_ONE, find_renderer
 from offcpu.framepointers import check_binary, libc_of
-from offcpu.limits import LimitsSnapshot, is_kernel_thread
+from offcpu.limits import LimitsSnapshot, is_kernel_thread, not_permitted
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 
@@ -109,8 +109,9 @@ def frame_pointer_checks(pid: int | None) -> list[Check]:
         try:
             binaries.append(("target binary", os.readlink(f"/proc/{pid}/exe")))
         except OSError as error:
-            checks.append(Check("frame pointers: target binary", WARN,
-                                f"cannot read /proc/{pid}/exe ({error.strerror}): run as the process's user or as root"))
+            why = (not_permitted(pid, f"/proc/{pid}/exe") if isinstance(error, PermissionError)
+                   else f"cannot read /proc/{pid}/exe ({error.strerror})")
+            checks.append(Check("frame pointers: target binary", WARN, why))
     try:
         libc = libc_of(pid if pid is not None else "self")
     except OSError:

@@ -10,6 +10,8 @@ signal throws the capture away.
 
 from __future__ import annotations
 
+import fcntl
+import math
 import os
 import re
 import select
@@ -24,7 +26,7 @@ from pathlib import Path
 from types import FrameType
 
 from offcpu import limits, system
-from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, is_capture, own_files, save
+from offcpu.capture import METADATA, PERF_DATA, RECORDING, CaptureInfo, Target, is_capture, own_files, save
 from offcpu.describe import describe
 from offcpu.errors import OffcpuError
 from offcpu.events import EventPlan, plan_events
@@ -35,6 +37,8 @@ TICK_S = 0.1
 LIMITS_EVERY_S = 1.0  # how often the target's threads and maps are held against its limits
 MIN_FREE_BYTES = 32 << 20
 CAPTURED_LINE = "Captured and wrote"  # perf record's last line, once perf.data is complete
+WRITTEN_LINE = re.compile(rf"{CAPTURED_LINE} ([\d.]+) MB")
+SIZE_LIMIT_LINE = "size limit reached"  # perf record stopping at --max-size
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -167,7 +171,7 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
 
 def _stopped_at_max_size(perf_process: PerfProcess, info: CaptureInfo) -> None:
     """Once perf has ended: when it stopped at --max-size (and ended its command), say so."""
-    if any("size limit reached" in line for line in perf_process.stderr):
+    if any(SIZE_LIMIT_LINE in line for line in perf_process.stderr):
         info.ended_by, info.target_exited = "max size", False
 
 
@@ -398,6 +402,9 @@ PERF_FAILURES: tuple[tuple[re.Pattern[str], Callable[[], str]], ...] = (
 
 def _perf_failure(stderr: list[str], request: RecordRequest | None) -> OffcpuError:
     text = "\n".join(stderr)
+    written = WRITTEN_LINE.search(text)
+    if request is not None and SIZE_LIMIT_LINE in text and written:  # it stopped there before the recording began
+        return _too_small(request.max_size, written[1])
     for pattern, explain in PERF_FAILURES:
         if pattern.search(text):
             return OffcpuError(f"perf record failed: {explain()}")
@@ -405,6 +412,13 @@ def _perf_failure(stderr: list[str], request: RecordRequest | None) -> OffcpuErr
         return OffcpuError(f"could not start {request.target.command[0]}: check the command and its path")
     last = next((line.strip() for line in reversed(stderr) if line.strip()), "no message")
     return OffcpuError(f"perf record failed: {last}")
+
+
+def _too_small(max_size: str, written_mb: str) -> OffcpuError:
+    """--max-size was reached by what perf writes before any event (the target's threads and maps)."""
+    room = 1 << math.ceil(math.log2(max(2 * float(written_mb), 1)))  # as much again for events, a round number
+    return OffcpuError(f"--max-size {max_size} is too small to hold anything: perf wrote {written_mb} MB about the "
+                       f"target's threads and memory maps before any event; give more than that, such as {room}M")
 
 
 def _save_kernel_symbols(directory: Path) -> None:
@@ -417,33 +431,92 @@ def _save_kernel_symbols(directory: Path) -> None:
         pass
 
 
-def prepare_output(directory: Path, force: bool) -> bool:
-    """Make `directory` ready for a capture; True when it was created here.
-    An existing capture (its capture.json is offcpu's) is replaced only with
-    --force, and then only offcpu's files are deleted; any other directory
-    must be empty."""
-    if directory.exists() and not directory.is_dir():
-        raise OffcpuError(f"{directory} exists and is not a directory; choose another with -o")
-    created = not directory.exists()
+@contextmanager
+def output_taken(directory: Path, force: bool) -> Iterator[None]:
+    """Hold `directory` while offcpu records into it. It is locked, so that a second offcpu
+    fails (exit 2) instead of both writing one perf.data, and marked (RECORDING) until the
+    capture is whole, so that what an offcpu that was killed leaves is known for an
+    unfinished recording. An existing capture or unfinished recording is replaced only
+    with --force, and then only offcpu's files are deleted; any other directory must be
+    empty. A directory made here and left empty is removed."""
+    created = _made(directory)
+    with _locked(directory):
+        marker = directory / RECORDING
+        try:
+            if not created:
+                _clear_for_capture(directory, force)
+            _check_free_space(directory)
+            try:
+                directory.chmod(0o700)  # its files are the owner's alone too: capture.json holds the command line
+                marker.write_text(f"offcpu (pid {os.getpid()}) records here; once it ends this file goes, unless "
+                                  "the recording was not finished\n")
+            except OSError as error:
+                raise _not_writable(directory, error) from None
+            yield
+        except BaseException:
+            if not (directory / PERF_DATA).exists():  # nothing of a recording is left: nothing to mark
+                marker.unlink(missing_ok=True)
+            if created:
+                _remove_if_empty(directory)
+            raise
+        marker.unlink()
+
+
+def _made(directory: Path) -> bool:
+    """Make `directory` unless it exists; whether it was made here."""
     try:
-        if not created:
-            _clear_for_capture(directory, force)
-        directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / ".offcpu-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
+        directory.mkdir(parents=True)
+        return True
+    except FileExistsError:
+        if not directory.is_dir():
+            raise OffcpuError(f"{directory} exists and is not a directory; choose another with -o") from None
+        return False
     except OSError as error:
-        raise OffcpuError(f"cannot write to {directory} ({error.strerror}); choose another directory with -o") from None
+        raise _not_writable(directory, error) from None
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive lock on `directory` (the kernel releases it however offcpu ends)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as error:
+        raise _not_writable(directory, error) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OffcpuError(f"another offcpu is recording into {directory}; wait for it to end or choose another "
+                              "directory with -o") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _not_writable(directory: Path, error: OSError) -> OffcpuError:
+    return OffcpuError(f"cannot write to {directory} ({error.strerror}); choose another directory with -o")
+
+
+def _check_free_space(directory: Path) -> None:
     free = shutil.disk_usage(directory).free
     if free < MIN_FREE_BYTES:
         raise OffcpuError(f"only {free >> 20} MiB free where {directory} is; free space or record elsewhere with -o")
-    return created
+
+
+def _remove_if_empty(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:
+        pass  # not empty (a capture, or something else): keep it
 
 
 def _clear_for_capture(directory: Path, force: bool) -> None:
-    if is_capture(directory):
+    if is_capture(directory) or (directory / RECORDING).exists():
         if not force:
-            raise OffcpuError(f"{directory} already holds a capture; pass --force to replace it or choose -o")
+            what = ("a capture" if is_capture(directory) else
+                    f"an unfinished recording (its offcpu was stopped before it wrote {METADATA})")
+            raise OffcpuError(f"{directory} already holds {what}; pass --force to replace it or choose another "
+                              "directory with -o")
         for path in own_files(directory):
             path.unlink()
     elif (directory / PERF_DATA).exists():

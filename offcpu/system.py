@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
 
 TRACEFS_MOUNT_POINTS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+CAP_IPC_LOCK = 14
+CAP_SYS_PTRACE = 19
 CAP_SYS_ADMIN = 21
 CAP_PERFMON = 38
+DEFAULT_MAX_PAGE_ORDER = 10  # the kernel's default on x86 and arm64, when /proc/buddyinfo cannot say
 
 PERF_INSTALL_HINT = (
     "install perf: Debian 'apt-get install linux-perf', "
@@ -152,6 +157,52 @@ def permission_hint(paranoid: int | None) -> str:
         f"tracepoint recording needs root, CAP_PERFMON, or kernel.perf_event_paranoid=-1 "
         f"(it is {paranoid}): run offcpu with sudo, or 'sysctl kernel.perf_event_paranoid=-1'"
     )
+
+
+def mmap_pages_limit() -> tuple[int, str]:
+    """The most ring buffer pages a CPU (perf's --mmap-pages, a power of two) perf can
+    map here, and why no more."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    # The kernel keeps a buffer's page pointers in one allocation of at most 2^MAX_PAGE_ORDER
+    # pages (rb_alloc), with its header: 262144 pages (1 GiB) with 4 KiB pages and order 10.
+    # perf 6.1 takes more without complaint, from 1048576 on, and then records nothing.
+    most = _power_of_two_at_most((page << _max_page_order()) // struct.calcsize("P") - 1)
+    why = f"the kernel maps at most that many {page >> 10} KiB pages ({most * page >> 20:,} MiB) for each CPU"
+    if not _locked_memory_is_bounded():
+        return most, why
+    cpus = os.cpu_count() or 1
+    mlock_kb = read_int_sysctl("kernel.perf_event_mlock_kb") or 0
+    memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    if memlock == resource.RLIM_INFINITY:
+        return most, why
+    # Every CPU's buffer is one page more (its header); all of them together may lock
+    # perf_event_mlock_kb for each CPU, and RLIMIT_MEMLOCK beyond that.
+    per_cpu = (cpus * mlock_kb * 1024 + memlock) // page // cpus - 1
+    allowed = _power_of_two_at_most(max(per_cpu, 1))
+    if allowed >= most:
+        return most, why
+    return allowed, (f"this user may lock no more on {cpus} CPUs (kernel.perf_event_mlock_kb is {mlock_kb} KiB, "
+                     f"ulimit -l {memlock >> 10} KiB): raise kernel.perf_event_mlock_kb, or run offcpu as root")
+
+
+def _power_of_two_at_most(number: int) -> int:
+    return 1 << (number.bit_length() - 1)
+
+
+def _max_page_order() -> int:
+    """The kernel's MAX_PAGE_ORDER: /proc/buddyinfo has a column for each order from 0 to it."""
+    try:
+        fields = Path("/proc/buddyinfo").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return DEFAULT_MAX_PAGE_ORDER
+    return len(fields) - 5 if len(fields) > 5 else DEFAULT_MAX_PAGE_ORDER  # "Node 0, zone NAME" come first
+
+
+def _locked_memory_is_bounded() -> bool:
+    """Whether perf's buffers count against kernel.perf_event_mlock_kb: not with
+    CAP_IPC_LOCK (root has it), nor with kernel.perf_event_paranoid at -1."""
+    paranoid = read_int_sysctl("kernel.perf_event_paranoid")
+    return not effective_capabilities() & (1 << CAP_IPC_LOCK) and (paranoid is None or paranoid > -1)
 
 
 def kernel_symbols_readable() -> tuple[bool, str]:

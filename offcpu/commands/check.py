@@ -13,7 +13,8 @@ import click
 
 from offcpu.capture import CaptureInfo, load
 from offcpu.commands.record import MAX_DURATION_S, check_bounds, default_output, record_into, resolve_target
-from offcpu.commands.report.common import checked_output, read_with_progress, warn_if_unread, write_report
+from offcpu.commands.report.common import (checked_output, read_with_progress, same_file, warn_if_unread,
+                                           write_report)
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import Model
@@ -22,6 +23,7 @@ from offcpu.recorder import RecordRequest
 from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.verdict import (VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable, could_not_check_markdown,
                                       github_annotations, github_error)
+from offcpu.stdout import write_stdout
 from offcpu.summaries import unreadable_note, untrusted
 from offcpu.verdict import Measurements, Verdict, evaluate, measure, measurements_from_report, unrecorded
 
@@ -83,9 +85,12 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
     not check.
     """
     policy = load_policy(policy_path)
-    for path in (junit, json_path):
+    for option, path in (("--junit", junit), ("--json", json_path)):
         if path is not None:
-            checked_output(path, force)
+            checked_output(path, force, option)
+    if junit is not None and json_path is not None and same_file(junit, json_path):
+        raise OffcpuError(f"--junit {junit} and --json {json_path} are the same file, and the JSON verdict would "
+                          "overwrite the JUnit one; give each its own file")
     capture_args, command = _split_arguments(arguments)
     if capture_args and (pid is not None or output is not None):
         raise click.UsageError("give a CAPTURE to check, or --pid / -- COMMAND to record one, not both")
@@ -97,11 +102,11 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
     verdict = evaluate(policy, run, base)
     width, color = stdout_layout()
     baseline_label = str(baseline) if baseline else None
-    click.echo(VerdictTable(str(capture), baseline_label, width, color).render(verdict), nl=False)
+    write_stdout(VerdictTable(str(capture), baseline_label, width, color).render(verdict))
     if junit is not None:
-        write_report(junit, VerdictJunit().render(verdict))
+        write_report(junit, VerdictJunit().render(verdict), "--junit")
     if json_path is not None:
-        write_report(json_path, VerdictJson(str(capture), baseline_label).render(verdict))
+        write_report(json_path, VerdictJson(str(capture), baseline_label).render(verdict), "--json")
     _github_outputs(verdict, str(capture))
     if not capture_args:
         where = printable(shlex.quote(str(capture)))
@@ -194,7 +199,7 @@ def _github_outputs(verdict: Verdict, capture: str) -> None:
     """Only on GitHub Actions (or wherever these variables are set): a step summary, error annotations."""
     _append_step_summary(VerdictMarkdown(capture).render(verdict))
     if os.environ.get("GITHUB_ACTIONS") == "true":
-        click.echo(github_annotations(verdict), nl=False)
+        write_stdout(github_annotations(verdict))
 
 
 @contextmanager
@@ -206,7 +211,7 @@ def _could_not_check_on_github() -> Iterator[None]:
         if error.exit_code == OffcpuError.exit_code:
             reason = error.format_message().removeprefix(COULD_NOT_CHECK)
             if os.environ.get("GITHUB_ACTIONS") == "true":
-                click.echo(github_error(COULD_NOT_CHECK + reason), nl=False)
+                write_stdout(github_error(COULD_NOT_CHECK + reason))
             _append_step_summary(could_not_check_markdown(reason))
         raise
 

@@ -14,6 +14,7 @@ from offcpu.errors import OffcpuError
 from offcpu.readiness import (FAIL, INFO, OK, WARN, Check, can_record, frame_pointer_checks, limit_checks,
                               machine_checks)
 from offcpu.selftest import recorded_switch
+from offcpu.stdout import write_stdout
 
 STYLES = {OK: "green", WARN: "yellow", FAIL: "bold red"}
 
@@ -40,18 +41,20 @@ def doctor(pid: int | None, as_json: bool) -> None:
     if ready:
         checks.append(_cost_check(as_json))
     if as_json:
-        click.echo(json.dumps({
+        write_stdout(json.dumps({
             "can_record": ready,
             "checks": [asdict(check) for check in checks],
             "limits": snapshot.to_json() if snapshot else None,
-        }, indent=2))
+        }, indent=2) + "\n")
     else:
         console = Console(highlight=False)
-        console.print(_table("Recording", checks))
-        if limit_rows:
-            console.print(_table(f"Limits of pid {pid}", limit_rows))
-        verdict = "offcpu can record here." if ready else "offcpu cannot record here: fix the failed checks above."
-        console.print(verdict, style="green" if ready else "bold red")
+        with console.capture() as printed:  # coloured as for stdout, printed in one piece
+            console.print(_table("Recording", checks))
+            if limit_rows:
+                console.print(_table(f"Limits of pid {pid}", limit_rows))
+            verdict = "offcpu can record here." if ready else "offcpu cannot record here: fix the failed checks above."
+            console.print(verdict, style="green" if ready else "bold red")
+        write_stdout(printed.get())
     click.get_current_context().exit(0 if ready else 1)
 
 

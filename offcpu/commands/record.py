@@ -13,17 +13,22 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
-from offcpu import limits
+from offcpu import limits, system
 from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.findings import counted
-from offcpu.recorder import RecordRequest, prepare_output, record as record_capture
+from offcpu.recorder import RecordRequest, output_taken, record as record_capture
 
 MAX_DURATION_S = 600.0
 MAX_DWARF_BYTES = 65528  # perf record's largest user stack copy
 CALL_GRAPH = re.compile(r"^(fp|dwarf(,\d+)?)$")
-SIZE = re.compile(r"^(\d+)[BKMG]?$", re.IGNORECASE)
+SIZE = re.compile(r"^(\d+)([BKMG])$")  # as perf record --max-size takes it: a unit, in capitals
+SIZE_UNITS = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+MAX_SIZE_BYTES = (1 << 64) - 1  # perf counts in an unsigned long
+# perf.data starts with the target's threads and memory maps before any event: tens of KB,
+# hundreds for the whole machine.
+MIN_MAX_SIZE_MIB = 1
 UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._+-]")
 
 
@@ -71,24 +76,10 @@ def record_into(request: RecordRequest, force: bool, suggest_report: bool = True
     """Record into request.output (replacing a capture there only with `force`),
     with a countdown on a terminal, and print the summary (with the report to run
     next, unless the caller goes on by itself)."""
-    created = prepare_output(request.output, force)
-    try:
+    with output_taken(request.output, force):
         info = _record_with_progress(request)
-    except BaseException:
-        # The recorder has removed its files unless perf left a capture, which is
-        # kept; a directory made for nothing goes too, but never a non-empty one.
-        if created:
-            _remove_if_empty(request.output)
-        raise
     _print_summary(info, request, suggest_report)
     return info
-
-
-def _remove_if_empty(directory: Path) -> None:
-    try:
-        directory.rmdir()
-    except OSError:
-        pass  # not empty (a capture, or something else): keep it
 
 
 def resolve_target(pid: int | None, tid: int | None, all_cpus: bool, command: tuple[str, ...]) -> Target:
@@ -108,9 +99,23 @@ def resolve_target(pid: int | None, tid: int | None, all_cpus: bool, command: tu
         return Target("pid" if pid is not None else "tid", limits.command_name(process), pid=process, tid=tid)
     if all_cpus:
         return Target("all", "all")
-    if shutil.which(command[0]) is None:
-        raise OffcpuError(f"command not found: {command[0]} (give a path or a program on PATH)")
+    _check_runnable(command[0])
     return Target("command", Path(command[0]).name, command=command)
+
+
+def _check_runnable(program: str) -> None:
+    """A program that perf can start: on PATH, or a path to an executable file."""
+    if shutil.which(program) is not None:
+        return
+    if "/" not in program:  # looked up on PATH, as perf will
+        raise OffcpuError(f"command not found: {program} (give a path or a program on PATH)")
+    path = Path(program)
+    if path.is_dir():
+        raise OffcpuError(f"{program} is a directory, not a program; give the program to run after --")
+    if path.exists():
+        raise OffcpuError(f"{program} is not executable: make it so (chmod +x {program}), or run it through its "
+                          f"interpreter (-- sh {program})")
+    raise OffcpuError(f"{program}: no such file; check the path of the program to run after --")
 
 
 def check_bounds(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap_pages: str | None) -> None:
@@ -121,19 +126,39 @@ def check_bounds(duration: float, no_limit: bool, max_size: str, call_graph: str
     if duration > MAX_DURATION_S and not no_limit:
         raise click.BadParameter(f"{duration:g} s is more than {MAX_DURATION_S:.0f} s; add --no-limit if you mean it",
                                  param_hint="--duration")
-    size = SIZE.match(max_size)
-    if not size:
-        raise click.BadParameter("give a size such as 512M or 2G", param_hint="--max-size")
-    if int(size[1]) == 0:
-        raise click.BadParameter("must be more than 0; give a size such as 512M or 2G", param_hint="--max-size")
+    _check_max_size(max_size)
     shape = CALL_GRAPH.match(call_graph)
     if not shape:
         raise click.BadParameter("give fp, dwarf or dwarf,BYTES (for example dwarf,16384)", param_hint="--call-graph")
     if shape[2] and not 0 < int(shape[2][1:]) <= MAX_DWARF_BYTES:
         raise click.BadParameter(f"perf copies 1 to {MAX_DWARF_BYTES} bytes of stack (default 8192); give for "
                                  "example dwarf,16384", param_hint="--call-graph")
-    if mmap_pages is not None and not (mmap_pages.isdigit() and int(mmap_pages) & (int(mmap_pages) - 1) == 0):
-        raise click.BadParameter("give a power of two, for example 1024", param_hint="--mmap-pages")
+    if mmap_pages is not None:
+        _check_mmap_pages(mmap_pages)
+
+
+def _check_max_size(max_size: str) -> None:
+    size = SIZE.match(max_size)
+    if not size:
+        raise click.BadParameter(f"{max_size!r} is not a size perf takes: give a number and one of B, K, M or G "
+                                 "(in capitals), such as 512M or 2G", param_hint="--max-size")
+    unit = SIZE_UNITS[size[2]]
+    if int(size[1]) > MAX_SIZE_BYTES // unit:
+        raise click.BadParameter(f"perf counts sizes up to {MAX_SIZE_BYTES // unit:,}{size[2]}; give at most that, "
+                                 "such as 512M or 2G", param_hint="--max-size")
+    if int(size[1]) * unit < MIN_MAX_SIZE_MIB << 20:
+        raise click.BadParameter(f"{max_size} is too small to hold anything: perf.data starts with the target's "
+                                 "threads and memory maps (hundreds of KB for the whole machine) before any event; "
+                                 f"give at least {MIN_MAX_SIZE_MIB}M", param_hint="--max-size")
+
+
+def _check_mmap_pages(mmap_pages: str) -> None:
+    """A power of two perf can map here: perf takes more, records nothing, and says nothing."""
+    most, why = system.mmap_pages_limit()
+    pages = int(mmap_pages) if mmap_pages.isdigit() else 0
+    if not 1 <= pages <= most or pages & (pages - 1):
+        raise click.BadParameter(f"give a power of two from 1 to {most:,}, for example {min(1024, most)}: {why}",
+                                 param_hint="--mmap-pages")
 
 
 def default_output(target: Target) -> Path:

@@ -275,6 +275,15 @@ class TestCouldNotCheck:
         policy.write_text("mmap_lock.max_share = \n")
         assert_one_line_error(check("--policy", str(policy), str(example_capture("idle_pool"))), "not TOML", "line 1")
 
+    def test_policy_nested_too_deeply(self, example_capture, tmp_path):
+        # exit 2 (a bad policy), not the traceback and exit 1 ("found a problem") of a RecursionError
+        policy = tmp_path / "policy.toml"
+        policy.write_text(f"fail_above_info = {'[' * 2000}{']' * 2000}\n")
+        assert_one_line_error(check("--policy", str(policy), str(example_capture("idle_pool"))), "too deeply")
+
+    def test_policy_that_never_ends(self, example_capture):
+        assert_one_line_error(check("--policy", "/dev/zero", str(example_capture("idle_pool"))), "not a regular file")
+
     def test_missing_capture(self, tmp_path):
         assert_one_line_error(check(str(tmp_path / "nothing")), "not a capture directory")
 
@@ -302,10 +311,23 @@ class TestCouldNotCheck:
     def test_outputs_are_not_overwritten(self, example_capture, tmp_path):
         junit = tmp_path / "offcpu.xml"
         junit.write_text("keep")
-        assert_one_line_error(check("--junit", str(junit), str(example_capture("idle_pool"))), "--force")
+        assert_one_line_error(check("--junit", str(junit), str(example_capture("idle_pool"))), "--force",
+                              "another file with --junit")
         assert junit.read_text() == "keep"
         assert check("--junit", str(junit), "--force", str(example_capture("idle_pool"))).returncode == 0
         assert ET.parse(junit).getroot().tag == "testsuites"
+
+    def test_the_same_file_for_junit_and_json(self, example_capture, tmp_path):
+        # Given --junit and --json naming one file: alike, spelt differently, or through a link
+        verdict = tmp_path / "verdict"
+        (tmp_path / "sub").mkdir()
+        link = tmp_path / "link"
+        link.symlink_to(verdict)
+        for junit, json_path in ((verdict, verdict), (verdict, tmp_path / "sub" / ".." / "verdict"), (link, verdict)):
+            result = check("--junit", str(junit), "--json", str(json_path), "--force", str(example_capture("idle_pool")))
+            # Then the check is refused before it writes either (one would have overwritten the other)
+            assert_one_line_error(result, "--junit", "--json", "same file")
+        assert not verdict.exists()
 
     @pytest.mark.parametrize("args, words", [
         ((), ["nothing to check"]),

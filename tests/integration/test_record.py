@@ -236,6 +236,20 @@ def test_existing_capture_is_kept_without_force(workload, tmp_path):
     assert replaced.returncode == 0 and load(capture)["window_start_ns"] > first["window_start_ns"]
 
 
+def test_a_capture_is_its_owner_s_alone(example_capture, tmp_path):
+    # capture.json holds the command line, whose arguments may be secrets; perf.data, the stacks
+    capture = example_capture("idle_pool")
+    assert run_offcpu("report", "json", str(capture)).returncode == 0  # which saves model.json
+    assert stat.S_IMODE(capture.stat().st_mode) == 0o700
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in capture.iterdir()} == {
+        "perf.data": 0o600, "capture.json": 0o600, "model.json": 0o600, "kallsyms": 0o600}
+    # and so is a directory that was there before
+    existing = tmp_path / "existing"
+    existing.mkdir(mode=0o755)
+    assert run_offcpu("record", "-d", "0.5", "-o", str(existing), "--", "true").returncode == 0
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o700
+
+
 def test_default_output_name_is_one_plain_word():
     named = default_output(Target("pid", "kworker/R-rcu gp", pid=4))
     assert named.parent == Path(".") and named.name.startswith("offcpu-kworker_R-rcu_gp-4-")
@@ -286,6 +300,43 @@ def test_perf_ends_when_offcpu_is_killed(tmp_path):
         time.sleep(0.1)
     assert perf_processes_writing(capture) == []
     assert sum(event_counts(capture / "perf.data").values()) > 0
+    # and what is left is called an unfinished recording, which --force (and only --force) replaces
+    (capture / "notes.txt").write_text("mine")
+    refused = run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture))
+    assert_one_line_error(refused, str(capture), "unfinished recording", "--force")
+    replaced = run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture), "--force")
+    assert replaced.returncode == 0, replaced.stderr
+    assert {path.name for path in capture.iterdir()} - {"kallsyms"} == {"capture.json", "notes.txt", "perf.data"}
+
+
+def test_a_second_recording_into_the_same_directory_fails(workload, tmp_path):
+    # Given a recording under way
+    program = workload("idle_pool", "-s", "60", threads=17)
+    capture = tmp_path / "cap"
+    first = subprocess.Popen([str(OFFCPU), "record", "--pid", str(program.pid), "-d", "60", "-o", str(capture)],
+                             stderr=subprocess.PIPE, text=True)
+    wait_for_perf(capture, settle_s=0)
+    # When another one is started into the same directory, with --force or not
+    for force in ([], ["--force"]):
+        second = run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(capture), *force)
+        # Then it fails, and the first one goes on to a whole capture
+        assert_one_line_error(second, "another offcpu is recording into", str(capture))
+    first.send_signal(signal.SIGINT)
+    assert first.wait(timeout=60) == 0, first.communicate()[1]
+    assert sum(event_counts(capture / "perf.data").values()) == load(capture)["samples"] > 0
+
+
+def test_two_recordings_started_together_make_one_capture(tmp_path):
+    capture = tmp_path / "cap"
+    command = [str(OFFCPU), "record", "-d", "5", "-o", str(capture), "--", str(example("futex_contention")), "-t", "2",
+               "-s", "1"]
+    started = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    results = sorted((process.wait(timeout=120), process.communicate()[1]) for process in started)
+    # One records; the other finds the directory taken (or, if it came late, holding a capture)
+    assert [status for status, _ in results] == [0, 2], results
+    assert "another offcpu is recording" in results[1][1] or "already holds a capture" in results[1][1]
+    assert sum(event_counts(capture / "perf.data").values()) == load(capture)["samples"] > 0
 
 
 def test_interrupt_before_recording_leaves_nothing(tmp_path):

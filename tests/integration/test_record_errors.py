@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -45,13 +47,23 @@ def test_thread_given_as_pid(workload, tmp_path):
     (("-a", "--duration", "inf"), ["--duration", "inf"]),
     (("-a", "--duration", "inf", "--no-limit"), ["--duration", "inf"]),
     (("-a", "--duration", "1e999", "--no-limit"), ["--duration", "inf"]),
-    (("-a", "--max-size", "0"), ["--max-size", "more than 0"]),
-    (("-a", "--max-size", "0M"), ["--max-size", "more than 0"]),
+    (("-a", "--max-size", "0"), ["--max-size", "B, K, M or G"]),
+    (("-a", "--max-size", "0M"), ["--max-size", "too small to hold anything", "at least 1M"]),
+    (("-a", "--max-size", "1K"), ["--max-size", "too small to hold anything", "at least 1M"]),
+    # what perf takes: a number and one of B, K, M or G, in capitals (else its help, or a size it cannot hold)
+    (("-a", "--max-size", "10b"), ["--max-size", "'10b'", "B, K, M or G"]),
+    (("-a", "--max-size", "1000"), ["--max-size", "'1000'", "B, K, M or G"]),
+    (("-a", "--max-size", "10MB"), ["--max-size", "'10MB'", "B, K, M or G"]),
+    (("-a", "--max-size", "17179869184G"), ["--max-size", "at most"]),
     (("-a", "--call-graph", "lbr"), ["fp, dwarf"]),
     (("-a", "--call-graph", "dwarf,1000000"), ["65528"]),
     (("-a", "--max-size", "lots"), ["512M"]),
     (("-a", "--mmap-pages", "1000"), ["power of two"]),
+    (("-a", "--mmap-pages", "0"), ["--mmap-pages", "power of two from 1 to"]),
     (("--", "no-such-program-offcpu"), ["command not found"]),
+    (("--", "/etc/passwd"), ["/etc/passwd", "not executable", "chmod +x"]),
+    (("--", "/etc"), ["/etc", "is a directory"]),
+    (("--", "/no/such/program"), ["/no/such/program", "no such file"]),
 ])
 def test_bad_arguments(tmp_path, args, words):
     assert_one_line_error(run_offcpu("record", "-o", str(tmp_path / "cap"), *args), *words)
@@ -181,3 +193,87 @@ def test_a_damaged_capture_json_is_said_to_be_damaged(tmp_path, damage, words):
     # Then every command that reads it says so in one line, and none computes with it
     for command in (["report", "json"], ["check"]):
         assert_one_line_error(run_offcpu(*command, str(capture)), "not a capture description", *words)
+
+
+def largest_mmap_pages(message: str) -> int:
+    """The most --mmap-pages an error message says perf maps here."""
+    found = re.search(r"power of two from 1 to ([\d,]+)", message)
+    assert found, message
+    return int(found[1].replace(",", ""))
+
+
+def perf_record_pages(perf: str, pages: int, directory: Path, *run_as: str) -> subprocess.CompletedProcess[str]:
+    """Plain perf with `pages` of ring buffer a CPU, as root or through `run_as` (setpriv ...)."""
+    return subprocess.run([*run_as, perf, "record", "-m", str(pages), "-e", "cpu-clock", "-a",
+                           "-o", str(directory / "pages.data"), "--", "true"], capture_output=True, text=True,
+                          timeout=120, cwd="/")
+
+
+@pytest.mark.parametrize("pages", ["2147483648", "524288"])
+def test_more_mmap_pages_than_the_kernel_maps(tmp_path, perf, pages):
+    # Given more pages than perf can map (2147483648 was taken, recorded nothing, and blamed the target)
+    result = run_offcpu("record", "-a", "--mmap-pages", pages, "-o", str(tmp_path / "cap"))
+    assert_one_line_error(result, "--mmap-pages", "the kernel maps")
+    assert not (tmp_path / "cap").exists()
+    # Then the most it names is the most: perf itself cannot map twice as many
+    failed = perf_record_pages(perf, 2 * largest_mmap_pages(result.stderr), tmp_path)
+    assert failed.returncode != 0 and "Cannot allocate memory" in failed.stderr, failed.stderr
+
+
+def test_mmap_pages_of_a_user_bound_by_perf_event_mlock_kb(open_directory, perf):
+    # Given a user who may trace (CAP_PERFMON) but not lock memory beyond kernel.perf_event_mlock_kb and ulimit -l
+    result = as_nobody("record", "-a", "--mmap-pages", "262144", "-o", str(open_directory / "cap"),
+                       capabilities="+perfmon")
+    assert_one_line_error(result, "--mmap-pages", "kernel.perf_event_mlock_kb")
+    most = largest_mmap_pages(result.stderr)
+    # Then perf, as that user, maps that many pages a CPU and not twice as many
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=+perfmon",
+              "--ambient-caps=+perfmon"]
+    mapped = perf_record_pages(perf, most, open_directory, *nobody)
+    assert mapped.returncode == 0, mapped.stderr
+    refused = perf_record_pages(perf, 2 * most, open_directory, *nobody)
+    assert refused.returncode != 0 and "Permission error mapping pages" in refused.stderr, refused.stderr
+
+
+MANY_MAPS = """
+import mmap, sys
+# neighbours with other protections do not merge: each is a map of its own, and perf writes one record each
+maps = [mmap.mmap(-1, 4096, prot=mmap.PROT_READ | (mmap.PROT_EXEC if i % 2 else mmap.PROT_WRITE))
+        for i in range(20000)]
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_max_size_smaller_than_what_perf_writes_first(tmp_path):
+    # Given a process with 20000 memory maps: perf describes them all before any event
+    program = subprocess.Popen([sys.executable, "-c", MANY_MAPS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        assert program.stdout.readline() == "ready\n"
+        result = run_offcpu("record", "--pid", str(program.pid), "-d", "1", "--max-size", "1M", "-o",
+                            str(tmp_path / "cap"))
+    finally:
+        program.kill()
+        program.wait()
+    # Then the size is said to be too small, with how much perf wrote first and a size that holds it
+    assert_one_line_error(result, "--max-size 1M is too small to hold anything", "MB", "give more than that")
+    assert not (tmp_path / "cap").exists()
+
+
+def test_a_process_offcpu_may_not_read_even_as_root():
+    # pid 1 here is the sandbox's init, outside the Landlock domain every other process runs in:
+    # the kernel denies reading its memory maps to root, as it denies them to perf
+    if _readable("/proc/1/maps"):
+        pytest.skip("pid 1's memory maps are readable here")
+    result = run_offcpu("record", "--pid", "1", "-d", "0.5")
+    assert_one_line_error(result, "/proc/1/maps", "even as root", "security module")
+    assert "run offcpu as the process's user or as root" not in result.stderr
+
+
+def _readable(path: str) -> bool:
+    try:
+        Path(path).read_bytes()
+    except OSError:
+        return False
+    return True

@@ -350,3 +350,16 @@ def test_text_fits_the_width_without_cutting_a_number(mmap_capture, columns):
     cells = set(re.split(r"[\s|]+", text))
     threads = sorted(json_report(mmap_capture)["threads"], key=lambda thread: -thread["offcpu_us"])[:10]
     assert all(str(thread["tid"]) in cells and f"{thread['offcpu_us'] / 1000:,.1f}" in cells for thread in threads)
+
+
+@pytest.mark.parametrize("report, window", [
+    ("text", "0,nan"), ("svg", "nan,1"), ("html", "1e400,1e401"), ("json", "0,inf"), ("json", "1e400,1e401"),
+    ("folded", "-inf,1"), ("diff", "0,nan"),
+])
+def test_a_time_that_is_not_a_finite_number_is_refused(mmap_capture, tmp_path, report, window):
+    captures = [str(mmap_capture)] * (2 if report == "diff" else 1)
+    output = ["-o", str(tmp_path / "out")] if report != "folded" else []
+    result = run_offcpu("report", report, *captures, "--time", window, *output)
+    # the window as it was given (1e400, not inf), and what to give instead
+    assert_one_line_error(result, f"--time {window}", "finite numbers of seconds")
+    assert not (tmp_path / "out").exists()

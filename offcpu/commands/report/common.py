@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,9 +14,11 @@ from rich.console import Console
 
 from offcpu.analysis import READERS, build, cached_model
 from offcpu.errors import OffcpuError
+from offcpu.files import write_whole
 from offcpu.findings import lock_table
 from offcpu.model import Model
 from offcpu.stackview import StackView
+from offcpu.stdout import write_stdout
 from offcpu.summaries import unreadable_note
 
 capture_argument = click.argument("capture", type=click.Path(path_type=Path))
@@ -43,32 +48,58 @@ def output_path(capture: Path, output: Path | None, suffix: str, force: bool) ->
     return checked_output(output, force)
 
 
-def checked_output(path: Path, force: bool) -> Path:
-    """Checked before any work: an existing file is replaced only with --force."""
+def checked_output(path: Path, force: bool, option: str = "-o") -> Path:
+    """Checked before any work: an existing file is replaced only with --force. A
+    character device or a pipe (/dev/null, /dev/stdout, a FIFO) holds nothing to
+    lose: it is written to, never replaced. `option` names where the path was given."""
     if path.is_dir():
-        raise OffcpuError(f"{path} is a directory; give a file name with -o")
-    if path.exists() and not force:
-        raise OffcpuError(f"{path} exists; pass --force to replace it or choose another with -o")
+        raise OffcpuError(f"{path} is a directory; give a file name with {option}")
+    kind = _kind_of(path)
+    if kind == stat.S_IFBLK:
+        raise OffcpuError(f"{path} is a block device (a disk), which a report would overwrite; give a file "
+                          f"name with {option}")
+    if kind == stat.S_IFREG and not force:
+        raise OffcpuError(f"{path} exists; pass --force to replace it or choose another file with {option}")
     return path
+
+
+def _kind_of(path: Path) -> int | None:
+    """What `path` leads to (stat.S_IFREG, S_IFCHR, ...; symbolic links followed); None if nothing."""
+    try:
+        return stat.S_IFMT(path.stat().st_mode)
+    except OSError:
+        return None
+
+
+def same_file(first: Path, second: Path) -> bool:
+    """Whether two paths name one file: spelt alike or not, through symbolic or hard links."""
+    if first.resolve() == second.resolve():
+        return True
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one of them does not exist (yet): different files
+        return False
 
 
 def print_or_write(text: str, output: Path | None) -> None:
     """Reports for the terminal and for scripts go to stdout unless -o names a file."""
     if output is None:
-        click.get_text_stream("stdout").write(text)
+        write_stdout(text)
     else:
         write_report(output, text)
 
 
-def write_report(path: Path, content: str) -> None:
-    """Write whole or not at all, then say where."""
-    partial = path.with_name(path.name + ".partial")
+def write_report(path: Path, content: str, option: str = "-o") -> None:
+    """Write whole or not at all, then say where. A regular file, or the one a symbolic
+    link leads to, is replaced in one rename; a character device or a pipe is written to."""
     try:
-        partial.write_text(content)
-        partial.replace(path)
+        if _kind_of(path) in (stat.S_IFCHR, stat.S_IFIFO, stat.S_IFSOCK):
+            with open(path, "w") as stream:
+                stream.write(content)
+        else:
+            write_whole(path.resolve(), content)
     except OSError as error:
-        partial.unlink(missing_ok=True)
-        raise OffcpuError(f"cannot write {path} ({error.strerror}); choose another place with -o") from None
+        raise OffcpuError(f"cannot write {path} ({error.strerror}); choose another place with {option}") from None
     click.echo(f"Wrote {path}", err=True)
 
 
@@ -91,6 +122,9 @@ def parse_time(value: str | None) -> tuple[float, float] | None:
     except ValueError:
         raise click.BadParameter("give START,END in seconds from the start of the recording, e.g. 1.5,3",
                                  param_hint="--time") from None
+    if not (math.isfinite(start) and math.isfinite(end)):  # nan, inf, and what overflows to it (1e400)
+        raise OffcpuError(f"--time {value}: give START and END as finite numbers of seconds from the start of the "
+                          "recording, e.g. 1.5,3 (an END past the recording's end means its end)")
     return start, end
 
 

@@ -8,7 +8,7 @@ import click
 from rich.text import Text
 
 from offcpu.commands.report.common import (load_with_progress, output_options, output_path, renderer_option,
-                                           view_options, write_report)
+                                           same_file, view_options, write_report)
 from offcpu.diffing import Diff, Side, compare, from_folded, from_model, parse_folded, split_stack, title
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
@@ -16,6 +16,7 @@ from offcpu.flamegraph import render_svg, require_renderer
 from offcpu.renderers.console import Column, fitted_table, printed, short_names, stdout_layout
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import StackView
+from offcpu.stdout import write_stdout
 
 
 @click.command()
@@ -61,7 +62,7 @@ def diff(base: Path, new: Path, view: StackView, top: int, text_only: bool,
     svg_path, renderer = None, None
     if not text_only:
         svg_path = output_path(new, output, ".diff.svg", force)
-        if svg_path.resolve() in (base.resolve(), new.resolve()):
+        if same_file(svg_path, base) or same_file(svg_path, new):
             raise OffcpuError(f"{svg_path} is one of the inputs; choose another output with -o")
         renderer = require_renderer(flamegraph_path)
     base_label, new_label = _labels(base, new)
@@ -71,7 +72,7 @@ def diff(base: Path, new: Path, view: StackView, top: int, text_only: bool,
             raise OffcpuError(f"NEW ({new_label}) has no off-CPU time to draw: a differential graph is as wide as "
                               "NEW's time; swap BASE and NEW to see what went away, or use --text")
         write_report(svg_path, render_svg(renderer, result.lines(), title(result)))
-    click.get_text_stream("stdout").write(_grown_table(result, top))
+    write_stdout(_grown_table(result, top))
 
 
 def _labels(base: Path, new: Path) -> tuple[str, str]:

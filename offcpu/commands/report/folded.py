@@ -9,6 +9,7 @@ import click
 from offcpu.commands.report.common import capture_argument, load_with_progress, view_options
 from offcpu.renderers.flame import stack_lines
 from offcpu.stackview import StackView
+from offcpu.stdout import write_stdout
 
 
 @click.command()
@@ -25,6 +26,5 @@ def folded(capture: Path, view: StackView) -> None:
 
     The lines sum to the off-CPU time of the threads they cover.
     """
-    stdout = click.get_text_stream("stdout")
-    for line in stack_lines(load_with_progress(capture, view.time, view.reader), view):
-        stdout.write(f"{line}\n")
+    lines = stack_lines(load_with_progress(capture, view.time, view.reader), view)
+    write_stdout("".join(f"{line}\n" for line in lines))

@@ -1,0 +1,179 @@
+"""Where reports and verdicts are written: -o, --junit and --json onto devices, pipes and
+symbolic links (only regular files are replaced; a device or a pipe is written to, a
+symbolic link is followed, and a disk is never written), and a stdout that is full, closed
+or has lost its reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
+
+pytestmark = pytest.mark.usefixtures("perf")
+NULL_DEVICE = os.makedev(1, 3)  # what /dev/null is
+UNUSED_BLOCK_DEVICE = os.makedev(240, 0)  # major 240: "local/experimental use", no driver behind it
+
+
+def device_node(path: Path, kind: int, number: int) -> Path:
+    os.mknod(path, kind | 0o666, number)
+    return path
+
+
+def assert_still_device(path: Path, kind: int, number: int) -> None:
+    mode = path.lstat().st_mode
+    assert stat.S_IFMT(mode) == kind and path.lstat().st_rdev == number, oct(mode)
+
+
+@pytest.mark.parametrize("report", ["text", "json", "svg"])
+def test_a_character_device_is_written_to_not_replaced(mmap_capture, tmp_path, report):
+    null = device_node(tmp_path / "null", stat.S_IFCHR, NULL_DEVICE)
+    for force in ([], ["--force"]):  # nothing to lose in a device: --force changes nothing
+        result = run_offcpu("report", report, str(mmap_capture), "-o", str(null), *force)
+        assert result.returncode == 0, result.stderr
+        assert_still_device(null, stat.S_IFCHR, NULL_DEVICE)
+    assert sorted(tmp_path.iterdir()) == [null]  # no partial file left beside it
+
+
+def test_a_block_device_is_refused(mmap_capture, tmp_path):
+    disk = device_node(tmp_path / "disk", stat.S_IFBLK, UNUSED_BLOCK_DEVICE)
+    result = run_offcpu("report", "text", str(mmap_capture), "-o", str(disk), "--force")
+    assert_one_line_error(result, str(disk), "block device", "-o")
+    assert_still_device(disk, stat.S_IFBLK, UNUSED_BLOCK_DEVICE)
+
+
+def test_a_fifo_with_a_reader_gets_the_report(mmap_capture, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+    try:
+        result = run_offcpu("report", "json", str(mmap_capture), "-o", str(fifo), "--force")
+        received = reader.communicate(timeout=30)[0]
+    finally:
+        reader.kill()
+        reader.wait()
+    assert result.returncode == 0, result.stderr
+    assert json.loads(received)["schema"] == "offcpu/1"
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_a_link_to_stdout_writes_to_stdout(mmap_capture, tmp_path):
+    # Given a path like /dev/stdout (a link to /proc/self/fd/1), made here so that the real one is never at risk
+    stdout = tmp_path / "stdout"
+    stdout.symlink_to("/proc/self/fd/1")
+    result = run_offcpu("report", "json", str(mmap_capture), "-o", str(stdout), "--force")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["schema"] == "offcpu/1"
+    assert stdout.is_symlink() and os.readlink(stdout) == "/proc/self/fd/1"
+
+
+def test_a_symbolic_link_to_a_file_is_written_through(mmap_capture, tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    # Without --force the file it leads to is kept, as any existing file
+    assert_one_line_error(run_offcpu("report", "json", str(mmap_capture), "-o", str(link)), "exists", "--force")
+    assert real.read_text() == "old"
+    # With it, the file is replaced and the link still leads to it
+    result = run_offcpu("report", "json", str(mmap_capture), "-o", str(link), "--force")
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and link.resolve() == real
+    assert json.loads(real.read_text())["schema"] == "offcpu/1"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["link.json", "real.json"]
+
+
+def test_a_dangling_symbolic_link_makes_the_file_it_names(mmap_capture, tmp_path):
+    link = tmp_path / "link.txt"
+    link.symlink_to(tmp_path / "new.txt")
+    result = run_offcpu("report", "text", str(mmap_capture), "-o", str(link))
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and (tmp_path / "new.txt").read_text().startswith("Off-CPU time of mmap_contention")
+
+
+def test_check_writes_its_verdicts_through_devices_and_links(example_capture, tmp_path):
+    null = device_node(tmp_path / "null", stat.S_IFCHR, NULL_DEVICE)
+    real = tmp_path / "verdict.xml"
+    link = tmp_path / "link.xml"
+    link.symlink_to(real)
+    result = run_offcpu("check", "--junit", str(link), "--json", str(null), str(example_capture("idle_pool")))
+    assert result.returncode == 0, result.stderr
+    assert_still_device(null, stat.S_IFCHR, NULL_DEVICE)
+    assert link.is_symlink() and ElementTree.parse(real).getroot().tag == "testsuites"
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A directory on a 64 KiB tmpfs filled to the last byte; unmounted afterwards."""
+    point = tmp_path / "full"
+    point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(point)], check=True)
+    try:
+        with open(point / "filler", "wb", buffering=0) as filler:
+            with pytest.raises(OSError, match="No space left"):
+                while True:
+                    filler.write(b"\0" * 4096)
+        yield point
+    finally:
+        subprocess.run(["umount", str(point)], check=False)
+
+
+def offcpu_with_stdout(args: list[str], stdout, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The offcpu command with its stdout going to `stdout` (a file, a pipe)."""
+    return subprocess.run([str(OFFCPU), *args], stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                          text=True, timeout=120, cwd=cwd)
+
+
+def stdout_commands(capture: str) -> list[list[str]]:
+    """A command of each kind that prints on stdout."""
+    return [["report", "json", capture], ["report", "text", capture], ["report", "folded", capture],
+            ["report", "diff", "--text", capture, capture], ["check", capture], ["doctor"]]
+
+
+def test_stdout_on_a_full_disk_is_one_line(example_capture, full_disk):
+    for args in stdout_commands(str(example_capture("idle_pool"))):
+        with open(full_disk / "out", "w") as stdout:
+            result = offcpu_with_stdout(args, stdout)
+        assert_one_line_error(result, "cannot write to stdout", "No space left on device")
+
+
+def test_a_report_file_on_a_full_disk_is_one_line(example_capture, full_disk):
+    result = run_offcpu("report", "json", str(example_capture("idle_pool")), "-o", str(full_disk / "r.json"))
+    assert_one_line_error(result, str(full_disk / "r.json"), "No space left on device", "-o")
+    assert sorted(path.name for path in full_disk.iterdir()) == ["filler"]  # no partial file left
+
+
+def test_a_reader_that_went_away_ends_offcpu_quietly(example_capture):
+    # Given stdout a pipe whose reader has gone (as '| head -c 10' does once it has read enough)
+    for args in stdout_commands(str(example_capture("idle_pool"))):
+        process = subprocess.Popen([str(OFFCPU), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, text=True)
+        process.stdout.close()
+        stderr = process.communicate(timeout=120)[1]
+        # Then it stops as a program killed by SIGPIPE would (the shell's 141), saying nothing
+        assert process.returncode == 128 + signal.SIGPIPE and stderr == "", (args, process.returncode, stderr)
+
+
+def test_a_closed_stdout_is_one_line(example_capture):
+    for args in stdout_commands(str(example_capture("idle_pool"))):
+        result = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", str(OFFCPU), *args], capture_output=True,
+                                text=True, timeout=120)
+        assert_one_line_error(result, "stdout is closed")
+
+
+def test_a_stderr_reader_that_went_away_ends_offcpu_quietly(example_capture, tmp_path):
+    # Given stderr a pipe whose reader has gone ('2>&1 | head -1' once head has its line)
+    target = tmp_path / "report.json"
+    process = subprocess.Popen([str(OFFCPU), "report", "json", str(example_capture("idle_pool")), "-o", str(target)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    process.stderr.close()
+    # Then the report is written, and saying so fails quietly: 141, as for stdout, not 1 ("found a problem")
+    assert process.wait(timeout=120) == 128 + signal.SIGPIPE
+    assert json.loads(target.read_text())["schema"] == "offcpu/1"
