@@ -269,11 +269,7 @@ class Claims:
         if cls.cause not in (TIMER, UNWOKEN) or synthetic or not condition or claim is None or claim.finding != IDLE:
             return False
         pool = self.pools[self.waits.pool_of(self.model.rows[index].tid)]
-        return pool.held_to_fewer_cpus and bool(self.keys_of_pool(SERIALIZATION, pool.name))
-
-    def keys_of_pool(self, finding: str, pool: str) -> list[int]:
-        return [index for index, claim in enumerate(self.of_row)
-                if claim is not None and claim.finding == finding and claim.key == pool]
+        return pool.held_to_fewer_cpus and Claim(SERIALIZATION, pool.name) in self.of_row
 
     def _pools(self) -> dict[str, Pool]:
         """The pools, with how many CPUs they ran on and how many of their threads had work

@@ -56,6 +56,7 @@ LIMIT_CRITICAL_FROM = 0.95
 
 DWARF_HINT = "record with --call-graph dwarf to see the callers"
 GENERIC_FUTEX = "futex"  # the lock table's name for a futex its stack says nothing more of
+STACK_CACHE = "glibc stack cache lock"  # the lock table's name for it
 LOCK_REMEDY = ("Hold the lock for less time or less often: move work out of the critical section, split the data so "
                "threads do not share one lock (per-thread or per-CPU state merged at the end, striped locks), or use "
                "atomics for simple counters. The wait site shows who waits, the release site who held it.")
@@ -229,7 +230,7 @@ def detect_mmap_lock(ctx: Context) -> list[Match]:
         return []
     return [Match(rows, f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for the process's "
                         f"memory-map lock (mmap_lock), which mmap, munmap, mprotect, madvise and page faults all "
-                        f"take.")]
+                        f"take.", subject="mmap_lock")]
 
 
 def detect_stack_cache_lock(ctx: Context) -> list[Match]:
@@ -246,8 +247,8 @@ def detect_stack_cache_lock(ctx: Context) -> list[Match]:
                       confidence="low",
                       confidence_reason=f"the stacks stop at __lll_lock_wait_private (user stacks truncated); with "
                                         f"{life.created_per_s:,.0f} threads created a second it is most likely the "
-                                        f"stack cache lock: {DWARF_HINT}")]
-    return [Match(rows, summary)]
+                                        f"stack cache lock: {DWARF_HINT}", subject=STACK_CACHE)]
+    return [Match(rows, summary, subject=STACK_CACHE)]
 
 
 def detect_lock_contention(ctx: Context) -> list[Match]:
