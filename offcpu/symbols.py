@@ -451,6 +451,7 @@ class Symbolizer:
         self.build_ids = {entry.filename: entry.build_id for entry in data.build_ids() if not entry.kernel}
         self.files: dict[tuple[str, bytes | None], ElfSymbols | None] = {}
         self.names: dict[tuple[int, int, int], str] = {}
+        self.kernel_names: dict[int, str] = {}  # chains share most kernel frames: each address is looked up once
         self.missing: list[str] = []
 
     def stack(self, chain: object) -> Stack:
@@ -472,8 +473,11 @@ class Symbolizer:
         return Stack(tuple(frames), kernel)
 
     def _kernel_name(self, address: int) -> str:
-        symbol = self.kernel.find(address) if self.kernel else None
-        return symbol.name if symbol else UNKNOWN
+        name = self.kernel_names.get(address)
+        if name is None:
+            symbol = self.kernel.find(address) if self.kernel else None
+            name = self.kernel_names[address] = symbol.name if symbol else UNKNOWN
+        return name
 
     def _user_name(self, pid: int, generation: int, address: int) -> str:
         key = (pid, generation, address)
