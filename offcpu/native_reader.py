@@ -23,7 +23,8 @@ from offcpu.errors import OffcpuError
 from offcpu.perf_data import (COMM, EXIT, FORK, LOST, MISC_COMM_EXEC, MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT,
                               SAMPLE, SWITCH, SWITCH_CPU_WIDE, USER_MARKER, Clock, PerfData, SampleLayout,
                               StateNames, Tracepoint)
-from offcpu.sched_events import UNKNOWN_CPU, Chain, EventSink
+from offcpu.sched_events import (SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, THREAD_EXIT, THREAD_FORK,
+                                  UNKNOWN_CPU, Chain, Events, EventSink)
 from offcpu.stacks import Stack
 from offcpu.symbols import Symbolizer, TaskHistory
 
@@ -261,11 +262,11 @@ class _Decoder:
         single = events.get(-1)
         comm_names: dict[bytes, str] = {}
         state_text: dict[int, str] = {}
-        sched_switch, sched_waking = sink.sched_switch, sink.sched_waking
-        switch_in, switch_out = sink.switch_in, sink.switch_out
+        out = Events()
+        add = out.add
         shift, mask, low = perf_data.TIME_SHIFT, perf_data.OFFSET_MASK, 0xFFFF_FFFF
         sample, switch_cpu_wide, switch = SAMPLE, SWITCH_CPU_WIDE, SWITCH
-        out, preempted, user_marker = MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT, USER_MARKER
+        switched_out, preempted, user_marker = MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT, USER_MARKER
         for key in batch:
             time = key >> shift
             position = base + (key & mask)
@@ -290,6 +291,7 @@ class _Decoder:
                     self.reader.skipped += 1
                     continue
                 values = fields.unpack.unpack_from(mapped, position + raw_at + 4)
+                cpu = words[(position + cpu_at) >> 1] if cpu_at is not None else UNKNOWN_CPU
                 if is_switch:  # fields: prev_comm, prev_pid, prev_state, next_pid (see _events)
                     raw_comm, prev_pid, state, next_pid = values
                     comm = comm_names.get(raw_comm)
@@ -298,11 +300,11 @@ class _Decoder:
                     name = state_text.get(state)
                     if name is None:
                         name = state_text[state] = states.name(state)  # type: ignore[union-attr]
-                    cpu = words[(position + cpu_at) >> 1] if cpu_at is not None else UNKNOWN_CPU
-                    sched_switch(time, cpu, pid, prev_pid, comm, name, next_pid, chain_key)
+                    add(SCHED_SWITCH, time, cpu, pid, prev_pid, next_pid, comm, name, chain_key)
                 else:
                     name = comms.get(tid)
-                    sched_waking(time, pid, tid, name if name is not None else f":{tid}", values[0], chain_key)
+                    add(SCHED_WAKING, time, cpu, pid, tid, values[0], name if name is not None else f":{tid}",
+                        chain=chain_key)
                 continue
             end = position + words[word + 3]
             trailer = uniform or self.clock.trailer(mapped, end)
@@ -314,18 +316,18 @@ class _Decoder:
             cpu = words[(end - trailer.cpu_from_end) >> 1] if trailer.cpu_from_end is not None else UNKNOWN_CPU
             if kind == switch_cpu_wide or kind == switch:
                 misc = words[word + 2]
-                if misc & out:
-                    switch_out(time, cpu, pid, tid, bool(misc & preempted))
+                if misc & switched_out:
+                    add(SWITCH_OUT, time, cpu, pid, tid, int(bool(misc & preempted)))
                 else:
                     name = comms.get(tid)
-                    switch_in(time, cpu, pid, tid, name if name is not None else f":{tid}")
+                    add(SWITCH_IN, time, cpu, pid, tid, name=name if name is not None else f":{tid}")
             elif kind == FORK:
-                child_pid, parent_pid, child, parent = self._fork(position)
-                sink.fork(time, child_pid, child, parent_pid, parent)
+                child_pid, _, child, parent = self._fork(position)
+                add(THREAD_FORK, time, cpu, child_pid, child, parent)
             elif kind == EXIT:
                 exit_pid, _, exit_tid, _, _ = TASK_FIELDS.unpack_from(mapped, position + 8)
-                sink.exit(time, cpu, exit_pid, exit_tid)
+                add(THREAD_EXIT, time, cpu, exit_pid, exit_tid)
             elif kind == COMM:
                 _, _, comm, execed = self._comm(position)
-                sink.comm(time, pid, tid, comm, execed)
-
+                add(THREAD_COMM, time, cpu, pid, tid, int(execed), comm)
+        sink.take(out)

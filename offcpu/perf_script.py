@@ -20,12 +20,14 @@ from typing import IO
 
 from offcpu import perf_data
 from offcpu.errors import OffcpuError
-from offcpu.sched_events import UNKNOWN_CPU, Chain, EventSink
+from offcpu.sched_events import (SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, THREAD_EXIT, THREAD_FORK,
+                                  UNKNOWN_CPU, Chain, Events, EventSink)
 from offcpu.stacks import Stack
 
 FIELDS = "comm,pid,tid,cpu,time,event,trace,ip,sym"
 KERNEL_ADDRESS_DIGITS = 16  # x86-64 kernel text is at 0xffff...: 16 hex digits
 CHUNK = 1 << 20
+BATCH = 4096  # events handed to the sink at once
 
 # One event: "comm  pid/tid  seconds.nanoseconds:  event: payload", then its call
 # chain, one "\t<address> <symbol>" line a frame, and a blank line after a chain
@@ -171,39 +173,45 @@ class PerfScriptReader:
             self.decode(stream, sink)
 
     def decode(self, stream: IO[str], sink: EventSink) -> None:
-        """perf script's text (of `script_argv`'s fields) into `sink`."""
+        """perf script's text (of `script_argv`'s fields) into `sink`, BATCH events at a time."""
         events = EventReader()
+        batch = Events()
         for comm, pid_text, tid_text, cpu_text, time_text, event, payload, chain in events.events(stream):
             pid, tid, time = int(pid_text), int(tid_text), time_ns(time_text)
             cpu = int(cpu_text) if cpu_text else UNKNOWN_CPU
             if event in SWITCH_RECORDS:
                 if payload.startswith("IN"):
-                    sink.switch_in(time, cpu, pid, tid, comm)
+                    batch.add(SWITCH_IN, time, cpu, pid, tid, name=comm)
                 else:
-                    sink.switch_out(time, cpu, pid, tid, payload.startswith("OUT preempt"))
+                    batch.add(SWITCH_OUT, time, cpu, pid, tid, other=int(payload.startswith("OUT preempt")))
             elif event == SWITCH:
                 decoded = _switch_fields(payload)
                 if decoded is None:
                     events.skipped_lines += 1
                 else:
-                    sink.sched_switch(time, cpu, pid, decoded.prev_tid, decoded.prev_comm, decoded.prev_state,
-                                      decoded.next_tid, chain)
+                    batch.add(SCHED_SWITCH, time, cpu, pid, decoded.prev_tid, decoded.next_tid, decoded.prev_comm,
+                              decoded.prev_state, chain)
             elif event in WAKING_EVENTS:
                 woken = _woken_tid(payload)
                 if woken is None:
                     events.skipped_lines += 1
                 else:
-                    sink.sched_waking(time, pid, tid, comm, woken, chain)
+                    batch.add(SCHED_WAKING, time, cpu, pid, tid, woken, comm, chain=chain)
             elif event in (FORK, EXIT):
                 task = TASK_FIELDS.match(payload)
                 if task is None:
                     events.skipped_lines += 1
                 elif event == FORK:
-                    sink.fork(time, int(task[1]), int(task[2]), int(task[3]), int(task[4]))
+                    batch.add(THREAD_FORK, time, cpu, int(task[1]), int(task[2]), other=int(task[4]))
                 else:
-                    sink.exit(time, cpu, int(task[1]), int(task[2]))
+                    batch.add(THREAD_EXIT, time, cpu, int(task[1]), int(task[2]))
             elif event.rstrip(":") == COMM:  # "PERF_RECORD_COMM exec:", or "PERF_RECORD_COMM:" for a rename
-                sink.comm(time, pid, tid, comm, payload.startswith("exec"))
+                batch.add(THREAD_COMM, time, cpu, pid, tid, other=int(payload.startswith("exec")), name=comm)
+            if len(batch) >= BATCH:
+                sink.take(batch)
+                batch = Events()
+        if len(batch):
+            sink.take(batch)
         self.skipped += events.skipped_lines
 
     def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
