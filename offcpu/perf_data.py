@@ -215,6 +215,7 @@ class PerfData:
     features: dict[int, tuple[int, int]]  # feature bit -> (offset, size)
     pipe: bool = False
     tracepoints: dict[int, Tracepoint] = field(default_factory=dict)  # by id (attr.config)
+    released: int = 0  # the pages before this byte are out of this process's memory (see release)
 
     @property
     def words(self) -> memoryview:
@@ -501,38 +502,55 @@ def index_records(data: PerfData) -> Index:
     last_word = len(words) - 3
     sample, switch_cpu_wide, switch = SAMPLE, SWITCH_CPU_WIDE, SWITCH
     while position < end:
-        word = position >> 1
-        if word >= last_word:
-            raise damaged(data.path, f"a record at byte {position} is cut short")
-        kind, size = words[word], words[word + 3]
-        if kind == sample or kind == switch_cpu_wide or kind == switch:
-            if size < 8:
-                raise damaged(data.path, f"the record at byte {position} has size {size}")
+        release(data, position)
+        part_end = min(end, position + RELEASE_EVERY)
+        while position < part_end:
+            word = position >> 1
+            if word >= last_word:
+                raise damaged(data.path, f"a record at byte {position} is cut short")
+            kind, size = words[word], words[word + 3]
+            if kind == sample or kind == switch_cpu_wide or kind == switch:
+                if size < 8:
+                    raise damaged(data.path, f"the record at byte {position} has size {size}")
+                position += size
+                continue
+            if size < 8 or size % 8 or words[word + 1]:
+                raise damaged(data.path, f"the record at byte {position} has size {size} and type "
+                                         f"{kind + (words[word + 1] << 16)}")
+            if kind == FINISHED_ROUND:
+                rounds.append(position + size)
+            elif kind in TASK_TYPES:
+                if size >= MIN_TASK_SIZE[kind]:
+                    tasks.append(position)
+                else:
+                    unknown += 1
+            elif kind == LOST or kind == LOST_SAMPLES:
+                if size >= 24:
+                    lost.append(position)
+                else:
+                    unknown += 1
+            elif kind == COMPRESSED:
+                compressed = True
+            elif kind not in QUIET_TYPES and kind not in PERF_TYPES:
+                unknown += 1
             position += size
-            continue
-        if size < 8 or size % 8 or words[word + 1]:
-            raise damaged(data.path, f"the record at byte {position} has size {size} and type "
-                                     f"{kind + (words[word + 1] << 16)}")
-        if kind == FINISHED_ROUND:
-            rounds.append(position + size)
-        elif kind in TASK_TYPES:
-            if size >= MIN_TASK_SIZE[kind]:
-                tasks.append(position)
-            else:
-                unknown += 1
-        elif kind == LOST or kind == LOST_SAMPLES:
-            if size >= 24:
-                lost.append(position)
-            else:
-                unknown += 1
-        elif kind == COMPRESSED:
-            compressed = True
-        elif kind not in QUIET_TYPES and kind not in PERF_TYPES:
-            unknown += 1
-        position += size
     if position != end:
         raise damaged(data.path, f"its last record runs past the end of its data section (byte {end})")
+    release(data, end)
     return Index(rounds, tasks, lost, unknown, compressed)
+
+
+RELEASE_EVERY = 32 << 20  # bytes read before the pages behind them are let go
+
+
+def release(data: PerfData, before: int) -> None:
+    """Let the pages of the file before byte `before` go from this process's memory: they
+    stay in the page cache (and come back if read again), and a reader of a file of
+    gigabytes stays as small as its own data."""
+    end = before // mmap.PAGESIZE * mmap.PAGESIZE
+    if end > data.released:
+        data.map.madvise(mmap.MADV_DONTNEED, data.released, end - data.released)
+        data.released = end
 
 
 @dataclass(frozen=True)
@@ -611,6 +629,7 @@ def ordered_records(data: PerfData, arrays: Arrays, clock: Clock, rounds: list[i
     latest = 0  # the latest time queued so far
     last_round = len(rounds) - 1
     for group in range(first_round, len(rounds), ROUNDS_AT_ONCE):
+        release(data, rounds[group])  # records queued from before come back from the page cache when read
         numbers = range(group, min(group + ROUNDS_AT_ONCE, len(rounds)))
         offsets, round_of = _walk(data, rounds, numbers)
         offsets, times, round_of = _timed(data, arrays, clock, offsets, round_of, handled)
