@@ -628,12 +628,17 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
             chain_ids[chain] = stack_ids.setdefault(stack_of(chain), len(stack_ids))
         return chain_ids[chain]
 
+    waker_of: dict[WakerKey, int] = {}  # rows share wakers: each is made and looked up once
+
     def waker_id(key: WakerKey | None) -> int | None:
         if key is None:
             return None
-        pid, tid, comm, chain = key
-        waker = Waker(waker_kind(tid, stack_of(chain)), pid, tid, comm, stack_id(chain))
-        return waker_ids.setdefault(waker, len(waker_ids))
+        number = waker_of.get(key)
+        if number is None:
+            pid, tid, comm, chain = key
+            waker = Waker(waker_kind(tid, stack_of(chain)), pid, tid, comm, stack_id(chain))
+            number = waker_of[key] = waker_ids.setdefault(waker, len(waker_ids))
+        return number
 
     merged: dict[tuple[int, int, str, int | None], WaitTimes] = {}
     row_of: list[tuple[int, int, str, int | None]] = []  # by the tally's row number
