@@ -365,20 +365,15 @@ class SliceBuilder:
             earliest = woken[0] if woken else 0
         self._back(tid, max(record_ns - self.switch_cost_ns, earliest), pid, comm, record_ns, True)
 
-    def _thread(self, tid: int, pid: int, comm: str | None) -> ThreadTotals:
-        """The thread's totals, with its process and name as of this event (Tally.thread,
-        without its call when the thread is known: twice per switch)."""
-        thread = self.totals.threads.get(tid)
-        if thread is None:
-            return self.totals.thread(tid, pid, comm)
-        thread.pid = pid
-        if comm:
-            thread.comm = comm
-        return thread
-
     def _leave(self, tid: int, time_ns: int, chain: Chain, state: str, pid: int, comm: str | None) -> None:
         totals = self.totals
-        thread = self._thread(tid, pid, comm)
+        thread = totals.threads.get(tid)  # self._thread, inline
+        if thread is None:
+            thread = totals.thread(tid, pid, comm)
+        else:
+            thread.pid = pid
+            if comm:
+                thread.comm = comm
         switched_ns = self.incoming.pop(tid, None)
         if switched_ns is not None:
             wait = self.waiting.get(tid)
@@ -416,7 +411,13 @@ class SliceBuilder:
         if self.racing_wakeups:
             self.racing_wakeups.pop(tid, None)
         totals = self.totals
-        thread = self._thread(tid, pid, comm)
+        thread = totals.threads.get(tid)  # self._thread, inline
+        if thread is None:
+            thread = totals.thread(tid, pid, comm)
+        else:
+            thread.pid = pid
+            if comm:
+                thread.comm = comm
         if time_ns >= totals.counted_from_ns and record_ns <= totals.counted_to_ns:  # Tally.observed, inline
             if record_ns > time_ns:
                 thread.observer_ns += record_ns - time_ns
@@ -595,16 +596,23 @@ def build_model(reader: CaptureReader, info: CaptureInfo, window: tuple[int, int
     capture's). Part of a recording is read from its start, to know where each thread was
     when the part begins, up to the part's end."""
     start_ns, end_ns = window or (info.window_start_ns, info.window_end_ns)
-    workers = os.cpu_count() or 1
-    slices = reader.time_slices(info.window_start_ns, end_ns, workers)
+    slices = reader.time_slices(info.window_start_ns, end_ns, os.cpu_count() or 1)
+    counted, switch_cost_ns = (start_ns, end_ns), info.switch_cost_ns or 0
     results: dict[int, SliceResult] = {}
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
-        futures = {pool.submit(read_slice, reader, first, last, (start_ns, end_ns), info.switch_cost_ns or 0): index
-                   for index, (first, last) in enumerate(slices)}
+
+    def done(index: int, result: SliceResult) -> None:
+        results[index] = result
+        if on_progress:
+            on_progress(len(results), len(slices))
+
+    # The last slice is read in this process, the others in forked workers: a process fewer
+    # to start, and a slice fewer to send back.
+    with ProcessPoolExecutor(max_workers=max(1, len(slices) - 1), mp_context=get_context("fork")) as pool:
+        futures = {pool.submit(read_slice, reader, first, last, counted, switch_cost_ns): index
+                   for index, (first, last) in enumerate(slices[:-1])}
+        done(len(slices) - 1, read_slice(reader, *slices[-1], counted, switch_cost_ns))
         for future in as_completed(futures):
-            results[futures[future]] = future.result()
-            if on_progress:
-                on_progress(len(results), len(slices))
+            done(futures[future], future.result())
     totals, skipped = merge([results[index] for index in range(len(slices))], info.window_start_ns, end_ns,
                             threads_at_start(info), (start_ns, end_ns))
     return to_model(totals, reader, info, start_ns, end_ns, skipped)

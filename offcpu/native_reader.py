@@ -248,6 +248,7 @@ class _Decoder:
                 self._comm(at)
             elif kind == FORK:
                 self._fork(at)
+        perf_data.release(self.data, self.data.data_start, position)
 
     def _comm(self, position: int) -> tuple[int, int, str, bool]:
         mapped = self.data.map
@@ -491,21 +492,23 @@ class ChainKeys:
     generation when they hold user addresses (see the module's docstring). Each distinct
     chain is one object, made once: chains are hashed in bulk, and each sample's addresses
     are compared with those of the chain its hash names, so that no two chains ever share a
-    key (a sample whose hash names another chain gets a key of its own)."""
+    key (a sample whose hash names another chain gets a key of its own). The addresses of
+    the chains seen are kept (in `pool`): the file's pages behind the reader are let go."""
 
     def __init__(self, arrays: perf_data.Arrays, mapped: mmap) -> None:
         self.arrays, self.mapped = arrays, mapped
-        # signature -> the key, where its addresses are in the file, how many, its process and
+        # signature -> the key, where its addresses are in the pool, how many, its process and
         # generation (-1 for a chain of kernel addresses only)
         self.known: dict[int, tuple[Chain, int, int, int, int]] = {}
+        self.pool = np.empty(1 << 16, np.uint64)
+        self.pooled = 0
 
     def keys(self, starts: np.ndarray, counts: np.ndarray, pids: np.ndarray, generations: np.ndarray) -> np.ndarray:
         """The keys of the chains of `counts` addresses at byte offsets `starts`, of samples
         of processes `pids` at exec generations `generations`."""
-        u64 = self.arrays.u64
         firsts = np.cumsum(counts) - counts
         place = np.arange(int(counts.sum())) - np.repeat(firsts, counts)  # each address's place in its chain
-        addresses = u64[np.repeat(starts >> 3, counts) + place]
+        addresses = self.arrays.u64[np.repeat(starts >> 3, counts) + place]
         user = np.zeros(len(starts), bool)
         user[np.searchsorted(firsts, np.flatnonzero(addresses == CONTEXT_USER), side="right") - 1] = True
         pids = np.where(user, pids, -1)
@@ -523,18 +526,17 @@ class ChainKeys:
                  in zip(distinct.tolist(), starts_of, counts_of, pids_of, generations_of)]
         keys = _objects([key for key, _, _, _, _ in known])[inverse]
         # each sample's chain against the one its signature names, address by address
-        named_starts, named_counts, named_pids, named_generations = (
+        named_at, named_counts, named_pids, named_generations = (
             np.array(column, dtype=np.int64)[inverse] for column in list(zip(*known))[1:])
         alike = (named_counts == counts) & (named_pids == pids) & (named_generations == generations)
         if alike.all():  # the usual case: all addresses compared at once
-            named = u64[np.repeat(named_starts >> 3, counts) + place]
+            named = self.pool[np.repeat(named_at, counts) + place]
             differing = np.unique(np.searchsorted(firsts, np.flatnonzero(addresses != named), side="right") - 1)
         else:
             differing = np.flatnonzero(~alike)
             for row in np.flatnonzero(alike).tolist():
-                count = int(counts[row])
-                if not np.array_equal(u64[named_starts[row] >> 3:(named_starts[row] >> 3) + count],
-                                      u64[starts[row] >> 3:(starts[row] >> 3) + count]):
+                first, count, at = int(firsts[row]), int(counts[row]), int(named_at[row])
+                if not np.array_equal(self.pool[at:at + count], addresses[first:first + count]):
                     differing = np.append(differing, row)
         for row in differing.tolist():
             keys[row] = self._key(int(starts[row]), int(counts[row]), int(pids[row]), int(generations[row]))
@@ -543,7 +545,12 @@ class ChainKeys:
     def _known(self, signature: int, start: int, count: int, pid: int, generation: int) -> tuple:
         entry = self.known.get(signature)
         if entry is None:
-            entry = self.known[signature] = (self._key(start, count, pid, generation), start, count, pid, generation)
+            if self.pooled + count > len(self.pool):
+                self.pool = np.concatenate((self.pool, np.empty(max(len(self.pool), count), np.uint64)))
+            self.pool[self.pooled:self.pooled + count] = self.arrays.u64[start >> 3:(start >> 3) + count]
+            entry = self.known[signature] = (self._key(start, count, pid, generation), self.pooled, count, pid,
+                                             generation)
+            self.pooled += count
         return entry
 
     def _key(self, start: int, count: int, pid: int, generation: int) -> Chain:

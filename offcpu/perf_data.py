@@ -215,7 +215,6 @@ class PerfData:
     features: dict[int, tuple[int, int]]  # feature bit -> (offset, size)
     pipe: bool = False
     tracepoints: dict[int, Tracepoint] = field(default_factory=dict)  # by id (attr.config)
-    released: int = 0  # the pages before this byte are out of this process's memory (see release)
 
     @property
     def words(self) -> memoryview:
@@ -502,7 +501,7 @@ def index_records(data: PerfData) -> Index:
     last_word = len(words) - 3
     sample, switch_cpu_wide, switch = SAMPLE, SWITCH_CPU_WIDE, SWITCH
     while position < end:
-        release(data, position)
+        release(data, data.data_start, position)
         part_end = min(end, position + RELEASE_EVERY)
         while position < part_end:
             word = position >> 1
@@ -536,21 +535,21 @@ def index_records(data: PerfData) -> Index:
             position += size
     if position != end:
         raise damaged(data.path, f"its last record runs past the end of its data section (byte {end})")
-    release(data, end)
+    release(data, data.data_start, end)
     return Index(rounds, tasks, lost, unknown, compressed)
 
 
-RELEASE_EVERY = 32 << 20  # bytes read before the pages behind them are let go
+RELEASE_EVERY = 8 << 20  # bytes read before the pages behind them are let go
 
 
-def release(data: PerfData, before: int) -> None:
-    """Let the pages of the file before byte `before` go from this process's memory: they
+def release(data: PerfData, start: int, end: int) -> None:
+    """Let the pages of bytes start..end of the file go from this process's memory: they
     stay in the page cache (and come back if read again), and a reader of a file of
-    gigabytes stays as small as its own data."""
-    end = before // mmap.PAGESIZE * mmap.PAGESIZE
-    if end > data.released:
-        data.map.madvise(mmap.MADV_DONTNEED, data.released, end - data.released)
-        data.released = end
+    gigabytes stays as small as its own data. Cheap for pages already gone: a reader
+    releases all it has read so far, pages read again included."""
+    first, last = start // mmap.PAGESIZE * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        data.map.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 @dataclass(frozen=True)
@@ -629,7 +628,7 @@ def ordered_records(data: PerfData, arrays: Arrays, clock: Clock, rounds: list[i
     latest = 0  # the latest time queued so far
     last_round = len(rounds) - 1
     for group in range(first_round, len(rounds), ROUNDS_AT_ONCE):
-        release(data, rounds[group])  # records queued from before come back from the page cache when read
+        release(data, rounds[first_round], rounds[group])  # records queued from before are read again: fine
         numbers = range(group, min(group + ROUNDS_AT_ONCE, len(rounds)))
         offsets, round_of = _walk(data, rounds, numbers)
         offsets, times, round_of = _timed(data, arrays, clock, offsets, round_of, handled)

@@ -33,7 +33,8 @@ from elftools.elf.sections import NoteSection, SymbolTableSection
 from rust_demangler import demangle as rust_demangle
 
 from offcpu.errors import OffcpuError
-from offcpu.perf_data import COMM, CONTEXT_MAX, FORK, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MMAP, MMAP2, Clock, PerfData
+from offcpu.perf_data import (COMM, CONTEXT_MAX, FORK, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MMAP, MMAP2, Clock, PerfData,
+                              release)
 from offcpu.stacks import UNKNOWN, Stack
 
 KERNEL_SYMBOLS = "kallsyms"  # the copy saved in a capture directory
@@ -291,6 +292,7 @@ class TaskHistory:
                 if mapping is not None:
                     pid = struct.unpack_from("<i", data.map, position + 8)[0]
                     history.mappings.setdefault((pid, generation.get(pid, 0)), []).append(mapping)
+        release(data, data.data_start, data.data_end)  # the pages of the records read, all over the file
         return history
 
     def find(self, pid: int, generation: int, address: int) -> Mapping | None:
