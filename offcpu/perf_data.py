@@ -6,11 +6,11 @@ of its events), the data (a stream of records) and feature sections after the
 data (build ids, the tracing data with the tracepoints' formats, ...). Records
 are in time order per CPU buffer only: perf record writes the buffers in rounds,
 each ended by a FINISHED_ROUND record, and perf sorts records by time between
-them (see ordered_records).
+them (see native_decoding.ordered_records).
 
 Everything here reads a memory map of the file; nothing holds its records. The
-loops index the file as unsigned 16-bit words (`words`, and numpy's `Arrays`): a
-record's type is word 0 of its header and its size word 3 (records are 8-byte aligned).
+loops index the file as unsigned 16-bit words (`words`): a record's type is word 0
+of its header and its size word 3 (records are 8-byte aligned).
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ import operator
 import os
 import re
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from offcpu.errors import OffcpuError
 
@@ -79,13 +77,6 @@ SAMPLE_RAW = 1 << 10
 SAMPLE_BRANCH_STACK = 1 << 11
 SAMPLE_REGS_USER = 1 << 12
 SAMPLE_STACK_USER = 1 << 13
-# Fields that come after RAW in a sample: the decoder never reaches them, so they
-# need no decoding (those that change what perf script shows are refused in unsupported()).
-AFTER_RAW = ~((1 << 11) - 1) & ~SAMPLE_IDENTIFIER
-SAMPLE_NAMES = {
-    SAMPLE_READ: "READ (counter values in samples)", SAMPLE_BRANCH_STACK: "BRANCH_STACK (LBR call stacks)",
-    SAMPLE_REGS_USER: "REGS_USER", SAMPLE_STACK_USER: "STACK_USER",
-}
 
 # perf_event_attr flag bits
 ATTR_SAMPLE_ID_ALL = 1 << 18
@@ -95,11 +86,9 @@ FEATURE_TRACING_DATA = 1
 FEATURE_BUILD_ID = 2
 FEATURE_COMPRESSED = 27
 
-# Call chain markers: entries at or above CONTEXT_MAX say whose addresses follow.
-CONTEXT_KERNEL = 0xFFFF_FFFF_FFFF_FF80
+# Call chain markers: entries at or above CONTEXT_MAX say whose addresses follow (the kernel's, the user's...).
 CONTEXT_USER = 0xFFFF_FFFF_FFFF_FE00
 CONTEXT_MAX = 0xFFFF_FFFF_FFFF_F001
-USER_MARKER = CONTEXT_USER.to_bytes(8, "little")
 
 TRACING_MAGIC = b"\x17\x08\x44tracing"
 
@@ -221,15 +210,6 @@ class PerfData:
         """The file as little-endian u16 words, for the hot loops: record type and size
         at word offset//2 and offset//2 + 3."""
         return memoryview(self.map)[:self.data_end - self.data_end % 2].cast("H")
-
-    @property
-    def quads(self) -> memoryview:
-        """The file as little-endian u64 words (records and their u64 fields are 8-byte
-        aligned from the data start, which is 8-byte aligned)."""
-        return memoryview(self.map)[:self.data_end - self.data_end % 8].cast("Q")
-
-    def attr_of_id(self) -> dict[int, Attr]:
-        return {event_id: attr for attr in self.attrs for event_id in attr.ids}
 
     def build_ids(self) -> list[BuildId]:
         section = self.features.get(FEATURE_BUILD_ID)
@@ -591,105 +571,6 @@ class Clock:
                 return -1
             return int.from_bytes(mapped[end - layout.time_from_end:end - layout.time_from_end + 8], "little")
         return -1  # perf's own records carry no time
-
-
-@dataclass(frozen=True)
-class Arrays:
-    """The file as numpy arrays of little-endian words (views of the memory map, no copy):
-    a record's u16 header fields at offset//2 (type, misc, size at +0, +2, +3), its u64
-    fields at offset//8 (records are 8-byte aligned from the data start, which is too)."""
-
-    u8: np.ndarray
-    u16: np.ndarray
-    u32: np.ndarray
-    u64: np.ndarray
-
-    @classmethod
-    def of(cls, data: PerfData) -> Arrays:
-        end = data.data_end
-        return cls(*(np.frombuffer(data.map, dtype=dtype, count=end // size)
-                     for dtype, size in ((np.uint8, 1), (np.uint16, 2), (np.uint32, 4), (np.uint64, 8))))
-
-
-ROUNDS_AT_ONCE = 16  # rounds ordered together: numpy's cost per call is paid per group, memory stays bounded
-
-
-def ordered_records(data: PerfData, arrays: Arrays, clock: Clock, rounds: list[int], first_round: int,
-                    stop_after_ns: int | None, handled: frozenset[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The records of `handled` types from round `first_round` on, as (offsets, times)
-    arrays, in the order perf processes them: every record is queued by time, and at each
-    FINISHED_ROUND perf sends on, sorted by time (equal times in file order), the queued
-    records no later than the latest time seen before the previous round ended; the rest
-    at the end. With `stop_after_ns`, stops once everything up to that time has been sent
-    on. Records that carry no time are not queued. Rounds are ordered ROUNDS_AT_ONCE at a
-    time: a record goes out at the first round, from its own on, whose limit reaches it."""
-    queued_at = np.empty(0, np.int64)  # records sent on in no round so far
-    queued_time = np.empty(0, np.int64)
-    latest = 0  # the latest time queued so far
-    last_round = len(rounds) - 1
-    for group in range(first_round, len(rounds), ROUNDS_AT_ONCE):
-        release(data, rounds[first_round], rounds[group])  # records queued from before are read again: fine
-        numbers = range(group, min(group + ROUNDS_AT_ONCE, len(rounds)))
-        offsets, round_of = _walk(data, rounds, numbers)
-        offsets, times, round_of = _timed(data, arrays, clock, offsets, round_of, handled)
-        limits = np.empty(len(numbers), np.int64)  # the flush limit at the end of each round of the group
-        for index, number in enumerate(numbers):
-            limits[index] = latest
-            in_round = times[round_of == number]
-            if len(in_round):
-                latest = max(latest, int(in_round.max()))
-        offsets, times = np.concatenate((queued_at, offsets)), np.concatenate((queued_time, times))
-        rounds_of = np.concatenate((np.full(len(queued_at), group), round_of))
-        # the round at whose end each record is sent on; past the group: queued for the next
-        sent = np.maximum(rounds_of, group + np.searchsorted(limits, times, side="left"))
-        if numbers[-1] == last_round:
-            sent[sent > last_round] = last_round  # the end of the file sends on the rest
-        stop = len(rounds)
-        if stop_after_ns is not None:
-            beyond = np.flatnonzero(limits > stop_after_ns)
-            stop = group + int(beyond[0]) if len(beyond) else stop
-        going = sent <= min(numbers[-1], stop)
-        order = np.lexsort((offsets[going], times[going], sent[going]))
-        yield offsets[going][order], times[going][order]
-        if stop < len(rounds) or numbers[-1] == last_round:
-            return
-        queued_at, queued_time = offsets[~going], times[~going]
-
-
-def _walk(data: PerfData, rounds: list[int], numbers: range) -> tuple[np.ndarray, np.ndarray]:
-    """The offsets of the records of these rounds (FINISHED_ROUND records left out), and
-    the round of each. The one loop over records in Python: record sizes chain them."""
-    words = data.words
-    offsets: list[int] = []
-    counts: list[int] = []
-    append = offsets.append
-    for number in numbers:
-        position = rounds[number]
-        end = rounds[number + 1] - 8 if number + 1 < len(rounds) else data.data_end
-        before = len(offsets)
-        while position < end:
-            append(position)
-            position += words[(position >> 1) + 3]
-        counts.append(len(offsets) - before)
-    return np.array(offsets, dtype=np.int64), np.repeat(np.array(numbers, dtype=np.int64), counts)
-
-
-def _timed(data: PerfData, arrays: Arrays, clock: Clock, offsets: np.ndarray, round_of: np.ndarray,
-           handled: frozenset[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The records of handled types that carry a time, with their times."""
-    kinds = arrays.u16[offsets >> 1]
-    sizes = arrays.u16[(offsets >> 1) + 3].astype(np.int64)
-    samples = (kinds == SAMPLE) & (sizes >= clock.sample_time + 8)
-    others = np.isin(kinds, np.array(sorted(handled - {SAMPLE}), dtype=np.uint16))
-    times = np.full(len(offsets), -1, np.int64)
-    times[samples] = arrays.u64[(offsets[samples] + clock.sample_time) >> 3].astype(np.int64)
-    if clock.uniform is not None:
-        others &= sizes >= clock.uniform_size
-        times[others] = arrays.u64[(offsets[others] + sizes[others] - clock.uniform.time_from_end) >> 3].astype(np.int64)
-    else:
-        times[others] = [clock.time_of(data.words, data.map, at) for at in offsets[others].tolist()]
-    kept = (samples | others) & (times >= 0)
-    return offsets[kept], times[kept], round_of[kept]
 
 
 def balanced_slices(data: PerfData, rounds: list[int], start_ns: int, end_ns: int,

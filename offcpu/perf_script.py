@@ -22,6 +22,7 @@ from offcpu import perf_data
 from offcpu.errors import OffcpuError
 from offcpu.sched_events import (SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, THREAD_EXIT, THREAD_FORK,
                                   UNKNOWN_CPU, Chain, Events, EventSink)
+from offcpu.sched_events import Event as SinkEvent
 from offcpu.stacks import Stack
 
 FIELDS = "comm,pid,tid,cpu,time,event,trace,ip,sym"
@@ -175,43 +176,44 @@ class PerfScriptReader:
     def decode(self, stream: IO[str], sink: EventSink) -> None:
         """perf script's text (of `script_argv`'s fields) into `sink`, BATCH events at a time."""
         events = EventReader()
-        batch = Events()
+        batch: list[SinkEvent] = []
+        add = batch.append
         for comm, pid_text, tid_text, cpu_text, time_text, event, payload, chain in events.events(stream):
             pid, tid, time = int(pid_text), int(tid_text), time_ns(time_text)
             cpu = int(cpu_text) if cpu_text else UNKNOWN_CPU
             if event in SWITCH_RECORDS:
                 if payload.startswith("IN"):
-                    batch.add(SWITCH_IN, time, cpu, pid, tid, name=comm)
+                    add((SWITCH_IN, time, cpu, pid, tid, 0, comm, "", None))
                 else:
-                    batch.add(SWITCH_OUT, time, cpu, pid, tid, other=int(payload.startswith("OUT preempt")))
+                    add((SWITCH_OUT, time, cpu, pid, tid, int(payload.startswith("OUT preempt")), "", "", None))
             elif event == SWITCH:
                 decoded = _switch_fields(payload)
                 if decoded is None:
                     events.skipped_lines += 1
                 else:
-                    batch.add(SCHED_SWITCH, time, cpu, pid, decoded.prev_tid, decoded.next_tid, decoded.prev_comm,
-                              decoded.prev_state, chain)
+                    add((SCHED_SWITCH, time, cpu, pid, decoded.prev_tid, decoded.next_tid, decoded.prev_comm,
+                         decoded.prev_state, chain))
             elif event in WAKING_EVENTS:
                 woken = _woken_tid(payload)
                 if woken is None:
                     events.skipped_lines += 1
                 else:
-                    batch.add(SCHED_WAKING, time, cpu, pid, tid, woken, comm, chain=chain)
+                    add((SCHED_WAKING, time, cpu, pid, tid, woken, comm, "", chain))
             elif event in (FORK, EXIT):
                 task = TASK_FIELDS.match(payload)
                 if task is None:
                     events.skipped_lines += 1
                 elif event == FORK:
-                    batch.add(THREAD_FORK, time, cpu, int(task[1]), int(task[2]), other=int(task[4]))
+                    add((THREAD_FORK, time, cpu, int(task[1]), int(task[2]), int(task[4]), "", "", None))
                 else:
-                    batch.add(THREAD_EXIT, time, cpu, int(task[1]), int(task[2]))
+                    add((THREAD_EXIT, time, cpu, int(task[1]), int(task[2]), 0, "", "", None))
             elif event.rstrip(":") == COMM:  # "PERF_RECORD_COMM exec:", or "PERF_RECORD_COMM:" for a rename
-                batch.add(THREAD_COMM, time, cpu, pid, tid, other=int(payload.startswith("exec")), name=comm)
+                add((THREAD_COMM, time, cpu, pid, tid, int(payload.startswith("exec")), comm, "", None))
             if len(batch) >= BATCH:
-                sink.take(batch)
-                batch = Events()
-        if len(batch):
-            sink.take(batch)
+                sink.take(Events.of(batch))
+                batch.clear()
+        if batch:
+            sink.take(Events.of(batch))
         self.skipped += events.skipped_lines
 
     def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:

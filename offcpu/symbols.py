@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cxxfilt
-import numpy as np
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
@@ -37,10 +37,15 @@ from offcpu.perf_data import (COMM, CONTEXT_MAX, FORK, MISC_COMM_EXEC, MISC_MMAP
                               release)
 from offcpu.stacks import UNKNOWN, Stack
 
+if TYPE_CHECKING:
+    import numpy as np
+
 KERNEL_SYMBOLS = "kallsyms"  # the copy saved in a capture directory
 KERNEL_START = 0xFFFF_0000_0000_0000  # perf script prints these as 16 hex digits from ffff: kernel frames
 KERNEL_NOTES = Path("/sys/kernel/notes")
 PROC_KALLSYMS = Path("/proc/kallsyms")
+# NUMPY: numpy (0.1 s to import) is imported where symbol tables are made, not with this
+# module, which `offcpu record` and reports read through perf script import too.
 NT_GNU_BUILD_ID = 3
 PROT_EXEC = 4
 PAGE = 4096
@@ -112,6 +117,7 @@ class SymbolTable:
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray, names: Sequence[str], bindings: Sequence[str],
                  kallsyms: bool) -> None:
+        import numpy as np  # see NUMPY
         order = np.argsort(starts, kind="stable")  # equal starts keep their order
         self.starts: list[int] = starts[order].tolist()  # for bisect: a look-up in a list is fastest
         self.ends = ends[order]
@@ -121,6 +127,7 @@ class SymbolTable:
 
     @classmethod
     def of(cls, symbols: list[Symbol], kallsyms: bool = False) -> SymbolTable:
+        import numpy as np  # see NUMPY
         return cls(np.array([symbol.start for symbol in symbols], dtype=np.uint64),
                    np.array([symbol.end for symbol in symbols], dtype=np.uint64),
                    [symbol.name for symbol in symbols], [symbol.binding for symbol in symbols], kallsyms)
@@ -191,10 +198,8 @@ def kernel_symbols_for(data: PerfData, saved: Path | None) -> SymbolTable | None
     return None
 
 
-HEX_DIGITS = np.full(256, 255, np.uint8)  # a character's value as a hex digit (255: not one)
-for _digit, _value in (*zip(b"0123456789", range(10)), *zip(b"abcdef", range(10, 16)), *zip(b"ABCDEF", range(10, 16))):
-    HEX_DIGITS[_digit] = _value
-KALLSYMS_TYPE_CODES = np.array([ord(kind) for kind in KALLSYMS_TYPES], dtype=np.uint8)
+HEX_DIGITS = {**dict(zip(b"0123456789", range(10))), **dict(zip(b"abcdef", range(10, 16))),
+              **dict(zip(b"ABCDEF", range(10, 16)))}  # a character's value as a hex digit
 ADDRESS_DIGITS = 16  # at most: a 64-bit address
 
 
@@ -219,6 +224,9 @@ def _kallsyms(text: bytes) -> SymbolTable:
     bss (a module's named with its "\t[module]" suffix, which find() leaves out). The lines
     are split and the addresses read in numpy (a regular expression and int() over each of
     the kernel's ~120,000 lines took 0.1 s and 40 MB); a name is read when it is looked up."""
+    import numpy as np  # see NUMPY
+    hex_digits = np.full(256, 255, np.uint8)  # 255: not a hex digit
+    hex_digits[list(HEX_DIGITS)] = list(HEX_DIGITS.values())
     raw = np.frombuffer(text, dtype=np.uint8)
     line_ends = np.append(np.flatnonzero(raw == ord("\n")), len(raw))
     line_starts = np.append(0, line_ends[:-1] + 1)
@@ -228,7 +236,7 @@ def _kallsyms(text: bytes) -> SymbolTable:
     digits = first_space - line_starts
     kind_at = np.minimum(first_space + 1, max(len(raw) - 1, 0))
     kept = ((first_space < line_ends) & (digits >= 1) & (digits <= ADDRESS_DIGITS) & (first_space + 3 < line_ends)
-            & np.isin(raw[kind_at] if len(raw) else kind_at, KALLSYMS_TYPE_CODES))
+            & np.isin(raw[kind_at] if len(raw) else kind_at, np.frombuffer(''.join(KALLSYMS_TYPES).encode(), np.uint8)))
     kept[kept] &= raw[first_space[kept] + 2] == ord(" ")
     rows = np.flatnonzero(kept)
     addresses = np.zeros(len(rows), np.uint64)
@@ -236,7 +244,7 @@ def _kallsyms(text: bytes) -> SymbolTable:
     for place in range(ADDRESS_DIGITS, 0, -1):  # the address's digits, right-aligned before the space
         at = first_space[rows] - place
         in_address = at >= line_starts[rows]
-        digits = HEX_DIGITS[raw[np.where(in_address, at, 0)]]
+        digits = hex_digits[raw[np.where(in_address, at, 0)]]
         hexadecimal &= ~in_address | (digits != 255)
         addresses = (addresses << np.uint64(4)) | np.where(in_address, digits, 0).astype(np.uint64)
     rows = rows[hexadecimal]

@@ -45,9 +45,7 @@ class Feed:
         self.builder = SliceBuilder(0, WINDOW_US * US, switch_cost_ns=switch_cost_us * US)
 
     def _one(self, *event: object) -> None:
-        events = Events()
-        events.add(*event)  # type: ignore[arg-type]
-        self.builder.take(events)
+        self.builder.take(Events.of([event]))  # type: ignore[list-item]
 
     def sched_switch(self, time_ns: int, cpu: int, pid: int, tid: int, prev_comm: str, prev_state: str,
                      next_tid: int, chain: Chain) -> None:
@@ -57,10 +55,10 @@ class Feed:
         self._one(SCHED_WAKING, time_ns, UNKNOWN_CPU, pid, tid, woken_tid, comm, "", chain)
 
     def switch_in(self, time_ns: int, cpu: int, pid: int, tid: int, comm: str) -> None:
-        self._one(SWITCH_IN, time_ns, cpu, pid, tid, 0, comm)
+        self._one(SWITCH_IN, time_ns, cpu, pid, tid, 0, comm, "", None)
 
     def exit(self, time_ns: int, cpu: int, pid: int, tid: int) -> None:
-        self._one(THREAD_EXIT, time_ns, cpu, pid, tid)
+        self._one(THREAD_EXIT, time_ns, cpu, pid, tid, 0, "", "", None)
 
 
 def model(events: Feed, switch_cost_ns: int | None = None) -> Model:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from offcpu import native_reader
+from offcpu import native_decoding
 from offcpu.errors import OffcpuError
 from offcpu.native_reader import NativeReader, unsupported
 from offcpu.perf_data import constant, state_names
@@ -139,9 +139,9 @@ def test_chains_whose_hashes_collide_keep_keys_of_their_own(monkeypatch: pytest.
     """Chains are hashed in bulk; a hash that names another chain is caught address by address."""
     source = FIXTURES / "native_cpp_command" / "perf.data"
     expected, _ = native_events(source)
-    monkeypatch.setattr(native_reader, "HASH_FACTORS", np.zeros_like(native_reader.HASH_FACTORS))
+    monkeypatch.setattr(native_decoding, "HASH_FACTORS", np.zeros_like(native_decoding.HASH_FACTORS))
     alike_lengths, _ = native_events(source)  # chains of a length, of a process, share one hash
-    monkeypatch.setattr(native_reader, "SIGNATURE_MIX", (np.uint64(0),) * 3)
+    monkeypatch.setattr(native_decoding, "SIGNATURE_MIX", (np.uint64(0),) * 3)
     all_alike, _ = native_events(source)  # all chains share one hash
     assert alike_lengths == expected and all_alike == expected
     chains = {event[-1] for event in expected if event[0] in ("sched_switch", "sched_waking")}
