@@ -20,9 +20,6 @@ from offcpu.perf_data import (COMM, CONTEXT_USER, EXIT, FORK, MISC_COMM_EXEC, MI
 from offcpu.sched_events import (SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, THREAD_EXIT, THREAD_FORK,
                                   UNKNOWN_CPU, Chain, Events)
 
-LOW_32 = 0xFFFF_FFFF
-
-
 @dataclass(frozen=True)
 class Arrays:
     """The file as numpy arrays of little-endian words (views of the memory map, no copy):
@@ -281,8 +278,7 @@ class Decoder:
         self.reader.skipped += int(len(rows) - whole.sum())
         rows, at, counts, raw = rows[whole], at[whole], counts[whole], raw[whole]
         ids = arrays.u64[(at + layout.tid) >> 3]
-        out.pids[rows] = (ids & LOW_32).astype(np.int64)
-        out.tids[rows] = (ids >> 32).astype(np.int64)
+        out.pids[rows], out.tids[rows] = _pids_and_tids(ids)
         if layout.cpu is not None:
             out.cpus[rows] = arrays.u32[(at + layout.cpu) >> 2]
         else:
@@ -354,8 +350,7 @@ class Decoder:
             return
         at, end = offsets[rows], offsets[rows] + sizes[rows]
         ids = arrays.u64[(end - uniform.tid_from_end) >> 3]
-        out.pids[rows] = (ids & LOW_32).astype(np.int64)
-        out.tids[rows] = (ids >> 32).astype(np.int64)
+        out.pids[rows], out.tids[rows] = _pids_and_tids(ids)
         out.cpus[rows] = arrays.u32[(end - uniform.cpu_from_end) >> 2] if uniform.cpu_from_end is not None \
             else UNKNOWN_CPU
         misc = arrays.u16[(at >> 1) + 2]
@@ -377,10 +372,10 @@ class Decoder:
         if trailer is None or trailer.tid_from_end is None or size < trailer.size + 8:
             self.reader.skipped += 1
             return None
-        ids = int(self.arrays.u64[(end - trailer.tid_from_end) >> 3])
+        pid, tid = (int(value) for value in self.arrays.u32[(end - trailer.tid_from_end) >> 2:][:2].view(np.int32))
         cpu = int(self.arrays.u32[(end - trailer.cpu_from_end) >> 2]) if trailer.cpu_from_end is not None \
             else UNKNOWN_CPU
-        return ids & LOW_32, ids >> 32, cpu
+        return pid, tid, cpu
 
     def _task_record(self, row: int, kind: int, position: int, size: int, out: _Columns, named: np.ndarray,
                      chain_rows: np.ndarray, generations: np.ndarray) -> None:
@@ -411,6 +406,13 @@ class Decoder:
         if execed_pid is not None:
             later = (chain_rows > row) & (out.pids[chain_rows] == execed_pid)
             generations[later] = self.generations.get(execed_pid, 0)
+
+
+def _pids_and_tids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """PERF_SAMPLE_TID's u64s as the pids and tids in them, signed as perf script shows them
+    (perf writes -1 where a record has no thread)."""
+    pairs = ids.view(np.int32).reshape(-1, 2)
+    return pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
 
 
 def _objects(values: list) -> np.ndarray:

@@ -33,8 +33,8 @@ WAKING_FIELDS = ("pid",)  # the woken thread
 TEXT_FIELDS = ("prev_comm",)  # char arrays; the other fields are integers
 ORDERED_TYPES = frozenset({SAMPLE, SWITCH, SWITCH_CPU_WIDE, COMM, FORK, EXIT})
 TASK_TYPES = (COMM, FORK, EXIT)
-TASK_FIELDS = struct.Struct("<IIIIQ")  # FORK and EXIT: pid, ppid, tid, ptid, time
-COMM_IDS = struct.Struct("<II")
+TASK_FIELDS = struct.Struct("<iiiiQ")  # FORK and EXIT: pid, ppid, tid, ptid (signed, as perf shows them), time
+COMM_IDS = struct.Struct("<ii")
 IDLE_COMM = "swapper"  # perf's name for the idle task (tid 0)
 
 def unsupported(path: Path) -> str | None:
