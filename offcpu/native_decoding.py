@@ -20,6 +20,7 @@ from offcpu.perf_data import (COMM, CONTEXT_USER, EXIT, FORK, MISC_COMM_EXEC, MI
 from offcpu.sched_events import (SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, THREAD_EXIT, THREAD_FORK,
                                   UNKNOWN_CPU, Chain, Events)
 
+
 @dataclass(frozen=True)
 class Arrays:
     """The file as numpy arrays of little-endian words (views of the memory map, no copy):
@@ -59,12 +60,7 @@ def ordered_records(data: PerfData, arrays: Arrays, clock: Clock, rounds: list[i
         numbers = range(group, min(group + ROUNDS_AT_ONCE, len(rounds)))
         offsets, round_of = _walk(data, rounds, numbers)
         offsets, times, round_of = _timed(data, arrays, clock, offsets, round_of, handled)
-        limits = np.empty(len(numbers), np.int64)  # the flush limit at the end of each round of the group
-        for index, number in enumerate(numbers):
-            limits[index] = latest
-            in_round = times[round_of == number]
-            if len(in_round):
-                latest = max(latest, int(in_round.max()))
+        limits, latest = _flush_limits(numbers, times, round_of, latest)
         offsets, times = np.concatenate((queued_at, offsets)), np.concatenate((queued_time, times))
         rounds_of = np.concatenate((np.full(len(queued_at), group), round_of))
         # the round at whose end each record is sent on; past the group: queued for the next
@@ -81,6 +77,18 @@ def ordered_records(data: PerfData, arrays: Arrays, clock: Clock, rounds: list[i
         if stop < len(rounds) or numbers[-1] == last_round:
             return
         queued_at, queued_time = offsets[~going], times[~going]
+
+
+def _flush_limits(numbers: range, times: np.ndarray, round_of: np.ndarray, latest: int) -> tuple[np.ndarray, int]:
+    """The time up to which perf sends records on at the end of each of these rounds: the
+    latest time seen before the round (`latest`: before the first); and the latest after them."""
+    limits = np.empty(len(numbers), np.int64)
+    for index, number in enumerate(numbers):
+        limits[index] = latest
+        in_round = times[round_of == number]
+        if len(in_round):
+            latest = max(latest, int(in_round.max()))
+    return limits, latest
 
 
 def _walk(data: PerfData, rounds: list[int], numbers: range) -> tuple[np.ndarray, np.ndarray]:
