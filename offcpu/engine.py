@@ -198,22 +198,22 @@ class Tally:
         thread.runqueue_us += runqueue
         if woken_ns is not None and back_seen and counted_from_ns <= woken_ns and back_ns <= counted_to_ns:
             self.runqueue_delays_us[runqueue] += 1  # wakeup to running
-        self.clipped += clipped
+        if clipped:
+            self.clipped += 1
         if woken_ns is not None and waker is not None:
-            self._link(number, since_ns, woken_ns if woken_ns < until_ns else until_ns, waker[1])
+            waker_history = self.history.get(waker[1])
+            if waker_history and waker_history[-1][1] > since_ns:  # else its waker ran all along: no link
+                self._link(number, since_ns, woken_ns if woken_ns < until_ns else until_ns, waker_history)
         history = self.history.get(tid)
         if history is None:
             history = self.history[tid] = deque(maxlen=HISTORY)
         history.append((since_ns, until_ns, number))
 
-    def _link(self, row: int, since_ns: int, woken_ns: int, waker_tid: int) -> None:
+    def _link(self, row: int, since_ns: int, woken_ns: int, waker_history: deque[tuple[int, int, int]]) -> None:
         """While this wait was blocked (since_ns to woken_ns), when was its waker itself off
-        CPU, and in which of its rows?"""
-        history = self.history.get(waker_tid)
-        if not history:
-            return
+        CPU (its last waits: `waker_history`), and in which of its rows?"""
         links = self.links
-        for waker_since_ns, waker_back_ns, waker_row in reversed(history):
+        for waker_since_ns, waker_back_ns, waker_row in reversed(waker_history):
             if waker_back_ns <= since_ns:
                 break
             overlap = ((waker_back_ns if waker_back_ns < woken_ns else woken_ns)
