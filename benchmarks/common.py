@@ -30,13 +30,16 @@ class BenchError(Exception):
 
 
 class Recording:
-    """`offcpu record -a` in its own session: a Ctrl-C at the terminal reaches the
-    benchmark only, which then ends offcpu in order (and offcpu ends its perf)."""
+    """`offcpu record -a` (or of a command) in its own session: a Ctrl-C at the terminal
+    reaches the benchmark only, which then ends offcpu in order (and offcpu ends its perf)."""
 
-    def __init__(self, offcpu: list[str], output: Path, duration: int, log: Path) -> None:
+    def __init__(self, offcpu: list[str], output: Path, duration: int, log: Path, max_size: str = MAX_SIZE,
+                 target: tuple[str, ...] = ("-a",)) -> None:
+        """`target`: offcpu record's, the whole machine by default (or "--", COMMAND, ARGS...)."""
         self.output = output
         self.duration = duration
-        self.argv = [*offcpu, "record", "-a", "--duration", str(duration), "--max-size", MAX_SIZE, "-o", str(output)]
+        self.argv = [*offcpu, "record", "--duration", str(duration), "--max-size", max_size, "-o", str(output),
+                     *target]
         self._log_path = log
         self._log = log.open("w")
         self.started = 0.0
@@ -57,6 +60,14 @@ class Recording:
                 raise BenchError(f"offcpu record started no perf within {PERF_START_TIMEOUT_S:.0f} s")
             time.sleep(0.02)
         time.sleep(SETTLE_S)
+
+    def wait(self, seconds: float) -> None:
+        """Let the recording end by itself (its duration, or --max-size), for at most `seconds`."""
+        assert self.process is not None
+        try:
+            self.process.wait(seconds)
+        except subprocess.TimeoutExpired:
+            pass
 
     def finish(self) -> dict:
         """End the recording now that its run is done; its capture.json."""

@@ -1,15 +1,25 @@
-"""Wall time and memory of `offcpu report folded` against plain `perf script`, on one capture.
+"""Wall time and memory of a cold `offcpu report folded` against plain `perf script`, on one capture.
 
-The capture (of at least 500,000 scheduler events) is `perf bench sched pipe`
-recorded by `offcpu record -a`, or an existing one given with --capture. Runs
-alternate plain `perf script -i perf.data > /dev/null` with its default fields
-(the anchor) and a cold `offcpu report folded` (its saved model removed first),
-in this one process. Peak RSS is sampled over the whole process tree; offcpu's
-own processes are reported apart from the perf script processes they start, of
-which only their own (anonymous) memory counts: the perf.data they map is page
-cache, shared by every reader.
-Memory against events: the same report on the first quarter of the window
-(--time) and on the whole of it, which has the same stacks and ~4x the events.
+The capture is `perf bench sched pipe` recorded by `offcpu record -a` until perf.data
+reaches --size (default 240M: about 1.9 million records of this load, at ~128 bytes a
+record; fewer than 1.5 million is warned of), or an existing one given with --capture.
+Runs alternate plain `perf script -i perf.data > /dev/null` with its default fields
+(the anchor) and a cold `offcpu report folded` (its saved model removed first), in
+this one process; the ratio is of their medians. Memory is sampled every 20 ms over
+the process tree: the largest of offcpu's own processes (VmRSS), all of them together
+(PSS: the pages its forked workers share count once), and the perf script processes
+they start, of which only their own (anonymous) memory counts: the perf.data they map
+is page cache, shared by every reader.
+
+The split by stage is the same work in this one process, stage by stage, in CPU seconds
+(the report spreads read and pair over its worker processes): read (record headers
+walked, then records decoded into a sink that does nothing), pair (the engine turning
+events into off-CPU intervals, and the merge of the slices), symbolize (naming the call
+chains, making the model), write (the folded lines, to /dev/null).
+Memory against events: cold reports of the first quarter of a window (--time) and of
+all of it, on a recording of the pipe alone (`offcpu record -- perf bench sched pipe -T`,
+--size / 2): the same stacks all along, so only the number of events differs (the
+whole machine's stacks are not the same from one part of a window to another).
 """
 
 from __future__ import annotations
@@ -29,21 +39,29 @@ from pathlib import Path
 from benchmarks.common import (BenchError, Recording, become_subreaper, comm, descendants,
                                interrupts_as_keyboard_interrupt, offcpu_command, pin_cpu, reap_group)
 
-MIN_EVENTS = 500_000
+PIPE = ("perf", "bench", "sched", "pipe", "-l", "1000000000")
+WHOLE_MACHINE = ("-a",)
+MIN_RECORDS = 1_500_000
+DEFAULT_SIZE = "240M"
+LONGEST_RECORDING_S = 120  # a loaded machine records the size more slowly; perf's --max-size ends it first
 SAMPLE_EVERY_S = 0.02
 PERF_COMMS = {"perf", "perf_6.1", "perf-exec"}
+TARGET_RATIO = 0.3
+TARGET_MB = 150
 
 
 @dataclass
 class Measured:
     seconds: float
-    offcpu_peak_mb: float  # offcpu's Python processes together
-    tree_peak_mb: float  # with the perf processes they start (their anonymous memory)
+    largest_mb: float  # the largest of offcpu's processes (VmRSS)
+    offcpu_mb: float  # offcpu's processes together (PSS)
+    perf_mb: float  # the perf processes they start (their anonymous memory)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capture", type=Path, help="measure this capture instead of recording one")
-    parser.add_argument("--seconds", type=float, default=3.0, help="length of the recording [default: 3]")
+    parser.add_argument("--size", default=DEFAULT_SIZE,
+                        help=f"record until perf.data holds this much (perf's B/K/M/G) [default: {DEFAULT_SIZE}]")
     parser.add_argument("--rounds", type=int, default=2, help="anchor/offcpu pairs [default: 2]")
 
 
@@ -52,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
         workdir = Path(tempfile.mkdtemp(prefix="offcpu-bench-"))
         try:
             become_subreaper()
-            capture = args.capture or _record(workdir / "cap", args.seconds)
-            return _measure(capture, args.rounds, workdir)
+            capture = args.capture or _record(workdir / "cap", args.size, WHOLE_MACHINE)
+            pipe_only = args.capture or _record(workdir / "pipe", _half(args.size), ("--", *PIPE, "-T"))
+            return _measure(capture, pipe_only, args.rounds)
         except BenchError as error:
             print(f"report-speed: {error}")
             return 2
@@ -64,63 +83,94 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _record(output: Path, seconds: float) -> Path:
-    """`offcpu record -a` while a pinned `perf bench sched pipe` switches as fast as it can."""
-    cpu = pin_cpu(None, False)
-    pipe = subprocess.Popen(["perf", "bench", "sched", "pipe", "-l", "100000000"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
-    recording = Recording(offcpu_command(), output, round(seconds), output.parent / "record.log")
+def _record(output: Path, size: str, target: tuple[str, ...]) -> Path:
+    """`offcpu record` of `target` until perf.data reaches `size` (perf's --max-size: a record
+    count that does not depend on how fast a loaded machine lets the pipe run): the whole
+    machine while a pinned `perf bench sched pipe` switches as fast as it can, or a command."""
+    pipe = None
+    if target == WHOLE_MACHINE:
+        cpu = pin_cpu(None, False)
+        pipe = subprocess.Popen(PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    recording = Recording(offcpu_command(), output, LONGEST_RECORDING_S, output.parent / f"{output.name}.log", size,
+                          target)
     try:
         recording.wait_until_recording()
-        time.sleep(max(0.0, seconds - 0.5))  # let it run to its duration: no early end
+        recording.wait(LONGEST_RECORDING_S + 5)
         recording.finish()
     finally:
-        os.killpg(pipe.pid, signal.SIGKILL)  # first: the recording's clean-up ends any child it finds
-        pipe.wait()
-        reap_group(pipe.pid)
+        if pipe is not None:
+            os.killpg(pipe.pid, signal.SIGKILL)  # first: the recording's clean-up ends any child it finds
+            pipe.wait()
+            reap_group(pipe.pid)
         recording.close()
     return output
 
 
-def _measure(capture: Path, rounds: int, workdir: Path) -> int:
+def _half(size: str) -> str:
+    number, unit = (size[:-1], size[-1]) if size[-1:].isalpha() else (size, "")
+    return f"{max(1, int(float(number) / 2))}{unit}"
+
+
+def _measure(capture: Path, pipe_only: Path, rounds: int) -> int:
     info = json.loads((capture / "capture.json").read_text())
-    events = info["samples"] + info["switch_records"]
+    records = info["samples"] + info["switch_records"]
     window_s = (info["window_end_ns"] - info["window_start_ns"]) / 1e9
-    print(f"capture: {events:,} events ({info['samples']:,} samples, {info['switch_records']:,} switch records), "
-          f"{info['perf_data_bytes'] / 1e6:.0f} MB, {window_s:.1f} s window, {info['lost_events']:,} lost")
-    if events < MIN_EVENTS:
-        print(f"warning: fewer than {MIN_EVENTS:,} events; record longer with --seconds")
+    lost = info["lost_events"]
+    print(f"capture: {records:,} records ({info['samples']:,} samples, {info['switch_records']:,} switch records), "
+          f"{info['perf_data_bytes'] / 1e6:.0f} MB, {window_s:.1f} s window, {lost:,} events lost"
+          + (" (perf could not keep up: the machine was loaded)" if lost else ""))
+    if records < MIN_RECORDS:
+        print(f"warning: fewer than {MIN_RECORDS:,} records; record more with --size")
+    print(f"load average before: {_load()}")
     perf_data = str(capture / "perf.data")
     anchors, reports = [], []
-    print(f"\n{'run':>3}  {'what':<32}  {'seconds':>7}  {'peak RSS: offcpu / with perf':>28}")
+    print(f"\n{'run':>3}  {'what':<30}  {'seconds':>7}  peak memory: largest offcpu process / all of offcpu (PSS) "
+          "/ perf script's own")
     for number in range(1, rounds + 1):
-        anchors.append(_show(2 * number - 1, "perf script (default fields)", _timed(["perf", "script", "-i", perf_data])))
-        (capture / "model.json").unlink(missing_ok=True)
-        reports.append(_show(2 * number, "offcpu report folded (cold)",
-                             _timed([*offcpu_command(), "report", "folded", str(capture)])))
-    quarter = _timed([*offcpu_command(), "report", "folded", str(capture), "--time", f"0,{window_s / 4:.3f}"])
+        anchors.append(_show(2 * number - 1, "perf script (default fields)",
+                             _timed(["perf", "script", "-i", perf_data])))
+        reports.append(_show(2 * number, "offcpu report folded (cold)", _cold_report(capture)))
+    print(f"load average after: {_load()}")
     anchor = statistics.median(m.seconds for m in anchors)
     report = statistics.median(m.seconds for m in reports)
-    peak = max(m.offcpu_peak_mb for m in reports)
-    print(f"\noffcpu report folded / perf script: {report / anchor:.2f}x ({report:.1f} s / {anchor:.1f} s; "
-          "target at most 0.5)")
-    print(f"peak RSS of offcpu report folded: {peak:.0f} MB in its own processes, "
-          f"{max(m.tree_peak_mb for m in reports):.0f} MB with perf script's own memory (target at most 250 MB)")
-    print(f"memory against events: first quarter of the window {quarter.offcpu_peak_mb:.0f} MB, whole window "
-          f"{peak:.0f} MB: {peak / quarter.offcpu_peak_mb:.2f}x the memory for ~4x the events")
+    largest = max(m.largest_mb for m in reports)
+    print(f"\noffcpu report folded / perf script: {report / anchor:.2f}x ({report:.2f} s / {anchor:.2f} s; "
+          f"target at most {TARGET_RATIO})")
+    stages = _stages(capture)
+    print(f"per stage, CPU seconds in one process: read {stages['headers'] + stages['records']:.2f} (record "
+          f"headers {stages['headers']:.2f}, records {stages['records']:.2f}), pair {stages['pair']:.2f}, "
+          f"symbolize {stages['symbolize']:.2f}, write {stages['write']:.2f}")
+    print(f"peak memory: {largest:.0f} MB in offcpu's largest process (target at most {TARGET_MB} MB), "
+          f"{max(m.offcpu_mb for m in reports):.0f} MB in all of its processes (PSS)")
+    _memory_against_events(pipe_only)
     return 0
 
 
+def _memory_against_events(capture: Path) -> None:
+    info = json.loads((capture / "capture.json").read_text())
+    records = info["samples"] + info["switch_records"]
+    window_s = (info["window_end_ns"] - info["window_start_ns"]) / 1e9
+    quarter = _cold_report(capture, ("--time", f"0,{window_s / 4:.3f}"))
+    whole = _cold_report(capture)
+    print(f"memory against events ({capture.name}: {records:,} records): first quarter of the window "
+          f"{quarter.largest_mb:.0f} MB, whole window {whole.largest_mb:.0f} MB: "
+          f"{whole.largest_mb / quarter.largest_mb:.2f}x the memory for ~4x the events")
+
+
+def _cold_report(capture: Path, options: tuple[str, ...] = ()) -> Measured:
+    (capture / "model.json").unlink(missing_ok=True)
+    return _timed([*offcpu_command(), "report", "folded", str(capture), *options])
+
+
 def _timed(argv: list[str]) -> Measured:
-    """Run a command to its end with stdout discarded; its wall time and peak RSS."""
+    """Run a command to its end with stdout discarded; its wall time and peak memory."""
     start = time.monotonic()
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    offcpu_peak = tree_peak = 0
+    peaks = [0, 0, 0]
     try:
         while process.poll() is None:
-            offcpu_kb, perf_kb = _tree_rss_kb(process.pid)
-            offcpu_peak, tree_peak = max(offcpu_peak, offcpu_kb), max(tree_peak, offcpu_kb + perf_kb)
+            peaks = [max(peak, now) for peak, now in zip(peaks, _tree_kb(process.pid))]
             time.sleep(SAMPLE_EVERY_S)
     finally:
         if process.poll() is None:
@@ -129,28 +179,81 @@ def _timed(argv: list[str]) -> Measured:
     seconds = time.monotonic() - start
     if process.returncode != 0:
         raise BenchError(f"{' '.join(argv[:3])} failed: {process.stderr.read().decode().strip()[-300:]}")
-    return Measured(seconds, offcpu_peak / 1024, tree_peak / 1024)
+    return Measured(seconds, *(kb / 1024 for kb in peaks))
 
 
-def _tree_rss_kb(root: int) -> tuple[int, int]:
-    """Resident memory of a process tree, in KiB: offcpu's processes (all of it), and
-    perf's own (anonymous) memory: perf maps perf.data, and those pages are the
-    page cache, shared by every reader, not memory perf allocated."""
-    own = perf = 0
+def _tree_kb(root: int) -> tuple[int, int, int]:
+    """Memory of a process tree, in KiB: the largest of offcpu's processes (resident), all
+    of them (proportional: pages shared by forked workers count once), and perf's own
+    (anonymous) memory: perf maps perf.data, and those pages are the page cache, shared by
+    every reader, not memory perf allocated."""
+    largest = together = perf = 0
     for pid in [root, *descendants(root)]:
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
+        status, rollup = _fields(f"/proc/{pid}/status"), _fields(f"/proc/{pid}/smaps_rollup")
+        if not status:
             continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         if comm(pid) in PERF_COMMS:
-            perf += int(fields.get("RssAnon", "0 kB").split()[0])
+            perf += _kb(status, "RssAnon")
         else:
-            own += int(fields.get("VmRSS", "0 kB").split()[0])
-    return own, perf
+            largest = max(largest, _kb(status, "VmRSS"))
+            together += _kb(rollup, "Pss")
+    return largest, together, perf
+
+
+def _fields(path: str) -> dict[str, str]:
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return {}
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
+def _kb(fields: dict[str, str], name: str) -> int:
+    return int(fields.get(name, "0 kB").split()[0])
+
+
+def _stages(capture: Path) -> dict[str, float]:
+    """CPU seconds of each stage of a cold report, one after the other in this process."""
+    from offcpu.analysis import choose_reader  # offcpu's own modules, in this process: see the docstring
+    from offcpu.capture import load
+    from offcpu.engine import merge, read_slice, threads_at_start, to_model
+    from offcpu.renderers.flame import stack_lines
+    from offcpu.stackview import StackView
+
+    class Nothing:
+        def take(self, events: object) -> None:
+            pass
+
+    info = load(capture)
+    window = (info.window_start_ns, info.window_end_ns)
+    started = time.process_time()
+    reader, _ = choose_reader(capture, info, None)
+    slices = reader.time_slices(*window, os.cpu_count() or 1)
+    headers = time.process_time() - started
+    started = time.process_time()
+    for time_slice in slices:
+        reader.read(Nothing(), time_slice)
+    records = time.process_time() - started
+    started = time.process_time()
+    pieces = [read_slice(reader, first, last, window, info.switch_cost_ns or 0) for first, last in slices]
+    totals, skipped = merge(pieces, *window, threads_at_start(info), window)
+    pair = time.process_time() - started - records
+    started = time.process_time()
+    model = to_model(totals, reader, info, *window, skipped)
+    symbolize = time.process_time() - started
+    started = time.process_time()
+    with open(os.devnull, "w") as output:
+        output.writelines(f"{line}\n" for line in stack_lines(model, StackView()))
+    write = time.process_time() - started
+    return {"headers": headers, "records": records, "pair": pair, "symbolize": symbolize, "write": write}
+
+
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def _show(number: int, what: str, measured: Measured) -> Measured:
-    print(f"{number:>3}  {what:<32}  {measured.seconds:>7.2f}  "
-          f"{measured.offcpu_peak_mb:>12.0f} MB / {measured.tree_peak_mb:>6.0f} MB", flush=True)
+    memory = f"{measured.perf_mb:.0f} MB" if not measured.largest_mb else \
+        f"{measured.largest_mb:.0f} MB / {measured.offcpu_mb:.0f} MB"
+    print(f"{number:>3}  {what:<30}  {measured.seconds:>7.2f}  {memory}", flush=True)
     return measured

@@ -14,7 +14,7 @@ from pathlib import Path
 from offcpu.capture import CaptureInfo
 from offcpu.errors import OffcpuError
 from offcpu.perf_script import PerfScriptReader
-from offcpu.sched_events import Chain
+from offcpu.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, Chain, Events
 from offcpu.stacks import looks_truncated
 
 STACKS_TO_JUDGE = 2000  # switch-out stacks read to judge whether user stacks are truncated
@@ -140,31 +140,21 @@ class _FirstEventsSink:
         if len(self.chains) >= STACKS_TO_JUDGE and len(self.costs.after_out_ns) >= SWITCHES_TO_TIME:
             raise _Enough
 
-    def sched_switch(self, time_ns: int, cpu: int, pid: int, tid: int, prev_comm: str, prev_state: str,
-                     next_tid: int, chain: Chain) -> None:
-        if chain and len(self.chains) < STACKS_TO_JUDGE:
-            self.chains.append(chain)
-        self.costs.sched_switch(time_ns, tid, next_tid)
-        self._sample(time_ns)
-
-    def sched_waking(self, time_ns: int, pid: int, tid: int, comm: str, woken_tid: int, chain: Chain) -> None:
-        self._sample(time_ns)
-
-    def switch_in(self, time_ns: int, cpu: int, pid: int, tid: int, comm: str) -> None:
-        self.costs.switch_in(time_ns, tid)
-
-    def switch_out(self, time_ns: int, cpu: int, pid: int, tid: int, preempt: bool) -> None:
-        self.costs.switch_out(time_ns, tid)
-
-    def fork(self, time_ns: int, pid: int, tid: int, ppid: int, ptid: int) -> None:
-        pass
-
-    def exit(self, time_ns: int, cpu: int, pid: int, tid: int) -> None:
-        pass
-
-    def comm(self, time_ns: int, pid: int, tid: int, comm: str, exec: bool) -> None:
-        if exec and self.first.exec_ns is None:
-            self.first.exec_ns, self.first.exec_pid = time_ns, pid
+    def take(self, events: Events) -> None:
+        for kind, time_ns, _, pid, tid, other, _, _, chain in events.rows():
+            if kind == SCHED_SWITCH:
+                if chain and len(self.chains) < STACKS_TO_JUDGE:
+                    self.chains.append(chain)
+                self.costs.sched_switch(time_ns, tid, other)
+                self._sample(time_ns)
+            elif kind == SCHED_WAKING:
+                self._sample(time_ns)
+            elif kind == SWITCH_IN:
+                self.costs.switch_in(time_ns, tid)
+            elif kind == SWITCH_OUT:
+                self.costs.switch_out(time_ns, tid)
+            elif kind == THREAD_COMM and other and self.first.exec_ns is None:  # other: renamed by exec
+                self.first.exec_ns, self.first.exec_pid = time_ns, pid
 
 
 def first_events(reader: PerfScriptReader) -> FirstEvents:

@@ -22,6 +22,7 @@ the merge joins them, so a slice never needs another slice's events.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections import Counter, deque
 from collections.abc import Callable
@@ -32,7 +33,8 @@ from multiprocessing import get_context
 from offcpu.capture import CaptureInfo
 from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, STACK_LOST, UNKNOWN_STATE, WAKER_NOT_RECORDED, Link,
                           Model, Row, Thread, WaitTimes, Waker)
-from offcpu.sched_events import UNKNOWN_CPU, CaptureReader, Chain
+from offcpu.sched_events import (SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_EXIT, THREAD_FORK,
+                                  UNKNOWN_CPU, CaptureReader, Chain, Events)
 from offcpu.stacks import Stack
 
 DEAD_STATES = ("X", "Z")
@@ -66,20 +68,14 @@ class Wait:
 
 
 @dataclass(slots=True)
-class Interval:
-    """A thread's finished time off CPU, as counted, and the row it was counted in."""
-
-    since_ns: int
-    back_ns: int
-    row: RowKey
-
-
-@dataclass(slots=True)
 class Overlap:
     """How long waits of one row overlapped waits of their waker's other row, and how often."""
 
     ns: int = 0
     count: int = 0
+
+    def __reduce__(self) -> tuple:
+        return Overlap, (self.ns, self.count)  # tens of thousands travel from each worker: half the time of the default
 
 
 @dataclass(slots=True)
@@ -110,21 +106,26 @@ class ThreadTotals:
 class Tally:
     """Everything that adds up across slices, of the time between `counted_from_ns` and
     `counted_to_ns`: a report of part of a recording reads the events from the start
-    (what each thread was doing when the part begins), and counts only that part."""
+    (what each thread was doing when the part begins), and counts only that part.
+    Rows are numbered in the order they were first counted: links and each thread's
+    history name rows by number (ints hash and travel from the workers at a fraction
+    of the cost of the keys)."""
 
     counted_from_ns: int = 0
     counted_to_ns: int = 1 << 63
-    rows: dict[RowKey, WaitTimes] = field(default_factory=dict)
-    links: dict[tuple[RowKey, RowKey], Overlap] = field(default_factory=dict)
+    row_numbers: dict[RowKey, int] = field(default_factory=dict)
+    rows: list[WaitTimes] = field(default_factory=list)  # by row number
+    links: dict[tuple[int, int], Overlap] = field(default_factory=dict)  # waiter's row, waker's row
     threads: dict[int, ThreadTotals] = field(default_factory=dict)
     runqueue_delays_us: Counter[int] = field(default_factory=Counter)
     clipped: int = 0
     unseen_wakeups: int = 0
     estimated_switch_ins: int = 0
     half_recorded_switches: int = 0
-    # Each thread's last waits, to follow a wakeup to what the waker itself waited for.
-    # Not carried across slices: a wait whose waker's waits are in an earlier slice has no links.
-    history: dict[int, deque[Interval]] = field(default_factory=dict)
+    # Each thread's last waits (since, back, row number: tuples, one made per switch), to
+    # follow a wakeup to what the waker itself waited for. Not carried across slices: a
+    # wait whose waker's waits are in an earlier slice has no links.
+    history: dict[int, deque[tuple[int, int, int]]] = field(default_factory=dict)
 
     def thread(self, tid: int, pid: int | None = None, comm: str | None = None) -> ThreadTotals:
         thread = self.threads.get(tid)
@@ -148,14 +149,22 @@ class Tally:
             return to_ns - from_ns if to_ns > from_ns else 0
         return max(0, min(to_ns, self.counted_to_ns) - max(from_ns, self.counted_from_ns))
 
+    def row_number(self, key: RowKey) -> int:
+        number = self.row_numbers.get(key)
+        if number is None:
+            number = self.row_numbers[key] = len(self.rows)
+            self.rows.append(WaitTimes())
+        return number
+
     def add_wait(self, tid: int, wait: Wait, back_ns: int, back_seen: bool = True) -> None:
         """Count one off-CPU interval, from `wait.since_ns` to `back_ns` (when the thread
         came back, or, not `back_seen`, the end of the recording), as far as it is counted.
-        The hot path of the engine: one call per switch."""
+        The hot path of the engine: one call per switch (no min() or max(): a call each)."""
         since_ns, until_ns = wait.since_ns, back_ns
         counted_from_ns, counted_to_ns = self.counted_from_ns, self.counted_to_ns
         if until_ns < counted_from_ns or since_ns > counted_to_ns:
             return  # all of it outside what is counted
+        state = wait.state
         clipped = not back_seen or wait.stack == BEFORE_WINDOW
         if since_ns < counted_from_ns:
             since_ns, clipped = counted_from_ns, True
@@ -163,20 +172,23 @@ class Tally:
             until_ns, clipped = counted_to_ns, True
         offcpu = round((until_ns - since_ns) / 1000)
         woken_ns, waker = wait.woken_ns, wait.waker
-        if wait.state == PREEMPTED:
+        if state == PREEMPTED:
             blocked = 0
         elif woken_ns is not None:
-            blocked = min(offcpu, max(0, round((woken_ns - since_ns) / 1000)))
+            blocked = round((woken_ns - since_ns) / 1000)
+            blocked = blocked if blocked > 0 else 0
+            blocked = offcpu if offcpu < blocked else blocked
         else:
             blocked = offcpu
-            self.unseen_wakeups += not clipped and wait.state != UNKNOWN_STATE
-            if back_seen and wait.state != PREEMPTED:
+            self.unseen_wakeups += not clipped and state != UNKNOWN_STATE
+            if back_seen:
                 waker = UNRECORDED
         runqueue = offcpu - blocked
-        key = (tid, wait.stack, wait.state, waker)
-        row = self.rows.get(key)
-        if row is None:
-            row = self.rows[key] = WaitTimes()
+        key = (tid, wait.stack, state, waker)
+        number = self.row_numbers.get(key)
+        if number is None:
+            number = self.row_number(key)
+        row = self.rows[number]
         row.offcpu_us += offcpu
         row.blocked_us += blocked
         row.runqueue_us += runqueue
@@ -187,35 +199,39 @@ class Tally:
         thread.runqueue_us += runqueue
         if woken_ns is not None and back_seen and counted_from_ns <= woken_ns and back_ns <= counted_to_ns:
             self.runqueue_delays_us[runqueue] += 1  # wakeup to running
-        self.clipped += clipped
+        if clipped:
+            self.clipped += 1
         if woken_ns is not None and waker is not None:
-            self._link(key, since_ns, min(woken_ns, until_ns), waker[1])
+            waker_history = self.history.get(waker[1])
+            if waker_history and waker_history[-1][1] > since_ns:  # else its waker ran all along: no link
+                self._link(number, since_ns, woken_ns if woken_ns < until_ns else until_ns, waker_history)
         history = self.history.get(tid)
         if history is None:
             history = self.history[tid] = deque(maxlen=HISTORY)
-        history.append(Interval(since_ns, until_ns, key))
+        history.append((since_ns, until_ns, number))
 
-    def _link(self, key: RowKey, since_ns: int, woken_ns: int, waker_tid: int) -> None:
+    def _link(self, row: int, since_ns: int, woken_ns: int, waker_history: deque[tuple[int, int, int]]) -> None:
         """While this wait was blocked (since_ns to woken_ns), when was its waker itself off
-        CPU, and in which of its rows?"""
-        for interval in reversed(self.history.get(waker_tid, ())):
-            if interval.back_ns <= since_ns:
+        CPU (its last waits: `waker_history`), and in which of its rows?"""
+        links = self.links
+        for waker_since_ns, waker_back_ns, waker_row in reversed(waker_history):
+            if waker_back_ns <= since_ns:
                 break
-            overlap = min(interval.back_ns, woken_ns) - max(interval.since_ns, since_ns)
+            overlap = ((waker_back_ns if waker_back_ns < woken_ns else woken_ns)
+                       - (waker_since_ns if waker_since_ns > since_ns else since_ns))
             if overlap > 0:
-                link = self.links.get((key, interval.row))
+                link = links.get((row, waker_row))
                 if link is None:
-                    link = self.links[(key, interval.row)] = Overlap()
+                    link = links[(row, waker_row)] = Overlap()
                 link.ns += overlap
                 link.count += 1
 
     def add(self, other: Tally) -> None:
-        for key, times in other.rows.items():
-            row = self.rows.get(key)
-            if row is None:
-                row = self.rows[key] = WaitTimes()
-            row.add_times(times)
-        for pair, overlap in other.links.items():
+        numbers = [self.row_number(key) for key in other.row_numbers]  # other's row numbers in this tally
+        for number, times in zip(numbers, other.rows):
+            self.rows[number].add_times(times)
+        for (waiter, waker), overlap in other.links.items():
+            pair = (numbers[waiter], numbers[waker])
             link = self.links.get(pair)
             if link is None:
                 link = self.links[pair] = Overlap()
@@ -258,7 +274,7 @@ class SliceResult:
     racing_at_end: dict[int, tuple[int, WakerKey]]
     active: set[int]  # threads that woke others before any switch of theirs in the slice
     incoming_at_end: dict[int, int]  # switches to threads whose record of being in is in a later slice
-    skipped_lines: int
+    unreadable_events: int
 
 
 class SliceBuilder:
@@ -287,90 +303,100 @@ class SliceBuilder:
         # record): the next thread in pays no cost of perf's there -> since when
         self.after_exit: dict[int, int] = {}
 
-    def wants(self, time_ns: int) -> bool:
-        """Whether an event is of this slice: perf script --time selects samples only, and
-        a reader may hand over records from around the slice."""
-        return self.start_ns <= time_ns <= self.end_ns
+    def take(self, events: Events) -> None:
+        """The events of this slice (perf script --time selects samples only, and a reader
+        may hand over records from around the slice: those are left out). offcpu's hottest
+        loop, once per event: the common path of each kind inline, the state in locals."""
+        start_ns, end_ns = self.start_ns, self.end_ns
+        running, incoming, after_exit = self.running, self.incoming, self.after_exit
+        leave, back, waking = self._leave, self._back, self._waking
+        for kind, time_ns, cpu, pid, tid, other, name, state, chain in events.rows():
+            if time_ns < start_ns or time_ns > end_ns:
+                continue
+            if kind == SWITCH_OUT:
+                if tid in running:  # it lost its sched_switch: see _lost_switch_out
+                    self._lost_switch_out(time_ns, pid, tid, bool(other))
+            elif kind == SWITCH_IN:
+                if tid:
+                    switched_ns = incoming.pop(tid, None)
+                    if switched_ns is not None and switched_ns <= time_ns:  # the sched_switch naming it
+                        back(tid, switched_ns, pid, name, time_ns, False)
+                    else:
+                        self._unnamed_switch_in(time_ns, cpu, pid, tid, name)
+            elif kind == SCHED_SWITCH:
+                if after_exit:
+                    after_exit.pop(cpu, None)
+                if tid:  # tid 0 is the idle task, not a thread
+                    leave(tid, time_ns, chain, state, pid, name)
+                if other:
+                    incoming[other] = time_ns
+            elif kind == SCHED_WAKING:
+                waking(name, pid, tid, other, chain, time_ns)
+            elif kind == THREAD_FORK:
+                parent = self.totals.threads.get(other)
+                self._created(tid, time_ns, pid, parent.comm if parent else None)  # it has its creator's name
+            elif kind == THREAD_EXIT:
+                self._exited(tid, time_ns, pid, None)
+                if cpu != UNKNOWN_CPU:
+                    after_exit[cpu] = time_ns
+            # THREAD_COMM: names come with every switch and wakeup
 
-    def sched_switch(self, time_ns: int, cpu: int, pid: int, tid: int, prev_comm: str, prev_state: str,
-                     next_tid: int, chain: Chain) -> None:
-        if not self.wants(time_ns):
-            return
-        self.after_exit.pop(cpu, None)
-        if tid:  # tid 0 is the idle task, not a thread
-            self._leave(tid, time_ns, chain, prev_state, pid, prev_comm)
-        if next_tid:
-            self.incoming[next_tid] = time_ns
+    def _lost_switch_out(self, time_ns: int, pid: int, tid: int, preempt: bool) -> None:
+        """Switch-outs come from sched_switch, with their stacks and states, just before perf's
+        record of the switch; a thread still on CPU at the record lost its sched_switch (perf
+        lost events): it left now, with no stack, runnable if preempted, else in a state perf
+        did not record."""
+        self.totals.half_recorded_switches += 1
+        self._leave(tid, time_ns, STACK_LOST, PREEMPTED if preempt else UNKNOWN_STATE, pid, None)
 
-    def switch_in(self, time_ns: int, cpu: int, pid: int, tid: int, comm: str) -> None:
-        """A task-bound sched_switch fires only for the thread leaving, so that a thread is in
-        again is known from perf's switch record (see recorder.perf_record_argv)."""
-        if tid and self.start_ns <= time_ns <= self.end_ns:
-            estimated_before = self.totals.estimated_switch_ins
-            back_ns = self._switched_in_at(tid, time_ns, cpu)
-            self._back(tid, back_ns, pid, comm, time_ns, self.totals.estimated_switch_ins > estimated_before)
-
-    def switch_out(self, time_ns: int, cpu: int, pid: int, tid: int, preempt: bool) -> None:
-        """Switch-outs come from sched_switch, with their stacks and states, just before this
-        record; a thread still on CPU here lost its sched_switch (perf lost events): it left
-        now, with no stack, runnable if preempted, else in a state perf did not record."""
-        if tid in self.running and self.start_ns <= time_ns <= self.end_ns:
-            self.totals.half_recorded_switches += 1
-            self._leave(tid, time_ns, STACK_LOST, PREEMPTED if preempt else UNKNOWN_STATE, pid, None)
-
-    def _switched_in_at(self, tid: int, record_ns: int, cpu: int) -> int:
-        """When the switch to `tid` that perf recorded at `record_ns` happened: the sched_switch
-        naming it, when the thread that left was recorded; else perf's record, less the
-        capture's switch cost unless that thread had exited (its last switch costs perf nothing)."""
-        switched_ns = self.incoming.pop(tid, None)
-        if switched_ns is not None and switched_ns <= record_ns:
-            return switched_ns
+    def _unnamed_switch_in(self, record_ns: int, cpu: int, pid: int, tid: int, comm: str) -> None:
+        """A switch-in that no recorded sched_switch names (a task-bound sched_switch fires only
+        for the thread leaving, see recorder.perf_record_argv; or the thread that left was not
+        recorded: the idle task, another process): at perf's record, less the capture's switch
+        cost unless that thread had exited (its last switch costs perf nothing)."""
         if self.after_exit.pop(cpu, None) is not None or not self.switch_cost_ns:
-            return record_ns
+            self._back(tid, record_ns, pid, comm, record_ns, False)
+            return
         self.totals.estimated_switch_ins += 1
         wait = self.waiting.get(tid)
         if wait is not None:
-            return max(record_ns - self.switch_cost_ns, wait.woken_ns or wait.since_ns)
-        # off CPU since before the slice: the merge keeps it after that wait's start (see Head)
-        woken = self.head_wakeups.get(tid)
-        return max(record_ns - self.switch_cost_ns, woken[0] if woken else 0)
-
-    def sched_waking(self, time_ns: int, pid: int, tid: int, comm: str, woken_tid: int, chain: Chain) -> None:
-        if self.wants(time_ns):
-            self._waking(comm, pid, tid, woken_tid, chain, time_ns)
-
-    def fork(self, time_ns: int, pid: int, tid: int, ppid: int, ptid: int) -> None:
-        if self.wants(time_ns):
-            parent = self.totals.threads.get(ptid)
-            self._created(tid, time_ns, pid, parent.comm if parent else None)  # a new thread has its creator's name
-
-    def exit(self, time_ns: int, cpu: int, pid: int, tid: int) -> None:
-        if self.wants(time_ns):
-            self._exited(tid, time_ns, pid, None)
-            if cpu != UNKNOWN_CPU:
-                self.after_exit[cpu] = time_ns
-
-    def comm(self, time_ns: int, pid: int, tid: int, comm: str, exec: bool) -> None:
-        pass  # names come with every switch and wakeup
+            earliest = wait.woken_ns or wait.since_ns
+        else:  # off CPU since before the slice: the merge keeps it after that wait's start (see Head)
+            woken = self.head_wakeups.get(tid)
+            earliest = woken[0] if woken else 0
+        self._back(tid, max(record_ns - self.switch_cost_ns, earliest), pid, comm, record_ns, True)
 
     def _leave(self, tid: int, time_ns: int, chain: Chain, state: str, pid: int, comm: str | None) -> None:
-        thread = self.totals.thread(tid, pid, comm)  # its name and process, as of this switch
+        totals = self.totals
+        thread = totals.threads.get(tid)  # totals.thread(tid, pid, comm), inline (see _back)
+        if thread is None:
+            thread = totals.thread(tid, pid, comm)
+        else:
+            thread.pid = pid
+            if comm:
+                thread.comm = comm
         switched_ns = self.incoming.pop(tid, None)
-        wait = self.waiting.get(tid)
-        if wait is not None and switched_ns is not None and switched_ns >= wait.since_ns:
-            # back at the switch to it, whose record of it being in perf lost
-            self.totals.half_recorded_switches += 1
-            self._back(tid, switched_ns, pid, comm or thread.comm, switched_ns, False)
+        if switched_ns is not None:
+            wait = self.waiting.get(tid)
+            if wait is not None and switched_ns >= wait.since_ns:
+                # back at the switch to it, whose record of it being in perf lost
+                totals.half_recorded_switches += 1
+                self._back(tid, switched_ns, pid, comm or thread.comm, switched_ns, False)
         first = tid not in self.seen
         since_ns = self.running.pop(tid, None)
+        if since_ns is None and first:
+            since_ns = self.start_ns  # on CPU since the slice began
         if since_ns is not None:
-            self.totals.on_cpu(thread, since_ns, time_ns)
-        elif first:
-            self.totals.on_cpu(thread, self.start_ns, time_ns)  # on CPU since the slice began
-        self.seen.add(tid)
-        racing = self.racing_wakeups.pop(tid, None)
-        if first and racing is None:
-            racing = self.head_wakeups.pop(tid, None)  # it was on CPU when woken: a racing wakeup too
+            if since_ns >= totals.counted_from_ns and time_ns <= totals.counted_to_ns:  # Tally.on_cpu, inline
+                if time_ns > since_ns:
+                    thread.oncpu_ns += time_ns - since_ns
+            else:
+                totals.on_cpu(thread, since_ns, time_ns)
+        racing = self.racing_wakeups.pop(tid, None) if self.racing_wakeups else None
+        if first:
+            self.seen.add(tid)
+            if racing is None:
+                racing = self.head_wakeups.pop(tid, None)  # it was on CPU when woken: a racing wakeup too
         if state in DEAD_STATES:
             return  # its last switch: the thread is gone, not waiting
         wait = self.waiting[tid] = Wait(time_ns, chain, state)
@@ -382,13 +408,29 @@ class SliceBuilder:
     def _back(self, tid: int, time_ns: int, pid: int, comm: str, record_ns: int, estimated: bool) -> None:
         if tid in self.running:
             return  # already on CPU: a duplicate switch record
-        self.racing_wakeups.pop(tid, None)
-        self.totals.observed(self.totals.thread(tid, pid, comm), time_ns, record_ns)
+        if self.racing_wakeups:
+            self.racing_wakeups.pop(tid, None)
+        totals = self.totals
+        # totals.thread(tid, pid, comm), inline: with _leave's, twice per switch, and a call each
+        # was 8% of the engine's time
+        thread = totals.threads.get(tid)
+        if thread is None:
+            thread = totals.thread(tid, pid, comm)
+        else:
+            thread.pid = pid
+            if comm:
+                thread.comm = comm
+        if time_ns >= totals.counted_from_ns and record_ns <= totals.counted_to_ns:  # Tally.observed, inline
+            if record_ns > time_ns:
+                thread.observer_ns += record_ns - time_ns
+        else:
+            totals.observed(thread, time_ns, record_ns)
         wait = self.waiting.pop(tid, None)
-        if wait is not None and self.first_waits.pop(tid, None) is wait and wait.waker is None:
-            self.deferred.append((tid, wait, time_ns))
-        elif wait is not None:
-            self.totals.add_wait(tid, wait, time_ns)
+        if wait is not None:
+            if self.first_waits and self.first_waits.pop(tid, None) is wait and wait.waker is None:
+                self.deferred.append((tid, wait, time_ns))
+            else:
+                totals.add_wait(tid, wait, time_ns)
         elif tid not in self.seen:
             woken_ns, waker = self.head_wakeups.pop(tid, (None, None))
             self.heads[tid] = Head(time_ns, woken_ns, waker, record_ns, estimated)
@@ -396,20 +438,19 @@ class SliceBuilder:
         self.running[tid] = time_ns
 
     def _waking(self, comm: str, pid: int, tid: int, woken: int, chain: Chain, time_ns: int) -> None:
-        self.racing_wakeups.pop(tid, None)  # the waker ran on: it was not on its way to sleep
+        if self.racing_wakeups:
+            self.racing_wakeups.pop(tid, None)  # the waker ran on: it was not on its way to sleep
         if tid not in self.seen:
             self.head_wakeups.pop(tid, None)
             self.active.add(tid)
         wait = self.waiting.get(woken)
         if wait is not None:
-            wait.woken(time_ns, self._waker(comm, pid, tid, chain))
+            if wait.woken_ns is None and wait.state != PREEMPTED:  # Wait.woken, inline
+                wait.woken_ns, wait.waker = time_ns, (pid, tid, comm, chain)
         elif woken in self.running:
-            self.racing_wakeups.setdefault(woken, (time_ns, self._waker(comm, pid, tid, chain)))
+            self.racing_wakeups.setdefault(woken, (time_ns, (pid, tid, comm, chain)))
         elif woken not in self.seen and woken not in self.head_wakeups:
-            self.head_wakeups[woken] = (time_ns, self._waker(comm, pid, tid, chain))
-
-    def _waker(self, comm: str, pid: int, tid: int, chain: Chain) -> WakerKey:
-        return pid, tid, comm, chain
+            self.head_wakeups[woken] = (time_ns, (pid, tid, comm, chain))
 
     def _created(self, tid: int, time_ns: int, pid: int, comm: str | None) -> None:
         for state in (self.running, self.waiting, self.first_waits, self.racing_wakeups, self.head_wakeups):
@@ -447,14 +488,22 @@ def read_slice(reader: CaptureReader, start_ns: int, end_ns: int, counted: tuple
                switch_cost_ns: int) -> SliceResult:
     builder = SliceBuilder(start_ns, end_ns, counted, switch_cost_ns)
     skipped_before = reader.skipped
-    reader.read(builder, (start_ns, end_ns))
+    # Reading makes millions of objects and no reference cycles: the cyclic collector would
+    # only walk them over and over (2-6% of a slice's time).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        reader.read(builder, (start_ns, end_ns))
+    finally:
+        if collecting:
+            gc.enable()
     return builder.finish(reader.skipped - skipped_before)
 
 
 def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
           at_start: dict[int, tuple[str, str]], counted: tuple[int, int] | None = None) -> tuple[Tally, int]:
     """Join the slices (of the recording's window, in time order); returns the tally of
-    the `counted` part of it (default: all) and the skipped line count. `at_start` holds
+    the `counted` part of it (default: all) and the count of unreadable events. `at_start` holds
     the threads of the target when recording began (comm, state)."""
     totals = Tally(*counted) if counted else Tally()
     pending: dict[int, Wait] = {}
@@ -496,7 +545,7 @@ def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
     for tid, wait in pending.items():
         totals.add_wait(tid, wait, window_end_ns, back_seen=False)
     _add_quiet_threads(totals, at_start, seen, window_start_ns, window_end_ns)
-    return totals, sum(piece.skipped_lines for piece in slices)
+    return totals, sum(piece.unreadable_events for piece in slices)
 
 
 def _switched_before(piece: SliceResult, incoming: dict[int, int], pending: dict[int, Wait], totals: Tally) -> None:
@@ -557,16 +606,23 @@ def build_model(reader: CaptureReader, info: CaptureInfo, window: tuple[int, int
     capture's). Part of a recording is read from its start, to know where each thread was
     when the part begins, up to the part's end."""
     start_ns, end_ns = window or (info.window_start_ns, info.window_end_ns)
-    workers = os.cpu_count() or 1
-    slices = reader.time_slices(info.window_start_ns, end_ns, workers)
+    slices = reader.time_slices(info.window_start_ns, end_ns, os.cpu_count() or 1)
+    counted, switch_cost_ns = (start_ns, end_ns), info.switch_cost_ns or 0
     results: dict[int, SliceResult] = {}
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
-        futures = {pool.submit(read_slice, reader, first, last, (start_ns, end_ns), info.switch_cost_ns or 0): index
-                   for index, (first, last) in enumerate(slices)}
+
+    def done(index: int, result: SliceResult) -> None:
+        results[index] = result
+        if on_progress:
+            on_progress(len(results), len(slices))
+
+    # The last slice is read in this process, the others in forked workers: a process fewer
+    # to start, and a slice fewer to send back.
+    with ProcessPoolExecutor(max_workers=max(1, len(slices) - 1), mp_context=get_context("fork")) as pool:
+        futures = {pool.submit(read_slice, reader, first, last, counted, switch_cost_ns): index
+                   for index, (first, last) in enumerate(slices[:-1])}
+        done(len(slices) - 1, read_slice(reader, *slices[-1], counted, switch_cost_ns))
         for future in as_completed(futures):
-            results[futures[future]] = future.result()
-            if on_progress:
-                on_progress(len(results), len(slices))
+            done(futures[future], future.result())
     totals, skipped = merge([results[index] for index in range(len(slices))], info.window_start_ns, end_ns,
                             threads_at_start(info), (start_ns, end_ns))
     return to_model(totals, reader, info, start_ns, end_ns, skipped)
@@ -576,7 +632,7 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
              skipped: int) -> Model:
     """Number the distinct stacks and wakers; the reader names each call chain once. Chains
     that differ only in addresses (other call sites in the same functions) are one stack."""
-    chains = {chain for (_, chain, _, waker) in totals.rows for chain in (chain, waker[3] if waker else None)}
+    chains = {chain for (_, chain, _, waker) in totals.row_numbers for chain in (chain, waker[3] if waker else None)}
     named = reader.stacks(chain for chain in chains if chain is not None and chain not in SYNTHETIC_STACKS)
     chain_ids: dict[Chain, int] = {}
     stack_ids: dict[Stack, int] = {}
@@ -590,18 +646,24 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
             chain_ids[chain] = stack_ids.setdefault(stack_of(chain), len(stack_ids))
         return chain_ids[chain]
 
+    waker_of: dict[WakerKey, int] = {}  # rows share wakers: each is made and looked up once
+
     def waker_id(key: WakerKey | None) -> int | None:
         if key is None:
             return None
-        pid, tid, comm, chain = key
-        waker = Waker(waker_kind(tid, stack_of(chain)), pid, tid, comm, stack_id(chain))
-        return waker_ids.setdefault(waker, len(waker_ids))
+        number = waker_of.get(key)
+        if number is None:
+            pid, tid, comm, chain = key
+            waker = Waker(waker_kind(tid, stack_of(chain)), pid, tid, comm, stack_id(chain))
+            number = waker_of[key] = waker_ids.setdefault(waker, len(waker_ids))
+        return number
 
     merged: dict[tuple[int, int, str, int | None], WaitTimes] = {}
-    row_of: dict[RowKey, tuple[int, int, str, int | None]] = {}
-    for key, times in totals.rows.items():
+    row_of: list[tuple[int, int, str, int | None]] = []  # by the tally's row number
+    for key, times in zip(totals.row_numbers, totals.rows):
         tid, chain, state, waker = key
-        merged_key = row_of[key] = (tid, stack_id(chain), state, waker_id(waker))
+        merged_key = (tid, stack_id(chain), state, waker_id(waker))
+        row_of.append(merged_key)
         merged.setdefault(merged_key, WaitTimes()).add_times(times)
     row_index = {key: index for index, key in enumerate(merged)}
     rows = [Row(*key, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count)

@@ -57,6 +57,9 @@ class WaitTimes:
     def add_times(self, other: WaitTimes | Row) -> None:
         self.add(other.offcpu_us, other.blocked_us, other.runqueue_us, other.count)
 
+    def __reduce__(self) -> tuple:
+        return WaitTimes, (self.offcpu_us, self.blocked_us, self.runqueue_us, self.count)  # see engine.Overlap
+
 
 @dataclass
 class Row:

@@ -1,5 +1,6 @@
-"""Reading perf.data directly: its records decoded into EventSink calls, in the
-order and with the values `perf script` shows (offcpu.perf_script.script_argv).
+"""Reading perf.data directly: its records decoded into batches of events for an
+EventSink, in the order and with the values `perf script` shows
+(offcpu.perf_script.script_argv), by offcpu.native_decoding.
 
 A call chain travels as the raw bytes of its u64 addresses, with the process and
 its exec generation when it holds user addresses (their meaning depends on the
@@ -15,26 +16,25 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from offcpu import perf_data
 from offcpu.errors import OffcpuError
-from offcpu.perf_data import (COMM, EXIT, FORK, LOST, MISC_COMM_EXEC, MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT,
-                              SAMPLE, SWITCH, SWITCH_CPU_WIDE, USER_MARKER, Clock, PerfData, SampleLayout,
-                              StateNames, Tracepoint)
-from offcpu.sched_events import UNKNOWN_CPU, Chain, EventSink
+from offcpu.perf_data import (COMM, EXIT, FORK, LOST, SAMPLE, SWITCH, SWITCH_CPU_WIDE, PerfData, SampleLayout,
+                              Tracepoint)
+from offcpu.sched_events import Chain, EventSink
 from offcpu.stacks import Stack
 from offcpu.symbols import Symbolizer, TaskHistory
 
 SWITCH_EVENT = "sched:sched_switch"
 WAKING_EVENTS = ("sched:sched_waking", "sched:sched_wakeup")
-SWITCH_FIELDS = ("prev_comm", "prev_pid", "prev_state", "next_pid")  # in the order of the format
+SWITCH_FIELDS = ("prev_comm", "prev_pid", "prev_state", "next_pid")
 WAKING_FIELDS = ("pid",)  # the woken thread
+TEXT_FIELDS = ("prev_comm",)  # char arrays; the other fields are integers
 ORDERED_TYPES = frozenset({SAMPLE, SWITCH, SWITCH_CPU_WIDE, COMM, FORK, EXIT})
-TASK_FIELDS = struct.Struct("<IIIIQ")  # FORK and EXIT: pid, ppid, tid, ptid, time
-COMM_IDS = struct.Struct("<II")
-U32 = struct.Struct("<I")
+TASK_TYPES = (COMM, FORK, EXIT)
+TASK_FIELDS = struct.Struct("<iiiiQ")  # FORK and EXIT: pid, ppid, tid, ptid (signed, as perf shows them), time
+COMM_IDS = struct.Struct("<ii")
 IDLE_COMM = "swapper"  # perf's name for the idle task (tid 0)
 
 def unsupported(path: Path) -> str | None:
@@ -79,37 +79,16 @@ def _unsupported(data: PerfData) -> str | None:
         return "perf.data's sched_switch prints prev_state in a way the native reader does not decode"
     for name, wanted in ((SWITCH_EVENT, SWITCH_FIELDS), *((waking, WAKING_FIELDS) for waking in WAKING_EVENTS)):
         tracepoint = names.get(name)
-        if tracepoint is not None and (not all(field in tracepoint.fields for field in wanted)
-                                       or RawFields.of(tracepoint, wanted) is None):
+        if tracepoint is not None and not _decodable(tracepoint, wanted):
             return f"perf.data's {name} format lacks the fields the native reader needs ({', '.join(wanted)})"
     return None
 
 
-@dataclass(frozen=True)
-class RawFields:
-    """A struct that unpacks the wanted fields of a tracepoint's raw data, in the order asked
-    (None when the format places them in another order)."""
-
-    unpack: struct.Struct
-
-    @classmethod
-    def of(cls, tracepoint: Tracepoint, names: tuple[str, ...]) -> RawFields | None:
-        fields = [tracepoint.fields[name] for name in names]
-        if any(later.offset < earlier.offset + earlier.size for earlier, later in zip(fields, fields[1:])):
-            return None
-        layout, at = "<", 0
-        for field in fields:
-            layout += f"{field.offset - at}x" if field.offset > at else ""
-            layout += _code(field)
-            at = field.offset + field.size
-        return cls(struct.Struct(layout))
-
-
-def _code(field: perf_data.Field) -> str:
-    integer = {1: "b", 2: "h", 4: "i", 8: "q"}.get(field.size)
-    if integer is None:
-        return f"{field.size}s"  # a char array
-    return integer if field.signed else integer.upper()
+def _decodable(tracepoint: Tracepoint, wanted: tuple[str, ...]) -> bool:
+    """Whether the format has the wanted fields, integers of 1, 2, 4 or 8 bytes but the
+    names (char arrays)."""
+    return all(name in tracepoint.fields and (name in TEXT_FIELDS or tracepoint.fields[name].size in (1, 2, 4, 8))
+               for name in wanted)
 
 
 class NativeReader:
@@ -154,14 +133,18 @@ class NativeReader:
         return total
 
     def read(self, sink: EventSink, time_slice: tuple[int, int] | None = None) -> None:
+        # Imported here: numpy only when perf.data is read directly (0.1 s of every start otherwise).
+        from offcpu.native_decoding import Decoder, ordered_records
         data = self.data
-        decoder = _Decoder(data, sink, self)
+        decoder = Decoder(data, self)
         rounds = self.index.round_starts
         first_round = perf_data.round_for_time(data, decoder.clock, rounds, time_slice[0]) if time_slice else 0
         decoder.replay_tasks_before(rounds[first_round])
-        for batch in perf_data.ordered_keys(data, decoder.clock, rounds, first_round,
-                                               time_slice[1] if time_slice else None, ORDERED_TYPES):
-            decoder.emit(batch)
+        for offsets, times in ordered_records(data, decoder.arrays, decoder.clock, rounds, first_round,
+                                              time_slice[1] if time_slice else None, ORDERED_TYPES):
+            events = decoder.decode(offsets, times)
+            if len(events):
+                sink.take(events)
 
     def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
         return perf_data.balanced_slices(self.data, self.index.round_starts, start_ns, end_ns, count)
@@ -172,160 +155,3 @@ class NativeReader:
         named = {chain: symbolizer.stack(chain) for chain in chains}
         self.missing_binaries = symbolizer.missing
         return named
-
-
-class _Decoder:
-    """The state perf keeps while it reads records in order: each thread's name (perf
-    names a thread after its last COMM, a new thread after its parent's, and one it
-    never saw ':tid') and each process's exec generation."""
-
-    def __init__(self, data: PerfData, sink: EventSink, reader: NativeReader) -> None:
-        self.data, self.sink, self.reader = data, sink, reader
-        self.clock = Clock.of(data)
-        self.comms: dict[int, str] = {0: IDLE_COMM}  # tid -> name, for threads perf knows a name of
-        self.generations: dict[int, int] = {}  # pid -> execs seen
-        self.events = self._events()
-
-    def _events(self) -> dict[int, tuple]:
-        """Per event id: what kind of sample it is and where its fields are (a tuple
-        because the hot loop reads it for every sample: whether it is sched_switch (else
-        a wakeup), the tid's offset, the CPU's, the call chain's, the raw data's, its fields)."""
-        names = {tracepoint.id: tracepoint for tracepoint in self.data.tracepoints.values()}
-        events: dict[int, tuple] = {}
-        states: StateNames | None = None
-        for attr in self.data.attrs:
-            tracepoint = names.get(attr.config) if attr.type == perf_data.TYPE_TRACEPOINT else None
-            if tracepoint is None or tracepoint.full_name not in (SWITCH_EVENT, *WAKING_EVENTS):
-                continue
-            layout = SampleLayout.of(attr.sample_type)
-            is_switch = tracepoint.full_name == SWITCH_EVENT
-            if is_switch:
-                states = perf_data.state_names(tracepoint.print_fmt)
-                fields = RawFields.of(tracepoint, SWITCH_FIELDS)
-            else:
-                fields = RawFields.of(tracepoint, WAKING_FIELDS)
-            entry = (is_switch, layout.tid, layout.cpu, layout.callchain, layout.raw, fields)
-            for event_id in attr.ids:
-                events[event_id] = entry
-            if len(self.data.attrs) == 1:
-                events[-1] = entry
-        self.states = states
-        return events
-
-    def replay_tasks_before(self, position: int) -> None:
-        """Names and generations as of `position`: the task records before it, in time order."""
-        before = [at for at in self.reader.index.task_records if at < position]
-        before.sort(key=lambda at: self.clock.time_of(self.data.words, self.data.map, at))
-        for at in before:
-            kind = self.data.words[at >> 1]
-            if kind == COMM:
-                self._comm(at)
-            elif kind == FORK:
-                self._fork(at)
-
-    def _comm(self, position: int) -> tuple[int, int, str, bool]:
-        mapped = self.data.map
-        pid, tid = COMM_IDS.unpack_from(mapped, position + 8)
-        end = mapped.find(b"\0", position + 16)
-        comm = mapped[position + 16:end].decode(errors="replace")
-        self.comms[tid] = comm
-        execed = bool(self.data.words[(position >> 1) + 2] & MISC_COMM_EXEC)  # header.misc
-        if execed:
-            self.generations[pid] = self.generations.get(pid, 0) + 1
-        return pid, tid, comm, execed
-
-    def _fork(self, position: int) -> tuple[int, int, int, int]:
-        pid, ppid, tid, ptid, _ = TASK_FIELDS.unpack_from(self.data.map, position + 8)
-        # perf drops a thread it knew by this tid (the tid was reused), then names the new
-        # one after its parent when the parent's name was ever set
-        self.comms.pop(tid, None)
-        parent = self.comms.get(ptid)
-        if parent is not None and ptid != 0:
-            self.comms[tid] = parent
-        if pid != ppid:
-            self.generations[pid] = 0
-        return pid, ppid, tid, ptid
-
-    def comm_of(self, tid: int) -> str:
-        comm = self.comms.get(tid)
-        return comm if comm is not None else f":{tid}"
-
-    def emit(self, batch: list[int]) -> None:
-        """The records of these ordering keys (perf_data.ordered_keys) into the sink.
-        The hot loop: locals for everything it reads per record, u64 fields read as
-        words of the file, names of comms and states converted once each."""
-        data, sink = self.data, self.sink
-        words, quads, mapped, base = data.words, data.quads, data.map, data.data_start
-        events, comms, generations, states = self.events, self.comms, self.generations, self.states
-        uniform = self.clock.uniform
-        single = events.get(-1)
-        comm_names: dict[bytes, str] = {}
-        state_text: dict[int, str] = {}
-        sched_switch, sched_waking = sink.sched_switch, sink.sched_waking
-        switch_in, switch_out = sink.switch_in, sink.switch_out
-        shift, mask, low = perf_data.TIME_SHIFT, perf_data.OFFSET_MASK, 0xFFFF_FFFF
-        sample, switch_cpu_wide, switch = SAMPLE, SWITCH_CPU_WIDE, SWITCH
-        out, preempted, user_marker = MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT, USER_MARKER
-        for key in batch:
-            time = key >> shift
-            position = base + (key & mask)
-            word = position >> 1
-            kind = words[word]
-            if kind == sample:
-                event = single or events.get(quads[(position >> 3) + 1])  # PERF_SAMPLE_IDENTIFIER
-                if event is None:
-                    continue
-                is_switch, tid_at, cpu_at, chain_at, raw_at, fields = event
-                size = words[word + 3]
-                ids = quads[(position + tid_at) >> 3]
-                pid, tid = ids & low, ids >> 32
-                if chain_at is not None:
-                    count = quads[(position + chain_at) >> 3] if chain_at + 8 <= size else size
-                    raw_at = chain_at + 8 + 8 * count
-                    chain = mapped[position + chain_at + 8:position + raw_at]
-                    chain_key: Chain = (pid, generations.get(pid, 0), chain) if user_marker in chain else chain
-                else:
-                    chain_key = b""
-                if raw_at + 4 + fields.unpack.size > size:  # a damaged sample: its fields would run past its end
-                    self.reader.skipped += 1
-                    continue
-                values = fields.unpack.unpack_from(mapped, position + raw_at + 4)
-                if is_switch:  # fields: prev_comm, prev_pid, prev_state, next_pid (see _events)
-                    raw_comm, prev_pid, state, next_pid = values
-                    comm = comm_names.get(raw_comm)
-                    if comm is None:
-                        comm = comm_names[raw_comm] = raw_comm.split(b"\0", 1)[0].decode(errors="replace")
-                    name = state_text.get(state)
-                    if name is None:
-                        name = state_text[state] = states.name(state)  # type: ignore[union-attr]
-                    cpu = words[(position + cpu_at) >> 1] if cpu_at is not None else UNKNOWN_CPU
-                    sched_switch(time, cpu, pid, prev_pid, comm, name, next_pid, chain_key)
-                else:
-                    name = comms.get(tid)
-                    sched_waking(time, pid, tid, name if name is not None else f":{tid}", values[0], chain_key)
-                continue
-            end = position + words[word + 3]
-            trailer = uniform or self.clock.trailer(mapped, end)
-            if trailer is None or trailer.tid_from_end is None or end - position < trailer.size + 8:
-                self.reader.skipped += 1
-                continue
-            ids = quads[(end - trailer.tid_from_end) >> 3]
-            pid, tid = ids & low, ids >> 32
-            cpu = words[(end - trailer.cpu_from_end) >> 1] if trailer.cpu_from_end is not None else UNKNOWN_CPU
-            if kind == switch_cpu_wide or kind == switch:
-                misc = words[word + 2]
-                if misc & out:
-                    switch_out(time, cpu, pid, tid, bool(misc & preempted))
-                else:
-                    name = comms.get(tid)
-                    switch_in(time, cpu, pid, tid, name if name is not None else f":{tid}")
-            elif kind == FORK:
-                child_pid, parent_pid, child, parent = self._fork(position)
-                sink.fork(time, child_pid, child, parent_pid, parent)
-            elif kind == EXIT:
-                exit_pid, _, exit_tid, _, _ = TASK_FIELDS.unpack_from(mapped, position + 8)
-                sink.exit(time, cpu, exit_pid, exit_tid)
-            elif kind == COMM:
-                _, _, comm, execed = self._comm(position)
-                sink.comm(time, pid, tid, comm, execed)
-

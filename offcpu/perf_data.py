@@ -6,11 +6,11 @@ of its events), the data (a stream of records) and feature sections after the
 data (build ids, the tracing data with the tracepoints' formats, ...). Records
 are in time order per CPU buffer only: perf record writes the buffers in rounds,
 each ended by a FINISHED_ROUND record, and perf sorts records by time between
-them (see ordered_offsets).
+them (see native_decoding.ordered_records).
 
 Everything here reads a memory map of the file; nothing holds its records. The
-hot loops index the file as unsigned 16-bit words (`words`): a record's type is
-word 0 of its header and its size word 3 (records are 8-byte aligned).
+loops index the file as unsigned 16-bit words (`words`): a record's type is word 0
+of its header and its size word 3 (records are 8-byte aligned).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ import operator
 import os
 import re
 import struct
-from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,13 +77,6 @@ SAMPLE_RAW = 1 << 10
 SAMPLE_BRANCH_STACK = 1 << 11
 SAMPLE_REGS_USER = 1 << 12
 SAMPLE_STACK_USER = 1 << 13
-# Fields that come after RAW in a sample: the decoder never reaches them, so they
-# need no decoding (those that change what perf script shows are refused in unsupported()).
-AFTER_RAW = ~((1 << 11) - 1) & ~SAMPLE_IDENTIFIER
-SAMPLE_NAMES = {
-    SAMPLE_READ: "READ (counter values in samples)", SAMPLE_BRANCH_STACK: "BRANCH_STACK (LBR call stacks)",
-    SAMPLE_REGS_USER: "REGS_USER", SAMPLE_STACK_USER: "STACK_USER",
-}
 
 # perf_event_attr flag bits
 ATTR_SAMPLE_ID_ALL = 1 << 18
@@ -94,7 +86,7 @@ FEATURE_TRACING_DATA = 1
 FEATURE_BUILD_ID = 2
 FEATURE_COMPRESSED = 27
 
-# Call chain markers: entries at or above CONTEXT_MAX say whose addresses follow.
+# Call chain markers: entries at or above CONTEXT_MAX say whose addresses follow (the kernel's, the user's...).
 CONTEXT_KERNEL = 0xFFFF_FFFF_FFFF_FF80
 CONTEXT_USER = 0xFFFF_FFFF_FFFF_FE00
 CONTEXT_MAX = 0xFFFF_FFFF_FFFF_F001
@@ -102,7 +94,6 @@ CONTEXT_MAX = 0xFFFF_FFFF_FFFF_F001
 # holding any other entry at or above CONTEXT_MAX as invalid, and prints its sample without one.
 CONTEXTS = frozenset({0xFFFF_FFFF_FFFF_FFE0, CONTEXT_KERNEL, CONTEXT_USER, 0xFFFF_FFFF_FFFF_F800,
                       0xFFFF_FFFF_FFFF_F780, 0xFFFF_FFFF_FFFF_F600})
-USER_MARKER = CONTEXT_USER.to_bytes(8, "little")
 
 TRACING_MAGIC = b"\x17\x08\x44tracing"
 
@@ -224,15 +215,6 @@ class PerfData:
         """The file as little-endian u16 words, for the hot loops: record type and size
         at word offset//2 and offset//2 + 3."""
         return memoryview(self.map)[:self.data_end - self.data_end % 2].cast("H")
-
-    @property
-    def quads(self) -> memoryview:
-        """The file as little-endian u64 words (records and their u64 fields are 8-byte
-        aligned from the data start, which is 8-byte aligned)."""
-        return memoryview(self.map)[:self.data_end - self.data_end % 8].cast("Q")
-
-    def attr_of_id(self) -> dict[int, Attr]:
-        return {event_id: attr for attr in self.attrs for event_id in attr.ids}
 
     def build_ids(self) -> list[BuildId]:
         section = self.features.get(FEATURE_BUILD_ID)
@@ -475,10 +457,6 @@ def constant(expression: str) -> int:
 
 # Ordering -------------------------------------------------------------------
 
-TIME_SHIFT = 40  # an ordering key is time << TIME_SHIFT | (record offset - data start)
-OFFSET_MASK = (1 << TIME_SHIFT) - 1
-
-
 @dataclass
 class Index:
     """What a walk over every record header finds: where each round begins, and the
@@ -508,38 +486,55 @@ def index_records(data: PerfData) -> Index:
     last_word = len(words) - 3
     sample, switch_cpu_wide, switch = SAMPLE, SWITCH_CPU_WIDE, SWITCH
     while position < end:
-        word = position >> 1
-        if word >= last_word:
-            raise damaged(data.path, f"a record at byte {position} is cut short")
-        kind, size = words[word], words[word + 3]
-        if kind == sample or kind == switch_cpu_wide or kind == switch:
-            if size < 8:
-                raise damaged(data.path, f"the record at byte {position} has size {size}")
+        release(data, data.data_start, position)
+        part_end = min(end, position + RELEASE_EVERY)
+        while position < part_end:
+            word = position >> 1
+            if word >= last_word:
+                raise damaged(data.path, f"a record at byte {position} is cut short")
+            kind, size = words[word], words[word + 3]
+            if kind == sample or kind == switch_cpu_wide or kind == switch:
+                if size < 8:
+                    raise damaged(data.path, f"the record at byte {position} has size {size}")
+                position += size
+                continue
+            if size < 8 or size % 8 or words[word + 1]:
+                raise damaged(data.path, f"the record at byte {position} has size {size} and type "
+                                         f"{kind + (words[word + 1] << 16)}")
+            if kind == FINISHED_ROUND:
+                rounds.append(position + size)
+            elif kind in TASK_TYPES:
+                if size >= MIN_TASK_SIZE[kind]:
+                    tasks.append(position)
+                else:
+                    unknown += 1
+            elif kind == LOST or kind == LOST_SAMPLES:
+                if size >= 24:
+                    lost.append(position)
+                else:
+                    unknown += 1
+            elif kind == COMPRESSED:
+                compressed = True
+            elif kind not in QUIET_TYPES and kind not in PERF_TYPES:
+                unknown += 1
             position += size
-            continue
-        if size < 8 or size % 8 or words[word + 1]:
-            raise damaged(data.path, f"the record at byte {position} has size {size} and type "
-                                     f"{kind + (words[word + 1] << 16)}")
-        if kind == FINISHED_ROUND:
-            rounds.append(position + size)
-        elif kind in TASK_TYPES:
-            if size >= MIN_TASK_SIZE[kind]:
-                tasks.append(position)
-            else:
-                unknown += 1
-        elif kind == LOST or kind == LOST_SAMPLES:
-            if size >= 24:
-                lost.append(position)
-            else:
-                unknown += 1
-        elif kind == COMPRESSED:
-            compressed = True
-        elif kind not in QUIET_TYPES and kind not in PERF_TYPES:
-            unknown += 1
-        position += size
     if position != end:
         raise damaged(data.path, f"its last record runs past the end of its data section (byte {end})")
+    release(data, data.data_start, end)
     return Index(rounds, tasks, lost, unknown, compressed)
+
+
+RELEASE_EVERY = 8 << 20  # bytes read before the pages behind them are let go
+
+
+def release(data: PerfData, start: int, end: int) -> None:
+    """Let the pages of bytes start..end of the file go from this process's memory: they
+    stay in the page cache (and come back if read again), and a reader of a file of
+    gigabytes stays as small as its own data. Cheap for pages already gone: a reader
+    releases all it has read so far, pages read again included."""
+    first, last = start // mmap.PAGESIZE * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        data.map.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 @dataclass(frozen=True)
@@ -581,68 +576,6 @@ class Clock:
                 return -1
             return int.from_bytes(mapped[end - layout.time_from_end:end - layout.time_from_end + 8], "little")
         return -1  # perf's own records carry no time
-
-
-def ordered_keys(data: PerfData, clock: Clock, rounds: list[int], first_round: int,
-                 stop_after_ns: int | None, handled: frozenset[int]) -> Iterator[list[int]]:
-    """The records of `handled` types from round `first_round` on, in batches in the
-    order perf processes them: every record is queued by time, and at each
-    FINISHED_ROUND perf sends on, sorted by time (equal times in file order), the
-    queued records no later than the latest time seen before the previous round
-    ended; the rest at the end. With `stop_after_ns`, stops once everything up to
-    that time has been sent on. Records that carry no time are not queued.
-    A record travels as an int, time << TIME_SHIFT | its offset from the data start:
-    ints sort fastest, and the queue holds one small object per record."""
-    words, quads = data.words, data.quads
-    sample, sample_time, trailer_size = SAMPLE, clock.sample_time, clock.uniform_size
-    uniform = clock.uniform.time_from_end if clock.uniform else None
-    base, shift = data.data_start, TIME_SHIFT
-    queued: list[int] = []
-    latest = flush_limit = 0
-    start = rounds[first_round]
-    for round_number in range(first_round, len(rounds)):
-        position = start
-        end = rounds[round_number + 1] - 8 if round_number + 1 < len(rounds) else data.data_end
-        start = end + 8
-        append = queued.append
-        while position < end:  # the hot loop: one round's records onto the queue
-            word = position >> 1
-            kind, size = words[word], words[word + 3]
-            if kind == sample:
-                if size < sample_time + 8:
-                    position += size
-                    continue
-                time = quads[(position + sample_time) >> 3]
-            elif kind in handled:
-                if uniform is not None:
-                    if size < trailer_size:
-                        position += size
-                        continue
-                    time = quads[(position + size - uniform) >> 3]
-                else:
-                    time = clock.time_of(words, data.map, position)
-                    if time < 0:
-                        position += size
-                        continue
-            else:
-                position += size
-                continue
-            append(time << shift | (position - base))
-            if time > latest:
-                latest = time
-            position += size
-        if round_number + 1 >= len(rounds):
-            break
-        queued.sort()
-        cut = bisect_right(queued, flush_limit << shift | OFFSET_MASK)
-        if cut:
-            yield queued[:cut]
-            del queued[:cut]
-        if stop_after_ns is not None and flush_limit > stop_after_ns:
-            return
-        flush_limit = latest
-    queued.sort()
-    yield queued
 
 
 def balanced_slices(data: PerfData, rounds: list[int], start_ns: int, end_ns: int,

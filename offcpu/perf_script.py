@@ -29,12 +29,15 @@ from typing import IO
 
 from offcpu import perf_data
 from offcpu.errors import OffcpuError
-from offcpu.sched_events import UNKNOWN_CPU, Chain, EventSink
+from offcpu.sched_events import (SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, THREAD_EXIT, THREAD_FORK,
+                                  UNKNOWN_CPU, Chain, Events, EventSink)
+from offcpu.sched_events import Event as SinkEvent
 from offcpu.stacks import Stack
 
 FIELDS = "comm,pid,tid,cpu,time,event,trace,ip,sym"
 KERNEL_ADDRESS_DIGITS = 16  # x86-64 kernel text is at 0xffff...: 16 hex digits
 CHUNK = 1 << 20
+BATCH = 256  # events handed to the sink at once: few enough to stay in the CPU's caches (4096 cost 8%)
 
 # A thread's name as perf prints it: 15 bytes, each undecodable one a U+FFFD, padded
 # to 16 in the header of an event without a call chain. Anything may be in it.
@@ -94,10 +97,10 @@ _GROUPS = EVENT.groupindex
 RECORD_FIELDS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "cpu", "time", "direction"))
 SWITCH_FIELDS = tuple(_GROUPS[name] for name in ("pid", "tid", "cpu", "time", "prev_comm", "prev_state", "next_tid",
                                                  "switch_chain"))
-WAKING_FIELDS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "time", "woken_tid", "waking_chain"))
+WAKING_FIELDS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "cpu", "time", "woken_tid", "waking_chain"))
 TASK_FIELDS = tuple(_GROUPS[name] for name in ("cpu", "time", "task_kind", "task_pid", "task_tid", "parent_pid",
                                                 "parent_tid"))
-COMM_FIELDS = tuple(_GROUPS[name] for name in ("pid", "tid", "time", "own_comm", "synthesized_comm", "exec"))
+COMM_FIELDS = tuple(_GROUPS[name] for name in ("pid", "tid", "cpu", "time", "own_comm", "synthesized_comm", "exec"))
 
 
 def time_ns(printed: str) -> int:
@@ -210,32 +213,39 @@ class PerfScriptReader:
             self.decode(stream, sink)
 
     def decode(self, stream: IO[str], sink: EventSink) -> None:
-        """perf script's text (of `script_argv`'s fields) into `sink`."""
+        """perf script's text (of `script_argv`'s fields) into `sink`, BATCH events at a time."""
         events = EventReader()
+        batch: list[SinkEvent] = []
+        add = batch.append
         for event in events.events(stream):
             kind = event.lastgroup
             if kind == SWITCH_RECORD:
                 comm, pid, tid, cpu, time, direction = event.group(*RECORD_FIELDS)
                 if direction == "IN":
-                    sink.switch_in(time_ns(time), _cpu(cpu), int(pid), int(tid), comm)
+                    add((SWITCH_IN, time_ns(time), _cpu(cpu), int(pid), int(tid), 0, comm, "", None))
                 else:
-                    sink.switch_out(time_ns(time), _cpu(cpu), int(pid), int(tid), direction == "OUT preempt")
+                    add((SWITCH_OUT, time_ns(time), _cpu(cpu), int(pid), int(tid), int(direction == "OUT preempt"),
+                         "", "", None))
             elif kind == SWITCH:
                 pid, tid, cpu, time, prev_comm, state, next_tid, chain = event.group(*SWITCH_FIELDS)
-                sink.sched_switch(time_ns(time), _cpu(cpu), int(pid), int(tid), prev_comm, state.rstrip("+"),
-                                  int(next_tid), chain)
+                add((SCHED_SWITCH, time_ns(time), _cpu(cpu), int(pid), int(tid), int(next_tid), prev_comm,
+                     state.rstrip("+"), chain))
             elif kind == WAKING:
-                comm, pid, tid, time, woken, chain = event.group(*WAKING_FIELDS)
-                sink.sched_waking(time_ns(time), int(pid), int(tid), comm, int(woken), chain)
+                comm, pid, tid, cpu, time, woken, chain = event.group(*WAKING_FIELDS)
+                add((SCHED_WAKING, time_ns(time), _cpu(cpu), int(pid), int(tid), int(woken), comm, "", chain))
             elif kind == TASK:
-                cpu, time, task, pid, tid, parent_pid, parent_tid = event.group(*TASK_FIELDS)
-                if task == "FORK":
-                    sink.fork(time_ns(time), int(pid), int(tid), int(parent_pid), int(parent_tid))
-                else:
-                    sink.exit(time_ns(time), _cpu(cpu), int(pid), int(tid))
+                cpu, time, task, pid, tid, _, parent_tid = event.group(*TASK_FIELDS)
+                add((THREAD_FORK if task == "FORK" else THREAD_EXIT, time_ns(time), _cpu(cpu), int(pid), int(tid),
+                     int(parent_tid) if task == "FORK" else 0, "", "", None))
             elif kind == COMM_RECORD:
-                pid, tid, time, own, synthesized, exec = event.group(*COMM_FIELDS)
-                sink.comm(time_ns(time), int(pid), int(tid), synthesized if own is None else own, exec is not None)
+                pid, tid, cpu, time, own, synthesized, exec = event.group(*COMM_FIELDS)
+                add((THREAD_COMM, time_ns(time), _cpu(cpu), int(pid), int(tid), int(exec is not None),
+                     synthesized if own is None else own, "", None))
+            if len(batch) >= BATCH:
+                sink.take(Events.of(batch))
+                batch.clear()
+        if batch:
+            sink.take(Events.of(batch))
         self.skipped += events.skipped
 
     def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:

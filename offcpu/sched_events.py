@@ -1,11 +1,17 @@
 """The scheduler events a capture holds, as every reader hands them to the engine.
 
 A reader (perf script's text, or perf.data read directly) decodes a capture
-into calls on an EventSink, in time order, and knows how to turn the call
-chains it handed over into frames afterwards. Call chains travel as opaque,
-hashable keys (the raw text perf script printed, or the raw addresses of
-perf.data): the engine counts time per chain first, and the reader names
-only the distinct chains, once each, at the end.
+into batches of events (Events), in time order, handed to an EventSink one
+batch at a time, and knows how to turn the call chains it handed over into
+frames afterwards. A batch is a set of columns, one entry per event: a capture
+holds millions of events, and batches let the native reader decode records in
+bulk (numpy) and the engine loop over them with its state at hand, where a
+method call per event cost more than the engine's own work on the commonest
+events.
+
+Call chains travel as opaque, hashable keys (the raw text perf script printed,
+or the raw addresses of perf.data): the engine counts time per chain first,
+and the reader names only the distinct chains, once each, at the end.
 
 Times are CLOCK_MONOTONIC nanoseconds (perf.data's clock); a pid is a process
 (thread group) id and a tid a thread id; tid 0 is a CPU's idle task.
@@ -13,7 +19,8 @@ Times are CLOCK_MONOTONIC nanoseconds (perf.data's clock); a pid is a process
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from offcpu.stacks import Stack
@@ -21,40 +28,70 @@ from offcpu.stacks import Stack
 Chain = Hashable  # a call chain as its reader keeps it; () or "" when the event has none
 UNKNOWN_CPU = -1  # the CPU of a record perf wrote without one (a task-bound recording without --sample-cpu)
 
+# The kinds of event (Events.kinds):
+SCHED_SWITCH = 0  # sched:sched_switch, in the context of the thread leaving the CPU
+SCHED_WAKING = 1  # sched:sched_waking (or sched_wakeup), in the waker's context
+SWITCH_IN = 2  # PERF_RECORD_SWITCH(_CPU_WIDE) IN: perf writes it once a switch is done, in the thread coming in
+SWITCH_OUT = 3  # PERF_RECORD_SWITCH(_CPU_WIDE) OUT: after the sched_switch tracepoint's sample, just before the switch
+THREAD_FORK = 4  # PERF_RECORD_FORK: a thread was created
+THREAD_EXIT = 5  # PERF_RECORD_EXIT: a thread exited (perf writes it in the exiting thread, and nothing of it after)
+THREAD_COMM = 6  # PERF_RECORD_COMM: a thread took a name
+KIND_NAMES = ("sched_switch", "sched_waking", "switch_in", "switch_out", "fork", "exit", "comm")
+# One event as a row: kind, time, cpu, pid, tid, other, name, state, chain (see Events)
+Event = tuple[int, int, int, int, int, int, str, str, "Chain | None"]
+
+
+@dataclass(slots=True)
+class Events:
+    """Events in time order, as columns of equal length: event i is of kind kinds[i], at
+    times[i], on CPU cpus[i] (UNKNOWN_CPU when perf did not record it), in thread tids[i]
+    of process pids[i]. The other columns depend on the kind (0, "" or None where unused):
+
+    - SCHED_SWITCH: tid is the thread leaving (prev_pid; pid its process), `other` the thread
+      coming in (next_pid; 0: the idle task), `name` prev_comm, `state` prev_state as perf
+      prints it without a trailing '+' ("S", "D", "R", "X", ...), `chain` the leaving
+      thread's call chain.
+    - SCHED_WAKING: tid is the waker (0 when the idle task woke it, from an interrupt),
+      `other` the thread it woke, `name` the waker's name, `chain` the waker's call chain.
+    - SWITCH_IN: tid is back on the CPU; `name` is its name.
+    - SWITCH_OUT: tid is leaving the CPU; `other` is 1 when it was preempted (still runnable).
+    - THREAD_FORK: tid (of process pid) was created by thread `other`.
+    - THREAD_EXIT: tid (of process pid) exited.
+    - THREAD_COMM: tid took the name `name`; `other` is 1 when by exec'ing a program.
+    """
+
+    kinds: list[int] = field(default_factory=list)
+    times: list[int] = field(default_factory=list)
+    cpus: list[int] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+    tids: list[int] = field(default_factory=list)
+    others: list[int] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    states: list[str] = field(default_factory=list)
+    chains: list[Chain | None] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, rows: list[Event]) -> Events:
+        """The events of these rows, for readers that decode one event at a time (a tuple
+        each: a call per event to add to nine columns costs several times more)."""
+        return cls(*map(list, zip(*rows))) if rows else cls()
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    def rows(self) -> Iterator[Event]:
+        """Each event as a row: what the sinks' loops unpack (a tuple per event is what
+        makes them fast)."""
+        return zip(self.kinds, self.times, self.cpus, self.pids, self.tids, self.others, self.names, self.states,
+                   self.chains)
+
 
 class EventSink(Protocol):
-    """What the engine does with each event. Readers call these in time order."""
+    """What the engine does with the events. Readers hand them over in time order."""
 
-    def sched_switch(self, time_ns: int, cpu: int, pid: int, tid: int, prev_comm: str, prev_state: str,
-                     next_tid: int, chain: Chain) -> None:
-        """sched:sched_switch, on `cpu`, in the context of the thread leaving it (`tid`, of process
-        `pid`): its name, its state as perf prints prev_state without a trailing '+' ("S",
-        "D", "R", "X", ...), the thread coming in (0: the idle task) and the leaving
-        thread's call chain."""
-
-    def sched_waking(self, time_ns: int, pid: int, tid: int, comm: str, woken_tid: int, chain: Chain) -> None:
-        """sched:sched_waking (or sched_wakeup), in the waker's context: the waker (`tid`;
-        0 when the idle task woke it, from an interrupt), its name, the thread it woke and
-        the waker's call chain."""
-
-    def switch_in(self, time_ns: int, cpu: int, pid: int, tid: int, comm: str) -> None:
-        """PERF_RECORD_SWITCH(_CPU_WIDE) IN: `tid` is back on `cpu` (perf writes it once the
-        switch is done, in the incoming thread's context)."""
-
-    def switch_out(self, time_ns: int, cpu: int, pid: int, tid: int, preempt: bool) -> None:
-        """PERF_RECORD_SWITCH(_CPU_WIDE) OUT: `tid` is leaving `cpu` (perf writes it after
-        the sched_switch tracepoint's sample, just before the switch); `preempt` when it
-        was still runnable."""
-
-    def fork(self, time_ns: int, pid: int, tid: int, ppid: int, ptid: int) -> None:
-        """PERF_RECORD_FORK: thread `tid` of process `pid` was created by `ptid` of `ppid`."""
-
-    def exit(self, time_ns: int, cpu: int, pid: int, tid: int) -> None:
-        """PERF_RECORD_EXIT: thread `tid` of process `pid` exited, on `cpu` (perf writes it in the
-        exiting thread, and records nothing of the thread after it)."""
-
-    def comm(self, time_ns: int, pid: int, tid: int, comm: str, exec: bool) -> None:
-        """PERF_RECORD_COMM: `tid` took the name `comm` (`exec`: by exec'ing a program)."""
+    def take(self, events: Events) -> None:
+        """The next batch of events (a reader chooses how many: a round of perf.data, a
+        chunk of perf script's text)."""
 
 
 class CaptureReader(Protocol):

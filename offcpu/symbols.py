@@ -19,9 +19,11 @@ import os
 import re
 import struct
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cxxfilt
 from elftools.common.exceptions import ELFError
@@ -31,14 +33,19 @@ from elftools.elf.sections import NoteSection, SymbolTableSection
 from rust_demangler import demangle as rust_demangle
 
 from offcpu.errors import OffcpuError
-from offcpu.perf_data import (COMM, CONTEXT_MAX, CONTEXT_USER, CONTEXTS, FORK, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MMAP, MMAP2, Clock,
-                              IdLayout, PerfData, SampleLayout)
+from offcpu.perf_data import (COMM, CONTEXT_MAX, CONTEXT_USER, CONTEXTS, FORK, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MMAP,
+                              MMAP2, Clock, PerfData, release)
 from offcpu.stacks import UNKNOWN, Stack
+
+if TYPE_CHECKING:
+    import numpy as np
 
 KERNEL_SYMBOLS = "kallsyms"  # the copy saved in a capture directory
 KERNEL_START = 0xFFFF_0000_0000_0000  # perf script prints these as 16 hex digits from ffff: kernel frames
 KERNEL_NOTES = Path("/sys/kernel/notes")
 PROC_KALLSYMS = Path("/proc/kallsyms")
+# NUMPY: numpy (0.1 s to import) is imported where symbol tables are made, not with this
+# module, which `offcpu record` and reports read through perf script import too.
 NT_GNU_BUILD_ID = 3
 PROT_EXEC = 4
 PAGE = 4096
@@ -104,22 +111,25 @@ class Symbol:
 class SymbolTable:
     """Symbols sorted by address, with perf's fix-ups: a symbol without a size ends
     where the next begins, and of symbols at one address only perf's choice is kept.
-    The fix-ups are made for the addresses looked up only, and symbols are kept as
-    columns until then (a kernel has ~200,000 symbols; a capture's stacks use a few
-    hundred)."""
+    The fix-ups are made for the addresses looked up only, and names and bindings are
+    read only then (a kernel has ~150,000 symbols; a capture's stacks use a few thousand):
+    `names` and `bindings` are indexed as `starts` and `ends` were given."""
 
-    def __init__(self, starts: list[int], ends: list[int], names: list[str], bindings: list[str],
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, names: Sequence[str], bindings: Sequence[str],
                  kallsyms: bool) -> None:
-        order = sorted(range(len(starts)), key=starts.__getitem__)  # stable: equal starts keep their order
-        self.starts = [starts[index] for index in order]
-        self.ends = [ends[index] for index in order]
-        self.names = [names[index] for index in order]
-        self.bindings = [bindings[index] for index in order]
+        import numpy as np  # see NUMPY
+        order = np.argsort(starts, kind="stable")  # equal starts keep their order
+        self.starts: list[int] = starts[order].tolist()  # for bisect: a look-up in a list is fastest
+        self.ends = ends[order]
+        self.order = order
+        self.names, self.bindings = names, bindings
         self.kallsyms = kallsyms
 
     @classmethod
     def of(cls, symbols: list[Symbol], kallsyms: bool = False) -> SymbolTable:
-        return cls([symbol.start for symbol in symbols], [symbol.end for symbol in symbols],
+        import numpy as np  # see NUMPY
+        return cls(np.array([symbol.start for symbol in symbols], dtype=np.uint64),
+                   np.array([symbol.end for symbol in symbols], dtype=np.uint64),
                    [symbol.name for symbol in symbols], [symbol.binding for symbol in symbols], kallsyms)
 
     def find(self, address: int) -> Symbol | None:
@@ -140,15 +150,15 @@ class SymbolTable:
 
     def _ended(self, index: int) -> Symbol:
         """The symbol at `index`, a symbol without a size ending where the next begins."""
-        start, end, name = self.starts[index], self.ends[index], self.names[index]
+        start, end, name = self.starts[index], int(self.ends[index]), self.names[int(self.order[index])]
         if end == start:
             if index + 1 == len(self.starts):
                 end = start // PAGE * PAGE + 2 * PAGE if start % PAGE else start + PAGE
-            elif self.kallsyms and ("[" in name) != ("[" in self.names[index + 1]):
+            elif self.kallsyms and ("[" in name) != ("[" in self.names[int(self.order[index + 1])]):
                 end = (end + PAGE + PAGE - 1) // PAGE * PAGE  # the last symbol of the kernel or a module
             else:
                 end = self.starts[index + 1]
-        return Symbol(start, end, name, self.bindings[index])
+        return Symbol(start, end, name, self.bindings[int(self.order[index])])
 
 
 def _better(first: Symbol, second: Symbol) -> bool:
@@ -175,30 +185,74 @@ def kernel_symbols_for(data: PerfData, saved: Path | None) -> SymbolTable | None
     the running kernel is the recorded one; None when neither can be trusted."""
     recorded = next((entry.build_id for entry in data.build_ids() if entry.kernel), None)
     if saved is not None and saved.is_file():
-        text = saved.read_text(errors="replace")
-        first, _, rest = text.partition("\n")
-        saved_id = first.removeprefix("# build-id ").strip()
+        first, _, rest = saved.read_bytes().partition(b"\n")
+        saved_id = first.decode(errors="replace").removeprefix("# build-id ").strip()
         if recorded is None or not saved_id or bytes.fromhex(saved_id) == recorded:
             return _kallsyms(rest)
     running = running_kernel_build_id()
     if recorded is not None and running == recorded:
         try:
-            return _kallsyms(PROC_KALLSYMS.read_text())
+            return _kallsyms(PROC_KALLSYMS.read_bytes())
         except OSError:
             return None
     return None
 
 
-KALLSYMS_LINE = re.compile(r"^([0-9a-fA-F]+) ([TtWwDdBb]) ([^\n]+)", re.MULTILINE)
+HEX_DIGITS = {**dict(zip(b"0123456789", range(10))), **dict(zip(b"abcdef", range(10, 16))),
+              **dict(zip(b"ABCDEF", range(10, 16)))}  # a character's value as a hex digit
+ADDRESS_DIGITS = 16  # at most: a 64-bit address
 
 
-def _kallsyms(text: str) -> SymbolTable:
-    """The symbols perf takes from kallsyms: text, weak, data and bss (a module's named
-    with its "\t[module]" suffix, which find() leaves out)."""
-    found = KALLSYMS_LINE.findall(text)
-    starts = [int(address, 16) for address, _, _ in found]
-    bindings = ["weak" if kind in "Ww" else "global" if kind.isupper() else "local" for _, kind, _ in found]
-    return SymbolTable(starts, starts, [name for _, _, name in found], bindings, kallsyms=True)
+class _KallsymsColumn(Sequence[str]):
+    """Names or bindings of kallsyms' lines, each read from the text when looked up."""
+
+    def __init__(self, text: bytes, name_starts: np.ndarray, line_ends: np.ndarray, kinds: bytes, names: bool) -> None:
+        self.text, self.name_starts, self.line_ends, self.kinds, self.names = text, name_starts, line_ends, kinds, names
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    def __getitem__(self, index: int) -> str:  # type: ignore[override]
+        if self.names:
+            return self.text[self.name_starts[index]:self.line_ends[index]].decode(errors="replace")
+        kind = chr(self.kinds[index])
+        return "weak" if kind in "Ww" else "global" if kind.isupper() else "local"
+
+
+def _kallsyms(text: bytes) -> SymbolTable:
+    """The symbols perf takes from kallsyms' "ADDRESS TYPE NAME" lines: text, weak, data and
+    bss (a module's named with its "\t[module]" suffix, which find() leaves out). The lines
+    are split and the addresses read in numpy (a regular expression and int() over each of
+    the kernel's ~120,000 lines took 0.1 s and 40 MB); a name is read when it is looked up."""
+    import numpy as np  # see NUMPY
+    hex_digits = np.full(256, 255, np.uint8)  # 255: not a hex digit
+    hex_digits[list(HEX_DIGITS)] = list(HEX_DIGITS.values())
+    raw = np.frombuffer(text, dtype=np.uint8)
+    line_ends = np.append(np.flatnonzero(raw == ord("\n")), len(raw))
+    line_starts = np.append(0, line_ends[:-1] + 1)
+    spaces = np.flatnonzero(raw == ord(" "))
+    first_space = spaces[np.minimum(np.searchsorted(spaces, line_starts), len(spaces) - 1)] if len(spaces) \
+        else line_ends
+    digits = first_space - line_starts
+    kind_at = np.minimum(first_space + 1, max(len(raw) - 1, 0))
+    kept = ((first_space < line_ends) & (digits >= 1) & (digits <= ADDRESS_DIGITS) & (first_space + 3 < line_ends)
+            & np.isin(raw[kind_at] if len(raw) else kind_at, np.frombuffer(''.join(KALLSYMS_TYPES).encode(), np.uint8)))
+    kept[kept] &= raw[first_space[kept] + 2] == ord(" ")
+    rows = np.flatnonzero(kept)
+    addresses = np.zeros(len(rows), np.uint64)
+    hexadecimal = np.ones(len(rows), bool)
+    for place in range(ADDRESS_DIGITS, 0, -1):  # the address's digits, right-aligned before the space
+        at = first_space[rows] - place
+        in_address = at >= line_starts[rows]
+        digits = hex_digits[raw[np.where(in_address, at, 0)]]
+        hexadecimal &= ~in_address | (digits != 255)
+        addresses = (addresses << np.uint64(4)) | np.where(in_address, digits, 0).astype(np.uint64)
+    rows = rows[hexadecimal]
+    addresses = addresses[hexadecimal]
+    name_starts, ends = first_space[rows] + 3, line_ends[rows]
+    kinds = raw[first_space[rows] + 1].tobytes()
+    return SymbolTable(addresses, addresses, _KallsymsColumn(text, name_starts, ends, kinds, names=True),
+                       _KallsymsColumn(text, name_starts, ends, kinds, names=False), kallsyms=True)
 
 
 # User space -------------------------------------------------------------------
@@ -246,6 +300,7 @@ class TaskHistory:
                 if mapping is not None:
                     pid = struct.unpack_from("<i", data.map, position + 8)[0]
                     history.mappings.setdefault((pid, generation.get(pid, 0)), []).append(mapping)
+        release(data, data.data_start, data.data_end)  # the pages of the records read, all over the file
         return history
 
     def find(self, pid: int, generation: int, address: int) -> Mapping | None:
@@ -451,6 +506,7 @@ class Symbolizer:
         self.build_ids = {entry.filename: entry.build_id for entry in data.build_ids() if not entry.kernel}
         self.files: dict[tuple[str, bytes | None], ElfSymbols | None] = {}
         self.names: dict[tuple[int, int, int], str] = {}
+        self.kernel_names: dict[int, str] = {}  # chains share most kernel frames: each address is looked up once
         self.missing: list[str] = []
 
     def stack(self, chain: object) -> Stack:
@@ -476,8 +532,11 @@ class Symbolizer:
         return Stack(tuple(frames), kernel)
 
     def _kernel_name(self, address: int) -> str:
-        symbol = self.kernel.find(address) if self.kernel else None
-        return symbol.name if symbol else UNKNOWN
+        name = self.kernel_names.get(address)
+        if name is None:
+            symbol = self.kernel.find(address) if self.kernel else None
+            name = self.kernel_names[address] = symbol.name if symbol else UNKNOWN
+        return name
 
     def _user_name(self, pid: int, generation: int, address: int) -> str:
         key = (pid, generation, address)

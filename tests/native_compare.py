@@ -11,22 +11,20 @@ from pathlib import Path
 
 from offcpu.native_reader import NativeReader
 from offcpu.perf_script import PerfScriptReader, script_argv
-from offcpu.sched_events import Chain
+from offcpu.sched_events import KIND_NAMES, Chain, Events
 from offcpu.stacks import Stack
 
 CHAINED = ("sched_switch", "sched_waking")  # the events whose last argument is a call chain
 
 
 class KeepingSink:
-    """Every call, as (method, arguments...)."""
+    """Every event, as (kind's name, time, cpu, pid, tid, other, name, state, chain)."""
 
     def __init__(self) -> None:
         self.events: list[tuple] = []
 
-    def __getattr__(self, method: str):  # type: ignore[no-untyped-def]
-        if method.startswith("_"):
-            raise AttributeError(method)
-        return lambda *arguments: self.events.append((method, *arguments))
+    def take(self, events: Events) -> None:
+        self.events += [(KIND_NAMES[kind], *rest) for kind, *rest in events.rows()]
 
 
 def script_events(perf: str, perf_data: Path) -> tuple[list[tuple], dict[Chain, Stack]]:

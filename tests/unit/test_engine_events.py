@@ -1,5 +1,5 @@
-"""The engine on small event sequences in its own form (EventSink calls), with every
-expected microsecond worked out by hand in the comments.
+"""The engine on small event sequences in its own form (events handed to its sink one at
+a time), with every expected microsecond worked out by hand in the comments.
 
 Times below are microseconds from the window's start (the helpers turn them into
 nanoseconds). Thread 11 and 12 are threads of process 10; tid 0 is the idle task.
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from offcpu.capture import CaptureInfo, Target
 from offcpu.engine import SliceBuilder, merge, to_model
 from offcpu.model import PREEMPTED, Model
-from offcpu.sched_events import Chain
+from offcpu.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_EXIT, UNKNOWN_CPU, Chain, Events
 from offcpu.stacks import Stack
 
 US = 1000
@@ -38,16 +38,39 @@ def info(switch_cost_ns: int | None = None) -> CaptureInfo:
                        switch_cost_ns=switch_cost_ns)
 
 
-def model(events: SliceBuilder, switch_cost_ns: int | None = None) -> Model:
-    totals, skipped = merge([events.finish(0)], 0, WINDOW_US * US, {})
+class Feed:
+    """A slice's engine, handed one event at a time."""
+
+    def __init__(self, switch_cost_us: int) -> None:
+        self.builder = SliceBuilder(0, WINDOW_US * US, switch_cost_ns=switch_cost_us * US)
+
+    def _one(self, *event: object) -> None:
+        self.builder.take(Events.of([event]))  # type: ignore[list-item]
+
+    def sched_switch(self, time_ns: int, cpu: int, pid: int, tid: int, prev_comm: str, prev_state: str,
+                     next_tid: int, chain: Chain) -> None:
+        self._one(SCHED_SWITCH, time_ns, cpu, pid, tid, next_tid, prev_comm, prev_state, chain)
+
+    def sched_waking(self, time_ns: int, pid: int, tid: int, comm: str, woken_tid: int, chain: Chain) -> None:
+        self._one(SCHED_WAKING, time_ns, UNKNOWN_CPU, pid, tid, woken_tid, comm, "", chain)
+
+    def switch_in(self, time_ns: int, cpu: int, pid: int, tid: int, comm: str) -> None:
+        self._one(SWITCH_IN, time_ns, cpu, pid, tid, 0, comm, "", None)
+
+    def exit(self, time_ns: int, cpu: int, pid: int, tid: int) -> None:
+        self._one(THREAD_EXIT, time_ns, cpu, pid, tid, 0, "", "", None)
+
+
+def model(events: Feed, switch_cost_ns: int | None = None) -> Model:
+    totals, skipped = merge([events.builder.finish(0)], 0, WINDOW_US * US, {})
     return to_model(totals, NamedChains(), info(switch_cost_ns), 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
 
 
-def builder(switch_cost_us: int = 0) -> SliceBuilder:
-    return SliceBuilder(0, WINDOW_US * US, switch_cost_ns=switch_cost_us * US)
+def builder(switch_cost_us: int = 0) -> Feed:
+    return Feed(switch_cost_us)
 
 
-def switch(events: SliceBuilder, at_us: int, prev: int, state: str, next_tid: int, chain: str,
+def switch(events: Feed, at_us: int, prev: int, state: str, next_tid: int, chain: str,
            in_after_us: int = 0, cpu: int = CPU) -> None:
     """sched_switch from `prev` to `next_tid`, then perf's record of `next_tid` being in."""
     events.sched_switch(at_us * US, cpu, 10 if prev else 0, prev, f"t{prev}", state, next_tid, chain)

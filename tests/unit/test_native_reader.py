@@ -6,8 +6,10 @@ import random
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from offcpu import native_decoding
 from offcpu.errors import OffcpuError
 from offcpu.native_reader import NativeReader, unsupported
 from offcpu.perf_data import constant, state_names
@@ -131,3 +133,17 @@ def test_unknown_record_types_are_counted(tmp_path: Path) -> None:
     events, _ = native_events(copy)
     original, _ = native_events(source)
     assert len([e for e in events if e[0] == "exit"]) == len([e for e in original if e[0] == "exit"]) - 1
+
+
+def test_chains_whose_hashes_collide_keep_keys_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chains are hashed in bulk; a hash that names another chain is caught address by address."""
+    source = FIXTURES / "native_cpp_command" / "perf.data"
+    expected, _ = native_events(source)
+    monkeypatch.setattr(native_decoding, "HASH_FACTORS", np.zeros_like(native_decoding.HASH_FACTORS))
+    alike_lengths, _ = native_events(source)  # chains of a length, of a process, share one hash
+    monkeypatch.setattr(native_decoding, "SIGNATURE_MIX", (np.uint64(0),) * 3)
+    all_alike, _ = native_events(source)  # all chains share one hash
+    assert alike_lengths == expected and all_alike == expected
+    chains = {event[-1] for event in expected if event[0] in ("sched_switch", "sched_waking")}
+    lengths = {(len(chain[-1]), chain[:2]) if isinstance(chain, tuple) else len(chain) for chain in chains}
+    assert len(chains) > len(lengths) > 1  # collisions of both kinds were there to catch
