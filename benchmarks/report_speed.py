@@ -15,7 +15,8 @@ The split by stage is the same work in this one process, stage by stage, in CPU 
 (the report spreads read and pair over its worker processes): read (record headers
 walked, then records decoded into a sink that does nothing), pair (the engine turning
 events into off-CPU intervals, and the merge of the slices), symbolize (naming the call
-chains, making the model), write (the folded lines, to /dev/null).
+chains, making the model), write (the folded lines, to /dev/null), and diagnose (the
+findings and the wait-for graph with its wake-up chains, from the model).
 Memory against events: cold reports of the first quarter of a window (--time) and of
 all of it, on a recording of the pipe alone (`offcpu record -- perf bench sched pipe -T`,
 --size / 2): the same stacks all along, so only the number of events differs (the
@@ -48,6 +49,7 @@ SAMPLE_EVERY_S = 0.02
 PERF_COMMS = {"perf", "perf_6.1", "perf-exec"}
 TARGET_RATIO = 0.3
 TARGET_MB = 150
+DIAGNOSIS_SHARE = 0.1
 
 
 @dataclass
@@ -141,6 +143,10 @@ def _measure(capture: Path, pipe_only: Path, rounds: int) -> int:
     print(f"per stage, CPU seconds in one process: read {stages['headers'] + stages['records']:.2f} (record "
           f"headers {stages['headers']:.2f}, records {stages['records']:.2f}), pair {stages['pair']:.2f}, "
           f"symbolize {stages['symbolize']:.2f}, write {stages['write']:.2f}")
+    print(f"diagnosis (the findings, the wait-for graph and the wake-up chains, which the text, json and html "
+          f"reports add): {stages['diagnose']:.2f} CPU s, {stages['diagnose'] / report:.1%} of the cold report's "
+          f"wall time (target at most {DIAGNOSIS_SHARE:.0%}), {stages['diagnose'] / sum(stages.values()):.1%} of "
+          "all stages' CPU time")
     print(f"peak memory: {largest:.0f} MB in offcpu's largest process (target at most {TARGET_MB} MB), "
           f"{max(m.offcpu_mb for m in reports):.0f} MB in all of its processes (PSS)")
     _memory_against_events(pipe_only)
@@ -217,8 +223,10 @@ def _stages(capture: Path) -> dict[str, float]:
     from offcpu.analysis import choose_reader  # offcpu's own modules, in this process: see the docstring
     from offcpu.capture import load
     from offcpu.engine import merge, read_slice, threads_at_start, to_model
+    from offcpu.findings import Context, default_table, findings
     from offcpu.renderers.flame import stack_lines
     from offcpu.stackview import StackView
+    from offcpu.waitgraph import wait_graph
 
     class Nothing:
         def take(self, events: object) -> None:
@@ -245,7 +253,12 @@ def _stages(capture: Path) -> dict[str, float]:
     with open(os.devnull, "w") as output:
         output.writelines(f"{line}\n" for line in stack_lines(model, StackView()))
     write = time.process_time() - started
-    return {"headers": headers, "records": records, "pair": pair, "symbolize": symbolize, "write": write}
+    started = time.process_time()
+    findings(model, table=default_table())
+    wait_graph(Context(model, default_table()))
+    diagnose = time.process_time() - started
+    return {"headers": headers, "records": records, "pair": pair, "symbolize": symbolize, "write": write,
+            "diagnose": diagnose}
 
 
 def _load() -> str:
