@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -20,19 +21,27 @@ OFFCPU = Path(sys.executable).parent / "offcpu"
 
 @pytest.fixture(scope="session")
 def perf() -> str:
-    """perf's path; in CI a missing perf is a failure, elsewhere a skip."""
+    """perf's path, for reading perf.data (which needs no privilege); in CI a missing perf
+    is a failure, elsewhere a skip."""
     found = shutil.which("perf")
     if found is None:
-        message = "perf is not installed (scripts/setup installs linux-perf)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    if os.geteuid() != 0:
-        message = "recording tests run as root (sudo scripts/test)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("perf is not installed (scripts/setup installs linux-perf)")
     return found
+
+
+@pytest.fixture(scope="session")
+def recording_perf(perf: str) -> str:
+    """perf's path, for recording: as root (tracepoints and system-wide events)."""
+    if os.geteuid() != 0:
+        missing("recording tests run as root (sudo scripts/test)")
+    return perf
+
+
+def missing(message: str) -> NoReturn:
+    """What a test needs is not here: a failure in CI, elsewhere a skip."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -42,12 +51,9 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 @pytest.fixture(scope="session")
 def chromium() -> tuple[Path, Path]:
     """Debian's chromium and its driver, for the HTML report; in CI missing is a failure, elsewhere a skip."""
-    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
-    if missing:
-        message = f"{' and '.join(missing)} missing (scripts/setup installs chromium and chromium-driver)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    absent = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+    if absent:
+        missing(f"{' and '.join(absent)} missing (scripts/setup installs chromium and chromium-driver)")
     return CHROMIUM, CHROMEDRIVER
 
 
@@ -144,7 +150,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str)
 
 
 @pytest.fixture(scope="session")
-def mmap_capture(tmp_path_factory: pytest.TempPathFactory, perf: str) -> Path:
+def mmap_capture(tmp_path_factory: pytest.TempPathFactory, recording_perf: str) -> Path:
     """2 s of mmap_contention (16 threads) recorded by --pid, shared by the tests that only read it."""
     capture = tmp_path_factory.mktemp("mmap") / "cap"
     program = subprocess.Popen([str(example("mmap_contention")), "-t", "16", "-s", "30"], stdout=subprocess.DEVNULL)
@@ -159,7 +165,7 @@ def mmap_capture(tmp_path_factory: pytest.TempPathFactory, perf: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def example_capture(tmp_path_factory: pytest.TempPathFactory, perf: str) -> Callable[[str], Path]:
+def example_capture(tmp_path_factory: pytest.TempPathFactory, recording_perf: str) -> Callable[[str], Path]:
     """A capture of an example program run as a command for 1 s (recorded for at
     most 1.5 s, frame-pointer stacks, the default a user gets), recorded once per
     session and shared by the tests that only read it (reports may save model.json there)."""
@@ -177,7 +183,7 @@ def example_capture(tmp_path_factory: pytest.TempPathFactory, perf: str) -> Call
 
 
 @pytest.fixture(scope="session")
-def cpp_capture(tmp_path_factory: pytest.TempPathFactory, perf: str) -> Path:
+def cpp_capture(tmp_path_factory: pytest.TempPathFactory, recording_perf: str) -> Path:
     """1 s of cpp_names (2 threads waiting in templated C++ code) with DWARF stacks, which reach
     its frames through libstdc++ and a libc without frame pointers; shared by the tests that read it."""
     capture = tmp_path_factory.mktemp("cpp") / "cap"
