@@ -7,6 +7,7 @@ import io
 import itertools
 import re
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 from offcpu.native_reader import NativeReader
@@ -56,6 +57,20 @@ def as_perf_shows_missing(stack: Stack, missing: list[str]) -> Stack:
     return Stack(frames, stack.kernel_frames)
 
 
+class ShownAsPerfShowsMissing:
+    """The native reader, with the frames of files that are gone as perf script shows them."""
+
+    def __init__(self, reader: NativeReader) -> None:
+        self.reader = reader
+
+    def __getattr__(self, name: str):
+        return getattr(self.reader, name)
+
+    def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
+        stacks = self.reader.stacks(chains)
+        return {chain: as_perf_shows_missing(stack, self.reader.missing_binaries) for chain, stack in stacks.items()}
+
+
 def first_difference(perf: str, perf_data: Path) -> str | None:
     """None when the native reader hands the sink what perf script shows, else where they part."""
     expected, expected_stacks = script_events(perf, perf_data)
@@ -82,6 +97,8 @@ def model_difference(capture: Path, slices: int) -> str | None:
     seen = {}
     for name in ("native", "perf-script"):
         reader, _ = choose_reader(capture, info, name)
+        if name == "native":
+            reader = ShownAsPerfShowsMissing(reader)
         pieces = [read_slice(reader, first, last, window, info.switch_cost_ns or 0)
                   for first, last in reader.time_slices(*window, slices)]
         totals, skipped = merge(pieces, *window, threads_at_start(info), window)

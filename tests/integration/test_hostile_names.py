@@ -34,7 +34,8 @@ def test_every_name_is_read(example_capture):
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout)
         assert HOSTILE_NAMES - {""} <= {thread["comm"] for thread in report["threads"]}, reader
-        assert report["counts"]["unreadable_events"] == 0 and report["caveats"] == [], reader
+        assert report["counts"]["unreadable_events"] == 0, reader
+        assert not [caveat for caveat in report["caveats"] if "could not be read" in caveat], reader
     # and a folded line a stack (a name's newline is written out), and the check runs to its end
     folded = run_offcpu("report", "folded", capture)
     assert folded.returncode == 0 and all(re.fullmatch(r"\S.* \d+", line) for line in folded.stdout.splitlines())

@@ -75,13 +75,18 @@ def test_the_chain_of_a_lock_held_across_a_slow_call(perf: str, tmp_path: Path, 
     run = programs.record_run("lock_chain", tmp_path / "cap", 1.0, "-t", "4", *options)
     assert run.result.returncode == 0 and run.summary, run.result.stderr
     wall_s, held_s, held_cpu_s = (float(run.summary[key]) for key in ("wall_s", "held_s", "held_cpu_s"))
-    # (the lock is held all the time: every thread wants it again at once)
-    expected = (held_s - held_cpu_s) / wall_s
-    # Then the lock is named, then the holder's wait, at the root of the waits, within 10% of that share
+    # The roots share the waiters' blocked time. While the holder is off CPU in the slow call the
+    # 3 others are blocked on the lock; while it is on CPU at least 2 are (the last holder may still
+    # be on its way back); in the hand-offs between holders perhaps none. So the slow call's share
+    # lies between its share of the wall time (all weighed alike) and its share of the held time
+    # with the time on CPU weighed 2/3 and the hand-offs not at all.
+    off_cpu_s = held_s - held_cpu_s
+    least, most = off_cpu_s / wall_s, off_cpu_s / (off_cpu_s + 2 / 3 * held_cpu_s)
+    # Then the lock is named, then the holder's wait, at the root of the waits, within those bounds (5% slack)
     lock = next(finding for finding in busy_findings(run.capture) if finding["id"] == "lock_contention")
     assert lock["subject"] == "pthread mutex" and lock["severity"] == "critical"
     root = {item["what"]: item["share"] for item in lock["roots"]}
-    assert abs(root.get(held_off_cpu, 0.0) - expected) <= 0.1 * expected, (root, expected)
+    assert 0.95 * least <= root.get(held_off_cpu, 0.0) <= 1.05 * most, (root, least, most)
     assert lock["chain"][0]["what"] in (f"waited for {held_off_cpu}", "waited for pthread mutex")
 
 
