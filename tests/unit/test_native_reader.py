@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from offcpu import native_decoding
+from offcpu import native_decoding, symbols
 from offcpu.errors import OffcpuError
 from offcpu.native_reader import NativeReader, unsupported
-from offcpu.perf_data import constant, state_names
+from offcpu.perf_data import constant, open_perf_data, state_names
 from offcpu.symbols import without_parameters
 from tests.native_compare import KeepingSink, first_difference, native_events
 
@@ -147,3 +147,20 @@ def test_chains_whose_hashes_collide_keep_keys_of_their_own(monkeypatch: pytest.
     chains = {event[-1] for event in expected if event[0] in ("sched_switch", "sched_waking")}
     lengths = {(len(chain[-1]), chain[:2]) if isinstance(chain, tuple) else len(chain) for chain in chains}
     assert len(chains) > len(lengths) > 1  # collisions of both kinds were there to catch
+
+
+def test_kallsyms_hidden_by_kptr_restrict_names_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user from whom kernel.kptr_restrict hides kernel addresses reads /proc/kallsyms with
+    every address 0: the kernel's frames stay unnamed (the scan of 0-address symbols took a minute)."""
+    data = open_perf_data(FIXTURES / "native_futex_pid" / "perf.data")
+    recorded = next(entry.build_id for entry in data.build_ids() if entry.kernel)
+    hidden = tmp_path / "kallsyms"
+    hidden.write_text("0000000000000000 T _text\n0000000000000000 t do_one_initcall\n0000000000000000 T schedule\n")
+    monkeypatch.setattr(symbols, "PROC_KALLSYMS", hidden)
+    monkeypatch.setattr(symbols, "running_kernel_build_id", lambda: recorded)
+    assert symbols.kernel_symbols_for(data, None) is None
+    shown = tmp_path / "shown"
+    shown.write_text("ffffffff81000000 T _text\nffffffff81000100 T schedule\n")
+    monkeypatch.setattr(symbols, "PROC_KALLSYMS", shown)
+    table = symbols.kernel_symbols_for(data, None)
+    assert table is not None and table.find(0xffffffff81000104).name == "schedule"
