@@ -92,8 +92,10 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
                 finally:
                     interrupts.hold()
                     # perf ends by itself once its command has exited, with the command's status
-                    perf_process.stop(let_finish=request.target.kind == "command" and info.target_exited)
-            _stopped_at_max_size(perf_process, info)
+                    perf_process.stop(let_finish=_ended_by_command(request, info))
+                    _stopped_at_max_size(perf_process, info)
+                    if not _ended_by_command(request, info):
+                        perf_process.end_command_group()
             info.perf_command = perf_process.argv
             _check_perf_result(perf_process, request, perf_data)
         except BaseException:
@@ -188,12 +190,16 @@ def _enable(perf_process: PerfProcess, request: RecordRequest) -> int:
     return enabled_ns
 
 
+def _ended_by_command(request: RecordRequest, info: CaptureInfo) -> bool:
+    """Whether the recording ended as its command exited by itself: not when offcpu
+    stopped perf (perf then ends the command) nor when perf stopped at --max-size."""
+    return request.target.kind == "command" and info.ended_by in ("target exited", "perf exited")
+
+
 def _command_exit_status(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo) -> int | None:
     """perf exits with its command's status, or dies by the signal that killed it
-    (-N as a returncode), but only when the command ended it: not when offcpu
-    stopped perf (perf then ends the command) nor when perf stopped at --max-size."""
-    ended_by_command = info.ended_by in ("target exited", "perf exited")
-    if request.target.kind != "command" or not ended_by_command or not perf_process.ended_itself:
+    (-N as a returncode), when the command ended the recording."""
+    if not _ended_by_command(request, info) or not perf_process.ended_itself:
         return None
     return perf_process.returncode
 

@@ -520,3 +520,50 @@ def test_threads_at_start_include_the_ones_that_never_run(workload, tmp_path):
     one = tmp_path / "one"
     assert run_offcpu("record", "--tid", str(worker), "-d", "0.5", "-o", str(one)).returncode == 0
     assert list(load(one)["threads_at_start"]) == [str(worker)]
+
+
+# A loop count no other perf bench on the machine uses: its processes are this test's alone.
+PIPE_LOOPS = "2999999"
+PIPE_BENCH = ["perf", "bench", "sched", "pipe", "-l", PIPE_LOOPS]  # ~20 s under recording, 2 processes
+
+
+def processes_with_arguments(*argv: str) -> list[int]:
+    """pids of the processes whose command line ends with `argv`."""
+    wanted = "\0".join(argv).encode() + b"\0"
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if entry.read_bytes().endswith(wanted):
+                found.append(int(entry.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("wrapper", [(), ("env",), ("sh", "-c", " ".join(PIPE_BENCH) + "; true")],
+                         ids=["perf itself", "env perf", "sh -c 'perf ...; true'"])
+def test_a_busy_command_that_is_perf_ends_at_the_duration(tmp_path, wrapper):
+    # Given a command that is perf itself (or perf run through a wrapper), switching
+    # threads as fast as it can: a recording of it grows by tens of MB a second
+    capture = tmp_path / "cap"
+    command = wrapper if wrapper[:1] == ("sh",) else (*wrapper, *PIPE_BENCH)
+    # When it is recorded for 2 s
+    result = run_offcpu("record", "-d", "2", "-o", str(capture), "--", *command)
+    # Then the recording is over 2 s after the command started (perf then finishes its file)
+    assert result.returncode == 0, result.stderr
+    info = load(capture)
+    assert info["ended_by"] == "duration" and info["command_exit_status"] is None
+    assert 1.9 < info["duration_actual_s"] < 3, info["duration_actual_s"]
+    # and nothing of the command is left running: neither perf bench nor the process it forked
+    assert processes_with_arguments(*PIPE_BENCH) == []
+    assert perf_processes_writing(capture) == []
+
+
+def test_max_size_ends_a_busy_command_s_recording(tmp_path):
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", "-d", "60", "--max-size", "16M", "-o", str(capture), "--", *PIPE_BENCH)
+    assert result.returncode == 0, result.stderr
+    info = load(capture)
+    assert info["ended_by"] == "max size"
+    assert (capture / "perf.data").stat().st_size < 17 << 20
+    assert processes_with_arguments(*PIPE_BENCH) == []
