@@ -287,8 +287,11 @@ class _Interrupts:
     (KeyboardInterrupt; Terminated for SIGTERM and SIGHUP): it ends the
     recording, or stops offcpu before perf records. Any later one, and any
     after hold(), is ignored, so that ending perf, putting sysctls back and
-    finishing the capture are never cut short. A signal that was ignored when
-    offcpu started (nohup) stays ignored."""
+    finishing the capture are never cut short. SIGTERM or SIGHUP ignored when
+    offcpu started (nohup) stays ignored; SIGINT ends a recording however
+    offcpu was started, as it ends perf: a shell starts a background job
+    (`offcpu record ... &`) with SIGINT ignored, and a script that later
+    sends it one means it."""
 
     def __init__(self) -> None:
         self.raising = True
@@ -296,7 +299,7 @@ class _Interrupts:
 
     def __enter__(self) -> _Interrupts:
         for sig in INTERRUPTS:
-            if signal.getsignal(sig) != signal.SIG_IGN:
+            if sig == signal.SIGINT or signal.getsignal(sig) != signal.SIG_IGN:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

@@ -567,3 +567,46 @@ def test_max_size_ends_a_busy_command_s_recording(tmp_path):
     assert info["ended_by"] == "max size"
     assert (capture / "perf.data").stat().st_size < 17 << 20
     assert processes_with_arguments(*PIPE_BENCH) == []
+
+
+BACKGROUND = '"$@" & echo $!; wait'  # a script that starts a command as a background job
+
+
+def test_sigint_ends_a_recording_started_in_the_background(workload, tmp_path):
+    # Given a shell starts a background job with SIGINT ignored
+    shown = subprocess.run(["sh", "-c", BACKGROUND, "sh", "grep", "SigIgn", "/proc/self/status"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert int(shown[-1], 16) & (1 << (signal.SIGINT - 1))
+    # and offcpu started by a script as such a job
+    program = workload("idle_pool", "-s", "60", threads=17)
+    capture = tmp_path / "cap"
+    shell = subprocess.Popen(["sh", "-c", BACKGROUND, "sh", str(OFFCPU), "record", "--pid", str(program.pid), "-d",
+                              "60", "-o", str(capture)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert shell.stdout is not None
+    recording = int(shell.stdout.readline())
+    wait_for_perf(capture)
+    # When the script sends it SIGINT
+    os.kill(recording, signal.SIGINT)
+    stderr = shell.communicate(timeout=60)[1]
+    # Then the recording ends there, as perf would, with a complete capture
+    assert shell.returncode == 0, stderr
+    info = load(capture)
+    assert info["ended_by"] == "SIGINT" and info["duration_actual_s"] < 30
+    assert perf_processes_writing(capture) == []
+
+
+def test_sighup_under_nohup_stays_ignored(workload, tmp_path):
+    # Given offcpu started under nohup
+    program = workload("idle_pool", "-s", "60", threads=17)
+    capture = tmp_path / "cap"
+    recording = subprocess.Popen(["nohup", str(OFFCPU), "record", "--pid", str(program.pid), "-d", "4", "-o",
+                                  str(capture)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for_perf(capture, settle_s=0.2)
+    # When it gets SIGHUP while recording
+    recording.send_signal(signal.SIGHUP)
+    time.sleep(0.2)
+    assert perf_processes_writing(capture), "the recording ended at the SIGHUP"
+    # Then the recording runs its whole duration
+    stderr = recording.communicate(timeout=60)[1]
+    assert recording.returncode == 0, stderr
+    assert load(capture)["ended_by"] == "duration"
