@@ -144,6 +144,10 @@ class PerfProcess:
             time.sleep(STDERR_POLL_S)
         return child
 
+    def command_pid(self) -> int | None:
+        """The pid of perf's command, once perf has started it (None once it has exited)."""
+        return _child_of(self.pid)
+
     def command(self, word: str) -> int | None:
         """Send 'enable' or 'disable'; CLOCK_MONOTONIC ns when perf acknowledged it
         (perf switches its events, then answers), None when it did not answer."""

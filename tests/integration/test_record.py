@@ -48,7 +48,9 @@ def test_record_pid_writes_a_capture_true_to_the_recording(workload, tmp_path):
     # Then the capture is complete and capture.json says what happened
     assert result.returncode == 0, result.stderr
     info = load(capture)
-    assert info["target"] == {"kind": "pid", "comm": "mmap_contention", "pid": program.pid, "tid": None, "command": []}
+    assert info["target"] == {"kind": "pid", "comm": "mmap_contention", "pid": program.pid, "tid": None, "command": [],
+                              "pids": [program.pid], "cgroup": "", "unit": "", "by_pid": [program.pid], "by_tree": [],
+                              "by_comm": "", "by_exe": "", "command_pid": None}
     assert info["ended_by"] == "duration" and info["target_exited"] is False
     assert 1.9 <= info["duration_actual_s"] <= 2.5
     assert info["duration_requested_s"] == 2.0
