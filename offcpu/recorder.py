@@ -139,8 +139,10 @@ def _start(perf: str, request: RecordRequest, plan: EventPlan, info: CaptureInfo
             raise _perf_failure(perf_process.stderr, request)
         info.target = targets.processes_target(info.target)  # says which pid given is gone
         info.limits = _limits_of(info.target)
-    raise OffcpuError(f"processes of {info.target.describe()} kept exiting before perf could start recording them "
-                      f"({START_ATTEMPTS} tries): record the cgroup that holds them (--cgroup) instead")
+    roots = ",".join(map(str, info.target.by_tree))
+    instead = f"--pid {roots} (which records what they start from then on) or " if roots else ""
+    raise OffcpuError(f"processes of {info.target.recorded()} kept exiting before perf could start recording them "
+                      f"({START_ATTEMPTS} tries): record {instead}the cgroup that holds them (--cgroup) instead")
 
 
 def perf_record_argv(perf: str, request: RecordRequest, target: Target, plan: EventPlan) -> list[str]:

@@ -542,16 +542,17 @@ def processes_with_arguments(*argv: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("wrapper", [(), ("env",), ("sh", "-c", " ".join(PIPE_BENCH) + "; true")],
-                         ids=["perf itself", "env perf", "sh -c 'perf ...; true'"])
-def test_a_busy_command_that_is_perf_ends_at_the_duration(tmp_path, wrapper):
+@pytest.mark.parametrize("target, wrapper", [
+    ((), ()), ((), ("env",)), ((), ("sh", "-c", " ".join(PIPE_BENCH) + "; true")), (("-a",), ()),
+], ids=["perf itself", "env perf", "sh -c 'perf ...; true'", "the whole machine while perf runs"])
+def test_a_busy_command_that_is_perf_ends_at_the_duration(tmp_path, target, wrapper):
     # Given a command that is perf itself (or perf run through a wrapper), switching
     # threads as fast as it can: a recording of it grows by tens of MB a second
     capture = tmp_path / "cap"
     command = wrapper if wrapper[:1] == ("sh",) else (*wrapper, *PIPE_BENCH)
-    # When it is recorded for 2 s
-    result = run_offcpu("record", "-d", "2", "-o", str(capture), "--", *command)
-    # Then the recording is over 2 s after the command started (perf then finishes its file)
+    # When it is recorded (or the whole machine is, while it runs) for 2 s
+    result = run_offcpu("record", *target, "-d", "2", "-o", str(capture), "--", *command)
+    # Then the recording is over 2 s after it started (perf then finishes its file)
     assert result.returncode == 0, result.stderr
     info = load(capture)
     assert info["ended_by"] == "duration" and info["command_exit_status"] is None
