@@ -73,8 +73,9 @@ def resolve(choice: Choice) -> Target:
 
 def processes_target(asked: Target) -> Target:
     """A "pid" target with the processes its by_* fields name, read from /proc now."""
+    given = _given(asked.by_pid)
     table = process_table()
-    pids = [*_given(asked.by_pid), *_trees(asked.by_tree, table)]
+    pids = [*given, *_trees(asked.by_tree, table)]
     if asked.by_comm:
         pids += _named(asked.by_comm, table)
     if asked.by_exe:
@@ -83,8 +84,8 @@ def processes_target(asked: Target) -> Target:
     if len(",".join(map(str, unique))) >= MAX_ARGUMENT_BYTES:
         raise OffcpuError(f"{len(unique):,} processes are more than perf takes in one list (its argument may hold "
                           f"{MAX_ARGUMENT_BYTES // 1024} KiB): record the cgroup that holds them (--cgroup) instead")
-    return replace(asked, comm=table[unique[0]].comm if unique[0] in table else limits.command_name(unique[0]),
-                   pid=unique[0], pids=unique)
+    first = table.get(unique[0])  # gone already when it is not there: perf will say so
+    return replace(asked, comm=first.comm if first else "?", pid=unique[0], pids=unique)
 
 
 def _given(pids: tuple[int, ...]) -> list[int]:

@@ -58,7 +58,7 @@ class _CheckCommand(click.Command):
               help="A known-good capture directory, or its 'offcpu report json' output, to compare with.")
 @target_options
 @click.option("--duration", "-d", type=float, default=5.0, show_default=True,
-              help="Seconds to record a target or a COMMAND at most (at most 600).")
+              help="Seconds to record at most, when recording (600 at most).")
 @click.option("--output", "-o", type=click.Path(path_type=Path),
               help="Where to keep the recording [default: offcpu-COMM-PID-TIME].")
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write the verdict as JUnit XML.")
