@@ -115,6 +115,9 @@ class CaptureInfo:
     # (state as in /proc/PID/stat): threads that block throughout have no events.
     # Empty for -a (and in captures made before this field).
     threads_at_start: dict[str, list] = field(default_factory=dict)
+    # {tid: pid} of threads_at_start: the process each was of (perf.data says it only with
+    # a thread's events). Empty in captures made before this field.
+    processes_at_start: dict[str, int] = field(default_factory=dict)
     # The snapshot nearest the limits, of those taken each second while recording
     # (a thread-per-request server grows); None for -a or when none could be taken.
     limits_peak: dict | None = None
@@ -163,6 +166,7 @@ JSON_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "int | None": (int, type(None)),
     "bool | None": (bool, type(None)), "dict | None": (dict, type(None)),
     "list[str]": (list,), "list[dict]": (list,), "dict[str, list]": (dict,), "dict[str, str]": (dict,),
+    "dict[str, int]": (dict,),
     "tuple[str, ...]": (list, tuple), "tuple[int, ...]": (list, tuple),
 }
 
@@ -218,6 +222,9 @@ def _check_lists(info: CaptureInfo) -> None:
         if not (tid.isdecimal() and isinstance(state, list) and len(state) == 2
                 and all(isinstance(item, str) for item in state)):
             raise ValueError(f"threads_at_start holds {json.dumps({tid: state})[:60]}, not a tid and its [comm, state]")
+    if not all(tid.isdecimal() and isinstance(pid, int) and not isinstance(pid, bool) and pid > 0
+               for tid, pid in info.processes_at_start.items()):
+        raise ValueError("processes_at_start holds something other than tids and the pids of their processes")
     if not all(pid.isdecimal() and isinstance(comm, str) for pid, comm in info.unrecorded_processes.items()):
         raise ValueError("unrecorded_processes holds something other than pids and their names")
     for name, items, fields in (("events", info.events, EVENT_FIELDS), ("events_skipped", info.events_skipped,

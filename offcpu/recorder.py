@@ -186,7 +186,8 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
             info.target = replace(info.target, command_pid=perf_process.command_pid())
     info.started_at = _now()
     try:
-        info.threads_at_start = targets.threads_now(info.target)
+        threads = targets.threads_now(info.target)
+        info.threads_at_start, info.processes_at_start = threads.states, threads.processes
         info.ended_by = _wait_for_end(perf_process, request.duration_s, info, on_tick)
     except Terminated as terminated:
         info.ended_by = terminated.signal_name

@@ -277,11 +277,23 @@ def processes_now(target: Target) -> tuple[int, ...]:
     return (target.pid,) if target.pid is not None else ()
 
 
-def threads_now(target: Target) -> dict[str, list]:
-    """{tid: [comm, state]} of the target's threads now; {} for the whole machine."""
+@dataclass(frozen=True)
+class Threads:
+    """A target's threads as read from /proc; none for the whole machine."""
+
+    states: dict[str, list]  # {tid: [comm, state letter]}
+    processes: dict[str, int]  # {tid: the pid of its process}
+
+
+def threads_now(target: Target) -> Threads:
+    """The target's threads now, each with its process: a thread that blocks throughout has
+    no event in perf.data to say which process it is of."""
     if target.kind == "tid" and target.pid is not None and target.tid is not None:
-        return limits.thread_states(target.pid, [target.tid])
-    return {tid: state for pid in processes_now(target) for tid, state in limits.thread_states(pid).items()}
+        by_process = {target.pid: limits.thread_states(target.pid, [target.tid])}
+    else:
+        by_process = {pid: limits.thread_states(pid) for pid in processes_now(target)}
+    return Threads({tid: state for states in by_process.values() for tid, state in states.items()},
+                   {tid: pid for pid, states in by_process.items() for tid in states})
 
 
 class Strays:

@@ -517,6 +517,13 @@ def test_threads_at_start_include_the_ones_that_never_run(workload, tmp_path):
     assert set(threads) == {str(tid) for tid in program.threads()} and len(threads) == 17
     assert all(comm == "idle_pool" for comm, _ in threads.values())
     assert sum(state == "S" for _, state in threads.values()) >= 15
+    # with the process each is of, which reports give even to those perf has no event of
+    assert load(capture)["processes_at_start"] == {tid: program.pid for tid in threads}
+    for _ in ("built", "from the saved model"):
+        report = json.loads(run_offcpu("report", "json", str(capture)).stdout)
+        assert {thread["pid"] for thread in report["threads"]} == {program.pid}
+    saved = json.loads((capture / "model.json").read_text())
+    assert {thread["pid"] for thread in saved["threads"]} == {program.pid}
     # with --tid, only that thread
     worker = max(program.threads())
     one = tmp_path / "one"
