@@ -99,6 +99,7 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
                     # perf ends by itself once its command has exited, with the command's status
                     perf_process.stop(let_finish=_ended_by_command(info))
                     _stopped_at_max_size(perf_process, info)
+                    _stopped_for_the_target(perf_process, info)
                     if not _ended_by_command(info):
                         perf_process.end_command_group()
             info.perf_command = perf_process.argv
@@ -220,6 +221,15 @@ def _stopped_at_max_size(perf_process: PerfProcess, info: CaptureInfo) -> None:
         info.ended_by, info.target_exited = "max size", False
 
 
+def _stopped_for_the_target(perf_process: PerfProcess, info: CaptureInfo) -> None:
+    """Once perf has ended: perf ends its command (SIGTERM) when the target it records has
+    exited, and offcpu can see the command's end first (the target's last thread still
+    exiting): then the target ended the recording, not the command."""
+    if (info.ended_by == COMMAND_EXITED and perf_process.ended_itself
+            and perf_process.returncode == -signal.SIGTERM and targets.has_ended(info.target)):
+        info.ended_by, info.target_exited = "target exited", True
+
+
 def _enable(perf_process: PerfProcess, request: RecordRequest, target: Target) -> int:
     """Switch perf's events on; when they were."""
     enabled_ns = perf_process.command("enable")
@@ -322,18 +332,19 @@ class _EndWatch:
 
     def ended(self, timeout_s: float) -> str | None:
         """Wait up to `timeout_s` for an end; how it ended, or None."""
+        command_exited = False
         for fd, _ in self._poll.poll(timeout_s * 1000):
             self._poll.unregister(fd)
             if self._meaning[fd] == COMMAND_EXITED:
-                return COMMAND_EXITED
-            self._processes_left -= 1
+                command_exited = True
+            else:
+                self._processes_left -= 1
+        # The target's end first: once it has exited, perf ends the command.
         if self._processes and self._processes_left == 0:
             return "target exited"
-        if self.target.kind == "tid" and not limits.process_exists(self.target.tid or 0):
+        if self.target.kind in ("tid", "cgroup") and targets.has_ended(self.target):
             return "target exited"
-        if self.target.kind == "cgroup" and not targets.cgroup_processes(targets.cgroup_directory(self.target)):
-            return "target exited"
-        return None
+        return COMMAND_EXITED if command_exited else None
 
 
 def _nearer_the_limits(peak: limits.LimitsSnapshot | None, target: Target) -> limits.LimitsSnapshot | None:

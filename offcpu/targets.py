@@ -277,6 +277,14 @@ def processes_now(target: Target) -> tuple[int, ...]:
     return (target.pid,) if target.pid is not None else ()
 
 
+def has_ended(target: Target) -> bool:
+    """Whether every process (or the thread) the target is of has exited; never for the
+    whole machine or a command alone, which end with their command."""
+    if target.kind == "tid":
+        return not limits.process_exists(target.tid or 0)
+    return target.kind in ("pid", "cgroup") and not processes_now(target)
+
+
 @dataclass(frozen=True)
 class Threads:
     """A target's threads as read from /proc; none for the whole machine."""
