@@ -301,8 +301,9 @@ class TestCouldNotCheck:
         assert_one_line_error(check(str(capture)), "could not check", "exited with status 3")
 
     def test_a_target_that_exits_before_its_load_generator(self, workload, tmp_path):
-        # Given a service that exits after a second, checked while a command meant to load it runs
-        program = workload("futex_contention_fixed", "-t", "2", "-s", "1", threads=3)
+        # Given a service that exits after 3 s (offcpu has started by then, even on a busy machine),
+        # checked while a command meant to load it runs
+        program = workload("futex_contention_fixed", "-t", "2", "-s", "3", threads=3)
         capture = tmp_path / "cap"
         result = check("--pid", str(program.pid), "-d", "30", "-o", str(capture), "--", "sleep", "30")
         # Then the run is not checked (perf ended the command), and the capture is kept
