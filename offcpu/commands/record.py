@@ -45,6 +45,13 @@ def _pid_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return tuple(dict.fromkeys(int(word) for word in words))
 
 
+def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A name or path: an empty one (a shell variable left unset) names nothing."""
+    if value == "":
+        raise click.BadParameter(f"give a {param.metavar}, not an empty one")
+    return value
+
+
 # How a recording's target is given, in record and check alike; the names are Choice's.
 TARGET_OPTIONS = (
     click.option("--pid", "-p", "pids", metavar="PID[,PID...]", callback=_pid_list,
@@ -52,18 +59,19 @@ TARGET_OPTIONS = (
     click.option("--tree", "trees", metavar="PID[,PID...]", callback=_pid_list,
                  help="Record these processes and their descendants: those running at the start, and those they "
                       "start while recorded."),
-    click.option("--comm", metavar="NAME",
+    click.option("--comm", metavar="NAME", callback=_not_empty,
                  help="Record every process named NAME (as 'ps -e' shows it) at the start, and what they start; one "
                       "of that name that another process starts meanwhile is not recorded, and offcpu says so."),
-    click.option("--exe", metavar="PATH",
+    click.option("--exe", metavar="PATH", callback=_not_empty,
                  help="Record every process running the executable PATH at the start, and what they start (as "
                       "--comm)."),
     click.option("--tid", "-t", type=int, help="Record one thread."),
-    click.option("--cgroup", "-G", metavar="PATH",
+    click.option("--cgroup", "-G", metavar="PATH", callback=_not_empty,
                  help="Record every process of a cgroup v2 (a container's, a slice's) and of the cgroups below it, as "
                       "/proc/PID/cgroup names it, whatever joins it meanwhile; through perf's cgroup filter on every "
                       "CPU."),
-    click.option("--unit", metavar="NAME", help="Record a systemd unit's cgroup (systemd says which)."),
+    click.option("--unit", metavar="NAME", callback=_not_empty,
+                 help="Record a systemd unit's cgroup (systemd says which)."),
     click.option("--all-cpus", "-a", is_flag=True, help="Record every thread on the machine."),
 )
 

@@ -77,6 +77,11 @@ def test_thread_given_as_pid(workload, tmp_path):
     (("--exe", "no-such-program-offcpu"), ["--exe no-such-program-offcpu", "PATH"]),
     (("--cgroup", "offcpu-no-such-cgroup"), ["no cgroup offcpu-no-such-cgroup", "/proc/PID/cgroup"]),
     (("--cgroup", "../.."), ["no cgroup ../.."]),
+    # an empty name or path (a shell variable left unset), which names nothing
+    (("--comm", ""), ["--comm", "give a NAME, not an empty one"]),
+    (("--exe", ""), ["--exe", "give a PATH, not an empty one"]),
+    (("-G", ""), ["--cgroup", "give a PATH, not an empty one"]),
+    (("--unit", ""), ["--unit", "give a NAME, not an empty one"]),
 ])
 def test_bad_arguments(tmp_path, args, words):
     assert_one_line_error(run_offcpu("record", "-o", str(tmp_path / "cap"), *args), *words)
