@@ -29,31 +29,59 @@ RECORDING = f"recording{PARTIAL}"
 
 @dataclass(frozen=True)
 class Target:
-    kind: str  # "pid", "tid", "all" or "command"
-    comm: str
-    pid: int | None = None
+    """What perf records, and the command it runs meanwhile (the target itself, alone)."""
+
+    kind: str  # "pid" (processes), "tid", "cgroup", "all" or "command" (the command alone)
+    comm: str  # its name: its (first) process's, the cgroup's or unit's, the command's program
+    pid: int | None = None  # its process: the first of pids, the thread's, or the command's once it ran
     tid: int | None = None
-    command: tuple[str, ...] = ()
+    command: tuple[str, ...] = ()  # "command": what is recorded; otherwise run while the target is recorded
+    pids: tuple[int, ...] = ()  # "pid": every process recorded from the start (perf's --pid list)
+    cgroup: str = ""  # "cgroup": its path in the cgroup v2 hierarchy, as perf's -G takes it
+    unit: str = ""  # the systemd unit whose cgroup that is
+    # How a "pid" target's processes were chosen, as given: by pid, with their descendants,
+    # by name, by executable
+    by_pid: tuple[int, ...] = ()
+    by_tree: tuple[int, ...] = ()
+    by_comm: str = ""
+    by_exe: str = ""
+    command_pid: int | None = None  # the command run while the target is recorded, once it ran
 
     def describe(self) -> str:
         """The target in words, for people (see escaping.printable)."""
-        if self.kind == "all":
-            return "all CPUs"
         if self.kind == "command":
             return printable(f"command {shlex.join(self.command)}") + (f" (pid {self.pid})" if self.pid else "")
+        alongside = printable(f" while {shlex.join(self.command)} ran") if self.command else ""
+        return self.recorded() + alongside
+
+    def recorded(self) -> str:
+        """What perf records, in words (without the command run meanwhile)."""
+        if self.kind == "all":
+            return "all CPUs"
         if self.kind == "tid":
             return f"thread {self.tid} of {printable(self.comm)} (pid {self.pid})"
-        return f"{printable(self.comm)} (pid {self.pid})"
+        if self.kind == "cgroup":
+            return printable(f"unit {self.unit} (cgroup /{self.cgroup})" if self.unit else f"cgroup /{self.cgroup}")
+        if len(self.pids) <= 1 and not (self.by_tree or self.by_comm or self.by_exe):
+            return f"{printable(self.comm)} (pid {self.pid})"
+        started = f"{len(self.pids)} process{'es' * (len(self.pids) != 1)} at the start"
+        return f"{printable(', '.join(self._chosen()))} ({started})"
+
+    def _chosen(self) -> list[str]:
+        """How the processes were chosen, in words."""
+        listed = ", ".join(map(str, self.by_pid))
+        trees = ", ".join(map(str, self.by_tree))
+        return [words for given, words in (
+            (self.by_pid, f"pid{'s' * (len(self.by_pid) > 1)} {listed}"),
+            (self.by_tree, f"pid{'s' * (len(self.by_tree) > 1)} {trees} and descendants"),
+            (self.by_comm, f"processes named {self.by_comm}"),
+            (self.by_exe, f"processes of {self.by_exe}")) if given]
 
     def perf_args(self) -> list[str]:
         """How `perf record` is told to record this target (the last of its arguments)."""
-        if self.kind == "pid":
-            return ["--pid", str(self.pid)]
-        if self.kind == "tid":
-            return ["--tid", str(self.tid)]
-        if self.kind == "all":
-            return ["--all-cpus"]
-        return ["--", *self.command]
+        recorded = {"pid": ["--pid", ",".join(map(str, self.pids or (self.pid,)))], "tid": ["--tid", str(self.tid)],
+                    "cgroup": ["--all-cpus", "--cgroup", self.cgroup], "all": ["--all-cpus"], "command": []}
+        return recorded[self.kind] + (["--", *self.command] if self.command else [])
 
 
 @dataclass
@@ -68,24 +96,34 @@ class CaptureInfo:
     events_skipped: list[dict]  # {"name", "why"}
     duration_requested_s: float
     schedstats: str  # as it was while recording: "absent", "off" or "on"
-    limits: dict | None  # offcpu.limits.LimitsSnapshot.to_json() at the start (None for a command: not started yet)
+    # offcpu.limits.LimitsSnapshot.to_json() at the start, of the target's process nearest its
+    # limits (None for -a, and for a command: not started yet)
+    limits: dict | None
     window_start_ns: int = 0  # CLOCK_MONOTONIC, the clock perf.data's timestamps use
     window_end_ns: int = 0
     started_at: str = ""  # wall clock, ISO 8601
     ended_at: str = ""
     duration_actual_s: float = 0.0
-    ended_by: str = ""  # "duration", "target exited", "perf exited", "SIGINT", "SIGTERM", "SIGHUP", "max size"
+    # "duration", "target exited", "command exited" (a command run while the target was recorded),
+    # "perf exited", "SIGINT", "SIGTERM", "SIGHUP", "max size"
+    ended_by: str = ""
     target_exited: bool = False
-    # -- COMMAND only: its exit status, -N when signal N killed it; None when it did
-    # not end by itself (the recording ended first) and for the other targets
+    # A command's exit status, -N when signal N killed it; None when it did not end by
+    # itself (the recording ended first) and when there was none
     command_exit_status: int | None = None
     # The target's threads when the events were enabled, {tid: [comm, state letter]}
     # (state as in /proc/PID/stat): threads that block throughout have no events.
     # Empty for -a (and in captures made before this field).
     threads_at_start: dict[str, list] = field(default_factory=dict)
+    # {tid: pid} of threads_at_start: the process each was of (perf.data says it only with
+    # a thread's events). Empty in captures made before this field.
+    processes_at_start: dict[str, int] = field(default_factory=dict)
     # The snapshot nearest the limits, of those taken each second while recording
     # (a thread-per-request server grows); None for -a or when none could be taken.
     limits_peak: dict | None = None
+    # {pid: comm} of processes of the name or executable asked for (--comm, --exe) that
+    # started while recording outside the recorded processes: perf could not record them.
+    unrecorded_processes: dict[str, str] = field(default_factory=dict)
     samples: int = 0
     switch_records: int = 0
     lost_events: int = 0
@@ -117,7 +155,8 @@ class CaptureInfo:
             raise TypeError(f"target is {type(target).__name__}, expected an object")
         _check_types(data, cls)
         _check_types(target, Target)
-        info = cls(**{**data, "target": Target(**{**target, "command": tuple(target.get("command", ()))})})
+        info = cls(**{**data, "target": Target(**{key: tuple(value) if isinstance(value, list) else value
+                                                    for key, value in target.items()})})
         _check_values(info)
         return info
 
@@ -126,7 +165,9 @@ class CaptureInfo:
 JSON_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "int | None": (int, type(None)),
     "bool | None": (bool, type(None)), "dict | None": (dict, type(None)),
-    "list[str]": (list,), "list[dict]": (list,), "dict[str, list]": (dict,), "tuple[str, ...]": (list, tuple),
+    "list[str]": (list,), "list[dict]": (list,), "dict[str, list]": (dict,), "dict[str, str]": (dict,),
+    "dict[str, int]": (dict,),
+    "tuple[str, ...]": (list, tuple), "tuple[int, ...]": (list, tuple),
 }
 
 
@@ -144,7 +185,7 @@ def _check_types(data: dict, kind: type) -> None:
 # The least each count and time of capture.json can be.
 AT_LEAST = {"cpus": 1, "samples": 0, "switch_records": 0, "lost_events": 0, "perf_data_bytes": 0,
             "window_start_ns": 0, "duration_actual_s": 0}
-TARGET_KINDS = ("pid", "tid", "all", "command")
+TARGET_KINDS = ("pid", "tid", "cgroup", "all", "command")
 
 
 def _check_values(info: CaptureInfo) -> None:
@@ -167,9 +208,13 @@ def _check_numbers(info: CaptureInfo) -> None:
 
 
 def _check_target(target: Target) -> None:
-    if target.kind not in TARGET_KINDS or (target.kind == "command") != bool(target.command) or any(
-            number is not None and number < 1 for number in (target.pid, target.tid)):
-        raise ValueError(f"target is {json.dumps(asdict(target))[:80]}, not a process, thread, command or all CPUs")
+    numbers = (target.pid, target.tid, target.command_pid, *target.pids, *target.by_pid, *target.by_tree)
+    if target.kind not in TARGET_KINDS or (target.kind == "command" and not target.command) or \
+            (target.kind == "cgroup") != bool(target.cgroup) or \
+            any(not isinstance(number, int) or number < 1 for number in numbers if number is not None) or \
+            not all(isinstance(word, str) for word in target.command):
+        raise ValueError(f"target is {json.dumps(asdict(target))[:80]}, not processes, a thread, a cgroup, a command "
+                         "or all CPUs")
 
 
 def _check_lists(info: CaptureInfo) -> None:
@@ -177,6 +222,11 @@ def _check_lists(info: CaptureInfo) -> None:
         if not (tid.isdecimal() and isinstance(state, list) and len(state) == 2
                 and all(isinstance(item, str) for item in state)):
             raise ValueError(f"threads_at_start holds {json.dumps({tid: state})[:60]}, not a tid and its [comm, state]")
+    if not all(tid.isdecimal() and isinstance(pid, int) and not isinstance(pid, bool) and pid > 0
+               for tid, pid in info.processes_at_start.items()):
+        raise ValueError("processes_at_start holds something other than tids and the pids of their processes")
+    if not all(pid.isdecimal() and isinstance(comm, str) for pid, comm in info.unrecorded_processes.items()):
+        raise ValueError("unrecorded_processes holds something other than pids and their names")
     for name, items, fields in (("events", info.events, EVENT_FIELDS), ("events_skipped", info.events_skipped,
                                                                           SKIPPED_FIELDS)):
         if not all(isinstance(item, dict) and _typed(item, fields) for item in items):

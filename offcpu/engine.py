@@ -679,7 +679,12 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
     def inside(ns: int | None) -> int | None:
         return ns if ns is not None and start_ns <= ns <= end_ns else None
 
-    threads = {tid: Thread(tid, t.pid if t.pid is not None else tid, t.comm, round(t.oncpu_ns / 1000), t.offcpu_us,
+    def pid_of(tid: int, t: ThreadTotals) -> int:
+        # a thread with no event of its own (blocked throughout) is of the process it was of
+        # when recording began; perf.data cannot say
+        return t.pid if t.pid is not None else info.processes_at_start.get(str(tid), tid)
+
+    threads = {tid: Thread(tid, pid_of(tid, t), t.comm, round(t.oncpu_ns / 1000), t.offcpu_us,
                            t.blocked_us, t.runqueue_us, inside(t.created_ns), inside(t.exited_ns),
                            round(t.observer_ns / 1000))
                for tid, t in totals.threads.items()

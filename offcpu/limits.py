@@ -8,6 +8,8 @@ kernel.pid_max, vm.max_map_count).
 from __future__ import annotations
 
 import os
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -85,14 +87,15 @@ def _stat_fields(stat: str) -> tuple[str, list[str]]:
     return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 1:].split()
 
 
-def _read_stat(path: str) -> tuple[str, list[str]]:
+def read_stat(path: str) -> tuple[str, list[str]]:
+    """comm and the fields after it of a /proc/PID/stat (the first is the state, then the parent's pid)."""
     return _stat_fields(proc_text(path))
 
 
 def is_kernel_thread(pid: int) -> bool:
     """Whether `pid` is a kernel thread (it has no binary and no user memory)."""
     try:
-        _, fields = _read_stat(f"/proc/{pid}/stat")
+        _, fields = read_stat(f"/proc/{pid}/stat")
         return bool(int(fields[6]) & PF_KTHREAD)  # field 9 of stat: flags
     except (OSError, ValueError, IndexError):
         return False
@@ -110,7 +113,7 @@ def thread_states(pid: int, tids: list[int] | None = None) -> dict[str, list]:
     states: dict[str, list] = {}
     for tid in tids:
         try:
-            comm, fields = _read_stat(f"/proc/{pid}/task/{tid}/stat")
+            comm, fields = read_stat(f"/proc/{pid}/task/{tid}/stat")
         except (OSError, ValueError):
             continue
         if fields:
@@ -126,18 +129,19 @@ def _soft_rlimit_nproc(pid: int) -> int | None:
     return None
 
 
-def _threads_of_user(uid: str) -> int:
-    """All threads owned by a real uid: what RLIMIT_NPROC counts."""
-    total = 0
+def _threads_by_user() -> dict[str, int]:
+    """All threads by the real uid that owns them: what RLIMIT_NPROC counts."""
+    totals: dict[str, int] = defaultdict(int)
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             fields = proc_text(status).split("\n")
         except OSError:
             continue  # the process exited while we looked
         entries = dict(line.split(":", 1) for line in fields if ":" in line)
-        if entries.get("Uid", "").split()[:1] == [uid]:
-            total += int(entries.get("Threads", "1"))
-    return total
+        uid = entries.get("Uid", "").split()[:1]
+        if uid:
+            totals[uid[0]] += int(entries.get("Threads", "1"))
+    return totals
 
 
 def _threads_on_system() -> int:
@@ -159,21 +163,38 @@ def not_permitted(pid: int, path: str) -> str:
 
 def snapshot(pid: int) -> LimitsSnapshot:
     """The process's threads and maps against each limit, read now."""
-    try:
-        status = _status_fields(pid)
-        maps = sum(1 for _ in Path(f"/proc/{pid}/maps").open())
-        nproc = _soft_rlimit_nproc(pid)
-    except FileNotFoundError:
-        raise OffcpuError(f"no such process: {pid} (check the pid with 'ps -p {pid}')") from None
-    except PermissionError:
-        raise OffcpuError(not_permitted(pid, f"/proc/{pid}/maps")) from None
-    uid = status["Uid"].split()[0]
+    found = nearest([pid])
+    if found is None:
+        raise OffcpuError(f"no such process: {pid} (check the pid with 'ps -p {pid}')")
+    return found
+
+
+def nearest(pids: Iterable[int]) -> LimitsSnapshot | None:
+    """Of the processes' snapshots read now, the one nearest its limits (several
+    processes share the user's and the system's); None when all of them are gone."""
     system_threads = _threads_on_system()
-    nproc_what = "threads of the process's user" + (" (not enforced for root)" if uid == "0" else "")
-    limits = (
-        Limit("RLIMIT_NPROC", _threads_of_user(uid), nproc, nproc_what),
-        Limit("kernel.threads-max", system_threads, read_int_sysctl("kernel.threads-max"), "threads on the system"),
-        Limit("kernel.pid_max", system_threads, read_int_sysctl("kernel.pid_max"), "pids in use on the system"),
-        Limit("vm.max_map_count", maps, read_int_sysctl("vm.max_map_count"), "memory maps of the process"),
-    )
-    return LimitsSnapshot(pid=pid, threads=int(status["Threads"]), limits=limits)
+    by_user: dict[str, int] | None = None  # counted once, when a process is found
+    found: LimitsSnapshot | None = None
+    for pid in pids:
+        try:
+            status = _status_fields(pid)
+            maps = sum(1 for _ in Path(f"/proc/{pid}/maps").open())
+            nproc = _soft_rlimit_nproc(pid)
+        except FileNotFoundError:
+            continue  # exited
+        except PermissionError:
+            raise OffcpuError(not_permitted(pid, f"/proc/{pid}/maps")) from None
+        by_user = by_user if by_user is not None else _threads_by_user()
+        uid = status["Uid"].split()[0]
+        nproc_what = "threads of the process's user" + (" (not enforced for root)" if uid == "0" else "")
+        limits = (
+            Limit("RLIMIT_NPROC", by_user.get(uid, 0), nproc, nproc_what),
+            Limit("kernel.threads-max", system_threads, read_int_sysctl("kernel.threads-max"),
+                  "threads on the system"),
+            Limit("kernel.pid_max", system_threads, read_int_sysctl("kernel.pid_max"), "pids in use on the system"),
+            Limit("vm.max_map_count", maps, read_int_sysctl("vm.max_map_count"), "memory maps of the process"),
+        )
+        now = LimitsSnapshot(pid=pid, threads=int(status["Threads"]), limits=limits)
+        if found is None or now.highest_share() > found.highest_share():
+            found = now
+    return found

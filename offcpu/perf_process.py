@@ -130,16 +130,23 @@ class PerfProcess:
         events are open, and they switch on at that exec) or already ended; its pid,
         None if perf ended before it forked."""
         deadline = time.monotonic() + START_TIMEOUT_S
-        perf_binary = _executable(self.pid)
+        # Until it execs, perf's child is a copy of perf, arguments and all; after, its
+        # arguments are the command's (a strict part of perf's), whatever program it is:
+        # perf itself, or a wrapper that execs perf (env, sh -c) before offcpu looks.
+        perf_arguments = _arguments(self.pid)
         child = None
         while not self.exited():
             child = child or _child_of(self.pid)
-            if child is not None and _executable(child) != perf_binary:
+            if child is not None and _arguments(child) != perf_arguments:
                 return child  # exec'd, or gone already
             if time.monotonic() > deadline:
                 raise OffcpuError(f"perf did not start the command within {START_TIMEOUT_S:.0f} s")
             time.sleep(STDERR_POLL_S)
         return child
+
+    def command_pid(self) -> int | None:
+        """The pid of perf's command, once perf has started it (None once it has exited)."""
+        return _child_of(self.pid)
 
     def command(self, word: str) -> int | None:
         """Send 'enable' or 'disable'; CLOCK_MONOTONIC ns when perf acknowledged it
@@ -187,6 +194,18 @@ class PerfProcess:
             os.close(fd)
 
 
+    def end_command_group(self) -> None:
+        """Once perf has exited after ending its command (SIGTERM, and no more): end the
+        processes the command started (a shell's commands, perf bench's workers), which
+        would run on, unrecorded, holding offcpu's stdout. They are in perf's process
+        group, as perf has a session of its own; the group outlives perf while they do,
+        so its id is still theirs."""
+        try:
+            os.killpg(self._process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass  # nothing left of it
+
+
 def _child_of(pid: int) -> int | None:
     """The only child of `pid` (perf's command)."""
     try:
@@ -196,8 +215,8 @@ def _child_of(pid: int) -> int | None:
     return int(children[0]) if children else None
 
 
-def _executable(pid: int) -> str | None:
+def _arguments(pid: int) -> bytes | None:
     try:
-        return os.readlink(f"/proc/{pid}/exe")
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return None

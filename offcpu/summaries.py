@@ -70,6 +70,11 @@ class Lifecycle:
     median_life_us: int | None  # of threads both created and exited in the window
 
 
+def several_processes(model: Model) -> bool:
+    """Whether the model's threads belong to more than one process (then tables say which)."""
+    return len({thread.pid for thread in model.threads.values()}) > 1
+
+
 def totals(model: Model) -> Totals:
     threads = model.threads.values()
     return Totals(model.wall_us, sum(t.offcpu_us for t in threads), sum(t.blocked_us for t in threads),

@@ -63,6 +63,8 @@ class Running:
     directory: Path
     record_target: tuple[str, ...]
     requests: Callable[[], int] | None = field(default=None, compare=False)  # a server's count so far
+    # a server's load generator as a command that runs for the seconds given (to run as offcpu's command)
+    load_command: Callable[[int], tuple[str, ...]] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -469,11 +471,17 @@ http {{
 """
 
 
+def wrk_command(port: int, seconds: int) -> tuple[str, ...]:
+    """wrk loading nginx's small file for `seconds`."""
+    return (need("wrk", "wrk"), "-t", str(WRK_THREADS), "-c", str(WRK_CONNECTIONS), "-d", f"{seconds}s",
+            f"http://127.0.0.1:{port}/index.html")
+
+
 @contextmanager
-def nginx_under_wrk() -> Iterator[Running]:
-    """nginx (a master and several workers) serving a small static file on a free loopback port, loaded by wrk."""
+def nginx_under_wrk(loaded: bool = True) -> Iterator[Running]:
+    """nginx (a master and several workers) serving a small file on a free loopback port, loaded
+    by wrk (unless not `loaded`: then it waits for a load generator, such as its load_command)."""
     nginx = need("nginx", "nginx")
-    wrk = need("wrk", "wrk")
     port = free_port()
     with workspace() as directory, process_groups(directory) as groups:
         directory.chmod(0o755)  # nginx's workers run as nobody: they must reach www/
@@ -483,14 +491,35 @@ def nginx_under_wrk() -> Iterator[Running]:
         master = groups.start("nginx", [nginx, "-p", str(directory), "-c", "nginx.conf", "-e", "error.log"])
         wait_until(f"nginx accepting on port {port} with {NGINX_WORKERS} workers",
                    lambda: len(children(master.pid)) == NGINX_WORKERS and accepts(port), groups)
-        load = groups.start("wrk", [wrk, "-t", str(WRK_THREADS), "-c", str(WRK_CONNECTIONS),
-                                    "-d", f"{RUN_SECONDS}s", f"http://127.0.0.1:{port}/index.html"])
+        load = groups.start("wrk", list(wrk_command(port, RUN_SECONDS))) if loaded else None
         requests = functools.partial(nginx_requests, port)
-        wait_loaded("nginx", requests, groups)
+        if loaded:
+            wait_loaded("nginx", requests, groups)
         workers = tuple(children(master.pid))
-        yield Running(name="nginx", pid=master.pid, service_pids=(master.pid, *workers), load_pid=load.pid,
+        yield Running(name="nginx", pid=master.pid, service_pids=(master.pid, *workers),
+                      load_pid=load.pid if load else None,
                       worker_tids=tuple(sorted(tid for pid in workers for tid in thread_names(pid))),
-                      directory=directory, record_target=("-a",), requests=requests)
+                      directory=directory, record_target=("-a",), requests=requests,
+                      load_command=functools.partial(wrk_command, port))
+
+
+@contextmanager
+def cgroup() -> Iterator[Path]:
+    """A new cgroup v2, found where /proc/mounts says the v2 hierarchy is (beside v1 controllers, or
+    alone), with a name of its own; whatever is still in it afterwards goes back to the root, and it is
+    removed."""
+    mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
+    root = next(Path(fields[1]) for fields in mounts if fields[2] == "cgroup2")
+    directory = Path(tempfile.mkdtemp(prefix="offcpu-test-", dir=root))  # mkdir makes a cgroup there
+    try:
+        yield directory
+    finally:
+        for pid in (directory / "cgroup.procs").read_text().split():
+            try:
+                (root / "cgroup.procs").write_text(pid)
+            except ProcessLookupError:
+                pass  # exited meanwhile
+        directory.rmdir()
 
 
 # -- the named workloads -----------------------------------------------------

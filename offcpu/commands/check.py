@@ -8,11 +8,13 @@ import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
 from offcpu.capture import CaptureInfo, load
-from offcpu.commands.record import MAX_DURATION_S, check_bounds, default_output, record_into, resolve_target
+from offcpu.commands.record import (MAX_DURATION_S, check_bounds, default_output, record_into, resolve_target,
+                                    target_options, targets_given)
 from offcpu.commands.report.common import (checked_output, read_with_progress, same_file, warn_if_unread,
                                            write_report)
 from offcpu.errors import OffcpuError
@@ -24,6 +26,7 @@ from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.verdict import (VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable, could_not_check_markdown,
                                       github_annotations, github_error)
 from offcpu.stdout import write_stdout
+from offcpu.targets import Choice
 from offcpu.summaries import unreadable_note, untrusted
 from offcpu.verdict import Measurements, Verdict, evaluate, measure, measurements_from_report, unrecorded
 
@@ -53,9 +56,9 @@ class _CheckCommand(click.Command):
               help="TOML policy [default: the built-in one, see README.md].")
 @click.option("--baseline", type=click.Path(path_type=Path),
               help="A known-good capture directory, or its 'offcpu report json' output, to compare with.")
-@click.option("--pid", "-p", type=int, help="Record this process (every thread), then check the recording.")
+@target_options
 @click.option("--duration", "-d", type=float, default=5.0, show_default=True,
-              help="Seconds to record with --pid or a COMMAND (at most 600).")
+              help="Seconds to record at most, when recording (600 at most).")
 @click.option("--output", "-o", type=click.Path(path_type=Path),
               help="Where to keep the recording [default: offcpu-COMM-PID-TIME].")
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write the verdict as JUnit XML.")
@@ -63,13 +66,15 @@ class _CheckCommand(click.Command):
               help="Also write the verdict and every measured value as JSON.")
 @click.option("--force", is_flag=True, help="Replace an existing capture at --output and existing --junit/--json files.")
 @click.argument("arguments", nargs=-1, type=click.UNPROCESSED, metavar="[CAPTURE | -- COMMAND [ARGS]...]")
-def check(policy_path: Path | None, baseline: Path | None, pid: int | None, duration: float, output: Path | None,
-          junit: Path | None, json_path: Path | None, force: bool, arguments: tuple[str, ...]) -> int:
+def check(policy_path: Path | None, baseline: Path | None, duration: float, output: Path | None, junit: Path | None,
+          json_path: Path | None, force: bool, arguments: tuple[str, ...], **chosen: Any) -> int:
     """Check a run against a policy: pass (exit 0), fail (exit 1), or could
     not check (exit 2; never a pass).
 
     Checks an existing capture, or records one first (bounded, like
-    'offcpu record', and kept for 'offcpu report'). The default policy fails
+    'offcpu record', with the same targets, and kept for 'offcpu report').
+    A target with a COMMAND is recorded while the command runs: a service
+    while its load generator runs. The default policy fails
     on every finding above info but CPU saturation (runqueue) and waiting for
     work (idle); a --policy file changes the keys it sets. With --baseline,
     each finding's share of its threads' time, and blocked time with waits
@@ -79,6 +84,7 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
       offcpu check CAPTURE
       offcpu check --pid 1234 --duration 10
       offcpu check --policy offcpu.toml --baseline good.json --junit offcpu.xml -- ./bench --quick
+      offcpu check --tree "$(cat server.pid)" -d 60 -- wrk -d 20s http://127.0.0.1:8080/
 
     On GitHub Actions, a summary goes to $GITHUB_STEP_SUMMARY and failed
     checks become error annotations (at most 10); so does a check that could
@@ -92,12 +98,13 @@ def check(policy_path: Path | None, baseline: Path | None, pid: int | None, dura
         raise OffcpuError(f"--junit {junit} and --json {json_path} are the same file, and the JSON verdict would "
                           "overwrite the JUnit one; give each its own file")
     capture_args, command = _split_arguments(arguments)
-    if capture_args and (pid is not None or output is not None):
-        raise click.UsageError("give a CAPTURE to check, or --pid / -- COMMAND to record one, not both")
+    choice = Choice(command=command, **chosen)
+    if capture_args and (targets_given(choice) or output is not None):
+        raise click.UsageError("give a CAPTURE to check, or a target (--pid, ..., -- COMMAND) to record one, not both")
     if capture_args:
         _check_capture(Path(capture_args[0]))
     base = _baseline(baseline, policy) if baseline is not None else None
-    capture = Path(capture_args[0]) if capture_args else _record(pid, command, duration, output, force)
+    capture = Path(capture_args[0]) if capture_args else _record(choice, duration, output, force)
     run = _measure(capture, policy)
     verdict = evaluate(policy, run, base)
     width, color = stdout_layout()
@@ -126,11 +133,12 @@ def _split_arguments(arguments: tuple[str, ...]) -> tuple[tuple[str, ...], tuple
     return captures, command
 
 
-def _record(pid: int | None, command: tuple[str, ...], duration: float, output: Path | None, force: bool) -> Path:
+def _record(choice: Choice, duration: float, output: Path | None, force: bool) -> Path:
     """Record the target; a run that did not finish by itself is not checked."""
-    if pid is None and not command:
-        raise click.UsageError("nothing to check: give a CAPTURE, --pid PID, or -- COMMAND")
-    target = resolve_target(pid, None, False, command)
+    if not targets_given(choice) and not choice.command:
+        raise click.UsageError("nothing to check: give a CAPTURE, a target to record (--pid, --tree, --comm, --exe, "
+                               "--tid, --cgroup, --unit, -a), or -- COMMAND")
+    target = resolve_target(choice)
     if duration > MAX_DURATION_S:
         raise click.BadParameter(f"at most {MAX_DURATION_S:.0f} s in a check", param_hint="--duration")
     check_bounds(duration, False, MAX_SIZE, CALL_GRAPH, None)
@@ -148,6 +156,9 @@ def _refuse_unfinished(info: CaptureInfo, capture: Path) -> None:
     if info.command_exit_status:
         raise OffcpuError(f"the command exited with status {info.command_exit_status}, so the run is not checked; "
                           f"fix the command (its capture is kept in {capture})")
+    if info.target.command and info.target.kind != "command" and info.target_exited:
+        raise OffcpuError(f"{info.target.recorded()} exited before the command did, so the run is not checked; "
+                          f"its capture is kept in {capture}")
 
 
 def _check_capture(capture: Path) -> None:

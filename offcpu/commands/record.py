@@ -6,19 +6,22 @@ import math
 import re
 import shlex
 import shutil
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
-from offcpu import limits, system
+from offcpu import system, targets
 from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.findings import counted
 from offcpu.recorder import RecordRequest, output_taken, record as record_capture
+from offcpu.targets import Choice
 
 MAX_DURATION_S = 600.0
 MAX_DWARF_BYTES = 65528  # perf record's largest user stack copy
@@ -32,10 +35,55 @@ MIN_MAX_SIZE_MIB = 1
 UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._+-]")
 
 
+def _pid_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...]:
+    """PID[,PID...], as perf takes them."""
+    if value is None:
+        return ()
+    words = value.split(",")
+    if not all(word.strip().isdecimal() and int(word) > 0 for word in words):
+        raise click.BadParameter(f"give process ids separated by commas, such as 1234,1240, not {value!r}")
+    return tuple(dict.fromkeys(int(word) for word in words))
+
+
+def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A name or path: an empty one (a shell variable left unset) names nothing."""
+    if value == "":
+        raise click.BadParameter(f"give a {param.metavar}, not an empty one")
+    return value
+
+
+# How a recording's target is given, in record and check alike; the names are Choice's.
+TARGET_OPTIONS = (
+    click.option("--pid", "-p", "pids", metavar="PID[,PID...]", callback=_pid_list,
+                 help="Record these processes, with the threads and processes they start while recorded."),
+    click.option("--tree", "trees", metavar="PID[,PID...]", callback=_pid_list,
+                 help="Record these processes and their descendants: those running at the start, and those they "
+                      "start while recorded."),
+    click.option("--comm", metavar="NAME", callback=_not_empty,
+                 help="Record every process named NAME (as 'ps -e' shows it) at the start, and what they start; one "
+                      "of that name that another process starts meanwhile is not recorded, and offcpu says so."),
+    click.option("--exe", metavar="PATH", callback=_not_empty,
+                 help="Record every process running the executable PATH at the start, and what they start (as "
+                      "--comm)."),
+    click.option("--tid", "-t", type=int, help="Record one thread."),
+    click.option("--cgroup", "-G", metavar="PATH", callback=_not_empty,
+                 help="Record every process of a cgroup v2 (a container's, a slice's) and of the cgroups below it, as "
+                      "/proc/PID/cgroup names it, whatever joins it meanwhile; through perf's cgroup filter on every "
+                      "CPU."),
+    click.option("--unit", metavar="NAME", callback=_not_empty,
+                 help="Record a systemd unit's cgroup (systemd says which)."),
+    click.option("--all-cpus", "-a", is_flag=True, help="Record every thread on the machine."),
+)
+
+
+def target_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(TARGET_OPTIONS):
+        command = option(command)
+    return command
+
+
 @click.command()
-@click.option("--pid", "-p", type=int, help="Record every thread of this process, including threads it starts.")
-@click.option("--tid", "-t", type=int, help="Record one thread.")
-@click.option("--all-cpus", "-a", is_flag=True, help="Record every thread on the machine.")
+@target_options
 @click.option("--duration", "-d", type=float, default=5.0, show_default=True,
               help=f"Seconds to record; more than {MAX_DURATION_S:.0f} needs --no-limit.")
 @click.option("--no-limit", is_flag=True, help=f"Allow --duration above {MAX_DURATION_S:.0f} s.")
@@ -49,9 +97,9 @@ UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._+-]")
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Capture directory [default: offcpu-COMM-PID-TIME].")
 @click.option("--force", is_flag=True, help="Replace an existing capture at --output.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS]...]")
-def record(pid: int | None, tid: int | None, all_cpus: bool, duration: float, no_limit: bool, max_size: str,
-           call_graph: str, mmap_pages: str | None, enable_schedstats: bool, output: Path | None, force: bool,
-           command: tuple[str, ...]) -> None:
+def record(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap_pages: str | None,
+           enable_schedstats: bool, output: Path | None, force: bool, command: tuple[str, ...],
+           **chosen: Any) -> None:
     """Record where threads wait while they are off CPU.
 
     Runs perf on the scheduler's switch and wakeup tracepoints (with call
@@ -60,13 +108,23 @@ def record(pid: int | None, tid: int | None, all_cpus: bool, duration: float, no
     Ctrl-C ends the recording early and still leaves a complete capture.
 
     \b
-    Choose one target:
+    Choose a target (processes may be named several ways at once):
       offcpu record --pid 1234                 a running process
+      offcpu record --pid 1234,1240            several
+      offcpu record --tree 1234                a process and its descendants (a server's workers)
+      offcpu record --comm memcached           every process of a name
+      offcpu record --exe /usr/sbin/nginx      every process of an executable
       offcpu record --tid 1240                 one thread
+      offcpu record --cgroup /system.slice/nginx.service   a cgroup v2
+      offcpu record --unit nginx.service       a systemd unit
       offcpu record -a --duration 2            the whole machine
       offcpu record -- ./server --port 8080    a command, until it exits
+
+    \b
+    Any target with a command records the target while the command runs:
+      offcpu record --tree 1234 -- wrk -d 10s http://127.0.0.1:8080/
     """
-    target = resolve_target(pid, tid, all_cpus, command)
+    target = resolve_target(Choice(command=command, **chosen))
     check_bounds(duration, no_limit, max_size, call_graph, mmap_pages)
     output = output or default_output(target)
     record_into(RecordRequest(target, output, duration, max_size, call_graph, mmap_pages, enable_schedstats), force)
@@ -82,25 +140,28 @@ def record_into(request: RecordRequest, force: bool, suggest_report: bool = True
     return info
 
 
-def resolve_target(pid: int | None, tid: int | None, all_cpus: bool, command: tuple[str, ...]) -> Target:
-    chosen = [name for name, given in (("--pid", pid is not None), ("--tid", tid is not None),
-                                        ("-a", all_cpus), ("-- COMMAND", bool(command))) if given]
-    if len(chosen) != 1:
-        what = "no target" if not chosen else f"more than one target ({', '.join(chosen)})"
-        raise click.UsageError(f"{what}: give one of --pid PID, --tid TID, -a, or -- COMMAND")
-    if pid is not None or tid is not None:
-        task = pid if pid is not None else tid
-        assert task is not None
-        if not limits.process_exists(task):
-            raise OffcpuError(f"no such {'process' if pid is not None else 'thread'}: {task} (check it with 'ps -eLf')")
-        process = limits.thread_group_of(task)
-        if pid is not None and process != pid:
-            raise OffcpuError(f"{pid} is a thread of process {process}; use --tid {pid} or --pid {process}")
-        return Target("pid" if pid is not None else "tid", limits.command_name(process), pid=process, tid=tid)
-    if all_cpus:
-        return Target("all", "all")
-    _check_runnable(command[0])
-    return Target("command", Path(command[0]).name, command=command)
+def targets_given(choice: Choice) -> list[str]:
+    """The kinds of target `choice` names, but for a command."""
+    return [name for name, given in (
+        ("processes (--pid, --tree, --comm, --exe)",
+         bool(choice.pids or choice.trees) or choice.comm is not None or choice.exe is not None),
+        ("--tid", choice.tid is not None), ("--cgroup", choice.cgroup is not None),
+        ("--unit", choice.unit is not None), ("-a", choice.all_cpus)) if given]
+
+
+def resolve_target(choice: Choice) -> Target:
+    """The target `choice` names, checked against the machine."""
+    given = targets_given(choice)
+    if len(given) > 1:
+        raise click.UsageError(f"more than one target ({', '.join(given)}): give processes (--pid, --tree, --comm, "
+                               "--exe, together if need be) or one of --tid, --cgroup, --unit, -a; any of them may "
+                               "come with -- COMMAND")
+    if not given and not choice.command:
+        raise click.UsageError("no target: give --pid, --tree, --comm, --exe, --tid, --cgroup, --unit, -a, "
+                               "or -- COMMAND")
+    if choice.command:
+        _check_runnable(choice.command[0])
+    return targets.resolve(choice)
 
 
 def _check_runnable(program: str) -> None:
@@ -206,6 +267,15 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
         status = info.command_exit_status
         notes.append(f"the command exited with status {status}"
                      + (f" (killed by signal {-status})" if status < 0 else ""))
+    if info.unrecorded_processes:
+        strays = info.unrecorded_processes
+        listed = ", ".join(f"{pid} ({printable(comm)})" for pid, comm in list(strays.items())[:5])
+        more = f" and {len(strays) - 5:,} more" if len(strays) > 5 else ""
+        notes.append(f"{len(strays):,} process{'es' * (len(strays) > 1)} of the name or executable given started "
+                     "while recording, not by a recorded "
+                     f"process, so perf could not record {'them' if len(strays) > 1 else 'it'}: {listed}{more}; "
+                     "perf follows the processes it records and what they start, not names: record the cgroup that "
+                     "holds them all (--cgroup) instead")
     if info.samples == 0:
         notes.append("perf recorded no scheduler event of the target: none of its threads ran during the recording "
                      "(idle, stopped or deadlocked?); reports can only show them off CPU all along, with no stack")

@@ -18,8 +18,8 @@ from offcpu.renderers.graph_svg import graph_svg
 from offcpu.renderers.text import STATE_NAMES, cause_lines, ms, share, waker_name
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
-from offcpu.summaries import (by_state, caveats, lifecycle, observer, runqueue_percentiles, totals, unreadable_note,
-                              untrusted, waker_pairs)
+from offcpu.summaries import (by_state, caveats, lifecycle, observer, runqueue_percentiles, several_processes, totals,
+                              unreadable_note, untrusted, waker_pairs)
 from offcpu.waitgraph import wait_graph
 
 STACK_CHARS = 110  # a stack cell shows about this much; its tooltip has every frame
@@ -210,9 +210,14 @@ class HtmlReport:
 
     def _threads(self, model: Model) -> str:
         threads = sorted(model.threads.values(), key=lambda t: -t.offcpu_us)[: self.top]
-        table = _table(("tid", "comm", "off-CPU ms", "blocked ms", "run-queue ms", "on-CPU ms"), "rlrrrr",
-                       [(str(t.tid), t.comm, ms(t.offcpu_us), ms(t.blocked_us), ms(t.runqueue_us),
-                         ms(t.oncpu_us)) for t in threads])
+        headers = ["tid", "pid", "comm", "off-CPU ms", "blocked ms", "run-queue ms", "on-CPU ms"]
+        rows = [[str(t.tid), str(t.pid), t.comm, ms(t.offcpu_us), ms(t.blocked_us), ms(t.runqueue_us),
+                 ms(t.oncpu_us)] for t in threads]
+        if not several_processes(model):  # the pid column says which process a thread is of, when there are several
+            del headers[1]
+            for row in rows:
+                del row[1]
+        table = _table(headers, "r" * (len(headers) - 5) + "lrrrr", rows)
         return _section("threads", "Threads",
                         f"The {len(threads):,} of {len(model.threads):,} threads longest off CPU", table)
 

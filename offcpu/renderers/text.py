@@ -16,8 +16,8 @@ from offcpu.model import Model
 from offcpu.renderers.console import Column, fitted_table, printed, short_names
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import StackView, chosen, listed, of_threads, selected
-from offcpu.summaries import (WakerPair, by_state, caveats, lifecycle, observer, runqueue_percentiles, totals,
-                              unreadable_note, untrusted, waker_pairs)
+from offcpu.summaries import (WakerPair, by_state, caveats, lifecycle, observer, runqueue_percentiles,
+                              several_processes, totals, unreadable_note, untrusted, waker_pairs)
 
 STATE_NAMES = {"S": "sleeping", "D": "uninterruptible (locks, I/O)", "R": "preempted while runnable",
                "I": "idle kernel thread", "?": "since before the recording", "T": "stopped", "t": "traced"}
@@ -133,8 +133,10 @@ class TextReport:
 
     def _threads(self, model: Model) -> Table:
         threads = sorted(model.threads.values(), key=lambda t: -t.offcpu_us)[: self.top]
+        process = [Column("pid", [str(t.pid) for t in threads], drop=4)] if several_processes(model) else []
         return self._table("Threads",
                            Column("tid", [str(t.tid) for t in threads]),
+                           *process,
                            Column("comm", short_names([t.comm for t in threads]), least=15),
                            Column("off-CPU ms", [ms(t.offcpu_us) for t in threads]),
                            Column("blocked ms", [ms(t.blocked_us) for t in threads], drop=2),

@@ -35,6 +35,7 @@ def edited(capture: Path, **fields: object) -> Path:
     ("cpus", -5), ("cpus", 0), ("lost_events", -5), ("samples", -1), ("switch_records", -1),
     ("perf_data_bytes", -1), ("duration_requested_s", 0), ("duration_actual_s", -1.0),
     ("window_start_ns", -1), ("threads_at_start", {"1a": ["x", "S"]}), ("threads_at_start", {"7": "S"}),
+    ("processes_at_start", {"7": "1"}), ("processes_at_start", {"x": 7}), ("processes_at_start", {"7": 0}),
     ("events", [{"name": 3}]), ("events_skipped", ["sched:sched_stat_sleep"]),
     ("limits", {"pid": 1, "threads": 2, "limits": [{"name": "x", "used": "many"}]}),
 ])

@@ -300,6 +300,17 @@ class TestCouldNotCheck:
         # and checking that capture afterwards does not pass it either
         assert_one_line_error(check(str(capture)), "could not check", "exited with status 3")
 
+    def test_a_target_that_exits_before_its_load_generator(self, workload, tmp_path):
+        # Given a service that exits after 3 s (offcpu has started by then, even on a busy machine),
+        # checked while a command meant to load it runs
+        program = workload("futex_contention_fixed", "-t", "2", "-s", "3", threads=3)
+        capture = tmp_path / "cap"
+        result = check("--pid", str(program.pid), "-d", "30", "-o", str(capture), "--", "sleep", "30")
+        # Then the run is not checked (perf ended the command), and the capture is kept
+        assert result.returncode == 2 and "PASS" not in result.stdout, result.stdout + result.stderr
+        assert "exited before the command did" in result.stderr.splitlines()[-1]
+        assert (capture / "perf.data").exists()
+
     def test_recording_without_perf(self, tmp_path):
         bare = tmp_path / "bin"
         bare.mkdir()
@@ -334,6 +345,8 @@ class TestCouldNotCheck:
         (("a", "b"), ["one CAPTURE"]),
         (("cap", "--", "true"), ["not both"]),
         (("--pid", "1", "cap"), ["not both"]),
+        (("--tree", "1", "cap"), ["not both"]),
+        (("--cgroup", "x", "--tid", "1", "--", "true"), ["more than one target"]),
         (("-d", "601", "--", "true"), ["--duration", "600"]),
     ])
     def test_bad_arguments(self, tmp_path, args, words):

@@ -26,10 +26,10 @@ PROGRAMS = [name for name in programs.WORKLOADS if name not in ("memcached", "ng
 
 
 @contextmanager
-def started(name: str) -> Iterator[programs.Running]:
+def started(name: str, **options: bool) -> Iterator[programs.Running]:
     """The named workload, running; a missing package fails the test in CI and skips it elsewhere."""
     try:
-        with programs.WORKLOADS[name]() as running:
+        with programs.WORKLOADS[name](**options) as running:
             yield running
     except programs.MissingProgram as missing:
         if os.environ.get("CI") == "true":

@@ -48,7 +48,9 @@ def test_record_pid_writes_a_capture_true_to_the_recording(workload, tmp_path):
     # Then the capture is complete and capture.json says what happened
     assert result.returncode == 0, result.stderr
     info = load(capture)
-    assert info["target"] == {"kind": "pid", "comm": "mmap_contention", "pid": program.pid, "tid": None, "command": []}
+    assert info["target"] == {"kind": "pid", "comm": "mmap_contention", "pid": program.pid, "tid": None, "command": [],
+                              "pids": [program.pid], "cgroup": "", "unit": "", "by_pid": [program.pid], "by_tree": [],
+                              "by_comm": "", "by_exe": "", "command_pid": None}
     assert info["ended_by"] == "duration" and info["target_exited"] is False
     assert 1.9 <= info["duration_actual_s"] <= 2.5
     assert info["duration_requested_s"] == 2.0
@@ -515,8 +517,106 @@ def test_threads_at_start_include_the_ones_that_never_run(workload, tmp_path):
     assert set(threads) == {str(tid) for tid in program.threads()} and len(threads) == 17
     assert all(comm == "idle_pool" for comm, _ in threads.values())
     assert sum(state == "S" for _, state in threads.values()) >= 15
+    # with the process each is of, which reports give even to those perf has no event of
+    assert load(capture)["processes_at_start"] == {tid: program.pid for tid in threads}
+    for _ in ("built", "from the saved model"):
+        report = json.loads(run_offcpu("report", "json", str(capture)).stdout)
+        assert {thread["pid"] for thread in report["threads"]} == {program.pid}
+    saved = json.loads((capture / "model.json").read_text())
+    assert {thread["pid"] for thread in saved["threads"]} == {program.pid}
     # with --tid, only that thread
     worker = max(program.threads())
     one = tmp_path / "one"
     assert run_offcpu("record", "--tid", str(worker), "-d", "0.5", "-o", str(one)).returncode == 0
     assert list(load(one)["threads_at_start"]) == [str(worker)]
+
+
+# A loop count no other perf bench on the machine uses: its processes are this test's alone.
+PIPE_LOOPS = "2999999"
+PIPE_BENCH = ["perf", "bench", "sched", "pipe", "-l", PIPE_LOOPS]  # ~20 s under recording, 2 processes
+
+
+def processes_with_arguments(*argv: str) -> list[int]:
+    """pids of the processes whose command line ends with `argv`."""
+    wanted = "\0".join(argv).encode() + b"\0"
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if entry.read_bytes().endswith(wanted):
+                found.append(int(entry.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("target, wrapper", [
+    ((), ()), ((), ("env",)), ((), ("sh", "-c", " ".join(PIPE_BENCH) + "; true")), (("-a",), ()),
+], ids=["perf itself", "env perf", "sh -c 'perf ...; true'", "the whole machine while perf runs"])
+def test_a_busy_command_that_is_perf_ends_at_the_duration(tmp_path, target, wrapper):
+    # Given a command that is perf itself (or perf run through a wrapper), switching
+    # threads as fast as it can: a recording of it grows by tens of MB a second
+    capture = tmp_path / "cap"
+    command = wrapper if wrapper[:1] == ("sh",) else (*wrapper, *PIPE_BENCH)
+    # When it is recorded (or the whole machine is, while it runs) for 2 s
+    result = run_offcpu("record", *target, "-d", "2", "-o", str(capture), "--", *command)
+    # Then the recording is over 2 s after it started (perf then finishes its file)
+    assert result.returncode == 0, result.stderr
+    info = load(capture)
+    assert info["ended_by"] == "duration" and info["command_exit_status"] is None
+    assert 1.9 < info["duration_actual_s"] < 3, info["duration_actual_s"]
+    # and nothing of the command is left running: neither perf bench nor the process it forked
+    assert processes_with_arguments(*PIPE_BENCH) == []
+    assert perf_processes_writing(capture) == []
+
+
+def test_max_size_ends_a_busy_command_s_recording(tmp_path):
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", "-d", "60", "--max-size", "16M", "-o", str(capture), "--", *PIPE_BENCH)
+    assert result.returncode == 0, result.stderr
+    info = load(capture)
+    assert info["ended_by"] == "max size"
+    assert (capture / "perf.data").stat().st_size < 17 << 20
+    assert processes_with_arguments(*PIPE_BENCH) == []
+
+
+BACKGROUND = '"$@" & echo $!; wait'  # a script that starts a command as a background job
+
+
+def test_sigint_ends_a_recording_started_in_the_background(workload, tmp_path):
+    # Given a shell starts a background job with SIGINT ignored
+    shown = subprocess.run(["sh", "-c", BACKGROUND, "sh", "grep", "SigIgn", "/proc/self/status"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert int(shown[-1], 16) & (1 << (signal.SIGINT - 1))
+    # and offcpu started by a script as such a job
+    program = workload("idle_pool", "-s", "60", threads=17)
+    capture = tmp_path / "cap"
+    shell = subprocess.Popen(["sh", "-c", BACKGROUND, "sh", str(OFFCPU), "record", "--pid", str(program.pid), "-d",
+                              "60", "-o", str(capture)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert shell.stdout is not None
+    recording = int(shell.stdout.readline())
+    wait_for_perf(capture)
+    # When the script sends it SIGINT
+    os.kill(recording, signal.SIGINT)
+    stderr = shell.communicate(timeout=60)[1]
+    # Then the recording ends there, as perf would, with a complete capture
+    assert shell.returncode == 0, stderr
+    info = load(capture)
+    assert info["ended_by"] == "SIGINT" and info["duration_actual_s"] < 30
+    assert perf_processes_writing(capture) == []
+
+
+def test_sighup_under_nohup_stays_ignored(workload, tmp_path):
+    # Given offcpu started under nohup
+    program = workload("idle_pool", "-s", "60", threads=17)
+    capture = tmp_path / "cap"
+    recording = subprocess.Popen(["nohup", str(OFFCPU), "record", "--pid", str(program.pid), "-d", "4", "-o",
+                                  str(capture)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for_perf(capture, settle_s=0.2)
+    # When it gets SIGHUP while recording
+    recording.send_signal(signal.SIGHUP)
+    time.sleep(0.2)
+    assert perf_processes_writing(capture), "the recording ended at the SIGHUP"
+    # Then the recording runs its whole duration
+    stderr = recording.communicate(timeout=60)[1]
+    assert recording.returncode == 0, stderr
+    assert load(capture)["ended_by"] == "duration"

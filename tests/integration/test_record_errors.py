@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
+from tests import programs
 from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 
 pytestmark = pytest.mark.usefixtures("perf")
@@ -64,6 +67,21 @@ def test_thread_given_as_pid(workload, tmp_path):
     (("--", "/etc/passwd"), ["/etc/passwd", "not executable", "chmod +x"]),
     (("--", "/etc"), ["/etc", "is a directory"]),
     (("--", "/no/such/program"), ["/no/such/program", "no such file"]),
+    (("--pid", "1", "--cgroup", "x"), ["more than one target", "processes", "--cgroup"]),
+    (("--unit", "x.service", "-a"), ["more than one target", "--unit", "-a"]),
+    (("--pid", "12,abc"), ["--pid", "process ids separated by commas"]),
+    (("--tree", "0"), ["--tree", "process ids separated by commas"]),
+    (("--comm", "offcpu-no-such1"), ["no process is named 'offcpu-no-such1'"]),
+    (("--comm", "a-name-of-16-bytes"), ["first 15 bytes", "--comm 'a-name-of-16-by'"]),
+    (("--exe", "/no/such/program"), ["--exe /no/such/program", "no such file"]),
+    (("--exe", "no-such-program-offcpu"), ["--exe no-such-program-offcpu", "PATH"]),
+    (("--cgroup", "offcpu-no-such-cgroup"), ["no cgroup offcpu-no-such-cgroup", "/proc/PID/cgroup"]),
+    (("--cgroup", "../.."), ["no cgroup ../.."]),
+    # an empty name or path (a shell variable left unset), which names nothing
+    (("--comm", ""), ["--comm", "give a NAME, not an empty one"]),
+    (("--exe", ""), ["--exe", "give a PATH, not an empty one"]),
+    (("-G", ""), ["--cgroup", "give a PATH, not an empty one"]),
+    (("--unit", ""), ["--unit", "give a NAME, not an empty one"]),
 ])
 def test_bad_arguments(tmp_path, args, words):
     assert_one_line_error(run_offcpu("record", "-o", str(tmp_path / "cap"), *args), *words)
@@ -277,3 +295,76 @@ def _readable(path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_a_process_that_has_exited_is_no_target(tmp_path):
+    # Given a process that has exited (its parent has not reaped it yet: it keeps its pid, a zombie)
+    child = subprocess.Popen(["true"])
+    while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.01)
+    try:
+        # Then neither as one of several pids nor as a tree's root is it recorded
+        for args in (("--pid", f"{os.getpid()},{child.pid}"), ("--tree", str(child.pid))):
+            result = run_offcpu("record", *args, "-d", "0.5", "-o", str(tmp_path / "cap"))
+            assert_one_line_error(result, "no such process", str(child.pid))
+            assert not (tmp_path / "cap").exists()
+    finally:
+        child.wait()
+
+
+def test_an_executable_nothing_runs(tmp_path):
+    program = tmp_path / "unused"
+    shutil.copy("/bin/true", program)
+    assert_one_line_error(run_offcpu("record", "--exe", str(program), "-o", str(tmp_path / "cap")),
+                          f"no process runs {program}")
+
+
+def test_a_systemd_unit_where_systemd_does_not_run(tmp_path):
+    result = run_offcpu("record", "--unit", "offcpu-no-such.service", "-o", str(tmp_path / "cap"))
+    if Path("/run/systemd/system").is_dir():  # systemd runs here: it has no such unit
+        assert_one_line_error(result, "no unit offcpu-no-such.service")
+    else:
+        assert_one_line_error(result, "--unit offcpu-no-such.service needs systemd", "--cgroup")
+    assert not (tmp_path / "cap").exists()
+
+
+def test_an_empty_cgroup(tmp_path):
+    with programs.cgroup() as group:
+        result = run_offcpu("record", "--cgroup", group.name, "-o", str(tmp_path / "cap"))
+    assert_one_line_error(result, f"cgroup /{group.name} holds no process")
+
+
+def test_cgroup_v1_only(tmp_path):
+    # In a mount namespace of its own, so the machine's cgroup v2 stays mounted: unmount it there
+    script = ("for m in $(awk '$3 == \"cgroup2\" {print $2}' /proc/self/mounts); do umount $m || exit 90; done; "
+              "grep -q ' cgroup2 ' /proc/self/mounts && exit 91; "
+              '"$@"')
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                             str(OFFCPU), "record", "--cgroup", "anything", "-o", str(tmp_path / "cap")],
+                            capture_output=True, text=True, timeout=120)
+    assert_one_line_error(result, "no cgroup v2 hierarchy is mounted", "--tree PID")
+    assert " cgroup2 " in Path("/proc/mounts").read_text()  # never unmounted out here
+
+
+def test_more_threads_than_perf_may_open_files_for(workload, tmp_path):
+    # Given a process of 17 threads, and perf allowed 64 open files: fewer than an event for each thread needs
+    program = workload("idle_pool", "-s", "30", threads=17)
+    result = subprocess.run([str(OFFCPU), "record", "--pid", str(program.pid), "-d", "1", "-o", str(tmp_path / "cap")],
+                            capture_output=True, text=True, timeout=120,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)))
+    assert_one_line_error(result, "more files than perf may open (ulimit -Hn is 64)", "--cgroup")
+
+
+def test_a_tree_whose_processes_come_and_go_faster_than_perf_starts(tmp_path):
+    # Given a process that starts a process every 5 ms, each living 20 ms
+    churn = subprocess.Popen(["sh", "-c", "while :; do sleep 0.02 & sleep 0.005; done"])
+    try:
+        while not programs.children(churn.pid):
+            time.sleep(0.01)
+        # Then its tree cannot be listed to perf: perf finds some of them gone each time it starts
+        result = run_offcpu("record", "--tree", str(churn.pid), "-d", "1", "-o", str(tmp_path / "cap"))
+    finally:
+        churn.kill()
+        churn.wait()
+    assert_one_line_error(result, "kept exiting before perf could start recording them (3 tries)",
+                          f"--pid {churn.pid}", "--cgroup")

@@ -166,3 +166,15 @@ def test_a_wait_is_linked_to_what_its_waker_waited_for_meanwhile() -> None:
     assert (result.rows[link.waiter_row], result.rows[link.waker_row], link.overlap_us, link.count) == \
         (waiter, holder, 2000, 1)
     assert result.wakers[holder.waker].kind == "interrupt"
+
+
+def test_a_thread_with_no_event_is_of_the_process_it_was_of_at_the_start() -> None:
+    events = builder()
+    switch(events, 1000, 11, "S", 0, "futex_wait")  # 11 (of 10) sleeps; 13 never runs, 14 is unknown
+    at_start = {11: ("t11", "S"), 13: ("t13", "S"), 14: ("t14", "S")}
+    totals, skipped = merge([events.finish(0)], 0, WINDOW_US * US, at_start)
+    capture = info()
+    capture.processes_at_start = {"11": 10, "13": 10}  # 14 from a capture.json before the field: its own tid
+    result = to_model(totals, NamedChains(), capture, 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
+    assert {tid: thread.pid for tid, thread in result.threads.items()} == {11: 10, 13: 10, 14: 14}
+    assert result.threads[13].offcpu_us == WINDOW_US

@@ -90,3 +90,24 @@ def test_top_limits_every_table():
     assert f"Top 2 of {len(listed(drawn(model_of('churn_pid'), StackView())))} off-CPU stacks" in text
     threads = text.split("Threads\n")[1].split("\n\n")[0]
     assert sum(1 for line in threads.splitlines() if line.startswith("|")) == 1 + 2  # header and two rows
+
+
+def threads_table(text: str) -> list[str]:
+    lines = text.splitlines()
+    start = lines.index("Threads")
+    return lines[start:lines.index("", start)]
+
+
+@pytest.mark.parametrize("name, several", [("futex_pid", False), ("mmap_all", True)])
+def test_threads_say_their_process_when_there_are_several(name, several):
+    # Given a capture of one process, or of the whole machine
+    model = model_of(name)
+    assert (len({thread.pid for thread in model.threads.values()}) > 1) == several
+    # Then the threads table has a pid column only when its threads are of several processes
+    table = threads_table(TextReport(StackView(), top=10, width=120, color=False).render(model))
+    headers = [cell.strip() for cell in table[2].split("|")[1:3]]
+    assert headers == (["tid", "pid"] if several else ["tid", "comm"])
+    if several:  # each row's pid is its thread's
+        for row in table[4:-1]:
+            tid, pid = (int(cell) for cell in row.split("|")[1:3])
+            assert model.threads[tid].pid == pid
