@@ -13,8 +13,6 @@ import pytest
 
 from tests.conftest import assert_one_line_error, run_offcpu
 
-pytestmark = pytest.mark.usefixtures("perf")
-
 
 @pytest.fixture
 def copy(example_capture, tmp_path) -> Path:

@@ -16,8 +16,6 @@ import pytest
 from offcpu.findings import RULES
 from tests.conftest import OFFCPU, assert_one_line_error, example, run_offcpu
 
-pytestmark = pytest.mark.usefixtures("perf")
-
 # program -> the default policy's checks its pathology must fail, and its fixed twin
 CASES = {
     "mmap_contention": ({"mmap_lock not above info"}, "mmap_contention_fixed"),

@@ -13,8 +13,6 @@ import pytest
 
 from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 
-pytestmark = pytest.mark.usefixtures("perf")
-
 
 def checks_by_name(output: str) -> dict[str, dict]:
     return {check["name"]: check for check in json.loads(output)["checks"]}

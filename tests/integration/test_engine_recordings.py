@@ -5,11 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-import pytest
-
 from tests.conftest import run_offcpu
-
-pytestmark = pytest.mark.usefixtures("perf")
 
 
 def model(capture) -> dict:

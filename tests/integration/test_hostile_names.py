@@ -12,15 +12,12 @@ import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-import pytest
-
 from offcpu.analysis import READERS
 from tests.conftest import example, run_offcpu
 from tests.fixtures import HOSTILE_NAMES
 
 SVG = "{http://www.w3.org/2000/svg}"
 
-pytestmark = pytest.mark.usefixtures("perf")
 
 
 def test_every_name_is_read(example_capture):

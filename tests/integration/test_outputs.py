@@ -17,7 +17,6 @@ import pytest
 
 from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 
-pytestmark = pytest.mark.usefixtures("perf")
 NULL_DEVICE = os.makedev(1, 3)  # what /dev/null is
 UNUSED_BLOCK_DEVICE = os.makedev(240, 0)  # major 240: "local/experimental use", no driver behind it
 

@@ -19,8 +19,6 @@ import pytest
 from tests import programs
 from tests.conftest import run_offcpu
 
-pytestmark = pytest.mark.usefixtures("perf")
-
 RECORD_S = 1.0
 PROGRAMS = [name for name in programs.WORKLOADS if name not in ("memcached", "nginx")]
 

@@ -19,8 +19,6 @@ from offcpu.commands.record import default_output
 from tests.conftest import OFFCPU, assert_one_line_error, example, run_offcpu
 from tests.perf_data import event_counts, lost_records, script_events
 
-pytestmark = pytest.mark.usefixtures("perf")
-
 
 def load(capture: Path) -> dict:
     return json.loads((capture / "capture.json").read_text())

@@ -18,8 +18,6 @@ import pytest
 from tests import programs
 from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 
-pytestmark = pytest.mark.usefixtures("perf")
-
 
 def unused_pid() -> int:
     pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())

@@ -13,7 +13,6 @@ import pytest
 
 from tests.conftest import assert_one_line_error, example, run_offcpu
 
-pytestmark = pytest.mark.usefixtures("perf")
 TOTALS = re.compile(r"Off CPU in all stacks: ([\d,]+) µs in (\S+), ([\d,]+) µs in (\S+) \(")
 SVG = "{http://www.w3.org/2000/svg}"
 RGB = re.compile(r"rgb\((\d+),(\d+),(\d+)\)")

@@ -14,8 +14,6 @@ from offcpu.flamegraph import find_renderer
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, STACK_LOST
 from tests.conftest import assert_one_line_error, run_offcpu
 
-pytestmark = pytest.mark.usefixtures("perf")
-
 
 def folded(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
     assert result.returncode == 0, result.stderr

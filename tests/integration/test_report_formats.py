@@ -15,7 +15,6 @@ import pytest
 from offcpu.flamegraph import DEBIAN_NYTPROF_COPY
 from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 
-pytestmark = pytest.mark.usefixtures("perf")
 SVG = "{http://www.w3.org/2000/svg}"
 
 

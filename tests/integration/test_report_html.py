@@ -18,8 +18,6 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.conftest import assert_one_line_error, run_offcpu
 
-pytestmark = pytest.mark.usefixtures("perf")
-
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",

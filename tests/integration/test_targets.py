@@ -22,8 +22,6 @@ from tests.conftest import OFFCPU, run_offcpu
 from tests.integration.test_programs import started
 from tests.integration.test_record import perf_processes_writing
 
-pytestmark = pytest.mark.usefixtures("perf")
-
 RECORD_S = "1"
 
 

@@ -14,8 +14,6 @@ import pytest
 
 from tests.conftest import assert_one_line_error, run_offcpu
 
-pytestmark = pytest.mark.usefixtures("perf")
-
 
 @pytest.fixture
 def unreadable_capture(example_capture, tmp_path):

@@ -172,7 +172,7 @@ def test_a_thread_with_no_event_is_of_the_process_it_was_of_at_the_start() -> No
     events = builder()
     switch(events, 1000, 11, "S", 0, "futex_wait")  # 11 (of 10) sleeps; 13 never runs, 14 is unknown
     at_start = {11: ("t11", "S"), 13: ("t13", "S"), 14: ("t14", "S")}
-    totals, skipped = merge([events.finish(0)], 0, WINDOW_US * US, at_start)
+    totals, skipped = merge([events.builder.finish(0)], 0, WINDOW_US * US, at_start)
     capture = info()
     capture.processes_at_start = {"11": 10, "13": 10}  # 14 from a capture.json before the field: its own tid
     result = to_model(totals, NamedChains(), capture, 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
