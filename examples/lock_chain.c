@@ -28,10 +28,7 @@ static void *worker(void *arg)
     while (!ex_stopped()) {
         lc_lock(t, &lock);
         /* The durable append is made while holding the lock: that is the bug. */
-        struct lc_call call = lc_durable_append(&log_file);
-        t->held_s += call.wall_s;
-        t->held_cpu_s += call.cpu_s;
-        t->held_calls++;
+        lc_held_call(t, &log_file);
         pthread_mutex_unlock(&lock);
         t->ops++;
         lc_work_outside(t);

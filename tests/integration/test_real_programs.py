@@ -64,29 +64,26 @@ def test_uncontended_programs_and_servers_waiting_for_clients_are_quiet(perf: st
     assert not [finding for finding in found if finding["severity"] in SEVERE and finding["id"] != "runqueue"], found
 
 
-@pytest.mark.parametrize(("options", "held_off_cpu"), [
-    (("-u", "2000"), "sleep"),  # the holder sleeps 2 ms under the lock
-    ((), "disk I/O"),  # the holder calls fsync under the lock
+@pytest.mark.parametrize(("options", "held_off_cpu", "tolerance"), [
+    (("-u", "2000"), "sleep", 0.1),  # the holder sleeps 2 ms under the lock
+    # the holder calls fsync under the lock: the program cannot tell where in the call its time
+    # on CPU falls (it takes it to come first), so its own clock is less sure here
+    ((), "disk I/O", 0.15),
 ])
 def test_the_chain_of_a_lock_held_across_a_slow_call(perf: str, tmp_path: Path, options: tuple[str, ...],
-                                                      held_off_cpu: str) -> None:
+                                                      held_off_cpu: str, tolerance: float) -> None:
     # Given 4 threads on a mutex whose holder sleeps or calls fsync while holding it, and the
-    # program's own clock of the time the lock was held in that call, off CPU
+    # program's own clock of the waiters' time waiting while the holder was off CPU in that call
     run = programs.record_run("lock_chain", tmp_path / "cap", 1.0, "-t", "4", *options)
     assert run.result.returncode == 0 and run.summary, run.result.stderr
-    wall_s, held_s, held_cpu_s = (float(run.summary[key]) for key in ("wall_s", "held_s", "held_cpu_s"))
-    # The roots share the waiters' blocked time. While the holder is off CPU in the slow call the
-    # 3 others are blocked on the lock; while it is on CPU at least 2 are (the last holder may still
-    # be on its way back); in the hand-offs between holders perhaps none. So the slow call's share
-    # lies between its share of the wall time (all weighed alike) and its share of the held time
-    # with the time on CPU weighed 2/3 and the hand-offs not at all.
-    off_cpu_s = held_s - held_cpu_s
-    least, most = off_cpu_s / wall_s, off_cpu_s / (off_cpu_s + 2 / 3 * held_cpu_s)
-    # Then the lock is named, then the holder's wait, at the root of the waits, within those bounds (5% slack)
+    lock_blocked_s, held_waited_s = (float(run.summary[key]) for key in ("lock_blocked_s", "held_waited_s"))
+    # (the share of the lock's waits that waited while the holder was off CPU in the slow call)
+    expected = held_waited_s / lock_blocked_s
+    # Then the lock is named, then the holder's wait, at the root of the waits, near that share
     lock = next(finding for finding in busy_findings(run.capture) if finding["id"] == "lock_contention")
     assert lock["subject"] == "pthread mutex" and lock["severity"] == "critical"
     root = {item["what"]: item["share"] for item in lock["roots"]}
-    assert 0.95 * least <= root.get(held_off_cpu, 0.0) <= 1.05 * most, (root, least, most)
+    assert abs(root.get(held_off_cpu, 0.0) - expected) <= tolerance * expected, (root, expected)
     assert lock["chain"][0]["what"] in (f"waited for {held_off_cpu}", "waited for pthread mutex")
 
 
