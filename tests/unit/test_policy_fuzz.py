@@ -16,7 +16,7 @@ from offcpu.policy import Policy, load_policy
 
 FUZZ_SECONDS = 3.0
 SEED = 20261122  # fixed, so that a failure is the same on every run
-README = Path(__file__).resolve().parents[2] / "README.md"
+POLICY_DOC = Path(__file__).resolve().parents[2] / "docs" / "check.md"
 SEEDS = [
     "fail_above_info = []\n",
     "mmap_lock.max_share = 0.05\nrunqueue.max_p99_ms = 1\n",
@@ -35,9 +35,9 @@ PIECES = ["[", "]", "[[", "]]", "{", "}", "=", ",", ".", "\"", "'", "'''", '"""'
           "\"quoted key\"", "\x00", "\x7f", "\u2028", "é", "\ud800"]
 
 
-def readme_policy() -> str:
-    """The policy example of README.md, between ```toml and ```."""
-    text = README.read_text()
+def documented_policy() -> str:
+    """The policy example of docs/check.md, between ```toml and ```."""
+    text = POLICY_DOC.read_text()
     start = text.index("```toml\n") + len("```toml\n")
     return text[start:text.index("```", start)]
 
@@ -67,7 +67,7 @@ def mutated(text: str, rng: random.Random) -> str:
 
 def test_the_policy_reader_gives_a_policy_or_an_error(tmp_path):
     rng = random.Random(SEED)
-    seeds = SEEDS + [readme_policy()]
+    seeds = SEEDS + [documented_policy()]
     path = tmp_path / "policy.toml"
     outcomes: Counter[str] = Counter()
     deadline = time.monotonic() + FUZZ_SECONDS

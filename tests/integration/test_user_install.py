@@ -1,0 +1,22 @@
+"""The README's user install, followed in a clean virtual environment by
+scripts/test-user-install: a new user installs offcpu without scripts/setup, records the
+quick start's example and reads its finding."""
+
+from __future__ import annotations
+
+import subprocess
+
+from tests.conftest import ROOT
+
+SCRIPT = ROOT / "scripts" / "test-user-install"
+BUDGET_S = 120  # about 17 s here with pip's cache warm (scripts/setup warms it); more only if pip downloads
+
+
+def test_the_readme_user_install_and_quick_start_work():
+    # Given the README as it is, when a user follows its install and quick start
+    result = subprocess.run([str(SCRIPT)], capture_output=True, text=True, timeout=BUDGET_S,
+                            stdin=subprocess.DEVNULL)
+    # then each step worked and the quick start named the mmap_lock contention
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "the quick start found: [" in result.stdout
+    assert "Threads wait for the process's memory-map lock (mmap_lock)" in result.stdout
