@@ -591,7 +591,14 @@ def _step_words(ctx: Context, number: int, pools: set[str]) -> str:
 
 
 ON_CPU = "a thread on CPU (or waiting for one)"
-ROOT_ROUNDS = 40  # rounds of the redistribution: each carries what is left of a chain one waker further
+# What is left going round: rows whose waits were ended by peers that were themselves waiting
+# on the first rows. Counted by rows, the chains of a lock's queue close on themselves (in
+# time each goes back to a holder on CPU): wPerf calls such a cycle a knot, the threads taking
+# turns at something none of them lets go of sooner.
+IN_TURNS = "one another, in turns (their waits end in each other's)"
+ROOT_ROUNDS = 2000  # at most: each round carries what is left of a chain one waker further
+ROOT_SETTLED = 1e-6  # a round that moves no row's share by more than this ends the rounds
+IN_TURNS_FROM = 1e-3  # less left going round than this is the rounding of the rounds
 
 
 def roots(ctx: Context, rows: list[Row]) -> tuple[RootShare, ...]:
@@ -617,36 +624,52 @@ def _root_shares(ctx: Context) -> dict[int, dict[str, float]]:
     """For every peer-ended row, what its blocked time came down to, as shares of it: the
     fixed point of "a row's roots are its wakers' overlapping waits' roots (their own kind
     for waits no peer ended), and a thread on CPU for the rest", reached round by round
-    (each round follows the chains one waker further; cycles of waits shrink every round)."""
+    (each round follows the chains one waker further) until no share moves; what still
+    goes round then is the rows' turns on one another (IN_TURNS)."""
+    import numpy as np  # see NUMPY in symbols
+
     peers = [number for number, cls in enumerate(ctx.waits.classes) if cls.cause == PEER]
-    parts: dict[int, list[tuple[int, float]]] = {}
-    fixed: dict[int, dict[str, float]] = {}  # the part of each row's roots that no peer's wait carries
-    for number in peers:
+    place = {number: at for at, number in enumerate(peers)}
+    labels: dict[str, int] = {}
+    own: list[tuple[int, int, float]] = []  # (row's place, label, share): the part no peer's wait carries
+    waiters, wakers, parts = [], [], []
+    for at, number in enumerate(peers):
         blocked_us = ctx.model.rows[number].blocked_us
-        own: dict[str, float] = defaultdict(float)
-        parts[number] = []
         overlapped = 0
         for waker_row, overlap in ctx.waits.links_by_waiter.get(number, ()):
             overlapped += overlap
             part = overlap / blocked_us if blocked_us else 0.0
             if ctx.waits.classes[waker_row].cause == PEER:
-                parts[number].append((waker_row, part))
+                waiters.append(at), wakers.append(place[waker_row]), parts.append(part)
             else:
-                own[_root_words(ctx, waker_row)] += part
+                own.append((at, labels.setdefault(_root_words(ctx, waker_row), len(labels)), part))
         if blocked_us > overlapped:
-            own[ON_CPU] += (blocked_us - overlapped) / blocked_us
-        fixed[number] = own
-    shares: dict[int, dict[str, float]] = {number: dict(fixed[number]) for number in peers}
+            own.append((at, labels.setdefault(ON_CPU, len(labels)), (blocked_us - overlapped) / blocked_us))
+    fixed = np.zeros((len(peers), len(labels)))
+    for at, label, share in own:
+        fixed[at, label] += share
+    # the links sorted by waiter, so that each round sums a waiter's links in one reduceat
+    order = np.argsort(np.array(waiters, int), kind="stable")
+    waiter, waker, part = np.array(waiters, int)[order], np.array(wakers, int)[order], np.array(parts)[order, None]
+    firsts = np.flatnonzero(np.r_[True, waiter[1:] != waiter[:-1]]) if len(waiter) else np.array([], int)
+    shares = fixed
     for _ in range(ROOT_ROUNDS):
-        following: dict[int, dict[str, float]] = {}
-        for number in peers:
-            merged = defaultdict(float, fixed[number])
-            for waker_row, part in parts[number]:
-                for what, share in shares[waker_row].items():
-                    merged[what] += part * share
-            following[number] = dict(merged)
+        following = fixed.copy()
+        if len(waiter):
+            following[waiter[firsts]] += np.add.reduceat(part * shares[waker], firsts, axis=0)
+        settled = np.abs(following - shares).max(initial=0.0) <= ROOT_SETTLED
         shares = following
-    return shares
+        if settled:
+            break
+    names = list(labels)
+    result = {}
+    for at, number in enumerate(peers):
+        row = {names[label]: float(share) for label, share in enumerate(shares[at]) if share > 0}
+        in_turns = 1.0 - sum(row.values())
+        if in_turns > IN_TURNS_FROM:
+            row[IN_TURNS] = in_turns
+        result[number] = row
+    return result
 
 
 def _root_words(ctx: Context, number: int) -> str:
