@@ -144,8 +144,18 @@ class CaptureInfo:
         if not self.lost_events:
             return None
         share = self.lost_events / (self.samples + self.switch_records + self.lost_events)
+        pages = self.mmap_pages()
+        bigger = f"--mmap-pages {pages * 4}" if pages else "--mmap-pages 1024"
         return (f"perf lost {self.lost_events:,} events ({share:.1%}), so some waits are missing or cut short: "
-                "record again with a bigger ring buffer, for example --mmap-pages 1024, or a shorter --duration")
+                f"record again with a bigger ring buffer, for example {bigger}, or a shorter --duration")
+
+    def mmap_pages(self) -> int | None:
+        """The ring buffer's pages per CPU asked of perf (--mmap-pages), None when perf chose."""
+        options = self.perf_command[:self.perf_command.index("--")] if "--" in self.perf_command else self.perf_command
+        for option, value in zip(options, options[1:]):
+            if option in ("--mmap-pages", "-m") and value.isdecimal():
+                return int(value)
+        return None
 
     @classmethod
     def from_json(cls, data: dict) -> CaptureInfo:
