@@ -11,7 +11,7 @@ import shlex
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from offcpu.errors import OffcpuError
+from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.files import PARTIAL, write_whole
 
@@ -147,7 +147,8 @@ class CaptureInfo:
         pages = self.mmap_pages()
         bigger = f"--mmap-pages {pages * 4}" if pages else "--mmap-pages 1024"
         return (f"perf lost {self.lost_events:,} events ({share:.1%}), so some waits are missing or cut short: "
-                f"record again with a bigger ring buffer, for example {bigger}, or a shorter --duration")
+                f"record again with a bigger ring buffer, for example {bigger}, or a shorter --duration"
+                + more_in("events-lost"))
 
     def mmap_pages(self) -> int | None:
         """The ring buffer's pages per CPU asked of perf (--mmap-pages), None when perf chose."""

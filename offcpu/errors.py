@@ -5,6 +5,14 @@ from __future__ import annotations
 import click
 
 
+TROUBLESHOOTING = "docs/troubleshooting.md"
+
+
+def more_in(anchor: str) -> str:
+    """Where offcpu's troubleshooting page says more, to end a message with."""
+    return f" (more: {TROUBLESHOOTING}#{anchor} in offcpu's repository)"
+
+
 class OffcpuError(click.ClickException):
     """A problem the user can fix. Exit code 2, so it is never mistaken for
     exit 1 ("offcpu found a problem in your program")."""

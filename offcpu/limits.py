@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from offcpu.errors import OffcpuError
+from offcpu.errors import OffcpuError, more_in
 from offcpu.system import CAP_SYS_PTRACE, effective_capabilities, proc_text, read_int_sysctl
 
 WARN_FROM = 0.8
@@ -155,7 +155,8 @@ def not_permitted(pid: int, path: str) -> str:
         return f"not permitted to read {path}: run offcpu as the process's user or as root"
     if not effective_capabilities() & (1 << CAP_SYS_PTRACE):
         return (f"not permitted to read {path}: offcpu runs as root but without CAP_SYS_PTRACE (a container that "
-                "drops it?), which reading another process's memory maps takes; grant it")
+                "drops it?), which reading another process's memory maps takes; grant it"
+                + more_in("recording-inside-a-container"))
     return (f"not permitted to read {path} even as root: a Linux security module denies it (Landlock does when "
             f"offcpu runs in a sandbox that process {pid} is outside of; SELinux or AppArmor can too), and perf needs "
             "the process's memory maps; record a process started inside that sandbox, or run offcpu outside it")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offcpu import events, system
-from offcpu.errors import OffcpuError
+from offcpu.errors import OffcpuError, more_in
 from offcpu.flamegraph import HOW_TO_GET_ONE, find_renderer
 from offcpu.framepointers import check_binary, libc_of
 from offcpu.limits import LimitsSnapshot, is_kernel_thread, not_permitted
@@ -32,7 +32,7 @@ def machine_checks() -> list[Check]:
     checks += _tracepoint_checks(tracefs)
     checks.append(_schedstats_check())
     readable, why = system.kernel_symbols_readable()
-    checks.append(Check("kernel symbols", OK if readable else WARN, why + ("" if readable else "; kernel frames will be [unknown]")))
+    checks.append(Check("kernel symbols", OK if readable else WARN, why + ("" if readable else "; kernel frames will be [unknown]" + more_in("kernel-frames-are-unknown"))))
     checks.append(Check("BTF", INFO, "/sys/kernel/btf/vmlinux present" if system.btf_present() else "no /sys/kernel/btf/vmlinux"))
     bpftrace = system.find_bpftrace()
     checks.append(Check("bpftrace", INFO, bpftrace or "not installed ('apt-get install bpftrace')"))

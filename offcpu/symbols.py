@@ -32,7 +32,7 @@ from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import NoteSection, SymbolTableSection
 from rust_demangler import demangle as rust_demangle
 
-from offcpu.errors import OffcpuError
+from offcpu.errors import OffcpuError, more_in
 from offcpu.perf_data import (COMM, CONTEXT_MAX, CONTEXT_USER, CONTEXTS, FORK, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MMAP,
                               MMAP2, Clock, PerfData, release)
 from offcpu.stacks import UNKNOWN, Stack
@@ -568,7 +568,8 @@ class Symbolizer:
             if self.files[key] is None:
                 self.missing.append(f"{mapping.path} is gone or changed since the recording"
                                     + (f" (build id {build_id.hex()})" if build_id else "")
-                                    + ": its frames are shown as its name and offset")
+                                    + ": its frames are shown as its name and offset"
+                                    + more_in("a-capture-read-on-another-machine"))
         return self.files[key]
 
 

@@ -15,9 +15,10 @@ import struct
 import subprocess
 from pathlib import Path
 
-from offcpu.errors import OffcpuError
+from offcpu.errors import OffcpuError, more_in
 
 TRACEFS_MOUNT_POINTS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+TRACEFS_ANCHOR = "tracefs-is-not-mounted-or-not-readable"  # in docs/troubleshooting.md
 CAP_IPC_LOCK = 14
 CAP_SYS_PTRACE = 19
 CAP_SYS_ADMIN = 21
@@ -98,10 +99,11 @@ def ensure_tracefs() -> Path:
     target = TRACEFS_MOUNT_POINTS[0]
     how = f"mount -t tracefs nodev {target}"
     if os.geteuid() != 0:
-        raise OffcpuError(f"tracefs is not mounted and only root can mount it; run '{how}' as root")
+        raise OffcpuError(f"tracefs is not mounted and only root can mount it; run '{how}' as root"
+                          + more_in(TRACEFS_ANCHOR))
     done = subprocess.run(how.split(), capture_output=True, text=True)
     if done.returncode != 0:
-        raise OffcpuError(f"tracefs is not mounted and '{how}' failed: {done.stderr.strip()}")
+        raise OffcpuError(f"tracefs is not mounted and '{how}' failed: {done.stderr.strip()}" + more_in(TRACEFS_ANCHOR))
     return target
 
 
@@ -110,7 +112,8 @@ def tracefs_unreadable(tracefs: Path) -> str | None:
     if os.access(tracefs / "events", os.R_OK | os.X_OK):
         return None
     return (f"{tracefs} is not readable by this user, and perf reads the tracepoints' ids there: run offcpu as "
-            f"root (sudo), or make it readable with 'chmod a+rx {tracefs}' (or mount tracefs with mode=755)")
+            f"root (sudo), or make it readable with 'chmod a+rx {tracefs}' (or mount tracefs with mode=755)"
+            + more_in(TRACEFS_ANCHOR))
 
 
 def tracepoint_exists(tracefs: Path | None, event: str) -> bool:
@@ -156,6 +159,7 @@ def permission_hint(paranoid: int | None) -> str:
     return (
         f"tracepoint recording needs root, CAP_PERFMON, or kernel.perf_event_paranoid=-1 "
         f"(it is {paranoid}): run offcpu with sudo, or 'sysctl kernel.perf_event_paranoid=-1'"
+        + more_in("recording-is-not-permitted")
     )
 
 

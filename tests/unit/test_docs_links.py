@@ -62,3 +62,10 @@ def test_every_relative_link_leads_somewhere(page: Path):
         elif fragment and destination.suffix == ".md" and fragment not in anchors(destination):
             broken.append(f"{target}: no heading #{fragment} in {destination.relative_to(ROOT)}")
     assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def test_messages_lead_to_troubleshooting_headings_that_exist():
+    # every more_in("anchor") in offcpu's code, and TRACEFS_ANCHOR, names a heading of the page
+    source = "\n".join(path.read_text() for path in (ROOT / "offcpu").rglob("*.py"))
+    used = set(re.findall(r'more_in\("([^"]+)"\)', source)) | set(re.findall(r'_ANCHOR = "([^"]+)"', source))
+    assert len(used) >= 6 and used <= anchors(ROOT / "docs" / "troubleshooting.md"), used
