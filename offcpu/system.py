@@ -144,18 +144,21 @@ def effective_capabilities() -> int:
 
 def may_trace() -> tuple[bool, str]:
     """Whether this user may record scheduler tracepoints, and why."""
+    # The kernel asks for the capabilities, not for uid 0: root in a container that drops them is refused.
     paranoid = read_int_sysctl("kernel.perf_event_paranoid")
-    capabilities = effective_capabilities()
-    if os.geteuid() == 0:
-        return True, "running as root"
-    if capabilities & (1 << CAP_PERFMON | 1 << CAP_SYS_ADMIN):
-        return True, "has CAP_PERFMON or CAP_SYS_ADMIN"
+    if effective_capabilities() & (1 << CAP_PERFMON | 1 << CAP_SYS_ADMIN):
+        return True, "running as root" if os.geteuid() == 0 else "has CAP_PERFMON or CAP_SYS_ADMIN"
     if paranoid is not None and paranoid <= -1:
         return True, f"kernel.perf_event_paranoid={paranoid}"
     return False, permission_hint(paranoid)
 
 
 def permission_hint(paranoid: int | None) -> str:
+    if os.geteuid() == 0 and not effective_capabilities() & (1 << CAP_PERFMON | 1 << CAP_SYS_ADMIN):
+        return (f"offcpu runs as root but without CAP_PERFMON or CAP_SYS_ADMIN (a container that drops them?), "
+                f"and kernel.perf_event_paranoid is {paranoid}, not -1: grant CAP_PERFMON (docker run "
+                "--cap-add PERFMON), or set kernel.perf_event_paranoid=-1 on the host"
+                + more_in("recording-inside-a-container"))
     return (
         f"tracepoint recording needs root, CAP_PERFMON, or kernel.perf_event_paranoid=-1 "
         f"(it is {paranoid}): run offcpu with sudo, or 'sysctl kernel.perf_event_paranoid=-1'"

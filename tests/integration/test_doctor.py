@@ -87,6 +87,26 @@ def test_doctor_without_perf_cannot_record():
     assert checks_by_name(result.stdout)["perf"]["status"] == "fail"
 
 
+def without_perfmon(*args: str) -> subprocess.CompletedProcess[str]:
+    """offcpu as root with CAP_PERFMON and CAP_SYS_ADMIN dropped, as in a container that drops them."""
+    return subprocess.run(["capsh", "--drop=cap_perfmon,cap_sys_admin", "--", "-c",
+                           " ".join([str(OFFCPU), *args])], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(Path("/proc/sys/kernel/perf_event_paranoid").read_text().strip() == "-1",
+                    reason="perf_event_paranoid=-1 lets anyone record: nothing to refuse")
+def test_root_without_the_capabilities_is_told_so(tmp_path):
+    # Given root whose container dropped CAP_PERFMON and CAP_SYS_ADMIN (the kernel then refuses
+    # tracepoints as it refuses a user: it asks for the capabilities, not for uid 0)
+    result = without_perfmon("doctor", "--json")
+    # Then doctor says recording cannot work, and why, and record says so before perf starts
+    permissions = checks_by_name(result.stdout)["permissions"]
+    assert result.returncode == 1 and permissions["status"] == "fail"
+    assert "without CAP_PERFMON or CAP_SYS_ADMIN" in permissions["detail"], permissions
+    recorded = without_perfmon("record", "-d", "1", "-o", str(tmp_path / "cap"), "--", "sleep", "0.1")
+    assert_one_line_error(recorded, "without CAP_PERFMON", "recording-inside-a-container")
+
+
 PF_KTHREAD = 0x00200000
 
 
