@@ -28,6 +28,8 @@ def machine_checks() -> list[Check]:
     checks = [_perf_check(perf, version)]
     allowed, why = system.may_trace()
     checks.append(Check("permissions", OK if allowed else FAIL, why))
+    namespace_problem = system.pid_namespace_problem()
+    checks.append(Check("PID namespace", FAIL if namespace_problem else OK, namespace_problem or "the host's"))
     tracefs = _tracefs_check(checks)
     checks += _tracepoint_checks(tracefs)
     checks.append(_schedstats_check())

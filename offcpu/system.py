@@ -212,6 +212,25 @@ def _locked_memory_is_bounded() -> bool:
     return not effective_capabilities() & (1 << CAP_IPC_LOCK) and (paranoid is None or paranoid > -1)
 
 
+INIT_PID_NAMESPACE = "pid:[4026531836]"  # the kernel's first PID namespace (PROC_PID_INIT_INO)
+
+
+def pid_namespace_problem() -> str | None:
+    """Why recording from this PID namespace would count every thread twice, or None (the
+    host's namespace). The scheduler's tracepoints name threads by the host's pids, perf's
+    records by the namespace's."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    if namespace == INIT_PID_NAMESPACE:
+        return None
+    return ("offcpu runs in a PID namespace of its own (a container's?), where the scheduler's tracepoints "
+            "name threads by the host's pids and perf by this namespace's, so every thread would be counted "
+            "twice: record from the host, with --cgroup or --unit for the container"
+            + more_in("recording-inside-a-container"))
+
+
 def kernel_symbols_readable() -> tuple[bool, str]:
     """Whether kernel frames will have names (kernel.kptr_restrict and who we are)."""
     restrict = read_int_sysctl("kernel.kptr_restrict")

@@ -107,6 +107,17 @@ def test_root_without_the_capabilities_is_told_so(tmp_path):
     assert_one_line_error(recorded, "without CAP_PERFMON", "recording-inside-a-container")
 
 
+def test_a_pid_namespace_of_its_own_is_refused():
+    # Given offcpu in a PID namespace of its own, as in a container (the tracepoints would name
+    # threads by the host's pids and perf by the namespace's: every thread twice)
+    result = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", str(OFFCPU), "doctor", "--json"],
+                            capture_output=True, text=True, timeout=60)
+    # Then doctor says recording cannot work there, and why
+    namespace = checks_by_name(result.stdout)["PID namespace"]
+    assert result.returncode == 1 and namespace["status"] == "fail" and "counted twice" in namespace["detail"]
+    assert checks_by_name(run_offcpu("doctor", "--json").stdout)["PID namespace"]["status"] == "ok"
+
+
 PF_KTHREAD = 0x00200000
 
 
