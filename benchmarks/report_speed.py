@@ -37,8 +37,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.common import (BenchError, Recording, become_subreaper, comm, descendants,
-                               interrupts_as_keyboard_interrupt, offcpu_command, pin_cpu, reap_group)
+from benchmarks.common import (
+    BenchError,
+    Recording,
+    become_subreaper,
+    comm,
+    descendants,
+    interrupts_as_keyboard_interrupt,
+    offcpu_command,
+    pin_cpu,
+    reap_group,
+)
 
 PIPE = ("perf", "bench", "sched", "pipe", "-l", "1000000000")
 WHOLE_MACHINE = ("-a",)
@@ -176,7 +185,7 @@ def _timed(argv: list[str]) -> Measured:
     peaks = [0, 0, 0]
     try:
         while process.poll() is None:
-            peaks = [max(peak, now) for peak, now in zip(peaks, _tree_kb(process.pid))]
+            peaks = [max(peak, now) for peak, now in zip(peaks, _tree_kb(process.pid), strict=True)]
             time.sleep(SAMPLE_EVERY_S)
     finally:
         if process.poll() is None:

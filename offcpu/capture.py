@@ -227,9 +227,9 @@ def _check_lists(info: CaptureInfo) -> None:
         raise ValueError("processes_at_start holds something other than tids and the pids of their processes")
     if not all(pid.isdecimal() and isinstance(comm, str) for pid, comm in info.unrecorded_processes.items()):
         raise ValueError("unrecorded_processes holds something other than pids and their names")
-    for name, items, fields in (("events", info.events, EVENT_FIELDS), ("events_skipped", info.events_skipped,
-                                                                          SKIPPED_FIELDS)):
-        if not all(isinstance(item, dict) and _typed(item, fields) for item in items):
+    for name, items, item_fields in (("events", info.events, EVENT_FIELDS),
+                                     ("events_skipped", info.events_skipped, SKIPPED_FIELDS)):
+        if not all(isinstance(item, dict) and _typed(item, item_fields) for item in items):
             raise ValueError(f"{name} holds something other than events as offcpu writes them")
     for name, snapshot in (("limits", info.limits), ("limits_peak", info.limits_peak)):
         if snapshot is not None and not _limits_snapshot(snapshot):
@@ -282,7 +282,8 @@ def load(directory: Path) -> CaptureInfo:
         raise OffcpuError(f"{directory} is not a capture directory; make one with 'offcpu record -o {directory} ...'")
     path = directory / METADATA
     if not path.is_file():
-        raise OffcpuError(f"{directory} has no {METADATA}: it was not made by 'offcpu record' or the recording did not finish")
+        raise OffcpuError(f"{directory} has no {METADATA}: it was not made by 'offcpu record' "
+                          "or the recording did not finish")
     try:
         data = json.loads(path.read_text())
         if not isinstance(data, dict):

@@ -31,10 +31,32 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 
 from offcpu.capture import CaptureInfo
-from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, STACK_LOST, UNKNOWN_STATE, WAKER_NOT_RECORDED, Link,
-                          Model, Row, Thread, WaitTimes, Waker)
-from offcpu.sched_events import (SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_EXIT, THREAD_FORK,
-                                  UNKNOWN_CPU, CaptureReader, Chain, Events)
+from offcpu.model import (
+    BEFORE_WINDOW,
+    NEW_THREAD,
+    PREEMPTED,
+    STACK_LOST,
+    UNKNOWN_STATE,
+    WAKER_NOT_RECORDED,
+    Link,
+    Model,
+    Row,
+    Thread,
+    WaitTimes,
+    Waker,
+)
+from offcpu.sched_events import (
+    SCHED_SWITCH,
+    SCHED_WAKING,
+    SWITCH_IN,
+    SWITCH_OUT,
+    THREAD_EXIT,
+    THREAD_FORK,
+    UNKNOWN_CPU,
+    CaptureReader,
+    Chain,
+    Events,
+)
 from offcpu.stacks import Stack
 
 DEAD_STATES = ("X", "Z")
@@ -228,7 +250,7 @@ class Tally:
 
     def add(self, other: Tally) -> None:
         numbers = [self.row_number(key) for key in other.row_numbers]  # other's row numbers in this tally
-        for number, times in zip(numbers, other.rows):
+        for number, times in zip(numbers, other.rows, strict=True):
             self.rows[number].add_times(times)
         for (waiter, waker), overlap in other.links.items():
             pair = (numbers[waiter], numbers[waker])
@@ -660,7 +682,7 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
 
     merged: dict[tuple[int, int, str, int | None], WaitTimes] = {}
     row_of: list[tuple[int, int, str, int | None]] = []  # by the tally's row number
-    for key, times in zip(totals.row_numbers, totals.rows):
+    for key, times in zip(totals.row_numbers, totals.rows, strict=True):
         tid, chain, state, waker = key
         merged_key = (tid, stack_id(chain), state, waker_id(waker))
         row_of.append(merged_key)

@@ -29,8 +29,21 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from offcpu.claims import (FUTEX_UNKNOWN, HANDOFF, IDLE, IDLE_MEAN_WAIT_US, IO_WAIT, LOCK_CONTENTION, MMAP_LOCK,
-                           RUNQUEUE, SERIALIZATION, STACK_CACHE_LOCK, THREAD_CHURN, Claims, Root)
+from offcpu.claims import (
+    FUTEX_UNKNOWN,
+    HANDOFF,
+    IDLE,
+    IDLE_MEAN_WAIT_US,
+    IO_WAIT,
+    LOCK_CONTENTION,
+    MMAP_LOCK,
+    RUNQUEUE,
+    SERIALIZATION,
+    STACK_CACHE_LOCK,
+    THREAD_CHURN,
+    Claims,
+    Root,
+)
 from offcpu.locktable import LockTable, load_table
 from offcpu.model import BEFORE_WINDOW, Model, Row
 from offcpu.stacks import drawn_alone, reading

@@ -20,8 +20,7 @@ from pathlib import Path
 
 from offcpu import perf_data
 from offcpu.errors import OffcpuError
-from offcpu.perf_data import (COMM, EXIT, FORK, LOST, SAMPLE, SWITCH, SWITCH_CPU_WIDE, PerfData, SampleLayout,
-                              Tracepoint)
+from offcpu.perf_data import COMM, EXIT, FORK, LOST, SAMPLE, SWITCH, SWITCH_CPU_WIDE, PerfData, SampleLayout, Tracepoint
 from offcpu.sched_events import Chain, EventSink
 from offcpu.stacks import Stack
 from offcpu.symbols import Symbolizer, TaskHistory
@@ -62,7 +61,8 @@ def _unsupported(data: PerfData) -> str | None:
         if attr.sample_type & perf_data.SAMPLE_BRANCH_STACK:
             return "perf.data has branch stacks (--call-graph lbr), which the native reader does not decode"
         if attr.sample_type & perf_data.SAMPLE_READ:
-            return "perf.data's samples carry counter values (PERF_SAMPLE_READ), which the native reader does not decode"
+            return ("perf.data's samples carry counter values (PERF_SAMPLE_READ), "
+                    "which the native reader does not decode")
         if not attr.sample_type & perf_data.SAMPLE_TID:
             return "perf.data's samples do not say their thread (PERF_SAMPLE_TID), which the native reader needs"
         if not attr.sample_id_all or not attr.sample_type & perf_data.SAMPLE_TIME:

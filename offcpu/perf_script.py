@@ -29,9 +29,20 @@ from typing import IO
 
 from offcpu import perf_data
 from offcpu.errors import OffcpuError
-from offcpu.sched_events import (SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, THREAD_EXIT, THREAD_FORK,
-                                  UNKNOWN_CPU, Chain, Events, EventSink)
-from offcpu.sched_events import Event as SinkEvent
+from offcpu.sched_events import (
+    SCHED_SWITCH,
+    SCHED_WAKING,
+    SWITCH_IN,
+    SWITCH_OUT,
+    THREAD_COMM,
+    THREAD_EXIT,
+    THREAD_FORK,
+    UNKNOWN_CPU,
+    Chain,
+    Event as SinkEvent,
+    Events,
+    EventSink,
+)
 from offcpu.stacks import Stack
 
 FIELDS = "comm,pid,tid,cpu,time,event,trace,ip,sym"

@@ -32,8 +32,10 @@ def machine_checks() -> list[Check]:
     checks += _tracepoint_checks(tracefs)
     checks.append(_schedstats_check())
     readable, why = system.kernel_symbols_readable()
-    checks.append(Check("kernel symbols", OK if readable else WARN, why + ("" if readable else "; kernel frames will be hex")))
-    checks.append(Check("BTF", INFO, "/sys/kernel/btf/vmlinux present" if system.btf_present() else "no /sys/kernel/btf/vmlinux"))
+    checks.append(Check("kernel symbols", OK if readable else WARN,
+                        why + ("" if readable else "; kernel frames will be hex")))
+    checks.append(Check("BTF", INFO,
+                        "/sys/kernel/btf/vmlinux present" if system.btf_present() else "no /sys/kernel/btf/vmlinux"))
     bpftrace = system.find_bpftrace()
     checks.append(Check("bpftrace", INFO, bpftrace or "not installed ('apt-get install bpftrace')"))
     checks.append(_renderer_check())

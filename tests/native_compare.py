@@ -77,7 +77,8 @@ def first_difference(perf: str, perf_data: Path) -> str | None:
     got, reader = native_events(perf_data)
     stacks = reader.stacks({event[-1] for event in got if event[0] in CHAINED})
     stacks = {chain: as_perf_shows_missing(stack, reader.missing_binaries) for chain, stack in stacks.items()}
-    for number, (mine, theirs) in enumerate(itertools.zip_longest(named(got, stacks), named(expected, expected_stacks))):
+    pairs = itertools.zip_longest(named(got, stacks), named(expected, expected_stacks))
+    for number, (mine, theirs) in enumerate(pairs):
         if mine != theirs:
             return f"event {number} of {len(expected)}: native {mine}, perf script {theirs}"
     return None
@@ -103,7 +104,8 @@ def model_difference(capture: Path, slices: int) -> str | None:
                   for first, last in reader.time_slices(*window, slices)]
         totals, skipped = merge(pieces, *window, threads_at_start(info), window)
         model = to_model(totals, reader, info, *window, skipped)
-        links = sorted((tuple(model.rows[link.waiter_row].__dict__.values()), tuple(model.rows[link.waker_row].__dict__.values()),
+        links = sorted((tuple(model.rows[link.waiter_row].__dict__.values()),
+                        tuple(model.rows[link.waker_row].__dict__.values()),
                         link.overlap_us, link.count) for link in model.links)
         seen[name] = {"folded": dict(folded(model, StackView())),
                       "threads": {tid: thread for tid, thread in model.threads.items()},

@@ -13,21 +13,34 @@ from typing import Any
 import click
 
 from offcpu.capture import CaptureInfo, load
-from offcpu.commands.record import (MAX_DURATION_S, check_bounds, default_output, record_into, resolve_target,
-                                    target_options, targets_given)
-from offcpu.commands.report.common import (checked_output, read_with_progress, same_file, warn_if_unread,
-                                           write_report)
+from offcpu.commands.record import (
+    MAX_DURATION_S,
+    check_bounds,
+    default_output,
+    record_into,
+    resolve_target,
+    target_options,
+    targets_given,
+)
+from offcpu.commands.report.common import checked_output, read_with_progress, same_file, warn_if_unread, write_report
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import Model
 from offcpu.policy import Policy, load_policy
 from offcpu.recorder import RecordRequest
 from offcpu.renderers.console import stdout_layout
-from offcpu.renderers.verdict import (VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable, could_not_check_markdown,
-                                      github_annotations, github_error)
+from offcpu.renderers.verdict import (
+    VerdictJson,
+    VerdictJunit,
+    VerdictMarkdown,
+    VerdictTable,
+    could_not_check_markdown,
+    github_annotations,
+    github_error,
+)
 from offcpu.stdout import write_stdout
-from offcpu.targets import Choice
 from offcpu.summaries import unreadable_note, untrusted
+from offcpu.targets import Choice
 from offcpu.verdict import Measurements, Verdict, evaluate, measure, measurements_from_report, unrecorded
 
 EXIT_VIOLATED = 1
@@ -64,7 +77,8 @@ class _CheckCommand(click.Command):
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write the verdict as JUnit XML.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write the verdict and every measured value as JSON.")
-@click.option("--force", is_flag=True, help="Replace an existing capture at --output and existing --junit/--json files.")
+@click.option("--force", is_flag=True,
+              help="Replace an existing capture at --output and existing --junit/--json files.")
 @click.argument("arguments", nargs=-1, type=click.UNPROCESSED, metavar="[CAPTURE | -- COMMAND [ARGS]...]")
 def check(policy_path: Path | None, baseline: Path | None, duration: float, output: Path | None, junit: Path | None,
           json_path: Path | None, force: bool, arguments: tuple[str, ...], **chosen: Any) -> int:

@@ -87,14 +87,17 @@ def target_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--duration", "-d", type=float, default=5.0, show_default=True,
               help=f"Seconds to record; more than {MAX_DURATION_S:.0f} needs --no-limit.")
 @click.option("--no-limit", is_flag=True, help=f"Allow --duration above {MAX_DURATION_S:.0f} s.")
-@click.option("--max-size", default="512M", show_default=True, help="Stop when perf.data reaches this size (perf's B/K/M/G).")
+@click.option("--max-size", default="512M", show_default=True,
+              help="Stop when perf.data reaches this size (perf's B/K/M/G).")
 @click.option("--call-graph", default="fp", show_default=True,
               help="How perf walks stacks: fp (cheap) or dwarf[,BYTES] (full user stacks through libraries "
                    "built without frame pointers; ~10x bigger captures).")
-@click.option("--mmap-pages", "-m", help="perf's ring buffer size in pages (a power of two); raise it when events are lost.")
+@click.option("--mmap-pages", "-m",
+              help="perf's ring buffer size in pages (a power of two); raise it when events are lost.")
 @click.option("--enable-schedstats", is_flag=True,
               help="Turn kernel.sched_schedstats on for the recording (and back off afterwards).")
-@click.option("--output", "-o", type=click.Path(path_type=Path), help="Capture directory [default: offcpu-COMM-PID-TIME].")
+@click.option("--output", "-o", type=click.Path(path_type=Path),
+              help="Capture directory [default: offcpu-COMM-PID-TIME].")
 @click.option("--force", is_flag=True, help="Replace an existing capture at --output.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS]...]")
 def record(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap_pages: str | None,
@@ -282,8 +285,8 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
     if info.lost_note:
         notes.append(info.lost_note)
     if info.user_stacks_truncated:
-        fix = ("give perf a bigger stack copy, for example --call-graph dwarf,32768" if request.call_graph.startswith("dwarf")
-               else "record with --call-graph dwarf to see the callers")
+        fix = ("give perf a bigger stack copy, for example --call-graph dwarf,32768"
+               if request.call_graph.startswith("dwarf") else "record with --call-graph dwarf to see the callers")
         notes.append(f"user stacks stop short of the thread's start (a library without frame pointers, usually "
                      f"libc): {fix}")
     if request.enable_schedstats and info.schedstats == "absent":

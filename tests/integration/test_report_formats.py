@@ -49,7 +49,8 @@ def test_svg_refuses_to_overwrite_without_force(mmap_capture, tmp_path):
 def test_svg_view_options_and_icicle(mmap_capture, tmp_path):
     flame, icicle = tmp_path / "flame.svg", tmp_path / "icicle.svg"
     assert run_offcpu("report", "svg", str(mmap_capture), "--state", "D", "-o", str(flame)).returncode == 0
-    assert run_offcpu("report", "svg", str(mmap_capture), "--state", "D", "--inverted", "-o", str(icicle)).returncode == 0
+    inverted = run_offcpu("report", "svg", str(mmap_capture), "--state", "D", "--inverted", "-o", str(icicle))
+    assert inverted.returncode == 0
     assert sorted(svg_frames(flame)) == sorted(svg_frames(icicle))  # the same frames, drawn the other way up
     assert flame.read_text() != icicle.read_text()
     assert not any(frame.startswith("irqentry_exit_to_user_mode ") for frame in svg_frames(flame))  # R only

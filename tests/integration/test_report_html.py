@@ -180,7 +180,8 @@ def test_names_from_the_capture_are_shown_as_text(mmap_capture, browser, tmp_pat
     assert not errors(log), log
     assert "<b>x</b>" not in text and "<img src=x>" not in text
     assert not browser.find_elements(By.CSS_SELECTOR, "body img")
-    assert "x" not in [bold.text for bold in browser.find_elements(By.CSS_SELECTOR, "body b")]  # the page's own labels only
+    # the page's own labels only
+    assert "x" not in [bold.text for bold in browser.find_elements(By.CSS_SELECTOR, "body b")]
     assert function in browser.find_element(By.ID, "stacks").text
     assert comm in browser.find_element(By.ID, "threads").text
     assert any(function in stack.get_attribute("title")

@@ -7,8 +7,18 @@ from dataclasses import replace
 
 import pytest
 
-from offcpu.diffing import (SCHEDULER_LEAF, Side, compare, from_folded, from_model, normalise, parse_folded,
-                            split_stack, title, without_scheduler_leaf)
+from offcpu.diffing import (
+    SCHEDULER_LEAF,
+    Side,
+    compare,
+    from_folded,
+    from_model,
+    normalise,
+    parse_folded,
+    split_stack,
+    title,
+    without_scheduler_leaf,
+)
 from offcpu.errors import OffcpuError
 from offcpu.flamegraph import safe_title
 from offcpu.renderers.flame import stack_lines

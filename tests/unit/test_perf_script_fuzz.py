@@ -179,7 +179,7 @@ def test_hostile_names_spliced_into_real_events_are_read_as_they_are(seed):
     assert skipped == 0, seed
     assert [method for method, _ in calls.calls] == [method for method, _ in plain.calls]
     renames = iter(given)
-    for (method, arguments), (_, original) in zip(calls.calls, plain.calls):
+    for (method, arguments), (_, original) in zip(calls.calls, plain.calls, strict=True):
         if method == "comm":
             named = {"comm": next(renames)}
         elif method == "sched_switch":
