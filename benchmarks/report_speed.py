@@ -44,8 +44,8 @@ from benchmarks.common import (
     comm,
     descendants,
     interrupts_as_keyboard_interrupt,
+    last_cpu,
     offcpu_command,
-    pin_cpu,
     reap_group,
 )
 
@@ -100,7 +100,7 @@ def _record(output: Path, size: str, target: tuple[str, ...]) -> Path:
     machine while a pinned `perf bench sched pipe` switches as fast as it can, or a command."""
     pipe = None
     if target == WHOLE_MACHINE:
-        cpu = pin_cpu(None, False)
+        cpu = last_cpu()
         pipe = subprocess.Popen(PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
     recording = Recording(offcpu_command(), output, LONGEST_RECORDING_S, output.parent / f"{output.name}.log", size,
@@ -193,6 +193,7 @@ def _timed(argv: list[str]) -> Measured:
         process.wait()
     seconds = time.monotonic() - start
     if process.returncode != 0:
+        assert process.stderr is not None  # a pipe
         raise BenchError(f"{' '.join(argv[:3])} failed: {process.stderr.read().decode().strip()[-300:]}")
     return Measured(seconds, *(kb / 1024 for kb in peaks))
 

@@ -10,6 +10,7 @@ import json
 import shlex
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
@@ -155,8 +156,9 @@ class CaptureInfo:
             raise TypeError(f"target is {type(target).__name__}, expected an object")
         _check_types(data, cls)
         _check_types(target, Target)
-        info = cls(**{**data, "target": Target(**{key: tuple(value) if isinstance(value, list) else value
-                                                    for key, value in target.items()})})
+        target_fields: dict[str, Any] = {key: tuple(value) if isinstance(value, list) else value
+                                         for key, value in target.items()}
+        info = cls(**{**data, "target": Target(**target_fields)})
         _check_values(info)
         return info
 
@@ -236,12 +238,14 @@ def _check_lists(info: CaptureInfo) -> None:
             raise ValueError(f"{name} is not a snapshot of the target's limits as offcpu writes it")
 
 
-EVENT_FIELDS = {"name": str, "call_graph": bool, "why": str}
-SKIPPED_FIELDS = {"name": str, "why": str}
-LIMIT_FIELDS = {"name": str, "used": int, "limit": (int, type(None)), "what": str, "share": (int, float, type(None))}
+Fields = dict[str, type | tuple[type, ...]]  # a JSON object's keys and the types of their values
+EVENT_FIELDS: Fields = {"name": str, "call_graph": bool, "why": str}
+SKIPPED_FIELDS: Fields = {"name": str, "why": str}
+LIMIT_FIELDS: Fields = {"name": str, "used": int, "limit": (int, type(None)), "what": str,
+                        "share": (int, float, type(None))}
 
 
-def _typed(item: dict, fields: dict[str, type | tuple[type, ...]]) -> bool:
+def _typed(item: dict, fields: Fields) -> bool:
     """Whether each of `fields` of `item` has its type (JSON's true is no number)."""
     return all(isinstance(item.get(name), kind) and (kind is bool or not isinstance(item.get(name), bool))
                for name, kind in fields.items())

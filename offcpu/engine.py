@@ -691,8 +691,8 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
     rows = [Row(*key, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count)
             for key, times in merged.items()]
     links: dict[tuple[int, int], Overlap] = {}
-    for (waiter, waker), overlap in totals.links.items():
-        link = links.setdefault((row_index[row_of[waiter]], row_index[row_of[waker]]), Overlap())
+    for (waiter_row, waker_row), overlap in totals.links.items():
+        link = links.setdefault((row_index[row_of[waiter_row]], row_index[row_of[waker_row]]), Overlap())
         link.ns += overlap.ns
         link.count += overlap.count
     stacks, wakers = list(stack_ids), list(waker_ids)  # in the order they were numbered

@@ -191,7 +191,8 @@ class _Columns:
     @classmethod
     def empty(cls, times: np.ndarray) -> _Columns:
         count = len(times)
-        return cls(np.full(count, -1, np.int64), times, *(np.zeros(count, np.int64) for _ in range(4)),
+        cpus, pids, tids, others = (np.zeros(count, np.int64) for _ in range(4))
+        return cls(np.full(count, -1, np.int64), times, cpus, pids, tids, others,
                    np.full(count, "", dtype=object), np.full(count, "", dtype=object),
                    np.full(count, None, dtype=object))
 

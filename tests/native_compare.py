@@ -9,6 +9,7 @@ import re
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from offcpu.native_reader import NativeReader
 from offcpu.perf_script import PerfScriptReader, script_argv
@@ -95,10 +96,10 @@ def model_difference(capture: Path, slices: int) -> str | None:
 
     info = load(capture)
     window = (info.window_start_ns, info.window_end_ns)
-    seen = {}
+    seen: dict[str, dict[str, Any]] = {}
     for name in ("native", "perf-script"):
         reader, _ = choose_reader(capture, info, name)
-        if name == "native":
+        if isinstance(reader, NativeReader):
             reader = ShownAsPerfShowsMissing(reader)
         pieces = [read_slice(reader, first, last, window, info.switch_cost_ns or 0)
                   for first, last in reader.time_slices(*window, slices)]

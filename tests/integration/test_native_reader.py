@@ -66,6 +66,7 @@ def _with_new_build_id(source: Path, target: Path) -> bytes:
     data = bytearray(source.read_bytes())
     with source.open("rb") as stream:
         note = ELFFile(stream).get_section_by_name(".note.gnu.build-id")
+        assert note is not None, source
         offset, size = note["sh_offset"], note["sh_size"]
     new_id = bytes(reversed(data[offset + size - 20:offset + size]))
     data[offset + size - 20:offset + size] = new_id

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 import pytest
 
@@ -291,7 +292,7 @@ VIEWS = [(), ("--state", "D"), ("--by-thread",), ("--waker",), ("--user-only",),
 
 
 @pytest.mark.parametrize("options", VIEWS)
-def test_json_stacks_are_the_flame_graphs_stacks(mmap_capture, options):
+def test_json_stacks_are_the_flame_graphs_stacks(mmap_capture: Path, options: tuple[str, ...]) -> None:
     # Given the same view options for json and folded
     report = json_report(mmap_capture, *options)
     # Then the JSON's stacks, by state, add up to the folded lines

@@ -84,13 +84,19 @@ def frame(browser: webdriver.Chrome, name: str) -> WebElement:
     """The widest frame of the flame graph with this function name (inside its iframe)."""
     frames = [g for g in browser.find_elements(By.TAG_NAME, "g")
               if g.find_elements(By.TAG_NAME, "title")
-              and g.find_element(By.TAG_NAME, "title").get_attribute("textContent").startswith(name + " ")]
+              and attribute(g.find_element(By.TAG_NAME, "title"), "textContent").startswith(name + " ")]
     assert frames, name
     return max(frames, key=width)
 
 
 def width(g: WebElement) -> float:
-    return float(g.find_element(By.TAG_NAME, "rect").get_attribute("width"))
+    return float(attribute(g.find_element(By.TAG_NAME, "rect"), "width"))
+
+
+def attribute(element: WebElement, name: str) -> str:
+    value = element.get_attribute(name)
+    assert value is not None, name
+    return value
 
 
 def embedded_svg(page: str) -> str:

@@ -99,7 +99,7 @@ def test_partial_and_garbage_text_is_skipped_and_counted():
 class TrickleStream(io.StringIO):
     """perf's pipe as the reader may see it: reads cut at arbitrary places."""
 
-    def read(self, size: int = -1) -> str:
+    def read(self, size: int | None = -1) -> str:
         return super().read(min(size, 997) if size and size > 0 else 997)
 
 

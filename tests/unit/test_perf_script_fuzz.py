@@ -63,8 +63,8 @@ def lines_of(fixture: str) -> tuple[list[str], list[int]]:
 def anchors(fixture: str) -> set[tuple[int, int, int]]:
     """(time, pid, tid) of every event of a fixture."""
     lines, starts = lines_of(fixture)
-    return {(time_ns(found[4]), int(found[2]), int(found[3])) for found in (HEADER.match(lines[index])
-                                                                           for index in starts)}
+    headers = [HEADER.match(lines[index]) for index in starts]
+    return {(time_ns(found[4]), int(found[2]), int(found[3])) for found in headers if found}
 
 
 def assert_well_formed(calls: CallRecorder) -> None:

@@ -67,7 +67,7 @@ def mutated(text: str, rng: random.Random) -> str:
     return text
 
 
-def test_the_policy_reader_gives_a_policy_or_an_error(tmp_path):
+def test_the_policy_reader_gives_a_policy_or_an_error(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     seeds = SEEDS + [readme_policy()]
     path = tmp_path / "policy.toml"
