@@ -71,7 +71,7 @@ WakerKey = tuple[int, int, str, Chain]
 # The key a wait is counted under: tid, call chain (or a synthetic stack), state, waker
 RowKey = tuple[int, Chain, str, WakerKey | None]
 # The waker of a wait that ended with no wakeup recorded
-UNRECORDED: WakerKey = (-1, -1, "", WAKER_NOT_RECORDED)
+UNRECORDED_WAKER: WakerKey = (-1, -1, "", WAKER_NOT_RECORDED)
 
 
 @dataclass(slots=True)
@@ -204,7 +204,7 @@ class Tally:
             blocked = offcpu
             self.unseen_wakeups += not clipped and state != UNKNOWN_STATE
             if back_seen:
-                waker = UNRECORDED
+                waker = UNRECORDED_WAKER
         runqueue = offcpu - blocked
         key = (tid, wait.stack, state, waker)
         number = self.row_numbers.get(key)

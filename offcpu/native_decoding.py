@@ -13,14 +13,13 @@ from mmap import mmap
 import numpy as np
 
 from offcpu import perf_data
+from offcpu.events import SWITCH_TRACEPOINT, WAKING_TRACEPOINTS
 from offcpu.native_reader import (
     COMM_IDS,
     IDLE_COMM,
-    SWITCH_EVENT,
     SWITCH_FIELDS,
     TASK_FIELDS,
     TASK_TYPES,
-    WAKING_EVENTS,
     WAKING_FIELDS,
     NativeReader,
 )
@@ -227,9 +226,9 @@ class Decoder:
         states: StateNames | None = None
         for attr in self.data.attrs:
             tracepoint = names.get(attr.config) if attr.type == perf_data.TYPE_TRACEPOINT else None
-            if tracepoint is None or tracepoint.full_name not in (SWITCH_EVENT, *WAKING_EVENTS):
+            if tracepoint is None or tracepoint.full_name not in (SWITCH_TRACEPOINT, *WAKING_TRACEPOINTS):
                 continue
-            switch = tracepoint.full_name == SWITCH_EVENT
+            switch = tracepoint.full_name == SWITCH_TRACEPOINT
             if switch:
                 states = perf_data.state_names(tracepoint.print_fmt)
             fields = {name: tracepoint.fields[name] for name in (SWITCH_FIELDS if switch else WAKING_FIELDS)}

@@ -77,13 +77,13 @@ def _tracefs_check(checks: list[Check]) -> Path | None:
 
 
 def _tracepoint_checks(tracefs: Path | None) -> list[Check]:
-    needed = {events.SWITCH: FAIL}
-    optional = (*events.WAKERS, *events.FORKS, events.EXIT)
+    needed = {events.SWITCH_TRACEPOINT: FAIL}
+    optional = (*events.WAKING_TRACEPOINTS, *events.FORK_TRACEPOINTS, events.EXIT_TRACEPOINT)
     if tracefs is None:
         return [Check(name, INFO, "cannot tell: tracefs is not mounted or not readable (see tracefs)")
-                for name in (events.SWITCH, *optional, *events.SCHEDSTATS)]
+                for name in (events.SWITCH_TRACEPOINT, *optional, *events.SCHEDSTATS_TRACEPOINTS)]
     result = []
-    for name in (events.SWITCH, *optional, *events.SCHEDSTATS):
+    for name in (events.SWITCH_TRACEPOINT, *optional, *events.SCHEDSTATS_TRACEPOINTS):
         present = system.tracepoint_exists(tracefs, name)
         missing = needed.get(name, WARN if name in optional else INFO)
         result.append(Check(name, OK if present else missing, "present" if present else "absent"))

@@ -25,7 +25,7 @@ from offcpu.targets import Choice
 
 MAX_DURATION_S = 600.0
 MAX_DWARF_BYTES = 65528  # perf record's largest user stack copy
-CALL_GRAPH = re.compile(r"^(fp|dwarf(,\d+)?)$")
+CALL_GRAPH_PATTERN = re.compile(r"^(fp|dwarf(,\d+)?)$")
 SIZE = re.compile(r"^(\d+)([BKMG])$")  # as perf record --max-size takes it: a unit, in capitals
 SIZE_UNITS = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_SIZE_BYTES = (1 << 64) - 1  # perf counts in an unsigned long
@@ -191,7 +191,7 @@ def check_bounds(duration: float, no_limit: bool, max_size: str, call_graph: str
         raise click.BadParameter(f"{duration:g} s is more than {MAX_DURATION_S:.0f} s; add --no-limit if you mean it",
                                  param_hint="--duration")
     _check_max_size(max_size)
-    shape = CALL_GRAPH.match(call_graph)
+    shape = CALL_GRAPH_PATTERN.match(call_graph)
     if not shape:
         raise click.BadParameter("give fp, dwarf or dwarf,BYTES (for example dwarf,16384)", param_hint="--call-graph")
     if shape[2] and not 0 < int(shape[2][1:]) <= MAX_DWARF_BYTES:
