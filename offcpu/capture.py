@@ -21,7 +21,7 @@ PERF_DATA = "perf.data"
 METADATA = "capture.json"
 # Every file offcpu (or perf for it) writes in a capture directory, besides any
 # ending in PARTIAL; `offcpu record --force` deletes these and nothing else.
-# model.json is the report's cache (offcpu.analysis.MODEL_FILE), kallsyms the kernel's
+# model.json is the report's cache (offcpu.model_cache.MODEL_FILE), kallsyms the kernel's
 # symbols when it was recorded (offcpu.symbols.KERNEL_SYMBOLS).
 OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, "model.json", "kallsyms")
 # In the directory while offcpu records into it; left there, it marks an unfinished recording.

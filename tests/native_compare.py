@@ -88,9 +88,9 @@ def first_difference(perf: str, perf_data: Path) -> str | None:
 def model_difference(capture: Path, slices: int) -> str | None:
     """None when both readers give the same model of a capture, read in `slices` slices
     (folded lines, thread totals, wakers, links), else the first thing that differs."""
-    from offcpu.analysis import choose_reader
     from offcpu.capture import load
     from offcpu.engine import merge, read_slice, threads_at_start, to_model
+    from offcpu.model_cache import choose_reader
     from offcpu.stackview import StackView, folded
     from offcpu.summaries import waker_pairs
 
