@@ -372,10 +372,11 @@ class SliceBuilder:
         self._leave(tid, time_ns, STACK_LOST, PREEMPTED if preempt else UNKNOWN_STATE, pid, None)
 
     def _unnamed_switch_in(self, record_ns: int, cpu: int, pid: int, tid: int, comm: str) -> None:
-        """A switch-in that no recorded sched_switch names (a task-bound sched_switch fires only
-        for the thread leaving, see recorder.perf_record_argv; or the thread that left was not
-        recorded: the idle task, another process): at perf's record, less the capture's switch
-        cost unless that thread had exited (its last switch costs perf nothing)."""
+        """A switch-in that no recorded sched_switch names (a task-bound sched_switch fires
+        only for the thread leaving, see recording.perf_command.perf_record_argv; or the
+        thread that left was not recorded: the idle task, another process): at perf's
+        record, less the capture's switch cost unless that thread had exited (its last
+        switch costs perf nothing)."""
         if self.after_exit.pop(cpu, None) is not None or not self.switch_cost_ns:
             self._back(tid, record_ns, pid, comm, record_ns, False)
             return

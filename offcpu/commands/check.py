@@ -27,7 +27,7 @@ from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import Model
 from offcpu.policy import Policy, load_policy
-from offcpu.recorder import RecordRequest
+from offcpu.recording.session import RecordRequest
 from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.verdict import (
     VerdictJson,

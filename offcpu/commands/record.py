@@ -20,7 +20,8 @@ from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.findings import counted
-from offcpu.recorder import RecordRequest, output_taken, record as record_capture
+from offcpu.recording.output_dir import output_taken
+from offcpu.recording.session import RecordRequest, record as record_capture
 from offcpu.targets import Choice
 
 MAX_DURATION_S = 600.0
