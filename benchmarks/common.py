@@ -203,12 +203,17 @@ def offcpu_command() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "offcpu"]
 
 
+def last_cpu() -> int:
+    """The last CPU this process may run on: where a benchmark is pinned unless told."""
+    return max(os.sched_getaffinity(0))
+
+
 def pin_cpu(cpu: int | None, no_pin: bool) -> int | None:
     if no_pin:
         return None
-    allowed = os.sched_getaffinity(0)
     if cpu is None:
-        return max(allowed)
+        return last_cpu()
+    allowed = os.sched_getaffinity(0)
     if cpu not in allowed:
         raise BenchError(f"CPU {cpu} is not one this process may run on ({', '.join(map(str, sorted(allowed)))})")
     return cpu

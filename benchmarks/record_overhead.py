@@ -71,7 +71,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"perf bench sched pipe -l: round trips per run [default: {DEFAULT_LOOPS}]")
     parser.add_argument("--rounds", "-r", type=int, default=DEFAULT_ROUNDS,
                         help=f"recorded runs, each between two anchors [default: {DEFAULT_ROUNDS}]")
-    parser.add_argument("--cpu", type=int, default=None, help="CPU to pin the pipe benchmark to [default: the last one]")
+    parser.add_argument("--cpu", type=int, default=None,
+                        help="CPU to pin the pipe benchmark to [default: the last one]")
     parser.add_argument("--no-pin", action="store_true", help="let the scheduler place the pipe processes")
     parser.add_argument("--duration", "-d", type=int, default=None,
                         help="offcpu record --duration, the bound of each recording, which is ended as soon as "
@@ -160,8 +161,9 @@ def _show(number: int, run: Run) -> Run:
     capture = ""
     if run.capture is not None:
         c = run.capture
-        capture = (f"{c['perf_data_bytes'] / 1e6:,.0f} MB: {c['samples']:,} samples, {c['switch_records']:,} switch "
-                   f"records, {c['lost_events']:,} lost; {c['duration_actual_s']:.1f} s window, ended by {c['ended_by']}")
+        capture = (f"{c['perf_data_bytes'] / 1e6:,.0f} MB: {c['samples']:,} samples, "
+                   f"{c['switch_records']:,} switch records, {c['lost_events']:,} lost; "
+                   f"{c['duration_actual_s']:.1f} s window, ended by {c['ended_by']}")
         if not run.covered:
             capture += "  [window did not hold the whole run: left out]"
     print(f"{number:>3}  {run.kind:<8}  {run.ops_per_s:>9,.0f}  {run.seconds:>7.2f}  {capture}".rstrip(), flush=True)

@@ -37,8 +37,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.common import (BenchError, Recording, become_subreaper, comm, descendants,
-                               interrupts_as_keyboard_interrupt, offcpu_command, pin_cpu, reap_group)
+from benchmarks.common import (
+    BenchError,
+    Recording,
+    become_subreaper,
+    comm,
+    descendants,
+    interrupts_as_keyboard_interrupt,
+    last_cpu,
+    offcpu_command,
+    reap_group,
+)
 
 PIPE = ("perf", "bench", "sched", "pipe", "-l", "1000000000")
 WHOLE_MACHINE = ("-a",)
@@ -91,7 +100,7 @@ def _record(output: Path, size: str, target: tuple[str, ...]) -> Path:
     machine while a pinned `perf bench sched pipe` switches as fast as it can, or a command."""
     pipe = None
     if target == WHOLE_MACHINE:
-        cpu = pin_cpu(None, False)
+        cpu = last_cpu()
         pipe = subprocess.Popen(PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
     recording = Recording(offcpu_command(), output, LONGEST_RECORDING_S, output.parent / f"{output.name}.log", size,
@@ -176,7 +185,7 @@ def _timed(argv: list[str]) -> Measured:
     peaks = [0, 0, 0]
     try:
         while process.poll() is None:
-            peaks = [max(peak, now) for peak, now in zip(peaks, _tree_kb(process.pid))]
+            peaks = [max(peak, now) for peak, now in zip(peaks, _tree_kb(process.pid), strict=True)]
             time.sleep(SAMPLE_EVERY_S)
     finally:
         if process.poll() is None:
@@ -184,6 +193,7 @@ def _timed(argv: list[str]) -> Measured:
         process.wait()
     seconds = time.monotonic() - start
     if process.returncode != 0:
+        assert process.stderr is not None  # a pipe
         raise BenchError(f"{' '.join(argv[:3])} failed: {process.stderr.read().decode().strip()[-300:]}")
     return Measured(seconds, *(kb / 1024 for kb in peaks))
 
@@ -220,10 +230,10 @@ def _kb(fields: dict[str, str], name: str) -> int:
 
 def _stages(capture: Path) -> dict[str, float]:
     """CPU seconds of each stage of a cold report, one after the other in this process."""
-    from offcpu.analysis import choose_reader  # offcpu's own modules, in this process: see the docstring
     from offcpu.capture import load
     from offcpu.engine import merge, read_slice, threads_at_start, to_model
     from offcpu.findings import Context, default_table, findings
+    from offcpu.model_cache import choose_reader  # offcpu's own modules, in this process: see the docstring
     from offcpu.renderers.flame import stack_lines
     from offcpu.stackview import StackView
     from offcpu.waitgraph import wait_graph

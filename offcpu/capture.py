@@ -10,6 +10,7 @@ import json
 import shlex
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
@@ -20,7 +21,7 @@ PERF_DATA = "perf.data"
 METADATA = "capture.json"
 # Every file offcpu (or perf for it) writes in a capture directory, besides any
 # ending in PARTIAL; `offcpu record --force` deletes these and nothing else.
-# model.json is the report's cache (offcpu.analysis.MODEL_FILE), kallsyms the kernel's
+# model.json is the report's cache (offcpu.model_cache.MODEL_FILE), kallsyms the kernel's
 # symbols when it was recorded (offcpu.symbols.KERNEL_SYMBOLS).
 OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, "model.json", "kallsyms")
 # In the directory while offcpu records into it; left there, it marks an unfinished recording.
@@ -153,7 +154,7 @@ class CaptureInfo:
     def mmap_pages(self) -> int | None:
         """The ring buffer's pages per CPU asked of perf (--mmap-pages), None when perf chose."""
         options = self.perf_command[:self.perf_command.index("--")] if "--" in self.perf_command else self.perf_command
-        for option, value in zip(options, options[1:]):
+        for option, value in zip(options, options[1:], strict=False):  # each option and what follows it
             if option in ("--mmap-pages", "-m") and value.isdecimal():
                 return int(value)
         return None
@@ -166,8 +167,9 @@ class CaptureInfo:
             raise TypeError(f"target is {type(target).__name__}, expected an object")
         _check_types(data, cls)
         _check_types(target, Target)
-        info = cls(**{**data, "target": Target(**{key: tuple(value) if isinstance(value, list) else value
-                                                    for key, value in target.items()})})
+        target_fields: dict[str, Any] = {key: tuple(value) if isinstance(value, list) else value
+                                         for key, value in target.items()}
+        info = cls(**{**data, "target": Target(**target_fields)})
         _check_values(info)
         return info
 
@@ -238,21 +240,23 @@ def _check_lists(info: CaptureInfo) -> None:
         raise ValueError("processes_at_start holds something other than tids and the pids of their processes")
     if not all(pid.isdecimal() and isinstance(comm, str) for pid, comm in info.unrecorded_processes.items()):
         raise ValueError("unrecorded_processes holds something other than pids and their names")
-    for name, items, fields in (("events", info.events, EVENT_FIELDS), ("events_skipped", info.events_skipped,
-                                                                          SKIPPED_FIELDS)):
-        if not all(isinstance(item, dict) and _typed(item, fields) for item in items):
+    for name, items, item_fields in (("events", info.events, EVENT_FIELDS),
+                                     ("events_skipped", info.events_skipped, SKIPPED_FIELDS)):
+        if not all(isinstance(item, dict) and _typed(item, item_fields) for item in items):
             raise ValueError(f"{name} holds something other than events as offcpu writes them")
     for name, snapshot in (("limits", info.limits), ("limits_peak", info.limits_peak)):
         if snapshot is not None and not _limits_snapshot(snapshot):
             raise ValueError(f"{name} is not a snapshot of the target's limits as offcpu writes it")
 
 
-EVENT_FIELDS = {"name": str, "call_graph": bool, "why": str}
-SKIPPED_FIELDS = {"name": str, "why": str}
-LIMIT_FIELDS = {"name": str, "used": int, "limit": (int, type(None)), "what": str, "share": (int, float, type(None))}
+Fields = dict[str, type | tuple[type, ...]]  # a JSON object's keys and the types of their values
+EVENT_FIELDS: Fields = {"name": str, "call_graph": bool, "why": str}
+SKIPPED_FIELDS: Fields = {"name": str, "why": str}
+LIMIT_FIELDS: Fields = {"name": str, "used": int, "limit": (int, type(None)), "what": str,
+                        "share": (int, float, type(None))}
 
 
-def _typed(item: dict, fields: dict[str, type | tuple[type, ...]]) -> bool:
+def _typed(item: dict, fields: Fields) -> bool:
     """Whether each of `fields` of `item` has its type (JSON's true is no number)."""
     return all(isinstance(item.get(name), kind) and (kind is bool or not isinstance(item.get(name), bool))
                for name, kind in fields.items())
@@ -293,7 +297,8 @@ def load(directory: Path) -> CaptureInfo:
         raise OffcpuError(f"{directory} is not a capture directory; make one with 'offcpu record -o {directory} ...'")
     path = directory / METADATA
     if not path.is_file():
-        raise OffcpuError(f"{directory} has no {METADATA}: it was not made by 'offcpu record' or the recording did not finish")
+        raise OffcpuError(f"{directory} has no {METADATA}: it was not made by 'offcpu record' "
+                          "or the recording did not finish")
     try:
         data = json.loads(path.read_text())
         if not isinstance(data, dict):

@@ -16,10 +16,23 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, Model, Row
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, Model, Row
 from offcpu.summaries import Lifecycle, lifecycle
-from offcpu.waits import (DEVICE, INTERRUPT, KERNEL, NETWORK, NEW, OUTSIDE, PEER, PREEMPTED_CAUSE, TIMER,
-                          UNRECORDED, UNWOKEN, WaitClass, Waits)
+from offcpu.waits import (
+    DEVICE,
+    INTERRUPT,
+    KERNEL,
+    NETWORK,
+    NEW,
+    OUTSIDE,
+    PEER,
+    PREEMPTED_CAUSE,
+    TIMER,
+    UNRECORDED,
+    UNWOKEN,
+    WaitClass,
+    Waits,
+)
 
 # Thread churn: this many threads created a second, living this long or less (median).
 CHURN_RATE_PER_S = 100.0
@@ -116,10 +129,12 @@ class Claims:
     def __init__(self, model: Model, waits: Waits) -> None:
         self.model = model
         self.waits = waits
-        self.of_row: list[Claim | None] = [self._direct(row, cls) for row, cls in zip(model.rows, waits.classes)]
+        self.of_row: list[Claim | None] = [self._direct(row, cls)
+                                           for row, cls in zip(model.rows, waits.classes, strict=True)]
         self.pools = self._pools()
         self.roots: dict[int, Root] = {}
-        peers = [index for index, claim in enumerate(self.of_row) if claim is None and waits.classes[index].cause == PEER]
+        peers = [index for index, claim in enumerate(self.of_row)
+                 if claim is None and waits.classes[index].cause == PEER]
         # Twice: a peer's wait is judged by its waker's waits, which the first pass may
         # find were turns taken rather than time waited for.
         for _ in range(2):
@@ -139,7 +154,7 @@ class Claims:
         by_thread: dict[int, dict[Claim, int]] = defaultdict(lambda: defaultdict(int))
         by_pool: dict[str, dict[Claim, int]] = defaultdict(lambda: defaultdict(int))
         begun = []
-        for index, (row, claim) in enumerate(zip(self.model.rows, self.of_row)):
+        for index, (row, claim) in enumerate(zip(self.model.rows, self.of_row, strict=True)):
             if self.waits.classes[index].cause != PEER or claim is None or claim.finding not in PEER_FINDINGS:
                 continue
             if self.model.stacks[row.stack].frames == (BEFORE_WINDOW,):
@@ -164,14 +179,14 @@ class Claims:
                 and life.median_life_us <= CHURN_LIFE_US)
 
     def rows(self, finding: str, key: str | None = None) -> list[Row]:
-        return [row for row, claim in zip(self.model.rows, self.of_row)
+        return [row for row, claim in zip(self.model.rows, self.of_row, strict=True)
                 if claim is not None and claim.finding == finding and (key is None or claim.key == key)]
 
     def keys(self, finding: str) -> list[str]:
         return list(dict.fromkeys(claim.key for claim in self.of_row if claim is not None and claim.finding == finding))
 
     def guessed(self, finding: str) -> list[Row]:
-        return [row for row, claim in zip(self.model.rows, self.of_row)
+        return [row for row, claim in zip(self.model.rows, self.of_row, strict=True)
                 if claim is not None and claim.finding == finding and claim.guessed]
 
     # -- waits that go by their site or by what ended them --------------------------
@@ -253,7 +268,7 @@ class Claims:
     def mean_wait_us(self) -> dict[int, float]:
         """Per stack, the average time off CPU of its waits that a peer ended."""
         sums: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-        for row, cls in zip(self.model.rows, self.waits.classes):
+        for row, cls in zip(self.model.rows, self.waits.classes, strict=True):
             if cls.cause == PEER:
                 sums[row.stack][0] += row.offcpu_us
                 sums[row.stack][1] += row.count
@@ -275,7 +290,7 @@ class Claims:
         """The pools, with how many CPUs they ran on and how many of their threads had work
         (a wait a peer ended counts as work here: it is what is being judged)."""
         idle_us: dict[int, int] = defaultdict(int)
-        for row, claim in zip(self.model.rows, self.of_row):
+        for row, claim in zip(self.model.rows, self.of_row, strict=True):
             if claim is not None and claim.finding == IDLE:
                 idle_us[row.tid] += row.offcpu_us
         pools: dict[str, Pool] = {}

@@ -100,7 +100,7 @@ class SwitchCosts:
     @property
     def whole_ns(self) -> int | None:
         """All that recording adds to a switch between recorded threads."""
-        return _median([sample + after for sample, after in zip(self.sample_ns, self.after_out_ns)])
+        return _median([sample + after for sample, after in zip(self.sample_ns, self.after_out_ns, strict=True)])
 
     @property
     def sample_median_ns(self) -> int | None:

@@ -31,10 +31,32 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 
 from offcpu.capture import CaptureInfo
-from offcpu.model import (BEFORE_WINDOW, NEW_THREAD, PREEMPTED, STACK_LOST, UNKNOWN_STATE, WAKER_NOT_RECORDED, Link,
-                          Model, Row, Thread, WaitTimes, Waker)
-from offcpu.sched_events import (SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_EXIT, THREAD_FORK,
-                                  UNKNOWN_CPU, CaptureReader, Chain, Events)
+from offcpu.model import (
+    BEFORE_WINDOW,
+    NEW_THREAD,
+    PREEMPTED,
+    STACK_LOST,
+    UNKNOWN_STATE,
+    WAKER_NOT_RECORDED,
+    Link,
+    Model,
+    Row,
+    Thread,
+    WaitTimes,
+    Waker,
+)
+from offcpu.sched_events import (
+    SCHED_SWITCH,
+    SCHED_WAKING,
+    SWITCH_IN,
+    SWITCH_OUT,
+    THREAD_EXIT,
+    THREAD_FORK,
+    UNKNOWN_CPU,
+    CaptureReader,
+    Chain,
+    Events,
+)
 from offcpu.stacks import Stack
 
 DEAD_STATES = ("X", "Z")
@@ -49,7 +71,7 @@ WakerKey = tuple[int, int, str, Chain]
 # The key a wait is counted under: tid, call chain (or a synthetic stack), state, waker
 RowKey = tuple[int, Chain, str, WakerKey | None]
 # The waker of a wait that ended with no wakeup recorded
-UNRECORDED: WakerKey = (-1, -1, "", WAKER_NOT_RECORDED)
+UNRECORDED_WAKER: WakerKey = (-1, -1, "", WAKER_NOT_RECORDED)
 
 
 @dataclass(slots=True)
@@ -182,7 +204,7 @@ class Tally:
             blocked = offcpu
             self.unseen_wakeups += not clipped and state != UNKNOWN_STATE
             if back_seen:
-                waker = UNRECORDED
+                waker = UNRECORDED_WAKER
         runqueue = offcpu - blocked
         key = (tid, wait.stack, state, waker)
         number = self.row_numbers.get(key)
@@ -228,7 +250,7 @@ class Tally:
 
     def add(self, other: Tally) -> None:
         numbers = [self.row_number(key) for key in other.row_numbers]  # other's row numbers in this tally
-        for number, times in zip(numbers, other.rows):
+        for number, times in zip(numbers, other.rows, strict=True):
             self.rows[number].add_times(times)
         for (waiter, waker), overlap in other.links.items():
             pair = (numbers[waiter], numbers[waker])
@@ -350,10 +372,11 @@ class SliceBuilder:
         self._leave(tid, time_ns, STACK_LOST, PREEMPTED if preempt else UNKNOWN_STATE, pid, None)
 
     def _unnamed_switch_in(self, record_ns: int, cpu: int, pid: int, tid: int, comm: str) -> None:
-        """A switch-in that no recorded sched_switch names (a task-bound sched_switch fires only
-        for the thread leaving, see recorder.perf_record_argv; or the thread that left was not
-        recorded: the idle task, another process): at perf's record, less the capture's switch
-        cost unless that thread had exited (its last switch costs perf nothing)."""
+        """A switch-in that no recorded sched_switch names (a task-bound sched_switch fires
+        only for the thread leaving, see recording.perf_command.perf_record_argv; or the
+        thread that left was not recorded: the idle task, another process): at perf's
+        record, less the capture's switch cost unless that thread had exited (its last
+        switch costs perf nothing)."""
         if self.after_exit.pop(cpu, None) is not None or not self.switch_cost_ns:
             self._back(tid, record_ns, pid, comm, record_ns, False)
             return
@@ -660,7 +683,7 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
 
     merged: dict[tuple[int, int, str, int | None], WaitTimes] = {}
     row_of: list[tuple[int, int, str, int | None]] = []  # by the tally's row number
-    for key, times in zip(totals.row_numbers, totals.rows):
+    for key, times in zip(totals.row_numbers, totals.rows, strict=True):
         tid, chain, state, waker = key
         merged_key = (tid, stack_id(chain), state, waker_id(waker))
         row_of.append(merged_key)
@@ -669,8 +692,8 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
     rows = [Row(*key, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count)
             for key, times in merged.items()]
     links: dict[tuple[int, int], Overlap] = {}
-    for (waiter, waker), overlap in totals.links.items():
-        link = links.setdefault((row_index[row_of[waiter]], row_index[row_of[waker]]), Overlap())
+    for (waiter_row, waker_row), overlap in totals.links.items():
+        link = links.setdefault((row_index[row_of[waiter_row]], row_index[row_of[waker_row]]), Overlap())
         link.ns += overlap.ns
         link.count += overlap.count
     stacks, wakers = list(stack_ids), list(waker_ids)  # in the order they were numbered

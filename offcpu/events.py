@@ -8,11 +8,13 @@ from pathlib import Path
 from offcpu.errors import OffcpuError
 from offcpu.system import tracepoint_exists
 
-SWITCH = "sched:sched_switch"
-WAKERS = ("sched:sched_waking", "sched:sched_wakeup")
-FORKS = ("sched:sched_process_fork", "task:task_newtask")
-EXIT = "sched:sched_process_exit"
-SCHEDSTATS = ("sched:sched_stat_sleep", "sched:sched_stat_blocked", "sched:sched_stat_iowait", "sched:sched_stat_wait")
+SWITCH_TRACEPOINT = "sched:sched_switch"
+WAKING_TRACEPOINTS = ("sched:sched_waking", "sched:sched_wakeup")
+FORK_TRACEPOINTS = ("sched:sched_process_fork", "task:task_newtask")
+EXIT_TRACEPOINT = "sched:sched_process_exit"
+SCHEDSTATS_TRACEPOINTS = ("sched:sched_stat_sleep", "sched:sched_stat_blocked", "sched:sched_stat_iowait",
+                          "sched:sched_stat_wait")
+ALL_TRACEPOINTS = (SWITCH_TRACEPOINT, *WAKING_TRACEPOINTS, *FORK_TRACEPOINTS, EXIT_TRACEPOINT, *SCHEDSTATS_TRACEPOINTS)
 
 
 @dataclass(frozen=True)
@@ -43,16 +45,18 @@ class EventPlan:
 def plan_events(tracefs: Path | None, schedstats: str) -> EventPlan:
     """Pick the events for this kernel; `schedstats` is 'absent', 'off' or 'on'
     as it will be while recording."""
-    present = {name for name in (SWITCH, *WAKERS, *FORKS, EXIT, *SCHEDSTATS) if tracepoint_exists(tracefs, name)}
-    if SWITCH not in present:
-        raise OffcpuError(f"this kernel has no {SWITCH} tracepoint; offcpu cannot work without it")
-    events = [Event(SWITCH, True, "off-CPU stacks and states at every switch-out")]
+    present = {name for name in ALL_TRACEPOINTS if tracepoint_exists(tracefs, name)}
+    if SWITCH_TRACEPOINT not in present:
+        raise OffcpuError(f"this kernel has no {SWITCH_TRACEPOINT} tracepoint; offcpu cannot work without it")
+    events = [Event(SWITCH_TRACEPOINT, True, "off-CPU stacks and states at every switch-out")]
     skipped: list[Skipped] = []
-    _first_present(present, WAKERS, events, skipped, call_graph=True,
+    _first_present(present, WAKING_TRACEPOINTS, events, skipped, call_graph=True,
                    why="the waker's pid and stack; splits blocked time from run-queue delay")
-    _first_present(present, FORKS, events, skipped, call_graph=False, why="threads created during the window")
-    _first_present(present, (EXIT,), events, skipped, call_graph=False, why="threads that exit during the window")
-    for name in SCHEDSTATS:
+    _first_present(present, FORK_TRACEPOINTS, events, skipped, call_graph=False,
+                   why="threads created during the window")
+    _first_present(present, (EXIT_TRACEPOINT,), events, skipped, call_graph=False,
+                   why="threads that exit during the window")
+    for name in SCHEDSTATS_TRACEPOINTS:
         if name not in present:
             skipped.append(Skipped(name, "the kernel has no such tracepoint (built without CONFIG_SCHEDSTATS)"))
         elif schedstats != "on":

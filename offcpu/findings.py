@@ -29,8 +29,21 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from offcpu.claims import (FUTEX_UNKNOWN, HANDOFF, IDLE, IDLE_MEAN_WAIT_US, IO_WAIT, LOCK_CONTENTION, MMAP_LOCK,
-                           RUNQUEUE, SERIALIZATION, STACK_CACHE_LOCK, THREAD_CHURN, Claims, Root)
+from offcpu.claims import (
+    FUTEX_UNKNOWN,
+    HANDOFF,
+    IDLE,
+    IDLE_MEAN_WAIT_US,
+    IO_WAIT,
+    LOCK_CONTENTION,
+    MMAP_LOCK,
+    RUNQUEUE,
+    SERIALIZATION,
+    STACK_CACHE_LOCK,
+    THREAD_CHURN,
+    Claims,
+    Root,
+)
 from offcpu.locktable import LockTable, load_table
 from offcpu.model import BEFORE_WINDOW, Model, Row
 from offcpu.stacks import drawn_alone, reading
@@ -632,7 +645,7 @@ def _root_shares(ctx: Context) -> dict[int, dict[str, float]]:
     place = {number: at for at, number in enumerate(peers)}
     labels: dict[str, int] = {}
     own: list[tuple[int, int, float]] = []  # (row's place, label, share): the part no peer's wait carries
-    waiters, wakers, parts = [], [], []
+    carried: list[tuple[int, int, float]] = []  # (row's place, its waker's place, share): what a peer's wait carries
     for at, number in enumerate(peers):
         blocked_us = ctx.model.rows[number].blocked_us
         overlapped = 0
@@ -640,7 +653,7 @@ def _root_shares(ctx: Context) -> dict[int, dict[str, float]]:
             overlapped += overlap
             part = overlap / blocked_us if blocked_us else 0.0
             if ctx.waits.classes[waker_row].cause == PEER:
-                waiters.append(at), wakers.append(place[waker_row]), parts.append(part)
+                carried.append((at, place[waker_row], part))
             else:
                 own.append((at, labels.setdefault(_root_words(ctx, waker_row), len(labels)), part))
         if blocked_us > overlapped:
@@ -648,15 +661,17 @@ def _root_shares(ctx: Context) -> dict[int, dict[str, float]]:
     fixed = np.zeros((len(peers), len(labels)))
     for at, label, share in own:
         fixed[at, label] += share
-    # the links sorted by waiter, so that each round sums a waiter's links in one reduceat
-    order = np.argsort(np.array(waiters, int), kind="stable")
-    waiter, waker, part = np.array(waiters, int)[order], np.array(wakers, int)[order], np.array(parts)[order, None]
-    firsts = np.flatnonzero(np.r_[True, waiter[1:] != waiter[:-1]]) if len(waiter) else np.array([], int)
+    # sorted by waiter, so that each round sums a waiter's links in one reduceat
+    carried.sort()
+    waiter = np.array([link[0] for link in carried], int)
+    waker = np.array([link[1] for link in carried], int)
+    carried_share = np.array([link[2] for link in carried])[:, None]
+    firsts = np.flatnonzero(np.r_[True, waiter[1:] != waiter[:-1]]) if carried else np.array([], int)
     shares = fixed
     for _ in range(ROOT_ROUNDS):
         following = fixed.copy()
-        if len(waiter):
-            following[waiter[firsts]] += np.add.reduceat(part * shares[waker], firsts, axis=0)
+        if carried:
+            following[waiter[firsts]] += np.add.reduceat(carried_share * shares[waker], firsts, axis=0)
         settled = np.abs(following - shares).max(initial=0.0) <= ROOT_SETTLED
         shares = following
         if settled:

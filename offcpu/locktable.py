@@ -178,7 +178,8 @@ class _Entries:
             extra = [key for key in entry if key not in ("name", *LIMITS)]
             if extra:
                 raise self.error(number, f"sets {extra[0]} but no wait frames; give wait = [...] to define a lock")
-            return Lock(name, "lock", "", (), **self.limits(number, entry))
+            max_share, max_ms_per_s = self.limits(number, entry)
+            return Lock(name, "lock", "", (), max_share=max_share, max_ms_per_s=max_ms_per_s)
         kind = self.text(number, entry, "kind", required=True)
         if kind not in KINDS:
             raise self.error(number, f"has kind {kind!r}; give one of {', '.join(KINDS)}")
@@ -188,9 +189,10 @@ class _Entries:
         retry = entry.get("retry", False)
         if not isinstance(retry, bool):
             raise self.error(number, "has retry that is not true or false")
+        max_share, max_ms_per_s = self.limits(number, entry)
         return Lock(name, kind, finding, self.frames(number, entry, "wait", required=True),
                     self.frames(number, entry, "callers"), self.frames(number, entry, "release"), retry,
-                    self.text(number, entry, "what"), self.text(number, entry, "remedy"), **self.limits(number, entry))
+                    self.text(number, entry, "what"), self.text(number, entry, "remedy"), max_share, max_ms_per_s)
 
     def text(self, number: int, entry: dict, key: str, required: bool = False) -> str:
         value = entry.get(key, "")
@@ -205,15 +207,16 @@ class _Entries:
             raise self.error(number, f"needs {key} as a list of frame names (globs such as \"mylib::Lock*\")")
         return tuple(value)
 
-    def limits(self, number: int, entry: dict) -> dict[str, float | None]:
-        found: dict[str, float | None] = {}
-        for key in LIMITS:
-            value = entry.get(key)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0 \
-                    or (key == "max_share" and value > 1):
-                bounds = "from 0 to 1 (0.05 is 5%)" if key == "max_share" else "0 or more"
-                raise self.error(number, f"has {key} {value!r}; give a number {bounds}")
-            found[key] = float(value)
-        return found
+    def limits(self, number: int, entry: dict) -> tuple[float | None, float | None]:
+        """The entry's max_share and max_ms_per_s (None: not set)."""
+        return self.limit(number, entry, "max_share"), self.limit(number, entry, "max_ms_per_s")
+
+    def limit(self, number: int, entry: dict, key: str) -> float | None:
+        value = entry.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0 \
+                or (key == "max_share" and value > 1):
+            bounds = "from 0 to 1 (0.05 is 5%)" if key == "max_share" else "0 or more"
+            raise self.error(number, f"has {key} {value!r}; give a number {bounds}")
+        return float(value)

@@ -124,7 +124,7 @@ class Model:
     # Switches of which perf lost one record (the sched_switch or the record of being in),
     # placed by the other
     half_recorded_switches: int = 0
-    perf_data: dict = field(default_factory=dict)  # the perf.data it was built from (analysis._identity)
+    perf_data: dict = field(default_factory=dict)  # the perf.data it was built from (model_cache._identity)
     reader: str = ""  # which read perf.data: "native" or "perf-script"
     reader_note: str = ""  # why that one
     missing_binaries: list[str] = field(default_factory=list)  # files gone or changed since the recording, said once
@@ -171,7 +171,7 @@ class Model:
     @classmethod
     def from_json(cls, data: dict) -> Model:
         """The model model.json holds. ValueError, KeyError or TypeError (mostly) when it
-        is not one: from another version of offcpu, or damaged; analysis builds it again."""
+        is not one: from another version of offcpu, or damaged; model_cache builds it again."""
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             schema = data.get("schema") if isinstance(data, dict) else type(data).__name__
             raise ValueError(f"model schema {schema!r} is not {SCHEMA!r}")

@@ -13,12 +13,45 @@ from mmap import mmap
 import numpy as np
 
 from offcpu import perf_data
-from offcpu.native_reader import (COMM_IDS, IDLE_COMM, SWITCH_EVENT, SWITCH_FIELDS, TASK_FIELDS, TASK_TYPES,
-                                  WAKING_EVENTS, WAKING_FIELDS, NativeReader)
-from offcpu.perf_data import (COMM, CONTEXT_USER, EXIT, FORK, MISC_COMM_EXEC, MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT,
-                              SAMPLE, SWITCH, SWITCH_CPU_WIDE, Clock, PerfData, SampleLayout, StateNames, release)
-from offcpu.sched_events import (SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, THREAD_EXIT, THREAD_FORK,
-                                  UNKNOWN_CPU, Chain, Events)
+from offcpu.events import SWITCH_TRACEPOINT, WAKING_TRACEPOINTS
+from offcpu.native_reader import (
+    COMM_IDS,
+    IDLE_COMM,
+    SWITCH_FIELDS,
+    TASK_FIELDS,
+    TASK_TYPES,
+    WAKING_FIELDS,
+    NativeReader,
+)
+from offcpu.perf_data import (
+    COMM,
+    CONTEXT_USER,
+    EXIT,
+    FORK,
+    MISC_COMM_EXEC,
+    MISC_SWITCH_OUT,
+    MISC_SWITCH_OUT_PREEMPT,
+    SAMPLE,
+    SWITCH,
+    SWITCH_CPU_WIDE,
+    Clock,
+    PerfData,
+    SampleLayout,
+    StateNames,
+    release,
+)
+from offcpu.sched_events import (
+    SCHED_SWITCH,
+    SCHED_WAKING,
+    SWITCH_IN,
+    SWITCH_OUT,
+    THREAD_COMM,
+    THREAD_EXIT,
+    THREAD_FORK,
+    UNKNOWN_CPU,
+    Chain,
+    Events,
+)
 
 
 @dataclass(frozen=True)
@@ -120,7 +153,8 @@ def _timed(data: PerfData, arrays: Arrays, clock: Clock, offsets: np.ndarray, ro
     times[samples] = arrays.u64[(offsets[samples] + clock.sample_time) >> 3].astype(np.int64)
     if clock.uniform is not None:
         others &= sizes >= clock.uniform_size
-        times[others] = arrays.u64[(offsets[others] + sizes[others] - clock.uniform.time_from_end) >> 3].astype(np.int64)
+        time_at = (offsets[others] + sizes[others] - clock.uniform.time_from_end) >> 3
+        times[others] = arrays.u64[time_at].astype(np.int64)
     else:
         times[others] = [clock.time_of(data.words, data.map, at) for at in offsets[others].tolist()]
     kept = (samples | others) & (times >= 0)
@@ -156,7 +190,8 @@ class _Columns:
     @classmethod
     def empty(cls, times: np.ndarray) -> _Columns:
         count = len(times)
-        return cls(np.full(count, -1, np.int64), times, *(np.zeros(count, np.int64) for _ in range(4)),
+        cpus, pids, tids, others = (np.zeros(count, np.int64) for _ in range(4))
+        return cls(np.full(count, -1, np.int64), times, cpus, pids, tids, others,
                    np.full(count, "", dtype=object), np.full(count, "", dtype=object),
                    np.full(count, None, dtype=object))
 
@@ -191,9 +226,9 @@ class Decoder:
         states: StateNames | None = None
         for attr in self.data.attrs:
             tracepoint = names.get(attr.config) if attr.type == perf_data.TYPE_TRACEPOINT else None
-            if tracepoint is None or tracepoint.full_name not in (SWITCH_EVENT, *WAKING_EVENTS):
+            if tracepoint is None or tracepoint.full_name not in (SWITCH_TRACEPOINT, *WAKING_TRACEPOINTS):
                 continue
-            switch = tracepoint.full_name == SWITCH_EVENT
+            switch = tracepoint.full_name == SWITCH_TRACEPOINT
             if switch:
                 states = perf_data.state_names(tracepoint.print_fmt)
             fields = {name: tracepoint.fields[name] for name in (SWITCH_FIELDS if switch else WAKING_FIELDS)}
@@ -492,11 +527,11 @@ class ChainKeys:
         starts_of, counts_of = starts[firsts_of].tolist(), counts[firsts_of].tolist()
         pids_of, generations_of = pids[firsts_of].tolist(), generations[firsts_of].tolist()
         known = [self._known(signature, start, count, pid, generation) for signature, start, count, pid, generation
-                 in zip(distinct.tolist(), starts_of, counts_of, pids_of, generations_of)]
+                 in zip(distinct.tolist(), starts_of, counts_of, pids_of, generations_of, strict=True)]
         keys = _objects([key for key, _, _, _, _ in known])[inverse]
         # each sample's chain against the one its signature names, address by address
         named_at, named_counts, named_pids, named_generations = (
-            np.array(column, dtype=np.int64)[inverse] for column in list(zip(*known))[1:])
+            np.array(column, dtype=np.int64)[inverse] for column in list(zip(*known, strict=True))[1:])
         alike = (named_counts == counts) & (named_pids == pids) & (named_generations == generations)
         if alike.all():  # the usual case: all addresses compared at once
             named = self.pool[np.repeat(named_at, counts) + place]

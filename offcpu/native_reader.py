@@ -20,14 +20,12 @@ from pathlib import Path
 
 from offcpu import perf_data
 from offcpu.errors import OffcpuError
-from offcpu.perf_data import (COMM, EXIT, FORK, LOST, SAMPLE, SWITCH, SWITCH_CPU_WIDE, PerfData, SampleLayout,
-                              Tracepoint)
+from offcpu.events import SWITCH_TRACEPOINT, WAKING_TRACEPOINTS
+from offcpu.perf_data import COMM, EXIT, FORK, LOST, SAMPLE, SWITCH, SWITCH_CPU_WIDE, PerfData, SampleLayout, Tracepoint
 from offcpu.sched_events import Chain, EventSink
 from offcpu.stacks import Stack
 from offcpu.symbols import Symbolizer, TaskHistory
 
-SWITCH_EVENT = "sched:sched_switch"
-WAKING_EVENTS = ("sched:sched_waking", "sched:sched_wakeup")
 SWITCH_FIELDS = ("prev_comm", "prev_pid", "prev_state", "next_pid")
 WAKING_FIELDS = ("pid",)  # the woken thread
 TEXT_FIELDS = ("prev_comm",)  # char arrays; the other fields are integers
@@ -62,7 +60,8 @@ def _unsupported(data: PerfData) -> str | None:
         if attr.sample_type & perf_data.SAMPLE_BRANCH_STACK:
             return "perf.data has branch stacks (--call-graph lbr), which the native reader does not decode"
         if attr.sample_type & perf_data.SAMPLE_READ:
-            return "perf.data's samples carry counter values (PERF_SAMPLE_READ), which the native reader does not decode"
+            return ("perf.data's samples carry counter values (PERF_SAMPLE_READ), "
+                    "which the native reader does not decode")
         if not attr.sample_type & perf_data.SAMPLE_TID:
             return "perf.data's samples do not say their thread (PERF_SAMPLE_TID), which the native reader needs"
         if not attr.sample_id_all or not attr.sample_type & perf_data.SAMPLE_TIME:
@@ -72,12 +71,13 @@ def _unsupported(data: PerfData) -> str | None:
     if len({SampleLayout.of(attr.sample_type).time for attr in data.attrs}) > 1:
         return "perf.data's events lay out their times differently, which the native reader does not decode"
     names = {tracepoint.full_name: tracepoint for tracepoint in data.tracepoints.values()}
-    switch = names.get(SWITCH_EVENT)
+    switch = names.get(SWITCH_TRACEPOINT)
     if switch is None:
         return "perf.data holds no sched:sched_switch format in its tracing data, which the native reader needs"
     if perf_data.state_names(switch.print_fmt) is None:
         return "perf.data's sched_switch prints prev_state in a way the native reader does not decode"
-    for name, wanted in ((SWITCH_EVENT, SWITCH_FIELDS), *((waking, WAKING_FIELDS) for waking in WAKING_EVENTS)):
+    wanted_fields = ((SWITCH_TRACEPOINT, SWITCH_FIELDS), *((waking, WAKING_FIELDS) for waking in WAKING_TRACEPOINTS))
+    for name, wanted in wanted_fields:
         tracepoint = names.get(name)
         if tracepoint is not None and not _decodable(tracepoint, wanted):
             return f"perf.data's {name} format lacks the fields the native reader needs ({', '.join(wanted)})"

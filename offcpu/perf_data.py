@@ -23,6 +23,7 @@ import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
@@ -593,7 +594,7 @@ def balanced_slices(data: PerfData, rounds: list[int], start_ns: int, end_ns: in
         if bounds[-1] < cut < end_ns:
             bounds.append(cut)
     bounds.append(end_ns + 1)
-    return [(first, after - 1) for first, after in zip(bounds, bounds[1:])]
+    return [(first, after - 1) for first, after in pairwise(bounds)]
 
 
 def round_for_time(data: PerfData, clock: Clock, rounds: list[int], time_ns: int) -> int:

@@ -29,9 +29,20 @@ from typing import IO
 
 from offcpu import perf_data
 from offcpu.errors import OffcpuError
-from offcpu.sched_events import (SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, THREAD_EXIT, THREAD_FORK,
-                                  UNKNOWN_CPU, Chain, Events, EventSink)
-from offcpu.sched_events import Event as SinkEvent
+from offcpu.sched_events import (
+    SCHED_SWITCH,
+    SCHED_WAKING,
+    SWITCH_IN,
+    SWITCH_OUT,
+    THREAD_COMM,
+    THREAD_EXIT,
+    THREAD_FORK,
+    UNKNOWN_CPU,
+    Chain,
+    Event as SinkEvent,
+    Events,
+    EventSink,
+)
 from offcpu.stacks import Stack
 
 FIELDS = "comm,pid,tid,cpu,time,event,trace,ip,sym"
@@ -61,7 +72,7 @@ EVENT = re.compile(HEADER + "(?:" + "|".join([
     # the CPU-wide kind the other thread's pid/tid
     r"(?P<switch_record>PERF_RECORD_SWITCH(?:_CPU_WIDE)? (?P<direction>IN|OUT(?: preempt)?)[^\n]*\n)",
     # sched_switch, in the leaving thread (prev_pid is the header's tid), with its call chain
-    rf"(?P<switch>sched:sched_switch: prev_comm=(?P<prev_comm>{NAME}) prev_pid=(?P=tid) "
+    rf"(?P<switch_sample>sched:sched_switch: prev_comm=(?P<prev_comm>{NAME}) prev_pid=(?P=tid) "
     rf"prev_prio={NUMBER} prev_state=(?P<prev_state>\S+) ==> next_comm={NAME} next_pid=(?P<next_tid>{NUMBER}) "
     rf"next_prio={NUMBER}\n(?P<switch_chain>{FRAMES})\n)",
     # sched_waking (or sched_wakeup), in the waker, with its call chain; comm is the woken thread's
@@ -85,12 +96,12 @@ UNREAD_ANCHOR = re.compile(ANCHOR)
 
 # The kinds of event, as EVENT's groups name them.
 SWITCH_RECORD = "switch_record"
-SWITCH = "switch"
+SWITCH_SAMPLE = "switch_sample"
 WAKING = "waking"
 TASK = "task"
 COMM_RECORD = "comm_record"
 OTHER = "other"
-SAMPLES = (SWITCH, WAKING, OTHER)  # tracepoints, not perf's own records
+SAMPLES = (SWITCH_SAMPLE, WAKING, OTHER)  # tracepoints, not perf's own records
 # The fields each kind is decoded from, as group numbers: a call of Match.group with
 # numbers is the cheapest way out of the regex engine, on the hot path of every report.
 _GROUPS = EVENT.groupindex
@@ -226,7 +237,7 @@ class PerfScriptReader:
                 else:
                     add((SWITCH_OUT, time_ns(time), _cpu(cpu), int(pid), int(tid), int(direction == "OUT preempt"),
                          "", "", None))
-            elif kind == SWITCH:
+            elif kind == SWITCH_SAMPLE:
                 pid, tid, cpu, time, prev_comm, state, next_tid, chain = event.group(*SWITCH_FIELDS)
                 add((SCHED_SWITCH, time_ns(time), _cpu(cpu), int(pid), int(tid), int(next_tid), prev_comm,
                      state.rstrip("+"), chain))

@@ -34,8 +34,10 @@ def machine_checks() -> list[Check]:
     checks += _tracepoint_checks(tracefs)
     checks.append(_schedstats_check())
     readable, why = system.kernel_symbols_readable()
-    checks.append(Check("kernel symbols", OK if readable else WARN, why + ("" if readable else "; kernel frames will be [unknown]" + more_in("kernel-frames-are-unknown"))))
-    checks.append(Check("BTF", INFO, "/sys/kernel/btf/vmlinux present" if system.btf_present() else "no /sys/kernel/btf/vmlinux"))
+    unnamed = "; kernel frames will be [unknown]" + more_in("kernel-frames-are-unknown")
+    checks.append(Check("kernel symbols", OK if readable else WARN, why + ("" if readable else unnamed)))
+    checks.append(Check("BTF", INFO,
+                        "/sys/kernel/btf/vmlinux present" if system.btf_present() else "no /sys/kernel/btf/vmlinux"))
     bpftrace = system.find_bpftrace()
     checks.append(Check("bpftrace", INFO, bpftrace or "not installed ('apt-get install bpftrace')"))
     checks.append(_renderer_check())
@@ -77,13 +79,13 @@ def _tracefs_check(checks: list[Check]) -> Path | None:
 
 
 def _tracepoint_checks(tracefs: Path | None) -> list[Check]:
-    needed = {events.SWITCH: FAIL}
-    optional = (*events.WAKERS, *events.FORKS, events.EXIT)
+    needed = {events.SWITCH_TRACEPOINT: FAIL}
+    optional = (*events.WAKING_TRACEPOINTS, *events.FORK_TRACEPOINTS, events.EXIT_TRACEPOINT)
     if tracefs is None:
         return [Check(name, INFO, "cannot tell: tracefs is not mounted or not readable (see tracefs)")
-                for name in (events.SWITCH, *optional, *events.SCHEDSTATS)]
+                for name in (events.SWITCH_TRACEPOINT, *optional, *events.SCHEDSTATS_TRACEPOINTS)]
     result = []
-    for name in (events.SWITCH, *optional, *events.SCHEDSTATS):
+    for name in (events.SWITCH_TRACEPOINT, *optional, *events.SCHEDSTATS_TRACEPOINTS):
         present = system.tracepoint_exists(tracefs, name)
         missing = needed.get(name, WARN if name in optional else INFO)
         result.append(Check(name, OK if present else missing, "present" if present else "absent"))

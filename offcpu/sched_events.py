@@ -74,7 +74,7 @@ class Events:
     def of(cls, rows: list[Event]) -> Events:
         """The events of these rows, for readers that decode one event at a time (a tuple
         each: a call per event to add to nine columns costs several times more)."""
-        return cls(*map(list, zip(*rows))) if rows else cls()
+        return cls(*map(list, zip(*rows, strict=True))) if rows else cls()
 
     def __len__(self) -> int:
         return len(self.kinds)
@@ -83,7 +83,7 @@ class Events:
         """Each event as a row: what the sinks' loops unpack (a tuple per event is what
         makes them fast)."""
         return zip(self.kinds, self.times, self.cpus, self.pids, self.tids, self.others, self.names, self.states,
-                   self.chains)
+                   self.chains, strict=True)
 
 
 class EventSink(Protocol):

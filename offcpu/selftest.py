@@ -14,7 +14,7 @@ from offcpu.capture import Target
 from offcpu.describe import first_events
 from offcpu.errors import OffcpuError
 from offcpu.perf_script import PerfScriptReader
-from offcpu.recorder import RecordRequest, record
+from offcpu.recording.session import RecordRequest, record
 
 ROUND_TRIPS = 5000  # about a tenth of a second of switching, recorded
 # A program switching this often a second, for the cost in words.

@@ -178,7 +178,8 @@ class _Shortened:
         if unique is None:
             return None
         after = frames[frames.index(unique) + 1:]
-        shapes = [["…", unique, *(["…"] if len(after) > 1 else []), *after[-1:]], ["…", unique, *(["…"] if after else [])]]
+        shapes = [["…", unique, *(["…"] if len(after) > 1 else []), *after[-1:]],
+                  ["…", unique, *(["…"] if after else [])]]
         return next((";".join(shape) for shape in shapes if len(";".join(shape)) <= limit), None)
 
     def fitted(self, limit: int) -> tuple[int, int]:

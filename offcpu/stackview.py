@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from pathlib import Path
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
@@ -234,7 +234,8 @@ def _widened(spans: Spans | None, runs: Runs) -> Spans:
     """The shortest and longest of each run, with one more stack's runs."""
     if spans is None:
         return [(length, length) for length in runs]
-    return [(min(shortest, length), max(longest, length)) for (shortest, longest), length in zip(spans, runs)]
+    return [(min(shortest, length), max(longest, length)) for (shortest, longest), length
+            in zip(spans, runs, strict=True)]
 
 
 def _waker_frames(model: Model, view: StackView, row: Row) -> tuple[tuple[str, ...], Runs]:

@@ -3,9 +3,10 @@ that says so, and a reader that went away (`| head`) ends offcpu quietly."""
 
 from __future__ import annotations
 
+import codecs
 import io
-
-import click
+import sys
+from typing import TextIO
 
 from offcpu.errors import OffcpuError
 
@@ -28,7 +29,7 @@ class ClosedStdout(io.TextIOBase):
 
 def write_stdout(text: str) -> None:
     """Print `text` now (flushed, so that a failure is seen here and not at exit)."""
-    stream = click.get_text_stream("stdout")  # UTF-8 even where stdout was set up as ASCII
+    stream = _text_stdout()
     try:
         stream.write(text)
         stream.flush()
@@ -37,3 +38,12 @@ def write_stdout(text: str) -> None:
     except OSError as error:
         raise OffcpuError(f"cannot write to stdout ({error.strerror}); send it where it fits (> FILE on another "
                           "disk), or write a report with -o FILE") from None
+
+
+def _text_stdout() -> TextIO:
+    """sys.stdout, in UTF-8 where it was set up as ASCII (PYTHONIOENCODING=ascii): names
+    in a report may be in any script."""
+    stream = sys.stdout
+    if isinstance(stream, io.TextIOWrapper) and codecs.lookup(stream.encoding).name == "ascii":
+        stream.reconfigure(encoding="utf-8", errors="replace")
+    return stream

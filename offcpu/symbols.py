@@ -33,8 +33,20 @@ from elftools.elf.sections import NoteSection, SymbolTableSection
 from rust_demangler import demangle as rust_demangle
 
 from offcpu.errors import OffcpuError, more_in
-from offcpu.perf_data import (COMM, CONTEXT_MAX, CONTEXT_USER, CONTEXTS, FORK, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MMAP,
-                              MMAP2, Clock, PerfData, release)
+from offcpu.perf_data import (
+    COMM,
+    CONTEXT_MAX,
+    CONTEXT_USER,
+    CONTEXTS,
+    FORK,
+    MISC_COMM_EXEC,
+    MISC_MMAP_BUILD_ID,
+    MMAP,
+    MMAP2,
+    Clock,
+    PerfData,
+    release,
+)
 from offcpu.stacks import UNKNOWN, Stack
 
 if TYPE_CHECKING:
@@ -200,8 +212,7 @@ def kernel_symbols_for(data: PerfData, saved: Path | None) -> SymbolTable | None
     return None
 
 
-HEX_DIGITS = {**dict(zip(b"0123456789", range(10))), **dict(zip(b"abcdef", range(10, 16))),
-              **dict(zip(b"ABCDEF", range(10, 16)))}  # a character's value as a hex digit
+HEX_DIGITS = {digit: int(chr(digit), 16) for digit in b"0123456789abcdefABCDEF"}  # a character's value as a hex digit
 ADDRESS_DIGITS = 16  # at most: a 64-bit address
 
 
@@ -589,7 +600,8 @@ def _replaced(mapping: Mapping) -> bool:
 
 @lru_cache(maxsize=256)
 def load_symbols(path: str, build_id: bytes | None) -> ElfSymbols | None:
-    """A file's symbols (once per process: a file's symbols do not change for its build id): from a debug file by build id when there is one, placed by the
+    """A file's symbols (once per process: a file's symbols do not change for its
+    build id): from a debug file by build id when there is one, placed by the
     binary itself (at its path, or in perf's cache) whose build id matches."""
     runtime = None
     candidates = []

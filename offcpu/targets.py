@@ -129,7 +129,8 @@ def _file_identity(exe: str) -> tuple[int, int]:
     try:
         found = os.stat(path)
     except OSError as error:
-        raise OffcpuError(f"--exe {exe}: {error.strerror.lower()}; give the path of the executable") from None
+        why = (error.strerror or str(error)).lower()
+        raise OffcpuError(f"--exe {exe}: {why}; give the path of the executable") from None
     return found.st_dev, found.st_ino
 
 

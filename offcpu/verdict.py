@@ -125,7 +125,8 @@ def measurements_from_report(report: dict) -> Measurements:
         raise ValueError("its schema is not \"offcpu/1\"")
     chosen = [option for option in PART_OPTIONS if report.get("view", {}).get(option)]
     if chosen:
-        raise ValueError(f"it is a report of part of a run ({', '.join('--' + option.rstrip('s') for option in chosen)}); "
+        options = ", ".join("--" + option.rstrip("s") for option in chosen)
+        raise ValueError(f"it is a report of part of a run ({options}); "
                          "a baseline is a whole run: write it without those options")
     runqueue = report["runqueue_delay_us"]
     idle = next((finding for finding in report["findings"] if finding["id"] == WAITS_FOR_WORK), {"blocked_us": 0})
@@ -140,7 +141,8 @@ def measurements_from_report(report: dict) -> Measurements:
         runqueue_p99_us=int(runqueue["p99"]) if "p99" in runqueue else None,
         created_per_s=float(report["lifecycle"]["created_per_s"]),
         findings=by_id([(str(f["id"]), _reported(f)) for f in report["findings"]]),
-        locks={str(f["subject"]): _reported(f) for f in report["findings"] if f["id"] in LOCK_FINDINGS and f["subject"]},
+        locks={str(f["subject"]): _reported(f) for f in report["findings"]
+               if f["id"] in LOCK_FINDINGS and f["subject"]},
     )
 
 

@@ -52,7 +52,7 @@ def wait_graph(ctx: Context) -> WaitGraph:
     are waits for a CPU, not for anyone)."""
     weights: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     kinds: dict[str, str] = {}
-    for row, cls in zip(ctx.model.rows, ctx.waits.classes):
+    for row, cls in zip(ctx.model.rows, ctx.waits.classes, strict=True):
         if row.waker is None or cls.cause == UNWOKEN or not row.blocked_us:
             continue
         waker = ctx.model.wakers[row.waker]

@@ -9,6 +9,7 @@ import re
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from offcpu.native_reader import NativeReader
 from offcpu.perf_script import PerfScriptReader, script_argv
@@ -77,7 +78,8 @@ def first_difference(perf: str, perf_data: Path) -> str | None:
     got, reader = native_events(perf_data)
     stacks = reader.stacks({event[-1] for event in got if event[0] in CHAINED})
     stacks = {chain: as_perf_shows_missing(stack, reader.missing_binaries) for chain, stack in stacks.items()}
-    for number, (mine, theirs) in enumerate(itertools.zip_longest(named(got, stacks), named(expected, expected_stacks))):
+    pairs = itertools.zip_longest(named(got, stacks), named(expected, expected_stacks))
+    for number, (mine, theirs) in enumerate(pairs):
         if mine != theirs:
             return f"event {number} of {len(expected)}: native {mine}, perf script {theirs}"
     return None
@@ -86,24 +88,25 @@ def first_difference(perf: str, perf_data: Path) -> str | None:
 def model_difference(capture: Path, slices: int) -> str | None:
     """None when both readers give the same model of a capture, read in `slices` slices
     (folded lines, thread totals, wakers, links), else the first thing that differs."""
-    from offcpu.analysis import choose_reader
     from offcpu.capture import load
     from offcpu.engine import merge, read_slice, threads_at_start, to_model
+    from offcpu.model_cache import choose_reader
     from offcpu.stackview import StackView, folded
     from offcpu.summaries import waker_pairs
 
     info = load(capture)
     window = (info.window_start_ns, info.window_end_ns)
-    seen = {}
+    seen: dict[str, dict[str, Any]] = {}
     for name in ("native", "perf-script"):
         reader, _ = choose_reader(capture, info, name)
-        if name == "native":
+        if isinstance(reader, NativeReader):
             reader = ShownAsPerfShowsMissing(reader)
         pieces = [read_slice(reader, first, last, window, info.switch_cost_ns or 0)
                   for first, last in reader.time_slices(*window, slices)]
         totals, skipped = merge(pieces, *window, threads_at_start(info), window)
         model = to_model(totals, reader, info, *window, skipped)
-        links = sorted((tuple(model.rows[link.waiter_row].__dict__.values()), tuple(model.rows[link.waker_row].__dict__.values()),
+        links = sorted((tuple(model.rows[link.waiter_row].__dict__.values()),
+                        tuple(model.rows[link.waker_row].__dict__.values()),
                         link.overlap_us, link.count) for link in model.links)
         seen[name] = {"folded": dict(folded(model, StackView())),
                       "threads": {tid: thread for tid, thread in model.threads.items()},

@@ -13,25 +13,38 @@ from typing import Any
 import click
 
 from offcpu.capture import CaptureInfo, load
-from offcpu.commands.record import (MAX_DURATION_S, check_bounds, default_output, record_into, resolve_target,
-                                    target_options, targets_given)
-from offcpu.commands.report.common import (checked_output, read_with_progress, same_file, warn_if_unread,
-                                           write_report)
+from offcpu.commands.record import (
+    MAX_DURATION_S,
+    check_bounds,
+    default_output,
+    record_into,
+    resolve_target,
+    target_options,
+    targets_given,
+)
+from offcpu.commands.report.common import checked_output, read_with_progress, same_file, warn_if_unread, write_report
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import Model
 from offcpu.policy import Policy, load_policy
-from offcpu.recorder import RecordRequest
+from offcpu.recording.session import RecordRequest
 from offcpu.renderers.console import stdout_layout
-from offcpu.renderers.verdict import (VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable, could_not_check_markdown,
-                                      github_annotations, github_error)
+from offcpu.renderers.verdict import (
+    VerdictJson,
+    VerdictJunit,
+    VerdictMarkdown,
+    VerdictTable,
+    could_not_check_markdown,
+    github_annotations,
+    github_error,
+)
 from offcpu.stdout import write_stdout
-from offcpu.targets import Choice
 from offcpu.summaries import unreadable_note, untrusted
+from offcpu.targets import Choice
 from offcpu.verdict import Measurements, Verdict, evaluate, measure, measurements_from_report, unrecorded
 
 EXIT_VIOLATED = 1
-COULD_NOT_CHECK = "could not check: "
+COULD_NOT_CHECK_PREFIX = "could not check: "
 MAX_SIZE = "512M"
 CALL_GRAPH = "fp"
 INTERRUPTED = ("SIGINT", "SIGTERM", "SIGHUP")
@@ -64,7 +77,8 @@ class _CheckCommand(click.Command):
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write the verdict as JUnit XML.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write the verdict and every measured value as JSON.")
-@click.option("--force", is_flag=True, help="Replace an existing capture at --output and existing --junit/--json files.")
+@click.option("--force", is_flag=True,
+              help="Replace an existing capture at --output and existing --junit/--json files.")
 @click.argument("arguments", nargs=-1, type=click.UNPROCESSED, metavar="[CAPTURE | -- COMMAND [ARGS]...]")
 def check(policy_path: Path | None, baseline: Path | None, duration: float, output: Path | None, junit: Path | None,
           json_path: Path | None, force: bool, arguments: tuple[str, ...], **chosen: Any) -> int:
@@ -167,7 +181,7 @@ def _check_capture(capture: Path) -> None:
                           "or let 'offcpu check --pid PID' record it")
     info = load(capture)  # says clearly when it is not a capture
     if info.command_exit_status:
-        raise OffcpuError(f"{COULD_NOT_CHECK}the command recorded in {capture} exited with status "
+        raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}the command recorded in {capture} exited with status "
                           f"{info.command_exit_status}: a run that failed is not checked; record one that succeeds")
 
 
@@ -175,7 +189,7 @@ def _measure(capture: Path, policy: Policy) -> Measurements:
     model = _readable_model(capture)
     reason = unrecorded(model)
     if reason:
-        raise OffcpuError(f"{COULD_NOT_CHECK}the recording holds no scheduler events of the target ({reason}); "
+        raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}the recording holds no scheduler events of the target ({reason}); "
                           "record it while it does its work (a deadlocked, stopped or sleeping process, or a "
                           "kernel thread, gives nothing to check)")
     return measure(model, policy.locks)
@@ -185,7 +199,7 @@ def _readable_model(capture: Path) -> Model:
     """The capture's model, unless too much of perf.data could not be read to trust it."""
     model = read_with_progress(capture, None)
     if untrusted(model):
-        raise OffcpuError(f"{COULD_NOT_CHECK}in {capture}, {unreadable_note(model)}")
+        raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}in {capture}, {unreadable_note(model)}")
     warn_if_unread(model)
     return model
 
@@ -220,9 +234,9 @@ def _could_not_check_on_github() -> Iterator[None]:
         yield
     except click.ClickException as error:
         if error.exit_code == OffcpuError.exit_code:
-            reason = error.format_message().removeprefix(COULD_NOT_CHECK)
+            reason = error.format_message().removeprefix(COULD_NOT_CHECK_PREFIX)
             if os.environ.get("GITHUB_ACTIONS") == "true":
-                write_stdout(github_error(COULD_NOT_CHECK + reason))
+                write_stdout(github_error(COULD_NOT_CHECK_PREFIX + reason))
             _append_step_summary(could_not_check_markdown(reason))
         raise
 

@@ -11,8 +11,7 @@ from rich.table import Table
 
 from offcpu import limits, system
 from offcpu.errors import OffcpuError
-from offcpu.readiness import (FAIL, INFO, OK, WARN, Check, can_record, frame_pointer_checks, limit_checks,
-                              machine_checks)
+from offcpu.readiness import FAIL, INFO, OK, WARN, Check, can_record, frame_pointer_checks, limit_checks, machine_checks
 from offcpu.selftest import recorded_switch
 from offcpu.stdout import write_stdout
 

@@ -20,12 +20,13 @@ from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.findings import counted
-from offcpu.recorder import RecordRequest, output_taken, record as record_capture
+from offcpu.recording.output_dir import output_taken
+from offcpu.recording.session import RecordRequest, record as record_capture
 from offcpu.targets import Choice
 
 MAX_DURATION_S = 600.0
 MAX_DWARF_BYTES = 65528  # perf record's largest user stack copy
-CALL_GRAPH = re.compile(r"^(fp|dwarf(,\d+)?)$")
+CALL_GRAPH_PATTERN = re.compile(r"^(fp|dwarf(,\d+)?)$")
 SIZE = re.compile(r"^(\d+)([BKMG])$")  # as perf record --max-size takes it: a unit, in capitals
 SIZE_UNITS = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_SIZE_BYTES = (1 << 64) - 1  # perf counts in an unsigned long
@@ -87,14 +88,17 @@ def target_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--duration", "-d", type=float, default=5.0, show_default=True,
               help=f"Seconds to record; more than {MAX_DURATION_S:.0f} needs --no-limit.")
 @click.option("--no-limit", is_flag=True, help=f"Allow --duration above {MAX_DURATION_S:.0f} s.")
-@click.option("--max-size", default="512M", show_default=True, help="Stop when perf.data reaches this size (perf's B/K/M/G).")
+@click.option("--max-size", default="512M", show_default=True,
+              help="Stop when perf.data reaches this size (perf's B/K/M/G).")
 @click.option("--call-graph", default="fp", show_default=True,
               help="How perf walks stacks: fp (cheap) or dwarf[,BYTES] (full user stacks through libraries "
                    "built without frame pointers; ~10x bigger captures).")
-@click.option("--mmap-pages", "-m", help="perf's ring buffer size in pages (a power of two); raise it when events are lost.")
+@click.option("--mmap-pages", "-m",
+              help="perf's ring buffer size in pages (a power of two); raise it when events are lost.")
 @click.option("--enable-schedstats", is_flag=True,
               help="Turn kernel.sched_schedstats on for the recording (and back off afterwards).")
-@click.option("--output", "-o", type=click.Path(path_type=Path), help="Capture directory [default: offcpu-COMM-PID-TIME].")
+@click.option("--output", "-o", type=click.Path(path_type=Path),
+              help="Capture directory [default: offcpu-COMM-PID-TIME].")
 @click.option("--force", is_flag=True, help="Replace an existing capture at --output.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS]...]")
 def record(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap_pages: str | None,
@@ -188,7 +192,7 @@ def check_bounds(duration: float, no_limit: bool, max_size: str, call_graph: str
         raise click.BadParameter(f"{duration:g} s is more than {MAX_DURATION_S:.0f} s; add --no-limit if you mean it",
                                  param_hint="--duration")
     _check_max_size(max_size)
-    shape = CALL_GRAPH.match(call_graph)
+    shape = CALL_GRAPH_PATTERN.match(call_graph)
     if not shape:
         raise click.BadParameter("give fp, dwarf or dwarf,BYTES (for example dwarf,16384)", param_hint="--call-graph")
     if shape[2] and not 0 < int(shape[2][1:]) <= MAX_DWARF_BYTES:
@@ -282,8 +286,8 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
     if info.lost_note:
         notes.append(info.lost_note)
     if info.user_stacks_truncated:
-        fix = ("give perf a bigger stack copy, for example --call-graph dwarf,32768" if request.call_graph.startswith("dwarf")
-               else "record with --call-graph dwarf to see the callers")
+        fix = ("give perf a bigger stack copy, for example --call-graph dwarf,32768"
+               if request.call_graph.startswith("dwarf") else "record with --call-graph dwarf to see the callers")
         notes.append(f"user stacks stop short of the thread's start (a library without frame pointers, usually "
                      f"libc): {fix}")
     if request.enable_schedstats and info.schedstats == "absent":

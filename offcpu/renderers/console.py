@@ -109,9 +109,10 @@ def fitted_table(title: str, columns: Sequence[Column], width: int, color: bool)
     table = Table(title=title, title_justify="left", title_style="bold" if color else "",
                   box=box.SIMPLE_HEAD if color else box.ASCII2, caption_justify="left",
                   caption=f"Left out, for want of width: {', '.join(left_out)}" if left_out else None)
-    for column, cell_width in zip(shown, widths):
+    for column, cell_width in zip(shown, widths, strict=True):
         table.add_column(column.header, justify="left" if column.text else "right", width=cell_width)
-    for row in zip(*(column.shown(cell_width) for column, cell_width in zip(shown, widths))):
+    cells = [column.shown(cell_width) for column, cell_width in zip(shown, widths, strict=True)]
+    for row in zip(*cells, strict=True):
         table.add_row(*(Text(cell) for cell in row))  # names may hold '[', which rich would read as markup
     return table
 

@@ -57,7 +57,8 @@ def _edge(start: tuple[float, float], end: tuple[float, float], loop: bool, widt
     (x1, y1), (x2, y2) = start, end
     if loop:  # above the node, back into it
         top = y1 - NODE_HEIGHT / 2
-        path = f"M{x1 - 30:.0f},{top:.0f} C{x1 - 70:.0f},{top - 70:.0f} {x1 + 70:.0f},{top - 70:.0f} {x1 + 30:.0f},{top:.0f}"
+        path = (f"M{x1 - 30:.0f},{top:.0f} "
+                f"C{x1 - 70:.0f},{top - 70:.0f} {x1 + 70:.0f},{top - 70:.0f} {x1 + 30:.0f},{top:.0f}")
         label_at = (x1, top - 58)
     else:  # from border to border, so that the arrow head shows
         length = math.hypot(x2 - x1, y2 - y1) or 1.0

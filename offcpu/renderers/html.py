@@ -10,16 +10,26 @@ from collections.abc import Iterable, Sequence
 from html import escape
 
 from offcpu.escaping import printable
-from offcpu.flamegraph import Renderer
 from offcpu.findings import Context, counted, lock_table
+from offcpu.flamegraph import Renderer
 from offcpu.model import Model
 from offcpu.renderers.flame import FlameGraphSvg, title
 from offcpu.renderers.graph_svg import graph_svg
 from offcpu.renderers.text import STATE_NAMES, cause_lines, ms, share, waker_name
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
-from offcpu.summaries import (by_state, caveats, lifecycle, observer, runqueue_percentiles, several_processes, totals,
-                              unreadable_note, untrusted, waker_pairs)
+from offcpu.summaries import (
+    by_state,
+    caveats,
+    lifecycle,
+    observer,
+    runqueue_percentiles,
+    several_processes,
+    totals,
+    unreadable_note,
+    untrusted,
+    waker_pairs,
+)
 from offcpu.waitgraph import wait_graph
 
 STACK_CHARS = 110  # a stack cell shows about this much; its tooltip has every frame
@@ -61,9 +71,9 @@ def _lines(texts: Iterable[str], separator: str = "\n") -> str:
 
 def _table(headers: Sequence[str], align: str, rows: Iterable[Sequence[Cell]]) -> str:
     """`align` has one letter per column: 'r' for numbers, 'l' for text."""
-    head = "".join(_cell("th", header, side == "r") for header, side in zip(headers, align))
-    body = "".join("<tr>" + "".join(_cell("td", value, side == "r") for value, side in zip(row, align)) + "</tr>\n"
-                   for row in rows)
+    head = "".join(_cell("th", header, side == "r") for header, side in zip(headers, align, strict=True))
+    body = "".join("<tr>" + "".join(_cell("td", value, side == "r") for value, side in zip(row, align, strict=True))
+                   + "</tr>\n" for row in rows)
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>{body}</tbody></table>"
 
 
@@ -92,13 +102,14 @@ class HtmlReport:
             stacks = shorten_apart([(item.frames, item.kernel_frames) for item in finding.evidence], STACK_CHARS)
             evidence = "".join(f"<li>{ms(item.offcpu_us)} ms in {counted(item.count, 'wait')} ({escape(item.state)}): "
                                f"<span title=\"{escape(_lines(item.frames, ';'))}\">{escape(stack)}</span></li>"
-                               for item, stack in zip(finding.evidence, stacks))
+                               for item, stack in zip(finding.evidence, stacks, strict=True))
             confidence = (f"<p><b>Confidence: {escape(finding.confidence)}</b>, {escape(finding.confidence_reason)}</p>"
                           if finding.confidence_reason else "")
-            released = "".join(f"<li>Let go at: <span title=\"{escape(_lines(item.frames, ';'))}\">{escape(stack)}</span></li>"
-                               for item, stack in zip(finding.release_sites[:1], shorten_apart(
-                                   [(item.frames, item.kernel_frames) for item in finding.release_sites[:1]],
-                                   STACK_CHARS)))
+            release_sites = finding.release_sites[:1]
+            release_stacks = shorten_apart([(item.frames, item.kernel_frames) for item in release_sites], STACK_CHARS)
+            released = "".join(f"<li>Let go at: <span title=\"{escape(_lines(item.frames, ';'))}\">"
+                               f"{escape(stack)}</span></li>"
+                               for item, stack in zip(release_sites, release_stacks, strict=True))
             causes = "".join(f"<li>{escape(printable(line))}</li>" for line in cause_lines(finding))  # name pools
             blocks.append(f'<div class="finding {escape(finding.severity)}"><h3>[{escape(finding.severity)}] '
                           f"{escape(printable(finding.title))}</h3>\n<p>{escape(printable(finding.summary))}</p>\n"
@@ -201,7 +212,7 @@ class HtmlReport:
             [ms(stack.offcpu_us), share(stack.offcpu_us, offcpu_us), stack.state, f"{stack.count:,}",
              *([stack.root] if whose else []), *([stack.woken_by] if self.view.waker else []),
              (text, _lines((stack.root, *stack.frames, *((SEPARATOR, *stack.waker) if stack.waker else ()))))]
-            for stack, text in zip(top, short)]
+            for stack, text in zip(top, short, strict=True)]
         drawing = f" ({self.view.drawing})" if self.view.drawing else ""
         note = (f"The {len(rows):,} of {len(stacks):,} stacks{drawing} in the flame graph, by switch-out state, that "
                 "held the most off-CPU time; hover over one for all its frames, root first")

@@ -6,11 +6,19 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from offcpu.findings import findings
 from offcpu.model import Model
-from offcpu.stackview import StackView, chosen, of_threads, selected
-from offcpu.summaries import (by_state, caveats, lifecycle, observer, runqueue_percentiles, totals, unreadable_note,
-                              untrusted, waker_pairs)
+from offcpu.stackview import StackView, chosen, selected
+from offcpu.summaries import (
+    by_state,
+    caveats,
+    lifecycle,
+    observer,
+    runqueue_percentiles,
+    totals,
+    unreadable_note,
+    untrusted,
+    waker_pairs,
+)
 
 SCHEMA = "offcpu/1"
 

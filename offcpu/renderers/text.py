@@ -11,13 +11,24 @@ from rich.table import Table
 from rich.text import Text
 
 from offcpu.escaping import printable
-from offcpu.findings import Evidence, Finding, counted, findings, pct, us_text
+from offcpu.findings import Evidence, Finding, counted, pct, us_text
 from offcpu.model import Model
 from offcpu.renderers.console import Column, fitted_table, printed, short_names
 from offcpu.stacks import shorten_apart
-from offcpu.stackview import StackView, chosen, listed, of_threads, selected
-from offcpu.summaries import (WakerPair, by_state, caveats, lifecycle, observer, runqueue_percentiles,
-                              several_processes, totals, unreadable_note, untrusted, waker_pairs)
+from offcpu.stackview import StackView, chosen, listed, selected
+from offcpu.summaries import (
+    WakerPair,
+    by_state,
+    caveats,
+    lifecycle,
+    observer,
+    runqueue_percentiles,
+    several_processes,
+    totals,
+    unreadable_note,
+    untrusted,
+    waker_pairs,
+)
 
 STATE_NAMES = {"S": "sleeping", "D": "uninterruptible (locks, I/O)", "R": "preempted while runnable",
                "I": "idle kernel thread", "?": "since before the recording", "T": "stopped", "t": "traced"}
@@ -73,7 +84,8 @@ class TextReport:
         threads = f"{whole.threads:,} {'thread was' if whole.threads == 1 else 'threads were'}"
         cost = observer(shown)
         header = (f"Off-CPU time of {capture.target.describe()}, {model.wall_us / 1e6:.2f} s recorded "
-                  f"({capture.call_graph} stacks{'; ' + model.reader_note if model.reader_note else ''})\n{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
+                  f"({capture.call_graph} stacks{'; ' + model.reader_note if model.reader_note else ''})\n"
+                  f"{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
                   f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms\n"
                   f"perf's own handling of their switches: {ms(cost.us)} ms of their time on CPU "
                   f"({cost.share:.1%} of their time)"
@@ -112,7 +124,7 @@ class TextReport:
         room = self.width - 2 - max(map(len, said), default=0)
         shown = shorten_apart([(stack.frames, stack.kernel_frames) for stack in stacks],
                               room if room >= EVIDENCE_STACK else self.width - 4)
-        return [text + stack for text, stack in zip(said, shown)]
+        return [text + stack for text, stack in zip(said, shown, strict=True)]
 
     def _stacks(self, model: Model, offcpu_us: int) -> Table:
         stacks = listed(chosen(model, self.view))

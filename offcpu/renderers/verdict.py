@@ -19,7 +19,7 @@ from offcpu.verdict import Check, Measurements, Verdict
 
 SCHEMA = "offcpu-check/1"
 MAX_ANNOTATIONS = 10
-COULD_NOT_CHECK = "offcpu check: could not check"
+COULD_NOT_CHECK_HEADING = "offcpu check: could not check"
 DETAIL_WIDTH = 12  # the check names and limits wrap before the detail is squeezed to nothing
 
 
@@ -171,7 +171,7 @@ def github_error(message: str) -> str:
 
 def could_not_check_markdown(reason: str) -> str:
     """A GitHub step summary for a check that could not run."""
-    return "\n".join([f"### {COULD_NOT_CHECK}", "", printable(reason), "",
+    return "\n".join([f"### {COULD_NOT_CHECK_HEADING}", "", printable(reason), "",
                       "This is not a pass: fix the problem and run the check again.", "", ""])
 
 

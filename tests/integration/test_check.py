@@ -101,7 +101,8 @@ def test_a_finding_s_own_tolerance_lets_it_grow_alone(example_capture, tmp_path)
                                  str(example_capture("mmap_contention_fixed")), str(example_capture("mmap_contention")))
     # Then its mmap_lock waits pass, but the blocked time they make still fails on the default tolerances
     comparisons = {item["name"]: item for item in verdict["comparisons"]}
-    assert comparisons["baseline: mmap_lock"]["passed"] and comparisons["baseline: mmap_lock"]["limit"].startswith("+100.0")
+    mmap_lock = comparisons["baseline: mmap_lock"]
+    assert mmap_lock["passed"] and mmap_lock["limit"].startswith("+100.0")
     assert status == 1 and BLOCKED in failed(verdict)
     assert verdict["policy"]["regression"]["mmap_lock"] == {"max_share_growth": 1.0, "max_relative_growth": 0.5}
 
@@ -161,7 +162,8 @@ def test_junit_file_has_the_usual_structure(example_capture, tmp_path):
     assert list(policy_cases) == [rule.id for rule in RULES]  # every rule, gated or not
     failure = policy_cases["lock_contention"].find("failure")
     assert failure is not None and "lock_contention" in failure.get("message") and "mutex" in failure.text
-    assert policy_cases["mmap_lock"].find("failure") is None and policy_cases["mmap_lock"].find("system-out") is not None
+    mmap_lock = policy_cases["mmap_lock"]
+    assert mmap_lock.find("failure") is None and mmap_lock.find("system-out") is not None
     assert "not checked" in policy_cases["runqueue"].findtext("system-out")
     for count in ("tests", "failures", "errors"):
         assert int(root.get(count)) == sum(int(suite.get(count)) for suite in suites)
@@ -332,8 +334,9 @@ class TestCouldNotCheck:
         (tmp_path / "sub").mkdir()
         link = tmp_path / "link"
         link.symlink_to(verdict)
+        capture = str(example_capture("idle_pool"))
         for junit, json_path in ((verdict, verdict), (verdict, tmp_path / "sub" / ".." / "verdict"), (link, verdict)):
-            result = check("--junit", str(junit), "--json", str(json_path), "--force", str(example_capture("idle_pool")))
+            result = check("--junit", str(junit), "--json", str(json_path), "--force", capture)
             # Then the check is refused before it writes either (one would have overwritten the other)
             assert_one_line_error(result, "--junit", "--json", "same file")
         assert not verdict.exists()

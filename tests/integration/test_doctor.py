@@ -107,7 +107,7 @@ def test_root_without_the_capabilities_is_told_so(tmp_path):
     assert_one_line_error(recorded, "without CAP_PERFMON", "recording-inside-a-container")
 
 
-def test_a_pid_namespace_of_its_own_is_refused():
+def test_a_pid_namespace_of_its_own_is_refused(tmp_path):
     # Given offcpu in a PID namespace of its own, as in a container (the tracepoints would name
     # threads by the host's pids and perf by the namespace's: every thread twice)
     result = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", str(OFFCPU), "doctor", "--json"],
@@ -116,6 +116,12 @@ def test_a_pid_namespace_of_its_own_is_refused():
     namespace = checks_by_name(result.stdout)["PID namespace"]
     assert result.returncode == 1 and namespace["status"] == "fail" and "counted twice" in namespace["detail"]
     assert checks_by_name(run_offcpu("doctor", "--json").stdout)["PID namespace"]["status"] == "ok"
+    # and record refuses before perf starts
+    recorded = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", str(OFFCPU), "record", "-d", "1",
+                               "-o", str(tmp_path / "cap"), "--", "sleep", "0.1"], capture_output=True, text=True,
+                              timeout=60)
+    assert_one_line_error(recorded, "PID namespace of its own", "recording-inside-a-container")
+    assert not (tmp_path / "cap" / "perf.data").exists()
 
 
 PF_KTHREAD = 0x00200000

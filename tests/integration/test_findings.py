@@ -12,11 +12,13 @@ recording of the same 1.5 s is ~150 MB and takes longer to read than all of this
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from offcpu.analysis import load_model
 from offcpu.findings import Finding, findings
+from offcpu.model_cache import load_model
 from tests.conftest import example, run_offcpu, wait_for_exec, wait_for_threads
 
 CHURN = {"stack_cache_lock", "thread_churn"}
@@ -32,7 +34,7 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def recorded(example_capture):
+def recorded(example_capture: Callable[[str], Path]) -> Callable[[str], list[Finding]]:
     cache: dict[str, list[Finding]] = {}
 
     def record(name: str) -> list[Finding]:

@@ -75,7 +75,7 @@ def test_ctrl_c_while_importing(tmp_path, entry_point, module):
 
 
 @pytest.mark.parametrize("entry_point", ENTRY_POINTS)
-def test_ctrl_c_once_started(tmp_path, entry_point):
+def test_ctrl_c_once_started(tmp_path: Path, entry_point: str) -> None:
     # Given offcpu started and reading a folded file (it has opened the FIFO, and waits for its lines)
     fifo = tmp_path / "folded"
     os.mkfifo(fifo)

@@ -52,7 +52,7 @@ def test_slices_read_in_two_processes_make_the_whole(perf: str, example_capture)
     slices = reader.time_slices(info["window_start_ns"], info["window_end_ns"], 2)
     with ProcessPoolExecutor(2, mp_context=get_context("fork")) as pool:
         parts = list(pool.map(_read_slice, [reader, reader], slices))
-    for (first, last), part in zip(slices, parts):
+    for (first, last), part in zip(slices, parts, strict=True):
         assert part == [event for event in whole if first <= event[1] <= last]
         assert len(part) > 0.25 * len(whole)  # slices of the file's records, not of its time
     chains = {event[-1] for part in parts for event in part if event[0] in CHAINED}
@@ -66,6 +66,7 @@ def _with_new_build_id(source: Path, target: Path) -> bytes:
     data = bytearray(source.read_bytes())
     with source.open("rb") as stream:
         note = ELFFile(stream).get_section_by_name(".note.gnu.build-id")
+        assert note is not None, source
         offset, size = note["sh_offset"], note["sh_size"]
     new_id = bytes(reversed(data[offset + size - 20:offset + size]))
     data[offset + size - 20:offset + size] = new_id

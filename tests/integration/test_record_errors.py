@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -155,7 +156,7 @@ def test_record_with_cap_perfmon_but_an_unreadable_tracefs(open_directory):
 
 
 @pytest.fixture
-def small_mount(tmp_path):
+def small_mount(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     """A directory backed by its own tmpfs, unmounted afterwards."""
     mounted: list[Path] = []
 

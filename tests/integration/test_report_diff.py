@@ -59,7 +59,8 @@ def frames(svg: Path) -> list[tuple[str, float, tuple[int, int, int]]]:
         if title is not None and rect is not None:
             fill = RGB.fullmatch(rect.get("fill", ""))
             assert fill, rect.get("fill")
-            found.append((title.text or "", float(rect.get("width", 0)), tuple(int(c) for c in fill.groups())))
+            red, green, blue = (int(c) for c in fill.groups())
+            found.append((title.text or "", float(rect.get("width", 0)), (red, green, blue)))
     return found
 
 

@@ -40,8 +40,10 @@ def test_folded_stacks_sum_to_the_threads_offcpu_time(mmap_capture):
     assert any("lock_mm_and_find_vma" in stack for stack in lines)
     # stacks are root first: the comm, then user frames, then kernel down to __schedule (but the
     # labels of waits with no stack of their own: before the window, a new thread, a lost sample)
-    recorded = [stack for stack in lines if not any(label in stack for label in (BEFORE_WINDOW, NEW_THREAD, STACK_LOST))]
-    astray = [stack for stack in recorded if not (stack.startswith("mmap_contention;") and stack.endswith(";__schedule"))]
+    labels = (BEFORE_WINDOW, NEW_THREAD, STACK_LOST)
+    recorded = [stack for stack in lines if not any(label in stack for label in labels)]
+    astray = [stack for stack in recorded
+              if not (stack.startswith("mmap_contention;") and stack.endswith(";__schedule"))]
     assert recorded and not astray, astray
 
 
@@ -54,7 +56,7 @@ def test_model_invariants_on_a_real_recording(mmap_capture):
     for thread in workers:  # alive the whole window
         assert abs(thread["oncpu_us"] + thread["offcpu_us"] - wall_us) <= 0.02 * wall_us, thread
         assert thread["blocked_us"] + thread["runqueue_us"] == thread["offcpu_us"]
-    for tid, stack, state, waker, offcpu, blocked, runqueue, count in model["rows"]:
+    for *_, offcpu, blocked, runqueue, count in model["rows"]:
         assert blocked + runqueue == offcpu and count > 0
 
 

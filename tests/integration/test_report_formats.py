@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 import pytest
 
@@ -49,7 +50,8 @@ def test_svg_refuses_to_overwrite_without_force(mmap_capture, tmp_path):
 def test_svg_view_options_and_icicle(mmap_capture, tmp_path):
     flame, icicle = tmp_path / "flame.svg", tmp_path / "icicle.svg"
     assert run_offcpu("report", "svg", str(mmap_capture), "--state", "D", "-o", str(flame)).returncode == 0
-    assert run_offcpu("report", "svg", str(mmap_capture), "--state", "D", "--inverted", "-o", str(icicle)).returncode == 0
+    inverted = run_offcpu("report", "svg", str(mmap_capture), "--state", "D", "--inverted", "-o", str(icicle))
+    assert inverted.returncode == 0
     assert sorted(svg_frames(flame)) == sorted(svg_frames(icicle))  # the same frames, drawn the other way up
     assert flame.read_text() != icicle.read_text()
     assert not any(frame.startswith("irqentry_exit_to_user_mode ") for frame in svg_frames(flame))  # R only
@@ -290,7 +292,7 @@ VIEWS = [(), ("--state", "D"), ("--by-thread",), ("--waker",), ("--user-only",),
 
 
 @pytest.mark.parametrize("options", VIEWS)
-def test_json_stacks_are_the_flame_graphs_stacks(mmap_capture, options):
+def test_json_stacks_are_the_flame_graphs_stacks(mmap_capture: Path, options: tuple[str, ...]) -> None:
     # Given the same view options for json and folded
     report = json_report(mmap_capture, *options)
     # Then the JSON's stacks, by state, add up to the folded lines

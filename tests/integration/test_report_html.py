@@ -84,13 +84,19 @@ def frame(browser: webdriver.Chrome, name: str) -> WebElement:
     """The widest frame of the flame graph with this function name (inside its iframe)."""
     frames = [g for g in browser.find_elements(By.TAG_NAME, "g")
               if g.find_elements(By.TAG_NAME, "title")
-              and g.find_element(By.TAG_NAME, "title").get_attribute("textContent").startswith(name + " ")]
+              and attribute(g.find_element(By.TAG_NAME, "title"), "textContent").startswith(name + " ")]
     assert frames, name
     return max(frames, key=width)
 
 
 def width(g: WebElement) -> float:
-    return float(g.find_element(By.TAG_NAME, "rect").get_attribute("width"))
+    return float(attribute(g.find_element(By.TAG_NAME, "rect"), "width"))
+
+
+def attribute(element: WebElement, name: str) -> str:
+    value = element.get_attribute(name)
+    assert value is not None, name
+    return value
 
 
 def embedded_svg(page: str) -> str:
@@ -180,7 +186,8 @@ def test_names_from_the_capture_are_shown_as_text(mmap_capture, browser, tmp_pat
     assert not errors(log), log
     assert "<b>x</b>" not in text and "<img src=x>" not in text
     assert not browser.find_elements(By.CSS_SELECTOR, "body img")
-    assert "x" not in [bold.text for bold in browser.find_elements(By.CSS_SELECTOR, "body b")]  # the page's own labels only
+    # the page's own labels only
+    assert "x" not in [bold.text for bold in browser.find_elements(By.CSS_SELECTOR, "body b")]
     assert function in browser.find_element(By.ID, "stacks").text
     assert comm in browser.find_element(By.ID, "threads").text
     assert any(function in stack.get_attribute("title")

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from offcpu.engine import SliceBuilder
 from offcpu.findings import Finding, findings
-from tests.unit.test_engine_events import US, builder, model
+from tests.unit.test_engine_events import US, Feed, builder, model
 
 FUTEX = "__schedule;schedule;futex_do_wait;futex_wait;__lll_lock_wait"  # a pthread mutex
 PIPE = "__schedule;schedule;pipe_wait_readable;anon_pipe_read;vfs_read"
@@ -22,7 +21,7 @@ DISK = "try_to_wake_up;blk_mq_end_request;virtblk_done;asm_common_interrupt"
 WAKE = "try_to_wake_up;wake_up_q;futex_wake"
 
 
-def switch(events: SliceBuilder, at_us: int, prev: int, state: str, next_tid: int, chain: str,
+def switch(events: Feed, at_us: int, prev: int, state: str, next_tid: int, chain: str,
            cpu: int = 0, prev_pid: int = 10) -> None:
     """sched_switch from `prev` to `next_tid`, and perf's record of `next_tid` being in."""
     events.sched_switch(at_us * US, cpu, prev_pid if prev else 0, prev, f"app-{prev}", state, next_tid, chain)

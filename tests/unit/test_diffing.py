@@ -7,8 +7,18 @@ from dataclasses import replace
 
 import pytest
 
-from offcpu.diffing import (SCHEDULER_LEAF, Side, compare, from_folded, from_model, normalise, parse_folded,
-                            split_stack, title, without_scheduler_leaf)
+from offcpu.diffing import (
+    SCHEDULER_LEAF,
+    Side,
+    compare,
+    from_folded,
+    from_model,
+    normalise,
+    parse_folded,
+    split_stack,
+    title,
+    without_scheduler_leaf,
+)
 from offcpu.errors import OffcpuError
 from offcpu.flamegraph import safe_title
 from offcpu.renderers.flame import stack_lines
@@ -22,7 +32,7 @@ MUNMAP_WAIT = ("mmap_contention;start_thread;__munmap;entry_SYSCALL_64_after_hwf
 
 
 @pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "mmap_all"])
-def test_a_model_against_itself_changes_nothing(name):
+def test_a_model_against_itself_changes_nothing(name: str) -> None:
     side = from_model(model_of(name), StackView(), name)
     diff = compare(side, side)
     assert diff.scale is None and "not scaled" in diff.normalisation

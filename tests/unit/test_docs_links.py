@@ -58,7 +58,8 @@ def test_every_relative_link_leads_somewhere(page: Path):
         path, _, fragment = target.partition("#")
         destination = (page.parent / path).resolve() if path else page
         if not destination.exists():
-            broken.append(f"{target}: no {destination.relative_to(ROOT) if destination.is_relative_to(ROOT) else destination}")
+            shown = destination.relative_to(ROOT) if destination.is_relative_to(ROOT) else destination
+            broken.append(f"{target}: no {shown}")
         elif fragment and destination.suffix == ".md" and fragment not in anchors(destination):
             broken.append(f"{target}: no heading #{fragment} in {destination.relative_to(ROOT)}")
     assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from offcpu.engine import SliceBuilder, merge, threads_at_start, to_model
-from offcpu.perf_script import PerfScriptReader
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED
+from offcpu.perf_script import PerfScriptReader
 from tests.fixtures import capture_info, script_stream
 
 FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]

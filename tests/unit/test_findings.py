@@ -8,8 +8,18 @@ import re
 
 import pytest
 
-from offcpu.findings import RULES, SEVERITIES, Context, Finding, Match, Rule, default_table, detect_mmap_lock, findings, \
-    severity_of
+from offcpu.findings import (
+    RULES,
+    SEVERITIES,
+    Context,
+    Finding,
+    Match,
+    Rule,
+    default_table,
+    detect_mmap_lock,
+    findings,
+    severity_of,
+)
 from offcpu.stacks import Stack
 from tests.unit.test_engine import model_of
 
@@ -251,7 +261,8 @@ def test_lock_contention_with_an_old_kernels_futex_names():
 def test_per_vma_lock_waits_alone_are_mmap_lock():
     # Given mmap_all with its rwsem slow paths renamed away: what is left are the per-VMA lock waits
     model = model_of("mmap_all")
-    rename_frames(model, {name: "some_other_wait" for name in ("rwsem_down_write_slowpath", "rwsem_down_read_slowpath")})
+    slowpaths = ("rwsem_down_write_slowpath", "rwsem_down_read_slowpath")
+    rename_frames(model, {name: "some_other_wait" for name in slowpaths})
     # (a few ms, below the share a finding is reported from: the rule itself is asked)
     [match] = detect_mmap_lock(Context(model))
     assert match.rows

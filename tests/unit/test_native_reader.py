@@ -163,4 +163,6 @@ def test_kallsyms_hidden_by_kptr_restrict_names_nothing(tmp_path: Path, monkeypa
     shown.write_text("ffffffff81000000 T _text\nffffffff81000100 T schedule\n")
     monkeypatch.setattr(symbols, "PROC_KALLSYMS", shown)
     table = symbols.kernel_symbols_for(data, None)
-    assert table is not None and table.find(0xffffffff81000104).name == "schedule"
+    assert table is not None
+    found = table.find(0xffffffff81000104)
+    assert found is not None and found.name == "schedule"

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from offcpu.perf_script import SAMPLES, SWITCH, SWITCH_RECORD, EventReader, PerfScriptReader, parse_stack, time_ns
+from offcpu.perf_script import (
+    SAMPLES,
+    SWITCH_RECORD,
+    SWITCH_SAMPLE,
+    EventReader,
+    PerfScriptReader,
+    parse_stack,
+    time_ns,
+)
 from tests.fixtures import HOSTILE_NAMES, CallRecorder, capture_info, script_stream, script_text
 
 FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]
@@ -63,7 +71,8 @@ def test_a_name_that_ends_the_fields_early_does_not_cut_an_event_from_its_call_c
 
 
 def test_a_switch_out_event_and_its_stack():
-    event = next(event for event in EventReader().events(script_stream("futex_pid")) if event.lastgroup == SWITCH)
+    events = EventReader().events(script_stream("futex_pid"))
+    event = next(event for event in events if event.lastgroup == SWITCH_SAMPLE)
     assert event["comm"] == "futex_contentio"  # perf prints the kernel's 15-character comm
     info = capture_info("futex_pid")
     assert int(event["pid"]) == info.target.pid and int(event["tid"]) >= int(event["pid"])
@@ -99,7 +108,7 @@ def test_partial_and_garbage_text_is_skipped_and_counted():
 class TrickleStream(io.StringIO):
     """perf's pipe as the reader may see it: reads cut at arbitrary places."""
 
-    def read(self, size: int = -1) -> str:
+    def read(self, size: int | None = -1) -> str:
         return super().read(min(size, 997) if size and size > 0 else 997)
 
 

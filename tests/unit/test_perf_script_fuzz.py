@@ -63,8 +63,8 @@ def lines_of(fixture: str) -> tuple[list[str], list[int]]:
 def anchors(fixture: str) -> set[tuple[int, int, int]]:
     """(time, pid, tid) of every event of a fixture."""
     lines, starts = lines_of(fixture)
-    return {(time_ns(found[4]), int(found[2]), int(found[3])) for found in (HEADER.match(lines[index])
-                                                                           for index in starts)}
+    headers = [HEADER.match(lines[index]) for index in starts]
+    return {(time_ns(found[4]), int(found[2]), int(found[3])) for found in headers if found}
 
 
 def assert_well_formed(calls: CallRecorder) -> None:
@@ -179,7 +179,7 @@ def test_hostile_names_spliced_into_real_events_are_read_as_they_are(seed):
     assert skipped == 0, seed
     assert [method for method, _ in calls.calls] == [method for method, _ in plain.calls]
     renames = iter(given)
-    for (method, arguments), (_, original) in zip(calls.calls, plain.calls):
+    for (method, arguments), (_, original) in zip(calls.calls, plain.calls, strict=True):
         if method == "comm":
             named = {"comm": next(renames)}
         elif method == "sched_switch":

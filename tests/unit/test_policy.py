@@ -6,8 +6,19 @@ import pytest
 
 from offcpu.errors import OffcpuError
 from offcpu.findings import RULES
-from offcpu.policy import (BLOCKED, COMPARED, DEFAULT_FAIL_ABOVE_INFO, EXTRA_KEYS, NOT_GATED_BY_DEFAULT, WAITS_FOR_WORK,
-                           Limits, Policy, Regression, Tolerance, load_policy)
+from offcpu.policy import (
+    BLOCKED,
+    COMPARED,
+    DEFAULT_FAIL_ABOVE_INFO,
+    EXTRA_KEYS,
+    NOT_GATED_BY_DEFAULT,
+    WAITS_FOR_WORK,
+    Limits,
+    Policy,
+    Regression,
+    Tolerance,
+    load_policy,
+)
 
 
 def policy_from(tmp_path, text: str) -> Policy:

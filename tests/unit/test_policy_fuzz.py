@@ -20,8 +20,10 @@ POLICY_DOC = Path(__file__).resolve().parents[2] / "docs" / "check.md"
 SEEDS = [
     "fail_above_info = []\n",
     "mmap_lock.max_share = 0.05\nrunqueue.max_p99_ms = 1\n",
-    "[regression]\nmax_share_growth = 0.05\nmax_relative_growth = 0.5\n[regression.mmap_lock]\nmax_share_growth = 0.02\n",
-    "lock_contention = { max_share = 0.1, max_ms_per_s = 250.5 }\n[regression]\nblocked = { max_relative_growth = 1 }\n",
+    "[regression]\nmax_share_growth = 0.05\nmax_relative_growth = 0.5\n"
+    "[regression.mmap_lock]\nmax_share_growth = 0.02\n",
+    "lock_contention = { max_share = 0.1, max_ms_per_s = 250.5 }\n"
+    "[regression]\nblocked = { max_relative_growth = 1 }\n",
     'fail_above_info = ["mmap_lock", "io_wait"]\nrunqueue.max_p99_ms = 20\nthread_churn.max_per_second = 50\n',
     '[[lock]]\nname = "my_lock"\nkind = "lock"\nwait = ["my_lock_wait*"]\nmax_share = 0.1\n',
 ]
@@ -65,7 +67,7 @@ def mutated(text: str, rng: random.Random) -> str:
     return text
 
 
-def test_the_policy_reader_gives_a_policy_or_an_error(tmp_path):
+def test_the_policy_reader_gives_a_policy_or_an_error(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     seeds = SEEDS + [documented_policy()]
     path = tmp_path / "policy.toml"

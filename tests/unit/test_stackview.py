@@ -5,9 +5,9 @@ read the line as a differential one with two counts."""
 from __future__ import annotations
 
 import re
-from itertools import groupby
 import subprocess
 from dataclasses import replace
+from itertools import groupby
 from xml.etree import ElementTree
 
 import pytest

@@ -15,12 +15,12 @@ from offcpu.summaries import untrusted
 from tests.fixtures import script_text
 from tests.unit.test_engine import model_of
 
-SWITCH = re.compile(r"(sched:sched_switch: .*?) prev_state=")
+PREV_STATE_FIELD = re.compile(r"(sched:sched_switch: .*?) prev_state=")
 
 
 def with_unreadable_switches(name: str, count: int) -> str:
     """The fixture's text with its first `count` sched_switch events changed to a shape offcpu does not read."""
-    return SWITCH.sub(r"\1 prev_status=", script_text(name), count=count)
+    return PREV_STATE_FIELD.sub(r"\1 prev_status=", script_text(name), count=count)
 
 
 def test_unreadable_events_are_counted_one_each():

@@ -12,8 +12,16 @@ import pytest
 from offcpu.findings import RULES, Context
 from offcpu.policy import BLOCKED, Limits, Policy, Regression, Tolerance
 from offcpu.renderers.json import JsonReport
-from offcpu.renderers.verdict import (MAX_ANNOTATIONS, VerdictJson, VerdictJunit, VerdictMarkdown, VerdictTable,
-                                      could_not_check_markdown, github_annotations, github_error)
+from offcpu.renderers.verdict import (
+    MAX_ANNOTATIONS,
+    VerdictJson,
+    VerdictJunit,
+    VerdictMarkdown,
+    VerdictTable,
+    could_not_check_markdown,
+    github_annotations,
+    github_error,
+)
 from offcpu.stackview import StackView
 from offcpu.verdict import Measurements, evaluate, measure, measurements_from_report, unrecorded
 from tests.unit.test_engine import model_of

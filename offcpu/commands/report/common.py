@@ -12,11 +12,11 @@ from typing import Any
 import click
 from rich.console import Console
 
-from offcpu.analysis import READERS, build, cached_model
 from offcpu.errors import OffcpuError
 from offcpu.files import write_whole
 from offcpu.findings import lock_table
 from offcpu.model import Model
+from offcpu.model_cache import READERS, build, cached_model
 from offcpu.stackview import StackView
 from offcpu.stdout import write_stdout
 from offcpu.summaries import unreadable_note

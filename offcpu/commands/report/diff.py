@@ -7,8 +7,15 @@ from pathlib import Path
 import click
 from rich.text import Text
 
-from offcpu.commands.report.common import (load_with_progress, output_options, output_path, renderer_option,
-                                           same_file, view_options, write_report)
+from offcpu.commands.report.common import (
+    load_with_progress,
+    output_options,
+    output_path,
+    renderer_option,
+    same_file,
+    view_options,
+    write_report,
+)
 from offcpu.diffing import Diff, Side, compare, from_folded, from_model, parse_folded, split_stack, title
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable

@@ -6,8 +6,15 @@ from pathlib import Path
 
 import click
 
-from offcpu.commands.report.common import (capture_argument, load_with_progress, output_options, output_path,
-                                           renderer_option, view_options, write_report)
+from offcpu.commands.report.common import (
+    capture_argument,
+    load_with_progress,
+    output_options,
+    output_path,
+    renderer_option,
+    view_options,
+    write_report,
+)
 from offcpu.flamegraph import require_renderer
 from offcpu.renderers.html import HtmlReport
 from offcpu.stackview import StackView

@@ -6,8 +6,14 @@ from pathlib import Path
 
 import click
 
-from offcpu.commands.report.common import (capture_argument, checked_output, load_with_progress, output_options,
-                                           print_or_write, view_options)
+from offcpu.commands.report.common import (
+    capture_argument,
+    checked_output,
+    load_with_progress,
+    output_options,
+    print_or_write,
+    view_options,
+)
 from offcpu.renderers.json import JsonReport
 from offcpu.stackview import StackView
 

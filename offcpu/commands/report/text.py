@@ -6,11 +6,18 @@ from pathlib import Path
 
 import click
 
-from offcpu.commands.report.common import (capture_argument, checked_output, load_with_progress, output_options,
-                                           print_or_write, view_options)
+from offcpu.commands.report.common import (
+    capture_argument,
+    checked_output,
+    load_with_progress,
+    output_options,
+    print_or_write,
+    view_options,
+)
 from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.text import TextReport
 from offcpu.stackview import StackView
+
 
 @click.command()
 @capture_argument
@@ -29,4 +36,5 @@ def text(capture: Path, view: StackView, top: int,
     if output is not None:
         checked_output(output, force)
     width, color = stdout_layout(to_file=output is not None)
-    print_or_write(TextReport(view, top, width, color).render(load_with_progress(capture, view.time, view.reader)), output)
+    model = load_with_progress(capture, view.time, view.reader)
+    print_or_write(TextReport(view, top, width, color).render(model), output)

@@ -15,7 +15,7 @@ from offcpu import system
 from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, load
 from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
-from offcpu.events import SWITCH
+from offcpu.events import SWITCH_TRACEPOINT
 from offcpu.files import write_whole
 from offcpu.model import Model
 from offcpu.native_reader import NativeReader, unsupported
@@ -167,8 +167,8 @@ def _check_readable(perf: str, perf_data: Path, info: CaptureInfo) -> None:
         reason = (done.stderr.strip().splitlines() or ["unreadable"])[-1]
         raise OffcpuError(f"perf cannot read {perf_data} ({reason}): it is truncated or not a perf.data; "
                           f"{RECORD_AGAIN}")
-    if SWITCH not in EVENT_NAME.findall(done.stdout):
-        raise OffcpuError(f"{perf_data} was recorded without {SWITCH}, which off-CPU time comes from; "
+    if SWITCH_TRACEPOINT not in EVENT_NAME.findall(done.stdout):
+        raise OffcpuError(f"{perf_data} was recorded without {SWITCH_TRACEPOINT}, which off-CPU time comes from; "
                           f"{RECORD_AGAIN}, which records it")
 
 
@@ -187,8 +187,8 @@ def _check_same_recording(perf_data: Path, info: CaptureInfo) -> None:
                   if attr.type == TYPE_TRACEPOINT and attr.config in data.tracepoints}
     finally:
         data.map.close()
-    if events and SWITCH not in events:
-        raise OffcpuError(f"{perf_data} was recorded without {SWITCH}, which off-CPU time comes from; "
+    if events and SWITCH_TRACEPOINT not in events:
+        raise OffcpuError(f"{perf_data} was recorded without {SWITCH_TRACEPOINT}, which off-CPU time comes from; "
                           f"{RECORD_AGAIN}, which records it")
     if command is not None and command != info.perf_command:
         raise OffcpuError(f"{perf_data} is another recording than the one {METADATA} beside it describes (perf "

@@ -1,0 +1,273 @@
+"""A recording, from start to end: record() checks what can be checked up front, starts
+perf with its events disabled, enables them, waits for the end, disables them, lets
+perf finish its file and describes the capture in capture.json. Whatever happens,
+perf is ended and any sysctl offcpu changed is put back; once perf has left a complete
+perf.data, no signal throws the capture away."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from offcpu import limits, system, targets
+from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, own_files, save
+from offcpu.describe import describe
+from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
+from offcpu.events import EventPlan, plan_events
+from offcpu.recording.end_watch import COMMAND_EXITED, wait_for_end
+from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
+from offcpu.recording.perf_command import CAPTURED_LINE, PROCESS_GONE, SIZE_LIMIT_LINE, perf_failure, perf_record_argv
+from offcpu.recording.perf_process import ACK_TIMEOUT_S, PerfProcess
+from offcpu.recording.schedstats import schedstats_enabled
+from offcpu.symbols import save_kernel_symbols
+
+START_ATTEMPTS = 3  # perf started anew when a process offcpu listed exited before perf began
+
+
+@dataclass(frozen=True)
+class RecordRequest:
+    target: Target
+    output: Path
+    duration_s: float
+    max_size: str
+    call_graph: str
+    mmap_pages: str | None
+    enable_schedstats: bool
+
+
+def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureInfo:
+    """Record `request.target` into `request.output`; `on_tick(elapsed_s)` shows progress.
+    When no capture comes of it, the files it wrote in `request.output` are removed."""
+    perf, version = _perf_that_may_trace()
+    tracefs = system.ensure_tracefs()
+    perf_data = request.output / PERF_DATA
+    with Interrupts() as interrupts:  # before any sysctl is changed
+        try:
+            with schedstats_enabled(request.enable_schedstats) as schedstats:
+                plan = plan_events(tracefs, schedstats)
+                info = _new_info(request, plan, version, schedstats)
+                perf_process = _start(perf, request, plan, info)
+                try:
+                    _run(perf_process, request, info, on_tick, interrupts)
+                finally:
+                    interrupts.hold()
+                    # perf ends by itself once its command has exited, with the command's status
+                    perf_process.stop(let_finish=_ended_by_command(info))
+                    _stopped_at_max_size(perf_process, info)
+                    _stopped_for_the_target(perf_process, info)
+                    if not _ended_by_command(info):
+                        perf_process.end_command_group()
+            info.perf_command = perf_process.argv
+            _check_perf_result(perf_process, request, perf_data)
+        except BaseException:
+            interrupts.hold()
+            _discard(request.output)
+            raise
+        # perf left a complete perf.data: from here on the capture is kept, whatever arrives.
+        # SIG_IGN (not only held) so that perf report and perf script inherit it.
+        with signals_ignored():
+            info.command_exit_status = _command_exit_status(perf_process, info)
+            describe(perf, perf_data, info)
+            _save_kernel_symbols(request.output)
+            _save(request.output, info)
+    return info
+
+
+def _perf_that_may_trace() -> tuple[str, str]:
+    """perf and its version, once it is known that perf runs and may trace here."""
+    perf = system.require_perf()
+    version = system.perf_version(perf)
+    if version is None:
+        raise OffcpuError(f"'{perf} --version' failed, so perf cannot run; {system.PERF_INSTALL_HINT}")
+    allowed, why = system.may_trace()
+    if not allowed:
+        raise OffcpuError(why)
+    namespace_problem = system.pid_namespace_problem()
+    if namespace_problem:
+        raise OffcpuError(namespace_problem)
+    return perf, version
+
+
+def _new_info(request: RecordRequest, plan: EventPlan, perf_version: str, schedstats: str) -> CaptureInfo:
+    """capture.json as it is known before perf starts."""
+    return CaptureInfo(
+        target=request.target, perf_command=[], kernel_release=system.kernel_release(),
+        perf_version=perf_version, cpus=os.cpu_count() or 1, call_graph=request.call_graph,
+        events=[asdict(event) for event in plan.events],
+        events_skipped=[asdict(s) for s in plan.skipped],
+        duration_requested_s=request.duration_s, schedstats=schedstats,
+        limits=_limits_of(request.target),
+    )
+
+
+def _start(perf: str, request: RecordRequest, plan: EventPlan, info: CaptureInfo) -> PerfProcess:
+    """Start perf, and but for a command alone, wait until its events are open (and off).
+    perf fails when a process it was given has exited by then: when offcpu listed the
+    processes (a tree's descendants, processes of a name), they are listed again and perf
+    started anew; a process given by its pid that is gone is an error."""
+    for _ in range(START_ATTEMPTS):
+        perf_process = PerfProcess(perf_record_argv(perf, request, info.target, plan),
+                                   command_stdin=bool(info.target.command))
+        if info.target.kind == "command":
+            return perf_process
+        try:
+            perf_process.wait_until_ready()
+        except BaseException:  # Ctrl-C, or perf too slow to start
+            perf_process.stop()
+            raise
+        if not perf_process.exited():
+            return perf_process
+        perf_process.stop()
+        if info.target.kind != "pid" or not any(PROCESS_GONE in line for line in perf_process.stderr):
+            raise perf_failure(perf_process.stderr, request)
+        info.target = targets.processes_target(info.target)  # says which pid given is gone
+        info.limits = _limits_of(info.target)
+    roots = ",".join(map(str, info.target.by_tree))
+    instead = f"--pid {roots} (which records what they start from then on) or " if roots else ""
+    raise OffcpuError(f"processes of {info.target.recorded()} kept exiting before perf could start recording them "
+                      f"({START_ATTEMPTS} tries): record {instead}the cgroup that holds them (--cgroup) instead")
+
+
+def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
+         on_tick: Callable[[float], None], interrupts: Interrupts) -> None:
+    """Enable, wait for the end, disable; fills in the window, the threads at
+    the start and how it ended."""
+    if info.target.kind == "command":
+        # None when perf has exited already: the command failed to start (said once perf's
+        # file is judged), or ran and ended before offcpu saw it (its pid is in perf.data)
+        info.target = replace(info.target, pid=perf_process.wait_for_command())
+        info.window_start_ns = time.monotonic_ns()  # after the exec: made exact from perf.data later
+    else:
+        info.window_start_ns = _enable(perf_process, request, info.target)
+        if info.target.command:  # perf started it as its events opened, before they went on
+            info.target = replace(info.target, command_pid=perf_process.command_pid())
+    info.started_at = _now()
+    try:
+        threads = targets.threads_now(info.target)
+        info.threads_at_start, info.processes_at_start = threads.states, threads.processes
+        info.ended_by = wait_for_end(perf_process, request.duration_s, info, on_tick)
+    except Terminated as terminated:
+        info.ended_by = terminated.signal_name
+    except KeyboardInterrupt:
+        info.ended_by = "SIGINT"
+    finally:
+        interrupts.hold()  # the recording is over: nothing may cut its end short
+        noticed_ns = time.monotonic_ns()
+        # perf stops reading its control pipe once its target or command is gone: no answer would come.
+        gone = info.ended_by in ("target exited", COMMAND_EXITED, "perf exited")
+        disabled_ns = None if gone else perf_process.command("disable")
+        info.ended_at = _now()
+    # Without perf's answer the events may have run on: the window ends where offcpu
+    # decided to stop, and the engine leaves out whatever came after it.
+    info.window_end_ns = disabled_ns or noticed_ns
+    info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
+    if info.target.command and info.ended_by == "perf exited":
+        info.ended_by = _command_ended(info.target)  # perf ends when its command does
+    info.target_exited = info.ended_by == "target exited"
+
+
+def _command_ended(target: Target) -> str:
+    """How a recording ends when its command exits: the target's end when it is the target."""
+    return "target exited" if target.kind == "command" else COMMAND_EXITED
+
+
+def _stopped_at_max_size(perf_process: PerfProcess, info: CaptureInfo) -> None:
+    """Once perf has ended: when it stopped at --max-size (and ended its command), say so."""
+    if any(SIZE_LIMIT_LINE in line for line in perf_process.stderr):
+        info.ended_by, info.target_exited = "max size", False
+
+
+def _stopped_for_the_target(perf_process: PerfProcess, info: CaptureInfo) -> None:
+    """Once perf has ended: perf ends its command (SIGTERM) when the target it records has
+    exited, and offcpu can see the command's end first (the target's last thread still
+    exiting): then the target ended the recording, not the command."""
+    if (info.ended_by == COMMAND_EXITED and perf_process.ended_itself
+            and perf_process.returncode == -signal.SIGTERM and targets.has_ended(info.target)):
+        info.ended_by, info.target_exited = "target exited", True
+
+
+def _enable(perf_process: PerfProcess, request: RecordRequest, target: Target) -> int:
+    """Switch perf's events on; when they were."""
+    enabled_ns = perf_process.command("enable")
+    if enabled_ns is not None:
+        return enabled_ns
+    if not perf_process.exited():
+        raise OffcpuError(f"perf did not switch its events on within {ACK_TIMEOUT_S:.0f} s: the machine is too busy "
+                          "for it to answer; record again when it is less loaded")
+    if target.command and any(CAPTURED_LINE in line for line in perf_process.stderr):
+        status = perf_process.returncode
+        raise OffcpuError(printable(f"{shlex.join(target.command)} ended (exit status {status}) before perf's events "
+                                    "were on, so nothing was recorded while it ran; give a command that runs "
+                                    "while the target is recorded"))
+    raise perf_failure(perf_process.stderr, request)
+
+
+def _ended_by_command(info: CaptureInfo) -> bool:
+    """Whether the recording ended as its command exited by itself: not when offcpu
+    stopped perf (perf then ends the command) nor when perf stopped at --max-size."""
+    return bool(info.target.command) and info.ended_by in (_command_ended(info.target), "perf exited")
+
+
+def _command_exit_status(perf_process: PerfProcess, info: CaptureInfo) -> int | None:
+    """perf exits with its command's status, or dies by the signal that killed it
+    (-N as a returncode), when the command ended the recording."""
+    if not _ended_by_command(info) or not perf_process.ended_itself:
+        return None
+    return perf_process.returncode
+
+
+def _limits_of(target: Target) -> dict | None:
+    """The limits of the target's process nearest them, before perf starts (none for a command yet)."""
+    snapshot = limits.nearest(targets.processes_now(target)) if target.kind != "command" else None
+    return snapshot.to_json() if snapshot else None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _check_perf_result(perf_process: PerfProcess, request: RecordRequest, perf_data: Path) -> None:
+    """perf ended; fail unless it left a complete file."""
+    written = perf_data.is_file() and perf_data.stat().st_size > 0
+    if request.target.command:
+        # perf exits with its command's status (or dies by the command's signal):
+        # judge it by the file it finished instead.
+        complete = written and any(CAPTURED_LINE in line for line in perf_process.stderr)
+    else:
+        complete = written and perf_process.returncode in (0, -signal.SIGINT, -signal.SIGTERM)
+    if not complete:
+        raise perf_failure(perf_process.stderr, request)
+
+
+def _discard(output: Path) -> None:
+    """No capture came of it: remove what offcpu and perf wrote in `output`."""
+    try:
+        for path in own_files(output):
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass  # the directory is gone or unreadable: nothing more to do
+
+
+def _save(output: Path, info: CaptureInfo) -> None:
+    try:
+        save(output, info)
+    except OSError as error:
+        raise OffcpuError(f"cannot write {output / METADATA} ({error.strerror}); perf.data is complete "
+                          f"in {output}: free space and record again") from None
+
+
+def _save_kernel_symbols(directory: Path) -> None:
+    """The kernel's symbols travel with the capture, so that its kernel frames can be named
+    on another machine or after a reboot; without them (kernel.kptr_restrict), they are
+    named from this kernel's own when it is the same."""
+    try:
+        save_kernel_symbols(directory)
+    except OffcpuError:
+        pass
