@@ -119,7 +119,9 @@ def record_while_sampling(tmp_path: Path, name: str, *args: str, threads: int) -
         wait_for_workers(program.pid, threads)
         capture = tmp_path / name
         with Sampler(program.pid) as sampler:
-            result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", "-o", str(capture))
+            # (a ring buffer big enough that a loaded machine loses no switch: a lost one is a wrong interval)
+            result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", "--mmap-pages", "1024",
+                                "-o", str(capture))
         assert result.returncode == 0, result.stderr
     finally:
         program.kill()
@@ -168,7 +170,7 @@ def test_time_on_cpu_is_the_kernels(tmp_path: Path, perf: str, name: str, args: 
         offcpu_ns = threads_seen[tid]["oncpu_us"] * 1000
         ends_running = (tid in first.runnable) + (tid in last.runnable)
         assert abs(offcpu_ns - kernel_ns) <= max(TOLERANCE * kernel_ns, tolerance_ns) + ends_running * tick_ns, \
-            (tid, offcpu_ns / 1e6, kernel_ns / 1e6, ends_running, report["observer"])
+            (tid, offcpu_ns / 1e6, kernel_ns / 1e6, ends_running, report["observer"], report["capture"]["lost_events"])
         # and its time on CPU and off CPU is the whole part (to the rounding of each interval)
         thread = threads_seen[tid]
         assert abs(thread["oncpu_us"] + thread["offcpu_us"] - part_us) <= 0.001 * part_us + 50, thread
