@@ -17,11 +17,12 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from offcpu import system, targets
 from offcpu.capture import CaptureInfo, Target
-from offcpu.errors import OffcpuError
+from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.findings import counted
 from offcpu.recording.output_dir import output_taken
 from offcpu.recording.session import RecordRequest, record as record_capture
+from offcpu.symbols import KERNEL_SYMBOLS
 from offcpu.targets import Choice
 
 MAX_DURATION_S = 600.0
@@ -292,4 +293,8 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
                      f"libc): {fix}")
     if request.enable_schedstats and info.schedstats == "absent":
         notes.append("--enable-schedstats had nothing to turn on: this kernel is built without CONFIG_SCHEDSTATS")
+    if not (request.output / KERNEL_SYMBOLS).exists():
+        notes.append("the kernel's symbols could not be saved with the capture (kernel.kptr_restrict hides them): "
+                     "its kernel frames are named only on this machine while it runs this kernel, [unknown] elsewhere"
+                     + more_in("kernel-frames-are-unknown"))
     return notes

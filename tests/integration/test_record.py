@@ -618,3 +618,18 @@ def test_sighup_under_nohup_stays_ignored(workload, tmp_path):
     stderr = recording.communicate(timeout=60)[1]
     assert recording.returncode == 0, stderr
     assert load(capture)["ended_by"] == "duration"
+
+
+def test_a_capture_without_the_kernels_symbols_says_so(tmp_path):
+    # Given kernel.kptr_restrict=2, which hides kernel addresses from root too
+    restrict = Path("/proc/sys/kernel/kptr_restrict")
+    before = restrict.read_text()
+    restrict.write_text("2")
+    try:
+        result = run_offcpu("record", "-d", "1", "-o", str(tmp_path / "cap"), "--", "sleep", "0.2")
+    finally:
+        restrict.write_text(before)
+    # Then the capture is made without them, and record says what that means
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "cap" / "kallsyms").exists()
+    assert "the kernel's symbols could not be saved" in result.stdout + result.stderr
