@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 KERNEL_SYMBOLS = "kallsyms"  # the copy saved in a capture directory
+KERNEL_MAP = b"[kernel.kallsyms]"  # how perf names the kernel's mapping
 KERNEL_START = 0xFFFF_0000_0000_0000  # perf script prints these as 16 hex digits from ffff: kernel frames
 KERNEL_NOTES = Path("/sys/kernel/notes")
 PROC_KALLSYMS = Path("/proc/kallsyms")
@@ -192,10 +193,11 @@ def _underscores(name: str) -> int:
     return len(name) - len(name.lstrip("_"))
 
 
-def kernel_symbols_for(data: PerfData, saved: Path | None) -> SymbolTable | None:
+def kernel_symbols_for(data: PerfData, saved: Path | None, mapped_build_id: bytes | None = None) -> SymbolTable | None:
     """The kernel's symbols: the copy saved with the capture, else /proc/kallsyms when
-    the running kernel is the recorded one; None when neither can be trusted."""
-    recorded = next((entry.build_id for entry in data.build_ids() if entry.kernel), None)
+    the running kernel is the recorded one (its build id from perf.data's BUILD_ID section,
+    or from the kernel's MMAP2 record); None when neither can be trusted."""
+    recorded = next((entry.build_id for entry in data.build_ids() if entry.kernel), mapped_build_id)
     if saved is not None and saved.is_file():
         first, _, rest = saved.read_bytes().partition(b"\n")
         saved_id = first.decode(errors="replace").removeprefix("# build-id ").strip()
@@ -289,6 +291,9 @@ class TaskHistory:
     new program's do not cover (perf replaces only what a new mapping overlaps)."""
 
     mappings: dict[tuple[int, int], list[Mapping]] = field(default_factory=dict)
+    # the kernel's build id from its MMAP2 record (perf record --buildid-mmap writes it there,
+    # and leaves the BUILD_ID section empty)
+    kernel_build_id: bytes | None = None
 
     @classmethod
     def replay(cls, data: PerfData, task_records: list[int]) -> TaskHistory:
@@ -309,6 +314,8 @@ class TaskHistory:
                     generation[pid] = 0
                     history.mappings[(pid, 0)] = list(history.mappings.get((ppid, generation.get(ppid, 0)), []))
             elif kind in (MMAP, MMAP2):
+                if kind == MMAP2 and history.kernel_build_id is None:
+                    history.kernel_build_id = _kernel_build_id(data, position)
                 mapping = _mapping(data, position, kind)
                 if mapping is not None:
                     pid = struct.unpack_from("<i", data.map, position + 8)[0]
@@ -321,6 +328,15 @@ class TaskHistory:
             if mapping.start <= address < mapping.end:
                 return mapping
         return None
+
+
+def _kernel_build_id(data: PerfData, position: int) -> bytes | None:
+    """The build id an MMAP2 record of the kernel's text carries, or None."""
+    if not data.words[(position >> 1) + 2] & MISC_MMAP_BUILD_ID:  # header.misc
+        return None
+    if not data.map[position + 72:position + 72 + len(KERNEL_MAP)] == KERNEL_MAP:
+        return None
+    return bytes(data.map[position + 44:position + 44 + min(data.map[position + 40], 20)])
 
 
 def _mapping(data: PerfData, position: int, kind: int) -> Mapping | None:
@@ -515,7 +531,7 @@ class Symbolizer:
 
     def __init__(self, data: PerfData, history: TaskHistory, kernel_symbols: Path | None) -> None:
         self.history = history
-        self.kernel = kernel_symbols_for(data, kernel_symbols)
+        self.kernel = kernel_symbols_for(data, kernel_symbols, history.kernel_build_id)
         self.build_ids = {entry.filename: entry.build_id for entry in data.build_ids() if not entry.kernel}
         self.files: dict[tuple[str, bytes | None], ElfSymbols | None] = {}
         self.names: dict[tuple[int, int, int], str] = {}

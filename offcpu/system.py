@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import resource
 import shutil
 import struct
@@ -63,6 +64,19 @@ def proc_text(path: str | Path) -> str:
 
 def kernel_release() -> str:
     return platform.release()
+
+
+BUILD_ID_MMAP_SINCE = (5, 12)  # perf's --buildid-mmap, and the kernel's build ids in MMAP2 records
+
+
+def records_build_ids_in_mmaps(perf_version: str) -> bool:
+    """Whether this perf and this kernel can put each mapped file's build id in its MMAP2 record."""
+    return all(_major_minor(release) >= BUILD_ID_MMAP_SINCE for release in (perf_version, kernel_release()))
+
+
+def _major_minor(release: str) -> tuple[int, int]:
+    numbers = re.match(r"(\d+)\.(\d+)", release)
+    return (int(numbers[1]), int(numbers[2])) if numbers else (0, 0)
 
 
 def read_sysctl(name: str) -> str | None:

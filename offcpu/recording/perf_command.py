@@ -24,7 +24,8 @@ SIZE_LIMIT_LINE = "size limit reached"  # perf record stopping at --max-size
 PROCESS_GONE = "No such process"  # what perf says of a process it was given that has exited
 
 
-def perf_record_argv(perf: str, request: RecordRequest, target: Target, plan: EventPlan) -> list[str]:
+def perf_record_argv(perf: str, perf_version: str, request: RecordRequest, target: Target,
+                     plan: EventPlan) -> list[str]:
     argv = [
         perf, "record", "-o", str(request.output / PERF_DATA), "--max-size", request.max_size,
         "--call-graph", request.call_graph, "-k", "CLOCK_MONOTONIC", f"--control={CONTROL_PLACEHOLDER}",
@@ -47,6 +48,11 @@ def perf_record_argv(perf: str, request: RecordRequest, target: Target, plan: Ev
     # ... on the CPU they are on (a task-bound recording leaves it out of its switch
     # records otherwise): what ran there before tells what a switch-in cost.
     argv += ["--switch-events", "--sample-cpu"]
+    # Each mapped file's build id in its MMAP2 record, so that a report elsewhere, or after
+    # a rebuild, names user frames only from the very same file (perf.data's BUILD_ID
+    # section held the kernel's alone); perf then skips its pass for build ids at the end.
+    if system.records_build_ids_in_mmaps(perf_version):
+        argv += ["--buildid-mmap"]
     return argv + target.perf_args()
 
 

@@ -113,7 +113,7 @@ def _start(perf: str, request: RecordRequest, plan: EventPlan, info: CaptureInfo
     processes (a tree's descendants, processes of a name), they are listed again and perf
     started anew; a process given by its pid that is gone is an error."""
     for _ in range(START_ATTEMPTS):
-        perf_process = PerfProcess(perf_record_argv(perf, request, info.target, plan),
+        perf_process = PerfProcess(perf_record_argv(perf, info.perf_version, request, info.target, plan),
                                    command_stdin=bool(info.target.command))
         if info.target.kind == "command":
             return perf_process

@@ -97,6 +97,23 @@ def test_a_binary_gone_since_the_recording_is_said_and_shown_by_offset(perf: str
         assert first_difference(perf, perf_data) is None
 
 
+def test_the_same_file_elsewhere_names_its_frames(perf: str, tmp_path: Path) -> None:
+    # Given a recording of a program, and then the program's file replaced by a copy of itself
+    # (a new inode: what another machine with the same package, or a reinstall, has)
+    binary = tmp_path / "futex_copy"
+    shutil.copy(example("futex_contention"), binary)
+    perf_data = _record(tmp_path / "cap", "-d", "1", "--", str(binary), "-t", "4", "-s", "0.5")
+    shutil.copy(binary, tmp_path / "same")
+    (tmp_path / "same").rename(binary)
+    # Then perf.data holds its build id (MMAP2 records, --buildid-mmap), by which the copy is
+    # known to be the same file: its frames are named, and nothing is said missing
+    events, reader = native_events(perf_data)
+    stacks = reader.stacks({event[-1] for event in events if event[0] in CHAINED})
+    frames = {frame for stack in stacks.values() for frame in stack.frames}
+    assert "worker" in frames and not any(frame.startswith("[futex_copy+0x") for frame in frames)
+    assert not [sentence for sentence in reader.missing_binaries if str(binary) in sentence]
+
+
 def test_dwarf_stacks_are_unsupported(cpp_capture: Path) -> None:
     reason = unsupported(cpp_capture / "perf.data")
     assert reason is not None and "--call-graph dwarf" in reason
