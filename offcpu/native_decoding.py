@@ -16,10 +16,10 @@ from offcpu import perf_data
 from offcpu.events import SWITCH_TRACEPOINT, WAKING_TRACEPOINTS
 from offcpu.native_reader import (
     COMM_IDS,
+    FORK_EXIT_RECORD,
     IDLE_COMM,
     SWITCH_FIELDS,
-    TASK_FIELDS,
-    TASK_TYPES,
+    THREAD_RECORD_TYPES,
     WAKING_FIELDS,
     NativeReader,
 )
@@ -261,7 +261,7 @@ class Decoder:
         return pid, tid, comm, execed
 
     def _fork(self, position: int) -> tuple[int, int, int, int]:
-        pid, ppid, tid, ptid, _ = TASK_FIELDS.unpack_from(self.data.map, position + 8)
+        pid, ppid, tid, ptid, _ = FORK_EXIT_RECORD.unpack_from(self.data.map, position + 8)
         # perf drops a thread it knew by this tid (the tid was reused), then names the new
         # one after its parent when the parent's name was ever set
         self.comms.pop(tid, None)
@@ -290,7 +290,7 @@ class Decoder:
         named = np.flatnonzero((out.kinds == SWITCH_IN) | (out.kinds == SCHED_WAKING))
         out.names[named] = self._names(out.tids[named])
         generations = self._generations(out.pids[chain_rows])
-        for row in np.flatnonzero(np.isin(kinds, TASK_TYPES)).tolist():
+        for row in np.flatnonzero(np.isin(kinds, THREAD_RECORD_TYPES)).tolist():
             self._task_record(row, int(kinds[row]), int(offsets[row]), int(sizes[row]), out, named, chain_rows,
                               generations)
         if len(chain_rows):
@@ -436,7 +436,7 @@ class Decoder:
             renamed = child
             execed_pid = child_pid if child_pid != parent_pid else None
         elif kind == EXIT:
-            exit_pid, _, exit_tid, _, _ = TASK_FIELDS.unpack_from(self.data.map, position + 8)
+            exit_pid, _, exit_tid, _, _ = FORK_EXIT_RECORD.unpack_from(self.data.map, position + 8)
             out.kinds[row], out.pids[row], out.tids[row] = THREAD_EXIT, exit_pid, exit_tid
         else:
             comm_pid, renamed, comm, execed = self._comm(position)

@@ -30,8 +30,8 @@ SWITCH_FIELDS = ("prev_comm", "prev_pid", "prev_state", "next_pid")
 WAKING_FIELDS = ("pid",)  # the woken thread
 TEXT_FIELDS = ("prev_comm",)  # char arrays; the other fields are integers
 ORDERED_TYPES = frozenset({SAMPLE, SWITCH, SWITCH_CPU_WIDE, COMM, FORK, EXIT})
-TASK_TYPES = (COMM, FORK, EXIT)
-TASK_FIELDS = struct.Struct("<iiiiQ")  # FORK and EXIT: pid, ppid, tid, ptid (signed, as perf shows them), time
+THREAD_RECORD_TYPES = (COMM, FORK, EXIT)
+FORK_EXIT_RECORD = struct.Struct("<iiiiQ")  # FORK and EXIT: pid, ppid, tid, ptid (signed, as perf shows them), time
 COMM_IDS = struct.Struct("<ii")
 IDLE_COMM = "swapper"  # perf's name for the idle task (tid 0)
 

@@ -105,13 +105,13 @@ SAMPLES = (SWITCH_SAMPLE, WAKING, OTHER)  # tracepoints, not perf's own records
 # The fields each kind is decoded from, as group numbers: a call of Match.group with
 # numbers is the cheapest way out of the regex engine, on the hot path of every report.
 _GROUPS = EVENT.groupindex
-RECORD_FIELDS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "cpu", "time", "direction"))
-SWITCH_FIELDS = tuple(_GROUPS[name] for name in ("pid", "tid", "cpu", "time", "prev_comm", "prev_state", "next_tid",
+RECORD_GROUPS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "cpu", "time", "direction"))
+SWITCH_GROUPS = tuple(_GROUPS[name] for name in ("pid", "tid", "cpu", "time", "prev_comm", "prev_state", "next_tid",
                                                  "switch_chain"))
-WAKING_FIELDS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "cpu", "time", "woken_tid", "waking_chain"))
-TASK_FIELDS = tuple(_GROUPS[name] for name in ("cpu", "time", "task_kind", "task_pid", "task_tid", "parent_pid",
+WAKING_GROUPS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "cpu", "time", "woken_tid", "waking_chain"))
+TASK_GROUPS = tuple(_GROUPS[name] for name in ("cpu", "time", "task_kind", "task_pid", "task_tid", "parent_pid",
                                                 "parent_tid"))
-COMM_FIELDS = tuple(_GROUPS[name] for name in ("pid", "tid", "cpu", "time", "own_comm", "synthesized_comm", "exec"))
+COMM_GROUPS = tuple(_GROUPS[name] for name in ("pid", "tid", "cpu", "time", "own_comm", "synthesized_comm", "exec"))
 
 
 def time_ns(printed: str) -> int:
@@ -231,25 +231,25 @@ class PerfScriptReader:
         for event in events.events(stream):
             kind = event.lastgroup
             if kind == SWITCH_RECORD:
-                comm, pid, tid, cpu, time, direction = event.group(*RECORD_FIELDS)
+                comm, pid, tid, cpu, time, direction = event.group(*RECORD_GROUPS)
                 if direction == "IN":
                     add((SWITCH_IN, time_ns(time), _cpu(cpu), int(pid), int(tid), 0, comm, "", None))
                 else:
                     add((SWITCH_OUT, time_ns(time), _cpu(cpu), int(pid), int(tid), int(direction == "OUT preempt"),
                          "", "", None))
             elif kind == SWITCH_SAMPLE:
-                pid, tid, cpu, time, prev_comm, state, next_tid, chain = event.group(*SWITCH_FIELDS)
+                pid, tid, cpu, time, prev_comm, state, next_tid, chain = event.group(*SWITCH_GROUPS)
                 add((SCHED_SWITCH, time_ns(time), _cpu(cpu), int(pid), int(tid), int(next_tid), prev_comm,
                      state.rstrip("+"), chain))
             elif kind == WAKING:
-                comm, pid, tid, cpu, time, woken, chain = event.group(*WAKING_FIELDS)
+                comm, pid, tid, cpu, time, woken, chain = event.group(*WAKING_GROUPS)
                 add((SCHED_WAKING, time_ns(time), _cpu(cpu), int(pid), int(tid), int(woken), comm, "", chain))
             elif kind == TASK:
-                cpu, time, task, pid, tid, _, parent_tid = event.group(*TASK_FIELDS)
+                cpu, time, task, pid, tid, _, parent_tid = event.group(*TASK_GROUPS)
                 add((THREAD_FORK if task == "FORK" else THREAD_EXIT, time_ns(time), _cpu(cpu), int(pid), int(tid),
                      int(parent_tid) if task == "FORK" else 0, "", "", None))
             elif kind == COMM_RECORD:
-                pid, tid, cpu, time, own, synthesized, exec = event.group(*COMM_FIELDS)
+                pid, tid, cpu, time, own, synthesized, exec = event.group(*COMM_GROUPS)
                 add((THREAD_COMM, time_ns(time), _cpu(cpu), int(pid), int(tid), int(exec is not None),
                      synthesized if own is None else own, "", None))
             if len(batch) >= BATCH:
