@@ -181,8 +181,8 @@ def nearest(pids: Iterable[int]) -> LimitsSnapshot | None:
             status = _status_fields(pid)
             maps = sum(1 for _ in Path(f"/proc/{pid}/maps").open())
             nproc = _soft_rlimit_nproc(pid)
-        except FileNotFoundError:
-            continue  # exited
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited (before its files were opened, or while they were read)
         except PermissionError:
             raise OffcpuError(not_permitted(pid, f"/proc/{pid}/maps")) from None
         by_user = by_user if by_user is not None else _threads_by_user()
