@@ -112,22 +112,31 @@ def builtin_locks() -> list[Lock]:
 def load_table(path: Path | None = None) -> LockTable:
     """The package's table, after the entries of a user's file when given (a policy file
     may hold them, among its other keys: only [[lock]] is read here)."""
-    builtin = builtin_locks()
     if path is None:
-        return LockTable(builtin)
+        return LockTable(builtin_locks())
     text = read_toml_text(path, "locks")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise OffcpuError(f"{path} is not TOML: {error}") from None
-    except RecursionError:
-        raise OffcpuError(f"{path} nests arrays or tables too deeply to be read") from None
-    own = _Entries(str(path), text).locks(data, builtin)
+    return table_with(str(path), text, parse_toml(text, str(path), "read"))
+
+
+def table_with(source: str, text: str, data: dict) -> LockTable:
+    """The package's table, after the [[lock]] entries of a file already read and parsed."""
+    builtin = builtin_locks()
+    own = _Entries(source, text).locks(data, builtin)
     named = {lock.name for lock in own if lock.wait}
     limits = {lock.name: lock for lock in own if not lock.wait}  # a built-in lock's limits
     merged = [replace(lock, max_share=limits[lock.name].max_share, max_ms_per_s=limits[lock.name].max_ms_per_s)
               if lock.name in limits and lock.name not in named else lock for lock in builtin]
     return LockTable([lock for lock in own if lock.wait] + merged)
+
+
+def parse_toml(text: str, named: str, meant: str) -> dict:
+    """`text` parsed; an OffcpuError saying "`named` is not TOML" or nests too deeply "to be `meant`"."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise OffcpuError(f"{named} is not TOML: {error}") from None
+    except RecursionError:
+        raise OffcpuError(f"{named} nests arrays or tables too deeply to be {meant}") from None
 
 
 def read_toml_text(path: Path, what: str) -> str:

@@ -28,13 +28,12 @@ import datetime
 import json
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
 from offcpu.findings import RULES, default_table
-from offcpu.locktable import LockTable, load_table, read_toml_text
+from offcpu.locktable import LockTable, parse_toml, read_toml_text, table_with
 
 RULE_IDS = tuple(rule.id for rule in RULES)
 # The finding of threads waiting for work: never a problem, so never gated by default
@@ -122,13 +121,8 @@ def load_policy(path: Path | None) -> Policy:
     if path is None:
         return Policy()
     text = read_toml_text(path, "policy")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise OffcpuError(f"policy {path} is not TOML: {error}") from None
-    except RecursionError:
-        raise OffcpuError(f"policy {path} nests arrays or tables too deeply to be a policy") from None
-    return replace(_Reader(path, text).policy(data), locks=load_table(path))
+    data = parse_toml(text, f"policy {path}", "a policy")
+    return replace(_Reader(path, text).policy(data), locks=table_with(str(path), text, data))
 
 
 class _Reader:
