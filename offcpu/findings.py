@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from offcpu.claims import (
@@ -182,6 +183,17 @@ class Context:
     def truncated(self) -> bool:
         return bool(self.model.capture.user_stacks_truncated)
 
+    @cached_property
+    def row_number(self) -> dict[int, int]:
+        """Each row's number in the model, by the row's id (rows are dataclasses, not hashable)."""
+        return {id(row): number for number, row in enumerate(self.model.rows)}
+
+    @cached_property
+    def root_shares(self) -> dict[int, dict[str, float]]:
+        """What each peer-ended row's blocked time came down to (see _root_shares): the same
+        for every finding, so worked out once."""
+        return _root_shares(self)
+
 
 _DEFAULT_TABLE: list[LockTable] = []
 
@@ -318,7 +330,7 @@ def detect_serialization(ctx: Context) -> list[Match]:
 
 def _roots(ctx: Context, rows: list[Row]) -> Root:
     """What the wakers of these rows' waits did meanwhile, all together."""
-    index = {id(row): number for number, row in enumerate(ctx.model.rows)}
+    index = ctx.row_number
     whole = Root()
     for row in rows:
         root = ctx.claims.roots.get(index[id(row)])
@@ -557,7 +569,7 @@ def _heaviest(model: Model, weighted: list[tuple[int, str, int, int]]) -> tuple[
 def waker_shares(ctx: Context, rows: list[Row]) -> tuple[WakerShare, ...]:
     """Who ended the rows' waits: the wakers' pools, or what else it was."""
     shares: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    index = {id(row): number for number, row in enumerate(ctx.model.rows)}
+    index = ctx.row_number
     for row in rows:
         cause = ctx.waits.classes[index[id(row)]].cause
         if row.waker is None:
@@ -576,7 +588,7 @@ def waker_shares(ctx: Context, rows: list[Row]) -> tuple[WakerShare, ...]:
 def chain(ctx: Context, rows: list[Row]) -> tuple[ChainStep, ...]:
     """What the threads that ended the rows' waits were doing meanwhile: their waits that
     overlapped them (by where they waited), and running for the rest."""
-    index = {id(row): number for number, row in enumerate(ctx.model.rows)}
+    index = ctx.row_number
     numbers = [index[id(row)] for row in rows if ctx.waits.classes[index[id(row)]].cause == PEER]
     whole = sum(ctx.model.rows[number].blocked_us for number in numbers)
     if not whole:
@@ -619,12 +631,12 @@ def roots(ctx: Context, rows: list[Row]) -> tuple[RootShare, ...]:
     roots (wPerf's cascaded redistribution): the time a waker was itself waiting for a peer
     goes to what that peer was doing, in proportion, and so on; the rest of each wait goes
     to the waker's own wait (a disk, a timer...) or to its being on CPU."""
-    index = {id(row): number for number, row in enumerate(ctx.model.rows)}
+    index = ctx.row_number
     numbers = [index[id(row)] for row in rows if ctx.waits.classes[index[id(row)]].cause == PEER]
     whole = sum(ctx.model.rows[number].blocked_us for number in numbers)
     if not whole:
         return ()
-    shares = _root_shares(ctx)
+    shares = ctx.root_shares
     found: dict[str, float] = defaultdict(float)
     for number in numbers:
         for what, share in shares[number].items():
