@@ -21,9 +21,9 @@ PERF_DATA = "perf.data"
 METADATA = "capture.json"
 # Every file offcpu (or perf for it) writes in a capture directory, besides any
 # ending in PARTIAL; `offcpu record --force` deletes these and nothing else.
-# model.json is the report's cache (offcpu.model_cache.MODEL_FILE), kallsyms the kernel's
-# symbols when it was recorded (offcpu.symbols.KERNEL_SYMBOLS).
-OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, "model.json", "kallsyms")
+MODEL_FILE = "model.json"  # the report's cache of the model (offcpu.model_cache)
+KERNEL_SYMBOLS = "kallsyms"  # the kernel's symbols when it was recorded (offcpu.symbols)
+OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS)
 # In the directory while offcpu records into it; left there, it marks an unfinished recording.
 RECORDING = f"recording{PARTIAL}"
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from offcpu import system
-from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, load
+from offcpu.capture import KERNEL_SYMBOLS, METADATA, MODEL_FILE, PERF_DATA, CaptureInfo, load
 from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH_TRACEPOINT
@@ -22,9 +22,7 @@ from offcpu.native_reader import NativeReader, unsupported
 from offcpu.perf_data import TYPE_TRACEPOINT, PerfData, damaged, open_perf_data
 from offcpu.perf_script import PerfScriptReader
 from offcpu.sched_events import CaptureReader
-from offcpu.symbols import KERNEL_SYMBOLS
 
-MODEL_FILE = "model.json"
 READERS = (NativeReader.name, PerfScriptReader.name)
 RECORD_AGAIN = "record it again with 'offcpu record'"
 # Less cannot be cut into one perf script --time slice per CPU, and would show nothing anyway.

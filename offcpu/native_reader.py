@@ -24,7 +24,6 @@ from offcpu.events import SWITCH_TRACEPOINT, WAKING_TRACEPOINTS
 from offcpu.perf_data import COMM, EXIT, FORK, LOST, SAMPLE, SWITCH, SWITCH_CPU_WIDE, PerfData, SampleLayout, Tracepoint
 from offcpu.sched_events import Chain, EventSink
 from offcpu.stacks import Stack
-from offcpu.symbols import Symbolizer, TaskHistory
 
 SWITCH_FIELDS = ("prev_comm", "prev_pid", "prev_state", "next_pid")
 WAKING_FIELDS = ("pid",)  # the woken thread
@@ -150,6 +149,8 @@ class NativeReader:
         return perf_data.balanced_slices(self.data, self.index.round_starts, start_ns, end_ns, count)
 
     def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
+        from offcpu.symbols import Symbolizer, TaskHistory  # ELF and demangling: only when chains are named
+
         history = TaskHistory.replay(self.data, self.index.task_records)
         symbolizer = Symbolizer(self.data, history, self.kernel_symbols)
         named = {chain: symbolizer.stack(chain) for chain in chains}

@@ -32,6 +32,7 @@ from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import NoteSection, SymbolTableSection
 from rust_demangler import demangle as rust_demangle
 
+from offcpu.capture import KERNEL_SYMBOLS
 from offcpu.errors import OffcpuError, more_in
 from offcpu.perf_data import (
     COMM,
@@ -52,7 +53,6 @@ from offcpu.stacks import UNKNOWN, Stack
 if TYPE_CHECKING:
     import numpy as np
 
-KERNEL_SYMBOLS = "kallsyms"  # the copy saved in a capture directory
 KERNEL_MAP = b"[kernel.kallsyms]"  # how perf names the kernel's mapping
 KERNEL_START = 0xFFFF_0000_0000_0000  # perf script prints these as 16 hex digits from ffff: kernel frames
 KERNEL_NOTES = Path("/sys/kernel/notes")

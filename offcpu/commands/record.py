@@ -16,13 +16,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
 from offcpu import system, targets
-from offcpu.capture import CaptureInfo, Target
+from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.findings import counted
 from offcpu.recording.output_dir import output_taken
 from offcpu.recording.session import RecordRequest, record as record_capture
-from offcpu.symbols import KERNEL_SYMBOLS
 from offcpu.targets import Choice
 
 MAX_DURATION_S = 600.0

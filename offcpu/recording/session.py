@@ -26,7 +26,6 @@ from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
 from offcpu.recording.perf_command import CAPTURED_LINE, PROCESS_GONE, SIZE_LIMIT_LINE, perf_failure, perf_record_argv
 from offcpu.recording.perf_process import ACK_TIMEOUT_S, PerfProcess
 from offcpu.recording.schedstats import schedstats_enabled
-from offcpu.symbols import save_kernel_symbols
 
 START_ATTEMPTS = 3  # perf started anew when a process offcpu listed exited before perf began
 
@@ -267,6 +266,8 @@ def _save_kernel_symbols(directory: Path) -> None:
     """The kernel's symbols travel with the capture, so that its kernel frames can be named
     on another machine or after a reboot; without them (kernel.kptr_restrict), they are
     named from this kernel's own when it is the same."""
+    from offcpu.symbols import save_kernel_symbols  # ELF and demangling come with it: not at start-up
+
     try:
         save_kernel_symbols(directory)
     except OffcpuError:
