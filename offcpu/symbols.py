@@ -34,6 +34,7 @@ from rust_demangler import demangle as rust_demangle
 
 from offcpu.capture import KERNEL_SYMBOLS
 from offcpu.errors import OffcpuError, more_in
+from offcpu.files import write_whole
 from offcpu.perf_data import (
     COMM,
     CONTEXT_MAX,
@@ -106,10 +107,7 @@ def save_kernel_symbols(directory: Path) -> Path:
                           "named; record as root, or set kernel.kptr_restrict=0")
     build_id = running_kernel_build_id()
     target = directory / KERNEL_SYMBOLS
-    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as file:
-        file.write(f"# build-id {build_id.hex() if build_id else ''}\n")
-        file.write(text)
+    write_whole(target, f"# build-id {build_id.hex() if build_id else ''}\n{text}", private=True)
     return target
 
 
