@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from offcpu.claims import LOCK_CONTENTION, MMAP_LOCK, STACK_CACHE_LOCK
-from offcpu.findings import Context, Finding, findings
+from offcpu.findings import SEVERITIES, Context, Finding, findings
 from offcpu.locktable import Lock, LockTable
 from offcpu.model import Model
 from offcpu.policy import BLOCKED, EXTRA_KEYS, NOT_GATED_BY_DEFAULT, WAITS_FOR_WORK, Policy
@@ -39,13 +39,11 @@ def by_id(found: list[tuple[str, FindingFigures]]) -> dict[str, FindingFigures]:
     grouped: dict[str, list[FindingFigures]] = {}
     for finding_id, figures in found:
         grouped.setdefault(finding_id, []).append(figures)
-    return {finding_id: FindingFigures(max((f.severity for f in group), key=SEVERITY_ORDER.index),
+    return {finding_id: FindingFigures(max((f.severity for f in group), key=SEVERITIES.index),
                                        max(f.share for f in group), sum(f.offcpu_us for f in group),
                                        " ".join(f.summary for f in group))
             for finding_id, group in grouped.items()}
 
-
-SEVERITY_ORDER = ("info", "warning", "critical")
 
 @dataclass(frozen=True)
 class Measurements:

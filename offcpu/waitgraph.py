@@ -59,7 +59,7 @@ def wait_graph(ctx: Context) -> WaitGraph:
         if waker.kind == "thread" and waker.tid in ctx.model.threads and cls.cause == PEER:
             target = ctx.waits.pool_of(waker.tid)
             kinds[target] = "pool"
-        elif cls.cause == "outside":
+        elif cls.cause == OUTSIDE:
             target = f"outside: {waker.comm}"
             kinds[target] = cls.cause
         else:
