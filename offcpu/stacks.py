@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -217,7 +216,7 @@ def shorten(frames: Sequence[str], kernel_frames: int, limit: int) -> str:
 def reading(frames: Sequence[str], kernel_frames: int) -> str:
     """How a root-first stack reads however much room it is given: stacks that differ only
     in frames perf could not name or in the scheduler's own read the same, and are one row."""
-    return shorten(frames, kernel_frames, sys.maxsize)
+    return _Shortened(frames, kernel_frames).whole  # what shorten() gives with room for all of it
 
 
 def shorten_apart(stacks: Sequence[tuple[Sequence[str], int]], limit: int) -> list[str]:
