@@ -21,7 +21,7 @@ from pathlib import Path
 from offcpu import perf_data
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH_TRACEPOINT, WAKING_TRACEPOINTS
-from offcpu.perf_data import COMM, EXIT, FORK, LOST, SAMPLE, SWITCH, SWITCH_CPU_WIDE, PerfData, SampleLayout, Tracepoint
+from offcpu.perf_data import COMM, EXIT, FORK, SAMPLE, SWITCH, SWITCH_CPU_WIDE, PerfData, SampleLayout, Tracepoint
 from offcpu.sched_events import Chain, EventSink
 from offcpu.stacks import Stack
 
@@ -108,7 +108,6 @@ class NativeReader:
             raise OffcpuError(f"cannot read {path} directly: perf.data holds compressed records (perf record -z), "
                               "which the native reader does not decode")
         self.skipped = self.index.unknown
-        self.lost_events = self._lost(data)
         self.missing_binaries: list[str] = []  # sentences, one per binary stacks() could not read
         self._data: PerfData | None = None
         data.map.close()
@@ -121,15 +120,6 @@ class NativeReader:
         if self._data is None:
             self._data = perf_data.open_perf_data(self.path)
         return self._data
-
-    def _lost(self, data: PerfData) -> int:
-        """The events LOST and LOST_SAMPLES records say perf lost."""
-        total = 0
-        for position in self.index.lost_records:
-            kind = data.words[position >> 1]
-            at = position + (16 if kind == LOST else 8)  # LOST: id then count; LOST_SAMPLES: count
-            total += int.from_bytes(data.map[at:at + 8], "little")
-        return total
 
     def read(self, sink: EventSink, time_slice: tuple[int, int] | None = None) -> None:
         # Imported here: numpy only when perf.data is read directly (0.1 s of every start otherwise).

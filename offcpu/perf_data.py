@@ -466,7 +466,6 @@ class Index:
 
     round_starts: list[int]  # offsets of the first record of each round
     task_records: list[int]  # offsets of COMM, FORK, EXIT, MMAP and MMAP2 records, in file order
-    lost_records: list[int]  # offsets of LOST and LOST_SAMPLES records
     unknown: int  # records of types this reader does not know, skipped
     compressed: bool  # COMPRESSED records (perf record -z)
 
@@ -481,7 +480,7 @@ def index_records(data: PerfData) -> Index:
     this loop is the reader's floor, so it does nothing else, and reads locals only)."""
     words = data.words
     position, end = data.data_start, data.data_end
-    rounds, tasks, lost = [position], [], []
+    rounds, tasks = [position], []
     unknown = 0
     compressed = False
     last_word = len(words) - 3
@@ -509,11 +508,8 @@ def index_records(data: PerfData) -> Index:
                     tasks.append(position)
                 else:
                     unknown += 1
-            elif kind == LOST or kind == LOST_SAMPLES:
-                if size >= 24:
-                    lost.append(position)
-                else:
-                    unknown += 1
+            elif kind == LOST or kind == LOST_SAMPLES:  # counted by perf report --stats (describe)
+                unknown += size < 24
             elif kind == COMPRESSED:
                 compressed = True
             elif kind not in QUIET_TYPES and kind not in PERF_TYPES:
@@ -522,7 +518,7 @@ def index_records(data: PerfData) -> Index:
     if position != end:
         raise damaged(data.path, f"its last record runs past the end of its data section (byte {end})")
     release(data, data.data_start, end)
-    return Index(rounds, tasks, lost, unknown, compressed)
+    return Index(rounds, tasks, unknown, compressed)
 
 
 RELEASE_EVERY = 8 << 20  # bytes read before the pages behind them are let go
