@@ -23,7 +23,8 @@ METADATA = "capture.json"
 # ending in PARTIAL; `offcpu record --force` deletes these and nothing else.
 MODEL_FILE = "model.json"  # the report's cache of the model (offcpu.model_cache)
 KERNEL_SYMBOLS = "kallsyms"  # the kernel's symbols when it was recorded (offcpu.symbols)
-OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS)
+VDSO_IMAGE = "vdso"  # the kernel's vdso when it was recorded (offcpu.symbols)
+OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS, VDSO_IMAGE)
 # In the directory while offcpu records into it; left there, it marks an unfinished recording.
 RECORDING = f"recording{PARTIAL}"
 

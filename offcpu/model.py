@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from offcpu.capture import CaptureInfo
 from offcpu.stacks import Stack
 
-SCHEMA = "offcpu-model/4"  # a new engine or reader reads perf.data again
+SCHEMA = "offcpu-model/5"  # a new engine or reader reads perf.data again
 # Synthetic frames for time whose stack perf could not have recorded.
 BEFORE_WINDOW = "[off CPU since before the recording]"
 NEW_THREAD = "[new thread, waiting for its first run]"
@@ -127,7 +127,7 @@ class Model:
     perf_data: dict = field(default_factory=dict)  # the perf.data it was built from (model_cache._identity)
     reader: str = ""  # which read perf.data: "native" or "perf-script"
     reader_note: str = ""  # why that one
-    missing_binaries: list[str] = field(default_factory=list)  # files gone or changed since the recording, said once
+    binary_notes: list[str] = field(default_factory=list)  # what the reader says of the mapped files (Symbolizer.notes)
     schema: str = SCHEMA
 
     @property
@@ -165,7 +165,7 @@ class Model:
             "half_recorded_switches": self.half_recorded_switches,
             "reader": self.reader,
             "reader_note": self.reader_note,
-            "missing_binaries": self.missing_binaries,
+            "binary_notes": self.binary_notes,
         }
 
     @classmethod
@@ -195,7 +195,7 @@ class Model:
             perf_data=data["perf_data"],
             reader=data["reader"],
             reader_note=data["reader_note"],
-            missing_binaries=data["missing_binaries"],
+            binary_notes=data["binary_notes"],
         )
         model.check()
         return model

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from offcpu import system
-from offcpu.capture import KERNEL_SYMBOLS, METADATA, MODEL_FILE, PERF_DATA, CaptureInfo, load
+from offcpu.capture import KERNEL_SYMBOLS, METADATA, MODEL_FILE, PERF_DATA, VDSO_IMAGE, CaptureInfo, load
 from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH_TRACEPOINT
@@ -82,7 +82,7 @@ def build(directory: Path, window_s: tuple[float, float] | None = None, reader: 
     model.perf_data = identity
     model.reader, model.reader_note = chosen.name, why
     if isinstance(chosen, NativeReader):
-        model.missing_binaries = chosen.missing_binaries
+        model.binary_notes = chosen.binary_notes
     if window_s is None:
         _save(directory / MODEL_FILE, model)
     return model
@@ -137,8 +137,9 @@ def choose_reader(directory: Path, info: CaptureInfo, forced: str | None) -> tup
         return _perf_script_reader(perf_data, info), "--reader perf-script"
     reason = unsupported(perf_data)
     if reason is None:
-        kernel_symbols = directory / KERNEL_SYMBOLS
-        native = NativeReader(perf_data, kernel_symbols if kernel_symbols.is_file() else None)
+        kernel_symbols, vdso = (path if path.is_file() else None
+                                for path in (directory / KERNEL_SYMBOLS, directory / VDSO_IMAGE))
+        native = NativeReader(perf_data, kernel_symbols, vdso)
         return native, "--reader native" if forced else "perf.data read directly"
     if forced == NativeReader.name:
         raise OffcpuError(f"--reader native cannot read {perf_data}: {reason}; leave out --reader, and perf script "

@@ -96,19 +96,20 @@ class NativeReader:
 
     name = "native"
 
-    def __init__(self, path: Path, kernel_symbols: Path | None = None) -> None:
+    def __init__(self, path: Path, kernel_symbols: Path | None = None, vdso: Path | None = None) -> None:
         data = perf_data.open_perf_data(path)
         reason = _unsupported(data)
         if reason is not None:
             raise OffcpuError(f"cannot read {path} directly: {reason}")
         self.path = path
         self.kernel_symbols = kernel_symbols
+        self.vdso = vdso
         self.index = perf_data.index_records(data)
         if self.index.compressed:
             raise OffcpuError(f"cannot read {path} directly: perf.data holds compressed records (perf record -z), "
                               "which the native reader does not decode")
         self.skipped = self.index.unknown
-        self.missing_binaries: list[str] = []  # sentences, one per binary stacks() could not read
+        self.binary_notes: list[str] = []  # what stacks() found of the mapped files (symbols.Symbolizer.notes)
         self._data: PerfData | None = None
         data.map.close()
 
@@ -142,7 +143,7 @@ class NativeReader:
         from offcpu.symbols import Symbolizer, TaskHistory  # ELF and demangling: only when chains are named
 
         history = TaskHistory.replay(self.data, self.index.task_records)
-        symbolizer = Symbolizer(self.data, history, self.kernel_symbols)
+        symbolizer = Symbolizer(self.data, history, self.kernel_symbols, self.vdso)
         named = {chain: symbolizer.stack(chain) for chain in chains}
-        self.missing_binaries = symbolizer.missing
+        self.binary_notes = symbolizer.notes
         return named

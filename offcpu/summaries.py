@@ -165,6 +165,6 @@ def caveats(model: Model) -> list[str]:
         said.append(f"perf's handling of the switches took {cost.share:.1%} of the threads' time (counted as time "
                     "on CPU, as the kernel does, not as waiting); on a program that switches this often, record "
                     "for less time, with --call-graph fp rather than dwarf, and compare with an unrecorded run")
-    said += model.missing_binaries
+    said += model.binary_notes
     unread = unreadable_note(model)
     return said + ([unread] if unread and not untrusted(model) else [])

@@ -10,11 +10,15 @@ symbols at one address, the same one is kept (see _better).
 
 A file that cannot be found with the recorded build id is said once (`missing`)
 and its frames are shown as [file+0xoffset]; perf script shows them as [unknown],
-or by name when its own cache still holds the file.
+or by name when its own cache still holds the file. Without a build id (perf before
+5.12), the file at the path names them, as in perf script, and when it is another file
+than the one mapped (another inode) that is said. The vdso is named from the image
+saved with the capture, else from this process's own when the kernel is the recorded one.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import struct
@@ -32,7 +36,7 @@ from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import NoteSection, SymbolTableSection
 from rust_demangler import demangle as rust_demangle
 
-from offcpu.capture import KERNEL_SYMBOLS
+from offcpu.capture import KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError, more_in
 from offcpu.files import write_whole
 from offcpu.perf_data import (
@@ -55,6 +59,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 KERNEL_MAP = b"[kernel.kallsyms]"  # how perf names the kernel's mapping
+VDSO = "[vdso]"  # how perf names the mapping of the kernel's vdso
 KERNEL_START = 0xFFFF_0000_0000_0000  # perf script prints these as 16 hex digits from ffff: kernel frames
 KERNEL_NOTES = Path("/sys/kernel/notes")
 PROC_KALLSYMS = Path("/proc/kallsyms")
@@ -109,6 +114,31 @@ def save_kernel_symbols(directory: Path) -> Path:
     target = directory / KERNEL_SYMBOLS
     write_whole(target, f"# build-id {build_id.hex() if build_id else ''}\n{text}", private=True)
     return target
+
+
+# The vdso ---------------------------------------------------------------------
+
+def running_vdso() -> bytes | None:
+    """The vdso image of the running kernel, read from this process: the kernel maps the
+    same one into every process (None if it cannot be read)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+        line = next(line for line in maps.splitlines() if line.endswith(f" {VDSO}"))
+        start, end = (int(bound, 16) for bound in line.split()[0].split("-"))
+        with open("/proc/self/mem", "rb") as memory:
+            memory.seek(start)
+            return memory.read(end - start)
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def save_vdso(directory: Path) -> None:
+    """Save the running kernel's vdso image in `directory`, so that vdso frames (clock_gettime
+    and gettimeofday, interrupted by a timer) are named on another machine or kernel.
+    OSError as raised; nothing is saved when the image cannot be read."""
+    image = running_vdso()
+    if image is not None:
+        write_whole(directory / VDSO_IMAGE, image, private=True)
 
 
 @dataclass(frozen=True)
@@ -191,11 +221,17 @@ def _underscores(name: str) -> int:
     return len(name) - len(name.lstrip("_"))
 
 
+def recorded_kernel_build_id(data: PerfData, mapped_build_id: bytes | None) -> bytes | None:
+    """The recorded kernel's build id: from perf.data's BUILD_ID section, or from the kernel's
+    MMAP2 record."""
+    return next((entry.build_id for entry in data.build_ids() if entry.kernel), mapped_build_id)
+
+
 def kernel_symbols_for(data: PerfData, saved: Path | None, mapped_build_id: bytes | None = None) -> SymbolTable | None:
     """The kernel's symbols: the copy saved with the capture, else /proc/kallsyms when
     the running kernel is the recorded one (its build id from perf.data's BUILD_ID section,
     or from the kernel's MMAP2 record); None when neither can be trusted."""
-    recorded = next((entry.build_id for entry in data.build_ids() if entry.kernel), mapped_build_id)
+    recorded = recorded_kernel_build_id(data, mapped_build_id)
     if saved is not None and saved.is_file():
         first, _, rest = saved.read_bytes().partition(b"\n")
         saved_id = first.decode(errors="replace").removeprefix("# build-id ").strip()
@@ -527,14 +563,24 @@ def _without_return_type(name: str) -> str:
 class Symbolizer:
     """Names the frames of raw call chains (see native_reader), once per address."""
 
-    def __init__(self, data: PerfData, history: TaskHistory, kernel_symbols: Path | None) -> None:
+    def __init__(self, data: PerfData, history: TaskHistory, kernel_symbols: Path | None,
+                 vdso: Path | None = None) -> None:
         self.history = history
         self.kernel = kernel_symbols_for(data, kernel_symbols, history.kernel_build_id)
+        self.recorded_here = recorded_kernel_build_id(data, history.kernel_build_id) == running_kernel_build_id()
+        self.vdso = vdso
         self.build_ids = {entry.filename: entry.build_id for entry in data.build_ids() if not entry.kernel}
         self.files: dict[tuple[str, bytes | None], ElfSymbols | None] = {}
         self.names: dict[tuple[int, int, int], str] = {}
         self.kernel_names: dict[int, str] = {}  # chains share most kernel frames: each address is looked up once
-        self.missing: list[str] = []
+        self.missing: list[str] = []  # sentences, one per file whose frames could not be named
+        self.unchecked: list[str] = []  # files named from another file at their path (see _unchecked)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the reports say of the mapped files: each one that could not be read, and
+        those named from a file that could not be checked, in one sentence."""
+        return self.missing + ([unchecked_note(self.unchecked)] if self.unchecked else [])
 
     def stack(self, chain: object) -> Stack:
         if isinstance(chain, tuple):
@@ -574,7 +620,7 @@ class Symbolizer:
 
     def _name_in_maps(self, pid: int, generation: int, address: int) -> str:
         mapping = self.history.find(pid, generation, address)
-        if mapping is None or not (mapping.path.startswith("/") or mapping.path == "[vdso]") \
+        if mapping is None or not (mapping.path.startswith("/") or mapping.path == VDSO) \
                 or mapping.path.startswith(ANONYMOUS_FILES):
             return UNKNOWN
         file_offset = address - mapping.start + mapping.offset
@@ -587,27 +633,60 @@ class Symbolizer:
     def _symbols(self, mapping: Mapping) -> ElfSymbols | None:
         build_id = mapping.build_id or self.build_ids.get(mapping.path)
         key = (mapping.path, build_id)
-        if key not in self.files:
-            replaced = build_id is None and _replaced(mapping)
-            self.files[key] = None if replaced else load_symbols(mapping.path, build_id)
-            if self.files[key] is None:
-                self.missing.append(f"{mapping.path} is gone or changed since the recording"
-                                    + (f" (build id {build_id.hex()})" if build_id else "")
-                                    + ": its frames are shown as its name and offset"
-                                    + more_in("a-capture-read-on-another-machine"))
-        return self.files[key]
+        if key in self.files:
+            return self.files[key]
+        if mapping.path == VDSO:
+            symbols = self._vdso_symbols(build_id)
+        else:
+            symbols = load_symbols(mapping.path, build_id)
+            if symbols is not None and build_id is None and _another_file(mapping):
+                self.unchecked.append(mapping.path)
+        if symbols is None:
+            self.missing.append(self._missing_note(mapping.path, build_id))
+        self.files[key] = symbols
+        return symbols
+
+    def _vdso_symbols(self, build_id: bytes | None) -> ElfSymbols | None:
+        """The vdso's symbols: from the image saved with the capture, else from this
+        process's own when the kernel that runs is the one recorded (as perf script
+        does), else from perf's cache by build id."""
+        if self.vdso is not None:
+            symbols = load_symbols(str(self.vdso), build_id)
+            if symbols is not None:
+                return symbols
+        image = running_vdso() if self.recorded_here else None
+        if image is not None:
+            elf = ELFFile(io.BytesIO(image))
+            if build_id is None or elf_build_id(elf) == build_id:
+                return _elf_symbols(elf, build_id)
+        return load_symbols(VDSO, build_id) if build_id else None
+
+    def _missing_note(self, path: str, build_id: bytes | None) -> str:
+        if path == VDSO:
+            why = ("the capture holds no copy of the recorded kernel's vdso, and this machine runs another kernel"
+                   if self.vdso is None else "the vdso saved with the capture cannot be read")
+            return f"{VDSO}: {why}: its frames are shown as its name and offset" + more_in(
+                "a-capture-read-on-another-machine")
+        return (f"{path} is gone or changed since the recording" + (f" (build id {build_id.hex()})" if build_id else "")
+                + ": its frames are shown as its name and offset" + more_in("a-capture-read-on-another-machine"))
 
 
-def _replaced(mapping: Mapping) -> bool:
-    """Without a build id (perf record keeps those of the files its samples' own addresses
-    were in, kernel ones here), a file at the path that is not the inode mapped is another
-    file. perf script reads it all the same; its names would be wrong."""
+def unchecked_note(paths: list[str]) -> str:
+    shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3:,} more" if len(paths) > 3 else "")
+    return (f"{shown}: named from the file now at the same path, which is another file than the one recorded "
+            "(another inode) and cannot be checked without a build id (perf before 5.12, or no --buildid-mmap); "
+            "if it changed since the recording, its frames are misnamed" + more_in("a-capture-read-on-another-machine"))
+
+
+def _another_file(mapping: Mapping) -> bool:
+    """Whether the file at the mapping's path is not the one mapped (another inode), as far
+    as the MMAP2 record can tell without a build id (not at all for an MMAP record)."""
     if mapping.inode is None or not mapping.path.startswith("/"):
         return False
     try:
         status = os.stat(mapping.path)
     except OSError:
-        return False  # gone: found missing when loaded
+        return False
     major, minor, number = mapping.inode
     return (os.major(status.st_dev), os.minor(status.st_dev), status.st_ino) != (major, minor, number)
 
@@ -638,13 +717,18 @@ def load_symbols(path: str, build_id: bytes | None) -> ElfSymbols | None:
         return None
     elf, stream = runtime
     try:
-        segments = _segments(elf)
-        symbols = _debug_symbols(build_id or elf_build_id(elf))
-        if symbols is None:
-            symbols = _function_symbols(elf) or []
-        symbols += _plt_symbols(elf)
+        return _elf_symbols(elf, build_id)
     finally:
         stream.close()  # type: ignore[attr-defined]
+
+
+def _elf_symbols(elf: ELFFile, build_id: bytes | None) -> ElfSymbols:
+    """An ELF file's function symbols, from its debug file by build id when there is one."""
+    segments = _segments(elf)
+    symbols = _debug_symbols(build_id or elf_build_id(elf))
+    if symbols is None:
+        symbols = _function_symbols(elf) or []
+    symbols += _plt_symbols(elf)
     return ElfSymbols(SymbolTable.of(symbols), segments)
 
 def _debug_symbols(build_id: bytes | None) -> list[Symbol] | None:

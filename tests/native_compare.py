@@ -52,7 +52,7 @@ def named(events: list[tuple], stacks: dict[Chain, Stack]) -> list[tuple]:
 def as_perf_shows_missing(stack: Stack, missing: list[str]) -> Stack:
     """The documented difference: frames of a file that is gone are [file+0xoffset] here,
     [unknown] in perf script."""
-    names = {Path(sentence.split(" is gone", 1)[0]).name for sentence in missing}
+    names = {Path(sentence.split(" is gone", 1)[0]).name for sentence in missing if " is gone" in sentence}
     frames = tuple("[unknown]" if (found := re.fullmatch(r"\[(.+)\+0x[0-9a-f]+\]", frame)) and found[1] in names
                    else frame for frame in stack.frames)
     return Stack(frames, stack.kernel_frames)
@@ -69,7 +69,7 @@ class ShownAsPerfShowsMissing:
 
     def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
         stacks = self.reader.stacks(chains)
-        return {chain: as_perf_shows_missing(stack, self.reader.missing_binaries) for chain, stack in stacks.items()}
+        return {chain: as_perf_shows_missing(stack, self.reader.binary_notes) for chain, stack in stacks.items()}
 
 
 def first_difference(perf: str, perf_data: Path) -> str | None:
@@ -77,7 +77,7 @@ def first_difference(perf: str, perf_data: Path) -> str | None:
     expected, expected_stacks = script_events(perf, perf_data)
     got, reader = native_events(perf_data)
     stacks = reader.stacks({event[-1] for event in got if event[0] in CHAINED})
-    stacks = {chain: as_perf_shows_missing(stack, reader.missing_binaries) for chain, stack in stacks.items()}
+    stacks = {chain: as_perf_shows_missing(stack, reader.binary_notes) for chain, stack in stacks.items()}
     pairs = itertools.zip_longest(named(got, stacks), named(expected, expected_stacks))
     for number, (mine, theirs) in enumerate(pairs):
         if mine != theirs:

@@ -6,6 +6,7 @@ perf.data, no signal throws the capture away."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -75,6 +76,7 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
             info.command_exit_status = _command_exit_status(perf_process, info)
             describe(perf, perf_data, info)
             _save_kernel_symbols(request.output)
+            _save_vdso(request.output)
             _save(request.output, info)
     return info
 
@@ -260,6 +262,15 @@ def _save(output: Path, info: CaptureInfo) -> None:
     except OSError as error:
         raise OffcpuError(f"cannot write {output / METADATA} ({error.strerror}); perf.data is complete "
                           f"in {output}: free space and record again") from None
+
+
+def _save_vdso(directory: Path) -> None:
+    """The kernel's vdso travels with the capture too (8 KiB): perf.data names it without a
+    build id, and a report elsewhere would have only its own kernel's."""
+    from offcpu.symbols import save_vdso
+
+    with contextlib.suppress(OSError):
+        save_vdso(directory)
 
 
 def _save_kernel_symbols(directory: Path) -> None:

@@ -42,7 +42,7 @@ class JsonReport:
                      else value for option, value in asdict(self.view).items()},
             "totals": asdict(totals(shown)),
             "observer": asdict(observer(shown)),
-            "reader": {"name": model.reader, "note": model.reader_note, "missing_binaries": model.missing_binaries},
+            "reader": {"name": model.reader, "note": model.reader_note, "binary_notes": model.binary_notes},
             "states": [asdict(state) for state in by_state(shown)],
             "runqueue_delay_us": {f"p{p}" if p < 100 else "max": delay for p, delay in percentiles.items()},
             "threads": sorted((asdict(thread) for thread in shown.threads.values()), key=lambda t: -t["offcpu_us"]),

@@ -13,7 +13,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from offcpu.native_reader import NativeReader, unsupported
-from offcpu.symbols import perf_cache
+from offcpu.symbols import load_symbols, perf_cache
 from tests.conftest import example, run_offcpu
 from tests.native_compare import CHAINED, KeepingSink, first_difference, model_difference, native_events, script_events
 
@@ -89,8 +89,8 @@ def test_a_binary_gone_since_the_recording_is_said_and_shown_by_offset(perf: str
         binary.unlink()
     events, reader = native_events(perf_data)
     stacks = reader.stacks({event[-1] for event in events if event[0] in CHAINED})
-    assert [sentence for sentence in reader.missing_binaries if str(binary) in sentence] and \
-        len(reader.missing_binaries) == len(set(reader.missing_binaries))
+    assert [sentence for sentence in reader.binary_notes if str(binary) in sentence] and \
+        len(reader.binary_notes) == len(set(reader.binary_notes))
     frames = {frame for stack in stacks.values() for frame in stack.frames}
     assert any(frame.startswith("[futex_copy+0x") for frame in frames)
     if change == "removed":  # perf script shows [unknown] there, and nothing else differs
@@ -111,7 +111,7 @@ def test_the_same_file_elsewhere_names_its_frames(perf: str, tmp_path: Path) -> 
     stacks = reader.stacks({event[-1] for event in events if event[0] in CHAINED})
     frames = {frame for stack in stacks.values() for frame in stack.frames}
     assert "worker" in frames and not any(frame.startswith("[futex_copy+0x") for frame in frames)
-    assert not [sentence for sentence in reader.missing_binaries if str(binary) in sentence]
+    assert not [sentence for sentence in reader.binary_notes if str(binary) in sentence]
 
 
 def test_dwarf_stacks_are_unsupported(cpp_capture: Path) -> None:
@@ -137,3 +137,37 @@ def test_both_readers_make_the_same_model_of_a_fresh_recording(perf: str, exampl
     for slices in (1, 2):
         difference = model_difference(capture, slices)
         assert difference is None, f"{difference}; first event apart: {first_difference(perf, capture / 'perf.data')}"
+
+
+# One thread reads the clock through the vdso in a loop while others sleep: the timers that
+# wake the sleepers often interrupt it there, so the wakers' stacks end in the vdso.
+CLOCK_READER = """
+import threading, time
+def sleeper():
+    for _ in range(400):
+        time.sleep(0.001)
+def clock_reader():
+    start = time.monotonic()
+    while time.monotonic() - start < 1.0:
+        pass
+threads = [threading.Thread(target=sleeper) for _ in range(4)] + [threading.Thread(target=clock_reader)]
+[thread.start() for thread in threads]
+[thread.join() for thread in threads]
+"""
+
+
+def test_vdso_frames_are_named_and_the_vdso_travels(tmp_path: Path) -> None:
+    # Given a Python program recorded while it reads the clock (perf.data names the vdso
+    # without a build id, and perf's own build-id pass, which would cache it, is skipped)
+    capture = tmp_path / "cap"
+    _record(capture, "--", "python3", "-c", CLOCK_READER)
+    # When it is reported on
+    folded = run_offcpu("report", "folded", "--waker", str(capture))
+    text = run_offcpu("report", "text", str(capture))
+    # Then the vdso's frames have their names, and nothing is said gone or changed
+    assert folded.returncode == 0 and text.returncode == 0, folded.stderr + text.stderr
+    assert "__vdso_clock_gettime" in folded.stdout, folded.stdout
+    assert "[vdso+0x" not in folded.stdout and "gone or changed" not in text.stdout
+    # And the capture keeps the vdso's image, by which they are named on another machine
+    saved = load_symbols(str(capture / "vdso"), None)
+    assert saved is not None and "__vdso_clock_gettime" in list(saved.table.names)
