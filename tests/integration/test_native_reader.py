@@ -171,3 +171,27 @@ def test_vdso_frames_are_named_and_the_vdso_travels(tmp_path: Path) -> None:
     # And the capture keeps the vdso's image, by which they are named on another machine
     saved = load_symbols(str(capture / "vdso"), None)
     assert saved is not None and "__vdso_clock_gettime" in list(saved.table.names)
+
+
+@pytest.mark.parametrize("copied", [False, True])
+def test_a_file_without_a_build_id_is_named_from_its_path(recording_perf: str, tmp_path: Path, copied: bool) -> None:
+    # Given a program recorded by perf without build ids in its MMAP2 records (perf before
+    # 5.12 records none), and then, or not, replaced by a copy of itself (another inode)
+    binary = tmp_path / "futex_copy"
+    shutil.copy(example("futex_contention"), binary)
+    perf_data = tmp_path / "perf.data"
+    subprocess.run([recording_perf, "record", "-q", "-g", "-e", "sched:sched_switch", "-o", str(perf_data), "--",
+                    str(binary), "-t", "4", "-s", "0.3"], check=True, capture_output=True)
+    if copied:
+        shutil.copy(binary, tmp_path / "same")
+        (tmp_path / "same").rename(binary)
+    # When its stacks are named
+    events, reader = native_events(perf_data)
+    stacks = reader.stacks({event[-1] for event in events if event[0] in CHAINED})
+    # Then its frames are named from the file at the path, as perf script names them, and
+    # only a copy is said to be unchecked (once, with its path)
+    frames = {frame for stack in stacks.values() for frame in stack.frames}
+    assert "worker" in frames and not any(frame.startswith("[futex_copy+0x") for frame in frames)
+    said = [sentence for sentence in reader.binary_notes if str(binary) in sentence]
+    assert len(said) == (1 if copied else 0) and "gone or changed" not in " ".join(said), reader.binary_notes
+    assert first_difference(recording_perf, perf_data) is None
