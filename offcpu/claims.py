@@ -85,6 +85,7 @@ class Pool:
     oncpu_us: int = 0
     wall_us: int = 0
     with_work: int = 0  # threads not mostly waiting for work or time
+    busy_us: int = 0  # the time of its threads not spent waiting for work or time
     cpus: int = 1
     window_us: int = 1
 
@@ -92,6 +93,11 @@ class Pool:
     def parallelism(self) -> float:
         """How many CPUs its threads ran on, on average."""
         return self.oncpu_us / self.window_us if self.window_us else 0.0
+
+    @property
+    def busy_threads(self) -> float:
+        """How many of its threads had work (were not waiting for work or time), on average."""
+        return self.busy_us / self.window_us if self.window_us else 0.0
 
     @property
     def could_use(self) -> int:
@@ -301,5 +307,7 @@ class Claims:
             pool.tids.append(tid)
             pool.oncpu_us += thread.oncpu_us
             pool.wall_us += wall
-            pool.with_work += wall > 0 and (wall - idle_us[tid]) >= WITH_WORK * wall
+            busy = max(wall - idle_us[tid], 0)
+            pool.busy_us += busy
+            pool.with_work += wall > 0 and busy >= WITH_WORK * wall
         return pools

@@ -311,8 +311,9 @@ def detect_serialization(ctx: Context) -> list[Match]:
         rows = ctx.claims.rows(SERIALIZATION, name)
         pool = ctx.claims.pools[name]
         summary = (f"{threads_text(rows)} of {name} {spent_text(rows, ctx)} waiting {times_text(rows)} for each "
-                   f"other (each wait ended by another of them); {pool.with_work} of its threads had work and they "
-                   f"ran on {pool.parallelism:.1f} CPUs of {pool.cpus} on average")
+                   f"other (each wait ended by another of them); on average {pool.busy_threads:.1f} of its "
+                   f"{len(pool.tids)} threads had work (were not waiting for work or time) and they ran on "
+                   f"{pool.parallelism:.1f} CPUs of {pool.cpus}")
         root = _roots(ctx, rows)
         if root.behind_io_or_lock:
             behind = (root.io_us + root.lock_us) / max(blocked(rows), 1)

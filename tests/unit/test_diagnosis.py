@@ -115,3 +115,35 @@ def test_a_lock_wait_comes_down_to_what_the_holder_waited_for() -> None:
     assert [(step.what, step.us) for step in finding.chain] == [("waited for disk I/O", 2000), ("ran", 2000)]
     assert {root.what: root.share for root in finding.roots} == {"disk I/O": 0.5,
                                                                   "a thread on CPU (or waiting for one)": 0.5}
+
+
+EPOLL = "__schedule;schedule;schedule_hrtimeout_range;ep_poll;do_epoll_wait"  # waiting for a client
+CLIENT = "try_to_wake_up;sock_def_readable;unix_stream_sendmsg"
+FSYNC = "__schedule;schedule;io_schedule;do_fsync"
+
+
+def test_a_pool_mostly_waiting_for_clients_says_how_many_threads_had_work() -> None:
+    # Given 11 waiting 0.5 -> 1 ms for 12, who waited 0.6 -> 0.9 ms for the disk before it let
+    # 11 go (as a session waits for another's commit), then both waiting for a client (thread 99
+    # of process 98) from 1.0 and 1.1 ms until 8.7 ms, and running to the end of the 10 ms window
+    events = builder()
+    events.switch_in(0, 0, 10, 11, "app-11")
+    events.sched_waking(500 * US, 10, 11, "app-11", 12, WAKE)
+    switch(events, 500, 11, "S", 12, CONDITION)
+    switch(events, 600, 12, "D", 0, FSYNC)
+    events.sched_waking(900 * US, 0, 0, "swapper/0", 12, DISK)
+    switch(events, 900, 0, "R", 12, "", prev_pid=0)
+    events.sched_waking(1000 * US, 10, 12, "app-12", 11, WAKE)
+    switch(events, 1000, 12, "S", 11, EPOLL)
+    switch(events, 1100, 11, "S", 0, EPOLL)
+    for tid, cpu in ((11, 0), (12, 1)):
+        events.sched_waking(8700 * US, 98, 99, "client", tid, CLIENT)
+        switch(events, 8700, 0, "R", tid, "", cpu=cpu, prev_pid=0)
+    finding = by_id(findings(model(events)))["serialization"]
+    # Then each waited for work most of its time (11: 1.1 -> 8.7 ms, 7,600 us; 12: 1.0 -> 8.7 ms,
+    # 7,700 us): neither had work half of it, which the summary said as "0 of its threads had
+    # work". It says how many had work on average: (10,000 - 7,600) + (10,000 - 7,700) = 4,700 us
+    # of the 10,000 us window, 0.47; and on CPU, 11: 500 + 100 + 1,300, 12: 100 + 100 + 1,300,
+    # 3,400 us, 0.34 CPUs
+    assert "on average 0.5 of its 2 threads had work" in finding.summary, finding.summary
+    assert "ran on 0.3 CPUs of 2" in finding.summary, finding.summary
