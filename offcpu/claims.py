@@ -202,6 +202,8 @@ class Claims:
         site = cls.site.lock if cls.site else None
         if cls.cause == NEW:
             return Claim(THREAD_CHURN) if self.churning else None
+        if cls.parked:
+            return Claim(IDLE)  # a disk's interrupt that queues work wakes a kworker: still a wait for work
         if cls.cause == PREEMPTED_CAUSE:
             return Claim(RUNQUEUE) if stack.frames != (BEFORE_WINDOW,) else None
         if stack.frames == (BEFORE_WINDOW,) and cls.cause == UNWOKEN:

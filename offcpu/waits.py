@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from offcpu.locktable import LockTable, Site
@@ -55,6 +55,14 @@ LIBC_WRAPPERS = frozenset({
     "__futex_wait", "futex_wait", "syscall", "start_thread", UNKNOWN,
 })
 STEM = re.compile(r"[-_.:# ]*\d+$")  # "worker-3" -> "worker", "GC Thread#0" -> "GC Thread"
+# The scheduler's own frames at the leaf of a sleeping thread's kernel stack (not io_schedule:
+# that says what the thread waits for).
+SCHEDULER_FRAMES = re.compile(r"__schedule|schedule|schedule_timeout|schedule_hrtimeout(?:_range\w*)?|"
+                              r"schedule_preempt_disabled|preempt_schedule\w*")
+# How far from its thread function a kernel thread may sleep and still be in its main loop: in
+# the function itself (worker_thread, smpboot_thread_fn, kswapd), or in one helper of its loop
+# (rcu_gp_fqs_loop under rcu_gp_kthread, devtmpfs_work_loop under devtmpfsd).
+MAIN_LOOP_DEPTH = 2
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,7 @@ class WaitClass:
     cause: str  # one of CAUSES
     site: Site | None
     truncated: bool  # the user stack stops at libc's futex wrapper, with no frame of the program
+    parked: bool = False  # a kernel thread asleep in its main loop: it waits for work, whoever wakes it
 
 
 def cause_of_waker(waker: Waker, stack: Stack, same_service: bool) -> str:
@@ -79,6 +88,23 @@ def cause_of_waker(waker: Waker, stack: Stack, same_service: bool) -> str:
     if len(stack.frames) == stack.kernel_frames and KERNEL_THREADS.match(waker.comm):
         return KERNEL
     return PEER if same_service else OUTSIDE
+
+
+def in_main_loop(stack: Stack) -> bool:
+    """Whether a kernel thread's stack sleeps in its thread function's loop (a workqueue worker
+    in worker_thread, ksoftirqd in smpboot_thread_fn), as kernel threads do between pieces of
+    work, rather than in the work (a writeback's io_schedule under process_one_work)."""
+    if not stack.frames or stack.kernel_frames != len(stack.frames):
+        return False
+    frames = [normal(frame) for frame in stack.frames]  # leaf first
+    if "kthread" in frames:
+        function_at = frames.index("kthread")  # the thread function is the frame before it (kthread: not started)
+    elif "kthreadd" in frames:
+        function_at = frames.index("kthreadd") + 1
+    else:
+        return False
+    first = next((index for index, frame in enumerate(frames) if not SCHEDULER_FRAMES.fullmatch(frame)), len(frames))
+    return function_at - first <= MAIN_LOOP_DEPTH
 
 
 def truncated(stack: Stack) -> bool:
@@ -106,7 +132,8 @@ class Waits:
         self._normal: dict[tuple[str, ...], tuple[str, ...]] = {}
         self.sites = [table.site(stack) for stack in model.stacks]
         self.truncated = [truncated(stack) for stack in model.stacks]
-        self.classes = [self._classify(row) for row in model.rows]
+        self.parked = [in_main_loop(stack) for stack in model.stacks]
+        self.classes = self._parked_before_the_window([self._classify(row) for row in model.rows])
 
     def service_of_pid(self, pid: int, comm: str) -> str:
         return self.service.get(pid, f"{comm} ({pid})")
@@ -130,7 +157,18 @@ class Waits:
         same = self.service_of_pid(waker.pid, waker.comm) == self.service_of_pid(waiter.pid, waiter.comm) \
             and waker.tid != row.tid
         cause = cause_of_waker(waker, self.model.stacks[waker.stack], same)
-        return WaitClass(cause, site, self.truncated[row.stack])
+        return WaitClass(cause, site, self.truncated[row.stack], self.parked[row.stack])
+
+    def _parked_before_the_window(self, classes: list[WaitClass]) -> list[WaitClass]:
+        """A wait under way when the recording began has no stack: a kernel thread's is taken
+        to be in its main loop when every wait of its that has a stack was."""
+        stacks_of: dict[int, list[int]] = defaultdict(list)
+        for row in self.model.rows:
+            if not is_synthetic(self.model.stacks[row.stack]):
+                stacks_of[row.tid].append(row.stack)
+        parked_threads = {tid for tid, stacks in stacks_of.items() if all(self.parked[stack] for stack in stacks)}
+        return [replace(cls, parked=True) if row.tid in parked_threads and self.model.stacks[row.stack].frames ==
+                (BEFORE_WINDOW,) else cls for row, cls in zip(self.model.rows, classes, strict=True)]
 
     def normal_frames(self, stack: int) -> tuple[str, ...]:
         """A stack's frames, leaf first, as the lock table reads them."""

@@ -147,3 +147,27 @@ def test_a_pool_mostly_waiting_for_clients_says_how_many_threads_had_work() -> N
     # 3,400 us, 0.34 CPUs
     assert "on average 0.5 of its 2 threads had work" in finding.summary, finding.summary
     assert "ran on 0.3 CPUs of 2" in finding.summary, finding.summary
+
+
+@pytest.mark.parametrize(("chain", "parked"), [
+    ("__schedule;schedule;worker_thread;kthread;ret_from_fork;ret_from_fork_asm", True),
+    ("__schedule;schedule;smpboot_thread_fn;kthread;ret_from_fork;ret_from_fork_asm", True),
+    ("__schedule;schedule;schedule_timeout;rcu_gp_fqs_loop;rcu_gp_kthread;kthread;ret_from_fork", True),
+    ("__schedule;schedule;kthreadd;ret_from_fork;ret_from_fork_asm", True),
+    ("__schedule;schedule;kthread;ret_from_fork;ret_from_fork_asm", True),  # created, not started
+    # in a piece of work: a writeback waiting for the disk, a work item sleeping
+    ("__schedule;schedule;io_schedule;folio_wait_bit_common;wb_writeback;wb_workfn;process_one_work;"
+     "worker_thread;kthread;ret_from_fork", False),
+    ("__schedule;schedule;schedule_timeout;msleep;poll_work;process_one_work;worker_thread;kthread", False),
+])
+def test_a_kernel_thread_waits_for_work_in_its_main_loop(chain: str, parked: bool) -> None:
+    # Given kernel thread 20 asleep 1 -> 6 ms at `chain`, woken at 5 ms by a disk's interrupt
+    events = builder()
+    events.switch_in(0, 0, 20, 20, "kworker/0:1")
+    events.sched_switch(1000 * US, 0, 20, 20, "kworker/0:1", "I", 0, chain)
+    events.sched_waking(5000 * US, 0, 0, "swapper/0", 20, DISK)
+    events.sched_switch(6000 * US, 0, 0, 0, "swapper/0", "R", 20, "")
+    events.switch_in(6000 * US, 0, 20, 20, "kworker/0:1")
+    found = by_id(findings(model(events)))
+    # Then its 5 ms are a wait for work when it slept in its loop, else a wait for the disk
+    assert found["idle" if parked else "io_wait"].offcpu_us == 5000

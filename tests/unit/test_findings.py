@@ -189,6 +189,18 @@ def test_runqueue_is_preemption_not_new_threads():
                    for frame in e.frames)
 
 
+def test_kernel_workers_woken_by_the_disk_wait_for_work_not_for_it():
+    # rm -rf of 20,000 files, the whole machine recorded: the block layer's completions wake
+    # kworkers parked in worker_thread (and ksoftirqd in smpboot_thread_fn); only the remover's
+    # own waits are disk I/O
+    model = model_of("rm_tree_all")
+    io = by_id(model)["io_wait"]
+    assert io.threads == 1 and any("do_unlinkat" in e.frames for e in io.evidence)
+    remover_in_d = sum(row.offcpu_us for row in model.rows
+                       if model.threads[row.tid].comm == "rm" and row.state == "D")
+    assert io.offcpu_us == remover_in_d
+
+
 def test_fixed_twin_has_no_mmap_lock():
     assert by_id(model_of("mmap_fixed_pid")).keys() <= {"runqueue", "idle"}
 
