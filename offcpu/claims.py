@@ -55,6 +55,9 @@ GLIBC_INTERNAL_LOCK = "glibc internal lock"
 
 # The findings claims go to (offcpu.findings has a rule for each).
 MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION = "mmap_lock", "stack_cache_lock", "lock_contention"
+# The findings that name a lock: graded by the time their waiters were blocked on it. The wait
+# for a CPU after the lock was let go is the machine's (on a saturated machine, most of it).
+LOCK_FINDINGS = (MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION)
 SERIALIZATION, HANDOFF, THREAD_CHURN = "serialization", "handoff", "thread_churn"
 FUTEX_UNKNOWN, RUNQUEUE, IO_WAIT, IDLE = "futex_unknown", "runqueue", "io_wait", "idle"
 # The findings of waits on peers, which a wait under way when the recording began may join.
