@@ -24,7 +24,8 @@ METADATA = "capture.json"
 MODEL_FILE = "model.json"  # the report's cache of the model (offcpu.model_cache)
 KERNEL_SYMBOLS = "kallsyms"  # the kernel's symbols when it was recorded (offcpu.symbols)
 VDSO_IMAGE = "vdso"  # the kernel's vdso when it was recorded (offcpu.symbols)
-OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS, VDSO_IMAGE)
+SNAPSHOT = "snapshot.json"  # the stacks of threads asleep through the recording (offcpu.asleep)
+OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS, VDSO_IMAGE, SNAPSHOT)
 # In the directory while offcpu records into it; left there, it marks an unfinished recording.
 RECORDING = f"recording{PARTIAL}"
 

@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, Model, Row
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, WHOLE_WINDOW, Model, Row
 from offcpu.summaries import Lifecycle, lifecycle
 from offcpu.waits import (
     DEVICE,
@@ -48,8 +48,6 @@ CEILING_FROM = 0.5
 CEILING_BELOW = 0.5
 # A thread has work when it is not waiting for work or time for at least this much of its time.
 WITH_WORK = 0.5
-# A thread asleep for this much of the window, never woken: nothing asked it to run.
-WHOLE_WINDOW = 0.99
 # glibc's own lock, when its callers do not show: during thread churn, most likely the stack cache's.
 GLIBC_INTERNAL_LOCK = "glibc internal lock"
 
@@ -60,6 +58,9 @@ MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION = "mmap_lock", "stack_cache_lock", 
 LOCK_FINDINGS = (MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION)
 SERIALIZATION, HANDOFF, THREAD_CHURN = "serialization", "handoff", "thread_churn"
 FUTEX_UNKNOWN, RUNQUEUE, IO_WAIT, IDLE = "futex_unknown", "runqueue", "io_wait", "idle"
+# Threads that waited at a lock all the window, never woken; of those, threads that wait for
+# each other's mutex (glibc's owner of each: the snapshot at the window's end), and threads behind them.
+STUCK, DEADLOCK = "stuck", "deadlock"
 # The findings of waits on peers, which a wait under way when the recording began may join.
 PEER_FINDINGS = (LOCK_CONTENTION, SERIALIZATION, HANDOFF)
 CHURN_FRAMES = frozenset({  # a thread being created, joined or exiting
@@ -110,6 +111,14 @@ class Pool:
     def held_to_fewer_cpus(self) -> bool:
         """It runs, on fewer CPUs than it has threads with work and CPUs for them: they take turns."""
         return self.parallelism >= CEILING_FROM and self.parallelism <= self.could_use - CEILING_BELOW
+
+
+@dataclass(frozen=True)
+class Deadlock:
+    """Threads each waiting for a mutex the next one holds, the last for the first's."""
+
+    cycle: tuple[int, ...]
+    behind: tuple[int, ...]  # threads waiting for a mutex one of the cycle holds (or one behind it)
 
 
 @dataclass
@@ -209,6 +218,8 @@ class Claims:
             return Claim(IDLE)  # a disk's interrupt that queues work wakes a kworker: still a wait for work
         if cls.cause == PREEMPTED_CAUSE:
             return Claim(RUNQUEUE) if stack.frames != (BEFORE_WINDOW,) else None
+        if site is not None and site.kind == "lock" and self._waited_all_window(row, cls):
+            return Claim(DEADLOCK if row.tid in self.deadlocked else STUCK, site.name)
         if stack.frames == (BEFORE_WINDOW,) and cls.cause == UNWOKEN:
             asleep_all_window = row.state == "S" and row.blocked_us >= WHOLE_WINDOW * self.model.wall_us
             return Claim(IDLE) if asleep_all_window else None
@@ -230,6 +241,33 @@ class Claims:
         if cls.cause == KERNEL:
             return None  # a kernel thread's doing: shown in the tables, not a finding of the program's
         return None  # a peer's: decided once every other wait is (see _peer_claim)
+
+    def _waited_all_window(self, row: Row, cls: WaitClass) -> bool:
+        return cls.cause == UNWOKEN and row.blocked_us >= WHOLE_WINDOW * self.model.wall_us
+
+    @cached_property
+    def deadlocks(self) -> list[Deadlock]:
+        """The cycles of threads each waiting for a mutex the next holds, all of them asleep
+        through the window, with the threads waiting behind each cycle."""
+        owner = self.model.mutex_owners
+        found: dict[tuple[int, ...], set[int]] = {}
+        for start in owner:
+            path: list[int] = []
+            tid: int | None = start
+            while tid is not None and tid not in path:
+                path.append(tid)
+                tid = owner.get(tid)
+            if tid is None:
+                continue  # the chain ends at a thread that is not waiting for a mutex
+            at = path.index(tid)
+            cycle = path[at:]
+            turned = min(range(len(cycle)), key=cycle.__getitem__)  # one order for each cycle
+            found.setdefault(tuple(cycle[turned:] + cycle[:turned]), set()).update(path[:at])
+        return [Deadlock(cycle, tuple(sorted(behind))) for cycle, behind in found.items()]
+
+    @cached_property
+    def deadlocked(self) -> set[int]:
+        return {tid for deadlock in self.deadlocks for tid in deadlock.cycle + deadlock.behind}
 
     def _callers_shown(self, frames: tuple[str, ...]) -> bool:
         """Whether a glibc-internal lock wait shows who took the lock (a frame above the lock's)."""

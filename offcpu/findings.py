@@ -31,6 +31,7 @@ from functools import cached_property
 from pathlib import Path
 
 from offcpu.claims import (
+    DEADLOCK,
     FUTEX_UNKNOWN,
     HANDOFF,
     IDLE,
@@ -42,12 +43,13 @@ from offcpu.claims import (
     RUNQUEUE,
     SERIALIZATION,
     STACK_CACHE_LOCK,
+    STUCK,
     THREAD_CHURN,
     Claims,
     Root,
 )
 from offcpu.locktable import LockTable, load_table
-from offcpu.model import BEFORE_WINDOW, Model, Row
+from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Model, Row
 from offcpu.stacks import drawn_alone, reading
 from offcpu.summaries import runqueue_percentiles
 from offcpu.waits import CAUSE_WORDS, NEW, PEER, PREEMPTED_CAUSE, Waits
@@ -306,6 +308,64 @@ def detect_lock_contention(ctx: Context) -> list[Match]:
     return matches
 
 
+def detect_deadlock(ctx: Context) -> list[Match]:
+    """A finding per cycle of threads asleep all the window, each waiting for a mutex the
+    next holds (glibc's owner of each, read at the window's end)."""
+    matches = []
+    for deadlock in ctx.claims.deadlocks:
+        tids_of = set(deadlock.cycle + deadlock.behind)
+        rows = [row for row in ctx.claims.rows(DEADLOCK) if row.tid in tids_of]
+        if not rows:
+            continue
+        first, *others = deadlock.cycle
+        holder = ctx.model.mutex_owners
+        links = [f"{_thread_words(ctx, first)} waits for a mutex "
+                 + (f"held by {_thread_words(ctx, holder[first])}" if others else "it holds itself")]
+        links += [f"which waits for one held by {_thread_words(ctx, holder[tid])}" for tid in others]
+        behind = (f"; {counted(len(deadlock.behind), 'more thread')} wait{'s' * (len(deadlock.behind) == 1)} "
+                  f"behind them ({', '.join(_thread_words(ctx, tid) for tid in deadlock.behind)})"
+                  if deadlock.behind else "")
+        summary = (f"{threads_text(rows)} waited all {us_text(ctx.model.wall_us)} of the recording and none of "
+                   f"them ran: {', '.join(links)}{behind}.")
+        matches.append(Match(rows, summary, floor="critical", subject=_thread_words(ctx, deadlock.cycle[0])))
+    return matches
+
+
+def detect_stuck(ctx: Context) -> list[Match]:
+    """A finding per lock that threads waited for all the window, never woken (no deadlock shown)."""
+    matches = []
+    for name in ctx.claims.keys(STUCK):
+        rows = ctx.claims.rows(STUCK, name)
+        lock = next(site.lock for site in ctx.waits.sites if site is not None and site.lock.name == name)
+        holders = sorted({ctx.model.mutex_owners[row.tid] for row in rows if row.tid in ctx.model.mutex_owners})
+        held = f", held by {', '.join(_holder_words(ctx, tid) for tid in holders)}" if holders else ""
+        summary = (f"{threads_text(rows)} waited all {us_text(ctx.model.wall_us)} of the recording for "
+                   f"{lock.what or name}{held}, and made no progress.")
+        matches.append(Match(rows, summary, floor="warning", subject=name, title=f"Threads stuck on a lock: {name}"))
+    return matches
+
+
+def _holder_words(ctx: Context, tid: int) -> str:
+    """'left (13107), itself asleep all the recording (a sleep: ...)', or 'left (13107), which ran 3.0 ms
+    meanwhile'."""
+    thread = ctx.model.threads.get(tid)
+    if thread is None:
+        return _thread_words(ctx, tid)
+    whole = [index for index, row in enumerate(ctx.model.rows)
+             if row.tid == tid and row.waker is None and row.offcpu_us >= WHOLE_WINDOW * ctx.model.wall_us]
+    site = ctx.waits.sites[ctx.model.rows[whole[0]].stack] if whole else None
+    if whole:
+        where = f" ({site.lock.what or site.lock.name})" if site else ""
+        return f"{_thread_words(ctx, tid)}, itself asleep all the recording{where}"
+    return f"{_thread_words(ctx, tid)}, which ran {us_text(thread.oncpu_us)} meanwhile"
+
+
+def _thread_words(ctx: Context, tid: int) -> str:
+    """'right (30467)', or the tid alone for a thread the model does not know."""
+    thread = ctx.model.threads.get(tid)
+    return f"{thread.comm} ({tid})" if thread else f"thread {tid}"
+
+
 def _holders(ctx: Context, rows: list[Row]) -> str:
     """What the other threads of the waiters' pools did while those retried: they held the lock."""
     pools = {ctx.waits.pool_of(row.tid) for row in rows}
@@ -485,6 +545,18 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
+    Rule(DEADLOCK, "Threads are deadlocked",
+         "Threads that each hold a mutex another of them waits for never go on. Take locks in one order "
+         "everywhere (or all at once: std::scoped_lock, std::lock), or take the second with a timeout "
+         "(pthread_mutex_timedlock) and back off. The stacks show where each thread waits; `gdb -p PID` and "
+         "`thread apply all bt full` show which locks each holds.",
+         detect_deadlock),
+    Rule(STUCK, "Threads stuck on a lock",
+         "A thread that waits for a lock for the whole recording makes no progress. Find what the holder does "
+         "while holding it (its stack, here or with `eu-stack -p PID`): it may sleep, wait for I/O or a network "
+         "reply, or wait for another lock. Hold locks across no blocking call, and give waits a timeout that "
+         "says which lock was not released.",
+         detect_stuck),
     Rule(MMAP_LOCK, "Threads wait for the process's memory-map lock (mmap_lock)",
          "Stop mapping and unmapping memory on the hot path: allocate buffers once per thread (or from a pool) and "
          "reuse them, read files with read()/pread() into a reused buffer instead of mmap() per request, and keep "

@@ -13,6 +13,7 @@ from offcpu.capture import CaptureInfo
 from offcpu.stacks import Stack
 
 SCHEMA = "offcpu-model/5"  # a new engine or reader reads perf.data again
+WHOLE_WINDOW = 0.99  # a wait of this share of the window or more lasted all of it
 # Synthetic frames for time whose stack perf could not have recorded.
 BEFORE_WINDOW = "[off CPU since before the recording]"
 NEW_THREAD = "[new thread, waiting for its first run]"
@@ -128,6 +129,10 @@ class Model:
     reader: str = ""  # which read perf.data: "native" or "perf-script"
     reader_note: str = ""  # why that one
     binary_notes: list[str] = field(default_factory=list)  # what the reader says of the mapped files (Symbolizer.notes)
+    # Threads that never ran in the window, whose stacks the snapshot at its end gave (asleep.py),
+    # and of those waiting for a mutex, who glibc says holds it: {waiter tid: owner tid}
+    asleep_threads: int = 0
+    mutex_owners: dict[int, int] = field(default_factory=dict)
     schema: str = SCHEMA
 
     @property
@@ -166,6 +171,8 @@ class Model:
             "reader": self.reader,
             "reader_note": self.reader_note,
             "binary_notes": self.binary_notes,
+            "asleep_threads": self.asleep_threads,
+            "mutex_owners": sorted(self.mutex_owners.items()),
         }
 
     @classmethod
@@ -196,6 +203,8 @@ class Model:
             reader=data["reader"],
             reader_note=data["reader_note"],
             binary_notes=data["binary_notes"],
+            asleep_threads=data["asleep_threads"],
+            mutex_owners={int(waiter): int(owner) for waiter, owner in data["mutex_owners"]},
         )
         model.check()
         return model

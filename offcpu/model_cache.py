@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from offcpu import system
+from offcpu.asleep import load as load_snapshot, with_asleep_stacks
 from offcpu.capture import KERNEL_SYMBOLS, METADATA, MODEL_FILE, PERF_DATA, VDSO_IMAGE, CaptureInfo, load
 from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
@@ -79,6 +80,7 @@ def build(directory: Path, window_s: tuple[float, float] | None = None, reader: 
     _check_same_recording(perf_data, info)
     chosen, why = choose_reader(directory, info, reader)
     model = build_model(chosen, info, window, on_progress)
+    with_asleep_stacks(model, load_snapshot(directory))
     model.perf_data = identity
     model.reader, model.reader_note = chosen.name, why
     if isinstance(chosen, NativeReader):

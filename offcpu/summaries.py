@@ -166,5 +166,10 @@ def caveats(model: Model) -> list[str]:
                     "on CPU, as the kernel does, not as waiting); on a program that switches this often, record "
                     "for less time, with --call-graph fp rather than dwarf, and compare with an unrecorded run")
     said += model.binary_notes
+    if model.asleep_threads:
+        one = model.asleep_threads == 1
+        said.append(f"{model.asleep_threads:,} thread{'' if one else 's'} did not run during the recording: "
+                    f"{'its stack is the one it' if one else 'their stacks are those they'} slept in at its end, "
+                    "read from the live process")
     unread = unreadable_note(model)
     return said + ([unread] if unread and not untrusted(model) else [])

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from offcpu.capture import CaptureInfo, load
+from offcpu.claims import DEADLOCK, STUCK
 from offcpu.commands.record import (
     MAX_DURATION_S,
     check_bounds,
@@ -187,12 +188,14 @@ def _check_capture(capture: Path) -> None:
 
 def _measure(capture: Path, policy: Policy) -> Measurements:
     model = _readable_model(capture)
+    measurements = measure(model, policy.locks)
     reason = unrecorded(model)
-    if reason:
+    # threads that never ran are still checked when the stacks they slept in show them stuck
+    if reason and not {DEADLOCK, STUCK} & measurements.findings.keys():
         raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}the recording holds no scheduler events of the target ({reason}); "
-                          "record it while it does its work (a deadlocked, stopped or sleeping process, or a "
-                          "kernel thread, gives nothing to check)")
-    return measure(model, policy.locks)
+                          "record it while it does its work (a sleeping process, or a kernel thread, gives nothing "
+                          "to check)")
+    return measurements
 
 
 def _readable_model(capture: Path) -> Model:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
 from offcpu import system, targets
+from offcpu.asleep import load as load_snapshot
 from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
@@ -97,12 +98,15 @@ def target_options(command: Callable[..., Any]) -> Callable[..., Any]:
               help="perf's ring buffer size in pages (a power of two); raise it when events are lost.")
 @click.option("--enable-schedstats", is_flag=True,
               help="Turn kernel.sched_schedstats on for the recording (and back off afterwards).")
+@click.option("--no-snapshot", is_flag=True,
+              help="Do not read the stacks of threads that did not run during the recording from the live process "
+                   "at its end (eu-stack stops each such process for a few milliseconds).")
 @click.option("--output", "-o", type=click.Path(path_type=Path),
               help="Capture directory [default: offcpu-COMM-PID-TIME].")
 @click.option("--force", is_flag=True, help="Replace an existing capture at --output.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS]...]")
 def record(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap_pages: str | None,
-           enable_schedstats: bool, output: Path | None, force: bool, command: tuple[str, ...],
+           enable_schedstats: bool, no_snapshot: bool, output: Path | None, force: bool, command: tuple[str, ...],
            **chosen: Any) -> None:
     """Record where threads wait while they are off CPU.
 
@@ -110,6 +114,9 @@ def record(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap
     stacks) and the thread lifecycle tracepoints, for --duration seconds at
     most, and writes a capture directory: perf.data and capture.json.
     Ctrl-C ends the recording early and still leaves a complete capture.
+    Threads that never run while it records (deadlocked, stuck on a lock,
+    idle) leave no event: their stacks are read from the live process at the
+    end (the kernel's from /proc, the user's with elfutils' eu-stack).
 
     \b
     Choose a target (processes may be named several ways at once):
@@ -131,7 +138,8 @@ def record(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap
     target = resolve_target(Choice(command=command, **chosen))
     check_bounds(duration, no_limit, max_size, call_graph, mmap_pages)
     output = output or default_output(target)
-    record_into(RecordRequest(target, output, duration, max_size, call_graph, mmap_pages, enable_schedstats), force)
+    record_into(RecordRequest(target, output, duration, max_size, call_graph, mmap_pages, enable_schedstats,
+                              snapshot=not no_snapshot), force)
 
 
 def record_into(request: RecordRequest, force: bool, suggest_report: bool = True) -> CaptureInfo:
@@ -280,7 +288,12 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
                      f"process, so perf could not record {'them' if len(strays) > 1 else 'it'}: {listed}{more}; "
                      "perf follows the processes it records and what they start, not names: record the cgroup that "
                      "holds them all (--cgroup) instead")
-    if info.samples == 0:
+    asleep = load_snapshot(request.output)
+    if asleep.threads:
+        notes.append(f"{counted(len(asleep.threads), 'thread')} did not run during the recording: the stacks "
+                     f"{'they' if len(asleep.threads) > 1 else 'it'} slept in were read from the live process at its "
+                     f"end ({asleep.user_stacks})")
+    elif info.samples == 0:
         notes.append("perf recorded no scheduler event of the target: none of its threads ran during the recording "
                      "(idle, stopped or deadlocked?); reports can only show them off CPU all along, with no stack")
     if info.lost_note:

@@ -17,11 +17,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from offcpu import limits, system, targets
+from offcpu.asleep import save as save_snapshot
 from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, own_files, save
 from offcpu.describe import describe
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.events import EventPlan, plan_events
+from offcpu.recording import snapshot
 from offcpu.recording.end_watch import COMMAND_EXITED, wait_for_end
 from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
 from offcpu.recording.perf_command import CAPTURED_LINE, PROCESS_GONE, SIZE_LIMIT_LINE, perf_failure, perf_record_argv
@@ -40,6 +42,7 @@ class RecordRequest:
     call_graph: str
     mmap_pages: str | None
     enable_schedstats: bool
+    snapshot: bool = True  # the stacks of threads asleep through the window, from the live process at its end
 
 
 def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureInfo:
@@ -150,9 +153,12 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
         if info.target.command:  # perf started it as its events opened, before they went on
             info.target = replace(info.target, command_pid=perf_process.command_pid())
     info.started_at = _now()
+    switches_at_start: dict[int, int] = {}
     try:
         threads = targets.threads_now(info.target)
         info.threads_at_start, info.processes_at_start = threads.states, threads.processes
+        if request.snapshot and info.target.kind != "all":
+            switches_at_start = snapshot.switch_counts(map(int, threads.states))
         info.ended_by = wait_for_end(perf_process, request.duration_s, info, on_tick)
     except Terminated as terminated:
         info.ended_by = terminated.signal_name
@@ -172,6 +178,8 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
     if info.target.command and info.ended_by == "perf exited":
         info.ended_by = _command_ended(info.target)  # perf ends when its command does
     info.target_exited = info.ended_by == "target exited"
+    if switches_at_start and not info.target_exited:
+        _save_snapshot(request.output, switches_at_start, info)
 
 
 def _command_ended(target: Target) -> str:
@@ -262,6 +270,14 @@ def _save(output: Path, info: CaptureInfo) -> None:
     except OSError as error:
         raise OffcpuError(f"cannot write {output / METADATA} ({error.strerror}); perf.data is complete "
                           f"in {output}: free space and record again") from None
+
+
+def _save_snapshot(directory: Path, switches_at_start: dict[int, int], info: CaptureInfo) -> None:
+    """The stacks of the target's threads that did not run in the window, taken now (best
+    effort: without them such threads are shown with no stack, as before)."""
+    taken = snapshot.take(switches_at_start, {int(tid): pid for tid, pid in info.processes_at_start.items()})
+    with contextlib.suppress(OSError):
+        save_snapshot(directory, taken)
 
 
 def _save_vdso(directory: Path) -> None:

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from offcpu.asleep import load as load_snapshot, with_asleep_stacks
 from offcpu.engine import SliceBuilder, merge, threads_at_start, to_model
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED
 from offcpu.perf_script import PerfScriptReader
-from tests.fixtures import capture_info, script_stream
+from tests.fixtures import HERE, capture_info, script_stream
 
 FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]
 
@@ -27,7 +28,9 @@ def model_of(name: str, slices: int = 1, text: str | None = None):
         reader.decode(script_stream(name) if text is None else io.StringIO(text), builder)
         pieces.append(builder.finish(reader.skipped - skipped_before))
     totals, skipped = merge(pieces, start, end, threads_at_start(info))
-    return to_model(totals, reader, info, start, end, skipped)
+    model = to_model(totals, reader, info, start, end, skipped)
+    with_asleep_stacks(model, load_snapshot(HERE / name))  # as model_cache does
+    return model
 
 
 @pytest.mark.parametrize("name", FIXTURES)

@@ -40,7 +40,7 @@ def rename_frames(model, names: dict[str, str]) -> None:
 
 def test_rules_are_one_table_with_unique_ids():
     ids = [rule.id for rule in RULES]
-    assert len(ids) == len(set(ids)) == 11
+    assert len(ids) == len(set(ids)) == 13
     assert all(rule.title and rule.remedy and callable(rule.detect) for rule in RULES)
 
 
@@ -209,6 +209,34 @@ def test_kernel_workers_woken_by_the_disk_wait_for_work_not_for_it():
     remover_in_d = sum(row.offcpu_us for row in model.rows
                        if model.threads[row.tid].comm == "rm" and row.state == "D")
     assert io.offcpu_us == remover_in_d
+
+
+def test_threads_that_never_ran_are_told_by_the_stacks_they_slept_in():
+    # deadlock (recorded with --pid, no events: every stack is from the snapshot at the end):
+    # left holds A and waits for B, right holds B and waits for A, late waits for A behind
+    # them; waiter waits on a condition variable and main sleeps: those two wait for work
+    model = model_of("deadlock_pid")
+    found = by_id(model)
+    assert set(found) == {"deadlock", "idle"} and model.asleep_threads == 5
+    deadlock = found["deadlock"]
+    tid = {thread.comm: tid for tid, thread in model.threads.items()}
+    assert deadlock.severity == "critical" and deadlock.threads == 3
+    assert (f"left ({tid['left']}) waits for a mutex held by right ({tid['right']}), which waits for one held by "
+            f"left ({tid['left']}); 1 more thread waits behind them (late ({tid['late']}))") in deadlock.summary
+    assert {frame for e in deadlock.evidence for frame in e.frames} >= {"__pthread_mutex_lock@GLIBC_2.2.5",
+                                                                        "futex_do_wait"}
+    assert found["idle"].threads == 2
+
+
+def test_threads_stuck_behind_a_sleeping_holder():
+    # deadlock -H 1: left takes A and sleeps with it; right and late wait for A all the window
+    model = model_of("stuck_pid")
+    found = by_id(model)
+    stuck = found["stuck"]
+    left = next(tid for tid, thread in model.threads.items() if thread.comm == "left")
+    assert stuck.severity in ("warning", "critical") and stuck.threads == 2 and stuck.subject == "pthread mutex"
+    assert f"held by left ({left}), itself asleep all the recording (a sleep" in stuck.summary
+    assert "deadlock" not in found
 
 
 def test_fixed_twin_has_no_mmap_lock():

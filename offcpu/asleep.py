@@ -1,0 +1,93 @@
+"""Threads asleep through the whole recording: perf records nothing of a thread that never
+switches, so `offcpu record` reads their stacks from the live process at the window's end
+(offcpu.recording.snapshot) and keeps them in the capture as snapshot.json. Here they are
+read back and given to the model: such a thread's one wait, "off CPU since before the
+recording", gets the stack it was asleep in, and the lock table then says what it waited
+for, as for any other wait.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from offcpu.capture import SNAPSHOT
+from offcpu.files import write_whole
+from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Model
+from offcpu.stacks import Stack
+
+SCHEMA = "offcpu-snapshot/1"
+
+
+@dataclass(frozen=True)
+class AsleepThread:
+    """A thread that did not switch during the recording, as it was at its end."""
+
+    tid: int
+    pid: int
+    comm: str
+    state: str  # as in /proc/PID/stat: S, D...
+    wchan: str  # the kernel function it sleeps in
+    syscall: str  # /proc/PID/task/TID/syscall: the system call's number and arguments
+    kernel_frames: tuple[str, ...]  # leaf first
+    user_frames: tuple[str, ...]  # leaf first; empty when they could not be read
+    # For a wait in a futex: the thread glibc records as the owner of the mutex that futex is
+    # the lock word of (its __owner field); meaningful when the stack waits in pthread_mutex_lock
+    mutex_owner: int | None = None
+
+    @property
+    def stack(self) -> Stack:
+        return Stack(self.kernel_frames + self.user_frames, len(self.kernel_frames))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    threads: tuple[AsleepThread, ...] = ()
+    user_stacks: str = ""  # what read the user stacks ("eu-stack"), or why none were read
+    schema: str = field(default=SCHEMA)
+
+
+def save(directory: Path, snapshot: Snapshot) -> None:
+    """Owner only, as the rest of the capture: it holds every thread's name and stacks."""
+    write_whole(directory / SNAPSHOT, json.dumps(asdict(snapshot)) + "\n", private=True)
+
+
+def load(directory: Path) -> Snapshot:
+    """The capture's snapshot; an empty one when there is none or it cannot be read (a
+    capture made with --no-snapshot, or before snapshots, or damaged)."""
+    try:
+        data = json.loads((directory / SNAPSHOT).read_text())
+        if data.get("schema") != SCHEMA:
+            return Snapshot()
+        names = {item.name for item in fields(AsleepThread)}
+        threads = tuple(AsleepThread(**{**{key: value for key, value in thread.items() if key in names},
+                                        "kernel_frames": tuple(map(str, thread["kernel_frames"])),
+                                        "user_frames": tuple(map(str, thread["user_frames"]))})
+                        for thread in data["threads"])
+        if not all(isinstance(thread.tid, int) and isinstance(thread.state, str) for thread in threads):
+            return Snapshot()
+        return Snapshot(threads, str(data.get("user_stacks", "")))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return Snapshot()
+
+
+def with_asleep_stacks(model: Model, snapshot: Snapshot) -> None:
+    """Give each thread of the snapshot that the model has off CPU all the window, with
+    no stack (it never switched), the stack it was asleep in, and the owner of the mutex
+    it waited for."""
+    asleep = {thread.tid: thread for thread in snapshot.threads}
+    stack_index = {stack: index for index, stack in enumerate(model.stacks)}
+    for index, row in enumerate(model.rows):
+        thread = asleep.get(row.tid)
+        if (thread is None or row.waker is not None or model.stacks[row.stack].frames != (BEFORE_WINDOW,)
+                or row.offcpu_us < WHOLE_WINDOW * model.wall_us):
+            continue
+        stack = thread.stack
+        if stack not in stack_index:
+            stack_index[stack] = len(model.stacks)
+            model.stacks.append(stack)
+        model.rows[index] = replace(row, stack=stack_index[stack], state=thread.state)
+        model.asleep_threads += 1
+        if thread.mutex_owner is not None:
+            model.mutex_owners[row.tid] = thread.mutex_owner
