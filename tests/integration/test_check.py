@@ -235,6 +235,34 @@ def test_check_records_a_command_and_keeps_the_capture(tmp_path):
     assert again.returncode == 1 and again.stdout.splitlines()[-1] == result.stdout.splitlines()[-1]
 
 
+def test_check_records_with_the_options_record_takes(tmp_path):
+    # Given a check that records with DWARF stacks, its own ring buffer and a size limit
+    capture = tmp_path / "run"
+    result = check("-o", str(capture), "--call-graph", "dwarf", "--mmap-pages", "256", "--max-size", "64M", "--",
+                   str(example("futex_contention_fixed")), "-t", "2", "-s", "0.5")
+    # Then perf recorded with them
+    assert result.returncode == 0, result.stdout + result.stderr
+    info = json.loads((capture / "capture.json").read_text())
+    perf_command = info["perf_command"]
+    assert info["call_graph"] == "dwarf" and perf_command[perf_command.index("--call-graph") + 1] == "dwarf"
+    assert perf_command[perf_command.index("--mmap-pages") + 1] == "256"
+    assert perf_command[perf_command.index("--max-size") + 1] == "64M"
+
+
+def test_check_and_record_take_one_set_of_recording_options():
+    from offcpu.commands.check import check as check_command
+    from offcpu.commands.record import record as record_command
+
+    def recording(command) -> list[tuple]:
+        return [(param.opts, param.default, param.help) for param in command.params
+                if param.name not in ("policy_path", "baseline", "junit", "json_path", "force", "arguments",
+                                      "command")]
+
+    assert recording(check_command)[:-1] == recording(record_command)[:-1]  # but --output's words
+    assert {opts[0] for opts, _, _ in recording(check_command)} >= {"--call-graph", "--mmap-pages", "--max-size",
+                                                                    "--duration", "--no-limit", "--output"}
+
+
 def test_check_records_a_pid(workload, tmp_path):
     program = workload("futex_contention_fixed", "-t", "2", "-s", "30", threads=3)
     result = check("--pid", str(program.pid), "-d", "1", cwd=tmp_path)
@@ -348,10 +376,15 @@ class TestCouldNotCheck:
         (("--pid", "1", "cap"), ["not both"]),
         (("--tree", "1", "cap"), ["not both"]),
         (("--cgroup", "x", "--tid", "1", "--", "true"), ["more than one target"]),
-        (("-d", "601", "--", "true"), ["--duration", "600"]),
+        (("-d", "601", "--", "true"), ["--duration", "601 s is more than 600 s", "--no-limit"]),
+        (("--call-graph", "dwarf", "cap"), ["--call-graph", "a CAPTURE is checked as it was recorded"]),
+        (("-m", "8", "-d", "2", "cap"), ["--duration, --mmap-pages", "a CAPTURE is checked as it was recorded"]),
+        (("--call-graph", "lbr", "--", "true"), ["fp, dwarf"]),
+        (("-o", "-", "--", "true"), ["--output", "cannot go to stdout"]),
     ])
     def test_bad_arguments(self, tmp_path, args, words):
         assert_one_line_error(check(*args, cwd=tmp_path), *words)
+        assert list(tmp_path.iterdir()) == []
 
 
 def test_module_and_console_script_agree(example_capture):

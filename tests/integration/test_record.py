@@ -250,6 +250,20 @@ def test_a_capture_is_its_owner_s_alone(example_capture, tmp_path):
     assert stat.S_IMODE(existing.stat().st_mode) == 0o700
 
 
+def test_an_unfinished_recording_is_marked_privately(workload, tmp_path):
+    # Given a recording under way
+    program = workload("idle_pool", "-s", "60", threads=17)
+    capture = tmp_path / "cap"
+    recording = subprocess.Popen([str(OFFCPU), "record", "--pid", str(program.pid), "-d", "60", "-o", str(capture)],
+                                 stderr=subprocess.PIPE, text=True)
+    wait_for_perf(capture)
+    # Then its marker is as private as the capture it marks
+    assert stat.S_IMODE((capture / "recording.partial").stat().st_mode) == 0o600
+    recording.send_signal(signal.SIGINT)
+    assert recording.wait(timeout=60) == 0, recording.communicate()[1]
+    assert not (capture / "recording.partial").exists()
+
+
 def test_default_output_name_is_one_plain_word():
     named = default_output(Target("pid", "kworker/R-rcu gp", pid=4))
     assert named.parent == Path(".") and named.name.startswith("offcpu-kworker_R-rcu_gp-4-")

@@ -43,6 +43,7 @@ def test_thread_given_as_pid(workload, tmp_path):
     ((), ["no target"]),
     (("--pid", "1", "-a"), ["more than one target"]),
     (("-a", "--duration", "601"), ["--no-limit"]),
+    (("-a", "--duration", "600.0001"), ["600.0001 s is more than 600 s", "--no-limit"]),
     (("-a", "--duration", "0"), ["--duration"]),
     (("-a", "--duration", "nan"), ["--duration", "nan"]),
     (("-a", "--duration", "nan", "--no-limit"), ["--duration", "nan"]),
@@ -85,6 +86,12 @@ def test_thread_given_as_pid(workload, tmp_path):
 def test_bad_arguments(tmp_path, args, words):
     assert_one_line_error(run_offcpu("record", "-o", str(tmp_path / "cap"), *args), *words)
     assert not (tmp_path / "cap").exists()
+
+
+def test_output_to_stdout_is_refused(tmp_path):
+    # a capture is a directory: "-" would make one named "-"
+    assert_one_line_error(run_offcpu("record", "-a", "-d", "0.5", "-o", "-", cwd=tmp_path), "--output", "stdout")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_perf_missing(tmp_path):
