@@ -112,6 +112,9 @@ class CaptureInfo:
     # A command's exit status, -N when signal N killed it; None when it did not end by
     # itself (the recording ended first) and when there was none
     command_exit_status: int | None = None
+    # The recording ended the command, which (or what it started) did not end within a grace
+    # after SIGTERM: it was killed (SIGKILL)
+    command_killed: bool = False
     # The target's threads when the events were enabled, {tid: [comm, state letter]}
     # (state as in /proc/PID/stat): threads that block throughout have no events.
     # Empty for -a (and in captures made before this field).

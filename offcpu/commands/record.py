@@ -24,6 +24,7 @@ from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.findings import counted
 from offcpu.recording.output_dir import output_taken
+from offcpu.recording.perf_process import COMMAND_GRACE_S
 from offcpu.recording.session import RecordRequest, record as record_capture
 from offcpu.targets import Choice
 
@@ -326,6 +327,9 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
         status = info.command_exit_status
         notes.append(f"the command exited with status {status}"
                      + (f" (killed by signal {-status})" if status < 0 else ""))
+    if info.command_killed:
+        notes.append(f"the command (or what it started) did not end within {COMMAND_GRACE_S:.0f} s of the SIGTERM "
+                     "that ends it with the recording, so it was killed (SIGKILL)")
     if info.unrecorded_processes:
         strays = info.unrecorded_processes
         listed = ", ".join(f"{pid} ({printable(comm)})" for pid, comm in list(strays.items())[:5])

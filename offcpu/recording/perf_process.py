@@ -9,6 +9,7 @@ window is known to within the pipe's round trip.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import select
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
+from offcpu.limits import read_stat
 
 CONTROL_PLACEHOLDER = "{control}"  # in argv, becomes perf's --control=fd:CTL,ACK
 READY_LINE = "Events disabled"
@@ -27,6 +29,9 @@ START_TIMEOUT_S = 60.0  # perf opens one event per thread and CPU: slow for big 
 ACK_TIMEOUT_S = 20.0  # perf answers between reads of its ring buffers: slow on a saturated machine
 FINISH_TIMEOUT_S = 30.0  # for perf to finish its file on its own once its command has exited
 STOP_TIMEOUTS_S = ((signal.SIGINT, 30.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
+# For perf's command to end on the SIGTERM perf sends it (perf waits for it before it
+# finishes perf.data), and for what the command started to end on offcpu's; then SIGKILL.
+COMMAND_GRACE_S = 2.0
 PR_SET_PDEATHSIG = 1
 ORPHANED_EXIT = 127
 STDERR_POLL_S = 0.01
@@ -54,6 +59,8 @@ class PerfProcess:
         argv = [arg.replace(CONTROL_PLACEHOLDER, f"fd:{control_read},{ack_write}") for arg in argv]
         self.argv = argv
         self.ended_itself = False  # perf exited without a signal from stop()
+        # its command, or what that started, outlived the grace after SIGTERM: killed (SIGKILL)
+        self.killed_command = False
         # perf's stderr is a file, not a pipe: once offcpu is gone, a pipe would
         # kill perf by SIGPIPE at its next message, before it finished perf.data.
         self._errors = tempfile.TemporaryFile()
@@ -181,6 +188,8 @@ class PerfProcess:
                 break
             try:
                 self._process.send_signal(sig)
+                if sig == signal.SIGINT:
+                    self._kill_command_after_grace()
                 self._process.wait(timeout)
             except subprocess.TimeoutExpired:
                 continue
@@ -194,16 +203,38 @@ class PerfProcess:
             os.close(fd)
 
 
+    def _kill_command_after_grace(self) -> None:
+        """perf, told to stop, sends its command SIGTERM and waits for it before it finishes
+        perf.data: a command that ignores SIGTERM would hold perf (and offcpu) for as long as
+        it runs. It gets COMMAND_GRACE_S, then SIGKILL."""
+        deadline = time.monotonic() + COMMAND_GRACE_S
+        while not self.exited() and time.monotonic() < deadline:
+            time.sleep(STDERR_POLL_S)
+        command = None if self.exited() else _child_of(self.pid)
+        if command is not None and _alive(command):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(command, signal.SIGKILL)
+            self.killed_command = True
+
     def end_command_group(self) -> None:
-        """Once perf has exited after ending its command (SIGTERM, and no more): end the
-        processes the command started (a shell's commands, perf bench's workers), which
-        would run on, unrecorded, holding offcpu's stdout. They are in perf's process
-        group, as perf has a session of its own; the group outlives perf while they do,
-        so its id is still theirs."""
+        """Once perf has exited after ending its command: end the processes the command
+        started (a shell's commands, perf bench's workers), which would run on, unrecorded,
+        holding offcpu's stdout; SIGTERM, and SIGKILL for those still there after
+        COMMAND_GRACE_S. They are in perf's process group, as perf has a session of its
+        own; the group outlives perf while they do, so its id is still theirs."""
+        group = self._process.pid
+        deadline = time.monotonic() + COMMAND_GRACE_S
         try:
-            os.killpg(self._process.pid, signal.SIGTERM)
+            os.killpg(group, signal.SIGTERM)
+            # not os.killpg(group, 0): it finds the zombies an init that does not reap leaves
+            while _group_alive(group):
+                if time.monotonic() > deadline:
+                    os.killpg(group, signal.SIGKILL)
+                    self.killed_command = True
+                    break
+                time.sleep(STDERR_POLL_S)
         except ProcessLookupError:
-            pass  # nothing left of it
+            pass  # nothing (more) left of it
 
 
 def _child_of(pid: int) -> int | None:
@@ -213,6 +244,24 @@ def _child_of(pid: int) -> int | None:
     except OSError:
         return None
     return int(children[0]) if children else None
+
+
+def _running_group(pid: int) -> int | None:
+    """The process group of `pid` while it runs; None once it is gone or a zombie."""
+    try:
+        _, fields = read_stat(f"/proc/{pid}/stat")  # the state, the parent, the process group, ...
+    except (OSError, ValueError):
+        return None
+    return None if fields[0] in "ZX" else int(fields[2])
+
+
+def _alive(pid: int) -> bool:
+    return _running_group(pid) is not None
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of process group `group` runs."""
+    return any(_running_group(int(entry.name)) == group for entry in Path("/proc").iterdir() if entry.name.isdigit())
 
 
 def _arguments(pid: int) -> bytes | None:

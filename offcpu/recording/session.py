@@ -63,6 +63,7 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
                     _stopped_for_the_target(perf_process, info)
                     if not _ended_by_command(info):
                         perf_process.end_command_group()
+                    info.command_killed = perf_process.killed_command
             info.perf_command = perf_process.argv
             _check_perf_result(perf_process, request, perf_data)
         except BaseException:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from offcpu.findings import RULES
-from tests.conftest import OFFCPU, assert_one_line_error, example, run_offcpu
+from tests.conftest import OFFCPU, assert_one_line_error, example, processes_with_arguments, run_offcpu
 
 # program -> the default policy's checks its pathology must fail, and its fixed twin
 CASES = {
@@ -247,6 +248,24 @@ def test_check_records_with_the_options_record_takes(tmp_path):
     assert info["call_graph"] == "dwarf" and perf_command[perf_command.index("--call-graph") + 1] == "dwarf"
     assert perf_command[perf_command.index("--mmap-pages") + 1] == "256"
     assert perf_command[perf_command.index("--max-size") + 1] == "64M"
+
+
+def test_check_ends_a_command_that_ignores_sigterm(tmp_path):
+    # Given a script that ignores the signals that end it, and starts a child that does too
+    script = tmp_path / "stubborn"
+    script.write_text("#!/bin/sh\ntrap '' TERM INT HUP\nsleep 58.75\n")
+    script.chmod(0o755)
+    capture = tmp_path / "run"
+    try:
+        # When a check records it for 2 s
+        result = run_offcpu("check", "-d", "2", "-o", str(capture), "--", str(script), env=NO_GITHUB, timeout=30)
+        # Then it is killed after a grace, and the run is checked on a complete capture
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert json.loads((capture / "capture.json").read_text())["command_killed"] is True
+        assert processes_with_arguments("sleep", "58.75") == [] and processes_with_arguments(str(script)) == []
+    finally:  # when it fails, leave nothing running
+        for pid in processes_with_arguments("sleep", "58.75") + processes_with_arguments(str(script)):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_check_and_record_take_one_set_of_recording_options():
