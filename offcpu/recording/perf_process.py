@@ -15,6 +15,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,6 +26,8 @@ from offcpu.limits import read_stat
 
 CONTROL_PLACEHOLDER = "{control}"  # in argv, becomes perf's --control=fd:CTL,ACK
 READY_LINE = "Events disabled"
+# What perf says once its command runs: anything else written to their stderr then is the command's
+PERF_LINES = ("[ perf record:", "Events enabled", READY_LINE)
 START_TIMEOUT_S = 60.0  # perf opens one event per thread and CPU: slow for big processes
 ACK_TIMEOUT_S = 20.0  # perf answers between reads of its ring buffers: slow on a saturated machine
 FINISH_TIMEOUT_S = 30.0  # for perf to finish its file on its own once its command has exited
@@ -53,7 +56,8 @@ def _end_with_parent(parent: int) -> None:
 class PerfProcess:
     def __init__(self, argv: list[str], command_stdin: bool = False) -> None:
         """Start perf; `argv` must carry the CONTROL_PLACEHOLDER, replaced by the pipes.
-        With `command_stdin`, perf and the command it runs read offcpu's stdin."""
+        With `command_stdin`, perf and the command it runs read offcpu's stdin; what the
+        command writes to its stderr goes on to offcpu's."""
         control_read, self._control = os.pipe()
         self._ack, ack_write = os.pipe()
         argv = [arg.replace(CONTROL_PLACEHOLDER, f"fd:{control_read},{ack_write}") for arg in argv]
@@ -81,36 +85,58 @@ class PerfProcess:
         finally:
             os.close(control_read)
             os.close(ack_write)
+        self._perf_arguments = _arguments(self._process.pid)  # as its child's are until it execs the command
+        self._copy_seen = False  # perf's child seen before it exec'd the command
+        self._command_began = False
+        self._has_command = command_stdin
         self._stderr: list[str] = []
         self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
 
     def _read_stderr(self) -> None:
-        """Follow perf's stderr file line by line until perf has exited and all is read."""
+        """Follow perf's stderr file line by line until perf has exited and all is read.
+        perf's command writes there too (it inherits perf's stderr): once it has begun,
+        lines that are not perf's go on to offcpu's stderr."""
         fd = self._errors.fileno()
         position, partial = 0, b""
         while True:
             gone = self._process.poll() is not None  # before reading: what it wrote before exiting is there
+            # before reading too: what the command wrote once it began is read after, never before
+            began = self._has_command and self._began()
             chunk = os.pread(fd, 1 << 16, position)
             if chunk:
                 position += len(chunk)
                 *lines, partial = (partial + chunk).split(b"\n")
                 for line in lines:
-                    self._take(line)
+                    self._take(line, began)
             elif gone:
                 break
             else:
                 time.sleep(STDERR_POLL_S)
         if partial:
-            self._take(partial)
+            self._take(partial, began, end=b"")
         self._ready.set()  # perf is gone: stop waiting for it
 
-    def _take(self, raw: bytes) -> None:
+    def _began(self) -> bool:
+        """Whether perf's command has begun: perf's child exec'd it, or has gone after it
+        was seen as perf's copy. perf says what it says before then (its errors, its
+        warnings while it opens its events), and from then on only PERF_LINES."""
+        if not self._command_began:
+            child = _child_of(self.pid)
+            if child is not None and _arguments(child) == self._perf_arguments:
+                self._copy_seen = True
+            else:
+                self._command_began = child is not None or self._copy_seen
+        return self._command_began
+
+    def _take(self, raw: bytes, began: bool, end: bytes = b"\n") -> None:
         line = raw.decode(errors="replace")
         self._stderr.append(line)
         if line.startswith(READY_LINE):
             self._ready.set()
+        if began and not line.startswith(PERF_LINES):
+            _to_stderr(raw + end)
 
     @property
     def stderr(self) -> list[str]:
@@ -140,11 +166,10 @@ class PerfProcess:
         # Until it execs, perf's child is a copy of perf, arguments and all; after, its
         # arguments are the command's (a strict part of perf's), whatever program it is:
         # perf itself, or a wrapper that execs perf (env, sh -c) before offcpu looks.
-        perf_arguments = _arguments(self.pid)
         child = None
         while not self.exited():
             child = child or _child_of(self.pid)
-            if child is not None and _arguments(child) != perf_arguments:
+            if child is not None and _arguments(child) != self._perf_arguments:
                 return child  # exec'd, or gone already
             if time.monotonic() > deadline:
                 raise OffcpuError(f"perf did not start the command within {START_TIMEOUT_S:.0f} s")
@@ -235,6 +260,15 @@ class PerfProcess:
                 time.sleep(STDERR_POLL_S)
         except ProcessLookupError:
             pass  # nothing (more) left of it
+
+
+def _to_stderr(data: bytes) -> None:
+    """On to offcpu's stderr, through sys.stderr: a countdown on the terminal moves below it."""
+    try:
+        sys.stderr.write(data.decode(errors="replace"))
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # offcpu's stderr is closed or gone: as it would be for the command
 
 
 def _child_of(pid: int) -> int | None:

@@ -347,6 +347,15 @@ class TestCouldNotCheck:
         # and checking that capture afterwards does not pass it either
         assert_one_line_error(check(str(capture)), "could not check", "exited with status 3")
 
+    def test_a_failing_command_says_why_itself(self, tmp_path):
+        # Given a command whose own message says why it failed, on its stderr
+        script = "echo 'database \"nosuchdb\" does not exist' >&2; exit 1"
+        result = check("-o", str(tmp_path / "cap"), "--", "sh", "-c", script)
+        # Then that message is there, before offcpu's
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith('database "nosuchdb" does not exist\n'), result.stderr
+        assert "the command exited with status 1" in result.stderr.splitlines()[-1]
+
     def test_a_target_that_exits_before_its_load_generator(self, workload, tmp_path):
         # Given a service that exits after 3 s (offcpu has started by then, even on a busy machine),
         # checked while a command meant to load it runs

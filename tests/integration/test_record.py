@@ -505,6 +505,20 @@ def test_command_failing_keeps_its_capture_and_status(tmp_path, script, status):
     assert "hello from the command" in result.stdout
 
 
+@pytest.mark.parametrize("target", [(), ("-a",)], ids=["the command alone", "the whole machine while it runs"])
+def test_the_command_s_stderr_is_offcpu_s(tmp_path, target):
+    # Given a command that writes to its stdout and its stderr, and fails
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", *target, "-d", "20", "-o", str(capture), "--", "sh", "-c",
+                        "echo out; echo 'err: no such database' >&2; sleep 1; exit 1")
+    # Then each goes where offcpu's goes, as it would without offcpu; perf's own messages do not
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "out\n"
+    assert result.stderr.startswith("err: no such database\nRecorded "), result.stderr
+    assert "perf record:" not in result.stderr and "Events" not in result.stderr
+    assert load(capture)["command_exit_status"] == 1
+
+
 @pytest.mark.parametrize("command, status", [("true", 0), ("false", 1)])
 def test_a_command_that_ends_at_once(tmp_path, command, status):
     # Given a command that is over before offcpu can look at it
