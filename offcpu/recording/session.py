@@ -125,6 +125,8 @@ def _start(perf: str, request: RecordRequest, plan: EventPlan, info: CaptureInfo
         if not perf_process.exited():
             return perf_process
         perf_process.stop()
+        if targets.has_ended(info.target):
+            raise _exited_as_perf_started(info.target)
         if info.target.kind != "pid" or not any(PROCESS_GONE in line for line in perf_process.stderr):
             raise perf_failure(perf_process.stderr, request)
         info.target = targets.processes_target(info.target)  # says which pid given is gone
@@ -201,12 +203,19 @@ def _enable(perf_process: PerfProcess, request: RecordRequest, target: Target) -
     if not perf_process.exited():
         raise OffcpuError(f"perf did not switch its events on within {ACK_TIMEOUT_S:.0f} s: the machine is too busy "
                           "for it to answer; record again when it is less loaded")
+    if targets.has_ended(target):  # perf ends once its target has exited, before or after it says so
+        raise _exited_as_perf_started(target)
     if target.command and any(CAPTURED_LINE in line for line in perf_process.stderr):
         status = perf_process.returncode
         raise OffcpuError(printable(f"{shlex.join(target.command)} ended (exit status {status}) before perf's events "
                                     "were on, so nothing was recorded while it ran; give a command that runs "
                                     "while the target is recorded"))
     raise perf_failure(perf_process.stderr, request)
+
+
+def _exited_as_perf_started(target: Target) -> OffcpuError:
+    return OffcpuError(f"{target.recorded()} exited as perf started, before its events were on, so nothing of it was "
+                       "recorded; record it while it runs")
 
 
 def _ended_by_command(info: CaptureInfo) -> bool:
