@@ -344,6 +344,8 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
                      "(idle, stopped or deadlocked?); reports can only show them off CPU all along, with no stack")
     if info.lost_note:
         notes.append(info.lost_note)
+    if info.spin_note:
+        notes.append(info.spin_note)
     if info.user_stacks_truncated:
         fix = ("give perf a bigger stack copy, for example --call-graph dwarf,32768"
                if request.call_graph.startswith("dwarf") else "record with --call-graph dwarf to see the callers")

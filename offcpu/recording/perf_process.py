@@ -176,6 +176,14 @@ class PerfProcess:
             time.sleep(STDERR_POLL_S)
         return child
 
+    def cpu_time_s(self) -> float | None:
+        """perf's CPU time so far, user and system; None once it has exited."""
+        try:
+            _, fields = read_stat(f"/proc/{self.pid}/stat")  # utime and stime are its 14th and 15th fields
+        except (OSError, ValueError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def command_pid(self) -> int | None:
         """The pid of perf's command, once perf has started it (None once it has exited)."""
         return _child_of(self.pid)

@@ -23,7 +23,14 @@ from offcpu.escaping import printable
 from offcpu.events import EventPlan, plan_events
 from offcpu.recording.end_watch import COMMAND_EXITED, wait_for_end
 from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
-from offcpu.recording.perf_command import CAPTURED_LINE, PROCESS_GONE, SIZE_LIMIT_LINE, perf_failure, perf_record_argv
+from offcpu.recording.perf_command import (
+    CAPTURED_LINE,
+    PROCESS_GONE,
+    SIZE_LIMIT_LINE,
+    perf_failure,
+    perf_record_argv,
+    wakeups,
+)
 from offcpu.recording.perf_process import ACK_TIMEOUT_S, PerfProcess
 from offcpu.recording.schedstats import schedstats_enabled
 
@@ -64,6 +71,7 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
                     if not _ended_by_command(info):
                         perf_process.end_command_group()
                     info.command_killed = perf_process.killed_command
+                    info.perf_wakeups = wakeups(perf_process.stderr)
             info.perf_command = perf_process.argv
             _check_perf_result(perf_process, request, perf_data)
         except BaseException:
@@ -165,6 +173,7 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
         # perf stops reading its control pipe once its target or command is gone: no answer would come.
         gone = info.ended_by in ("target exited", COMMAND_EXITED, "perf exited")
         disabled_ns = None if gone else perf_process.command("disable")
+        info.perf_cpu_s = perf_process.cpu_time_s()
         info.ended_at = _now()
     # Without perf's answer the events may have run on: the window ends where offcpu
     # decided to stop, and the engine leaves out whatever came after it.
