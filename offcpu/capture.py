@@ -28,6 +28,10 @@ SNAPSHOT = "snapshot.json"  # the stacks of threads asleep through the recording
 OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS, VDSO_IMAGE, SNAPSHOT)
 # In the directory while offcpu records into it; left there, it marks an unfinished recording.
 RECORDING = f"recording{PARTIAL}"
+# perf wakes to read at least a watermark of its buffer (kilobytes), a few hundred times a
+# second on a busy recording; spinning, tens of thousands of times, reading nothing (measured)
+SPINNING_WAKEUPS_PER_S = 1000
+SPINNING_BYTES_PER_WAKEUP = 512
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,9 @@ class CaptureInfo:
     # A command's exit status, -N when signal N killed it; None when it did not end by
     # itself (the recording ended first) and when there was none
     command_exit_status: int | None = None
+    # The recording ended the command, which (or what it started) did not end within a grace
+    # after SIGTERM: it was killed (SIGKILL)
+    command_killed: bool = False
     # The target's threads when the events were enabled, {tid: [comm, state letter]}
     # (state as in /proc/PID/stat): threads that block throughout have no events.
     # Empty for -a (and in captures made before this field).
@@ -136,6 +143,10 @@ class CaptureInfo:
     # recorded: what a switch-in from an unrecorded thread (idle, another process) is placed
     # before perf's record of it. None: not measured (a capture of every CPU has no need).
     switch_cost_ns: int | None = None
+    # How often perf woke to read its buffers ("Woken up N times"), and its CPU time from its
+    # start to the window's end (user and system); None: not known (older captures)
+    perf_wakeups: int | None = None
+    perf_cpu_s: float | None = None
     schema: str = field(default=SCHEMA)
 
     def to_json(self) -> dict:
@@ -152,6 +163,18 @@ class CaptureInfo:
         return (f"perf lost {self.lost_events:,} events ({share:.1%}), so some waits are missing or cut short: "
                 f"record again with a bigger ring buffer, for example {bigger}, or a shorter --duration"
                 + more_in("events-lost"))
+
+    @property
+    def spin_note(self) -> str | None:
+        """What it means when perf spun instead of waiting for events; None when it did not."""
+        if self.perf_wakeups is None or self.perf_wakeups < SPINNING_WAKEUPS_PER_S * self.duration_actual_s or \
+                self.perf_data_bytes > SPINNING_BYTES_PER_WAKEUP * self.perf_wakeups:
+            return None
+        cpu = f": it used {self.perf_cpu_s:.1f} s of CPU in {self.duration_actual_s:.1f} s, taken from the recorded " \
+              "threads and the machine" if self.perf_cpu_s is not None else ""
+        return (f"perf spun instead of waiting for events (it woke {self.perf_wakeups:,} times{cpu}); perf 6.1 "
+                "does once one of several processes it records by pid has exited: record the cgroup that holds "
+                "them (--cgroup) or the whole machine (-a) instead" + more_in("perf-spins"))
 
     def mmap_pages(self) -> int | None:
         """The ring buffer's pages per CPU asked of perf (--mmap-pages), None when perf chose."""
@@ -179,7 +202,7 @@ class CaptureInfo:
 # What each annotation of CaptureInfo and Target allows in JSON.
 JSON_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "int | None": (int, type(None)),
-    "bool | None": (bool, type(None)), "dict | None": (dict, type(None)),
+    "bool | None": (bool, type(None)), "dict | None": (dict, type(None)), "float | None": (int, float, type(None)),
     "list[str]": (list,), "list[dict]": (list,), "dict[str, list]": (dict,), "dict[str, str]": (dict,),
     "dict[str, int]": (dict,),
     "tuple[str, ...]": (list, tuple), "tuple[int, ...]": (list, tuple),

@@ -71,6 +71,19 @@ def run_offcpu(*args: str, env: dict[str, str] | None = None, cwd: Path | None =
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def processes_with_arguments(*argv: str) -> list[int]:
+    """pids of the processes whose command line ends with `argv`."""
+    wanted = "\0".join(argv).encode() + b"\0"
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if entry.read_bytes().endswith(wanted):
+                found.append(int(entry.parent.name))
+        except OSError:
+            continue
+    return found
+
+
 STARTUP_TIMEOUT_S = 10.0
 
 

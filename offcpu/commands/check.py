@@ -15,11 +15,13 @@ import click
 from offcpu.capture import CaptureInfo, load
 from offcpu.claims import DEADLOCK, STUCK
 from offcpu.commands.record import (
-    MAX_DURATION_S,
-    check_bounds,
+    Settings,
     default_output,
+    output_option,
     record_into,
+    recording_options,
     resolve_target,
+    settings_given,
     target_options,
     targets_given,
 )
@@ -28,7 +30,6 @@ from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import Model
 from offcpu.policy import Policy, load_policy
-from offcpu.recording.session import RecordRequest
 from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.verdict import (
     VerdictJson,
@@ -46,8 +47,6 @@ from offcpu.verdict import Measurements, Verdict, evaluate, measure, measurement
 
 EXIT_VIOLATED = 1
 COULD_NOT_CHECK_PREFIX = "could not check: "
-MAX_SIZE = "512M"
-CALL_GRAPH = "fp"
 INTERRUPTED = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
@@ -71,23 +70,22 @@ class _CheckCommand(click.Command):
 @click.option("--baseline", type=click.Path(path_type=Path),
               help="A known-good capture directory, or its 'offcpu report json' output, to compare with.")
 @target_options
-@click.option("--duration", "-d", type=float, default=5.0, show_default=True,
-              help="Seconds to record at most, when recording (600 at most).")
-@click.option("--output", "-o", type=click.Path(path_type=Path),
-              help="Where to keep the recording [default: offcpu-COMM-PID-TIME].")
+@recording_options
+@output_option("Where to keep the recording")
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write the verdict as JUnit XML.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write the verdict and every measured value as JSON.")
 @click.option("--force", is_flag=True,
               help="Replace an existing capture at --output and existing --junit/--json files.")
 @click.argument("arguments", nargs=-1, type=click.UNPROCESSED, metavar="[CAPTURE | -- COMMAND [ARGS]...]")
-def check(policy_path: Path | None, baseline: Path | None, duration: float, output: Path | None, junit: Path | None,
-          json_path: Path | None, force: bool, arguments: tuple[str, ...], **chosen: Any) -> int:
+def check(policy_path: Path | None, baseline: Path | None, settings: Settings, output: Path | None,
+          junit: Path | None, json_path: Path | None, force: bool, arguments: tuple[str, ...], **chosen: Any) -> int:
     """Check a run against a policy: pass (exit 0), fail (exit 1), or could
     not check (exit 2; never a pass).
 
-    Checks an existing capture, or records one first (bounded, like
-    'offcpu record', with the same targets, and kept for 'offcpu report').
+    Checks an existing capture, or records one first (as 'offcpu record'
+    does, with the same targets and recording options, and kept for
+    'offcpu report').
     A target with a COMMAND is recorded while the command runs: a service
     while its load generator runs. The default policy fails
     on every finding above info but CPU saturation (runqueue) and waiting for
@@ -116,10 +114,14 @@ def check(policy_path: Path | None, baseline: Path | None, duration: float, outp
     choice = Choice(command=command, **chosen)
     if capture_args and (targets_given(choice) or output is not None):
         raise click.UsageError("give a CAPTURE to check, or a target (--pid, ..., -- COMMAND) to record one, not both")
+    recording_given = settings_given(click.get_current_context())
+    if capture_args and recording_given:
+        raise click.UsageError(f"{', '.join(recording_given)} say how to record, and a CAPTURE is checked as it was "
+                               "recorded: give a target (--pid, ..., -- COMMAND) to record, or leave them out")
     if capture_args:
         _check_capture(Path(capture_args[0]))
     base = _baseline(baseline, policy) if baseline is not None else None
-    capture = Path(capture_args[0]) if capture_args else _record(choice, duration, output, force)
+    capture = Path(capture_args[0]) if capture_args else _record(choice, settings, output, force)
     run = _measure(capture, policy)
     verdict = evaluate(policy, run, base)
     width, color = stdout_layout()
@@ -148,18 +150,14 @@ def _split_arguments(arguments: tuple[str, ...]) -> tuple[tuple[str, ...], tuple
     return captures, command
 
 
-def _record(choice: Choice, duration: float, output: Path | None, force: bool) -> Path:
+def _record(choice: Choice, settings: Settings, output: Path | None, force: bool) -> Path:
     """Record the target; a run that did not finish by itself is not checked."""
     if not targets_given(choice) and not choice.command:
         raise click.UsageError("nothing to check: give a CAPTURE, a target to record (--pid, --tree, --comm, --exe, "
                                "--tid, --cgroup, --unit, -a), or -- COMMAND")
     target = resolve_target(choice)
-    if duration > MAX_DURATION_S:
-        raise click.BadParameter(f"at most {MAX_DURATION_S:.0f} s in a check", param_hint="--duration")
-    check_bounds(duration, False, MAX_SIZE, CALL_GRAPH, None)
     output = output or default_output(target)
-    info = record_into(RecordRequest(target, output, duration, MAX_SIZE, CALL_GRAPH, None, False), force,
-                       suggest_report=False)
+    info = record_into(settings.request(target, output), force, suggest_report=False)
     _refuse_unfinished(info, output)
     return output
 

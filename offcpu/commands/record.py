@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import shlex
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
@@ -22,6 +25,7 @@ from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.findings import counted
 from offcpu.recording.output_dir import output_taken
+from offcpu.recording.perf_process import COMMAND_GRACE_S
 from offcpu.recording.session import RecordRequest, record as record_capture
 from offcpu.targets import Choice
 
@@ -84,30 +88,82 @@ def target_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+@dataclass(frozen=True)
+class Settings:
+    """How to record, as record and check take it (RECORDING_OPTIONS, defined once here)."""
+
+    duration_s: float
+    no_limit: bool
+    max_size: str
+    call_graph: str
+    mmap_pages: str | None
+    enable_schedstats: bool
+    no_snapshot: bool
+
+    def request(self, target: Target, output: Path) -> RecordRequest:
+        return RecordRequest(target, output, self.duration_s, self.max_size, self.call_graph, self.mmap_pages,
+                             self.enable_schedstats, snapshot=not self.no_snapshot)
+
+
+RECORDING_OPTIONS = (
+    click.option("--duration", "-d", "duration_s", type=float, default=5.0, show_default=True,
+                 help=f"Seconds to record at most; more than {MAX_DURATION_S:.0f} needs --no-limit."),
+    click.option("--no-limit", is_flag=True, help=f"Allow --duration above {MAX_DURATION_S:.0f} s."),
+    click.option("--max-size", default="512M", show_default=True,
+                 help="Stop when perf.data reaches this size (perf's B/K/M/G)."),
+    click.option("--call-graph", default="fp", show_default=True,
+                 help="How perf walks stacks: fp (cheap) or dwarf[,BYTES] (full user stacks through libraries "
+                      "built without frame pointers; ~10x bigger captures)."),
+    click.option("--mmap-pages", "-m",
+                 help="perf's ring buffer size in pages (a power of two); raise it when events are lost."),
+    click.option("--enable-schedstats", is_flag=True,
+                 help="Turn kernel.sched_schedstats on for the recording (and back off afterwards)."),
+    click.option("--no-snapshot", is_flag=True,
+                 help="Do not read the stacks of threads that did not run during the recording from the live "
+                      "process at its end (eu-stack stops each such process for a few milliseconds)."),
+)
+SETTINGS = tuple(item.name for item in fields(Settings))
+
+
+def recording_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """RECORDING_OPTIONS on `command`, which gets them as one `settings: Settings`, checked."""
+    def with_settings(**given: Any) -> Any:
+        settings = Settings(**{name: given.pop(name) for name in SETTINGS})
+        check_bounds(settings)
+        return command(settings=settings, **given)
+
+    functools.update_wrapper(with_settings, command)
+    for option in reversed(RECORDING_OPTIONS):
+        with_settings = option(with_settings)
+    return with_settings
+
+
+def settings_given(ctx: click.Context) -> list[str]:
+    """The recording options given on the command line (not left to their defaults)."""
+    return ["--" + name.removesuffix("_s").replace("_", "-") for name in SETTINGS
+            if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+
+
+def _capture_directory(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """A capture is a directory: it cannot go to stdout, and a directory named '-' is a mistake."""
+    if value is not None and str(value) == "-":
+        raise click.BadParameter("a capture is a directory of files, so it cannot go to stdout; give a directory, "
+                                 "for example -o capture", param_hint="--output")
+    return value
+
+
+def output_option(help_text: str) -> Callable[..., Any]:
+    return click.option("--output", "-o", type=click.Path(path_type=Path), callback=_capture_directory,
+                        help=f"{help_text} [default: offcpu-COMM-PID-TIME].")
+
+
 @click.command()
 @target_options
-@click.option("--duration", "-d", type=float, default=5.0, show_default=True,
-              help=f"Seconds to record; more than {MAX_DURATION_S:.0f} needs --no-limit.")
-@click.option("--no-limit", is_flag=True, help=f"Allow --duration above {MAX_DURATION_S:.0f} s.")
-@click.option("--max-size", default="512M", show_default=True,
-              help="Stop when perf.data reaches this size (perf's B/K/M/G).")
-@click.option("--call-graph", default="fp", show_default=True,
-              help="How perf walks stacks: fp (cheap) or dwarf[,BYTES] (full user stacks through libraries "
-                   "built without frame pointers; ~10x bigger captures).")
-@click.option("--mmap-pages", "-m",
-              help="perf's ring buffer size in pages (a power of two); raise it when events are lost.")
-@click.option("--enable-schedstats", is_flag=True,
-              help="Turn kernel.sched_schedstats on for the recording (and back off afterwards).")
-@click.option("--no-snapshot", is_flag=True,
-              help="Do not read the stacks of threads that did not run during the recording from the live process "
-                   "at its end (eu-stack stops each such process for a few milliseconds).")
-@click.option("--output", "-o", type=click.Path(path_type=Path),
-              help="Capture directory [default: offcpu-COMM-PID-TIME].")
+@recording_options
+@output_option("Capture directory")
 @click.option("--force", is_flag=True, help="Replace an existing capture at --output.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS]...]")
-def record(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap_pages: str | None,
-           enable_schedstats: bool, no_snapshot: bool, output: Path | None, force: bool, command: tuple[str, ...],
-           **chosen: Any) -> None:
+def record(settings: Settings, output: Path | None, force: bool, command: tuple[str, ...], **chosen: Any) -> None:
     """Record where threads wait while they are off CPU.
 
     Runs perf on the scheduler's switch and wakeup tracepoints (with call
@@ -136,10 +192,7 @@ def record(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap
       offcpu record --tree 1234 -- wrk -d 10s http://127.0.0.1:8080/
     """
     target = resolve_target(Choice(command=command, **chosen))
-    check_bounds(duration, no_limit, max_size, call_graph, mmap_pages)
-    output = output or default_output(target)
-    record_into(RecordRequest(target, output, duration, max_size, call_graph, mmap_pages, enable_schedstats,
-                              snapshot=not no_snapshot), force)
+    record_into(settings.request(target, output or default_output(target)), force)
 
 
 def record_into(request: RecordRequest, force: bool, suggest_report: bool = True) -> CaptureInfo:
@@ -191,15 +244,18 @@ def _check_runnable(program: str) -> None:
     raise OffcpuError(f"{program}: no such file; check the path of the program to run after --")
 
 
-def check_bounds(duration: float, no_limit: bool, max_size: str, call_graph: str, mmap_pages: str | None) -> None:
+def check_bounds(settings: Settings) -> None:
+    duration = settings.duration_s
     if not math.isfinite(duration):
         raise click.BadParameter(f"give a number of seconds, not {duration}", param_hint="--duration")
     if duration <= 0:
         raise click.BadParameter("must be more than 0 seconds", param_hint="--duration")
-    if duration > MAX_DURATION_S and not no_limit:
-        raise click.BadParameter(f"{duration:g} s is more than {MAX_DURATION_S:.0f} s; add --no-limit if you mean it",
-                                 param_hint="--duration")
-    _check_max_size(max_size)
+    if duration > MAX_DURATION_S and not settings.no_limit:
+        # as given: 600.0001 is not "600"
+        raise click.BadParameter(f"{repr(duration).removesuffix('.0')} s is more than {MAX_DURATION_S:.0f} s; add "
+                                 "--no-limit if you mean it", param_hint="--duration")
+    _check_max_size(settings.max_size)
+    call_graph, mmap_pages = settings.call_graph, settings.mmap_pages
     shape = CALL_GRAPH_PATTERN.match(call_graph)
     if not shape:
         raise click.BadParameter("give fp, dwarf or dwarf,BYTES (for example dwarf,16384)", param_hint="--call-graph")
@@ -279,6 +335,9 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
         status = info.command_exit_status
         notes.append(f"the command exited with status {status}"
                      + (f" (killed by signal {-status})" if status < 0 else ""))
+    if info.command_killed:
+        notes.append(f"the command (or what it started) did not end within {COMMAND_GRACE_S:.0f} s of the SIGTERM "
+                     "that ends it with the recording, so it was killed (SIGKILL)")
     if info.unrecorded_processes:
         strays = info.unrecorded_processes
         listed = ", ".join(f"{pid} ({printable(comm)})" for pid, comm in list(strays.items())[:5])
@@ -298,6 +357,8 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
                      "(idle, stopped or deadlocked?); reports can only show them off CPU all along, with no stack")
     if info.lost_note:
         notes.append(info.lost_note)
+    if info.spin_note:
+        notes.append(info.spin_note)
     if info.user_stacks_truncated:
         fix = ("give perf a bigger stack copy, for example --call-graph dwarf,32768"
                if request.call_graph.startswith("dwarf") else "record with --call-graph dwarf to see the callers")

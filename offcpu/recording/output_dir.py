@@ -13,6 +13,7 @@ from pathlib import Path
 
 from offcpu.capture import METADATA, PERF_DATA, RECORDING, is_capture, own_files
 from offcpu.errors import OffcpuError
+from offcpu.files import write_whole
 
 MIN_FREE_BYTES = 32 << 20
 
@@ -34,8 +35,9 @@ def output_taken(directory: Path, force: bool) -> Iterator[None]:
             _check_free_space(directory)
             try:
                 directory.chmod(0o700)  # its files are the owner's alone too: capture.json holds the command line
-                marker.write_text(f"offcpu (pid {os.getpid()}) records here; once it ends this file goes, unless "
-                                  "the recording was not finished\n")
+                # private as the capture is (it names offcpu's pid), and never written through a link
+                write_whole(marker, f"offcpu (pid {os.getpid()}) records here; once it ends this file goes, unless "
+                                    "the recording was not finished\n", private=True)
             except OSError as error:
                 raise _not_writable(directory, error) from None
             yield

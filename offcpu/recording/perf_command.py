@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 CAPTURED_LINE = "Captured and wrote"  # perf record's last line, once perf.data is complete
 WRITTEN_LINE = re.compile(rf"{CAPTURED_LINE} ([\d.]+) MB")
+WOKEN_LINE = re.compile(r"Woken up (\d+) times")  # how often perf woke to read its buffers
 SIZE_LIMIT_LINE = "size limit reached"  # perf record stopping at --max-size
 PROCESS_GONE = "No such process"  # what perf says of a process it was given that has exited
 
@@ -69,6 +70,15 @@ PERF_FAILURES: tuple[tuple[re.Pattern[str], Callable[[], str]], ...] = (
     (re.compile(r"Read-only file system"),
      lambda: "the output directory is on a read-only file system; choose another with -o"),
 )
+
+
+def wakeups(stderr: list[str]) -> int | None:
+    """How often perf woke to read its buffers, as it says once it has ended."""
+    for line in stderr:
+        said = WOKEN_LINE.search(line)
+        if said:
+            return int(said[1])
+    return None
 
 
 def _open_files_limit() -> str:

@@ -26,7 +26,14 @@ from offcpu.events import EventPlan, plan_events
 from offcpu.recording import snapshot
 from offcpu.recording.end_watch import COMMAND_EXITED, wait_for_end
 from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
-from offcpu.recording.perf_command import CAPTURED_LINE, PROCESS_GONE, SIZE_LIMIT_LINE, perf_failure, perf_record_argv
+from offcpu.recording.perf_command import (
+    CAPTURED_LINE,
+    PROCESS_GONE,
+    SIZE_LIMIT_LINE,
+    perf_failure,
+    perf_record_argv,
+    wakeups,
+)
 from offcpu.recording.perf_process import ACK_TIMEOUT_S, PerfProcess
 from offcpu.recording.schedstats import schedstats_enabled
 
@@ -67,6 +74,8 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
                     _stopped_for_the_target(perf_process, info)
                     if not _ended_by_command(info):
                         perf_process.end_command_group()
+                    info.command_killed = perf_process.killed_command
+                    info.perf_wakeups = wakeups(perf_process.stderr)
             info.perf_command = perf_process.argv
             _check_perf_result(perf_process, request, perf_data)
         except BaseException:
@@ -129,6 +138,8 @@ def _start(perf: str, request: RecordRequest, plan: EventPlan, info: CaptureInfo
         if not perf_process.exited():
             return perf_process
         perf_process.stop()
+        if targets.has_ended(info.target):
+            raise _exited_as_perf_started(info.target)
         if info.target.kind != "pid" or not any(PROCESS_GONE in line for line in perf_process.stderr):
             raise perf_failure(perf_process.stderr, request)
         info.target = targets.processes_target(info.target)  # says which pid given is gone
@@ -170,6 +181,7 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
         # perf stops reading its control pipe once its target or command is gone: no answer would come.
         gone = info.ended_by in ("target exited", COMMAND_EXITED, "perf exited")
         disabled_ns = None if gone else perf_process.command("disable")
+        info.perf_cpu_s = perf_process.cpu_time_s()
         info.ended_at = _now()
     # Without perf's answer the events may have run on: the window ends where offcpu
     # decided to stop, and the engine leaves out whatever came after it.
@@ -210,12 +222,19 @@ def _enable(perf_process: PerfProcess, request: RecordRequest, target: Target) -
     if not perf_process.exited():
         raise OffcpuError(f"perf did not switch its events on within {ACK_TIMEOUT_S:.0f} s: the machine is too busy "
                           "for it to answer; record again when it is less loaded")
+    if targets.has_ended(target):  # perf ends once its target has exited, before or after it says so
+        raise _exited_as_perf_started(target)
     if target.command and any(CAPTURED_LINE in line for line in perf_process.stderr):
         status = perf_process.returncode
         raise OffcpuError(printable(f"{shlex.join(target.command)} ended (exit status {status}) before perf's events "
                                     "were on, so nothing was recorded while it ran; give a command that runs "
                                     "while the target is recorded"))
     raise perf_failure(perf_process.stderr, request)
+
+
+def _exited_as_perf_started(target: Target) -> OffcpuError:
+    return OffcpuError(f"{target.recorded()} exited as perf started, before its events were on, so nothing of it was "
+                       "recorded; record it while it runs")
 
 
 def _ended_by_command(info: CaptureInfo) -> bool:

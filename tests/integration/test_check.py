@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from offcpu.findings import RULES
-from tests.conftest import OFFCPU, assert_one_line_error, example, run_offcpu
+from tests.conftest import OFFCPU, assert_one_line_error, example, processes_with_arguments, run_offcpu
 
 # program -> the default policy's checks its pathology must fail, and its fixed twin
 CASES = {
@@ -235,6 +236,52 @@ def test_check_records_a_command_and_keeps_the_capture(tmp_path):
     assert again.returncode == 1 and again.stdout.splitlines()[-1] == result.stdout.splitlines()[-1]
 
 
+def test_check_records_with_the_options_record_takes(tmp_path):
+    # Given a check that records with DWARF stacks, its own ring buffer and a size limit
+    capture = tmp_path / "run"
+    result = check("-o", str(capture), "--call-graph", "dwarf", "--mmap-pages", "256", "--max-size", "64M", "--",
+                   str(example("futex_contention_fixed")), "-t", "2", "-s", "0.5")
+    # Then perf recorded with them
+    assert result.returncode == 0, result.stdout + result.stderr
+    info = json.loads((capture / "capture.json").read_text())
+    perf_command = info["perf_command"]
+    assert info["call_graph"] == "dwarf" and perf_command[perf_command.index("--call-graph") + 1] == "dwarf"
+    assert perf_command[perf_command.index("--mmap-pages") + 1] == "256"
+    assert perf_command[perf_command.index("--max-size") + 1] == "64M"
+
+
+def test_check_ends_a_command_that_ignores_sigterm(tmp_path):
+    # Given a script that ignores the signals that end it, and starts a child that does too
+    script = tmp_path / "stubborn"
+    script.write_text("#!/bin/sh\ntrap '' TERM INT HUP\nsleep 58.75\n")
+    script.chmod(0o755)
+    capture = tmp_path / "run"
+    try:
+        # When a check records it for 2 s
+        result = run_offcpu("check", "-d", "2", "-o", str(capture), "--", str(script), env=NO_GITHUB, timeout=30)
+        # Then it is killed after a grace, and the run is checked on a complete capture
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert json.loads((capture / "capture.json").read_text())["command_killed"] is True
+        assert processes_with_arguments("sleep", "58.75") == [] and processes_with_arguments(str(script)) == []
+    finally:  # when it fails, leave nothing running
+        for pid in processes_with_arguments("sleep", "58.75") + processes_with_arguments(str(script)):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_check_and_record_take_one_set_of_recording_options():
+    from offcpu.commands.check import check as check_command
+    from offcpu.commands.record import record as record_command
+
+    def recording(command) -> list[tuple]:
+        return [(param.opts, param.default, param.help) for param in command.params
+                if param.name not in ("policy_path", "baseline", "junit", "json_path", "force", "arguments",
+                                      "command")]
+
+    assert recording(check_command)[:-1] == recording(record_command)[:-1]  # but --output's words
+    assert {opts[0] for opts, _, _ in recording(check_command)} >= {"--call-graph", "--mmap-pages", "--max-size",
+                                                                    "--duration", "--no-limit", "--output"}
+
+
 def test_check_records_a_pid(workload, tmp_path):
     program = workload("futex_contention_fixed", "-t", "2", "-s", "30", threads=3)
     result = check("--pid", str(program.pid), "-d", "1", cwd=tmp_path)
@@ -300,6 +347,15 @@ class TestCouldNotCheck:
         # and checking that capture afterwards does not pass it either
         assert_one_line_error(check(str(capture)), "could not check", "exited with status 3")
 
+    def test_a_failing_command_says_why_itself(self, tmp_path):
+        # Given a command whose own message says why it failed, on its stderr
+        script = "echo 'database \"nosuchdb\" does not exist' >&2; exit 1"
+        result = check("-o", str(tmp_path / "cap"), "--", "sh", "-c", script)
+        # Then that message is there, before offcpu's
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith('database "nosuchdb" does not exist\n'), result.stderr
+        assert "the command exited with status 1" in result.stderr.splitlines()[-1]
+
     def test_a_target_that_exits_before_its_load_generator(self, workload, tmp_path):
         # Given a service that exits after 3 s (offcpu has started by then, even on a busy machine),
         # checked while a command meant to load it runs
@@ -348,10 +404,15 @@ class TestCouldNotCheck:
         (("--pid", "1", "cap"), ["not both"]),
         (("--tree", "1", "cap"), ["not both"]),
         (("--cgroup", "x", "--tid", "1", "--", "true"), ["more than one target"]),
-        (("-d", "601", "--", "true"), ["--duration", "600"]),
+        (("-d", "601", "--", "true"), ["--duration", "601 s is more than 600 s", "--no-limit"]),
+        (("--call-graph", "dwarf", "cap"), ["--call-graph", "a CAPTURE is checked as it was recorded"]),
+        (("-m", "8", "-d", "2", "cap"), ["--duration, --mmap-pages", "a CAPTURE is checked as it was recorded"]),
+        (("--call-graph", "lbr", "--", "true"), ["fp, dwarf"]),
+        (("-o", "-", "--", "true"), ["--output", "cannot go to stdout"]),
     ])
     def test_bad_arguments(self, tmp_path, args, words):
         assert_one_line_error(check(*args, cwd=tmp_path), *words)
+        assert list(tmp_path.iterdir()) == []
 
 
 def test_module_and_console_script_agree(example_capture):

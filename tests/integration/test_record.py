@@ -16,7 +16,7 @@ import pytest
 
 from offcpu.capture import Target
 from offcpu.commands.record import default_output
-from tests.conftest import OFFCPU, assert_one_line_error, example, run_offcpu
+from tests.conftest import OFFCPU, assert_one_line_error, example, processes_with_arguments, run_offcpu
 from tests.perf_data import event_counts, lost_records, script_events
 
 
@@ -248,6 +248,20 @@ def test_a_capture_is_its_owner_s_alone(example_capture, tmp_path):
     existing.mkdir(mode=0o755)
     assert run_offcpu("record", "-d", "0.5", "-o", str(existing), "--", "true").returncode == 0
     assert stat.S_IMODE(existing.stat().st_mode) == 0o700
+
+
+def test_an_unfinished_recording_is_marked_privately(workload, tmp_path):
+    # Given a recording under way
+    program = workload("idle_pool", "-s", "60", threads=17)
+    capture = tmp_path / "cap"
+    recording = subprocess.Popen([str(OFFCPU), "record", "--pid", str(program.pid), "-d", "60", "-o", str(capture)],
+                                 stderr=subprocess.PIPE, text=True)
+    wait_for_perf(capture)
+    # Then its marker is as private as the capture it marks
+    assert stat.S_IMODE((capture / "recording.partial").stat().st_mode) == 0o600
+    recording.send_signal(signal.SIGINT)
+    assert recording.wait(timeout=60) == 0, recording.communicate()[1]
+    assert not (capture / "recording.partial").exists()
 
 
 def test_default_output_name_is_one_plain_word():
@@ -491,6 +505,20 @@ def test_command_failing_keeps_its_capture_and_status(tmp_path, script, status):
     assert "hello from the command" in result.stdout
 
 
+@pytest.mark.parametrize("target", [(), ("-a",)], ids=["the command alone", "the whole machine while it runs"])
+def test_the_command_s_stderr_is_offcpu_s(tmp_path, target):
+    # Given a command that writes to its stdout and its stderr, and fails
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", *target, "-d", "20", "-o", str(capture), "--", "sh", "-c",
+                        "echo out; echo 'err: no such database' >&2; sleep 1; exit 1")
+    # Then each goes where offcpu's goes, as it would without offcpu; perf's own messages do not
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "out\n"
+    assert result.stderr.startswith("err: no such database\nRecorded "), result.stderr
+    assert "perf record:" not in result.stderr and "Events" not in result.stderr
+    assert load(capture)["command_exit_status"] == 1
+
+
 @pytest.mark.parametrize("command, status", [("true", 0), ("false", 1)])
 def test_a_command_that_ends_at_once(tmp_path, command, status):
     # Given a command that is over before offcpu can look at it
@@ -534,19 +562,6 @@ PIPE_LOOPS = "2999999"
 PIPE_BENCH = ["perf", "bench", "sched", "pipe", "-l", PIPE_LOOPS]  # ~20 s under recording, 2 processes
 
 
-def processes_with_arguments(*argv: str) -> list[int]:
-    """pids of the processes whose command line ends with `argv`."""
-    wanted = "\0".join(argv).encode() + b"\0"
-    found = []
-    for entry in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if entry.read_bytes().endswith(wanted):
-                found.append(int(entry.parent.name))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.parametrize("target, wrapper", [
     ((), ()), ((), ("env",)), ((), ("sh", "-c", " ".join(PIPE_BENCH) + "; true")), (("-a",), ()),
 ], ids=["perf itself", "env perf", "sh -c 'perf ...; true'", "the whole machine while perf runs"])
@@ -575,6 +590,41 @@ def test_max_size_ends_a_busy_command_s_recording(tmp_path):
     assert info["ended_by"] == "max size"
     assert (capture / "perf.data").stat().st_size < 17 << 20
     assert processes_with_arguments(*PIPE_BENCH) == []
+
+
+# A command that ignores the signals that end it, and starts a child that inherits that.
+IGNORES_SIGNALS = "#!/bin/sh\ntrap '' TERM INT HUP\nsleep 59.25\n"
+
+
+@pytest.mark.parametrize("target, how", [((), "duration"), (("-a",), "duration"), ((), "Ctrl-C")],
+                         ids=["the command alone", "the whole machine while it runs", "Ctrl-C"])
+def test_a_command_that_ignores_sigterm_is_killed_after_a_grace(tmp_path, target, how):
+    # Given a script that ignores SIGTERM, SIGINT and SIGHUP, and starts a child that does too
+    script = tmp_path / "stubborn"
+    script.write_text(IGNORES_SIGNALS)
+    script.chmod(0o755)
+    capture = tmp_path / "cap"
+    # When its recording ends, at the duration or at a Ctrl-C (which reaches offcpu alone: perf has a session)
+    argv = [str(OFFCPU), "record", *target, "-d", "2" if how == "duration" else "60", "-o", str(capture), "--",
+            str(script)]
+    recording = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        if how == "Ctrl-C":
+            wait_for_perf(capture, settle_s=2)
+            recording.send_signal(signal.SIGINT)
+        stderr = recording.communicate(timeout=30)[1]  # perf waited for its command for ever: 38 s, then no capture
+        # Then the command and its child are killed, and the capture is complete
+        assert recording.returncode == 0, stderr
+        info = load(capture)
+        assert info["ended_by"] == ("duration" if how == "duration" else "SIGINT") and info["command_killed"] is True
+        assert sum(event_counts(capture / "perf.data").values()) == info["samples"] > 0
+        assert "was killed (SIGKILL)" in stderr
+        assert processes_with_arguments("sleep", "59.25") == [] and processes_with_arguments(str(script)) == []
+        assert perf_processes_writing(capture) == []
+    finally:  # when it fails, leave nothing running
+        for pid in processes_with_arguments("sleep", "59.25") + processes_with_arguments(str(script)):
+            os.kill(pid, signal.SIGKILL)
+        recording.wait(timeout=60)
 
 
 BACKGROUND = '"$@" & echo $!; wait'  # a script that starts a command as a background job

@@ -43,6 +43,7 @@ def test_thread_given_as_pid(workload, tmp_path):
     ((), ["no target"]),
     (("--pid", "1", "-a"), ["more than one target"]),
     (("-a", "--duration", "601"), ["--no-limit"]),
+    (("-a", "--duration", "600.0001"), ["600.0001 s is more than 600 s", "--no-limit"]),
     (("-a", "--duration", "0"), ["--duration"]),
     (("-a", "--duration", "nan"), ["--duration", "nan"]),
     (("-a", "--duration", "nan", "--no-limit"), ["--duration", "nan"]),
@@ -85,6 +86,12 @@ def test_thread_given_as_pid(workload, tmp_path):
 def test_bad_arguments(tmp_path, args, words):
     assert_one_line_error(run_offcpu("record", "-o", str(tmp_path / "cap"), *args), *words)
     assert not (tmp_path / "cap").exists()
+
+
+def test_output_to_stdout_is_refused(tmp_path):
+    # a capture is a directory: "-" would make one named "-"
+    assert_one_line_error(run_offcpu("record", "-a", "-d", "0.5", "-o", "-", cwd=tmp_path), "--output", "stdout")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_perf_missing(tmp_path):
@@ -309,6 +316,37 @@ def test_a_process_that_has_exited_is_no_target(tmp_path):
             assert not (tmp_path / "cap").exists()
     finally:
         child.wait()
+
+
+# Exits as soon as a perf that records it (its pid in perf's --pid list) has opened an event:
+# perf then fails saying nothing ("Ignored open failure" is all perf 6.1 does of it), or
+# ends as if it had recorded, before its events are on.
+QUITS_WHEN_RECORDED = """#!/bin/sh
+until perf=$(pgrep -f -- "perf record .*--pid ([0-9]+,)*$$(,|$| )"); do sleep 0.001; done
+until ls -l /proc/$perf/fd 2>/dev/null | grep -q perf_event; do sleep 0.001; done
+"""
+
+
+@pytest.mark.parametrize("how", ["--pid", "--comm"])
+def test_a_target_that_exits_as_perf_starts(tmp_path, how):
+    # Given a process that exits as perf starts to record it
+    script = tmp_path / "offcpu-quitter"
+    script.write_text(QUITS_WHEN_RECORDED)
+    script.chmod(0o755)
+    target = subprocess.Popen([str(script)])
+    try:
+        time.sleep(0.2)  # running its loop, under its own name
+        # When it is recorded
+        chosen = ("--pid", str(target.pid)) if how == "--pid" else ("--comm", script.name)
+        result = run_offcpu("record", *chosen, "-d", "5", "-o", str(tmp_path / "cap"))
+        # Then offcpu says that it exited (was: "perf record failed: no message", or perf's last line)
+        named = f"(pid {target.pid})" if how == "--pid" else f"processes named {script.name}"
+        assert_one_line_error(result, named, "exited as perf started", "record it while it runs")
+        assert target.wait(timeout=10) == 0
+        assert not (tmp_path / "cap").exists()
+    finally:
+        target.kill()
+        target.wait()
 
 
 def test_an_executable_nothing_runs(tmp_path):

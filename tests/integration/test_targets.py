@@ -98,6 +98,32 @@ def test_several_pids(tmp_path):
     assert set(switches_by_process(tmp_path / "cap")) == set(chosen)
 
 
+def test_perf_spinning_after_one_of_several_processes_exits_is_said(workload, tmp_path):
+    # Given two processes recorded by pid, one of which exits after a second
+    staying = workload("idle_pool", "-s", "60", threads=17)
+    leaving = workload("idle_pool", "-s", "1", threads=17)
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", "--pid", f"{staying.pid},{leaving.pid}", "-d", "3", "-o", str(capture))
+    assert result.returncode == 0, result.stderr
+    # Then perf 6.1 spun from then on (it woke ten thousand times a second or more here, reading
+    # next to nothing each time, against a few hundred on a busy recording, reading kilobytes),
+    # and the summary and capture.json say so
+    info = load(capture)
+    assert info["perf_wakeups"] > 1000 * info["duration_actual_s"] and info["perf_cpu_s"] > 0
+    assert info["perf_data_bytes"] < 512 * info["perf_wakeups"]
+    assert "perf spun instead of waiting for events" in result.stderr and "--cgroup" in result.stderr
+    # and so do the reports
+    assert "perf spun instead of waiting for events" in run_offcpu("report", "text", str(capture)).stdout
+
+
+def test_perf_that_did_not_spin_is_not_said_to(workload, tmp_path):
+    staying = workload("idle_pool", "-s", "60", threads=17)
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", "--pid", str(staying.pid), "-d", "1", "-o", str(capture))
+    assert result.returncode == 0, result.stderr
+    assert 0 < load(capture)["perf_wakeups"] < 100 and "spun" not in result.stderr
+
+
 def test_check_records_a_server_while_its_load_generator_runs(tmp_path):
     # Given nginx waiting for requests
     with started("nginx", loaded=False) as running:
