@@ -242,7 +242,7 @@ def test_a_capture_is_its_owner_s_alone(example_capture, tmp_path):
     assert run_offcpu("report", "json", str(capture)).returncode == 0  # which saves model.json
     assert stat.S_IMODE(capture.stat().st_mode) == 0o700
     assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in capture.iterdir()} == {
-        "perf.data": 0o600, "capture.json": 0o600, "model.json": 0o600, "kallsyms": 0o600}
+        "perf.data": 0o600, "capture.json": 0o600, "model.json": 0o600, "kallsyms": 0o600, "vdso": 0o600}
     # and so is a directory that was there before
     existing = tmp_path / "existing"
     existing.mkdir(mode=0o755)
@@ -320,7 +320,8 @@ def test_perf_ends_when_offcpu_is_killed(tmp_path):
     assert_one_line_error(refused, str(capture), "unfinished recording", "--force")
     replaced = run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture), "--force")
     assert replaced.returncode == 0, replaced.stderr
-    assert {path.name for path in capture.iterdir()} - {"kallsyms"} == {"capture.json", "notes.txt", "perf.data"}
+    assert {path.name for path in capture.iterdir()} - {"kallsyms", "vdso"} == {"capture.json", "notes.txt",
+                                                                                 "perf.data"}
 
 
 def test_a_second_recording_into_the_same_directory_fails(workload, tmp_path):
@@ -409,7 +410,7 @@ def test_force_replaces_only_offcpus_files(workload, tmp_path):
     assert result.returncode == 0, result.stderr
     assert load(capture)["window_start_ns"] > first["window_start_ns"]
     assert sorted(path.name for path in capture.iterdir()) == ["capture.json", "kallsyms", "notes.txt", "perf.data",
-                                                               "plots"]
+                                                               "plots", "snapshot.json", "vdso"]
     assert (capture / "notes.txt").read_text() == "mine" and (capture / "plots" / "a.svg").exists()
 
 
