@@ -5,6 +5,7 @@ or has lost its reader."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from offcpu.renderers.console import MAX_WIDTH
 from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 
 NULL_DEVICE = os.makedev(1, 3)  # what /dev/null is
@@ -176,3 +178,41 @@ def test_a_stderr_reader_that_went_away_ends_offcpu_quietly(example_capture, tmp
     # Then the report is written, and saying so fails quietly: 141, as for stdout, not 1 ("found a problem")
     assert process.wait(timeout=120) == 128 + signal.SIGPIPE
     assert json.loads(target.read_text())["schema"] == "offcpu/1"
+
+
+def test_a_reader_that_goes_away_midway_ends_offcpu_as_sigpipe_would(mmap_capture):
+    # Given a report longer than its pipe holds, read by one that stops after the first line ('| head -1')
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # the smallest pipe: the report does not fit in it
+    process = subprocess.Popen([str(OFFCPU), "report", "text", "--top", "100000", "--by-thread", str(mmap_capture)],
+                               stdout=write_end, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    os.close(write_end)
+    with open(read_end) as reader:
+        first = reader.readline()
+    stderr = process.communicate(timeout=120)[1]
+    # Then offcpu does not take the part the pipe took for the whole: it ends as a shell shows SIGPIPE's end
+    assert first.startswith("Off-CPU time of mmap_contention")
+    assert process.returncode == 128 + signal.SIGPIPE and stderr == "", (process.returncode, stderr)
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "cp1252"])
+def test_a_stdout_in_another_encoding_gets_the_report(mmap_capture, encoding):
+    # Given a stdout set up in an encoding without some of what a report prints (latin-1 has no "…")
+    for args in (["report", "text", str(mmap_capture)], ["report", "diff", "--text", str(mmap_capture),
+                                                         str(mmap_capture)]):
+        result = subprocess.run([str(OFFCPU), *args], capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONIOENCODING": encoding})
+        # Then the report is printed in it, what it cannot hold as '?', and no traceback
+        assert result.returncode == 0 and result.stderr == b"", result.stderr.decode()
+        text = result.stdout.decode(encoding)
+        assert text.startswith(("Off-CPU time of mmap_contention", "The 0 stacks", "No stack grew")), text[:200]
+
+
+def test_a_huge_columns_is_bounded(mmap_capture):
+    # Given COLUMNS far wider than any terminal (100000000 took 20 s and 5 GB)
+    for args in (["report", "text", str(mmap_capture)], ["report", "diff", "--text", str(mmap_capture),
+                                                         str(mmap_capture)], ["check", str(mmap_capture)]):
+        result = run_offcpu(*args, env={**os.environ, "COLUMNS": "100000000"})
+        # Then the report is made as MAX_WIDTH columns at most
+        assert result.returncode in (0, 1), result.stderr
+        assert max(len(line) for line in result.stdout.splitlines()) <= MAX_WIDTH
