@@ -290,7 +290,15 @@ def own_files(directory: Path) -> list[Path]:
 
 
 def load(directory: Path) -> CaptureInfo:
-    """Read a capture directory, with a fix-it message for whatever is missing."""
+    """Read a capture directory, with a fix-it message for whatever is missing or cannot be read."""
+    try:
+        return _load(directory)
+    except OSError as error:  # a directory or capture.json the user may not read (a capture is its owner's)
+        raise OffcpuError(f"cannot read {directory} ({error.strerror}): a capture is readable by the user who "
+                          "recorded it only; report as that user (sudo), or give a capture you can read") from None
+
+
+def _load(directory: Path) -> CaptureInfo:
     if directory.is_file() and (directory.parent / METADATA).is_file():
         raise OffcpuError(f"{directory} is a file of a capture; give the capture directory, {directory.parent}")
     if not directory.is_dir():

@@ -58,6 +58,7 @@ KERNEL_MAP = b"[kernel.kallsyms]"  # how perf names the kernel's mapping
 KERNEL_START = 0xFFFF_0000_0000_0000  # perf script prints these as 16 hex digits from ffff: kernel frames
 KERNEL_NOTES = Path("/sys/kernel/notes")
 PROC_KALLSYMS = Path("/proc/kallsyms")
+SAVED_BUILD_ID = re.compile(rb"# build-id ((?:[0-9a-f]{2})*)")  # the first line of a capture's kallsyms
 # NUMPY: numpy (0.1 s to import) is imported where symbol tables are made, not with this
 # module, which `offcpu record` and reports read through perf script import too.
 NT_GNU_BUILD_ID = 3
@@ -198,8 +199,10 @@ def kernel_symbols_for(data: PerfData, saved: Path | None, mapped_build_id: byte
     recorded = next((entry.build_id for entry in data.build_ids() if entry.kernel), mapped_build_id)
     if saved is not None and saved.is_file():
         first, _, rest = saved.read_bytes().partition(b"\n")
-        saved_id = first.decode(errors="replace").removeprefix("# build-id ").strip()
-        if recorded is None or not saved_id or bytes.fromhex(saved_id) == recorded:
+        header = SAVED_BUILD_ID.fullmatch(first)
+        # Without the line offcpu writes first (a copy of /proc/kallsyms, a damaged file), nothing
+        # says which kernel the copy is of: it is left out, as the copy of another kernel is.
+        if header and (recorded is None or not header[1] or bytes.fromhex(header[1].decode()) == recorded):
             return _kallsyms(rest)
     running = running_kernel_build_id()
     if recorded is not None and running == recorded:

@@ -21,7 +21,8 @@ from offcpu.stackview import StackView
 from offcpu.stdout import write_stdout
 from offcpu.summaries import unreadable_note
 
-capture_argument = click.argument("capture", type=click.Path(path_type=Path))
+# Not click's readable check: loading the capture says what cannot be read, and how to read it.
+capture_argument = click.argument("capture", type=click.Path(path_type=Path, readable=False))
 # The states perf prints as prev_state ('?': waiting since before the recording, state unknown).
 TASK_STATES = ("R", "S", "D", "T", "t", "X", "Z", "P", "I", "?")
 renderer_option = click.option(

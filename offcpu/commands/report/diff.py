@@ -27,8 +27,8 @@ from offcpu.stdout import write_stdout
 
 
 @click.command()
-@click.argument("base", type=click.Path(path_type=Path))
-@click.argument("new", type=click.Path(path_type=Path))
+@click.argument("base", type=click.Path(path_type=Path, readable=False))
+@click.argument("new", type=click.Path(path_type=Path, readable=False))
 @view_options
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Rows in the table of stacks that grew most.")
