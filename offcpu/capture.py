@@ -14,7 +14,7 @@ from typing import Any
 
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
-from offcpu.files import PARTIAL, write_whole
+from offcpu.files import PARTIAL, PRIVATE, write_whole
 
 SCHEMA = "offcpu-capture/1"
 PERF_DATA = "perf.data"
@@ -271,7 +271,7 @@ def _limits_snapshot(snapshot: dict) -> bool:
 
 def save(directory: Path, info: CaptureInfo) -> None:
     """Owner only: it holds the command line, whose arguments may be secrets."""
-    write_whole(directory / METADATA, json.dumps(info.to_json(), indent=2) + "\n", private=True)
+    write_whole(directory / METADATA, json.dumps(info.to_json(), indent=2) + "\n", mode=PRIVATE)
 
 
 def is_capture(directory: Path) -> bool:
@@ -287,6 +287,13 @@ def own_files(directory: Path) -> list[Path]:
     """The files of `directory` that offcpu wrote there (see OWN_FILES)."""
     return [path for path in directory.iterdir()
             if (path.name in OWN_FILES or path.name.endswith(PARTIAL)) and not path.is_dir()]
+
+
+def is_file_of(path: Path, directory: Path) -> bool:
+    """Whether `path` names one of the files offcpu keeps in `directory` (see OWN_FILES), by
+    whatever links, whether it exists yet or not."""
+    resolved = path.resolve()
+    return resolved.parent == directory.resolve() and (resolved.name in OWN_FILES or resolved.name.endswith(PARTIAL))
 
 
 def load(directory: Path) -> CaptureInfo:

@@ -16,7 +16,7 @@ from offcpu.capture import KERNEL_SYMBOLS, METADATA, MODEL_FILE, PERF_DATA, Capt
 from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH_TRACEPOINT
-from offcpu.files import write_whole
+from offcpu.files import PRIVATE, write_whole
 from offcpu.model import Model
 from offcpu.native_reader import NativeReader, unsupported
 from offcpu.perf_data import TYPE_TRACEPOINT, PerfData, damaged, open_perf_data
@@ -92,7 +92,7 @@ def _save(cache: Path, model: Model) -> None:
     """Best effort: a capture on read-only media, or a full disk, is reported without a saved model.
     Owner only, as the capture: it holds every thread's name and stacks."""
     try:
-        write_whole(cache, json.dumps(model.to_json(), separators=(",", ":")), private=True)
+        write_whole(cache, json.dumps(model.to_json(), separators=(",", ":")), mode=PRIVATE)
     except OSError:
         pass
 

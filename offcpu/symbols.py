@@ -34,7 +34,7 @@ from rust_demangler import demangle as rust_demangle
 
 from offcpu.capture import KERNEL_SYMBOLS
 from offcpu.errors import OffcpuError, more_in
-from offcpu.files import write_whole
+from offcpu.files import PRIVATE, write_whole
 from offcpu.perf_data import (
     COMM,
     CONTEXT_MAX,
@@ -108,7 +108,7 @@ def save_kernel_symbols(directory: Path) -> Path:
                           "named; record as root, or set kernel.kptr_restrict=0")
     build_id = running_kernel_build_id()
     target = directory / KERNEL_SYMBOLS
-    write_whole(target, f"# build-id {build_id.hex() if build_id else ''}\n{text}", private=True)
+    write_whole(target, f"# build-id {build_id.hex() if build_id else ''}\n{text}", mode=PRIVATE)
     return target
 
 

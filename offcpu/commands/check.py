@@ -22,7 +22,13 @@ from offcpu.commands.record import (
     target_options,
     targets_given,
 )
-from offcpu.commands.report.common import checked_output, read_with_progress, same_file, warn_if_unread, write_report
+from offcpu.commands.report.common import (
+    checked_output,
+    read_with_progress,
+    refuse_to_overwrite,
+    same_file,
+    warn_if_unread,
+)
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import Model
@@ -105,29 +111,34 @@ def check(policy_path: Path | None, baseline: Path | None, duration: float, outp
     not check.
     """
     policy = load_policy(policy_path)
-    for option, path in (("--junit", junit), ("--json", json_path)):
-        if path is not None:
-            checked_output(path, force, option)
-    if junit is not None and json_path is not None and same_file(junit, json_path):
-        raise OffcpuError(f"--junit {junit} and --json {json_path} are the same file, and the JSON verdict would "
-                          "overwrite the JUnit one; give each its own file")
     capture_args, command = _split_arguments(arguments)
     choice = Choice(command=command, **chosen)
     if capture_args and (targets_given(choice) or output is not None):
         raise click.UsageError("give a CAPTURE to check, or a target (--pid, ..., -- COMMAND) to record one, not both")
-    if capture_args:
-        _check_capture(Path(capture_args[0]))
+    request = None if capture_args else _recording(choice, duration, output)
+    capture = request.output if request is not None else Path(capture_args[0])
+    reading = (capture, baseline) if baseline is not None else (capture,)
+    if request is not None:
+        refuse_to_overwrite(capture, reading[1:], "-o")
+    junit_file, json_file = (checked_output(path, force, reading, option) if path is not None else None
+                             for option, path in (("--junit", junit), ("--json", json_path)))
+    if junit is not None and json_path is not None and same_file(junit, json_path):
+        raise OffcpuError(f"--junit {junit} and --json {json_path} are the same file, and the JSON verdict would "
+                          "overwrite the JUnit one; give each its own file")
+    if request is None:
+        _check_capture(capture)
     base = _baseline(baseline, policy) if baseline is not None else None
-    capture = Path(capture_args[0]) if capture_args else _record(choice, duration, output, force)
+    if request is not None:
+        _record(request, force)
     run = _measure(capture, policy)
     verdict = evaluate(policy, run, base)
     width, color = stdout_layout()
     baseline_label = str(baseline) if baseline else None
     write_stdout(VerdictTable(str(capture), baseline_label, width, color).render(verdict))
-    if junit is not None:
-        write_report(junit, VerdictJunit().render(verdict), "--junit")
-    if json_path is not None:
-        write_report(json_path, VerdictJson(str(capture), baseline_label).render(verdict), "--json")
+    if junit_file is not None:
+        junit_file.write(VerdictJunit().render(verdict))
+    if json_file is not None:
+        json_file.write(VerdictJson(str(capture), baseline_label).render(verdict))
     _github_outputs(verdict, str(capture))
     if not capture_args:
         where = printable(shlex.quote(str(capture)))
@@ -147,8 +158,8 @@ def _split_arguments(arguments: tuple[str, ...]) -> tuple[tuple[str, ...], tuple
     return captures, command
 
 
-def _record(choice: Choice, duration: float, output: Path | None, force: bool) -> Path:
-    """Record the target; a run that did not finish by itself is not checked."""
+def _recording(choice: Choice, duration: float, output: Path | None) -> RecordRequest:
+    """What to record, checked before any work: the target, the bounds, where the capture goes."""
     if not targets_given(choice) and not choice.command:
         raise click.UsageError("nothing to check: give a CAPTURE, a target to record (--pid, --tree, --comm, --exe, "
                                "--tid, --cgroup, --unit, -a), or -- COMMAND")
@@ -156,11 +167,13 @@ def _record(choice: Choice, duration: float, output: Path | None, force: bool) -
     if duration > MAX_DURATION_S:
         raise click.BadParameter(f"at most {MAX_DURATION_S:.0f} s in a check", param_hint="--duration")
     check_bounds(duration, False, MAX_SIZE, CALL_GRAPH, None)
-    output = output or default_output(target)
-    info = record_into(RecordRequest(target, output, duration, MAX_SIZE, CALL_GRAPH, None, False), force,
-                       suggest_report=False)
-    _refuse_unfinished(info, output)
-    return output
+    return RecordRequest(target, output or default_output(target), duration, MAX_SIZE, CALL_GRAPH, None, False)
+
+
+def _record(request: RecordRequest, force: bool) -> None:
+    """Record the target; a run that did not finish by itself is not checked."""
+    info = record_into(request, force, suggest_report=False)
+    _refuse_unfinished(info, request.output)
 
 
 def _refuse_unfinished(info: CaptureInfo, capture: Path) -> None:

@@ -12,9 +12,7 @@ from offcpu.commands.report.common import (
     output_options,
     output_path,
     renderer_option,
-    same_file,
     view_options,
-    write_report,
 )
 from offcpu.diffing import Diff, Side, compare, from_folded, from_model, parse_folded, split_stack, title
 from offcpu.errors import OffcpuError
@@ -66,19 +64,17 @@ def diff(base: Path, new: Path, view: StackView, top: int, text_only: bool,
         if not path.exists():
             raise OffcpuError(f"{name} {path} does not exist; give a capture directory ('offcpu record -o DIR') "
                               "or a folded file ('offcpu report folded CAPTURE > FILE')")
-    svg_path, renderer = None, None
+    svg_file, renderer = None, None
     if not text_only:
-        svg_path = output_path(new, output, ".diff.svg", force)
-        if same_file(svg_path, base) or same_file(svg_path, new):
-            raise OffcpuError(f"{svg_path} is one of the inputs; choose another output with -o")
+        svg_file = output_path(new, output, ".diff.svg", force, reading=(base,))
         renderer = require_renderer(flamegraph_path)
     base_label, new_label = _labels(base, new)
     result = compare(_side(base, base_label, view), _side(new, new_label, view))
-    if svg_path is not None and renderer is not None:
+    if svg_file is not None and renderer is not None:
         if not result.new_us:
             raise OffcpuError(f"NEW ({new_label}) has no off-CPU time to draw: a differential graph is as wide as "
                               "NEW's time; swap BASE and NEW to see what went away, or use --text")
-        write_report(svg_path, render_svg(renderer, result.lines(), title(result)))
+        svg_file.write(render_svg(renderer, result.lines(), title(result)))
     write_stdout(_grown_table(result, top))
 
 

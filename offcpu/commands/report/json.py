@@ -34,6 +34,5 @@ def json_report(capture: Path, view: StackView, top: int,
     \b
       offcpu report json CAPTURE | jq '.totals'
     """
-    if output is not None:
-        checked_output(output, force)
-    print_or_write(JsonReport(view, top).render(load_with_progress(capture, view.time, view.reader)), output)
+    report_file = checked_output(output, force, (capture,)) if output is not None else None
+    print_or_write(JsonReport(view, top).render(load_with_progress(capture, view.time, view.reader)), report_file)
