@@ -29,7 +29,7 @@ from offcpu.commands.report.common import (
     same_file,
     warn_if_unread,
 )
-from offcpu.errors import OffcpuError
+from offcpu.errors import Interrupted, OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import Model
 from offcpu.policy import Policy, load_policy
@@ -178,8 +178,8 @@ def _record(request: RecordRequest, force: bool) -> None:
 
 def _refuse_unfinished(info: CaptureInfo, capture: Path) -> None:
     if info.ended_by in INTERRUPTED:
-        raise OffcpuError(f"the recording was interrupted ({info.ended_by}), so the run is not checked; "
-                          f"the capture is kept: 'offcpu check {capture}' checks it as it is")
+        raise Interrupted(f"the recording was ended by {info.ended_by}, so the run is not checked; the capture is "
+                          f"kept: 'offcpu check {capture}' checks it as it is")
     if info.command_exit_status:
         raise OffcpuError(f"the command exited with status {info.command_exit_status}, so the run is not checked; "
                           f"fix the command (its capture is kept in {capture})")
@@ -246,7 +246,7 @@ def _could_not_check_on_github() -> Iterator[None]:
     try:
         yield
     except click.ClickException as error:
-        if error.exit_code == OffcpuError.exit_code:
+        if error.exit_code == OffcpuError.exit_code or isinstance(error, Interrupted):
             reason = error.format_message().removeprefix(COULD_NOT_CHECK_PREFIX)
             if os.environ.get("GITHUB_ACTIONS") == "true":
                 write_stdout(github_error(COULD_NOT_CHECK_PREFIX + reason))

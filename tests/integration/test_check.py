@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -233,6 +235,30 @@ def test_check_records_a_command_and_keeps_the_capture(tmp_path):
     # and the kept capture checks the same afterwards, from its saved model
     again = check(str(capture))
     assert again.returncode == 1 and again.stdout.splitlines()[-1] == result.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_check_interrupted_while_recording_is_interrupted(tmp_path, sig):
+    # Given a check recording a command
+    capture = tmp_path / "run"
+    summary = tmp_path / "summary.md"
+    process = subprocess.Popen([str(OFFCPU), "check", "-o", str(capture), "-d", "60", "--", str(example("idle_pool")),
+                                "-s", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**NO_GITHUB, "GITHUB_STEP_SUMMARY": str(summary)})
+    for _ in range(3000):
+        if (capture / "perf.data").exists():
+            break
+        time.sleep(0.01)
+    time.sleep(1)  # perf's events are on
+    # When it is interrupted (Ctrl-C, or a CI job's timeout)
+    process.send_signal(sig)
+    stdout, stderr = process.communicate(timeout=60)
+    # Then it ends as an interrupted offcpu does, 130, saying the run is not checked and where its capture is
+    assert process.returncode == 130 and "PASS" not in stdout, stdout + stderr
+    assert stderr.splitlines()[-1] == (f"offcpu: interrupted: the recording was ended by {signal.Signals(sig).name}, "
+                                       f"so the run is not checked; the capture is kept: 'offcpu check {capture}' "
+                                       "checks it as it is")
+    assert (capture / "capture.json").exists() and "could not check" in summary.read_text()
 
 
 def test_check_records_a_pid(workload, tmp_path):

@@ -197,8 +197,10 @@ def wait_for_perf(capture: Path, settle_s: float = 1.0) -> list[int]:
     raise AssertionError("perf never started")
 
 
-@pytest.mark.parametrize("sig, name", [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")])
+@pytest.mark.parametrize("sig, name", [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM"),
+                                       (signal.SIGHUP, "SIGHUP")])
 def test_interrupted_recording_leaves_a_complete_capture_and_no_perf(workload, tmp_path, sig, name):
+    """Ending a recording early is what Ctrl-C is for: a complete capture, exit 0, and the summary says so."""
     program = workload("futex_contention", "-t", "4", "-s", "60", threads=5)
     capture = tmp_path / "cap"
     recording = subprocess.Popen([str(OFFCPU), "record", "--pid", str(program.pid), "-d", "60", "-o", str(capture)],
@@ -206,7 +208,7 @@ def test_interrupted_recording_leaves_a_complete_capture_and_no_perf(workload, t
     wait_for_perf(capture)
     recording.send_signal(sig)
     stderr = recording.communicate(timeout=60)[1]
-    assert recording.returncode == 0, stderr
+    assert recording.returncode == 0 and f", ended by {name}:" in stderr, stderr
     info = load(capture)
     assert info["ended_by"] == name and info["duration_actual_s"] < 30
     assert sum(event_counts(capture / "perf.data").values()) == info["samples"] > 0
