@@ -230,10 +230,11 @@ def _window_ns(info: CaptureInfo, window_s: tuple[float, float] | None) -> tuple
     if end_s <= start_s:
         raise OffcpuError(f"--time {_shown(start_s)},{_shown(end_s)}: END must come after START (seconds from the "
                           "start of the recording)")
-    if not 0 <= start_s < length_s:
+    if end_s <= 0 or start_s >= length_s:
         raise OffcpuError(f"--time {_shown(start_s)},{_shown(end_s)} is outside the recording, which lasted "
                           f"{length_s:.2f} s")
-    start_ns = info.window_start_ns + round(start_s * 1e9)
+    # A part that overlaps the recording is the part of it that it covers, from its start at most.
+    start_ns = info.window_start_ns + round(max(start_s, 0) * 1e9)
     end_ns = info.window_end_ns if end_s >= length_s else min(info.window_start_ns + round(end_s * 1e9),
                                                               info.window_end_ns)
     if end_ns - start_ns < MIN_WINDOW_NS:

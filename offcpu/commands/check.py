@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from offcpu.capture import CaptureInfo, load
+from offcpu.capture import CaptureInfo, Target, load
 from offcpu.commands.record import (
     MAX_DURATION_S,
     check_bounds,
@@ -127,14 +127,16 @@ def check(policy_path: Path | None, baseline: Path | None, duration: float, outp
                           "overwrite the JUnit one; give each its own file")
     if request is None:
         _check_capture(capture)
-    base = _baseline(baseline, policy) if baseline is not None else None
+    base, base_target = _baseline(baseline, policy) if baseline is not None else (None, None)
     if request is not None:
         _record(request, force)
     run = _measure(capture, policy)
     verdict = evaluate(policy, run, base)
     width, color = stdout_layout()
     baseline_label = str(baseline) if baseline else None
-    write_stdout(VerdictTable(str(capture), baseline_label, width, color).render(verdict))
+    notes = [_other_target(load(capture).target, base_target)] if base_target else []
+    write_stdout(VerdictTable(str(capture), baseline_label, width, color, [note for note in notes if note])
+                 .render(verdict))
     if junit_file is not None:
         junit_file.write(VerdictJunit().render(verdict))
     if json_file is not None:
@@ -217,13 +219,15 @@ def _readable_model(capture: Path) -> Model:
     return model
 
 
-def _baseline(path: Path, policy: Policy) -> Measurements:
-    """A capture directory (its model, read with the policy's lock table), or a JSON report of one."""
+def _baseline(path: Path, policy: Policy) -> tuple[Measurements, Target | None]:
+    """A capture directory (its model, read with the policy's lock table), or a JSON report of
+    one; and the target it recorded, when it says."""
     if path.is_dir():
         _check_capture(path)
-        return measure(_readable_model(path), policy.locks)
+        return measure(_readable_model(path), policy.locks), load(path).target
     try:
-        return measurements_from_report(json.loads(path.read_text()))
+        report = json.loads(path.read_text())
+        return measurements_from_report(report), _reported_target(report)
     except OSError as error:
         raise OffcpuError(f"cannot read the baseline {path} ({error.strerror}); give a capture directory or "
                           "the output of 'offcpu report json CAPTURE'") from None
@@ -231,6 +235,23 @@ def _baseline(path: Path, policy: Policy) -> Measurements:
         why = f" ({error})" if type(error) is ValueError else ""
         raise OffcpuError(f"the baseline {path} is not an offcpu JSON report this offcpu can compare with{why}; "
                           "give the capture directory, or its 'offcpu report json CAPTURE -o FILE' output") from None
+
+
+def _reported_target(report: dict) -> Target | None:
+    """The target a JSON report's capture recorded; None when it does not say it as offcpu writes it."""
+    try:
+        return CaptureInfo.from_json(report["capture"]).target
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _other_target(run: Target, baseline: Target) -> str | None:
+    """What to say when the baseline recorded another kind of target than the run (every CPU
+    against one command, a cgroup against processes): its shares are of other threads."""
+    if run.kind == baseline.kind:
+        return None
+    return (f"the baseline recorded {baseline.describe()}, and this run {run.describe()}: each share is of the "
+            "threads its own recording covered, so they compare only as far as those are the same work")
 
 
 def _github_outputs(verdict: Verdict, capture: str) -> None:

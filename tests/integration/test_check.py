@@ -134,6 +134,23 @@ def test_a_run_against_itself_is_no_regression(example_capture, tmp_path, regres
     assert all(item["detail"] == "unchanged" for item in verdict["comparisons"])
 
 
+def test_a_baseline_of_another_kind_of_target_is_said(example_capture, tmp_path):
+    # Given a baseline recorded on every CPU, as a capture and as its JSON report, and a run of one command
+    baseline = tmp_path / "base"
+    assert run_offcpu("record", "-a", "-d", "0.5", "-o", str(baseline)).returncode == 0
+    report = tmp_path / "base.json"
+    assert run_offcpu("report", "json", str(baseline), "-o", str(report)).returncode == 0
+    run = example_capture("idle_pool")
+    for given in (baseline, report):
+        result = check(str(run), "--baseline", str(given))
+        # Then the verdict says they recorded different threads before comparing them
+        assert result.returncode in (0, 1), result.stderr
+        assert "Note: the baseline recorded all CPUs, and this run command " in result.stdout, result.stdout
+    # and says nothing of the kind when both recorded a command
+    same = check(str(run), "--baseline", str(example_capture("futex_contention_fixed")))
+    assert same.returncode in (0, 1) and "Note: the baseline" not in same.stdout
+
+
 def test_policy_limits_pass_and_fail_on_the_measured_values(example_capture, tmp_path):
     policy = tmp_path / "limits.toml"
     policy.write_text('fail_above_info = ["mmap_lock"]\nlock_contention.max_share = 0.2\n'
