@@ -72,7 +72,9 @@ class _CheckCommand(click.Command):
 
 @click.command(cls=_CheckCommand)
 @click.option("--policy", "policy_path", type=click.Path(path_type=Path, dir_okay=False),
-              help="TOML policy [default: the built-in one, see README.md].")
+              help="TOML policy: the findings that fail, limits, the baseline's tolerances, your own [[lock]] "
+                   "entries [default: fail on any finding above info but runqueue and idle]. Its keys and "
+                   "their defaults: docs/check.md in offcpu's repository.")
 @click.option("--baseline", type=click.Path(path_type=Path),
               help="A known-good capture directory, or its 'offcpu report json' output, to compare with.")
 @target_options

@@ -184,8 +184,9 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--time", "time_range", metavar="START,END",
                      help="Only this part of the recording, in seconds from its start."),
         click.option("--locks", type=click.Path(path_type=Path, dir_okay=False),
-                     help="A TOML file of [[lock]] entries that name your program's own wait sites, tried before "
-                          "offcpu's lock table (a check's policy file will do: see README)."),
+                     help="A TOML file of [[lock]] entries (name, kind, wait = [frame globs], ...) that name your "
+                          "program's own wait sites, tried before offcpu's lock table; a check's policy file will "
+                          "do. The keys: docs/locks.md in offcpu's repository."),
         click.option("--reader", type=click.Choice(READERS),
                      help="Read perf.data directly (native) or through perf script [default: native, or perf "
                           "script where only it can: --call-graph dwarf captures]."),
