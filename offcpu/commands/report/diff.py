@@ -19,6 +19,7 @@ from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.flamegraph import render_svg, require_renderer
 from offcpu.renderers.console import Column, fitted_table, printed, short_names, stdout_layout
+from offcpu.renderers.text import ms
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import StackView
 from offcpu.stdout import write_stdout
@@ -110,14 +111,14 @@ def _grown_table(result: Diff, top: int) -> str:
     columns.append(Column("stack", lambda cell_width: shorten_apart(frames, cell_width), least=30, ample=40))
     if any(woken_by for (*_, woken_by), _ in grown):
         columns.append(Column("woken by", short_names([woken_by for (*_, woken_by), _ in grown]), least=10))
-    columns += [Column("base µs", [f"{change.base_us:,}" for _, change in grown], drop=2),
-                Column("new µs", [f"{change.new_us:,}" for _, change in grown], drop=1),
-                Column("change µs", [f"{change.change_us:+,}" for _, change in grown])]
+    columns += [Column("base ms", [ms(change.base_us) for _, change in grown], drop=2),
+                Column("new ms", [ms(change.new_us) for _, change in grown], drop=1),
+                Column("change ms", [f"{change.change_us / 1000:+,.1f}" for _, change in grown])]
     title = f"Stacks that grew most from {result.base.label} to {result.new.label}"
     parts = [fitted_table(title, columns, width, color) if grown
               else Text(f"No stack grew from {result.base.label} to {result.new.label}."),
-              Text(f"Off CPU in all stacks: {result.base_us:,} µs in {result.base.label}, {result.new_us:,} µs "
-                   f"in {result.new.label} ({result.new_us - result.base_us:+,} µs)."),
+              Text(f"Off CPU in all stacks: {ms(result.base_us)} ms in {result.base.label}, {ms(result.new_us)} ms "
+                   f"in {result.new.label} ({(result.new_us - result.base_us) / 1000:+,.1f} ms)."),
               Text(f"{result.normalisation[0].upper()}{result.normalisation[1:]}."),
               *(Text(f"{note}.") for note in result.notes)]
     return printed(parts, width, color)
