@@ -14,7 +14,16 @@ from offcpu.commands.report.common import (
     renderer_option,
     view_options,
 )
-from offcpu.diffing import Diff, Side, compare, from_folded, from_model, parse_folded, split_stack, title
+from offcpu.diffing import (
+    Diff,
+    Side,
+    compare,
+    from_folded,
+    from_model,
+    parse_folded,
+    split_stack,
+    title,
+)
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.flamegraph import render_svg, require_renderer
@@ -75,7 +84,8 @@ def diff(base: Path, new: Path, view: StackView, top: int, text_only: bool,
         if not result.new_us:
             raise OffcpuError(f"NEW ({new_label}) has no off-CPU time to draw: a differential graph is as wide as "
                               "NEW's time; swap BASE and NEW to see what went away, or use --text")
-        svg_file.write(render_svg(renderer, result.lines(), title(result)))
+        svg_file.write(render_svg(renderer, result.lines(), title(result),
+                                  subjects=[result.new.label, result.base.label]))
     write_stdout(_grown_table(result, top))
 
 
