@@ -114,7 +114,8 @@ def test_names_cut_to_fit_their_frames_are_cut_between_characters(prefix):
 
 def test_a_long_title_is_fitted_to_the_image_by_its_subject_first():
     # Given a graph of a command with a long command line (the renderers cut a title at both ends past the image)
-    command = "command ./pgbench -c 16 -j 4 -T 60 -M prepared --progress 5 --log --aggregate-interval 1 bench (pid 4242)"
+    command = ("command ./pgbench -c 16 -j 4 -T 60 -M prepared --progress 5 --log --aggregate-interval 1 bench "
+               "(pid 4242)")
     title = f"Off-CPU time of {command}: 12.34 s off CPU in 2.0 s, fp stacks; state D"
     fitted = fitted_title(title, [command])
     # Then it fits, the command cut in its middle (its program and its end kept), and what the graph shows stays whole
