@@ -125,6 +125,10 @@ class CaptureInfo:
     # {pid: comm} of processes of the name or executable asked for (--comm, --exe) that
     # started while recording outside the recorded processes: perf could not record them.
     unrecorded_processes: dict[str, str] = field(default_factory=dict)
+    # {pid: command line} of the recorded processes whose name another of them shares, as they
+    # showed it when the recording ended (or began, for those gone by then): a server's process
+    # title (PostgreSQL's backends') tells its processes apart. Empty in older captures.
+    process_titles: dict[str, str] = field(default_factory=dict)
     samples: int = 0
     switch_records: int = 0
     lost_events: int = 0
@@ -238,8 +242,9 @@ def _check_lists(info: CaptureInfo) -> None:
     if not all(tid.isdecimal() and isinstance(pid, int) and not isinstance(pid, bool) and pid > 0
                for tid, pid in info.processes_at_start.items()):
         raise ValueError("processes_at_start holds something other than tids and the pids of their processes")
-    if not all(pid.isdecimal() and isinstance(comm, str) for pid, comm in info.unrecorded_processes.items()):
-        raise ValueError("unrecorded_processes holds something other than pids and their names")
+    for name, names in (("unrecorded_processes", info.unrecorded_processes), ("process_titles", info.process_titles)):
+        if not all(pid.isdecimal() and isinstance(text, str) for pid, text in names.items()):
+            raise ValueError(f"{name} holds something other than pids and their names")
     for name, items, item_fields in (("events", info.events, EVENT_FIELDS),
                                      ("events_skipped", info.events_skipped, SKIPPED_FIELDS)):
         if not all(isinstance(item, dict) and _typed(item, item_fields) for item in items):

@@ -38,6 +38,7 @@ def edited(capture: Path, **fields: object) -> Path:
     ("perf_data_bytes", -1), ("duration_requested_s", 0), ("duration_actual_s", -1.0),
     ("window_start_ns", -1), ("threads_at_start", {"1a": ["x", "S"]}), ("threads_at_start", {"7": "S"}),
     ("processes_at_start", {"7": "1"}), ("processes_at_start", {"x": 7}), ("processes_at_start", {"7": 0}),
+    ("process_titles", {"x": "postgres: idle"}), ("process_titles", {"7": 3}),
     ("events", [{"name": 3}]), ("events_skipped", ["sched:sched_stat_sleep"]),
     ("limits", {"pid": 1, "threads": 2, "limits": [{"name": "x", "used": "many"}]}),
 ])
