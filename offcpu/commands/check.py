@@ -136,9 +136,8 @@ def check(policy_path: Path | None, baseline: Path | None, duration: float, outp
     verdict = evaluate(policy, run, base)
     width, color = stdout_layout()
     baseline_label = str(baseline) if baseline else None
-    notes = [_other_target(load(capture).target, base_target)] if base_target else []
-    write_stdout(VerdictTable(str(capture), baseline_label, width, color, [note for note in notes if note])
-                 .render(verdict))
+    note = _other_target(load(capture).target, base_target) if base_target else None
+    write_stdout(VerdictTable(str(capture), baseline_label, width, color, [note] if note else []).render(verdict))
     if junit_file is not None:
         junit_file.write(VerdictJunit().render(verdict))
     if json_file is not None:
