@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from offcpu.capture import SNAPSHOT
-from offcpu.files import write_whole
+from offcpu.files import PRIVATE, write_whole
 from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Model
 from offcpu.stacks import Stack
 
@@ -50,7 +50,7 @@ class Snapshot:
 
 def save(directory: Path, snapshot: Snapshot) -> None:
     """Owner only, as the rest of the capture: it holds every thread's name and stacks."""
-    write_whole(directory / SNAPSHOT, json.dumps(asdict(snapshot)) + "\n", private=True)
+    write_whole(directory / SNAPSHOT, json.dumps(asdict(snapshot)) + "\n", mode=PRIVATE)
 
 
 def load(directory: Path) -> Snapshot:

@@ -14,7 +14,7 @@ from typing import Any
 
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
-from offcpu.files import PARTIAL, write_whole
+from offcpu.files import PARTIAL, PRIVATE, write_whole
 
 SCHEMA = "offcpu-capture/1"
 PERF_DATA = "perf.data"
@@ -134,6 +134,10 @@ class CaptureInfo:
     # {pid: comm} of processes of the name or executable asked for (--comm, --exe) that
     # started while recording outside the recorded processes: perf could not record them.
     unrecorded_processes: dict[str, str] = field(default_factory=dict)
+    # {pid: command line} of the recorded processes whose name another of them shares, as they
+    # showed it when the recording ended (or began, for those gone by then): a server's process
+    # title (PostgreSQL's backends') tells its processes apart. Empty in older captures.
+    process_titles: dict[str, str] = field(default_factory=dict)
     samples: int = 0
     switch_records: int = 0
     lost_events: int = 0
@@ -263,8 +267,9 @@ def _check_lists(info: CaptureInfo) -> None:
     if not all(tid.isdecimal() and isinstance(pid, int) and not isinstance(pid, bool) and pid > 0
                for tid, pid in info.processes_at_start.items()):
         raise ValueError("processes_at_start holds something other than tids and the pids of their processes")
-    if not all(pid.isdecimal() and isinstance(comm, str) for pid, comm in info.unrecorded_processes.items()):
-        raise ValueError("unrecorded_processes holds something other than pids and their names")
+    for name, names in (("unrecorded_processes", info.unrecorded_processes), ("process_titles", info.process_titles)):
+        if not all(pid.isdecimal() and isinstance(text, str) for pid, text in names.items()):
+            raise ValueError(f"{name} holds something other than pids and their names")
     for name, items, item_fields in (("events", info.events, EVENT_FIELDS),
                                      ("events_skipped", info.events_skipped, SKIPPED_FIELDS)):
         if not all(isinstance(item, dict) and _typed(item, item_fields) for item in items):
@@ -296,7 +301,7 @@ def _limits_snapshot(snapshot: dict) -> bool:
 
 def save(directory: Path, info: CaptureInfo) -> None:
     """Owner only: it holds the command line, whose arguments may be secrets."""
-    write_whole(directory / METADATA, json.dumps(info.to_json(), indent=2) + "\n", private=True)
+    write_whole(directory / METADATA, json.dumps(info.to_json(), indent=2) + "\n", mode=PRIVATE)
 
 
 def is_capture(directory: Path) -> bool:
@@ -314,8 +319,23 @@ def own_files(directory: Path) -> list[Path]:
             if (path.name in OWN_FILES or path.name.endswith(PARTIAL)) and not path.is_dir()]
 
 
+def is_file_of(path: Path, directory: Path) -> bool:
+    """Whether `path` names one of the files offcpu keeps in `directory` (see OWN_FILES), by
+    whatever links, whether it exists yet or not."""
+    resolved = path.resolve()
+    return resolved.parent == directory.resolve() and (resolved.name in OWN_FILES or resolved.name.endswith(PARTIAL))
+
+
 def load(directory: Path) -> CaptureInfo:
-    """Read a capture directory, with a fix-it message for whatever is missing."""
+    """Read a capture directory, with a fix-it message for whatever is missing or cannot be read."""
+    try:
+        return _load(directory)
+    except OSError as error:  # a directory or capture.json the user may not read (a capture is its owner's)
+        raise OffcpuError(f"cannot read {directory} ({error.strerror}): a capture is readable by the user who "
+                          "recorded it only; report as that user (sudo), or give a capture you can read") from None
+
+
+def _load(directory: Path) -> CaptureInfo:
     if directory.is_file() and (directory.parent / METADATA).is_file():
         raise OffcpuError(f"{directory} is a file of a capture; give the capture directory, {directory.parent}")
     if not directory.is_dir():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from offcpu import EXIT_INTERRUPTED, INTERRUPTED_MESSAGE
+
 TROUBLESHOOTING = "docs/troubleshooting.md"
 
 
@@ -20,3 +22,13 @@ class OffcpuError(click.ClickException):
 
     def show(self, file=None) -> None:  # type: ignore[no-untyped-def]
         click.echo(f"offcpu: error: {self.format_message()}", err=True, file=file)
+
+
+class Interrupted(OffcpuError):
+    """A signal (Ctrl-C, SIGTERM, SIGHUP) stopped offcpu before it did what was asked, though
+    what it did is kept: exit 130, as for any interruption."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def show(self, file=None) -> None:  # type: ignore[no-untyped-def]
+        click.echo(f"{INTERRUPTED_MESSAGE}: {self.format_message()}", err=True, file=file)

@@ -3,10 +3,11 @@ port inferno-flamegraph. offcpu runs them; it never carries their code."""
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,10 @@ RENDERERS = ("inferno-flamegraph", "flamegraph.pl")  # the names a renderer goes
 # this line of its source; inferno and a current flamegraph.pl escape them.
 ANGLE_BRACKETS_TO_PARENTHESES = b"tr/<>/()/"
 NAME_LOOKALIKES = str.maketrans({"<": "\u2039", ">": "\u203a"})  # ‹ ›
+# What a title holds: both renderers centre it in 17 px Verdana on a 1200 px image, and cut
+# a longer one at both ends.
+TITLE_CHARS = 110
+SUBJECT_CHARS = 24  # the fewest characters of what a title names, when it is cut to fit
 
 
 @dataclass(frozen=True)
@@ -103,14 +108,30 @@ def safe_title(title: str) -> str:
     return printable(title).translate(TITLE_LOOKALIKES)
 
 
-def render_svg(renderer: Renderer, lines: Iterable[str], title: str, inverted: bool = False) -> str:
+def fitted_title(title: str, subjects: Sequence[str]) -> str:
+    """`title` in TITLE_CHARS characters at most: what it names (`subjects`: a command line, the
+    paths of two captures) cut first, each by as much, keeping a third of what is left from its
+    start (the program) and the rest from its end (the capture's name, the pid); then what still
+    does not fit cut at its end; '…' where cut."""
+    over = len(title) - TITLE_CHARS
+    for subject in subjects:
+        keep = max(len(subject) - math.ceil(over / len(subjects)) - 1, SUBJECT_CHARS)
+        if over > 0 and keep < len(subject) and subject in title:
+            title = title.replace(subject, f"{subject[:keep // 3]}…{subject[len(subject) - (keep - keep // 3):]}", 1)
+    return title if len(title) <= TITLE_CHARS else title[:TITLE_CHARS - 1] + "…"
+
+
+def render_svg(renderer: Renderer, lines: Iterable[str], title: str, inverted: bool = False,
+               subjects: Sequence[str] = ()) -> str:
     """An off-CPU flame graph of folded lines ("frames count" or, for a differential
     graph, "frames before after"), with only the options both renderers share.
-    Any title and names will do: they are made safe for the SVG here (see safe_title,
-    escaping.printable). For a
+    Any title and names will do: the title is fitted to the image (see fitted_title: `subjects`
+    are the parts of it to cut first), and it and the names are made safe for the SVG here (see
+    safe_title, escaping.printable). For a
     renderer that would draw C++'s `Basket<std::pair<int, long> >` as
     `Basket(std::pair(int, long) )`, < and > in names become ‹ and ›."""
-    argv = [*renderer.command, "--title", safe_title(title), "--countname", "us", "--colors", "io"]
+    shown = fitted_title(safe_title(title), [safe_title(subject) for subject in subjects])
+    argv = [*renderer.command, "--title", shown, "--countname", "us", "--colors", "io"]
     if inverted:
         argv.append("--inverted")
     text = "".join(f"{printable(line)}\n" for line in lines)  # a folded file's names too (report diff)

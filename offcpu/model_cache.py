@@ -17,7 +17,7 @@ from offcpu.capture import KERNEL_SYMBOLS, METADATA, MODEL_FILE, PERF_DATA, VDSO
 from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH_TRACEPOINT
-from offcpu.files import write_whole
+from offcpu.files import PRIVATE, write_whole
 from offcpu.model import Model
 from offcpu.native_reader import NativeReader, unsupported
 from offcpu.perf_data import TYPE_TRACEPOINT, PerfData, damaged, open_perf_data
@@ -94,7 +94,7 @@ def _save(cache: Path, model: Model) -> None:
     """Best effort: a capture on read-only media, or a full disk, is reported without a saved model.
     Owner only, as the capture: it holds every thread's name and stacks."""
     try:
-        write_whole(cache, json.dumps(model.to_json(), separators=(",", ":")), private=True)
+        write_whole(cache, json.dumps(model.to_json(), separators=(",", ":")), mode=PRIVATE)
     except OSError:
         pass
 
@@ -233,10 +233,11 @@ def _window_ns(info: CaptureInfo, window_s: tuple[float, float] | None) -> tuple
     if end_s <= start_s:
         raise OffcpuError(f"--time {_shown(start_s)},{_shown(end_s)}: END must come after START (seconds from the "
                           "start of the recording)")
-    if not 0 <= start_s < length_s:
+    if end_s <= 0 or start_s >= length_s:
         raise OffcpuError(f"--time {_shown(start_s)},{_shown(end_s)} is outside the recording, which lasted "
                           f"{length_s:.2f} s")
-    start_ns = info.window_start_ns + round(start_s * 1e9)
+    # A part that overlaps the recording is the part of it that it covers, from its start at most.
+    start_ns = info.window_start_ns + round(max(start_s, 0) * 1e9)
     end_ns = info.window_end_ns if end_s >= length_s else min(info.window_start_ns + round(end_s * 1e9),
                                                               info.window_end_ns)
     if end_ns - start_ns < MIN_WINDOW_NS:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from offcpu.model import Model, WaitTimes
+from offcpu.model import Model, Thread, WaitTimes
 
 PERCENTILES = (50, 90, 99)
 # Over this share of the events perf recorded left unread, no number can be trusted.
@@ -73,6 +74,18 @@ class Lifecycle:
 def several_processes(model: Model) -> bool:
     """Whether the model's threads belong to more than one process (then tables say which)."""
     return len({thread.pid for thread in model.threads.values()}) > 1
+
+
+def thread_names(model: Model, threads: Sequence[Thread]) -> list[str]:
+    """Each of `threads` by name, as the threads tables show it: its comm, or where threads of
+    several processes share that comm (PostgreSQL's backends are all `postgres`), its process's
+    title when the recording kept one (capture.json's process_titles)."""
+    processes = defaultdict(set)
+    for thread in model.threads.values():
+        processes[thread.comm].add(thread.pid)
+    titles = model.capture.process_titles
+    return [titles.get(str(thread.pid), thread.comm) if len(processes[thread.comm]) > 1 else thread.comm
+            for thread in threads]
 
 
 def totals(model: Model) -> Totals:

@@ -38,7 +38,7 @@ from rust_demangler import demangle as rust_demangle
 
 from offcpu.capture import KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError, more_in
-from offcpu.files import write_whole
+from offcpu.files import PRIVATE, write_whole
 from offcpu.perf_data import (
     COMM,
     CONTEXT_MAX,
@@ -63,6 +63,7 @@ VDSO = "[vdso]"  # how perf names the mapping of the kernel's vdso
 KERNEL_START = 0xFFFF_0000_0000_0000  # perf script prints these as 16 hex digits from ffff: kernel frames
 KERNEL_NOTES = Path("/sys/kernel/notes")
 PROC_KALLSYMS = Path("/proc/kallsyms")
+SAVED_BUILD_ID = re.compile(rb"# build-id ((?:[0-9a-f]{2})*)")  # the first line of a capture's kallsyms
 # NUMPY: numpy (0.1 s to import) is imported where symbol tables are made, not with this
 # module, which `offcpu record` and reports read through perf script import too.
 NT_GNU_BUILD_ID = 3
@@ -112,7 +113,7 @@ def save_kernel_symbols(directory: Path) -> Path:
                           "named; record as root, or set kernel.kptr_restrict=0")
     build_id = running_kernel_build_id()
     target = directory / KERNEL_SYMBOLS
-    write_whole(target, f"# build-id {build_id.hex() if build_id else ''}\n{text}", private=True)
+    write_whole(target, f"# build-id {build_id.hex() if build_id else ''}\n{text}", mode=PRIVATE)
     return target
 
 
@@ -138,7 +139,7 @@ def save_vdso(directory: Path) -> None:
     OSError as raised; nothing is saved when the image cannot be read."""
     image = running_vdso()
     if image is not None:
-        write_whole(directory / VDSO_IMAGE, image, private=True)
+        write_whole(directory / VDSO_IMAGE, image, mode=PRIVATE)
 
 
 @dataclass(frozen=True)
@@ -234,8 +235,10 @@ def kernel_symbols_for(data: PerfData, saved: Path | None, mapped_build_id: byte
     recorded = recorded_kernel_build_id(data, mapped_build_id)
     if saved is not None and saved.is_file():
         first, _, rest = saved.read_bytes().partition(b"\n")
-        saved_id = first.decode(errors="replace").removeprefix("# build-id ").strip()
-        if recorded is None or not saved_id or bytes.fromhex(saved_id) == recorded:
+        header = SAVED_BUILD_ID.fullmatch(first)
+        # Without the line offcpu writes first (a copy of /proc/kallsyms, a damaged file), nothing
+        # says which kernel the copy is of: it is left out, as the copy of another kernel is.
+        if header and (recorded is None or not header[1] or bytes.fromhex(header[1].decode()) == recorded):
             return _kallsyms(rest)
     running = running_kernel_build_id()
     if recorded is not None and running == recorded:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -347,3 +347,27 @@ def _executable_identity_of(exe: str) -> tuple[int, int] | None:
         return _file_identity(exe)
     except OffcpuError:
         return None  # gone since the recording began: nothing can run it anew
+
+
+TITLE_CHARS = 200  # of a process's command line: what tells it apart, without its every argument
+
+
+def process_titles(target: Target) -> dict[str, str]:
+    """{pid: command line} of the target's processes (and what they started) whose name another
+    of them shares, as /proc shows it now: a process title (PostgreSQL's `postgres: bench bench
+    [local] UPDATE`) or the arguments that tell namesakes apart."""
+    table = process_table()
+    pids = set(table) if target.kind == "all" else \
+        {pid for root in processes_now(target) for pid in (root, *descendants(root, table)) if pid in table}
+    names = Counter(table[pid].comm for pid in pids)
+    titles = {str(pid): _command_line(pid) for pid in sorted(pids) if names[table[pid].comm] > 1}
+    return {pid: title for pid, title in titles.items() if title}
+
+
+def _command_line(pid: int) -> str:
+    """/proc/PID/cmdline as words, cut to TITLE_CHARS; '' for a kernel thread, or one gone."""
+    try:
+        words = proc_text(f"/proc/{pid}/cmdline").split("\0")
+    except OSError:
+        return ""
+    return " ".join(word for word in words if word)[:TITLE_CHARS]

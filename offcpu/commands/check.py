@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from offcpu.capture import CaptureInfo, load
+from offcpu.capture import CaptureInfo, Target, load
 from offcpu.claims import DEADLOCK, STUCK
 from offcpu.commands.record import (
     Settings,
@@ -25,11 +25,18 @@ from offcpu.commands.record import (
     target_options,
     targets_given,
 )
-from offcpu.commands.report.common import checked_output, read_with_progress, same_file, warn_if_unread, write_report
-from offcpu.errors import OffcpuError
+from offcpu.commands.report.common import (
+    checked_output,
+    read_with_progress,
+    refuse_to_overwrite,
+    same_file,
+    warn_if_unread,
+)
+from offcpu.errors import Interrupted, OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import Model
 from offcpu.policy import Policy, load_policy
+from offcpu.recording.session import RecordRequest
 from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.verdict import (
     VerdictJson,
@@ -66,7 +73,9 @@ class _CheckCommand(click.Command):
 
 @click.command(cls=_CheckCommand)
 @click.option("--policy", "policy_path", type=click.Path(path_type=Path, dir_okay=False),
-              help="TOML policy [default: the built-in one, see README.md].")
+              help="TOML policy: the findings that fail, limits, the baseline's tolerances, your own [[lock]] "
+                   "entries [default: fail on any finding above info but runqueue and idle]. Its keys and "
+                   "their defaults: docs/check.md in offcpu's repository.")
 @click.option("--baseline", type=click.Path(path_type=Path),
               help="A known-good capture directory, or its 'offcpu report json' output, to compare with.")
 @target_options
@@ -104,12 +113,6 @@ def check(policy_path: Path | None, baseline: Path | None, settings: Settings, o
     not check.
     """
     policy = load_policy(policy_path)
-    for option, path in (("--junit", junit), ("--json", json_path)):
-        if path is not None:
-            checked_output(path, force, option)
-    if junit is not None and json_path is not None and same_file(junit, json_path):
-        raise OffcpuError(f"--junit {junit} and --json {json_path} are the same file, and the JSON verdict would "
-                          "overwrite the JUnit one; give each its own file")
     capture_args, command = _split_arguments(arguments)
     choice = Choice(command=command, **chosen)
     if capture_args and (targets_given(choice) or output is not None):
@@ -118,19 +121,31 @@ def check(policy_path: Path | None, baseline: Path | None, settings: Settings, o
     if capture_args and recording_given:
         raise click.UsageError(f"{', '.join(recording_given)} say how to record, and a CAPTURE is checked as it was "
                                "recorded: give a target (--pid, ..., -- COMMAND) to record, or leave them out")
-    if capture_args:
-        _check_capture(Path(capture_args[0]))
-    base = _baseline(baseline, policy) if baseline is not None else None
-    capture = Path(capture_args[0]) if capture_args else _record(choice, settings, output, force)
+    request = None if capture_args else _recording(choice, settings, output)
+    capture = request.output if request is not None else Path(capture_args[0])
+    reading = (capture, baseline) if baseline is not None else (capture,)
+    if request is not None:
+        refuse_to_overwrite(capture, reading[1:], "-o")
+    junit_file, json_file = (checked_output(path, force, reading, option) if path is not None else None
+                             for option, path in (("--junit", junit), ("--json", json_path)))
+    if junit is not None and json_path is not None and same_file(junit, json_path):
+        raise OffcpuError(f"--junit {junit} and --json {json_path} are the same file, and the JSON verdict would "
+                          "overwrite the JUnit one; give each its own file")
+    if request is None:
+        _check_capture(capture)
+    base, base_target = _baseline(baseline, policy) if baseline is not None else (None, None)
+    if request is not None:
+        _record(request, force)
     run = _measure(capture, policy)
     verdict = evaluate(policy, run, base)
     width, color = stdout_layout()
     baseline_label = str(baseline) if baseline else None
-    write_stdout(VerdictTable(str(capture), baseline_label, width, color).render(verdict))
-    if junit is not None:
-        write_report(junit, VerdictJunit().render(verdict), "--junit")
-    if json_path is not None:
-        write_report(json_path, VerdictJson(str(capture), baseline_label).render(verdict), "--json")
+    note = _other_target(load(capture).target, base_target) if base_target else None
+    write_stdout(VerdictTable(str(capture), baseline_label, width, color, [note] if note else []).render(verdict))
+    if junit_file is not None:
+        junit_file.write(VerdictJunit().render(verdict))
+    if json_file is not None:
+        json_file.write(VerdictJson(str(capture), baseline_label).render(verdict))
     _github_outputs(verdict, str(capture))
     if not capture_args:
         where = printable(shlex.quote(str(capture)))
@@ -150,22 +165,25 @@ def _split_arguments(arguments: tuple[str, ...]) -> tuple[tuple[str, ...], tuple
     return captures, command
 
 
-def _record(choice: Choice, settings: Settings, output: Path | None, force: bool) -> Path:
-    """Record the target; a run that did not finish by itself is not checked."""
+def _recording(choice: Choice, settings: Settings, output: Path | None) -> RecordRequest:
+    """What to record, checked before any work: the target, the bounds, where the capture goes."""
     if not targets_given(choice) and not choice.command:
         raise click.UsageError("nothing to check: give a CAPTURE, a target to record (--pid, --tree, --comm, --exe, "
                                "--tid, --cgroup, --unit, -a), or -- COMMAND")
     target = resolve_target(choice)
-    output = output or default_output(target)
-    info = record_into(settings.request(target, output), force, suggest_report=False)
-    _refuse_unfinished(info, output)
-    return output
+    return settings.request(target, output or default_output(target))
+
+
+def _record(request: RecordRequest, force: bool) -> None:
+    """Record the target; a run that did not finish by itself is not checked."""
+    info = record_into(request, force, suggest_report=False)
+    _refuse_unfinished(info, request.output)
 
 
 def _refuse_unfinished(info: CaptureInfo, capture: Path) -> None:
     if info.ended_by in INTERRUPTED:
-        raise OffcpuError(f"the recording was interrupted ({info.ended_by}), so the run is not checked; "
-                          f"the capture is kept: 'offcpu check {capture}' checks it as it is")
+        raise Interrupted(f"the recording was ended by {info.ended_by}, so the run is not checked; the capture is "
+                          f"kept: 'offcpu check {capture}' checks it as it is")
     if info.command_exit_status:
         raise OffcpuError(f"the command exited with status {info.command_exit_status}, so the run is not checked; "
                           f"fix the command (its capture is kept in {capture})")
@@ -205,13 +223,15 @@ def _readable_model(capture: Path) -> Model:
     return model
 
 
-def _baseline(path: Path, policy: Policy) -> Measurements:
-    """A capture directory (its model, read with the policy's lock table), or a JSON report of one."""
+def _baseline(path: Path, policy: Policy) -> tuple[Measurements, Target | None]:
+    """A capture directory (its model, read with the policy's lock table), or a JSON report of
+    one; and the target it recorded, when it says."""
     if path.is_dir():
         _check_capture(path)
-        return measure(_readable_model(path), policy.locks)
+        return measure(_readable_model(path), policy.locks), load(path).target
     try:
-        return measurements_from_report(json.loads(path.read_text()))
+        report = json.loads(path.read_text())
+        return measurements_from_report(report), _reported_target(report)
     except OSError as error:
         raise OffcpuError(f"cannot read the baseline {path} ({error.strerror}); give a capture directory or "
                           "the output of 'offcpu report json CAPTURE'") from None
@@ -219,6 +239,23 @@ def _baseline(path: Path, policy: Policy) -> Measurements:
         why = f" ({error})" if type(error) is ValueError else ""
         raise OffcpuError(f"the baseline {path} is not an offcpu JSON report this offcpu can compare with{why}; "
                           "give the capture directory, or its 'offcpu report json CAPTURE -o FILE' output") from None
+
+
+def _reported_target(report: dict) -> Target | None:
+    """The target a JSON report's capture recorded; None when it does not say it as offcpu writes it."""
+    try:
+        return CaptureInfo.from_json(report["capture"]).target
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _other_target(run: Target, baseline: Target) -> str | None:
+    """What to say when the baseline recorded another kind of target than the run (every CPU
+    against one command, a cgroup against processes): its shares are of other threads."""
+    if run.kind == baseline.kind:
+        return None
+    return (f"the baseline recorded {baseline.describe()}, and this run {run.describe()}: each share is of the "
+            "threads its own recording covered, so they compare only as far as those are the same work")
 
 
 def _github_outputs(verdict: Verdict, capture: str) -> None:
@@ -234,7 +271,7 @@ def _could_not_check_on_github() -> Iterator[None]:
     try:
         yield
     except click.ClickException as error:
-        if error.exit_code == OffcpuError.exit_code:
+        if error.exit_code == OffcpuError.exit_code or isinstance(error, Interrupted):
             reason = error.format_message().removeprefix(COULD_NOT_CHECK_PREFIX)
             if os.environ.get("GITHUB_ACTIONS") == "true":
                 write_stdout(github_error(COULD_NOT_CHECK_PREFIX + reason))

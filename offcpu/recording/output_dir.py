@@ -13,9 +13,10 @@ from pathlib import Path
 
 from offcpu.capture import METADATA, PERF_DATA, RECORDING, is_capture, own_files
 from offcpu.errors import OffcpuError
-from offcpu.files import write_whole
+from offcpu.files import PARTIAL, PRIVATE, write_whole
 
 MIN_FREE_BYTES = 32 << 20
+REPLACED = f"replaced{PARTIAL}"  # the capture `--force` replaces, kept aside until the new one has its perf.data
 
 
 @contextmanager
@@ -24,30 +25,35 @@ def output_taken(directory: Path, force: bool) -> Iterator[None]:
     fails (exit 2) instead of both writing one perf.data, and marked (RECORDING) until the
     capture is whole, so that what an offcpu that was killed leaves is known for an
     unfinished recording. An existing capture or unfinished recording is replaced only
-    with --force, and then only offcpu's files are deleted; any other directory must be
-    empty. A directory made here and left empty is removed."""
+    with --force, and then only offcpu's files, once the new recording has left a perf.data:
+    until then they are kept aside (REPLACED), and put back when it fails. Any other
+    directory must be empty. A directory made here and left empty is removed."""
     created = _made(directory)
     with _locked(directory):
+        if not created:
+            _clear_for_capture(directory, force)
         marker = directory / RECORDING
+        replaced = directory / REPLACED
         try:
-            if not created:
-                _clear_for_capture(directory, force)
             _check_free_space(directory)
             try:
                 directory.chmod(0o700)  # its files are the owner's alone too: capture.json holds the command line
                 # private as the capture is (it names offcpu's pid), and never written through a link
                 write_whole(marker, f"offcpu (pid {os.getpid()}) records here; once it ends this file goes, unless "
-                                    "the recording was not finished\n", private=True)
+                                    "the recording was not finished\n", mode=PRIVATE)
             except OSError as error:
                 raise _not_writable(directory, error) from None
             yield
         except BaseException:
             if not (directory / PERF_DATA).exists():  # nothing of a recording is left: nothing to mark
                 marker.unlink(missing_ok=True)
+                _put_back(replaced, directory)
+            shutil.rmtree(replaced, ignore_errors=True)
             if created:
                 _remove_if_empty(directory)
             raise
         marker.unlink()
+        shutil.rmtree(replaced, ignore_errors=True)
 
 
 def _made(directory: Path) -> bool:
@@ -91,6 +97,13 @@ def _check_free_space(directory: Path) -> None:
         raise OffcpuError(f"only {free >> 20} MiB free where {directory} is; free space or record elsewhere with -o")
 
 
+def _put_back(replaced: Path, directory: Path) -> None:
+    """The capture that a recording which failed was to replace, back where it was."""
+    if replaced.is_dir():
+        for path in replaced.iterdir():
+            path.rename(directory / path.name)
+
+
 def _remove_if_empty(directory: Path) -> None:
     try:
         directory.rmdir()
@@ -99,14 +112,24 @@ def _remove_if_empty(directory: Path) -> None:
 
 
 def _clear_for_capture(directory: Path, force: bool) -> None:
-    if is_capture(directory) or (directory / RECORDING).exists():
+    """Make way for a new capture: with `force`, offcpu's files are moved aside into REPLACED
+    (when an offcpu killed while recording left one there, it holds the last whole capture,
+    and the unfinished recording is deleted)."""
+    replaced = directory / REPLACED
+    if is_capture(directory) or (directory / RECORDING).exists() or replaced.exists():
         if not force:
             what = ("a capture" if is_capture(directory) else
                     f"an unfinished recording (its offcpu was stopped before it wrote {METADATA})")
             raise OffcpuError(f"{directory} already holds {what}; pass --force to replace it or choose another "
                               "directory with -o")
+        if replaced.exists() and not is_capture(directory):
+            for path in own_files(directory):
+                path.unlink()
+            return
+        shutil.rmtree(replaced, ignore_errors=True)
+        replaced.mkdir(mode=0o700)
         for path in own_files(directory):
-            path.unlink()
+            path.rename(replaced / path.name)
     elif (directory / PERF_DATA).exists():
         raise OffcpuError(f"{directory} holds a {PERF_DATA} that offcpu did not record (no offcpu {METADATA}); "
                           "move it away or choose another directory with -o")

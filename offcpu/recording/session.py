@@ -86,6 +86,7 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
         # SIG_IGN (not only held) so that perf report and perf script inherit it.
         with signals_ignored():
             info.command_exit_status = _command_exit_status(perf_process, info)
+            info.process_titles |= targets.process_titles(info.target)  # as they end, those still there
             describe(perf, perf_data, info)
             _save_kernel_symbols(request.output)
             _save_vdso(request.output)
@@ -168,6 +169,7 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
     try:
         threads = targets.threads_now(info.target)
         info.threads_at_start, info.processes_at_start = threads.states, threads.processes
+        info.process_titles = targets.process_titles(info.target)
         if request.snapshot and info.target.kind != "all":
             switches_at_start = snapshot.switch_counts(map(int, threads.states))
         info.ended_by = wait_for_end(perf_process, request.duration_s, info, on_tick)

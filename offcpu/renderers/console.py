@@ -20,14 +20,18 @@ from offcpu.escaping import printable
 
 PLAIN_WIDTH = 100
 MIN_WIDTH = 40  # narrower than this, numbers would not fit beside the names and stacks: drawn this wide
+# Wider than any terminal; laying out a table costs time and memory in its width (COLUMNS=100000000
+# took 20 s and 5 GB to print 10 KB), and stacks this long are whole anyway.
+MAX_WIDTH = 1000
 UNLIMITED = sys.maxsize  # the width a cell takes when nothing constrains it
 
 
 def stdout_layout(to_file: bool = False) -> tuple[int, bool]:
-    """(width, colour) for text bound for stdout, or for a file with `to_file`. NO_COLOR is respected."""
+    """(width, colour) for text bound for stdout, or for a file with `to_file`: from MIN_WIDTH to
+    MAX_WIDTH wide. NO_COLOR is respected."""
     terminal = not to_file and sys.stdout.isatty()
     width = shutil.get_terminal_size((PLAIN_WIDTH, 24)).columns if terminal else _columns()
-    return max(width, MIN_WIDTH), terminal and "NO_COLOR" not in os.environ
+    return min(max(width, MIN_WIDTH), MAX_WIDTH), terminal and "NO_COLOR" not in os.environ
 
 
 def _columns() -> int:

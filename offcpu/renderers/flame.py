@@ -33,4 +33,4 @@ class FlameGraphSvg:
 
     def render(self, model: Model) -> str:
         return render_svg(self.renderer, stack_lines(model, self.view), title(model, self.view, self.inverted),
-                          self.inverted)
+                          self.inverted, subjects=[model.capture.target.describe()])

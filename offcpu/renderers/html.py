@@ -25,6 +25,7 @@ from offcpu.summaries import (
     observer,
     runqueue_percentiles,
     several_processes,
+    thread_names,
     totals,
     unreadable_note,
     untrusted,
@@ -222,8 +223,8 @@ class HtmlReport:
     def _threads(self, model: Model) -> str:
         threads = sorted(model.threads.values(), key=lambda t: -t.offcpu_us)[: self.top]
         headers = ["tid", "pid", "comm", "off-CPU ms", "blocked ms", "run-queue ms", "on-CPU ms"]
-        rows = [[str(t.tid), str(t.pid), t.comm, ms(t.offcpu_us), ms(t.blocked_us), ms(t.runqueue_us),
-                 ms(t.oncpu_us)] for t in threads]
+        rows = [[str(t.tid), str(t.pid), name, ms(t.offcpu_us), ms(t.blocked_us), ms(t.runqueue_us),
+                 ms(t.oncpu_us)] for t, name in zip(threads, thread_names(model, threads), strict=True)]
         if not several_processes(model):  # the pid column says which process a thread is of, when there are several
             del headers[1]
             for row in rows:

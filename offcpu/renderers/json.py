@@ -1,4 +1,4 @@
-"""The model as documented, versioned JSON ("schema": "offcpu/1"); see README.md."""
+"""The model as documented, versioned JSON ("schema": "offcpu/1"; docs/reports.md describes it)."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import asdict
 
 from rich import box
@@ -33,17 +34,19 @@ def headline(verdict: Verdict) -> str:
 class VerdictTable:
     """For the terminal: one row per check, failures first; plain when not a terminal."""
 
-    def __init__(self, capture: str, baseline: str | None, width: int, color: bool) -> None:
+    def __init__(self, capture: str, baseline: str | None, width: int, color: bool, notes: Sequence[str] = ()) -> None:
         self.capture = capture
         self.baseline = baseline
         self.width = width
         self.color = color
+        self.notes = notes  # what to know before reading the comparisons
 
     def render(self, verdict: Verdict) -> str:
         header = [Text(printable(f"Checked {self.capture} ({_described(verdict.run)}) against the policy from "
                                  f"{verdict.policy.source}"))]
         if verdict.baseline is not None:
             header.append(Text(printable(f"Baseline {self.baseline} ({_described(verdict.baseline)})")))
+        header += [Text(printable(f"Note: {note}")) for note in self.notes]
         tables = [self._table(title, checks) for title, checks in
                   (("Policy", verdict.checks), ("Against the baseline", verdict.comparisons)) if checks]
         status = ("bold green" if verdict.passed else "bold red") if self.color else ""

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -131,6 +132,23 @@ def test_a_run_against_itself_is_no_regression(example_capture, tmp_path, regres
     status, verdict = verdict_of(tmp_path, "--policy", str(regression_only), "--baseline", capture, capture)
     assert status == 0 and verdict["comparisons"] and all(item["passed"] for item in verdict["comparisons"])
     assert all(item["detail"] == "unchanged" for item in verdict["comparisons"])
+
+
+def test_a_baseline_of_another_kind_of_target_is_said(example_capture, tmp_path):
+    # Given a baseline recorded on every CPU, as a capture and as its JSON report, and a run of one command
+    baseline = tmp_path / "base"
+    assert run_offcpu("record", "-a", "-d", "0.5", "-o", str(baseline)).returncode == 0
+    report = tmp_path / "base.json"
+    assert run_offcpu("report", "json", str(baseline), "-o", str(report)).returncode == 0
+    run = example_capture("idle_pool")
+    for given in (baseline, report):
+        result = check(str(run), "--baseline", str(given))
+        # Then the verdict says they recorded different threads before comparing them
+        assert result.returncode in (0, 1), result.stderr
+        assert "Note: the baseline recorded all CPUs, and this run command " in result.stdout, result.stdout
+    # and says nothing of the kind when both recorded a command
+    same = check(str(run), "--baseline", str(example_capture("futex_contention_fixed")))
+    assert same.returncode in (0, 1) and "Note: the baseline" not in same.stdout
 
 
 def test_policy_limits_pass_and_fail_on_the_measured_values(example_capture, tmp_path):
@@ -280,6 +298,30 @@ def test_check_and_record_take_one_set_of_recording_options():
     assert recording(check_command)[:-1] == recording(record_command)[:-1]  # but --output's words
     assert {opts[0] for opts, _, _ in recording(check_command)} >= {"--call-graph", "--mmap-pages", "--max-size",
                                                                     "--duration", "--no-limit", "--output"}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_check_interrupted_while_recording_is_interrupted(tmp_path, sig):
+    # Given a check recording a command
+    capture = tmp_path / "run"
+    summary = tmp_path / "summary.md"
+    process = subprocess.Popen([str(OFFCPU), "check", "-o", str(capture), "-d", "60", "--", str(example("idle_pool")),
+                                "-s", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**NO_GITHUB, "GITHUB_STEP_SUMMARY": str(summary)})
+    for _ in range(3000):
+        if (capture / "perf.data").exists():
+            break
+        time.sleep(0.01)
+    time.sleep(1)  # perf's events are on
+    # When it is interrupted (Ctrl-C, or a CI job's timeout)
+    process.send_signal(sig)
+    stdout, stderr = process.communicate(timeout=60)
+    # Then it ends as an interrupted offcpu does, 130, saying the run is not checked and where its capture is
+    assert process.returncode == 130 and "PASS" not in stdout, stdout + stderr
+    assert stderr.splitlines()[-1] == (f"offcpu: interrupted: the recording was ended by {signal.Signals(sig).name}, "
+                                       f"so the run is not checked; the capture is kept: 'offcpu check {capture}' "
+                                       "checks it as it is")
+    assert (capture / "capture.json").exists() and "could not check" in summary.read_text()
 
 
 def test_check_records_a_pid(workload, tmp_path):

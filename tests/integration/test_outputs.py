@@ -5,8 +5,10 @@ or has lost its reader."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -15,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
+from offcpu.renderers.console import MAX_WIDTH
+from tests.conftest import OFFCPU, assert_one_line_error, example, run_offcpu
 
 NULL_DEVICE = os.makedev(1, 3)  # what /dev/null is
 UNUSED_BLOCK_DEVICE = os.makedev(240, 0)  # major 240: "local/experimental use", no driver behind it
@@ -176,3 +179,117 @@ def test_a_stderr_reader_that_went_away_ends_offcpu_quietly(example_capture, tmp
     # Then the report is written, and saying so fails quietly: 141, as for stdout, not 1 ("found a problem")
     assert process.wait(timeout=120) == 128 + signal.SIGPIPE
     assert json.loads(target.read_text())["schema"] == "offcpu/1"
+
+
+def test_a_reader_that_goes_away_midway_ends_offcpu_as_sigpipe_would(mmap_capture):
+    # Given a report longer than its pipe holds, read by one that stops after the first line ('| head -1')
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # the smallest pipe: the report does not fit in it
+    process = subprocess.Popen([str(OFFCPU), "report", "text", "--top", "100000", "--by-thread", str(mmap_capture)],
+                               stdout=write_end, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    os.close(write_end)
+    with open(read_end) as reader:
+        first = reader.readline()
+    stderr = process.communicate(timeout=120)[1]
+    # Then offcpu does not take the part the pipe took for the whole: it ends as a shell shows SIGPIPE's end
+    assert first.startswith("Off-CPU time of mmap_contention")
+    assert process.returncode == 128 + signal.SIGPIPE and stderr == "", (process.returncode, stderr)
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "cp1252"])
+def test_a_stdout_in_another_encoding_gets_the_report(mmap_capture, encoding):
+    # Given a stdout set up in an encoding without some of what a report prints (latin-1 has no "…")
+    for args in (["report", "text", str(mmap_capture)], ["report", "diff", "--text", str(mmap_capture),
+                                                         str(mmap_capture)]):
+        result = subprocess.run([str(OFFCPU), *args], capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONIOENCODING": encoding})
+        # Then the report is printed in it, what it cannot hold as '?', and no traceback
+        assert result.returncode == 0 and result.stderr == b"", result.stderr.decode()
+        text = result.stdout.decode(encoding)
+        assert text.startswith(("Off-CPU time of mmap_contention", "The 0 stacks", "No stack grew")), text[:200]
+
+
+def test_a_huge_columns_is_bounded(mmap_capture):
+    # Given COLUMNS far wider than any terminal (100000000 took 20 s and 5 GB)
+    for args in (["report", "text", str(mmap_capture)], ["report", "diff", "--text", str(mmap_capture),
+                                                         str(mmap_capture)], ["check", str(mmap_capture)]):
+        result = run_offcpu(*args, env={**os.environ, "COLUMNS": "100000000"})
+        # Then the report is made as MAX_WIDTH columns at most
+        assert result.returncode in (0, 1), result.stderr
+        assert max(len(line) for line in result.stdout.splitlines()) <= MAX_WIDTH
+
+
+def file_digests(directory: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(directory.iterdir()) if path.is_file()}
+
+
+def test_no_output_is_a_file_of_a_capture_being_read(example_capture, tmp_path):
+    # Given two captures, each with its saved model
+    first, second = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(example_capture("futex_contention"), first)
+    shutil.copytree(example_capture("futex_contention_fixed"), second)
+    for capture in (first, second):
+        assert run_offcpu("report", "json", str(capture)).returncode == 0
+    before = {capture: file_digests(capture) for capture in (first, second)}
+    link = tmp_path / "looks-harmless.json"
+    link.symlink_to(first / "model.json")
+    # When a report or a verdict is to be written over one of their files, --force or not
+    for args, option in ((["report", "text", str(first), "-o", str(first / "perf.data")], "-o"),
+                         (["report", "svg", str(first), "-o", str(first / "capture.json")], "-o"),
+                         (["report", "json", str(first), "-o", str(link)], "-o"),
+                         (["report", "html", str(first), "-o", str(first / "kallsyms")], "-o"),
+                         (["check", str(first), "--json", str(first / "capture.json")], "--json"),
+                         (["check", str(first), "--junit", str(first / "model.json")], "--junit"),
+                         (["report", "diff", str(first), str(second), "-o", str(first / "perf.data")], "-o")):
+        result = run_offcpu(*args, "--force")
+        # Then it is refused before any work, and the captures are as they were
+        assert_one_line_error(result, "is a file of the capture", "which this command reads", option)
+    assert {capture: file_digests(capture) for capture in (first, second)} == before
+
+
+def test_a_folded_input_is_not_overwritten_by_the_diff(example_capture, tmp_path):
+    folded = tmp_path / "before.folded"
+    folded.write_text(run_offcpu("report", "folded", str(example_capture("futex_contention"))).stdout)
+    result = run_offcpu("report", "diff", str(folded), str(example_capture("futex_contention_fixed")), "-o",
+                        str(folded), "--force")
+    assert_one_line_error(result, str(folded), "which this command reads", "-o")
+    assert folded.read_text().endswith("\n") and " " in folded.read_text().splitlines()[0]
+
+
+def test_check_does_not_record_over_its_baseline(example_capture, tmp_path):
+    # Given a baseline capture
+    baseline = tmp_path / "base"
+    shutil.copytree(example_capture("idle_pool"), baseline)
+    before = file_digests(baseline)
+    # When a check is to record into it, with --force
+    result = run_offcpu("check", "-o", str(baseline), "--force", "--baseline", str(baseline), "--",
+                        str(example("idle_pool")), "-s", "0.5")
+    # Then it is refused before recording, and the baseline is as it was
+    assert_one_line_error(result, str(baseline), "which this command reads", "-o")
+    assert file_digests(baseline) == before
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_reports_are_as_private_as_their_capture(example_capture, tmp_path):
+    # Given a capture as recorded (its files its owner's alone), and a copy its owner made readable by all
+    private = tmp_path / "private"
+    shared = tmp_path / "shared"
+    for capture in (private, shared):
+        shutil.copytree(example_capture("futex_contention"), capture)
+    for path in shared.iterdir():
+        path.chmod(0o644)
+    assert mode(private / "capture.json") == 0o600
+    for capture, expected in ((private, 0o600), (shared, 0o644)):
+        # When reports and verdicts are written beside it, or anywhere with -o
+        written = [capture.with_name(capture.name + ".svg"), capture.with_name(capture.name + ".html"),
+                   tmp_path / f"{capture.name}.txt", tmp_path / f"{capture.name}.xml",
+                   tmp_path / f"{capture.name}.verdict.json"]
+        for args in (["report", "svg", str(capture)], ["report", "html", str(capture)],
+                     ["report", "text", str(capture), "-o", str(written[2])],
+                     ["check", str(capture), "--junit", str(written[3]), "--json", str(written[4])]):
+            assert run_offcpu(*args).returncode in (0, 1)
+        # Then they are as readable as the capture, no more
+        assert {path.name: mode(path) for path in written} == {path.name: expected for path in written}

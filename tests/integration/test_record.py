@@ -197,8 +197,10 @@ def wait_for_perf(capture: Path, settle_s: float = 1.0) -> list[int]:
     raise AssertionError("perf never started")
 
 
-@pytest.mark.parametrize("sig, name", [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")])
+@pytest.mark.parametrize("sig, name", [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM"),
+                                       (signal.SIGHUP, "SIGHUP")])
 def test_interrupted_recording_leaves_a_complete_capture_and_no_perf(workload, tmp_path, sig, name):
+    """Ending a recording early is what Ctrl-C is for: a complete capture, exit 0, and the summary says so."""
     program = workload("futex_contention", "-t", "4", "-s", "60", threads=5)
     capture = tmp_path / "cap"
     recording = subprocess.Popen([str(OFFCPU), "record", "--pid", str(program.pid), "-d", "60", "-o", str(capture)],
@@ -206,7 +208,7 @@ def test_interrupted_recording_leaves_a_complete_capture_and_no_perf(workload, t
     wait_for_perf(capture)
     recording.send_signal(sig)
     stderr = recording.communicate(timeout=60)[1]
-    assert recording.returncode == 0, stderr
+    assert recording.returncode == 0 and f", ended by {name}:" in stderr, stderr
     info = load(capture)
     assert info["ended_by"] == name and info["duration_actual_s"] < 30
     assert sum(event_counts(capture / "perf.data").values()) == info["samples"] > 0
@@ -234,6 +236,46 @@ def test_existing_capture_is_kept_without_force(workload, tmp_path):
     assert load(capture) == first
     replaced = run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(capture), "--force")
     assert replaced.returncode == 0 and load(capture)["window_start_ns"] > first["window_start_ns"]
+
+
+def test_a_forced_recording_that_fails_keeps_the_capture_it_was_to_replace(example_capture, tmp_path):
+    # Given a capture, with its saved model and the user's own file
+    capture = tmp_path / "cap"
+    subprocess.run(["cp", "-a", str(example_capture("idle_pool")), str(capture)], check=True)
+    assert run_offcpu("report", "json", str(capture)).returncode == 0
+    (capture / "notes.txt").write_text("mine")
+    before = {path.name: path.read_bytes() for path in capture.iterdir()}
+    # When a recording with --force into it fails once started (perf cannot run the command's interpreter)
+    script = tmp_path / "script"
+    script.write_text("#!/nonexistent/interpreter\n")
+    script.chmod(0o755)
+    result = run_offcpu("record", "--force", "-o", str(capture), "-d", "1", "--", str(script))
+    # Then the capture is as it was, with nothing of the failed recording beside it
+    assert_one_line_error(result, "perf record failed", "No such file")
+    assert {path.name: path.read_bytes() for path in capture.iterdir()} == before
+
+
+def test_a_forced_recording_killed_midway_leaves_the_last_capture_for_the_next(tmp_path):
+    # Given a capture, and a recording with --force into it killed outright
+    capture = tmp_path / "cap"
+    assert run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture)).returncode == 0
+    first = load(capture)
+    recording = subprocess.Popen([str(OFFCPU), "record", "--force", "-a", "-d", "60", "-o", str(capture)],
+                                 stderr=subprocess.DEVNULL)
+    perf_pids = wait_for_perf(capture)
+    recording.kill()
+    recording.wait()
+    for _ in range(300):  # perf finishes its file alone
+        if not any(Path(f"/proc/{pid}").exists() for pid in perf_pids):
+            break
+        time.sleep(0.1)
+    # Then it is an unfinished recording, which a failed --force leaves as it is ...
+    assert_one_line_error(run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture)), "unfinished recording")
+    # ... and which a --force that succeeds replaces, with what was kept aside
+    replaced = run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture), "--force")
+    assert replaced.returncode == 0, replaced.stderr
+    assert load(capture)["window_start_ns"] > first["window_start_ns"]
+    assert {path.name for path in capture.iterdir()} == {"capture.json", "kallsyms", "perf.data"}
 
 
 def test_a_capture_is_its_owner_s_alone(example_capture, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import assert_one_line_error, example, run_offcpu
 
-TOTALS = re.compile(r"Off CPU in all stacks: ([\d,]+) µs in (\S+), ([\d,]+) µs in (\S+) \(")
+TOTALS = re.compile(r"Off CPU in all stacks: ([\d,.]+) ms in (\S+), ([\d,.]+) ms in (\S+) \(")
 SVG = "{http://www.w3.org/2000/svg}"
 RGB = re.compile(r"rgb\((\d+),(\d+),(\d+)\)")
 
@@ -45,9 +45,15 @@ def table_cells(stdout: str) -> list[list[str]]:
         if len(rules) == 3 else []
 
 
-def grown_rows(stdout: str) -> list[tuple[str, int, int, int]]:
-    """The plain table's rows: (stack, base µs, new µs, change µs)."""
-    return [(stack, int(base.replace(",", "")), int(new.replace(",", "")), int(change.replace(",", "")))
+def milliseconds(cell: str) -> float:
+    """A time as the tables print it: milliseconds, to a tenth, with thousands separated."""
+    assert re.fullmatch(r"[+-]?[\d,]+\.\d", cell), cell
+    return float(cell.replace(",", ""))
+
+
+def grown_rows(stdout: str) -> list[tuple[str, float, float, float]]:
+    """The plain table's rows: (stack, base ms, new ms, change ms)."""
+    return [(stack, milliseconds(base), milliseconds(new), milliseconds(change))
             for stack, base, new, change in table_cells(stdout)]
 
 
@@ -94,7 +100,7 @@ def test_the_fix_against_the_problem_draws_a_differential_graph(captures, tmp_pa
     assert rows and len(rows) <= 10
     assert any("rwsem_down_write_slowpath" in stack for stack, *_ in rows[:3]), result.stdout
     assert [change for *_, change in rows] == sorted((change for *_, change in rows), reverse=True)
-    assert all(new - base == change > 0 for _, base, new, change in rows)
+    assert all(change > 0 and abs(new - base - change) <= 0.1 for _, base, new, change in rows)  # each to 0.1 ms
     # Among the waits (state D), the writers' and the page faults' waits for mmap_lock lead
     waits = grown_rows(report_diff("--text", "--state", "D", str(fixed), str(patho)).stdout)
     assert "rwsem_down_write_slowpath" in waits[0][0] or "rwsem_down_read_slowpath" in waits[0][0]
@@ -148,9 +154,9 @@ def test_view_options_apply_to_both_captures(captures):
     def d_time(capture: Path) -> int:
         return sum(row[4] for row in json.loads((capture / "model.json").read_text())["rows"] if row[2] == "D")
 
-    assert int(base.replace(",", "")) == d_time(fixed)
+    assert abs(milliseconds(base) - d_time(fixed) / 1000) <= 0.05
     scale = window_us(fixed) / window_us(patho)
-    assert abs(int(new.replace(",", "")) - d_time(patho) * scale) <= 100  # rounded per stack
+    assert abs(milliseconds(new) - d_time(patho) * scale / 1000) <= 0.1  # rounded per stack
 
 
 def test_a_folded_file_as_base(captures, tmp_path):

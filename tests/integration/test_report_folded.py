@@ -103,7 +103,11 @@ def test_time_slice_of_the_recording(mmap_capture):
     part = folded(run_offcpu("report", "folded", str(mmap_capture), "--time", "0.5,1.0"))
     # 16 workers and the main thread can wait at most 17 x 0.5 s in half a second
     assert 0 < sum(part.values()) <= 17 * 500_000
-    assert_one_line_error(run_offcpu("report", "folded", str(mmap_capture), "--time", "100,200"), "outside")
+    for outside in ("100,200", "-5,-1", "-5,0"):
+        assert_one_line_error(run_offcpu("report", "folded", str(mmap_capture), "--time", outside), "outside")
+    # a part that overlaps the recording from before its start is the part of it that it covers
+    assert folded(run_offcpu("report", "folded", str(mmap_capture), "--time", "-5,1")) == \
+        folded(run_offcpu("report", "folded", str(mmap_capture), "--time", "0,1"))
     assert_one_line_error(run_offcpu("report", "folded", str(mmap_capture), "--time", "soon"), "START,END")
     # less than a millisecond is too little to read (perf script cannot cut it into a slice per CPU)
     for tiny in ("0.5,0.500000001", "0.5,0.5009", "0,0.0001"):

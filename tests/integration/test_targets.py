@@ -46,6 +46,8 @@ def test_a_server_is_recorded_by_its_master_s_tree(tmp_path):
     with started("nginx") as running:
         master, workers = running.pid, running.service_pids[1:]
         threads = threads_of(running.service_pids)
+        titles = {str(pid): Path(f"/proc/{pid}/cmdline").read_bytes().strip(b"\0").decode()
+                  for pid in running.service_pids}
         # When its master's tree is recorded
         result = run_offcpu("record", "--tree", str(master), "-d", RECORD_S, "-o", str(tmp_path / "cap"))
         assert result.returncode == 0, result.stderr
@@ -65,6 +67,13 @@ def test_a_server_is_recorded_by_its_master_s_tree(tmp_path):
     assert "nginx: nginx" in html and not re.search(r"nginx \(\d+\)", html)
     text = run_offcpu("report", "text", str(tmp_path / "cap"), env={**os.environ, "COLUMNS": "120"}).stdout
     assert re.search(r"\|\s+tid \|\s+pid \| comm", text), text
+    # where all of them are 'nginx', by their process titles ('nginx: worker process'), kept in capture.json
+    assert info["process_titles"] == titles and "nginx: worker process" in titles.values(), titles
+    rows = text.split("\nThreads\n")[1].split("\n\n")[0].splitlines()
+    cells = [row.split("|") for row in rows]
+    names = {row[3].strip() for row in cells if row[1:2] and row[1].strip().isdigit()}  # | tid | pid | comm |
+    assert "nginx: worker process" in names and "nginx" not in names, rows
+    assert "nginx: worker process" in html
 
 
 def test_a_server_moved_into_a_cgroup_is_recorded_by_it(tmp_path):

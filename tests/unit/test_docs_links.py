@@ -70,3 +70,31 @@ def test_messages_lead_to_troubleshooting_headings_that_exist():
     source = "\n".join(path.read_text() for path in (ROOT / "offcpu").rglob("*.py"))
     used = set(re.findall(r'more_in\("([^"]+)"\)', source)) | set(re.findall(r'_ANCHOR = "([^"]+)"', source))
     assert len(used) >= 6 and used <= anchors(ROOT / "docs" / "troubleshooting.md"), used
+
+
+def every_help() -> dict[str, str]:
+    """The --help text of every command and subcommand, by its command line."""
+    import click
+
+    from offcpu.app import cli
+
+    helps: dict[str, str] = {}
+
+    def visit(command: click.Command, parent: click.Context | None, path: str) -> None:
+        context = click.Context(command, info_name=path.rpartition(" ")[2], parent=parent)
+        helps[path] = command.get_help(context)
+        for name, sub in getattr(command, "commands", {}).items():
+            visit(sub, context, f"{path} {name}")
+
+    visit(cli, None, "offcpu")
+    return helps
+
+
+def test_help_names_the_docs_page_not_the_readme():
+    # An installed offcpu has no README: --help says what it must, and names the page of docs/ for the rest
+    helps = every_help()
+    assert len(helps) >= 10
+    assert not [path for path, text in helps.items() if "README" in text]
+    named = {page for text in helps.values() for page in re.findall(r"docs/[\w-]+\.md", text)}
+    assert named >= {"docs/check.md", "docs/locks.md", "docs/reports.md"}
+    assert all((ROOT / page).is_file() for page in named), named

@@ -11,7 +11,14 @@ from xml.etree import ElementTree
 import pytest
 
 from offcpu.errors import OffcpuError
-from offcpu.flamegraph import DEBIAN_NYTPROF_COPY, find_renderer, render_svg, require_renderer
+from offcpu.flamegraph import (
+    DEBIAN_NYTPROF_COPY,
+    TITLE_CHARS,
+    find_renderer,
+    fitted_title,
+    render_svg,
+    require_renderer,
+)
 from offcpu.stackview import StackView, folded
 from tests.unit.test_engine import model_of
 
@@ -103,3 +110,26 @@ def test_names_cut_to_fit_their_frames_are_cut_between_characters(prefix):
               if (text.text or "").startswith(shown[:2])]
     assert labels and all(label.endswith("..") and shown.startswith(label[:-2]) for label in labels), labels
     assert "\ufffd" not in svg
+
+
+def test_a_long_title_is_fitted_to_the_image_by_its_subject_first():
+    # Given a graph of a command with a long command line (the renderers cut a title at both ends past the image)
+    command = ("command ./pgbench -c 16 -j 4 -T 60 -M prepared --progress 5 --log --aggregate-interval 1 bench "
+               "(pid 4242)")
+    title = f"Off-CPU time of {command}: 12.34 s off CPU in 2.0 s, fp stacks; state D"
+    fitted = fitted_title(title, [command])
+    # Then it fits, the command cut in its middle (its program and its end kept), and what the graph shows stays whole
+    assert len(fitted) == TITLE_CHARS and len(title) > TITLE_CHARS
+    assert fitted.startswith("Off-CPU time of command ./pgben…") and fitted.count("…") == 1
+    assert fitted.endswith("bench (pid 4242): 12.34 s off CPU in 2.0 s, fp stacks; state D")
+    # while a title that fits is left alone
+    assert fitted_title("Off-CPU time of a (pid 1): 1.00 s off CPU in 1.0 s, fp stacks", ["a (pid 1)"]) == \
+        "Off-CPU time of a (pid 1): 1.00 s off CPU in 1.0 s, fp stacks"
+
+
+def test_both_sides_of_a_diff_are_cut_alike_and_the_rest_at_its_end():
+    new, base = "/srv/captures/2024-06-01/run-after-the-fix", "/srv/captures/2024-05-31/run-before-the-fix"
+    title = f"Off-CPU time of {new} against {base}: red grew, blue shrank; NEW scaled by 0.9987 from its window"
+    fitted = fitted_title(title, [new, base])
+    assert len(fitted) <= TITLE_CHARS and " against " in fitted
+    assert fitted.count("…") >= 2 and "fix against /srv/" in fitted and fitted.startswith("Off-CPU time of /srv/")

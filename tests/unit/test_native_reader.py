@@ -166,3 +166,20 @@ def test_kallsyms_hidden_by_kptr_restrict_names_nothing(tmp_path: Path, monkeypa
     assert table is not None
     found = table.find(0xffffffff81000104)
     assert found is not None and found.name == "schedule"
+
+
+@pytest.mark.parametrize("first_line", [b"ffffffff81000000 T _text", b"# build-id 4a5", b"# build-id zz", b"\xff\xfe"])
+def test_a_saved_kallsyms_without_its_build_id_line_is_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 first_line: bytes) -> None:
+    # Given a saved kallsyms whose first line is not '# build-id HEX', and a running kernel other than the recorded
+    data = open_perf_data(FIXTURES / "native_futex_pid" / "perf.data")
+    recorded = next(entry.build_id for entry in data.build_ids() if entry.kernel)
+    monkeypatch.setattr(symbols, "running_kernel_build_id", lambda: b"another kernel")
+    saved = tmp_path / "kallsyms"
+    saved.write_bytes(first_line + b"\nffffffff81000000 T _text\nffffffff81000100 T schedule\n")
+    # Then it is not used (nothing says which kernel it is of), and nothing else can be
+    assert symbols.kernel_symbols_for(data, saved) is None
+    # While with the line offcpu writes, naming the recorded kernel, it is
+    saved.write_bytes(b"# build-id " + recorded.hex().encode() + b"\nffffffff81000000 T _text\n")
+    table = symbols.kernel_symbols_for(data, saved)
+    assert table is not None and table.find(0xffffffff81000004) is not None

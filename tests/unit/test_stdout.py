@@ -30,3 +30,13 @@ def test_a_latin1_stdout_is_kept(monkeypatch):
     # When text it can hold is printed, it is in the locale's encoding
     write_stdout("café\n")
     assert written.getvalue() == "café\n".encode("latin-1")
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "cp1252"])
+def test_what_the_locale_cannot_hold_is_a_question_mark(monkeypatch, encoding):
+    # Given a stdout set up as Latin-1 or cp1252 (PYTHONIOENCODING), which has no '→' or '工'
+    written = io.BytesIO()
+    monkeypatch.setattr("sys.stdout", io.TextIOWrapper(written, encoding=encoding))
+    # When a report with them is printed, it is printed whole, '?' for each
+    write_stdout("5 µs → 工\n")
+    assert written.getvalue() == "5 µs ? ?\n".encode(encoding)

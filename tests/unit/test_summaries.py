@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from dataclasses import replace
+
 import pytest
 
-from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, totals, waker_pairs
+from offcpu.renderers.text import TextReport
+from offcpu.stackview import StackView
+from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, thread_names, totals, waker_pairs
 from tests.unit.test_engine import model_of
 
 
@@ -42,3 +47,24 @@ def test_thread_churn_lifecycle_rate():
     window_s = (model.window_end_ns - model.window_start_ns) / 1e9
     assert life.created > 20 and life.created_per_s == pytest.approx(life.created / window_s)
     assert life.median_life_us is not None and 0 < life.median_life_us < window_s * 1e6
+
+
+def test_namesakes_of_several_processes_go_by_their_process_titles():
+    # Given a capture of nginx's master and workers (and of its load generator), several processes of one name
+    model = model_of("nginx")
+    pids = defaultdict(set)
+    for thread in model.threads.values():
+        pids[thread.comm].add(thread.pid)
+    shared = next(comm for comm, processes in pids.items() if len(processes) > 1)
+    alone = next(comm for comm, processes in pids.items() if len(processes) == 1)
+    titled = {thread.pid for thread in model.threads.values() if thread.comm in (shared, alone)}
+    # and the titles the recording kept of their processes
+    model.capture = replace(model.capture, process_titles={str(pid): f"{shared}: process {pid}" for pid in titled})
+    threads = list(model.threads.values())
+    # Then threads of the shared name go by their process's title, and the others by their own name
+    expected = [f"{shared}: process {thread.pid}" if thread.comm == shared else thread.comm for thread in threads]
+    assert thread_names(model, threads) == expected
+    # and a report's threads table says so
+    text = TextReport(StackView(), top=len(threads), width=200, color=False).render(model)
+    table = text.split("\nThreads\n")[1].split("\n\n")[0]
+    assert all(f"{shared}: process {thread.pid}" in table for thread in threads if thread.comm == shared)

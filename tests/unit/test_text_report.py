@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from offcpu.model import Model
+from offcpu.renderers.console import MAX_WIDTH, MIN_WIDTH, stdout_layout
 from offcpu.renderers.text import TextReport
 from offcpu.stackview import StackView, drawn, listed
 from offcpu.summaries import by_state, waker_pairs
@@ -111,3 +112,10 @@ def test_threads_say_their_process_when_there_are_several(name, several):
         for row in table[4:-1]:
             tid, pid = (int(cell) for cell in row.split("|")[1:3])
             assert model.threads[tid].pid == pid
+
+
+@pytest.mark.parametrize("columns, width", [("100000000", MAX_WIDTH), ("1", MIN_WIDTH), ("132", 132), ("", 100)])
+def test_the_width_is_bounded(monkeypatch, columns, width):
+    # Given COLUMNS of any size (100000000 took 20 s and 5 GB to print 10 KB), for a pipe
+    monkeypatch.setenv("COLUMNS", columns)
+    assert stdout_layout(to_file=True) == (width, False)

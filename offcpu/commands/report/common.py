@@ -6,12 +6,14 @@ import math
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 
+from offcpu.capture import METADATA, is_file_of
 from offcpu.errors import OffcpuError
 from offcpu.files import write_whole
 from offcpu.findings import lock_table
@@ -21,7 +23,8 @@ from offcpu.stackview import StackView
 from offcpu.stdout import write_stdout
 from offcpu.summaries import unreadable_note
 
-capture_argument = click.argument("capture", type=click.Path(path_type=Path))
+# Not click's readable check: loading the capture says what cannot be read, and how to read it.
+capture_argument = click.argument("capture", type=click.Path(path_type=Path, readable=False))
 # The states perf prints as prev_state ('?': waiting since before the recording, state unknown).
 TASK_STATES = ("R", "S", "D", "T", "t", "X", "Z", "P", "I", "?")
 renderer_option = click.option(
@@ -39,19 +42,46 @@ def output_options(default: str) -> Callable[[Callable[..., Any]], Callable[...,
     return decorate
 
 
-def output_path(capture: Path, output: Path | None, suffix: str, force: bool) -> Path:
-    """Where a report file goes: -o, or CAPTURE.suffix beside the capture directory
-    (resolved first: '.' and '..' have no name to add the suffix to)."""
+@dataclass(frozen=True)
+class ReportFile:
+    """A file a report or a verdict goes to, checked before any work (see checked_output)."""
+
+    path: Path
+    option: str  # how it was given: -o, --json, --junit
+    reading: tuple[Path, ...]  # what it is made from: captures, baselines, folded files
+
+    def write(self, content: str) -> None:
+        """Write whole or not at all, then say where. A regular file, or the one a symbolic
+        link leads to, is replaced in one rename, and is no more readable than what it was made
+        from (a capture is its owner's alone); a character device or a pipe is written to."""
+        try:
+            if _kind_of(self.path) in (stat.S_IFCHR, stat.S_IFIFO, stat.S_IFSOCK):
+                with open(self.path, "w") as stream:
+                    stream.write(content)
+            else:
+                write_whole(self.path.resolve(), content, mode=_permissions_of(self.reading))
+        except OSError as error:
+            raise OffcpuError(f"cannot write {self.path} ({error.strerror}); choose another place with "
+                              f"{self.option}") from None
+        click.echo(f"Wrote {self.path}", err=True)
+
+
+def output_path(capture: Path, output: Path | None, suffix: str, force: bool,
+                reading: tuple[Path, ...] = ()) -> ReportFile:
+    """Where a report file made from `capture` (and `reading`) goes: -o, or CAPTURE.suffix beside
+    the capture directory (resolved first: '.' and '..' have no name to add the suffix to)."""
     if output is None:
-        capture = capture.resolve()
-        output = capture.with_name(capture.name + suffix)
-    return checked_output(output, force)
+        resolved = capture.resolve()
+        output = resolved.with_name(resolved.name + suffix)
+    return checked_output(output, force, (capture, *reading))
 
 
-def checked_output(path: Path, force: bool, option: str = "-o") -> Path:
-    """Checked before any work: an existing file is replaced only with --force. A
-    character device or a pipe (/dev/null, /dev/stdout, a FIFO) holds nothing to
-    lose: it is written to, never replaced. `option` names where the path was given."""
+def checked_output(path: Path, force: bool, reading: tuple[Path, ...], option: str = "-o") -> ReportFile:
+    """Checked before any work: never one of the files it is made from (`reading`), and an
+    existing file is replaced only with --force. A character device or a pipe (/dev/null,
+    /dev/stdout, a FIFO) holds nothing to lose: it is written to, never replaced. `option`
+    names where the path was given."""
+    refuse_to_overwrite(path, reading, option)
     if path.is_dir():
         raise OffcpuError(f"{path} is a directory; give a file name with {option}")
     kind = _kind_of(path)
@@ -60,7 +90,19 @@ def checked_output(path: Path, force: bool, option: str = "-o") -> Path:
                           f"name with {option}")
     if kind == stat.S_IFREG and not force:
         raise OffcpuError(f"{path} exists; pass --force to replace it or choose another file with {option}")
-    return path
+    return ReportFile(path, option, reading)
+
+
+def refuse_to_overwrite(output: Path, reading: tuple[Path, ...], option: str) -> None:
+    """What a command writes is never what it reads, with or without --force: not a file or
+    directory it reads, nor a file of a capture it reads (C/perf.data, C/capture.json)."""
+    for given in reading:
+        if same_file(output, given):
+            raise OffcpuError(f"{output} is {given}, which this command reads and would destroy; choose another "
+                              f"with {option}")
+        if given.is_dir() and is_file_of(output, given):
+            raise OffcpuError(f"{output} is a file of the capture {given}, which this command reads and would "
+                              f"leave unreadable; choose a file outside it with {option}")
 
 
 def _kind_of(path: Path) -> int | None:
@@ -69,6 +111,18 @@ def _kind_of(path: Path) -> int | None:
         return stat.S_IFMT(path.stat().st_mode)
     except OSError:
         return None
+
+
+def _permissions_of(reading: tuple[Path, ...]) -> int:
+    """The permissions all of `reading` share: a capture's are its capture.json's (the owner's
+    alone, as recorded), a file's its own."""
+    permissions = 0o666
+    for given in reading:
+        try:
+            permissions &= stat.S_IMODE((given / METADATA if given.is_dir() else given).stat().st_mode)
+        except OSError:
+            pass  # gone, or not recorded yet: nothing to match
+    return permissions
 
 
 def same_file(first: Path, second: Path) -> bool:
@@ -81,26 +135,12 @@ def same_file(first: Path, second: Path) -> bool:
         return False
 
 
-def print_or_write(text: str, output: Path | None) -> None:
+def print_or_write(text: str, output: ReportFile | None) -> None:
     """Reports for the terminal and for scripts go to stdout unless -o names a file."""
     if output is None:
         write_stdout(text)
     else:
-        write_report(output, text)
-
-
-def write_report(path: Path, content: str, option: str = "-o") -> None:
-    """Write whole or not at all, then say where. A regular file, or the one a symbolic
-    link leads to, is replaced in one rename; a character device or a pipe is written to."""
-    try:
-        if _kind_of(path) in (stat.S_IFCHR, stat.S_IFIFO, stat.S_IFSOCK):
-            with open(path, "w") as stream:
-                stream.write(content)
-        else:
-            write_whole(path.resolve(), content)
-    except OSError as error:
-        raise OffcpuError(f"cannot write {path} ({error.strerror}); choose another place with {option}") from None
-    click.echo(f"Wrote {path}", err=True)
+        output.write(text)
 
 
 def _split(value: str | None) -> list[str]:
@@ -144,8 +184,9 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--time", "time_range", metavar="START,END",
                      help="Only this part of the recording, in seconds from its start."),
         click.option("--locks", type=click.Path(path_type=Path, dir_okay=False),
-                     help="A TOML file of [[lock]] entries that name your program's own wait sites, tried before "
-                          "offcpu's lock table (a check's policy file will do: see README)."),
+                     help="A TOML file of [[lock]] entries (name, kind, wait = [frame globs], ...) that name your "
+                          "program's own wait sites, tried before offcpu's lock table; a check's policy file will "
+                          "do. The keys: docs/locks.md in offcpu's repository."),
         click.option("--reader", type=click.Choice(READERS),
                      help="Read perf.data directly (native) or through perf script [default: native, or perf "
                           "script where only it can: --call-graph dwarf captures]."),

@@ -12,23 +12,31 @@ from offcpu.commands.report.common import (
     output_options,
     output_path,
     renderer_option,
-    same_file,
     view_options,
-    write_report,
 )
-from offcpu.diffing import Diff, Side, compare, from_folded, from_model, parse_folded, split_stack, title
+from offcpu.diffing import (
+    Diff,
+    Side,
+    compare,
+    from_folded,
+    from_model,
+    parse_folded,
+    split_stack,
+    title,
+)
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.flamegraph import render_svg, require_renderer
 from offcpu.renderers.console import Column, fitted_table, printed, short_names, stdout_layout
+from offcpu.renderers.text import ms
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import StackView
 from offcpu.stdout import write_stdout
 
 
 @click.command()
-@click.argument("base", type=click.Path(path_type=Path))
-@click.argument("new", type=click.Path(path_type=Path))
+@click.argument("base", type=click.Path(path_type=Path, readable=False))
+@click.argument("new", type=click.Path(path_type=Path, readable=False))
 @view_options
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Rows in the table of stacks that grew most.")
@@ -66,19 +74,18 @@ def diff(base: Path, new: Path, view: StackView, top: int, text_only: bool,
         if not path.exists():
             raise OffcpuError(f"{name} {path} does not exist; give a capture directory ('offcpu record -o DIR') "
                               "or a folded file ('offcpu report folded CAPTURE > FILE')")
-    svg_path, renderer = None, None
+    svg_file, renderer = None, None
     if not text_only:
-        svg_path = output_path(new, output, ".diff.svg", force)
-        if same_file(svg_path, base) or same_file(svg_path, new):
-            raise OffcpuError(f"{svg_path} is one of the inputs; choose another output with -o")
+        svg_file = output_path(new, output, ".diff.svg", force, reading=(base,))
         renderer = require_renderer(flamegraph_path)
     base_label, new_label = _labels(base, new)
     result = compare(_side(base, base_label, view), _side(new, new_label, view))
-    if svg_path is not None and renderer is not None:
+    if svg_file is not None and renderer is not None:
         if not result.new_us:
             raise OffcpuError(f"NEW ({new_label}) has no off-CPU time to draw: a differential graph is as wide as "
                               "NEW's time; swap BASE and NEW to see what went away, or use --text")
-        write_report(svg_path, render_svg(renderer, result.lines(), title(result)))
+        svg_file.write(render_svg(renderer, result.lines(), title(result),
+                                  subjects=[result.new.label, result.base.label]))
     write_stdout(_grown_table(result, top))
 
 
@@ -114,14 +121,14 @@ def _grown_table(result: Diff, top: int) -> str:
     columns.append(Column("stack", lambda cell_width: shorten_apart(frames, cell_width), least=30, ample=40))
     if any(woken_by for (*_, woken_by), _ in grown):
         columns.append(Column("woken by", short_names([woken_by for (*_, woken_by), _ in grown]), least=10))
-    columns += [Column("base µs", [f"{change.base_us:,}" for _, change in grown], drop=2),
-                Column("new µs", [f"{change.new_us:,}" for _, change in grown], drop=1),
-                Column("change µs", [f"{change.change_us:+,}" for _, change in grown])]
+    columns += [Column("base ms", [ms(change.base_us) for _, change in grown], drop=2),
+                Column("new ms", [ms(change.new_us) for _, change in grown], drop=1),
+                Column("change ms", [f"{change.change_us / 1000:+,.1f}" for _, change in grown])]
     title = f"Stacks that grew most from {result.base.label} to {result.new.label}"
     parts = [fitted_table(title, columns, width, color) if grown
               else Text(f"No stack grew from {result.base.label} to {result.new.label}."),
-              Text(f"Off CPU in all stacks: {result.base_us:,} µs in {result.base.label}, {result.new_us:,} µs "
-                   f"in {result.new.label} ({result.new_us - result.base_us:+,} µs)."),
+              Text(f"Off CPU in all stacks: {ms(result.base_us)} ms in {result.base.label}, {ms(result.new_us)} ms "
+                   f"in {result.new.label} ({(result.new_us - result.base_us) / 1000:+,.1f} ms)."),
               Text(f"{result.normalisation[0].upper()}{result.normalisation[1:]}."),
               *(Text(f"{note}.") for note in result.notes)]
     return printed(parts, width, color)

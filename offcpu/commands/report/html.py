@@ -13,7 +13,6 @@ from offcpu.commands.report.common import (
     output_path,
     renderer_option,
     view_options,
-    write_report,
 )
 from offcpu.flamegraph import require_renderer
 from offcpu.renderers.html import HtmlReport
@@ -36,7 +35,7 @@ def html_report(capture: Path, view: StackView, top: int,
 
     The flame graph is drawn as by 'offcpu report svg' (same renderer search).
     """
-    path = output_path(capture, output, ".html", force)
+    report_file = output_path(capture, output, ".html", force)
     renderer = require_renderer(flamegraph_path)
     model = load_with_progress(capture, view.time, view.reader)
-    write_report(path, HtmlReport(renderer, view, top).render(model))
+    report_file.write(HtmlReport(renderer, view, top).render(model))

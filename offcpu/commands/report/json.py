@@ -26,14 +26,14 @@ from offcpu.stackview import StackView
 @output_options("stdout")
 def json_report(capture: Path, view: StackView, top: int,
                 output: Path | None, force: bool) -> None:
-    """Print the analysis as JSON (schema "offcpu/1", documented in README.md):
-    capture metadata, window, totals, states, run-queue delay, threads,
-    top stacks, wakers and thread lifecycle. Only JSON goes to stdout;
-    -o FILE writes it to a file instead.
+    """Print the analysis as JSON (schema "offcpu/1", each key described in
+    docs/reports.md in offcpu's repository): capture metadata, window,
+    totals, states, run-queue delay, threads, top stacks, wakers, thread
+    lifecycle and findings. Only JSON goes to stdout; -o FILE writes it to a
+    file instead.
 
     \b
       offcpu report json CAPTURE | jq '.totals'
     """
-    if output is not None:
-        checked_output(output, force)
-    print_or_write(JsonReport(view, top).render(load_with_progress(capture, view.time, view.reader)), output)
+    report_file = checked_output(output, force, (capture,)) if output is not None else None
+    print_or_write(JsonReport(view, top).render(load_with_progress(capture, view.time, view.reader)), report_file)

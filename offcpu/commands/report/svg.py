@@ -13,7 +13,6 @@ from offcpu.commands.report.common import (
     output_path,
     renderer_option,
     view_options,
-    write_report,
 )
 from offcpu.flamegraph import require_renderer
 from offcpu.renderers.flame import FlameGraphSvg
@@ -38,7 +37,7 @@ def svg(capture: Path, view: StackView, inverted: bool,
     $FLAMEGRAPH_DIR take either program or a directory holding one; when
     they hold none, that is an error.
     """
-    path = output_path(capture, output, ".svg", force)
+    report_file = output_path(capture, output, ".svg", force)
     renderer = require_renderer(flamegraph_path)
     model = load_with_progress(capture, view.time, view.reader)
-    write_report(path, FlameGraphSvg(renderer, view, inverted).render(model))
+    report_file.write(FlameGraphSvg(renderer, view, inverted).render(model))

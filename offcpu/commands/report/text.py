@@ -33,8 +33,7 @@ def text(capture: Path, view: StackView, top: int,
     On a terminal it is coloured and fits the window; otherwise (a pipe, a
     file, -o) it is plain text, COLUMNS wide or 100. NO_COLOR is respected.
     """
-    if output is not None:
-        checked_output(output, force)
+    report_file = checked_output(output, force, (capture,)) if output is not None else None
     width, color = stdout_layout(to_file=output is not None)
     model = load_with_progress(capture, view.time, view.reader)
-    print_or_write(TextReport(view, top, width, color).render(model), output)
+    print_or_write(TextReport(view, top, width, color).render(model), report_file)
