@@ -26,8 +26,9 @@ from offcpu.limits import read_stat
 
 CONTROL_PLACEHOLDER = "{control}"  # in argv, becomes perf's --control=fd:CTL,ACK
 READY_LINE = "Events disabled"
-# What perf says once its command runs: anything else written to their stderr then is the command's
-PERF_LINES = ("[ perf record:", "Events enabled", READY_LINE)
+# What perf says once its command runs (or failed to: "Failed to collect ... workload"): anything else
+# written to their stderr then is the command's
+PERF_LINES = ("[ perf record:", "Events enabled", READY_LINE, "Failed to collect ")
 START_TIMEOUT_S = 60.0  # perf opens one event per thread and CPU: slow for big processes
 ACK_TIMEOUT_S = 20.0  # perf answers between reads of its ring buffers: slow on a saturated machine
 FINISH_TIMEOUT_S = 30.0  # for perf to finish its file on its own once its command has exited

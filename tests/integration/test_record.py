@@ -275,7 +275,7 @@ def test_a_forced_recording_killed_midway_leaves_the_last_capture_for_the_next(t
     replaced = run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture), "--force")
     assert replaced.returncode == 0, replaced.stderr
     assert load(capture)["window_start_ns"] > first["window_start_ns"]
-    assert {path.name for path in capture.iterdir()} == {"capture.json", "kallsyms", "perf.data"}
+    assert {path.name for path in capture.iterdir()} == {"capture.json", "kallsyms", "perf.data", "vdso"}
 
 
 def test_a_capture_is_its_owner_s_alone(example_capture, tmp_path):
