@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from offcpu.capture import CaptureInfo
 from offcpu.claims import LOCK_CONTENTION, MMAP_LOCK, STACK_CACHE_LOCK
 from offcpu.findings import SEVERITIES, Context, Finding, findings
 from offcpu.locktable import Lock, LockTable
@@ -58,6 +59,15 @@ class Measurements:
     created_per_s: float
     findings: dict[str, FindingFigures]  # by finding id (see by_id)
     locks: dict[str, FindingFigures]  # the lock findings, by lock name
+    lost_events: int = 0  # what perf lost of the events it meant to record
+    lost_share: float = 0.0  # of those events (0-1)
+
+    @property
+    def lost_said(self) -> str | None:
+        """The loss in words, for a run that lost no more than a check allows; None when it lost none."""
+        if not self.lost_events:
+            return None
+        return f"perf lost {self.lost_events:,} events ({self.lost_share:.2%}): some waits are missing or cut short"
 
     @property
     def blocked_share(self) -> float:
@@ -76,6 +86,20 @@ class Measurements:
 
     def _ms_per_s(self, figures: FindingFigures | None) -> float:
         return figures.offcpu_us / 1000 / self.window_s if figures and self.window_s else 0.0
+
+
+# Over this share of the events perf meant to record lost, whole waits are missing or run
+# into others, and a check cannot check.
+LOST_BOUND = 0.01
+
+
+def too_lossy(lost_share: float) -> bool:
+    return lost_share > LOST_BOUND
+
+
+def allowed_loss() -> str:
+    """What a check allows of lost events, said beside a share."""
+    return f"; a check allows {LOST_BOUND:.0%}"
 
 
 def unrecorded(model: Model) -> str | None:
@@ -104,6 +128,8 @@ def measure(model: Model, table: LockTable | None = None) -> Measurements:
         created_per_s=lifecycle(model).created_per_s,
         findings=by_id([(f.id, _figures(f)) for f in found]),
         locks={f.subject: _figures(f) for f in found if f.id in LOCK_FINDINGS and f.subject},
+        lost_events=model.capture.lost_events,
+        lost_share=model.capture.lost_share,
     )
 
 
@@ -127,6 +153,7 @@ def measurements_from_report(report: dict) -> Measurements:
         raise ValueError(f"it is a report of part of a run ({options}); "
                          "a baseline is a whole run: write it without those options")
     runqueue = report["runqueue_delay_us"]
+    capture = CaptureInfo.from_json(report["capture"])
     idle = next((finding for finding in report["findings"] if finding["id"] == WAITS_FOR_WORK), {"blocked_us": 0})
     if "blocked_us" not in idle:
         raise ValueError(f"its {WAITS_FOR_WORK} finding does not say how much of its time was blocked")
@@ -141,6 +168,8 @@ def measurements_from_report(report: dict) -> Measurements:
         findings=by_id([(str(f["id"]), _reported(f)) for f in report["findings"]]),
         locks={str(f["subject"]): _reported(f) for f in report["findings"]
                if f["id"] in LOCK_FINDINGS and f["subject"]},
+        lost_events=capture.lost_events,
+        lost_share=capture.lost_share,
     )
 
 

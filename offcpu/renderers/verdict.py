@@ -65,7 +65,14 @@ class VerdictTable:
 
 
 def _described(run: Measurements) -> str:
-    return f"{run.window_s:,.2f} s, {counted(run.threads, 'thread')}"
+    lost = f"; {run.lost_said}" if run.lost_said else ""
+    return f"{run.window_s:,.2f} s, {counted(run.threads, 'thread')}{lost}"
+
+
+def _lost_lines(verdict: Verdict) -> list[str]:
+    """What the run and the baseline lost, a line each."""
+    runs = [("this run", verdict.run), ("the baseline", verdict.baseline)]
+    return [f"In {which}, {run.lost_said}." for which, run in runs if run is not None and run.lost_said]
 
 
 class VerdictJson:
@@ -97,7 +104,11 @@ class VerdictJunit:
     def render(self, verdict: Verdict) -> str:
         suites = ET.Element("testsuites", name="offcpu check")
         checks = _by_rule(verdict.checks)
-        self._suite(suites, "policy", [(rule, checks.get(rule, []), _unchecked(rule, verdict)) for rule in RULE_IDS])
+        policy = self._suite(suites, "policy", [(rule, checks.get(rule, []), _unchecked(rule, verdict))
+                                                for rule in RULE_IDS])
+        lost = _lost_lines(verdict)
+        if lost:  # the suite's own output, after its testcases
+            ET.SubElement(policy, "system-out").text = "\n".join(lost)
         if verdict.comparisons:
             self._suite(suites, "baseline", [(check.rule, [check], "") for check in verdict.comparisons])
         for count in ("tests", "failures", "errors"):
@@ -107,7 +118,7 @@ class VerdictJunit:
         return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
     @staticmethod
-    def _suite(parent: ET.Element, name: str, cases: list[tuple[str, list[Check], str]]) -> None:
+    def _suite(parent: ET.Element, name: str, cases: list[tuple[str, list[Check], str]]) -> ET.Element:
         """`cases`: (name, its checks, the text of a case without checks)."""
         failures = sum(not all(check.passed for check in checks) for _, checks, _ in cases)
         suite = ET.SubElement(parent, "testsuite", name=name, tests=str(len(cases)), failures=str(failures),
@@ -124,6 +135,7 @@ class VerdictJunit:
                 failure.text = details
             else:
                 ET.SubElement(case, "system-out").text = details or unchecked
+        return suite
 
 
 def _unchecked(rule: str, verdict: Verdict) -> str:
@@ -151,7 +163,8 @@ class VerdictMarkdown:
         rows = [f"| {'✅' if check.passed else '❌'} | {_cell(check.name)} | {_cell(check.measured)} | "
                 f"{_cell(check.limit)} | {_cell(check.detail)} |"
                 for check in sorted(verdict.checks + verdict.comparisons, key=lambda check: check.passed)]
-        return "\n".join([f"### {headline(verdict)}", "", f"Capture: `{printable(self.capture)}`", "",
+        lost = [line for said in _lost_lines(verdict) for line in (printable(said), "")]
+        return "\n".join([f"### {headline(verdict)}", "", f"Capture: `{printable(self.capture)}`", "", *lost,
                           "| | check | measured | limit | detail |", "|---|---|---|---|---|", *rows, "", ""])
 
 

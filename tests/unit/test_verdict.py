@@ -23,7 +23,7 @@ from offcpu.renderers.verdict import (
     github_error,
 )
 from offcpu.stackview import StackView
-from offcpu.verdict import Measurements, evaluate, measure, measurements_from_report, unrecorded
+from offcpu.verdict import Measurements, evaluate, measure, measurements_from_report, too_lossy, unrecorded
 from tests.unit.test_engine import model_of
 
 
@@ -289,3 +289,46 @@ def test_could_not_check_on_github():
     lines = could_not_check_markdown("the recording holds no scheduler events").splitlines()
     assert lines[0] == "### offcpu check: could not check" and "the recording holds no scheduler events" in lines
     assert any("not a pass" in line for line in lines)
+
+
+# -- events perf lost ---------------------------------------------------------------------------
+
+def lossy_run(lost: int) -> Measurements:
+    """futex_pid's run as if perf had lost `lost` of 1,000 events it meant to record."""
+    model = model_of("futex_pid")
+    model.capture = replace(model.capture, samples=900, switch_records=100 - lost, lost_events=lost)
+    return measure(model)
+
+
+def test_a_loss_within_the_bound_is_said_in_every_form():
+    # Given a run in which perf lost 3 of the 1,000 events it meant to record (0.3%, within 1%)
+    run = lossy_run(3)
+    assert (run.lost_events, run.lost_share) == (3, 0.003) and not too_lossy(run.lost_share)
+    verdict = evaluate(Policy(), run)
+    said = "perf lost 3 events (0.30%): some waits are missing or cut short"
+    # Then the table's header, the JSON, the JUnit policy suite and the step summary say it
+    assert said in VerdictTable("cap", None, 200, color=False).render(verdict).splitlines()[0]
+    measured = json.loads(VerdictJson("cap", None).render(verdict))["measurements"]
+    assert (measured["lost_events"], measured["lost_share"]) == (3, 0.003)
+    policy = ET.fromstring(VerdictJunit().render(verdict)).find("testsuite[@name='policy']")
+    assert policy.findtext("system-out") == f"In this run, {said}."
+    assert f"In this run, {said}." in VerdictMarkdown("cap").render(verdict).splitlines()
+
+
+def test_nothing_lost_nothing_said(futex):
+    verdict = evaluate(Policy(), futex)
+    assert futex.lost_events == 0 and futex.lost_said is None
+    assert ET.fromstring(VerdictJunit().render(verdict)).find("testsuite[@name='policy']/system-out") is None
+    assert "lost" not in VerdictTable("cap", None, 200, color=False).render(verdict)
+
+
+def test_more_than_one_percent_lost_cannot_be_checked():
+    assert not too_lossy(lossy_run(10).lost_share)  # 10 of 1,000: 1.0%, at the bound
+    assert too_lossy(lossy_run(11).lost_share)  # 1.1%
+
+
+def test_a_json_report_carries_the_loss_to_a_baseline():
+    model = model_of("futex_pid")
+    model.capture = replace(model.capture, samples=900, switch_records=80, lost_events=20)
+    report = json.loads(JsonReport(StackView(), 5).render(model))
+    assert measurements_from_report(report).lost_share == 0.02
