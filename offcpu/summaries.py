@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from offcpu.model import Model, WaitTimes
+from offcpu.waits import cause_of_waker
 
 PERCENTILES = (50, 90, 99)
 # Over this share of the events perf recorded left unread, no number can be trusted.
@@ -50,16 +51,18 @@ class StateTotal:
 
 @dataclass(frozen=True)
 class WakerPair:
-    """Who woke whom: a waker (thread, interrupt or idle) and the thread it woke."""
+    """Who woke whom: a thread and the thread it woke, or what else ended the wakee's waits
+    (a timer, a device, the network or another interrupt) in whichever thread it came."""
 
-    waker_kind: str
-    waker_comm: str
-    waker_tid: int
+    waker_kind: str  # Waker.kind: "thread", "interrupt" or "idle"
+    waker_comm: str  # "" when not a thread
+    waker_tid: int  # 0 when not a thread
     wakee_comm: str
     wakee_tid: int
     wakeups: int
     blocked_us: int  # how long the wakee had waited for these wakeups
     runqueue_us: int  # and then waited for a CPU
+    ended_by: str = ""  # not a thread: what ended the waits (waits.TIMER, DEVICE, NETWORK or INTERRUPT)
 
 
 @dataclass(frozen=True)
@@ -98,15 +101,21 @@ def by_state(model: Model) -> list[StateTotal]:
 
 
 def waker_pairs(model: Model) -> list[WakerPair]:
-    """Recorded wakeups grouped by waker and wakee thread, longest blocked first."""
-    sums: dict[tuple[str, str, int, int], WaitTimes] = defaultdict(WaitTimes)
+    """Recorded wakeups grouped by waker and wakee thread, longest blocked first. A wakeup
+    from an interrupt (or the idle task) is grouped by what it was, a timer's expiry or a
+    device's, not by the thread it happened to interrupt: that thread woke no one."""
+    sums: dict[tuple[str, str, int, int, str], WaitTimes] = defaultdict(WaitTimes)
     for row in model.rows:
         if row.waker is None or model.wakers[row.waker].kind == "unrecorded":
             continue
         waker = model.wakers[row.waker]
-        sums[(waker.kind, waker.comm, waker.tid, row.tid)].add_times(row)
+        if waker.kind == "thread":
+            sums[(waker.kind, waker.comm, waker.tid, row.tid, "")].add_times(row)
+        else:
+            ended_by = cause_of_waker(waker, model.stacks[waker.stack], same_service=False)
+            sums[(waker.kind, "", 0, row.tid, ended_by)].add_times(row)
     pairs = [WakerPair(kind, comm, tid, model.threads[wakee].comm, wakee, times.count, times.blocked_us,
-                       times.runqueue_us) for (kind, comm, tid, wakee), times in sums.items()]
+                       times.runqueue_us, ended_by) for (kind, comm, tid, wakee, ended_by), times in sums.items()]
     return sorted(pairs, key=lambda pair: -pair.blocked_us)
 
 

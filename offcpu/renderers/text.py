@@ -36,9 +36,9 @@ EVIDENCE_STACK = 30  # the fewest characters an evidence stack gets; narrower, i
 
 
 def waker_name(pair: WakerPair) -> str:
-    """Who woke: a thread as comm-tid, an interrupt or the idle task with the thread it came in."""
-    kind = "" if pair.waker_kind == "thread" else f"[{pair.waker_kind}] "
-    return f"{kind}{pair.waker_comm}-{pair.waker_tid}"
+    """Who woke: a thread as comm-tid, else what ended the waits: "[timer]", "[device]", "[network]",
+    "[interrupt]"."""
+    return f"{pair.waker_comm}-{pair.waker_tid}" if pair.waker_kind == "thread" else f"[{pair.ended_by}]"
 
 
 def ms(microseconds: int) -> str:

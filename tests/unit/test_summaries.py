@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from offcpu.renderers.text import waker_name
 from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, totals, waker_pairs
 from tests.unit.test_engine import model_of
+from tests.unit.test_engine_events import US, builder, model, switch
 
 
 @pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "mmap_all"])
@@ -42,3 +44,29 @@ def test_thread_churn_lifecycle_rate():
     window_s = (model.window_end_ns - model.window_start_ns) / 1e9
     assert life.created > 20 and life.created_per_s == pytest.approx(life.created / window_s)
     assert life.median_life_us is not None and 0 < life.median_life_us < window_s * 1e6
+
+
+def test_a_timer_is_named_as_what_ended_the_waits_not_the_thread_it_interrupted():
+    # A timer's interrupt, leaf first (as the engine tests' chains are): it fires in whichever
+    # thread is on CPU, here 12 once and the idle task once
+    timer = ("try_to_wake_up;hrtimer_wakeup;__hrtimer_run_queues;hrtimer_interrupt;"
+             "__sysvec_apic_timer_interrupt;sysvec_apic_timer_interrupt;asm_sysvec_apic_timer_interrupt")
+    events = builder()
+    switch(events, 1000, 11, "S", 12, "do_nanosleep")          # 11 sleeps at 1000; 12 runs
+    events.sched_waking(3000 * US, 10, 12, "t12", 11, timer)   # its timer fires while 12 is on CPU
+    switch(events, 3200, 12, "R", 11, "preempt_schedule")      # 11 in: blocked 2000, run queue 200
+    switch(events, 4000, 11, "S", 12, "do_nanosleep")          # 11 sleeps again
+    events.sched_waking(6000 * US, 0, 0, "swapper/1", 11, timer)  # the timer fires on the idle CPU
+    switch(events, 6100, 12, "S", 11, "futex_wait")            # 11 in: blocked 2000, run queue 100
+    events.sched_waking(7000 * US, 10, 11, "t11", 12, "futex_wake")  # 11 itself wakes 12
+    switch(events, 7300, 11, "S", 12, "do_nanosleep")          # 12 in: blocked 900, run queue 300
+    pairs = waker_pairs(model(events))
+    # Then the timer's two wakeups are one pair, said as a timer's, with neither 12 nor the idle task
+    timer_pair, thread_pair = pairs
+    assert (timer_pair.waker_kind, timer_pair.ended_by, timer_pair.waker_comm, timer_pair.waker_tid) == \
+        ("interrupt", "timer", "", 0)
+    assert (timer_pair.wakee_tid, timer_pair.wakeups, timer_pair.blocked_us, timer_pair.runqueue_us) == \
+        (11, 2, 4000, 300)
+    assert (thread_pair.waker_comm, thread_pair.waker_tid, thread_pair.ended_by, thread_pair.wakee_tid,
+            thread_pair.blocked_us, thread_pair.runqueue_us) == ("t11", 11, "", 12, 900, 300)
+    assert [waker_name(pair) for pair in pairs] == ["[timer]", "t11-11"]
