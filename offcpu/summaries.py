@@ -28,15 +28,26 @@ class Totals:
 class Observer:
     """perf's own cost: the time its handling of the recorded switches took, which the kernel
     charges to the threads coming in, so that it is part of their time on CPU (never of
-    their waits)."""
+    their waits). It is said against that time on CPU, not their whole time: threads that
+    wait most of the time lose little of their whole time to perf, but work bound by their
+    CPU time gets that much less of it done. What perf does elsewhere (its stack walks at
+    the wakeups, in the wakers' time; its own process writing perf.data) is not in it, so
+    it is the least a recording costs."""
 
     us: int
-    share: float  # of the threads' time in the window (on CPU plus off CPU, summed), 0-1
+    oncpu_us: int  # the threads' time on CPU, summed; `us` is part of it
+    share_of_oncpu: float  # us / oncpu_us, 0-1
     estimated_switch_ins: int  # switch-ins placed by the capture's measured switch cost
     switch_cost_ns: int | None  # that cost, of one switch (None: not measured)
 
+    @property
+    def said(self) -> str:
+        """'12.7 ms, 5.3% of their time on CPU (work bound by it: at least 5.3% slower while recorded)'."""
+        return (f"{self.us / 1000:,.1f} ms, {self.share_of_oncpu:.1%} of their time on CPU (work bound by it: at "
+                f"least {self.share_of_oncpu:.1%} slower while recorded)")
 
-# From this share of the threads' time, perf's own cost is worth a note with what to do.
+
+# From this share of the threads' time on CPU, perf's own cost is worth a note with what to do.
 OBSERVER_NOTE_FROM = 0.03
 
 
@@ -86,9 +97,10 @@ def totals(model: Model) -> Totals:
 
 def observer(model: Model) -> Observer:
     threads = model.threads.values()
-    whole = sum(t.oncpu_us + t.offcpu_us for t in threads)
+    oncpu = sum(t.oncpu_us for t in threads)
     us = sum(t.observer_us for t in threads)
-    return Observer(us, us / whole if whole else 0.0, model.estimated_switch_ins, model.capture.switch_cost_ns)
+    return Observer(us, oncpu, us / oncpu if oncpu else 0.0, model.estimated_switch_ins,
+                    model.capture.switch_cost_ns)
 
 
 def by_state(model: Model) -> list[StateTotal]:
@@ -170,10 +182,12 @@ def caveats(model: Model) -> list[str]:
     (after the warning that they cannot be trusted, when they cannot: see untrusted)."""
     said = [model.capture.lost_note] if model.capture.lost_note else []
     cost = observer(model)
-    if cost.share >= OBSERVER_NOTE_FROM:
-        said.append(f"perf's handling of the switches took {cost.share:.1%} of the threads' time (counted as time "
-                    "on CPU, as the kernel does, not as waiting); on a program that switches this often, record "
-                    "for less time, with --call-graph fp rather than dwarf, and compare with an unrecorded run")
+    if cost.share_of_oncpu >= OBSERVER_NOTE_FROM:
+        said.append(f"perf's handling of the switches took {cost.share_of_oncpu:.1%} of the threads' time on CPU, "
+                    "and its stack walks at wakeups and its own process take more: throughput bound by their CPU "
+                    "time is lower by at least as much while recording; on a program that switches this often, "
+                    "record for less time, with --call-graph fp rather than dwarf, and compare with an unrecorded "
+                    "run")
     said += model.missing_binaries
     unread = unreadable_note(model)
     return said + ([unread] if unread and not untrusted(model) else [])

@@ -87,8 +87,7 @@ class TextReport:
                   f"({capture.call_graph} stacks{'; ' + model.reader_note if model.reader_note else ''})\n"
                   f"{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
                   f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms\n"
-                  f"perf's own handling of their switches: {ms(cost.us)} ms of their time on CPU "
-                  f"({cost.share:.1%} of their time)"
+                  f"perf's own handling of their switches: {cost.said}"
                   + "".join(f"\nNote: {caveat}" for caveat in caveats(model)))
         alarm = [Text(f"WARNING: {unreadable_note(model)}", style="bold red" if self.color else "")] \
             if untrusted(model) else []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from offcpu.renderers.text import waker_name
-from offcpu.summaries import by_state, lifecycle, runqueue_percentiles, totals, waker_pairs
+from offcpu.summaries import by_state, lifecycle, observer, runqueue_percentiles, totals, waker_pairs
 from tests.unit.test_engine import model_of
 from tests.unit.test_engine_events import US, builder, model, switch
 
@@ -70,3 +70,17 @@ def test_a_timer_is_named_as_what_ended_the_waits_not_the_thread_it_interrupted(
     assert (thread_pair.waker_comm, thread_pair.waker_tid, thread_pair.ended_by, thread_pair.wakee_tid,
             thread_pair.blocked_us, thread_pair.runqueue_us) == ("t11", 11, "", 12, 900, 300)
     assert [waker_name(pair) for pair in pairs] == ["[timer]", "t11-11"]
+
+
+def test_perfs_cost_is_said_against_the_threads_time_on_cpu():
+    events = builder()
+    events.switch_in(500 * US, 0, 10, 11, "worker")  # 11 runs from 500
+    switch(events, 1000, 11, "S", 12, "futex_wait", in_after_us=40)  # perf's record of 12 comes 40 µs late
+    events.sched_waking(1500 * US, 10, 12, "t12", 11, "futex_wake")
+    switch(events, 2000, 12, "S", 11, "futex_wait", in_after_us=60)  # and of 11, 60 µs late
+    cost = observer(model(events))
+    # on CPU: 11 from 500 to 1000 and from 2000 to the end at 10,000 (8,500 µs), 12 from 1000 to
+    # 2000 (1,000 µs): 9,500 µs, of which perf's 40 + 60 = 100 µs, 1.05%; their whole time (10,000
+    # µs each) would have made it 0.5%
+    assert (cost.us, cost.oncpu_us) == (100, 9500) and cost.share_of_oncpu == 100 / 9500
+    assert cost.said == "0.1 ms, 1.1% of their time on CPU (work bound by it: at least 1.1% slower while recorded)"
