@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from offcpu.model import Model
 from offcpu.renderers.text import waker_name
+from offcpu.stackview import StackView, drawn
 from offcpu.summaries import by_state, lifecycle, observer, runqueue_percentiles, totals, waker_pairs
 from tests.unit.test_engine import model_of
 from tests.unit.test_engine_events import US, builder, model, switch
@@ -46,11 +48,15 @@ def test_thread_churn_lifecycle_rate():
     assert life.median_life_us is not None and 0 < life.median_life_us < window_s * 1e6
 
 
-def test_a_timer_is_named_as_what_ended_the_waits_not_the_thread_it_interrupted():
-    # A timer's interrupt, leaf first (as the engine tests' chains are): it fires in whichever
-    # thread is on CPU, here 12 once and the idle task once
-    timer = ("try_to_wake_up;hrtimer_wakeup;__hrtimer_run_queues;hrtimer_interrupt;"
-             "__sysvec_apic_timer_interrupt;sysvec_apic_timer_interrupt;asm_sysvec_apic_timer_interrupt")
+# A timer's interrupt, leaf first (as the engine tests' chains are)
+TIMER = ("try_to_wake_up;hrtimer_wakeup;__hrtimer_run_queues;hrtimer_interrupt;__sysvec_apic_timer_interrupt;"
+         "sysvec_apic_timer_interrupt;asm_sysvec_apic_timer_interrupt")
+
+
+def timer_model() -> Model:
+    """11 sleeps twice, each time woken by its timer: first while 12 is on CPU, then on an idle
+    CPU; then it wakes 12 itself."""
+    timer = TIMER
     events = builder()
     switch(events, 1000, 11, "S", 12, "do_nanosleep")          # 11 sleeps at 1000; 12 runs
     events.sched_waking(3000 * US, 10, 12, "t12", 11, timer)   # its timer fires while 12 is on CPU
@@ -60,7 +66,11 @@ def test_a_timer_is_named_as_what_ended_the_waits_not_the_thread_it_interrupted(
     switch(events, 6100, 12, "S", 11, "futex_wait")            # 11 in: blocked 2000, run queue 100
     events.sched_waking(7000 * US, 10, 11, "t11", 12, "futex_wake")  # 11 itself wakes 12
     switch(events, 7300, 11, "S", 12, "do_nanosleep")          # 12 in: blocked 900, run queue 300
-    pairs = waker_pairs(model(events))
+    return model(events)
+
+
+def test_a_timer_is_named_as_what_ended_the_waits_not_the_thread_it_interrupted():
+    pairs = waker_pairs(timer_model())
     # Then the timer's two wakeups are one pair, said as a timer's, with neither 12 nor the idle task
     timer_pair, thread_pair = pairs
     assert (timer_pair.waker_kind, timer_pair.ended_by, timer_pair.waker_comm, timer_pair.waker_tid) == \
@@ -84,3 +94,14 @@ def test_perfs_cost_is_said_against_the_threads_time_on_cpu():
     # µs each) would have made it 0.5%
     assert (cost.us, cost.oncpu_us) == (100, 9500) and cost.share_of_oncpu == 100 / 9500
     assert cost.said == "0.1 ms, 1.1% of their time on CPU (work bound by it: at least 1.1% slower while recorded)"
+
+
+def test_a_stack_drawn_with_its_waker_ends_in_the_timer_not_the_thread_it_interrupted():
+    stacks = drawn(timer_model(), StackView(waker=True))
+    assert {(stack.frames[-1], stack.waker[-1]) for stack in stacks} == {
+        ("do_nanosleep", "[timer]"),  # 11's two sleeps, neither "[interrupt in t12]" nor the idle task's
+        ("do_nanosleep", "[not woken in the window]"),  # its last, from 7,300 on
+        ("futex_wait", "t11"),  # 12, woken by 11
+        ("preempt_schedule", "[preempted]"),  # 12 preempted at 3,200
+        ("[off CPU since before the recording]", "[waker not recorded]"),  # 12 until 1,000
+    }
