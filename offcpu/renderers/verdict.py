@@ -58,10 +58,15 @@ class VerdictTable:
         table.add_column("limit", justify="right")
         table.add_column("detail", min_width=DETAIL_WIDTH)
         for check in sorted(checks, key=lambda check: check.passed):
-            result = Text("pass", style="green") if check.passed else Text("FAIL", style="bold red")
+            result = Text(_result(check), style="bold red" if not check.passed else "yellow" if check.near else "green")
             table.add_row(result, *(Text(printable(cell)) for cell in (check.name, check.measured, check.limit,
                                                                       check.detail)))
         return table
+
+
+def _result(check: Check) -> str:
+    """pass, near (passed, over its limit by no more than the uncertainty) or FAIL."""
+    return "FAIL" if not check.passed else "near" if check.near else "pass"
 
 
 def _described(run: Measurements) -> str:
@@ -125,7 +130,7 @@ class VerdictJunit:
                               errors="0", skipped="0", time="0")
         for rule, checks, unchecked in cases:
             case = ET.SubElement(suite, "testcase", classname=f"offcpu.check.{name}", name=rule, time="0")
-            details = "\n".join(f"{'pass' if check.passed else 'FAIL'}: {printable(check.sentence)}"
+            details = "\n".join(f"{_result(check)}: {printable(check.sentence)}"
                                 for check in checks)  # XML allows no control character
             failed = [check for check in checks if not check.passed]
             if failed:
@@ -160,7 +165,8 @@ class VerdictMarkdown:
         self.capture = capture
 
     def render(self, verdict: Verdict) -> str:
-        rows = [f"| {'✅' if check.passed else '❌'} | {_cell(check.name)} | {_cell(check.measured)} | "
+        rows = [f"| {'❌' if not check.passed else '✅ near' if check.near else '✅'} | {_cell(check.name)} | "
+                f"{_cell(check.measured)} | "
                 f"{_cell(check.limit)} | {_cell(check.detail)} |"
                 for check in sorted(verdict.checks + verdict.comparisons, key=lambda check: check.passed)]
         lost = [line for said in _lost_lines(verdict) for line in (printable(said), "")]
