@@ -97,8 +97,10 @@ class Measurements:
 
 
 # Over this share of the events perf meant to record lost, whole waits are missing or run
-# into others, and a check cannot check.
-LOST_BOUND = 0.01
+# into others, and a check cannot check. Below it, shares are off by about as much of
+# themselves (a finding at 5% by a quarter of a point), less than a run's own noise; a
+# loaded machine loses a few percent with perf's default ring buffer.
+LOST_BOUND = 0.05
 
 
 def too_lossy(lost_share: float) -> bool:

@@ -294,7 +294,7 @@ class TestCouldNotCheck:
         assert lost > 0, "perf lost nothing: the test needs a recording that loses events"
         # Then it is not checked: exit 2, saying how much was lost and how to lose less
         assert_one_line_error(check(str(capture)), "could not check", f"perf lost {lost:,} events",
-                              "a check allows 1%", "--mmap-pages 8")
+                              "a check allows 5%", "--mmap-pages 8")
 
     def test_missing_capture(self, tmp_path):
         assert_one_line_error(check(str(tmp_path / "nothing")), "not a capture directory")
