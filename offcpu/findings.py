@@ -197,8 +197,9 @@ class Context:
         for tid in {row.tid for row in rows}:
             for window, presence in enumerate(self.presence[tid]):
                 walls[window] += self.wall_by_tid[tid] * presence
-        whole = max(sum(walls), self.model.wall_us)
-        walls = [wall * whole / sum(walls) for wall in walls] if sum(walls) else [whole / SUB_WINDOWS] * SUB_WINDOWS
+        # as share_of_wall, of at least one whole window
+        present, whole = sum(walls), max(sum(walls), self.model.wall_us)
+        walls = [wall * whole / present for wall in walls] if present else [whole / SUB_WINDOWS] * SUB_WINDOWS
         return share_uncertainty(parts, walls)
 
     @cached_property

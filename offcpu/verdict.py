@@ -68,7 +68,7 @@ class Measurements:
 
     @property
     def lost_said(self) -> str | None:
-        """The loss in words, for a run that lost no more than a check allows; None when it lost none."""
+        """The loss in words; None when perf lost nothing."""
         if not self.lost_events:
             return None
         return f"perf lost {self.lost_events:,} events ({self.lost_share:.2%}): some waits are missing or cut short"
@@ -336,14 +336,16 @@ def _growth(policy: Policy, rule: str, before: float, after: float, uncertainty:
     tolerance = policy.regression.tolerance(rule)
     growth = after - before
 
+    def relative_to_before(grown: float) -> float:
+        return grown / before if before > 0 else (math.inf if grown > 0 else 0.0)
+
     def within(grown: float) -> bool:
-        relative = grown / before if before > 0 else (math.inf if grown > 0 else 0.0)
-        return grown <= tolerance.max_share_growth or relative <= tolerance.max_relative_growth
+        return grown <= tolerance.max_share_growth or relative_to_before(grown) <= tolerance.max_relative_growth
 
     near = not within(growth) and within(growth - uncertainty)
     passed = within(growth) or (near and not policy.strict)
     what = "blocked time, waits for work left out" if rule == BLOCKED else rule
-    relative = growth / before if before > 0 else (math.inf if growth > 0 else 0.0)
+    relative = relative_to_before(growth)
     relative_text = f"{relative:+,.0%}" if math.isfinite(relative) else "new"
     plus_minus = f" ± {uncertainty * 100:.1f}" if uncertainty else ""
     detail = f"{'grew' if growth > 0 else 'shrank'} {abs(growth) * 100:.1f}{plus_minus} points ({relative_text})" \
