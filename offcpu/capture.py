@@ -157,16 +157,22 @@ class CaptureInfo:
         return asdict(self)
 
     @property
+    def lost_share(self) -> float:
+        """The share of the events perf meant to record that it lost (0-1)."""
+        return self.lost_events / max(self.samples + self.switch_records + self.lost_events, 1)
+
+    @property
     def lost_note(self) -> str | None:
         """What perf's lost events mean and what to do about them; None when it lost none."""
-        if not self.lost_events:
-            return None
-        share = self.lost_events / (self.samples + self.switch_records + self.lost_events)
+        return self.lost_sentence("") if self.lost_events else None
+
+    def lost_sentence(self, allowed: str) -> str:
+        """lost_note, with what is `allowed` said beside the share ("; a check allows 1%")."""
         pages = self.mmap_pages()
         bigger = f"--mmap-pages {pages * 4}" if pages else "--mmap-pages 1024"
-        return (f"perf lost {self.lost_events:,} events ({share:.1%}), so some waits are missing or cut short: "
-                f"record again with a bigger ring buffer, for example {bigger}, or a shorter --duration"
-                + more_in("events-lost"))
+        return (f"perf lost {self.lost_events:,} events ({self.lost_share:.1%}{allowed}), so some waits are missing "
+                f"or cut short: record again with a bigger ring buffer, for example {bigger}, or a shorter "
+                "--duration" + more_in("events-lost"))
 
     @property
     def spin_note(self) -> str | None:

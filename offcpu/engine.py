@@ -36,6 +36,7 @@ from offcpu.model import (
     NEW_THREAD,
     PREEMPTED,
     STACK_LOST,
+    SUB_WINDOWS,
     UNKNOWN_STATE,
     WAKER_NOT_RECORDED,
     Link,
@@ -67,6 +68,7 @@ SYNTHETIC_STACKS = (BEFORE_WINDOW, NEW_THREAD, WAKER_NOT_RECORDED, STACK_LOST)
 # thread it then woke was waiting for it.
 HISTORY = 256
 
+UNBOUNDED = 1 << 63  # what a tally counts up to when it counts everything
 # pid, tid, comm, call chain (as the reader keeps it)
 WakerKey = tuple[int, int, str, Chain]
 # The key a wait is counted under: tid, call chain (or a synthetic stack), state, waker
@@ -135,9 +137,12 @@ class Tally:
     of the cost of the keys)."""
 
     counted_from_ns: int = 0
-    counted_to_ns: int = 1 << 63
+    counted_to_ns: int = UNBOUNDED
     row_numbers: dict[RowKey, int] = field(default_factory=dict)
     rows: list[WaitTimes] = field(default_factory=list)  # by row number
+    # By row number: its off-CPU time in each of SUB_WINDOWS equal parts of what is counted
+    # (none when that is unbounded), for the spread of the findings' shares over time
+    by_window: list[list[int]] = field(default_factory=list)
     links: dict[tuple[int, int], Overlap] = field(default_factory=dict)  # waiter's row, waker's row
     threads: dict[int, ThreadTotals] = field(default_factory=dict)
     runqueue_delays_us: Counter[int] = field(default_factory=Counter)
@@ -177,7 +182,25 @@ class Tally:
         if number is None:
             number = self.row_numbers[key] = len(self.rows)
             self.rows.append(WaitTimes())
+            if self.counted_to_ns != UNBOUNDED:
+                self.by_window.append([0] * SUB_WINDOWS)
         return number
+
+    def split(self, number: int, since_ns: int, until_ns: int, offcpu: int) -> None:
+        """Add a wait's `offcpu` µs (since_ns to until_ns, within what is counted, across an
+        edge of its sub-window) to its row's sub-windows. Each part is rounded at the edges it
+        crosses, so the parts add up to it."""
+        start_ns, span = self.counted_from_ns, self.counted_to_ns - self.counted_from_ns
+        windows = self.by_window[number]
+        first = (since_ns - start_ns) * SUB_WINDOWS // span
+        done = 0
+        for window in range(first, SUB_WINDOWS):
+            edge_ns = start_ns + span * (window + 1) // SUB_WINDOWS
+            upto = offcpu if until_ns <= edge_ns or window == SUB_WINDOWS - 1 else round((edge_ns - since_ns) / 1000)
+            windows[window] += upto - done
+            done = upto
+            if done == offcpu:
+                return
 
     def add_wait(self, tid: int, wait: Wait, back_ns: int, back_seen: bool = True) -> None:
         """Count one off-CPU interval, from `wait.since_ns` to `back_ns` (when the thread
@@ -216,6 +239,16 @@ class Tally:
         row.blocked_us += blocked
         row.runqueue_us += runqueue
         row.count += 1
+        by_window = self.by_window
+        if by_window:  # Tally.split, its usual case inline: all of the wait in one sub-window
+            span = counted_to_ns - counted_from_ns
+            window = (since_ns - counted_from_ns) * SUB_WINDOWS // span if span > 0 else 0
+            if window >= SUB_WINDOWS - 1:
+                by_window[number][SUB_WINDOWS - 1] += offcpu
+            elif until_ns <= counted_from_ns + span * (window + 1) // SUB_WINDOWS:
+                by_window[number][window] += offcpu
+            else:
+                self.split(number, since_ns, until_ns, offcpu)
         thread = self.threads.get(tid) or self.thread(tid)
         thread.offcpu_us += offcpu
         thread.blocked_us += blocked
@@ -253,6 +286,9 @@ class Tally:
         numbers = [self.row_number(key) for key in other.row_numbers]  # other's row numbers in this tally
         for number, times in zip(numbers, other.rows, strict=True):
             self.rows[number].add_times(times)
+        for number, windows in zip(numbers, other.by_window, strict=False):  # none when unbounded
+            self.by_window[number] = [mine + theirs for mine, theirs in zip(self.by_window[number], windows,
+                                                                             strict=True)]
         for (waiter, waker), overlap in other.links.items():
             pair = (numbers[waiter], numbers[waker])
             link = self.links.get(pair)
@@ -684,14 +720,20 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
         return number
 
     merged: dict[tuple[int, int, str, int | None], WaitTimes] = {}
+    merged_windows: dict[tuple[int, int, str, int | None], list[int]] = {}
     row_of: list[tuple[int, int, str, int | None]] = []  # by the tally's row number
-    for key, times in zip(totals.row_numbers, totals.rows, strict=True):
+    for number, (key, times) in enumerate(zip(totals.row_numbers, totals.rows, strict=True)):
         tid, chain, state, waker = key
         merged_key = (tid, stack_id(chain), state, waker_id(waker))
         row_of.append(merged_key)
         merged.setdefault(merged_key, WaitTimes()).add_times(times)
+        if totals.by_window:
+            windows = merged_windows.setdefault(merged_key, [0] * SUB_WINDOWS)
+            for window, us in enumerate(totals.by_window[number]):
+                windows[window] += us
     row_index = {key: index for index, key in enumerate(merged)}
-    rows = [Row(*key, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count)
+    rows = [Row(*key, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count,
+                merged_windows.get(key, []))
             for key, times in merged.items()]
     links: dict[tuple[int, int], Overlap] = {}
     for (waiter_row, waker_row), overlap in totals.links.items():

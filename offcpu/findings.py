@@ -24,6 +24,7 @@ them go, and what those wakers were themselves waiting for meanwhile (the chain)
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ from offcpu.claims import (
     Root,
 )
 from offcpu.locktable import LockTable, load_table
-from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Model, Row
+from offcpu.model import BEFORE_WINDOW, SUB_WINDOWS, WHOLE_WINDOW, Model, Row
 from offcpu.stacks import drawn_alone, reading
 from offcpu.summaries import runqueue_percentiles
 from offcpu.waits import CAUSE_WORDS, NEW, PEER, PREEMPTED_CAUSE, Waits
@@ -148,6 +149,12 @@ class Finding:
     wakers: tuple[WakerShare, ...] = ()
     chain: tuple[ChainStep, ...] = ()
     roots: tuple[RootShare, ...] = ()
+    # The standard error of share_of_wall, from its spread over the window's sub-windows
+    share_uncertainty: float = 0.0
+    # The severity the share reaches by more than its uncertainty (severity when it is 0):
+    # a lower one says the finding is near the limit of its severity, and may fall below it
+    # in another run
+    settled_severity: str = "info"
 
 
 @dataclass(frozen=True)
@@ -183,6 +190,34 @@ class Context:
         wall = max(sum(self.wall_by_tid[tid] for tid in {row.tid for row in rows}), self.model.wall_us)
         return us / wall if wall > 0 else 0.0
 
+    def share_uncertainty(self, rows: list[Row]) -> float:
+        """The standard error of share_of_wall(total(rows), rows), from how the share spreads
+        over the model's sub-windows (see share_uncertainty); 0 when the rows do not say."""
+        if not rows or any(len(row.windows) != SUB_WINDOWS for row in rows):
+            return 0.0
+        parts = [sum(row.windows[window] for row in rows) for window in range(SUB_WINDOWS)]
+        walls = [0.0] * SUB_WINDOWS
+        for tid in {row.tid for row in rows}:
+            for window, presence in enumerate(self.presence[tid]):
+                walls[window] += self.wall_by_tid[tid] * presence
+        # as share_of_wall, of at least one whole window
+        present, whole = sum(walls), max(sum(walls), self.model.wall_us)
+        walls = [wall * whole / present for wall in walls] if present else [whole / SUB_WINDOWS] * SUB_WINDOWS
+        return share_uncertainty(parts, walls)
+
+    @cached_property
+    def presence(self) -> dict[int, list[float]]:
+        """Each thread's time in the window, as the share of it in each sub-window: spread evenly
+        from its creation (or the window's start) to its exit (or the window's end)."""
+        start, end = self.model.window_start_ns, self.model.window_end_ns
+        edges = [start + (end - start) * window // SUB_WINDOWS for window in range(SUB_WINDOWS + 1)]
+        found = {}
+        for tid, thread in self.model.threads.items():
+            born, gone = thread.created_ns or start, thread.exited_ns or end
+            spans = [max(0, min(gone, edges[window + 1]) - max(born, edges[window])) for window in range(SUB_WINDOWS)]
+            found[tid] = [span / sum(spans) for span in spans] if sum(spans) else [1 / SUB_WINDOWS] * SUB_WINDOWS
+        return found
+
     def truncated(self) -> bool:
         return bool(self.model.capture.user_stacks_truncated)
 
@@ -206,6 +241,20 @@ def default_table() -> LockTable:
     if not _DEFAULT_TABLE:
         _DEFAULT_TABLE.append(load_table())
     return _DEFAULT_TABLE[0]
+
+
+def share_uncertainty(parts: list[int], walls: list[float]) -> float:
+    """The standard error of a share sum(parts) / sum(walls) measured in sub-windows (a part
+    and the wall time it is of, in each), from the spread of the sub-windows: the ratio
+    estimator's, sqrt(n / (n - 1) * sum((part - share * wall)^2)) / sum(walls). With equal
+    walls it is the standard deviation of the sub-windows' shares over the square root of
+    their number."""
+    whole = sum(walls)
+    if len(parts) < 2 or whole <= 0:
+        return 0.0
+    share = sum(parts) / whole
+    spread = sum((part - share * wall) ** 2 for part, wall in zip(parts, walls, strict=True))
+    return math.sqrt(len(parts) / (len(parts) - 1) * spread) / whole
 
 
 def us_text(us: float) -> str:
@@ -801,8 +850,13 @@ def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
     idle = rule.id == IDLE
     share_of_wall = ctx.share_of_wall(graded_us(rule.id, match.rows), match.rows) if match.rows else 0.0
     offcpu = ctx.offcpu_us if idle else ctx.offcpu_us - ctx.idle_us
+    uncertainty = ctx.share_uncertainty(match.rows)
     rank = SEVERITIES.index
-    severity = SEVERITIES[min(max(rank(severity_of(share_of_wall)), rank(match.floor)), rank(match.cap))]
+
+    def severity_at(share: float) -> str:
+        return SEVERITIES[min(max(rank(severity_of(share)), rank(match.floor)), rank(match.cap))]
+
+    severity = severity_at(share_of_wall)
     if not idle and severity == "info" and match.floor == "info" and share_of_wall < REPORT_FROM:
         return None
     peer_waits = rule.id not in (IDLE, RUNQUEUE, "thread_limits")
@@ -817,6 +871,7 @@ def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
         wakers=waker_shares(ctx, match.rows) if peer_waits else (),
         chain=chain(ctx, match.rows) if peer_waits else (),
         roots=roots(ctx, match.rows) if peer_waits else (),
+        share_uncertainty=uncertainty, settled_severity=severity_at(share_of_wall - uncertainty),
     )
 
 

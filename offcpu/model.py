@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from offcpu.capture import CaptureInfo
 from offcpu.stacks import Stack
 
-SCHEMA = "offcpu-model/5"  # a new engine or reader reads perf.data again
+SCHEMA = "offcpu-model/6"  # a new engine or reader reads perf.data again
 WHOLE_WINDOW = 0.99  # a wait of this share of the window or more lasted all of it
 # Synthetic frames for time whose stack perf could not have recorded.
 BEFORE_WINDOW = "[off CPU since before the recording]"
@@ -23,6 +23,9 @@ WAKER_NOT_RECORDED = "[waker not recorded]"
 # The stack of a switch-out whose sched_switch perf lost: only its switch record says when.
 STACK_LOST = "[switch-out's stack lost]"
 WAKER_KINDS = ("thread", "interrupt", "idle", "unrecorded")
+# A row's off-CPU time is also kept in this many equal parts of the window, so that a
+# finding's share can be measured in each and its spread over time be known.
+SUB_WINDOWS = 10
 UNKNOWN_STATE = "?"
 PREEMPTED = "R"  # switched out while runnable: all of the gap is run-queue delay
 
@@ -74,6 +77,8 @@ class Row:
     blocked_us: int = 0
     runqueue_us: int = 0
     count: int = 0
+    # offcpu_us in each of SUB_WINDOWS equal parts of the window, in order (empty: not known)
+    windows: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -159,7 +164,7 @@ class Model:
             "stacks": [[list(stack.frames), stack.kernel_frames] for stack in self.stacks],
             "wakers": [asdict(waker) for waker in self.wakers],
             "rows": [[row.tid, row.stack, row.state, row.waker, row.offcpu_us, row.blocked_us, row.runqueue_us,
-                      row.count] for row in self.rows],
+                      row.count, row.windows] for row in self.rows],
             "threads": [asdict(thread) for thread in self.threads.values()],
             "links": [[link.waiter_row, link.waker_row, link.overlap_us, link.count] for link in self.links],
             "runqueue_delays_us": sorted(self.runqueue_delays_us.items()),
@@ -236,6 +241,9 @@ class Model:
             if not isinstance(row.state, str) or not all(isinstance(value, int) for value in (
                     row.offcpu_us, row.blocked_us, row.runqueue_us, row.count)):
                 raise ValueError(f"row {row!r} has no state or times")
+            if not isinstance(row.windows, list) or len(row.windows) not in (0, SUB_WINDOWS) or \
+                    not all(isinstance(value, int) for value in row.windows):
+                raise ValueError(f"row {row!r} has no times by sub-window")
         for link in self.links:
             index(link.waiter_row, len(self.rows), "link waiter row")
             index(link.waker_row, len(self.rows), "link waker row")

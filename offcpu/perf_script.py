@@ -58,7 +58,9 @@ TIME = r"\d{1,12}\.\d{9}"
 # "comm  pid/tid  [cpu]  seconds.nanoseconds:  event: ...", the cpu in text printed with it.
 # An event starts at a line start, but its name may hold newlines: the anchor after it is
 # what is trusted.
-HEADER = (rf"^(?P<comm>{NAME}) +(?P<pid>{NUMBER})/(?P<tid>{NUMBER}) +(?:\[(?P<cpu>{NUMBER})\] +)?"
+# A thread that has exited has no tid any more: its last events are printed with tid -1
+# (`gone`), and its name as ":-1".
+HEADER = (rf"^(?P<comm>{NAME}) +(?P<pid>{NUMBER})/(?P<tid>(?P<gone>-1)|{NUMBER}) +(?:\[(?P<cpu>{NUMBER})\] +)?"
           rf"(?P<time>{TIME}): +")
 ANCHOR = rf" +{NUMBER}/{NUMBER} +(?:\[{NUMBER}\] +)?{TIME}: "
 NEXT_HEADER = NAME + ANCHOR
@@ -71,8 +73,10 @@ EVENT = re.compile(HEADER + "(?:" + "|".join([
     # perf's switch records, in the switching thread: "IN", "OUT" or "OUT preempt", and for
     # the CPU-wide kind the other thread's pid/tid
     r"(?P<switch_record>PERF_RECORD_SWITCH(?:_CPU_WIDE)? (?P<direction>IN|OUT(?: preempt)?)[^\n]*\n)",
-    # sched_switch, in the leaving thread (prev_pid is the header's tid), with its call chain
-    rf"(?P<switch_sample>sched:sched_switch: prev_comm=(?P<prev_comm>{NAME}) prev_pid=(?P=tid) "
+    # sched_switch, in the leaving thread (prev_pid is the header's tid, or the thread's own when
+    # it has exited and the header says -1), with its call chain
+    rf"(?P<switch_sample>sched:sched_switch: prev_comm=(?P<prev_comm>{NAME}) "
+    rf"prev_pid=(?(gone)(?P<gone_tid>{NUMBER})|(?P=tid)) "
     rf"prev_prio={NUMBER} prev_state=(?P<prev_state>\S+) ==> next_comm={NAME} next_pid=(?P<next_tid>{NUMBER}) "
     rf"next_prio={NUMBER}\n(?P<switch_chain>{FRAMES})\n)",
     # sched_waking (or sched_wakeup), in the waker, with its call chain; comm is the woken thread's
@@ -106,8 +110,8 @@ SAMPLES = (SWITCH_SAMPLE, WAKING, OTHER)  # tracepoints, not perf's own records
 # numbers is the cheapest way out of the regex engine, on the hot path of every report.
 _GROUPS = EVENT.groupindex
 RECORD_GROUPS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "cpu", "time", "direction"))
-SWITCH_GROUPS = tuple(_GROUPS[name] for name in ("pid", "tid", "cpu", "time", "prev_comm", "prev_state", "next_tid",
-                                                 "switch_chain"))
+SWITCH_GROUPS = tuple(_GROUPS[name] for name in ("pid", "tid", "gone_tid", "cpu", "time", "prev_comm", "prev_state",
+                                                 "next_tid", "switch_chain"))
 WAKING_GROUPS = tuple(_GROUPS[name] for name in ("comm", "pid", "tid", "cpu", "time", "woken_tid", "waking_chain"))
 TASK_GROUPS = tuple(_GROUPS[name] for name in ("cpu", "time", "task_kind", "task_pid", "task_tid", "parent_pid",
                                                 "parent_tid"))
@@ -238,8 +242,8 @@ class PerfScriptReader:
                     add((SWITCH_OUT, time_ns(time), _cpu(cpu), int(pid), int(tid), int(direction == "OUT preempt"),
                          "", "", None))
             elif kind == SWITCH_SAMPLE:
-                pid, tid, cpu, time, prev_comm, state, next_tid, chain = event.group(*SWITCH_GROUPS)
-                add((SCHED_SWITCH, time_ns(time), _cpu(cpu), int(pid), int(tid), int(next_tid), prev_comm,
+                pid, tid, gone_tid, cpu, time, prev_comm, state, next_tid, chain = event.group(*SWITCH_GROUPS)
+                add((SCHED_SWITCH, time_ns(time), _cpu(cpu), int(pid), int(gone_tid or tid), int(next_tid), prev_comm,
                      state.rstrip("+"), chain))
             elif kind == WAKING:
                 comm, pid, tid, cpu, time, woken, chain = event.group(*WAKING_GROUPS)

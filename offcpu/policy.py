@@ -8,6 +8,8 @@ only in the keys it sets.
     runqueue.max_p99_ms = 20
     thread_churn.max_per_second = 50
 
+    strict = true                     # a check near its limit (over it by no more than the
+                                      # measurement's uncertainty) fails; by default it passes
     [regression]                      # against --baseline; a growth fails past both
     max_share_growth = 0.05           # ... points of the threads' time (0.05 = 5 points)
     max_relative_growth = 0.5         # ... and this much more than the baseline (0.5 = +50%)
@@ -101,10 +103,12 @@ class Policy:
     regression: Regression = Regression()
     source: str = "defaults"  # the file it was read from, over the defaults
     locks: LockTable = field(default_factory=default_table)  # the lock table, with the file's [[lock]] entries
+    strict: bool = False  # a check near its limit fails (else it passes, and says it is near)
 
     def to_json(self) -> dict:
         return {
             "source": self.source,
+            "strict": self.strict,
             "fail_above_info": list(self.fail_above_info),
             "limits": {rule: {key: value for key, value in vars(limits).items() if value is not None}
                        for rule, limits in self.limits.items()},
@@ -144,13 +148,17 @@ class _Reader:
         for key, value in data.items():
             if key == "fail_above_info":
                 policy = replace(policy, fail_above_info=self.rule_ids((key,), value))
+            elif key == "strict":
+                if not isinstance(value, bool):
+                    raise self.error((key,), f"must be true or false, not {_kind(value)}")
+                policy = replace(policy, strict=value)
             elif key == "regression":
                 policy = replace(policy, regression=self.regression(self.table((key,), value)))
             elif key in RULE_IDS:
                 limits[key] = self.limits(key, self.table((key,), value))
             elif key != "lock":  # [[lock]] entries: offcpu.locktable reads them
                 raise self.error((key,), f"is not a policy key; use finding ids ({', '.join(RULE_IDS)}), "
-                                         "fail_above_info, [regression] or [[lock]]")
+                                         "fail_above_info, strict, [regression] or [[lock]]")
         return replace(policy, limits=limits)
 
     def table(self, key: tuple[str, ...], value: object) -> dict:

@@ -169,18 +169,6 @@ class _Shortened:
     def whole(self) -> str:
         return self.shown(len(self.user), len(self.kernel))
 
-    def telling_apart(self, others: set[str], limit: int) -> str | None:
-        """The frame nearest the kernel that `others` lack, between '…', then the kernel's
-        leaf frame (why it waited) if it fits: the frames all of them share are left out."""
-        frames = self.user + self.kernel
-        unique = next((frame for frame in reversed(frames) if frame not in others), None)
-        if unique is None:
-            return None
-        after = frames[frames.index(unique) + 1:]
-        shapes = [["…", unique, *(["…"] if len(after) > 1 else []), *after[-1:]],
-                  ["…", unique, *(["…"] if after else [])]]
-        return next((";".join(shape) for shape in shapes if len(";".join(shape)) <= limit), None)
-
     def fitted(self, limit: int) -> tuple[int, int]:
         """How many user and kernel frames to show in `limit` characters: the kernel's
         leaf-most frame, which says why it waited, then the program's nearest the kernel,
@@ -223,33 +211,63 @@ def shorten_apart(stacks: Sequence[tuple[Sequence[str], int]], limit: int) -> li
     """Each (frames, kernel_frames) shortened as by shorten(), except stacks that would read
     the same although they differ: they are shown the same number of user and kernel frames
     that tells them all apart, the most that fit `limit` characters; when no such choice
-    fits, each that can is shown with as many frames as fit among which one the others
-    do not have."""
+    fits, each is shown from where it parts from every other stack (see _parting)."""
     parsed = [_Shortened(frames, kernel_frames) for frames, kernel_frames in stacks]
     shown = [stack.shown(*stack.fitted(limit)) for stack in parsed]
-    alike: dict[str, list[int]] = {}
-    for index, text in enumerate(shown):
-        alike.setdefault(text, []).append(index)
-    for group in alike.values():
+    for group in _alike(shown, stacks):
         wholes = {parsed[index].whole for index in group}
-        if len(wholes) < 2:
-            continue
         together = ([parsed[index].shown(*choice) for index in group] for choice in _choices(
             max(len(parsed[index].user) for index in group), max(len(parsed[index].kernel) for index in group)))
         fitting = next((texts for texts in together
                         if len(set(texts)) == len(wholes) and all(len(text) <= limit for text in texts)), None)
-        for place, index in enumerate(group):
-            if fitting is not None:
+        if len(wholes) == len(group) and fitting is not None:
+            for place, index in enumerate(group):
                 shown[index] = fitting[place]
-                continue
-            others = {frame for other in group if parsed[other].whole != parsed[index].whole
-                      for frame in parsed[other].user + parsed[other].kernel}
-            stack = parsed[index]
-            texts = (stack.shown(*choice) for choice in _choices(len(stack.user), len(stack.kernel)))
-            shown[index] = next((text for text in texts
-                                 if len(text) <= limit and set(text.split(";")) - others - {"…"}),
-                                stack.telling_apart(others, limit) or shown[index])
+    told = [stack.user + stack.kernel for stack in parsed]
+    # stacks that read the same whole differ in frames a shortened stack leaves out (the
+    # scheduler's, unnamed ones): those tell them apart
+    whole_frames = [[printable(frame) for frame in frames] for frames, _ in stacks]
+    for group in _alike(shown, stacks):
+        alike_whole = len({parsed[index].whole for index in group}) < len(group)
+        sequences = whole_frames if alike_whole else told
+        for index in group:
+            shown[index] = _parting(sequences[index], sequences, limit) or shown[index]
     return [_cut(text, limit) for text in shown]
+
+
+def _alike(shown: list[str], stacks: Sequence[tuple[Sequence[str], int]]) -> list[list[int]]:
+    """The indexes of stacks shown alike although their frames differ, by group."""
+    alike: dict[str, list[int]] = {}
+    for index, text in enumerate(shown):
+        alike.setdefault(text, []).append(index)
+    return [group for group in alike.values() if len({tuple(stacks[index][0]) for index in group}) > 1]
+
+
+def _parting(sequence: list[str], sequences: list[list[str]], limit: int) -> str | None:
+    """A root-first frame sequence shown from the frame where it parts from the one of the
+    others that shares the most of its leaf end: that frame, then the frames they share, as
+    many as fit in `limit` characters, the one it called there and those nearest the leaf
+    first ('…' for those left out, and before it unless it is the root). None when no other
+    sequence differs from it."""
+    shared = [_shared_leaf_end(sequence, other) for other in sequences if other != sequence]
+    if not shared:
+        return None
+    parting = max(len(sequence) - max(shared) - 1, 0)  # 0 also when all of it is another's leaf end
+    head = ["…"] if parting > 0 else []
+    frame, after = sequence[parting], sequence[parting + 1:]
+    # the frame under it (what it called there), then those nearest the leaf (why it waited)
+    under = [[*head, frame, after[0], "…", *after[len(after) - kept:]] for kept in range(len(after) - 2, 0, -1)]
+    leafward = [[*head, frame, "…", *after[len(after) - kept:]] for kept in range(len(after) - 1, -1, -1)]
+    shapes = [[*head, frame, *after], *under, *leafward]
+    return next((";".join(shape) for shape in shapes if len(";".join(shape)) <= limit), ";".join(shapes[-1]))
+
+
+def _shared_leaf_end(one: list[str], other: list[str]) -> int:
+    """How many frames at the leaf end two root-first sequences share."""
+    shared = 0
+    while shared < min(len(one), len(other)) and one[-1 - shared] == other[-1 - shared]:
+        shared += 1
+    return shared
 
 
 def _choices(users: int, kernels: int) -> list[tuple[int, int]]:

@@ -17,6 +17,7 @@ from offcpu.escaping import printable
 from offcpu.findings import Finding, findings, lock_table
 from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
 from offcpu.stacks import Runs, parts, reading, runs_said
+from offcpu.waits import cause_of_waker
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
 # flamegraph.pl and inferno read a line whose last frame ends in blanks and a number
@@ -246,8 +247,9 @@ def _waker_frames(model: Model, view: StackView, row: Row) -> tuple[tuple[str, .
     waker = model.wakers[row.waker]
     if waker.kind == "unrecorded":
         return (WAKER_NOT_RECORDED,), []
-    name = re.sub(r"\s", "_", waker.comm)  # the line's last frame: "worker 3" would read as a count
-    thread = f"{name}-{waker.tid}" if view.by_thread else name
-    who = {"thread": thread, "idle": "[idle]", "interrupt": f"[interrupt in {waker.comm}]"}
     frames, _, runs = _frames(model, view, waker.stack)
-    return (*reversed(frames), who[waker.kind]), runs[::-1]
+    if waker.kind != "thread":  # an interrupt's: what it was, not the thread it came in (see waker_pairs)
+        return (*reversed(frames), f"[{cause_of_waker(waker, model.stacks[waker.stack], same_service=False)}]"), \
+            runs[::-1]
+    name = re.sub(r"\s", "_", waker.comm)  # the line's last frame: "worker 3" would read as a count
+    return (*reversed(frames), f"{name}-{waker.tid}" if view.by_thread else name), runs[::-1]

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from offcpu.model import Model, Thread, WaitTimes
+from offcpu.waits import cause_of_waker
 
 PERCENTILES = (50, 90, 99)
 # Over this share of the events perf recorded left unread, no number can be trusted.
@@ -28,15 +29,26 @@ class Totals:
 class Observer:
     """perf's own cost: the time its handling of the recorded switches took, which the kernel
     charges to the threads coming in, so that it is part of their time on CPU (never of
-    their waits)."""
+    their waits). It is said against that time on CPU, not their whole time: threads that
+    wait most of the time lose little of their whole time to perf, but work bound by their
+    CPU time gets that much less of it done. What perf does elsewhere (its stack walks at
+    the wakeups, in the wakers' time; its own process writing perf.data) is not in it, so
+    it is the least a recording costs."""
 
     us: int
-    share: float  # of the threads' time in the window (on CPU plus off CPU, summed), 0-1
+    oncpu_us: int  # the threads' time on CPU, summed; `us` is part of it
+    share_of_oncpu: float  # us / oncpu_us, 0-1
     estimated_switch_ins: int  # switch-ins placed by the capture's measured switch cost
     switch_cost_ns: int | None  # that cost, of one switch (None: not measured)
 
+    @property
+    def said(self) -> str:
+        """'12.7 ms, 5.3% of their time on CPU (work bound by it: at least 5.3% slower while recorded)'."""
+        return (f"{self.us / 1000:,.1f} ms, {self.share_of_oncpu:.1%} of their time on CPU (work bound by it: at "
+                f"least {self.share_of_oncpu:.1%} slower while recorded)")
 
-# From this share of the threads' time, perf's own cost is worth a note with what to do.
+
+# From this share of the threads' time on CPU, perf's own cost is worth a note with what to do.
 OBSERVER_NOTE_FROM = 0.03
 
 
@@ -51,16 +63,18 @@ class StateTotal:
 
 @dataclass(frozen=True)
 class WakerPair:
-    """Who woke whom: a waker (thread, interrupt or idle) and the thread it woke."""
+    """Who woke whom: a thread and the thread it woke, or what else ended the wakee's waits
+    (a timer, a device, the network or another interrupt) in whichever thread it came."""
 
-    waker_kind: str
-    waker_comm: str
-    waker_tid: int
+    waker_kind: str  # Waker.kind: "thread", "interrupt" or "idle"
+    waker_comm: str  # "" when not a thread
+    waker_tid: int  # 0 when not a thread
     wakee_comm: str
     wakee_tid: int
     wakeups: int
     blocked_us: int  # how long the wakee had waited for these wakeups
     runqueue_us: int  # and then waited for a CPU
+    ended_by: str = ""  # not a thread: what ended the waits (waits.TIMER, DEVICE, NETWORK or INTERRUPT)
 
 
 @dataclass(frozen=True)
@@ -96,9 +110,10 @@ def totals(model: Model) -> Totals:
 
 def observer(model: Model) -> Observer:
     threads = model.threads.values()
-    whole = sum(t.oncpu_us + t.offcpu_us for t in threads)
+    oncpu = sum(t.oncpu_us for t in threads)
     us = sum(t.observer_us for t in threads)
-    return Observer(us, us / whole if whole else 0.0, model.estimated_switch_ins, model.capture.switch_cost_ns)
+    return Observer(us, oncpu, us / oncpu if oncpu else 0.0, model.estimated_switch_ins,
+                    model.capture.switch_cost_ns)
 
 
 def by_state(model: Model) -> list[StateTotal]:
@@ -111,15 +126,21 @@ def by_state(model: Model) -> list[StateTotal]:
 
 
 def waker_pairs(model: Model) -> list[WakerPair]:
-    """Recorded wakeups grouped by waker and wakee thread, longest blocked first."""
-    sums: dict[tuple[str, str, int, int], WaitTimes] = defaultdict(WaitTimes)
+    """Recorded wakeups grouped by waker and wakee thread, longest blocked first. A wakeup
+    from an interrupt (or the idle task) is grouped by what it was, a timer's expiry or a
+    device's, not by the thread it happened to interrupt: that thread woke no one."""
+    sums: dict[tuple[str, str, int, int, str], WaitTimes] = defaultdict(WaitTimes)
     for row in model.rows:
         if row.waker is None or model.wakers[row.waker].kind == "unrecorded":
             continue
         waker = model.wakers[row.waker]
-        sums[(waker.kind, waker.comm, waker.tid, row.tid)].add_times(row)
+        if waker.kind == "thread":
+            sums[(waker.kind, waker.comm, waker.tid, row.tid, "")].add_times(row)
+        else:
+            ended_by = cause_of_waker(waker, model.stacks[waker.stack], same_service=False)
+            sums[(waker.kind, "", 0, row.tid, ended_by)].add_times(row)
     pairs = [WakerPair(kind, comm, tid, model.threads[wakee].comm, wakee, times.count, times.blocked_us,
-                       times.runqueue_us) for (kind, comm, tid, wakee), times in sums.items()]
+                       times.runqueue_us, ended_by) for (kind, comm, tid, wakee, ended_by), times in sums.items()]
     return sorted(pairs, key=lambda pair: -pair.blocked_us)
 
 
@@ -174,10 +195,12 @@ def caveats(model: Model) -> list[str]:
     (after the warning that they cannot be trusted, when they cannot: see untrusted)."""
     said = [note for note in (model.capture.lost_note, model.capture.spin_note) if note]
     cost = observer(model)
-    if cost.share >= OBSERVER_NOTE_FROM:
-        said.append(f"perf's handling of the switches took {cost.share:.1%} of the threads' time (counted as time "
-                    "on CPU, as the kernel does, not as waiting); on a program that switches this often, record "
-                    "for less time, with --call-graph fp rather than dwarf, and compare with an unrecorded run")
+    if cost.share_of_oncpu >= OBSERVER_NOTE_FROM:
+        said.append(f"perf's handling of the switches took {cost.share_of_oncpu:.1%} of the threads' time on CPU, "
+                    "and its stack walks at wakeups and its own process take more: throughput bound by their CPU "
+                    "time is lower by at least as much while recording; on a program that switches this often, "
+                    "record for less time, with --call-graph fp rather than dwarf, and compare with an unrecorded "
+                    "run")
     said += model.binary_notes
     if model.asleep_threads:
         one = model.asleep_threads == 1

@@ -50,7 +50,16 @@ from offcpu.renderers.verdict import (
 from offcpu.stdout import write_stdout
 from offcpu.summaries import unreadable_note, untrusted
 from offcpu.targets import Choice
-from offcpu.verdict import Measurements, Verdict, evaluate, measure, measurements_from_report, unrecorded
+from offcpu.verdict import (
+    Measurements,
+    Verdict,
+    allowed_loss,
+    evaluate,
+    measure,
+    measurements_from_report,
+    too_lossy,
+    unrecorded,
+)
 
 EXIT_VIOLATED = 1
 COULD_NOT_CHECK_PREFIX = "could not check: "
@@ -190,6 +199,7 @@ def _refuse_unfinished(info: CaptureInfo, capture: Path) -> None:
     if info.target.command and info.target.kind != "command" and info.target_exited:
         raise OffcpuError(f"{info.target.recorded()} exited before the command did, so the run is not checked; "
                           f"its capture is kept in {capture}")
+    _refuse_lossy(info, capture)
 
 
 def _check_capture(capture: Path) -> None:
@@ -200,6 +210,13 @@ def _check_capture(capture: Path) -> None:
     if info.command_exit_status:
         raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}the command recorded in {capture} exited with status "
                           f"{info.command_exit_status}: a run that failed is not checked; record one that succeeds")
+    _refuse_lossy(info, capture)
+
+
+def _refuse_lossy(info: CaptureInfo, capture: Path) -> None:
+    """A run that lost more events than a check allows is not checked: whole waits are missing."""
+    if too_lossy(info.lost_share):
+        raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}in {capture}, {info.lost_sentence(allowed_loss())}")
 
 
 def _measure(capture: Path, policy: Policy) -> Measurements:
@@ -231,7 +248,7 @@ def _baseline(path: Path, policy: Policy) -> tuple[Measurements, Target | None]:
         return measure(_readable_model(path), policy.locks), load(path).target
     try:
         report = json.loads(path.read_text())
-        return measurements_from_report(report), _reported_target(report)
+        measurements = measurements_from_report(report)
     except OSError as error:
         raise OffcpuError(f"cannot read the baseline {path} ({error.strerror}); give a capture directory or "
                           "the output of 'offcpu report json CAPTURE'") from None
@@ -239,6 +256,11 @@ def _baseline(path: Path, policy: Policy) -> tuple[Measurements, Target | None]:
         why = f" ({error})" if type(error) is ValueError else ""
         raise OffcpuError(f"the baseline {path} is not an offcpu JSON report this offcpu can compare with{why}; "
                           "give the capture directory, or its 'offcpu report json CAPTURE -o FILE' output") from None
+    if too_lossy(measurements.lost_share):
+        raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}the baseline {path} is of a run in which perf lost "
+                          f"{measurements.lost_events:,} events ({measurements.lost_share:.1%}{allowed_loss()}): "
+                          "record a known-good run that loses fewer and compare with it")
+    return measurements, _reported_target(report)
 
 
 def _reported_target(report: dict) -> Target | None:

@@ -198,7 +198,8 @@ class HtmlReport:
         table = _table(("recorded", "threads", "off-CPU ms", "blocked ms", "waiting for a CPU ms",
                         "perf's own handling ms (on CPU)"), "rrrrrr",
                        [(f"{whole.wall_us / 1e6:.2f} s", f"{whole.threads:,}", ms(whole.offcpu_us),
-                         ms(whole.blocked_us), ms(whole.runqueue_us), f"{ms(cost.us)} ({cost.share:.1%})")])
+                         ms(whole.blocked_us), ms(whole.runqueue_us),
+                         f"{ms(cost.us)} ({cost.share_of_oncpu:.1%} of on-CPU)")])
         note = f"Over what is chosen: {self.view.filters}" if self.view.filtered else "Over every thread recorded"
         return _section("totals", "Totals", note, table)
 

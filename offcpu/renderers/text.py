@@ -37,9 +37,9 @@ EVIDENCE_STACK = 30  # the fewest characters an evidence stack gets; narrower, i
 
 
 def waker_name(pair: WakerPair) -> str:
-    """Who woke: a thread as comm-tid, an interrupt or the idle task with the thread it came in."""
-    kind = "" if pair.waker_kind == "thread" else f"[{pair.waker_kind}] "
-    return f"{kind}{pair.waker_comm}-{pair.waker_tid}"
+    """Who woke: a thread as comm-tid, else what ended the waits: "[timer]", "[device]", "[network]",
+    "[interrupt]"."""
+    return f"{pair.waker_comm}-{pair.waker_tid}" if pair.waker_kind == "thread" else f"[{pair.ended_by}]"
 
 
 def ms(microseconds: int) -> str:
@@ -88,8 +88,7 @@ class TextReport:
                   f"({capture.call_graph} stacks{'; ' + model.reader_note if model.reader_note else ''})\n"
                   f"{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
                   f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms\n"
-                  f"perf's own handling of their switches: {ms(cost.us)} ms of their time on CPU "
-                  f"({cost.share:.1%} of their time)"
+                  f"perf's own handling of their switches: {cost.said}"
                   + "".join(f"\nNote: {caveat}" for caveat in caveats(model)))
         alarm = [Text(f"WARNING: {unreadable_note(model)}", style="bold red" if self.color else "")] \
             if untrusted(model) else []

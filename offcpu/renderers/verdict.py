@@ -61,14 +61,26 @@ class VerdictTable:
         table.add_column("limit", justify="right")
         table.add_column("detail", min_width=DETAIL_WIDTH)
         for check in sorted(checks, key=lambda check: check.passed):
-            result = Text("pass", style="green") if check.passed else Text("FAIL", style="bold red")
+            result = Text(_result(check), style="bold red" if not check.passed else "yellow" if check.near else "green")
             table.add_row(result, *(Text(printable(cell)) for cell in (check.name, check.measured, check.limit,
                                                                       check.detail)))
         return table
 
 
+def _result(check: Check) -> str:
+    """pass, near (passed, over its limit by no more than the uncertainty) or FAIL."""
+    return "FAIL" if not check.passed else "near" if check.near else "pass"
+
+
 def _described(run: Measurements) -> str:
-    return f"{run.window_s:,.2f} s, {counted(run.threads, 'thread')}"
+    lost = f"; {run.lost_said}" if run.lost_said else ""
+    return f"{run.window_s:,.2f} s, {counted(run.threads, 'thread')}{lost}"
+
+
+def _lost_lines(verdict: Verdict) -> list[str]:
+    """What the run and the baseline lost, a line each."""
+    runs = [("this run", verdict.run), ("the baseline", verdict.baseline)]
+    return [f"In {which}, {run.lost_said}." for which, run in runs if run is not None and run.lost_said]
 
 
 class VerdictJson:
@@ -100,7 +112,11 @@ class VerdictJunit:
     def render(self, verdict: Verdict) -> str:
         suites = ET.Element("testsuites", name="offcpu check")
         checks = _by_rule(verdict.checks)
-        self._suite(suites, "policy", [(rule, checks.get(rule, []), _unchecked(rule, verdict)) for rule in RULE_IDS])
+        policy = self._suite(suites, "policy", [(rule, checks.get(rule, []), _unchecked(rule, verdict))
+                                                for rule in RULE_IDS])
+        lost = _lost_lines(verdict)
+        if lost:  # the suite's own output, after its testcases
+            ET.SubElement(policy, "system-out").text = "\n".join(lost)
         if verdict.comparisons:
             self._suite(suites, "baseline", [(check.rule, [check], "") for check in verdict.comparisons])
         for count in ("tests", "failures", "errors"):
@@ -110,14 +126,14 @@ class VerdictJunit:
         return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
     @staticmethod
-    def _suite(parent: ET.Element, name: str, cases: list[tuple[str, list[Check], str]]) -> None:
+    def _suite(parent: ET.Element, name: str, cases: list[tuple[str, list[Check], str]]) -> ET.Element:
         """`cases`: (name, its checks, the text of a case without checks)."""
         failures = sum(not all(check.passed for check in checks) for _, checks, _ in cases)
         suite = ET.SubElement(parent, "testsuite", name=name, tests=str(len(cases)), failures=str(failures),
                               errors="0", skipped="0", time="0")
         for rule, checks, unchecked in cases:
             case = ET.SubElement(suite, "testcase", classname=f"offcpu.check.{name}", name=rule, time="0")
-            details = "\n".join(f"{'pass' if check.passed else 'FAIL'}: {printable(check.sentence)}"
+            details = "\n".join(f"{_result(check)}: {printable(check.sentence)}"
                                 for check in checks)  # XML allows no control character
             failed = [check for check in checks if not check.passed]
             if failed:
@@ -127,6 +143,7 @@ class VerdictJunit:
                 failure.text = details
             else:
                 ET.SubElement(case, "system-out").text = details or unchecked
+        return suite
 
 
 def _unchecked(rule: str, verdict: Verdict) -> str:
@@ -151,10 +168,12 @@ class VerdictMarkdown:
         self.capture = capture
 
     def render(self, verdict: Verdict) -> str:
-        rows = [f"| {'✅' if check.passed else '❌'} | {_cell(check.name)} | {_cell(check.measured)} | "
+        rows = [f"| {'❌' if not check.passed else '✅ near' if check.near else '✅'} | {_cell(check.name)} | "
+                f"{_cell(check.measured)} | "
                 f"{_cell(check.limit)} | {_cell(check.detail)} |"
                 for check in sorted(verdict.checks + verdict.comparisons, key=lambda check: check.passed)]
-        return "\n".join([f"### {headline(verdict)}", "", f"Capture: `{printable(self.capture)}`", "",
+        lost = [line for said in _lost_lines(verdict) for line in (printable(said), "")]
+        return "\n".join([f"### {headline(verdict)}", "", f"Capture: `{printable(self.capture)}`", "", *lost,
                           "| | check | measured | limit | detail |", "|---|---|---|---|---|", *rows, "", ""])
 
 

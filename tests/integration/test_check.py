@@ -373,6 +373,18 @@ class TestCouldNotCheck:
     def test_policy_that_never_ends(self, example_capture):
         assert_one_line_error(check("--policy", "/dev/zero", str(example_capture("idle_pool"))), "not a regular file")
 
+    def test_a_capture_that_lost_many_events(self, tmp_path):
+        # Given a thread-churning program recorded with DWARF stacks through a 2-page ring buffer
+        capture = tmp_path / "cap"
+        recorded = run_offcpu("record", "-o", str(capture), "--mmap-pages", "2", "--call-graph", "dwarf", "-d", "1",
+                              "--", str(example("thread_churn")), "-t", "16", "-s", "0.5")
+        assert recorded.returncode == 0, recorded.stderr
+        lost = json.loads((capture / "capture.json").read_text())["lost_events"]
+        assert lost > 0, "perf lost nothing: the test needs a recording that loses events"
+        # Then it is not checked: exit 2, saying how much was lost and how to lose less
+        assert_one_line_error(check(str(capture)), "could not check", f"perf lost {lost:,} events",
+                              "a check allows 5%", "--mmap-pages 8")
+
     def test_missing_capture(self, tmp_path):
         assert_one_line_error(check(str(tmp_path / "nothing")), "not a capture directory")
 

@@ -68,7 +68,8 @@ def test_no_name_reaches_a_terminal_or_a_page_raw(workload, tmp_path):
     wait_for_name(program.pid, ESCAPE_NAME.encode())
     capture = tmp_path / "cap"
     # When it is recorded by pid, then reported and checked
-    recorded = run_offcpu("record", "--pid", str(program.pid), "-d", "1", "-o", str(capture))
+    # (with a ring buffer big enough that a loaded machine loses no more than a check allows)
+    recorded = run_offcpu("record", "--pid", str(program.pid), "-d", "1", "--mmap-pages", "1024", "-o", str(capture))
     text = run_offcpu("report", "text", str(capture))
     checked = run_offcpu("check", str(capture))
     graph, page = tmp_path / "graph.svg", tmp_path / "page.html"

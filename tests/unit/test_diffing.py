@@ -22,7 +22,7 @@ from offcpu.diffing import (
 from offcpu.errors import OffcpuError
 from offcpu.flamegraph import safe_title
 from offcpu.renderers.flame import stack_lines
-from offcpu.stacks import shorten
+from offcpu.stacks import shorten, shorten_apart
 from offcpu.stackview import SEPARATOR, StackView, drawn, folded
 from tests.unit.test_engine import model_of
 
@@ -191,3 +191,17 @@ def test_a_folded_line_reads_as_the_stack_it_was_drawn_from(name, view):
         assert (root, frames, woken_by) == (stack.root, stack.frames, stack.woken_by)
         for limit in (30, 60, 100):
             assert shorten(frames, kernel_frames, limit) == shorten(stack.frames, stack.kernel_frames, limit)
+
+
+@pytest.mark.parametrize(("base", "new"), [("java_monitor", "java_monitor_twin"), ("ruby_gvl", "ruby_gvl_twin"),
+                                           ("ruby_gvl_twin", "per_request_pid"), ("mmap_fixed_pid", "mmap_all")])
+@pytest.mark.parametrize("width", [40, 60, 100])
+def test_the_rows_of_stacks_that_grew_read_apart(base: str, new: str, width: int) -> None:
+    # Given the stacks that grew most from one capture to another, as the diff's table shows them
+    diff = compare(from_model(model_of(base), StackView(), base), from_model(model_of(new), StackView(), new))
+    rows = [split_stack(change.stack) for change in diff.grown(10)]
+    shown = shorten_apart([(frames, kernel_frames) for _, frames, kernel_frames, _ in rows], width)
+    # Then two rows read alike only when they are one stack of two threads or two wakers
+    # (the table's thread and woken-by columns tell those apart)
+    alike = [(rows[i], rows[j]) for i in range(len(rows)) for j in range(i) if shown[i] == shown[j]]
+    assert all(one[1] == other[1] for one, other in alike), alike

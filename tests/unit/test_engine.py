@@ -10,7 +10,7 @@ import pytest
 
 from offcpu.asleep import load as load_snapshot, with_asleep_stacks
 from offcpu.engine import SliceBuilder, merge, threads_at_start, to_model
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, SUB_WINDOWS
 from offcpu.perf_script import PerfScriptReader
 from tests.fixtures import HERE, capture_info, script_stream
 
@@ -24,10 +24,10 @@ def model_of(name: str, slices: int = 1, text: str | None = None):
     reader = PerfScriptReader("perf", Path("unused"))
     pieces = []
     for first, last in reader.time_slices(start, end, slices):
-        builder, skipped_before = SliceBuilder(first, last), reader.skipped
+        builder, skipped_before = SliceBuilder(first, last, (start, end)), reader.skipped
         reader.decode(script_stream(name) if text is None else io.StringIO(text), builder)
         pieces.append(builder.finish(reader.skipped - skipped_before))
-    totals, skipped = merge(pieces, start, end, threads_at_start(info))
+    totals, skipped = merge(pieces, start, end, threads_at_start(info), (start, end))
     model = to_model(totals, reader, info, start, end, skipped)
     with_asleep_stacks(model, load_snapshot(HERE / name))  # as model_cache does
     return model
@@ -41,6 +41,14 @@ def test_blocked_plus_runqueue_is_offcpu_in_every_row(name):
         assert row.blocked_us + row.runqueue_us == row.offcpu_us and row.blocked_us >= 0 and row.runqueue_us >= 0
         if row.state == PREEMPTED:
             assert row.blocked_us == 0
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("slices", [1, 3])
+def test_every_rows_sub_windows_add_up_to_it(name, slices):
+    model = model_of(name, slices)
+    assert all(len(row.windows) == SUB_WINDOWS and sum(row.windows) == row.offcpu_us for row in model.rows)
+    assert sum(sum(row.windows[:5]) for row in model.rows) > 0 < sum(sum(row.windows[5:]) for row in model.rows)
 
 
 @pytest.mark.parametrize("name", FIXTURES)

@@ -41,8 +41,8 @@ def info(switch_cost_ns: int | None = None) -> CaptureInfo:
 class Feed:
     """A slice's engine, handed one event at a time."""
 
-    def __init__(self, switch_cost_us: int) -> None:
-        self.builder = SliceBuilder(0, WINDOW_US * US, switch_cost_ns=switch_cost_us * US)
+    def __init__(self, switch_cost_us: int, counted: tuple[int, int] | None = None) -> None:
+        self.builder = SliceBuilder(0, WINDOW_US * US, counted, switch_cost_ns=switch_cost_us * US)
 
     def _one(self, *event: object) -> None:
         self.builder.take(Events.of([event]))  # type: ignore[list-item]
@@ -61,8 +61,10 @@ class Feed:
         self._one(THREAD_EXIT, time_ns, cpu, pid, tid, 0, "", "", None)
 
 
-def model(events: Feed, switch_cost_ns: int | None = None) -> Model:
-    totals, skipped = merge([events.builder.finish(0)], 0, WINDOW_US * US, {})
+def model(events: Feed, switch_cost_ns: int | None = None, counted: bool = False) -> Model:
+    """`counted`: the events' Feed counted the whole window, as build_model counts it."""
+    totals, skipped = merge([events.builder.finish(0)], 0, WINDOW_US * US, {},
+                            (0, WINDOW_US * US) if counted else None)
     return to_model(totals, NamedChains(), info(switch_cost_ns), 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
 
 
@@ -178,3 +180,19 @@ def test_a_thread_with_no_event_is_of_the_process_it_was_of_at_the_start() -> No
     result = to_model(totals, NamedChains(), capture, 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
     assert {tid: thread.pid for tid, thread in result.threads.items()} == {11: 10, 13: 10, 14: 14}
     assert result.threads[13].offcpu_us == WINDOW_US
+
+
+def test_a_waits_time_is_split_over_the_sub_windows_it_spans() -> None:
+    # Given a window of 10,000 µs counted in ten sub-windows of 1,000 µs
+    events = Feed(0, counted=(0, WINDOW_US * US))
+    switch(events, 1500, 11, "S", 12, "futex_wait")    # 11 waits from 1,500...
+    switch(events, 3200, 12, "S", 11, "futex_wait")    # ...to 3,200; then 12 from 3,200...
+    switch(events, 3700, 11, "R", 12, "preempt")       # ...to 3,700, in one sub-window; 11 from 3,700 to the end
+    result = model(events, counted=True)
+    # Then 11's 1,700 µs are 500 in the second sub-window, 1,000 in the third, 200 in the fourth
+    assert row_of(result, 11, "futex_wait").windows == [0, 500, 1000, 200, 0, 0, 0, 0, 0, 0]
+    assert row_of(result, 12, "futex_wait").windows == [0, 0, 0, 500, 0, 0, 0, 0, 0, 0]
+    # 11's preemption, 3,700 to 10,000: 300 in the fourth, 1,000 in each after
+    assert row_of(result, 11, "preempt").windows == [0, 0, 0, 300, 1000, 1000, 1000, 1000, 1000, 1000]
+    # 12, off CPU since before the recording until 1,500
+    assert row_of(result, 12, "[off CPU since before the recording]").windows == [1000, 500] + [0] * 8

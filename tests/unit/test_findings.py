@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections import Counter
 
 import pytest
 
+from offcpu.capture import CaptureInfo, Target
 from offcpu.findings import (
     RULES,
     SEVERITIES,
@@ -19,7 +21,9 @@ from offcpu.findings import (
     detect_mmap_lock,
     findings,
     severity_of,
+    share_uncertainty,
 )
+from offcpu.model import Model, Row, Thread
 from offcpu.stacks import Stack
 from tests.unit.test_engine import model_of
 
@@ -342,3 +346,38 @@ def test_a_rule_added_to_the_table_runs():
     extra = Rule("everything", "All of it", "Nothing.", lambda ctx: [Match(list(ctx.model.rows), "All of it.")])
     found = findings(model_of("futex_pid"), RULES + (extra,))
     assert found[0].id == "everything" and found[0].severity == "critical"
+
+
+# -- a share's uncertainty, from its spread over the window's sub-windows --------------------------
+
+def test_the_uncertainty_of_a_share_is_the_standard_error_over_its_sub_windows():
+    # parts of 5, 6, 4, 5, 5, 5, 6, 4, 5, 5 of 100 each: a share of 50 / 1,000 = 5%; the parts
+    # differ from 5% of 100 by 0, 1, -1, 0, 0, 0, 1, -1, 0, 0 (squares: 4), so the standard
+    # error is sqrt(10 / 9 * 4) / 1,000 = 0.0021082 (the sub-windows' shares' standard deviation,
+    # 0.0066667, over sqrt(10))
+    assert share_uncertainty([5, 6, 4, 5, 5, 5, 6, 4, 5, 5], [100.0] * 10) == pytest.approx(0.0021082, abs=1e-7)
+    assert share_uncertainty([5] * 10, [100.0] * 10) == 0.0  # the same in every sub-window
+
+
+def sub_window_model() -> Model:
+    """10 ms; thread 11 there throughout, thread 13 from 5 ms on; each waits in one stack."""
+    capture = CaptureInfo(target=Target("pid", "test", pid=10), perf_command=[], kernel_release="", perf_version="",
+                          cpus=2, call_graph="fp", events=[], events_skipped=[], duration_requested_s=0.01,
+                          schedstats="absent", limits=None, window_start_ns=0, window_end_ns=10_000_000)
+    rows = [Row(11, 0, "S", None, 500, 500, 0, 5, [100, 0] * 5),  # all of it in every other millisecond
+            Row(13, 0, "S", None, 500, 500, 0, 5, [0] * 5 + [100] * 5)]  # 100 µs in each of its
+    threads = {11: Thread(11, 10, "t11", oncpu_us=9500, offcpu_us=500),
+               13: Thread(13, 10, "t13", oncpu_us=4500, offcpu_us=500, created_ns=5_000_000)}
+    return Model(capture, 0, 10_000_000, [Stack(("futex_wait",), 1)], [], rows, threads, Counter())
+
+
+def test_a_findings_uncertainty_is_of_its_threads_time_in_each_sub_window():
+    model = sub_window_model()
+    ctx = Context(model)
+    # 11: 500 µs of its 10,000, a millisecond on and one off: shares of 10% and 0% around 5%, whose
+    # standard error is sqrt(10 / 9 * 10 * 50²) / 10,000 = 0.0166667
+    assert ctx.share_uncertainty([model.rows[0]]) == pytest.approx(0.0166667, abs=1e-7)
+    # 13: 500 µs of its 5,000, 100 µs in each of its five milliseconds: the same share in each, so
+    # none, though its share is of a whole window (the least a share is of): 500 / 10,000
+    assert ctx.share_of_wall(500, [model.rows[1]]) == 0.05
+    assert ctx.share_uncertainty([model.rows[1]]) == 0.0

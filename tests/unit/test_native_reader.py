@@ -32,6 +32,18 @@ def test_a_fixture_has_every_kind_of_event() -> None:
     assert kinds >= {"sched_switch", "sched_waking", "switch_in", "switch_out", "fork", "exit", "comm"}
 
 
+def test_an_exited_threads_last_switch_is_read_as_its_own() -> None:
+    # Given a whole machine's capture while a program's threads exit: perf gives an exited
+    # thread's last sched_switch the tid -1 (perf script shows ":-1  20592/-1 ...
+    # prev_pid=2453 ... prev_state=X" at 604.482865821)
+    events, reader = native_events(FIXTURES / "exits_all" / "perf.data")
+    switches = {(event[1], event[4]): event for event in events if event[0] == "sched_switch"}
+    # Then it is the exited thread's, read whole
+    assert reader.skipped == 0
+    assert switches[(604_482_865_821, 2453)][3:8] == (20592, 2453, 2433, "thread_per_requ", "X")
+    assert not any(tid == -1 for _, tid in switches)
+
+
 def test_prev_state_is_read_from_the_format() -> None:
     fmt = ('"prev_state=%s%s", (REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002) + 1) << 1) - 1)) ? '
            '__print_flags(REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002) + 1) << 1) - 1), "|", '

@@ -28,7 +28,7 @@ def decoded(text: str) -> tuple[CallRecorder, int]:
     return calls, reader.skipped
 
 
-@pytest.mark.parametrize("name", [*FIXTURES, "hostile_command"])
+@pytest.mark.parametrize("name", [*FIXTURES, "hostile_command", "exits_all"])
 def test_every_event_perf_counted_is_read(name):
     # capture.json's counts come from `perf report --stats`, independently of the reader
     info = capture_info(name)
@@ -81,6 +81,19 @@ def test_a_switch_out_event_and_its_stack():
     stack = parse_stack(event["switch_chain"])
     assert stack.frames[0] == "__schedule" and 0 < stack.kernel_frames < len(stack.frames)
     assert all(not frame.startswith("\t") and frame for frame in stack.frames)
+
+
+def test_an_exited_threads_last_switch_is_read_as_its_own():
+    # Given perf's text of a whole machine while a program's threads exit: perf prints an
+    # exited thread's last switches ":-1  20592/-1", its own tid only in prev_pid (perf
+    # script of tests/fixtures/exits_all, line 8565)
+    calls, skipped = decoded(script_text("exits_all"))
+    switches = {(call.time_ns, call.tid): call for call in calls.of("sched_switch")}
+    # Then none is skipped, and the switch is the thread's, in the process the header names
+    assert skipped == 0
+    last = switches[(604_482_865_821, 2453)]
+    assert (last.pid, last.prev_comm, last.prev_state, last.next_tid) == (20592, "thread_per_requ", "X", 2433)
+    assert not any(tid == -1 for _, tid in switches)
 
 
 def test_switch_records_carry_in_and_out():

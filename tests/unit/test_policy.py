@@ -138,6 +138,7 @@ def test_a_finding_s_own_tolerances_are_over_the_file_s_whatever_the_order(tmp_p
     ("fail_above_info = [1]\n", ["line 1", "array of finding ids", "holds an integer (1)"]),
     ("fail_above_info = ['mmap_lock', ['io_wait']]\n", ["line 1", "array of finding ids", "holds an array"]),
     ("fail_above_info = {a = 1}\n", ["line 1", "array of finding ids", "not a table"]),
+    ("\nstrict = 1\n", ["line 2", "strict must be true or false", "an integer (1)"]),
 ])
 def test_errors_name_the_key_and_its_line(tmp_path, text, words):
     message = error_from(tmp_path, text)
@@ -171,3 +172,9 @@ def test_a_file_too_big_for_a_policy_is_not_read_whole(tmp_path):
     path.write_text("# a comment\n" * 100_000)
     with pytest.raises(OffcpuError, match="over 1 MiB"):
         load_policy(path)
+
+
+def test_strict_is_off_unless_the_file_turns_it_on(tmp_path):
+    assert not Policy().strict and not policy_from(tmp_path, "mmap_lock.max_share = 0.05\n").strict
+    assert policy_from(tmp_path, "strict = true\n").strict
+    assert policy_from(tmp_path, "strict = true\n").to_json()["strict"] is True

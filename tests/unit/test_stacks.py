@@ -91,3 +91,51 @@ def test_stacks_that_differ_read_differently_when_the_width_allows():
     # and a stack that reads like no other is shortened as shorten() does
     for limit in (30, 60, 90):
         assert shorten_apart([creating], limit) == [shorten(*creating, limit)]
+
+
+EPOLL_KERNEL = ("entry_SYSCALL_64_after_hwframe", "do_syscall_64", "__x64_sys_epoll_wait", "do_epoll_wait",
+                "schedule_hrtimeout_range", "schedule", "__schedule")
+BACKEND = ("_start", "__libc_start_main", "main", "PostgresMain", "exec_simple_query", "PortalRun", "ExecutePlan",
+           "ExecModifyTable")
+ROW_LOCK = ("XactLockTableWait", "LockAcquireExtended", "WaitOnLock", "ProcSleep", "WaitLatch", "epoll_wait")
+
+
+def test_a_session_waiting_for_a_row_lock_says_from_where():
+    # Given two PostgreSQL backends waiting for another's transaction (as in a report that listed
+    # both as "…;WaitLatch;epoll_wait;__x64_sys_epoll_wait;do_epoll_wait"): one from heap_update,
+    # one from ExecUpdate itself
+    from_heap = ((*BACKEND, "ExecUpdate", "heap_update", *ROW_LOCK, *EPOLL_KERNEL), len(EPOLL_KERNEL))
+    from_update = ((*BACKEND, "ExecUpdate", *ROW_LOCK, *EPOLL_KERNEL), len(EPOLL_KERNEL))
+    assert shorten(*from_heap, 60) == shorten(*from_update, 60) == \
+        "…;WaitLatch;epoll_wait;__x64_sys_epoll_wait;do_epoll_wait"
+    # Then each is shown from where it parts from the other, with the call it made there and why it waited
+    assert shorten_apart([from_heap, from_update], 60) == ["…;heap_update;XactLockTableWait;…;do_epoll_wait",
+                                                          "…;ExecUpdate;XactLockTableWait;…;do_epoll_wait"]
+
+
+def test_stacks_of_the_same_frames_in_another_order_read_apart():
+    # Given an interpreter's recursion: the same functions, called in another order
+    gil = ("take_gil", "pthread_cond_timedwait")
+    kernel = ("entry_SYSCALL_64_after_hwframe", "do_syscall_64", "__x64_sys_futex", "do_futex", "futex_wait",
+              "schedule", "__schedule")
+    first = (("main", "Py_RunMain", "_PyEval_EvalFrameDefault", "_PyObject_Call", "_PyEval_EvalFrameDefault",
+              "_PyEval_EvalFrameDefault", *gil, *kernel), len(kernel))
+    second = (("main", "Py_RunMain", "_PyEval_EvalFrameDefault", "_PyEval_EvalFrameDefault", "_PyObject_Call",
+               "_PyEval_EvalFrameDefault", *gil, *kernel), len(kernel))
+    # Then they part where the one evaluates and the other calls, above the frames they share, and
+    # each shows as many of those as fit (the second's 64 characters with do_futex, the first's 73)
+    assert shorten_apart([first, second], 70) == [
+        "…;_PyEval_EvalFrameDefault;_PyEval_EvalFrameDefault;…;futex_wait",
+        "…;_PyObject_Call;_PyEval_EvalFrameDefault;…;do_futex;futex_wait"]
+
+
+def test_stacks_that_differ_only_in_the_schedulers_frames_say_so():
+    # Given two futex waits, one of them with a timeout (report diff listed such rows alike)
+    user = ("start_thread", "worker", "__futex_abstimed_wait_common")
+    kernel = ("entry_SYSCALL_64_after_hwframe", "do_syscall_64", "__x64_sys_futex", "do_futex", "futex_wait")
+    untimed = ((*user, *kernel, "schedule", "__schedule"), len(kernel) + 2)
+    timed = ((*user, *kernel, "schedule_timeout", "schedule", "__schedule"), len(kernel) + 3)
+    assert shorten(*untimed, 80) == shorten(*timed, 80)
+    # Then the frame that tells them apart is shown, though a shortened stack leaves it out
+    assert shorten_apart([untimed, timed], 80) == ["…;futex_wait;schedule;__schedule",
+                                                   "…;schedule_timeout;schedule;__schedule"]

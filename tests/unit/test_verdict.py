@@ -23,7 +23,15 @@ from offcpu.renderers.verdict import (
     github_error,
 )
 from offcpu.stackview import StackView
-from offcpu.verdict import Measurements, evaluate, measure, measurements_from_report, unrecorded
+from offcpu.verdict import (
+    FindingFigures,
+    Measurements,
+    evaluate,
+    measure,
+    measurements_from_report,
+    too_lossy,
+    unrecorded,
+)
 from tests.unit.test_engine import model_of
 
 
@@ -289,3 +297,114 @@ def test_could_not_check_on_github():
     lines = could_not_check_markdown("the recording holds no scheduler events").splitlines()
     assert lines[0] == "### offcpu check: could not check" and "the recording holds no scheduler events" in lines
     assert any("not a pass" in line for line in lines)
+
+
+# -- events perf lost ---------------------------------------------------------------------------
+
+def lossy_run(lost: int) -> Measurements:
+    """futex_pid's run as if perf had lost `lost` of 1,000 events it meant to record."""
+    model = model_of("futex_pid")
+    model.capture = replace(model.capture, samples=900, switch_records=100 - lost, lost_events=lost)
+    return measure(model)
+
+
+def test_a_loss_within_the_bound_is_said_in_every_form():
+    # Given a run in which perf lost 3 of the 1,000 events it meant to record (0.3%, within 5%)
+    run = lossy_run(3)
+    assert (run.lost_events, run.lost_share) == (3, 0.003) and not too_lossy(run.lost_share)
+    verdict = evaluate(Policy(), run)
+    said = "perf lost 3 events (0.30%): some waits are missing or cut short"
+    # Then the table's header, the JSON, the JUnit policy suite and the step summary say it
+    assert said in VerdictTable("cap", None, 200, color=False).render(verdict).splitlines()[0]
+    measured = json.loads(VerdictJson("cap", None).render(verdict))["measurements"]
+    assert (measured["lost_events"], measured["lost_share"]) == (3, 0.003)
+    policy = ET.fromstring(VerdictJunit().render(verdict)).find("testsuite[@name='policy']")
+    assert policy.findtext("system-out") == f"In this run, {said}."
+    assert f"In this run, {said}." in VerdictMarkdown("cap").render(verdict).splitlines()
+
+
+def test_nothing_lost_nothing_said(futex):
+    verdict = evaluate(Policy(), futex)
+    assert futex.lost_events == 0 and futex.lost_said is None
+    assert ET.fromstring(VerdictJunit().render(verdict)).find("testsuite[@name='policy']/system-out") is None
+    assert "lost" not in VerdictTable("cap", None, 200, color=False).render(verdict)
+
+
+def test_more_than_five_percent_lost_cannot_be_checked():
+    assert not too_lossy(lossy_run(50).lost_share)  # 50 of 1,000: 5.0%, at the bound
+    assert too_lossy(lossy_run(51).lost_share)  # 5.1%
+
+
+def test_a_json_report_carries_the_loss_to_a_baseline():
+    model = model_of("futex_pid")
+    model.capture = replace(model.capture, samples=900, switch_records=80, lost_events=20)
+    report = json.loads(JsonReport(StackView(), 5).render(model))
+    assert measurements_from_report(report).lost_share == 0.02
+
+
+# -- a share's uncertainty: near the limit passes, unless the policy is strict --------------------
+
+TAKE_TURNS = "serialization"
+
+
+def turns(share: float, uncertainty: float, severity: str, settled: str) -> Measurements:
+    """A run whose only finding is threads taking turns, with this share ± uncertainty."""
+    figures = FindingFigures(severity, share, 100_000, "8 threads of postgres ... waiting for each other.",
+                             uncertainty, settled)
+    return Measurements(window_s=10.0, threads=8, threads_us=80_000_000, blocked_us=0, idle_blocked_us=0,
+                        runqueue_p99_us=None, created_per_s=0.0, findings={TAKE_TURNS: figures}, locks={})
+
+
+def test_a_share_over_the_warning_bound_by_less_than_its_uncertainty_is_near_and_passes():
+    # Given the same healthy run measured twice: 5.0% (info) and 5.2% ± 0.4% (warning, but only
+    # 0.2 points over the 5% bound, less than its uncertainty: settled at info)
+    once, again = turns(0.050, 0.004, "info", "info"), turns(0.052, 0.004, "warning", "info")
+    # Then both pass; the second says it is near the limit
+    assert evaluate(Policy(), once).passed
+    verdict = evaluate(Policy(), again)
+    [check] = [check for check in verdict.checks if check.rule == TAKE_TURNS]
+    assert verdict.passed and check.near and check.measured == "warning (5.2% ± 0.4%)"
+    assert check.detail.startswith("near the limit, within its uncertainty")
+    assert "near" in VerdictTable("cap", None, 120, color=False).render(verdict)
+    # unless the policy is strict
+    assert not evaluate(Policy(strict=True), again).passed
+
+
+def test_a_share_over_the_bound_by_more_than_its_uncertainty_fails():
+    # 6.0% ± 0.4%: 1.0 point over 5%, more than 0.4
+    verdict = evaluate(Policy(), turns(0.060, 0.004, "warning", "warning"))
+    [check] = [check for check in verdict.checks if check.rule == TAKE_TURNS]
+    assert not verdict.passed and not check.near and check.measured == "warning"
+
+
+@pytest.mark.parametrize(("share", "passed", "near"), [(0.100, True, False), (0.103, True, True),
+                                                        (0.105, True, True), (0.106, False, False)])
+def test_a_max_share_is_over_only_past_its_uncertainty(share, passed, near):
+    # max_share 10%, uncertainty 0.5 points: over from 10.5% on
+    policy = Policy(fail_above_info=(), limits={TAKE_TURNS: Limits(max_share=0.10)})
+    [check] = evaluate(policy, turns(share, 0.005, "warning", "warning")).checks
+    assert (check.passed, check.near, check.measured) == (passed, near, f"{share:.1%} ± 0.5%")
+
+
+def test_a_growth_over_its_tolerance_by_less_than_its_uncertainty_is_near():
+    # Given a share of 10% in the baseline (± 0.3 points) and 15.4% in the run (± 0.4 points): it
+    # grew 5.4 points (+54%), past both +5 points and +50%, but the growth's uncertainty is
+    # sqrt(0.3² + 0.4²) = 0.5 points, and 5.4 - 0.5 = 4.9 points is within +5 points
+    before, after = turns(0.10, 0.003, "warning", "warning"), turns(0.154, 0.004, "warning", "warning")
+    [growth] = [check for check in evaluate(Policy(fail_above_info=()), after, before).comparisons
+                if check.rule == TAKE_TURNS]
+    assert growth.passed and growth.near and "grew 5.4 ± 0.5 points (+54%)" in growth.detail
+    strict = evaluate(Policy(fail_above_info=(), strict=True), after, before).comparisons
+    assert not next(check for check in strict if check.rule == TAKE_TURNS).passed
+    # 15.6% grew 5.6 points: 5.1 past its uncertainty, over
+    [over] = [check for check in evaluate(Policy(fail_above_info=()), turns(0.156, 0.004, "warning", "warning"),
+                                          before).comparisons if check.rule == TAKE_TURNS]
+    assert not over.passed and not over.near
+
+
+def test_near_is_said_in_junit_and_the_step_summary():
+    verdict = evaluate(Policy(), turns(0.052, 0.004, "warning", "info"))
+    case = ET.fromstring(VerdictJunit().render(verdict)).find(f".//testcase[@name='{TAKE_TURNS}']")
+    assert case.find("failure") is None and case.findtext("system-out").startswith("near: serialization not above")
+    assert any(line.startswith("| ✅ near | serialization not above info")
+               for line in VerdictMarkdown("cap").render(verdict).splitlines())
