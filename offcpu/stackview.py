@@ -230,6 +230,17 @@ def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...],
     return user.frames + kernel.frames, len(kernel.frames), user.runs + kernel.runs
 
 
+def row_frames(model: Model, view: StackView, row: Row) -> tuple[str, ...]:
+    """One row's frames as the view draws them, root first (without the thread's name), each
+    run of unnamed frames as one frame that says how long it is; with --waker, then '--' and
+    the waker's frames leaf first: the frames of an export that keeps rows apart (per thread)."""
+    frames, _, runs = _frames(model, view, row.stack)
+    if not view.waker:
+        return runs_said(frames, ((length, length) for length in runs))
+    waker, waker_runs = _waker_frames(model, view, row)
+    return runs_said((*frames, SEPARATOR, *waker), ((length, length) for length in runs + waker_runs))
+
+
 def _widened(spans: Spans | None, runs: Runs) -> Spans:
     """The shortest and longest of each run, with one more stack's runs."""
     if spans is None:
