@@ -230,15 +230,17 @@ def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...],
     return user.frames + kernel.frames, len(kernel.frames), user.runs + kernel.runs
 
 
-def row_frames(model: Model, view: StackView, row: Row) -> tuple[str, ...]:
+def row_frames(model: Model, view: StackView, row: Row) -> tuple[tuple[str, ...], range]:
     """One row's frames as the view draws them, root first (without the thread's name), each
-    run of unnamed frames as one frame that says how long it is; with --waker, then '--' and
-    the waker's frames leaf first: the frames of an export that keeps rows apart (per thread)."""
-    frames, _, runs = _frames(model, view, row.stack)
-    if not view.waker:
-        return runs_said(frames, ((length, length) for length in runs))
-    waker, waker_runs = _waker_frames(model, view, row)
-    return runs_said((*frames, SEPARATOR, *waker), ((length, length) for length in runs + waker_runs))
+    run of unnamed frames as one frame that says how long it is, with --waker then '--' and
+    the waker's frames leaf first; and where the row's own kernel frames are among them. The
+    frames of an export that keeps rows apart (per thread)."""
+    frames, kernel, runs = _frames(model, view, row.stack)
+    kernel_range = range(len(frames) - kernel, len(frames))
+    if view.waker:
+        waker, waker_runs = _waker_frames(model, view, row)
+        frames, runs = (*frames, SEPARATOR, *waker), runs + waker_runs
+    return runs_said(frames, ((length, length) for length in runs)), kernel_range
 
 
 def _widened(spans: Spans | None, runs: Runs) -> Spans:

@@ -66,7 +66,7 @@ class SpeedscopeProfile:
         blocked, runqueue = Profile("blocked (until woken), all threads"), Profile("waiting for a CPU, all threads")
         for row in shown.rows:
             group = self.group_name(shown, shown.threads[row.tid])
-            stack = tuple(frames.number(frame) for frame in row_frames(shown, self.view, row))
+            stack = tuple(frames.number(frame) for frame in row_frames(shown, self.view, row)[0])
             groups.setdefault(group, Profile(f"off CPU: {group}")).add(stack, row.offcpu_us)
             rooted = (frames.number(group), *stack)
             blocked.add(rooted, row.blocked_us)

@@ -89,12 +89,12 @@ def print_or_write(text: str, output: Path | None) -> None:
         write_report(output, text)
 
 
-def write_report(path: Path, content: str, option: str = "-o") -> None:
+def write_report(path: Path, content: str | bytes, option: str = "-o") -> None:
     """Write whole or not at all, then say where. A regular file, or the one a symbolic
     link leads to, is replaced in one rename; a character device or a pipe is written to."""
     try:
         if _kind_of(path) in (stat.S_IFCHR, stat.S_IFIFO, stat.S_IFSOCK):
-            with open(path, "w") as stream:
+            with open(path, "wb" if isinstance(content, bytes) else "w") as stream:
                 stream.write(content)
         else:
             write_whole(path.resolve(), content)
