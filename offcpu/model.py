@@ -7,12 +7,12 @@ sum (per stack, per thread, per state, in total) adds up exactly.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 
 from offcpu.capture import CaptureInfo
 from offcpu.stacks import Stack
 
-SCHEMA = "offcpu-model/5"  # a new engine or reader reads perf.data again
+SCHEMA = "offcpu-model/6"  # a new engine or reader reads perf.data again
 # Synthetic frames for time whose stack perf could not have recorded.
 BEFORE_WINDOW = "[off CPU since before the recording]"
 NEW_THREAD = "[new thread, waiting for its first run]"
@@ -87,6 +87,19 @@ class Link:
     count: int  # waits of the waiter that overlapped one of the waker's
 
 
+@dataclass(frozen=True, order=True)
+class TimedWait:
+    """One of the longest waits (engine.TIMELINE_WAITS), with its times (perf.data's clock, ns,
+    as far as the window holds it): the model keeps sums, and times only of these."""
+
+    tid: int
+    row: int  # index into Model.rows: its stack, state and waker
+    since_ns: int  # off CPU
+    woken_ns: int | None  # its wakeup (None: not woken, preempted, or not in the window)
+    back_ns: int  # on CPU again (or the end of the window)
+    ran_ns: int | None  # when the thread had come on CPU before it left (None: not in the window)
+
+
 @dataclass
 class Thread:
     tid: int
@@ -128,6 +141,7 @@ class Model:
     reader: str = ""  # which read perf.data: "native" or "perf-script"
     reader_note: str = ""  # why that one
     binary_notes: list[str] = field(default_factory=list)  # what the reader says of the mapped files (Symbolizer.notes)
+    timeline: list[TimedWait] = field(default_factory=list)  # the longest waits, by their start
     schema: str = SCHEMA
 
     @property
@@ -166,6 +180,7 @@ class Model:
             "reader": self.reader,
             "reader_note": self.reader_note,
             "binary_notes": self.binary_notes,
+            "timeline": [astuple(wait) for wait in self.timeline],
         }
 
     @classmethod
@@ -196,6 +211,7 @@ class Model:
             reader=data["reader"],
             reader_note=data["reader_note"],
             binary_notes=data["binary_notes"],
+            timeline=[TimedWait(*wait) for wait in data["timeline"]],
         )
         model.check()
         return model
@@ -227,6 +243,11 @@ class Model:
             if not isinstance(row.state, str) or not all(isinstance(value, int) for value in (
                     row.offcpu_us, row.blocked_us, row.runqueue_us, row.count)):
                 raise ValueError(f"row {row!r} has no state or times")
+        for wait in self.timeline:
+            index(wait.row, len(self.rows), "timed wait's row")
+            if self.rows[wait.row].tid != wait.tid or not all(isinstance(value, int) for value in (
+                    wait.since_ns, wait.back_ns)):
+                raise ValueError(f"timed wait {wait!r} is not of its row's thread or has no times")
         for link in self.links:
             index(link.waiter_row, len(self.rows), "link waiter row")
             index(link.waker_row, len(self.rows), "link waker row")

@@ -103,7 +103,7 @@ class PprofProfile:
     def labels(model: Model, row: Row) -> tuple[tuple[str, str], ...]:
         thread = model.threads[row.tid]
         return (("thread", f"{thread.comm}-{row.tid}"), ("process", str(thread.pid)), ("state", row.state),
-                ("waker", _waker(model, row)))
+                ("waker", waker_label(model, row)))
 
 
 def _mapping(index: int, kernel: range, frames: tuple[str, ...]) -> int:
@@ -112,7 +112,8 @@ def _mapping(index: int, kernel: range, frames: tuple[str, ...]) -> int:
     return KERNEL_MAPPING_ID if index in kernel and frames[index] != SEPARATOR else USER_MAPPING_ID
 
 
-def _waker(model: Model, row: Row) -> str:
+def waker_label(model: Model, row: Row) -> str:
+    """Who ended the waits of a row, in a word: a thread as comm-tid, or what else it was."""
     if row.waker is None:
         return "[preempted]" if row.state == PREEMPTED else "[not woken in the window]"
     waker = model.wakers[row.waker]

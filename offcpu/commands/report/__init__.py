@@ -8,12 +8,13 @@ from offcpu.commands.report.diff import diff
 from offcpu.commands.report.folded import folded
 from offcpu.commands.report.html import html_report
 from offcpu.commands.report.json import json_report
+from offcpu.commands.report.perfetto import perfetto
 from offcpu.commands.report.pprof import pprof
 from offcpu.commands.report.speedscope import speedscope
 from offcpu.commands.report.svg import svg
 from offcpu.commands.report.text import text
 
-FORMATS = [text, svg, html_report, json_report, folded, speedscope, pprof, diff]
+FORMATS = [text, svg, html_report, json_report, folded, speedscope, pprof, perfetto, diff]
 
 
 @click.group()
