@@ -81,3 +81,22 @@ def test_speedscope_of_a_recording_adds_up_to_the_report(mmap_capture, tmp_path)
     assert sum(offcpu[0]["weights"]) == totals["offcpu_us"]
     frames = [frame["name"] for frame in document["shared"]["frames"]]
     assert "rwsem_down_write_slowpath" in frames
+
+
+def test_perfetto_trace_of_a_recording_has_the_threads_tracks_and_the_wakers_arrows(mmap_capture, tmp_path):
+    # Given a recording of 17 threads, exported with room for 4 threads
+    path = tmp_path / "offcpu.trace.json"
+    result = run_offcpu("report", "perfetto", str(mmap_capture), "-o", str(path), "--threads", "4")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(path.read_text())
+    events = document["traceEvents"]
+    # then the 4 threads with most off-CPU time have tracks with their waits, named by the lock
+    threads = sorted(report_json(mmap_capture)["threads"], key=lambda thread: -thread["offcpu_us"])
+    waiting = {event["tid"] for event in events if event["ph"] == "X" and event["cat"] == "waiting for a CPU"}
+    assert waiting == {thread["tid"] for thread in threads[:4]}
+    assert any(event["ph"] == "X" and event["name"].startswith("mmap_lock") for event in events)
+    # with arrows from their wakers, and what is left out said on stderr and in the trace
+    starts = {event["id"] for event in events if event["ph"] == "s"}
+    assert starts and starts == {event["id"] for event in events if event["ph"] == "f"}
+    left_out = document["otherData"]["left_out"]
+    assert "(--threads)" in left_out and f"the trace leaves out {left_out}" in result.stderr
