@@ -25,12 +25,15 @@ from offcpu.model import Model
 from offcpu.perf_data import (
     MAGIC,
     MAGIC_SWAPPED,
+    SAMPLE,
     SAMPLE_BRANCH_STACK,
     SAMPLE_CALLCHAIN,
     SAMPLE_STACK_USER,
     TYPE_TRACEPOINT,
+    Clock,
     PerfData,
     damaged,
+    index_records,
     open_perf_data,
 )
 from offcpu.perf_script import PerfScriptReader
@@ -89,10 +92,7 @@ def _from_header(data: PerfData) -> CaptureInfo:
     if not switch.sample_type & SAMPLE_CALLCHAIN:
         raise OffcpuError(f"{data.path} holds {SWITCH_TRACEPOINT} without call chains, so no wait has a stack; "
                           f"record with -g: {WHAT_TO_RECORD}")
-    if FEATURE_SAMPLE_TIME not in data.features:
-        raise OffcpuError(f"{data.path} does not say when its first and last events came (perf 4.19 and later "
-                          "write it, not through a pipe); record it again into a file")
-    first_ns, last_ns = struct.unpack_from("<QQ", data.map, data.features[FEATURE_SAMPLE_TIME][0])
+    first_ns, last_ns = _sample_times(data)
     argv = recorded_command(data) or []
     stacks = "dwarf" if switch.sample_type & SAMPLE_STACK_USER else \
         "lbr" if switch.sample_type & SAMPLE_BRANCH_STACK else "fp"
@@ -110,9 +110,39 @@ def _from_header(data: PerfData) -> CaptureInfo:
 def name_target(model: Model) -> None:
     """Name the recorded process or thread after its events (the command line has only its number)."""
     target = model.capture.target
-    thread = model.threads.get(target.tid or target.pid or 0)
-    if not target.comm and thread is not None:
-        model.capture.target = replace(target, comm=thread.comm, pid=thread.pid)
+    if target.comm or target.kind not in ("pid", "tid"):
+        return
+    threads = [thread for thread in model.threads.values()
+               if thread.tid == target.tid or (target.tid is None and thread.pid == target.pid)]
+    if threads:  # the process's main thread when it has events, else one of its threads
+        named = min(threads, key=lambda thread: (thread.tid != thread.pid, thread.tid))
+        model.capture.target = replace(target, comm=named.comm, pid=named.pid)
+
+
+def _sample_times(data: PerfData) -> tuple[int, int]:
+    """When its first and last samples came: from its header, unless perf skipped the pass
+    that writes it there (--buildid-mmap, -B: it says 0), else from its first and last
+    rounds (perf writes no record earlier than two rounds before its own)."""
+    if FEATURE_SAMPLE_TIME in data.features:
+        first_ns, last_ns = struct.unpack_from("<QQ", data.map, data.features[FEATURE_SAMPLE_TIME][0])
+        if first_ns:
+            return first_ns, last_ns
+    rounds = [*index_records(data).round_starts, data.data_end]
+    clock, words = Clock.of(data), data.words
+
+    def times(first_round: int, last_round: int) -> list[int]:
+        position, end, found = rounds[first_round], rounds[last_round + 1], []
+        while position < end:
+            if words[position >> 1] == SAMPLE:
+                found.append(clock.time_of(words, data.map, position))
+            position += words[(position >> 1) + 3]
+        return found
+
+    last_round = len(rounds) - 2
+    first, last = times(0, min(2, last_round)), times(max(0, last_round - 2), last_round)
+    if not first or not last:
+        raise OffcpuError(f"{data.path} holds no events; record with {WHAT_TO_RECORD}")
+    return min(first), max(last)
 
 
 def _lacks(info: CaptureInfo) -> list[str]:
