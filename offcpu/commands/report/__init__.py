@@ -23,7 +23,9 @@ def report() -> None:
 
     Each format reads a capture directory made by 'offcpu record'. The first
     report of a capture reads perf.data (the slow part) and saves the model
-    as model.json beside it; later reports start from that.
+    as model.json beside it; later reports start from that. CAPTURE may also
+    be a perf.data that perf recorded alone (with sched:sched_switch and -g):
+    each report then says what it lacks.
     """
 
 
