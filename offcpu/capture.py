@@ -135,9 +135,6 @@ class CaptureInfo:
     # recorded: what a switch-in from an unrecorded thread (idle, another process) is placed
     # before perf's record of it. None: not measured (a capture of every CPU has no need).
     switch_cost_ns: int | None = None
-    # What a perf.data recorded by perf alone lacks that a capture has, in sentences
-    # (offcpu.plain_perf_data); empty for a capture
-    lacks: list[str] = field(default_factory=list)
     schema: str = field(default=SCHEMA)
 
     def to_json(self) -> dict:

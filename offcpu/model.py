@@ -142,6 +142,9 @@ class Model:
     reader_note: str = ""  # why that one
     binary_notes: list[str] = field(default_factory=list)  # what the reader says of the mapped files (Symbolizer.notes)
     timeline: list[TimedWait] = field(default_factory=list)  # the longest waits, by their start
+    # What a perf.data recorded by perf alone lacks that a capture has, in sentences
+    # (offcpu.plain_perf_data.lacks); empty for a capture
+    lacks: list[str] = field(default_factory=list)
     schema: str = SCHEMA
 
     @property
@@ -181,6 +184,7 @@ class Model:
             "reader_note": self.reader_note,
             "binary_notes": self.binary_notes,
             "timeline": [astuple(wait) for wait in self.timeline],
+            "lacks": self.lacks,
         }
 
     @classmethod
@@ -212,6 +216,7 @@ class Model:
             reader_note=data["reader_note"],
             binary_notes=data["binary_notes"],
             timeline=[TimedWait(*wait) for wait in data["timeline"]],
+            lacks=data["lacks"],
         )
         model.check()
         return model
@@ -243,6 +248,8 @@ class Model:
             if not isinstance(row.state, str) or not all(isinstance(value, int) for value in (
                     row.offcpu_us, row.blocked_us, row.runqueue_us, row.count)):
                 raise ValueError(f"row {row!r} has no state or times")
+        if not all(isinstance(sentence, str) for sentence in self.lacks):
+            raise ValueError("lacks holds something other than sentences")
         for wait in self.timeline:
             index(wait.row, len(self.rows), "timed wait's row")
             if self.rows[wait.row].tid != wait.tid or not all(isinstance(value, int) for value in (

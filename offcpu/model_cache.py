@@ -21,7 +21,7 @@ from offcpu.model import Model
 from offcpu.native_reader import NativeReader, unsupported
 from offcpu.perf_data import TYPE_TRACEPOINT, open_perf_data
 from offcpu.perf_script import PerfScriptReader
-from offcpu.plain_perf_data import is_perf_data, name_target, plain_info, recorded_command
+from offcpu.plain_perf_data import is_perf_data, lacks, name_target, plain_info, recorded_command
 from offcpu.sched_events import CaptureReader
 
 READERS = (NativeReader.name, PerfScriptReader.name)
@@ -90,6 +90,7 @@ def build(directory: Path, window_s: tuple[float, float] | None = None, reader: 
         model.binary_notes = chosen.binary_notes
     if plain:
         name_target(model)
+        model.lacks = lacks(info)
     elif window_s is None:
         _save(directory / MODEL_FILE, model)
     return model

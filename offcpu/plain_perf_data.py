@@ -63,8 +63,8 @@ def is_perf_data(path: Path) -> bool:
 
 
 def plain_info(path: Path) -> CaptureInfo:
-    """What capture.json would say of a perf.data recorded by perf alone; its `lacks` says
-    what a capture would have that it has not. OffcpuError when it holds no sched_switch
+    """What capture.json would say of a perf.data recorded by perf alone (see lacks() for
+    what a capture would have that it has not). OffcpuError when it holds no sched_switch
     with call chains, with what to record instead."""
     perf = system.require_perf()
     data = open_perf_data(path)
@@ -78,7 +78,6 @@ def plain_info(path: Path) -> CaptureInfo:
     info.perf_data_bytes = path.stat().st_size
     first = first_events(PerfScriptReader(perf, path))
     info.user_stacks_truncated = first.user_stacks_truncated
-    info.lacks = _lacks(info)
     return info
 
 
@@ -145,7 +144,7 @@ def _sample_times(data: PerfData) -> tuple[int, int]:
     return min(first), max(last)
 
 
-def _lacks(info: CaptureInfo) -> list[str]:
+def lacks(info: CaptureInfo) -> list[str]:
     """What the recording lacks that a capture of 'offcpu record' has, and what follows, in sentences."""
     lacks = []
     recorded = {event["name"] for event in info.events}

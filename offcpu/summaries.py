@@ -159,7 +159,7 @@ def unreadable_note(model: Model) -> str | None:
 def caveats(model: Model) -> list[str]:
     """What makes the numbers less than whole, in sentences, for the reports to lead with
     (after the warning that they cannot be trusted, when they cannot: see untrusted)."""
-    said = [*model.capture.lacks, *([model.capture.lost_note] if model.capture.lost_note else [])]
+    said = [*model.lacks, *([model.capture.lost_note] if model.capture.lost_note else [])]
     cost = observer(model)
     if cost.share >= OBSERVER_NOTE_FROM:
         said.append(f"perf's handling of the switches took {cost.share:.1%} of the threads' time (counted as time "

@@ -204,7 +204,7 @@ def _readable_model(capture: Path) -> Model:
     if untrusted(model):
         raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}in {capture}, {unreadable_note(model)}")
     warn_if_unread(model)
-    for lack in model.capture.lacks:  # a perf.data recorded by perf alone
+    for lack in model.lacks:  # a perf.data recorded by perf alone
         click.echo(f"offcpu: note: {lack}", err=True)
     return model
 
