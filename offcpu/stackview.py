@@ -254,13 +254,21 @@ def _widened(spans: Spans | None, runs: Runs) -> Spans:
 def _waker_frames(model: Model, view: StackView, row: Row) -> tuple[tuple[str, ...], Runs]:
     """The waker's stack leaf first (so its leaf meets the blocked leaf), then who it was; and
     the lengths of its runs of unnamed frames, in that order."""
+    who = woken_by(model, row, view.by_thread)
+    if row.waker is None or model.wakers[row.waker].kind == "unrecorded":
+        return (who,), []
+    frames, _, runs = _frames(model, view, model.wakers[row.waker].stack)
+    return (*reversed(frames), who), runs[::-1]
+
+
+def woken_by(model: Model, row: Row, by_thread: bool = True) -> str:
+    """Who ended a row's waits, in one word: a thread's name (-tid `by_thread`), or what
+    else it was in brackets; as a waker frame or an export's label."""
     if row.waker is None:
-        return ("[preempted]" if row.state == PREEMPTED else "[not woken in the window]",), []
+        return "[preempted]" if row.state == PREEMPTED else "[not woken in the window]"
     waker = model.wakers[row.waker]
     if waker.kind == "unrecorded":
-        return (WAKER_NOT_RECORDED,), []
-    name = re.sub(r"\s", "_", waker.comm)  # the line's last frame: "worker 3" would read as a count
-    thread = f"{name}-{waker.tid}" if view.by_thread else name
-    who = {"thread": thread, "idle": "[idle]", "interrupt": f"[interrupt in {waker.comm}]"}
-    frames, _, runs = _frames(model, view, waker.stack)
-    return (*reversed(frames), who[waker.kind]), runs[::-1]
+        return WAKER_NOT_RECORDED
+    name = re.sub(r"\s", "_", waker.comm)  # a folded line's last frame: "worker 3" would read as a count
+    thread = f"{name}-{waker.tid}" if by_thread else name
+    return {"thread": thread, "idle": "[idle]", "interrupt": f"[interrupt in {waker.comm}]"}[waker.kind]

@@ -16,9 +16,8 @@ from functools import cache
 
 from offcpu.findings import lock_table
 from offcpu.model import PREEMPTED, Model, Thread, TimedWait
-from offcpu.renderers.pprof import waker_label
 from offcpu.stacks import drawn_alone, shorten
-from offcpu.stackview import StackView, selected
+from offcpu.stackview import StackView, selected, woken_by
 
 SITE_CHARS = 80  # a blocked slice's name: the lock it waits for, or its stack shortened to this
 RUNNING, BLOCKED, RUNQUEUE, WAKEUP = "running", "blocked", "waiting for a CPU", "wakeup"
@@ -51,7 +50,7 @@ class PerfettoTrace:
         self.left_out = _left_out(all_waits, len(waits), len(threads), len(chosen), len(candidates),
                                  len(model.timeline))
         document = {
-            "traceEvents": events.tracks(shown) + events.slices,
+            "traceEvents": events.tracks() + events.slices,
             "displayTimeUnit": "ms",
             "otherData": {"title": f"Off-CPU waits of {model.capture.target.describe()}", "left_out": self.left_out,
                           "time_zero": "the start of the recording"},
@@ -109,7 +108,7 @@ class Events:
         woken_ns = wait.back_ns if wait.woken_ns is None else min(max(wait.woken_ns, wait.since_ns), wait.back_ns)
         if row.state == PREEMPTED:
             woken_ns = wait.since_ns
-        args = {"state": row.state, "stack": self.stack(row.stack), "woken by": waker_label(model, row),
+        args = {"state": row.state, "stack": self.stack(row.stack), "woken by": woken_by(model, row),
                 "off CPU ms": (wait.back_ns - wait.since_ns) / 1e6}
         if woken_ns > wait.since_ns:
             self.slice(track, self.site(row.stack), BLOCKED, wait.since_ns, woken_ns, args)
@@ -129,14 +128,14 @@ class Events:
         self.slices.append({**common, "ph": "s", "ts": self.ts(woken_ns), "pid": pid, "tid": tid})
         self.slices.append({**common, "ph": "f", "ts": ready["ts"], "pid": ready["pid"], "tid": ready["tid"]})
 
-    def tracks(self, shown: Model) -> list[dict]:
+    def tracks(self) -> list[dict]:
         """A process and thread name for each track the slices are on."""
         used = {(event["pid"], event["tid"]) for event in self.slices}
-        names = {tid: thread.comm for tid, thread in shown.threads.items()} | {
+        names = {tid: thread.comm for tid, thread in self.model.threads.items()} | {
             tid: comm for tid, (_, comm) in self.wakers.items()}
         events = []
         for pid in sorted({pid for pid, _ in used}):
-            process = names.get(pid) or next(names[tid] for owner, tid in used if owner == pid)
+            process = names.get(pid) or next(names.get(tid, "?") for owner, tid in used if owner == pid)
             events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"{process} ({pid})"}})
         for pid, tid in sorted(used):
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,

@@ -15,8 +15,8 @@ import gzip
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from offcpu.model import PREEMPTED, Model, Row
-from offcpu.stackview import SEPARATOR, StackView, row_frames, selected
+from offcpu.model import Model, Row
+from offcpu.stackview import SEPARATOR, StackView, row_frames, selected, woken_by
 
 SAMPLE_TYPES = ("off_cpu", "blocked", "runqueue")
 UNIT = "nanoseconds"
@@ -103,23 +103,13 @@ class PprofProfile:
     def labels(model: Model, row: Row) -> tuple[tuple[str, str], ...]:
         thread = model.threads[row.tid]
         return (("thread", f"{thread.comm}-{row.tid}"), ("process", str(thread.pid)), ("state", row.state),
-                ("waker", waker_label(model, row)))
+                ("waker", woken_by(model, row)))
 
 
 def _mapping(index: int, kernel: range, frames: tuple[str, ...]) -> int:
     """The kernel's frames of the row's own stack are in the kernel mapping, the rest (its user
     frames, and with --waker the separator and the waker's frames) in the user one."""
     return KERNEL_MAPPING_ID if index in kernel and frames[index] != SEPARATOR else USER_MAPPING_ID
-
-
-def waker_label(model: Model, row: Row) -> str:
-    """Who ended the waits of a row, in a word: a thread as comm-tid, or what else it was."""
-    if row.waker is None:
-        return "[preempted]" if row.state == PREEMPTED else "[not woken in the window]"
-    waker = model.wakers[row.waker]
-    named = {"thread": f"{waker.comm}-{waker.tid}", "interrupt": f"[interrupt in {waker.comm}]", "idle": "[idle]",
-             "unrecorded": "[waker not recorded]"}
-    return named[waker.kind]
 
 
 def _started_ns(model: Model) -> int:

@@ -93,3 +93,19 @@ def test_the_bounds_keep_the_longest_waits_of_the_busiest_threads_and_say_what_i
     assert f"{len(lengths) - 50:,} shorter than the 50 shown (--waits)" in trace.left_out
     assert document["otherData"]["left_out"] == trace.left_out
     assert [event for event in document["traceEvents"] if event.get("cat") == WAKEUP]
+
+
+def test_a_filter_keeps_its_threads_waits_and_names_their_wakers_tracks():
+    # Given one thread chosen by --tid, whose waits other threads ended
+    model = model_of("futex_pid")
+    woken = [row for row in model.rows if row.waker is not None and model.wakers[row.waker].kind == "thread"
+             and model.wakers[row.waker].tid != row.tid]
+    tid = max(woken, key=lambda row: row.count).tid
+    document, _ = trace_of("futex_pid", Bounds(threads=10, waits=100_000), StackView(tids=frozenset({tid})))
+    tracks = check_format(document)
+    # then only its waits are shown, and its wakers' tracks (left out by the filter) are named
+    assert {event["tid"] for events in tracks.values() for event in events if event["cat"] == RUNQUEUE} == {tid}
+    wakers = {event["tid"] for event in document["traceEvents"] if event["ph"] == "s"}
+    assert wakers - {tid}
+    names = {event["tid"]: event["args"]["name"] for event in document["traceEvents"] if event["name"] == "thread_name"}
+    assert all(names[waker] == f"{model.threads[waker].comm}-{waker}" for waker in wakers)
