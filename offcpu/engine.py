@@ -23,6 +23,7 @@ the merge joins them, so a slice never needs another slice's events.
 from __future__ import annotations
 
 import gc
+import heapq
 import os
 from collections import Counter, deque
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from offcpu.model import (
     Model,
     Row,
     Thread,
+    TimedWait,
     WaitTimes,
     Waker,
 )
@@ -67,6 +69,9 @@ SYNTHETIC_STACKS = (BEFORE_WINDOW, NEW_THREAD, WAKER_NOT_RECORDED, STACK_LOST)
 # How many of a thread's last waits are kept to see what it was waiting for while a
 # thread it then woke was waiting for it.
 HISTORY = 256
+# How many of the longest waits are kept with their times, for a timeline (report perfetto):
+# the model keeps sums, and a wait's times only for these.
+TIMELINE_WAITS = 4096
 
 UNBOUNDED = 1 << 63  # what a tally counts up to when it counts everything
 # pid, tid, comm, call chain (as the reader keeps it)
@@ -86,6 +91,7 @@ class Wait:
     state: str
     woken_ns: int | None = None
     waker: WakerKey | None = None
+    ran_ns: int | None = None  # when the thread came on CPU before it left (None: not in the slice)
 
     def woken(self, time_ns: int, waker: WakerKey) -> None:
         if self.woken_ns is None and self.state != PREEMPTED:
@@ -154,6 +160,9 @@ class Tally:
     # follow a wakeup to what the waker itself waited for. Not carried across slices: a
     # wait whose waker's waits are in an earlier slice has no links.
     history: dict[int, deque[tuple[int, int, int]]] = field(default_factory=dict)
+    # The longest waits, a heap of TIMELINE_WAITS at most: (length, since, tid, woken or None,
+    # back, ran or None, row number), all in ns, as far as counted
+    longest: list[tuple[int, int, int, int | None, int, int | None, int]] = field(default_factory=list)
 
     def thread(self, tid: int, pid: int | None = None, comm: str | None = None) -> ThreadTotals:
         thread = self.threads.get(tid)
@@ -265,6 +274,15 @@ class Tally:
         if history is None:
             history = self.history[tid] = deque(maxlen=HISTORY)
         history.append((since_ns, until_ns, number))
+        longest = self.longest
+        if len(longest) < TIMELINE_WAITS or until_ns - since_ns > longest[0][0]:
+            self._keep_longest((until_ns - since_ns, since_ns, tid, woken_ns, until_ns, wait.ran_ns, number))
+
+    def _keep_longest(self, wait: tuple[int, int, int, int | None, int, int | None, int]) -> None:
+        if len(self.longest) < TIMELINE_WAITS:
+            heapq.heappush(self.longest, wait)
+        else:
+            heapq.heappushpop(self.longest, wait)
 
     def _link(self, row: int, since_ns: int, woken_ns: int, waker_history: deque[tuple[int, int, int]]) -> None:
         """While this wait was blocked (since_ns to woken_ns), when was its waker itself off
@@ -298,6 +316,8 @@ class Tally:
             link.count += overlap.count
         for tid, thread in other.threads.items():
             self.thread(tid).add(thread)
+        for length, since_ns, tid, woken_ns, back_ns, ran_ns, number in other.longest:
+            self._keep_longest((length, since_ns, tid, woken_ns, back_ns, ran_ns, numbers[number]))
         self.runqueue_delays_us.update(other.runqueue_delays_us)
         self.clipped += other.clipped
         self.unseen_wakeups += other.unseen_wakeups
@@ -443,7 +463,7 @@ class SliceBuilder:
                 totals.half_recorded_switches += 1
                 self._back(tid, switched_ns, pid, comm or thread.comm, switched_ns, False)
         first = tid not in self.seen
-        since_ns = self.running.pop(tid, None)
+        since_ns = ran_ns = self.running.pop(tid, None)
         if since_ns is None and first:
             since_ns = self.start_ns  # on CPU since the slice began
         if since_ns is not None:
@@ -459,7 +479,7 @@ class SliceBuilder:
                 racing = self.head_wakeups.pop(tid, None)  # it was on CPU when woken: a racing wakeup too
         if state in DEAD_STATES:
             return  # its last switch: the thread is gone, not waiting
-        wait = self.waiting[tid] = Wait(time_ns, chain, state)
+        wait = self.waiting[tid] = Wait(time_ns, chain, state, ran_ns=ran_ns)
         if racing is not None:
             wait.woken(*racing)  # woken before it was off: all of the gap is run-queue delay
         elif first and tid not in self.active:
@@ -756,7 +776,9 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
                            round(t.observer_ns / 1000))
                for tid, t in totals.threads.items()
                if t.oncpu_ns or tid in waited or inside(t.created_ns) or inside(t.exited_ns)}
+    timeline = sorted(TimedWait(tid, row_index[row_of[number]], since_ns, woken_ns, back_ns, ran_ns)
+                      for _, since_ns, tid, woken_ns, back_ns, ran_ns, number in totals.longest)
     return Model(info, start_ns, end_ns, stacks, wakers, rows, threads, totals.runqueue_delays_us,
                  [Link(waiter, waker, round(link.ns / 1000), link.count) for (waiter, waker), link in links.items()],
                  totals.clipped, totals.unseen_wakeups, skipped, totals.estimated_switch_ins,
-                 totals.half_recorded_switches)
+                 totals.half_recorded_switches, timeline=timeline)

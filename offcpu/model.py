@@ -7,12 +7,12 @@ sum (per stack, per thread, per state, in total) adds up exactly.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 
 from offcpu.capture import CaptureInfo
 from offcpu.stacks import Stack
 
-SCHEMA = "offcpu-model/6"  # a new engine or reader reads perf.data again
+SCHEMA = "offcpu-model/7"  # a new engine or reader reads perf.data again
 WHOLE_WINDOW = 0.99  # a wait of this share of the window or more lasted all of it
 # Synthetic frames for time whose stack perf could not have recorded.
 BEFORE_WINDOW = "[off CPU since before the recording]"
@@ -93,6 +93,19 @@ class Link:
     count: int  # waits of the waiter that overlapped one of the waker's
 
 
+@dataclass(frozen=True, order=True)
+class TimedWait:
+    """One of the longest waits (engine.TIMELINE_WAITS), with its times (perf.data's clock, ns,
+    as far as the window holds it): the model keeps sums, and times only of these."""
+
+    tid: int
+    row: int  # index into Model.rows: its stack, state and waker
+    since_ns: int  # off CPU
+    woken_ns: int | None  # its wakeup (None: not woken, preempted, or not in the window)
+    back_ns: int  # on CPU again (or the end of the window)
+    ran_ns: int | None  # when the thread had come on CPU before it left (None: not in the window)
+
+
 @dataclass
 class Thread:
     tid: int
@@ -138,6 +151,10 @@ class Model:
     # and of those waiting for a mutex, who glibc says holds it: {waiter tid: owner tid}
     asleep_threads: int = 0
     mutex_owners: dict[int, int] = field(default_factory=dict)
+    timeline: list[TimedWait] = field(default_factory=list)  # the longest waits, by their start
+    # What a perf.data recorded by perf alone lacks that a capture has, in sentences
+    # (offcpu.plain_perf_data.lacks); empty for a capture
+    lacks: list[str] = field(default_factory=list)
     schema: str = SCHEMA
 
     @property
@@ -178,6 +195,8 @@ class Model:
             "binary_notes": self.binary_notes,
             "asleep_threads": self.asleep_threads,
             "mutex_owners": sorted(self.mutex_owners.items()),
+            "timeline": [astuple(wait) for wait in self.timeline],
+            "lacks": self.lacks,
         }
 
     @classmethod
@@ -210,6 +229,8 @@ class Model:
             binary_notes=data["binary_notes"],
             asleep_threads=data["asleep_threads"],
             mutex_owners={int(waiter): int(owner) for waiter, owner in data["mutex_owners"]},
+            timeline=[TimedWait(*wait) for wait in data["timeline"]],
+            lacks=data["lacks"],
         )
         model.check()
         return model
@@ -244,6 +265,13 @@ class Model:
             if not isinstance(row.windows, list) or len(row.windows) not in (0, SUB_WINDOWS) or \
                     not all(isinstance(value, int) for value in row.windows):
                 raise ValueError(f"row {row!r} has no times by sub-window")
+        if not all(isinstance(sentence, str) for sentence in self.lacks):
+            raise ValueError("lacks holds something other than sentences")
+        for wait in self.timeline:
+            index(wait.row, len(self.rows), "timed wait's row")
+            if self.rows[wait.row].tid != wait.tid or not all(isinstance(value, int) for value in (
+                    wait.since_ns, wait.back_ns)):
+                raise ValueError(f"timed wait {wait!r} is not of its row's thread or has no times")
         for link in self.links:
             index(link.waiter_row, len(self.rows), "link waiter row")
             index(link.waker_row, len(self.rows), "link waker row")

@@ -20,8 +20,9 @@ from offcpu.events import SWITCH_TRACEPOINT
 from offcpu.files import PRIVATE, write_whole
 from offcpu.model import Model
 from offcpu.native_reader import NativeReader, unsupported
-from offcpu.perf_data import TYPE_TRACEPOINT, PerfData, damaged, open_perf_data
+from offcpu.perf_data import TYPE_TRACEPOINT, open_perf_data
 from offcpu.perf_script import PerfScriptReader
+from offcpu.plain_perf_data import is_perf_data, lacks, name_target, plain_info, recorded_command
 from offcpu.sched_events import CaptureReader
 
 READERS = (NativeReader.name, PerfScriptReader.name)
@@ -35,7 +36,6 @@ PERF_HEADER = struct.Struct("<8sQQQQQQ")
 HASHED_MAX = 1 << 20  # of perf.data's header, and of its features: never more than this of each
 # `perf report --header-only`: one line per event.
 EVENT_NAME = re.compile(r"^# event : name = ([^,]+),", re.MULTILINE)
-FEATURE_CMDLINE = 11  # perf.data's feature section of the command perf recorded with (HEADER_CMDLINE)
 
 
 def load_model(directory: Path, window_s: tuple[float, float] | None = None, reader: str | None = None,
@@ -51,7 +51,9 @@ def cached_model(directory: Path, window_s: tuple[float, float] | None = None,
                  reader: str | None = None) -> Model | None:
     """The model saved beside perf.data, when there is one for this perf.data (read by
     `reader`, when given) and no window is asked for; None when it has to be built (the
-    slow part)."""
+    slow part). Never for a perf.data recorded by perf alone: nothing is saved beside it."""
+    if is_perf_data(directory):
+        return None
     info = load(directory)
     identity = _identity(directory / PERF_DATA)
     cache = directory / MODEL_FILE
@@ -69,15 +71,18 @@ def cached_model(directory: Path, window_s: tuple[float, float] | None = None,
 def build(directory: Path, window_s: tuple[float, float] | None = None, reader: str | None = None,
           on_progress: Callable[[int, int], None] | None = None) -> Model:
     """Read perf.data into the model (of `window_s` only, when given); the whole
-    capture's is saved as model.json when the directory can be written."""
-    info = load(directory)
-    perf_data = directory / PERF_DATA
+    capture's is saved as model.json when the directory can be written. `directory`
+    may be a perf.data that perf recorded alone (offcpu.plain_perf_data)."""
+    plain = is_perf_data(directory)
+    info = plain_info(directory) if plain else load(directory)
+    perf_data = directory if plain else directory / PERF_DATA
     identity = _identity(perf_data)
     window = _window_ns(info, window_s)
     if info.samples == 0 and not info.threads_at_start:
         raise OffcpuError(f"{perf_data} holds no scheduler event, and no thread of the target was seen when it "
                           "began: nothing ran during the recording; record again while the target is busy")
-    _check_same_recording(perf_data, info)
+    if not plain:
+        _check_same_recording(perf_data, info)
     chosen, why = choose_reader(directory, info, reader)
     model = build_model(chosen, info, window, on_progress)
     with_asleep_stacks(model, load_snapshot(directory))
@@ -85,7 +90,10 @@ def build(directory: Path, window_s: tuple[float, float] | None = None, reader: 
     model.reader, model.reader_note = chosen.name, why
     if isinstance(chosen, NativeReader):
         model.binary_notes = chosen.binary_notes
-    if window_s is None:
+    if plain:
+        name_target(model)
+        model.lacks = lacks(info)
+    elif window_s is None:
         _save(directory / MODEL_FILE, model)
     return model
 
@@ -133,14 +141,15 @@ def _read_cache(path: Path) -> Model | None:
 def choose_reader(directory: Path, info: CaptureInfo, forced: str | None) -> tuple[CaptureReader, str]:
     """The reader for this capture and why it was chosen: perf.data read directly, unless
     it holds what only perf script decodes (dwarf stacks to unwind, compressed records...)
-    or `forced` names the other."""
-    perf_data = directory / PERF_DATA
+    or `forced` names the other. `directory` may be a perf.data perf recorded alone."""
+    plain = is_perf_data(directory)
+    perf_data = directory if plain else directory / PERF_DATA
     if forced == PerfScriptReader.name:
         return _perf_script_reader(perf_data, info), "--reader perf-script"
     reason = unsupported(perf_data)
     if reason is None:
-        kernel_symbols, vdso = (path if path.is_file() else None
-                                for path in (directory / KERNEL_SYMBOLS, directory / VDSO_IMAGE))
+        kernel_symbols, vdso = (None, None) if plain else (
+            path if path.is_file() else None for path in (directory / KERNEL_SYMBOLS, directory / VDSO_IMAGE))
         native = NativeReader(perf_data, kernel_symbols, vdso)
         return native, "--reader native" if forced else "perf.data read directly"
     if forced == NativeReader.name:
@@ -183,7 +192,7 @@ def _check_same_recording(perf_data: Path, info: CaptureInfo) -> None:
     except OffcpuError:
         return
     try:
-        command = _recorded_command(data)
+        command = recorded_command(data)
         events = {data.tracepoints[attr.config].full_name for attr in data.attrs
                   if attr.type == TYPE_TRACEPOINT and attr.config in data.tracepoints}
     finally:
@@ -202,27 +211,6 @@ def _check_same_recording(perf_data: Path, info: CaptureInfo) -> None:
     if info.perf_command[-len(info.target.perf_args()):] != info.target.perf_args():
         raise OffcpuError(f"{METADATA} names the target {info.target.describe()}, which is not what perf recorded "
                           f"in {perf_data}; it was edited or damaged: {RECORD_AGAIN}")
-
-
-def _recorded_command(data: PerfData) -> list[str] | None:
-    """The arguments perf recorded with, from perf.data's header (None when it has none: a
-    pipe's): a count, then each argument as a length and as many bytes, NUL-padded."""
-    if FEATURE_CMDLINE not in data.features:
-        return None
-    offset, size = data.features[FEATURE_CMDLINE]
-    end = offset + size
-    try:
-        (count,), at = struct.unpack_from("<I", data.map, offset), offset + 4
-        arguments = []
-        for _ in range(count):
-            (length,), at = struct.unpack_from("<I", data.map, at), at + 4
-            if at + length > end:
-                raise struct.error("past its section")
-            arguments.append(bytes(data.map[at:at + length]).rstrip(b"\0").decode(errors="replace"))
-            at += length
-    except struct.error:
-        raise damaged(data.path, "the command it was recorded with is damaged") from None
-    return arguments
 
 
 def _window_ns(info: CaptureInfo, window_s: tuple[float, float] | None) -> tuple[int, int] | None:

@@ -231,6 +231,19 @@ def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...],
     return user.frames + kernel.frames, len(kernel.frames), user.runs + kernel.runs
 
 
+def row_frames(model: Model, view: StackView, row: Row) -> tuple[tuple[str, ...], range]:
+    """One row's frames as the view draws them, root first (without the thread's name), each
+    run of unnamed frames as one frame that says how long it is, with --waker then '--' and
+    the waker's frames leaf first; and where the row's own kernel frames are among them. The
+    frames of an export that keeps rows apart (per thread)."""
+    frames, kernel, runs = _frames(model, view, row.stack)
+    kernel_range = range(len(frames) - kernel, len(frames))
+    if view.waker:
+        waker, waker_runs = _waker_frames(model, view, row)
+        frames, runs = (*frames, SEPARATOR, *waker), runs + waker_runs
+    return runs_said(frames, ((length, length) for length in runs)), kernel_range
+
+
 def _widened(spans: Spans | None, runs: Runs) -> Spans:
     """The shortest and longest of each run, with one more stack's runs."""
     if spans is None:
@@ -242,14 +255,22 @@ def _widened(spans: Spans | None, runs: Runs) -> Spans:
 def _waker_frames(model: Model, view: StackView, row: Row) -> tuple[tuple[str, ...], Runs]:
     """The waker's stack leaf first (so its leaf meets the blocked leaf), then who it was; and
     the lengths of its runs of unnamed frames, in that order."""
+    who = woken_by(model, row, view.by_thread)
+    if row.waker is None or model.wakers[row.waker].kind == "unrecorded":
+        return (who,), []
+    frames, _, runs = _frames(model, view, model.wakers[row.waker].stack)
+    return (*reversed(frames), who), runs[::-1]
+
+
+def woken_by(model: Model, row: Row, by_thread: bool = True) -> str:
+    """Who ended a row's waits, in one word: a thread's name (-tid `by_thread`), or what
+    else it was in brackets; as a waker frame or an export's label."""
     if row.waker is None:
-        return ("[preempted]" if row.state == PREEMPTED else "[not woken in the window]",), []
+        return "[preempted]" if row.state == PREEMPTED else "[not woken in the window]"
     waker = model.wakers[row.waker]
     if waker.kind == "unrecorded":
-        return (WAKER_NOT_RECORDED,), []
-    frames, _, runs = _frames(model, view, waker.stack)
+        return WAKER_NOT_RECORDED
     if waker.kind != "thread":  # an interrupt's: what it was, not the thread it came in (see waker_pairs)
-        return (*reversed(frames), f"[{cause_of_waker(waker, model.stacks[waker.stack], same_service=False)}]"), \
-            runs[::-1]
-    name = re.sub(r"\s", "_", waker.comm)  # the line's last frame: "worker 3" would read as a count
-    return (*reversed(frames), f"{name}-{waker.tid}" if view.by_thread else name), runs[::-1]
+        return f"[{cause_of_waker(waker, model.stacks[waker.stack], same_service=False)}]"
+    name = re.sub(r"\s", "_", waker.comm)  # a folded line's last frame: "worker 3" would read as a count
+    return f"{name}-{waker.tid}" if by_thread else name

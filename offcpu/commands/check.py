@@ -35,6 +35,7 @@ from offcpu.commands.report.common import (
 from offcpu.errors import Interrupted, OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import Model
+from offcpu.plain_perf_data import is_perf_data
 from offcpu.policy import Policy, load_policy
 from offcpu.recording.session import RecordRequest
 from offcpu.renderers.console import stdout_layout
@@ -203,6 +204,8 @@ def _refuse_unfinished(info: CaptureInfo, capture: Path) -> None:
 
 
 def _check_capture(capture: Path) -> None:
+    if is_perf_data(capture):
+        return  # recorded by perf alone: its report says what it lacks
     if not capture.is_dir():
         raise OffcpuError(f"{capture} is not a capture directory; record one with 'offcpu record -o DIR' "
                           "or let 'offcpu check --pid PID' record it")
@@ -237,6 +240,8 @@ def _readable_model(capture: Path) -> Model:
     if untrusted(model):
         raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}in {capture}, {unreadable_note(model)}")
     warn_if_unread(model)
+    for lack in model.lacks:  # a perf.data recorded by perf alone
+        click.echo(f"offcpu: note: {lack}", err=True)
     return model
 
 

@@ -4,12 +4,14 @@ that cutting the window into slices does not change any number."""
 from __future__ import annotations
 
 import io
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+from offcpu import engine
 from offcpu.asleep import load as load_snapshot, with_asleep_stacks
-from offcpu.engine import SliceBuilder, merge, threads_at_start, to_model
+from offcpu.engine import TIMELINE_WAITS, SliceBuilder, merge, threads_at_start, to_model
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, SUB_WINDOWS
 from offcpu.perf_script import PerfScriptReader
 from tests.fixtures import HERE, capture_info, script_stream
@@ -123,3 +125,31 @@ def test_a_semicolon_in_a_name_does_not_split_a_frame():
     lines = dict(folded(model, StackView()))
     line = next(line for line in lines if "lock<a" in line)
     assert line.endswith(";lock<a:b>") and line.count(";") == len(stack.frames)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_the_timeline_holds_every_wait_when_they_fit_with_its_rows_times(name):
+    # Given fewer waits than the timeline keeps, every wait is there, with its row's thread
+    model = model_of(name)
+    assert len(model.timeline) == sum(row.count for row in model.rows) < TIMELINE_WAITS
+    per_row = defaultdict(list)
+    for wait in model.timeline:
+        assert model.rows[wait.row].tid == wait.tid
+        assert wait.since_ns <= wait.back_ns and (wait.ran_ns is None or wait.ran_ns <= wait.since_ns)
+        per_row[wait.row].append(wait)
+    # and each row's waits are as many as it counts, as long (to a microsecond each) as its off-CPU time
+    for index, row in enumerate(model.rows):
+        waits = per_row.get(index, [])
+        assert len(waits) == row.count
+        assert sum(round((wait.back_ns - wait.since_ns) / 1000) for wait in waits) == row.offcpu_us
+
+
+def test_the_timeline_keeps_the_longest_waits_across_slices(monkeypatch):
+    # Given every wait of a fixture, read in one slice
+    every = model_of("futex_pid").timeline
+    longest = sorted((wait.back_ns - wait.since_ns for wait in every), reverse=True)[:100]
+    # when only 100 are kept, read in 3 slices
+    monkeypatch.setattr(engine, "TIMELINE_WAITS", 100)
+    kept = model_of("futex_pid", slices=3).timeline
+    # then they are the 100 longest
+    assert sorted((wait.back_ns - wait.since_ns for wait in kept), reverse=True) == longest

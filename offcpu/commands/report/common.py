@@ -50,13 +50,13 @@ class ReportFile:
     option: str  # how it was given: -o, --json, --junit
     reading: tuple[Path, ...]  # what it is made from: captures, baselines, folded files
 
-    def write(self, content: str) -> None:
+    def write(self, content: str | bytes) -> None:
         """Write whole or not at all, then say where. A regular file, or the one a symbolic
         link leads to, is replaced in one rename, and is no more readable than what it was made
         from (a capture is its owner's alone); a character device or a pipe is written to."""
         try:
             if _kind_of(self.path) in (stat.S_IFCHR, stat.S_IFIFO, stat.S_IFSOCK):
-                with open(self.path, "w") as stream:
+                with open(self.path, "wb" if isinstance(content, bytes) else "w") as stream:
                     stream.write(content)
             else:
                 write_whole(self.path.resolve(), content, mode=_permissions_of(self.reading))

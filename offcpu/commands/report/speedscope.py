@@ -1,0 +1,35 @@
+"""offcpu report speedscope: the capture as a speedscope profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from offcpu.commands.report.common import (
+    capture_argument,
+    load_with_progress,
+    output_options,
+    output_path,
+    view_options,
+)
+from offcpu.renderers.speedscope import SpeedscopeProfile
+from offcpu.stackview import StackView
+
+
+@click.command()
+@capture_argument
+@view_options
+@click.option("--by", "by", type=click.Choice(["thread", "process"]), default="thread", show_default=True,
+              help="A profile of off-CPU time per thread, or per process.")
+@output_options("CAPTURE.speedscope.json beside the capture")
+def speedscope(capture: Path, view: StackView, by: str, output: Path | None, force: bool) -> None:
+    """Write a speedscope profile (https://www.speedscope.app, or 'npx
+    speedscope FILE'): off-CPU time per thread (or per process), then
+    blocked time and time waiting for a CPU, each of all threads, rooted at
+    the thread's name. Weights are microseconds; a profile's weights sum to
+    the time the text report gives it.
+    """
+    path = output_path(capture, output, ".speedscope.json", force)
+    model = load_with_progress(capture, view.time, view.reader)
+    path.write(SpeedscopeProfile(view, by_process=by == "process").render(model))
