@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from offcpu.errors import OffcpuError, more_in
 from offcpu.flamegraph import HOW_TO_GET_ONE, find_renderer
 from offcpu.framepointers import check_binary, libc_of
 from offcpu.limits import LimitsSnapshot, is_kernel_thread, not_permitted
+from offcpu.recording.snapshot import UNWINDER
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 
@@ -41,7 +43,17 @@ def machine_checks() -> list[Check]:
     bpftrace = system.find_bpftrace()
     checks.append(Check("bpftrace", INFO, bpftrace or "not installed ('apt-get install bpftrace')"))
     checks.append(_renderer_check())
+    checks.append(_unwinder_check())
     return checks
+
+
+def _unwinder_check() -> Check:
+    """What reads the user stacks of threads that do not run while recording (offcpu.recording.snapshot)."""
+    found = shutil.which(UNWINDER)
+    if found is None:
+        return Check("stacks of threads that never run", WARN,
+                     f"{UNWINDER} not found ('apt-get install elfutils'): their kernel stacks only")
+    return Check("stacks of threads that never run", OK, f"{found}, at the end of each recording")
 
 
 def _renderer_check() -> Check:

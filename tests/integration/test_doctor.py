@@ -34,6 +34,8 @@ def test_doctor_says_recording_can_work_here():
         assert checks["sched:sched_stat_sleep"]["detail"] == "absent"
     assert checks["frame pointers: system libc"]["detail"].startswith("/")
     assert "flame graph renderer" in checks
+    unwinder = checks["stacks of threads that never run"]  # scripts/setup installs elfutils
+    assert unwinder["status"] == "ok" and unwinder["detail"].startswith("/usr/bin/eu-stack"), unwinder
     # and what one recorded switch costs here, measured by a short recording
     cost = re.fullmatch(r"one switch costs perf ([\d.]+) µs here \(its sched_switch sample with the stack ([\d.]+) "
                         r"µs, then the switch and its records ([\d.]+) µs\): a program switching 50,000 times a "
