@@ -112,7 +112,7 @@ class CaptureInfo:
     ended_at: str = ""
     duration_actual_s: float = 0.0
     # "duration", "target exited", "command exited" (a command run while the target was recorded),
-    # "perf exited", "SIGINT", "SIGTERM", "SIGHUP", "max size"
+    # "perf exited", "SIGINT", "SIGTERM", "SIGHUP", "max size", "perf spinning" (ended early: see spin_note)
     ended_by: str = ""
     target_exited: bool = False
     # A command's exit status, -N when signal N killed it; None when it did not end by
@@ -182,9 +182,11 @@ class CaptureInfo:
             return None
         cpu = f": it used {self.perf_cpu_s:.1f} s of CPU in {self.duration_actual_s:.1f} s, taken from the recorded " \
               "threads and the machine" if self.perf_cpu_s is not None else ""
+        ended = f", so offcpu ended the recording after {self.duration_actual_s:.1f} s of the " \
+                f"{self.duration_requested_s:g} s asked" if self.ended_by == "perf spinning" else ""
         return (f"perf spun instead of waiting for events (it woke {self.perf_wakeups:,} times{cpu}); perf 6.1 "
-                "does once one of several processes it records by pid has exited: record the cgroup that holds "
-                "them (--cgroup) or the whole machine (-a) instead" + more_in("perf-spins"))
+                f"does once one of several processes it records by pid has exited{ended}: record the cgroup that "
+                "holds them (--cgroup) or the whole machine (-a) instead" + more_in("perf-spins"))
 
     def mmap_pages(self) -> int | None:
         """The ring buffer's pages per CPU asked of perf (--mmap-pages), None when perf chose."""

@@ -8,6 +8,8 @@ import os
 import select
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from offcpu import limits, targets
 from offcpu.capture import CaptureInfo, Target
@@ -17,11 +19,21 @@ from offcpu.recording.perf_process import PerfProcess
 TICK_S = 0.1
 LOOK_EVERY_S = 1.0  # how often the target's threads and maps are held against its limits, and strays looked for
 COMMAND_EXITED = "command exited"
+PERF_SPINNING = "perf spinning"
+# perf 6.1 spins once one of several processes it records by pid has exited: it takes a whole
+# CPU (3.9-5.5 s of system time in 4 s here) and reads next to nothing. A recording that reads
+# events costs perf a few percent of a CPU and grows perf.data by tens of KB a second or more;
+# perf busy writing a flood of events grows it by MBs. So: over half a CPU, while perf.data grows
+# by less than a MB a second, at two looks in a row, is a spin, and the recording ends there.
+SPIN_CPU_SHARE = 0.5
+SPIN_BYTES_PER_S = 1 << 20
+SPIN_LOOKS = 2
 
 
-def wait_for_end(perf_process: PerfProcess, duration_s: float, info: CaptureInfo,
+def wait_for_end(perf_process: PerfProcess, perf_data: Path, duration_s: float, info: CaptureInfo,
                  on_tick: Callable[[float], None]) -> str:
-    """Until the duration ends, the target or its command exits, or perf does; meanwhile
+    """Until the duration ends, the target or its command exits, or perf does, or perf spins
+    (PERF_SPINNING: it would take a CPU from the recorded processes until the end); meanwhile
     keeps in info.limits_peak the target's snapshot nearest its limits (threads come and
     go), and in info.unrecorded_processes the processes of its name or executable that
     perf cannot record."""
@@ -30,6 +42,7 @@ def wait_for_end(perf_process: PerfProcess, duration_s: float, info: CaptureInfo
     next_look = start
     peak: limits.LimitsSnapshot | None = None
     strays = targets.Strays(target) if target.by_comm or target.by_exe else None
+    spin = SpinWatch(perf_process, perf_data) if len(target.pids) > 1 else None
     try:
         with EndWatch(target) as watch:
             while True:
@@ -43,6 +56,8 @@ def wait_for_end(perf_process: PerfProcess, duration_s: float, info: CaptureInfo
                 if elapsed >= duration_s:
                     return "duration"
                 if time.monotonic() >= next_look:
+                    if spin is not None and spin.spinning():
+                        return PERF_SPINNING
                     peak = _nearer_the_limits(peak, target)
                     if strays is not None:
                         strays.look()
@@ -53,6 +68,40 @@ def wait_for_end(perf_process: PerfProcess, duration_s: float, info: CaptureInfo
     finally:
         info.limits_peak = peak.to_json() if peak else None
         info.unrecorded_processes = {str(pid): comm for pid, comm in sorted(strays.found.items())} if strays else {}
+
+
+@dataclass(frozen=True)
+class PerfGauge:
+    """perf's CPU time and perf.data's size at a moment."""
+
+    at_s: float
+    cpu_s: float
+    data_bytes: int
+
+
+class SpinWatch:
+    """Whether perf spins (see SPIN_CPU_SHARE), from its CPU time and perf.data's size at each look."""
+
+    def __init__(self, perf_process: PerfProcess, perf_data: Path) -> None:
+        self.perf_process, self.perf_data = perf_process, perf_data
+        self.last = self._gauge()
+        self.looks_spinning = 0
+
+    def _gauge(self) -> PerfGauge:
+        try:
+            size = self.perf_data.stat().st_size
+        except OSError:
+            size = 0
+        return PerfGauge(time.monotonic(), self.perf_process.cpu_time_s() or 0.0, size)
+
+    def spinning(self) -> bool:
+        then, now = self.last, self._gauge()
+        self.last = now
+        elapsed = max(now.at_s - then.at_s, 1e-3)
+        spun = now.cpu_s - then.cpu_s >= SPIN_CPU_SHARE * elapsed and \
+            now.data_bytes - then.data_bytes < SPIN_BYTES_PER_S * elapsed
+        self.looks_spinning = self.looks_spinning + 1 if spun else 0
+        return self.looks_spinning >= SPIN_LOOKS
 
 
 class EndWatch:

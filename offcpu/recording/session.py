@@ -172,7 +172,7 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
         info.process_titles = targets.process_titles(info.target)
         if request.snapshot and info.target.kind != "all":
             switches_at_start = snapshot.switch_counts(map(int, threads.states))
-        info.ended_by = wait_for_end(perf_process, request.duration_s, info, on_tick)
+        info.ended_by = wait_for_end(perf_process, request.output / PERF_DATA, request.duration_s, info, on_tick)
     except Terminated as terminated:
         info.ended_by = terminated.signal_name
     except KeyboardInterrupt:

@@ -112,12 +112,15 @@ def test_perf_spinning_after_one_of_several_processes_exits_is_said(workload, tm
     staying = workload("idle_pool", "-s", "60", threads=17)
     leaving = workload("idle_pool", "-s", "1", threads=17)
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "--pid", f"{staying.pid},{leaving.pid}", "-d", "3", "-o", str(capture))
+    result = run_offcpu("record", "--pid", f"{staying.pid},{leaving.pid}", "-d", "30", "-o", str(capture))
     assert result.returncode == 0, result.stderr
     # Then perf 6.1 spun from then on (it woke ten thousand times a second or more here, reading
     # next to nothing each time, against a few hundred on a busy recording, reading kilobytes),
-    # and the summary and capture.json say so
+    # so offcpu ended the recording rather than let perf take a CPU for the 29 s left; and the
+    # summary and capture.json say so
     info = load(capture)
+    assert info["ended_by"] == "perf spinning" and info["duration_actual_s"] < 30, info["duration_actual_s"]
+    assert "so offcpu ended the recording after" in result.stderr
     assert info["perf_wakeups"] > 1000 * info["duration_actual_s"] and info["perf_cpu_s"] > 0
     assert info["perf_data_bytes"] < 512 * info["perf_wakeups"]
     assert "perf spun instead of waiting for events" in result.stderr and "--cgroup" in result.stderr
