@@ -91,7 +91,10 @@ def _from_header(data: PerfData) -> CaptureInfo:
     if not switch.sample_type & SAMPLE_CALLCHAIN:
         raise OffcpuError(f"{data.path} holds {SWITCH_TRACEPOINT} without call chains, so no wait has a stack; "
                           f"record with -g: {WHAT_TO_RECORD}")
-    first_ns, last_ns = _sample_times(data)
+    times = _sample_times(data)
+    if times is None:
+        raise OffcpuError(f"{data.path} holds no events; record with {WHAT_TO_RECORD}")
+    first_ns, last_ns = times
     argv = recorded_command(data) or []
     stacks = "dwarf" if switch.sample_type & SAMPLE_STACK_USER else \
         "lbr" if switch.sample_type & SAMPLE_BRANCH_STACK else "fp"
@@ -118,29 +121,37 @@ def name_target(model: Model) -> None:
         model.capture.target = replace(target, comm=named.comm, pid=named.pid)
 
 
-def _sample_times(data: PerfData) -> tuple[int, int]:
-    """When its first and last samples came: from its header, unless perf skipped the pass
-    that writes it there (--buildid-mmap, -B: it says 0), else from its first and last
-    rounds (perf writes no record earlier than two rounds before its own)."""
+def _sample_times(data: PerfData) -> tuple[int, int] | None:
+    """When its first and last samples came (None: it holds none): from its header, unless
+    perf skipped the pass that writes it there (--buildid-mmap, -B: it says 0), else from
+    the first and last rounds that hold samples and the two rounds after, or before, each
+    (perf writes no record earlier than two rounds before its own). Events enabled late
+    (-D, --control, as offcpu records) leave the first rounds without samples."""
     if FEATURE_SAMPLE_TIME in data.features:
-        first_ns, last_ns = struct.unpack_from("<QQ", data.map, data.features[FEATURE_SAMPLE_TIME][0])
+        try:
+            first_ns, last_ns = struct.unpack_from("<QQ", data.map, data.features[FEATURE_SAMPLE_TIME][0])
+        except struct.error:
+            raise damaged(data.path, "its sample times are damaged") from None
         if first_ns:
             return first_ns, last_ns
     rounds = [*index_records(data).round_starts, data.data_end]
     clock, words = Clock.of(data), data.words
 
-    def times(first_round: int, last_round: int) -> list[int]:
-        position, end, found = rounds[first_round], rounds[last_round + 1], []
+    def times(round_index: int) -> list[int]:
+        position, end, found = rounds[round_index], rounds[round_index + 1], []
         while position < end:
             if words[position >> 1] == SAMPLE:
                 found.append(clock.time_of(words, data.map, position))
             position += words[(position >> 1) + 3]
         return found
 
-    last_round = len(rounds) - 2
-    first, last = times(0, min(2, last_round)), times(max(0, last_round - 2), last_round)
-    if not first or not last:
-        raise OffcpuError(f"{data.path} holds no events; record with {WHAT_TO_RECORD}")
+    count = len(rounds) - 1
+    first_with = next((index for index in range(count) if times(index)), None)
+    if first_with is None:
+        return None
+    last_with = next(index for index in reversed(range(count)) if times(index))
+    first = [time for index in range(first_with, min(first_with + 3, count)) for time in times(index)]
+    last = [time for index in range(max(last_with - 2, 0), last_with + 1) for time in times(index)]
     return min(first), max(last)
 
 
@@ -213,7 +224,10 @@ def _string(data: PerfData, feature: int) -> str:
     if feature not in data.features:
         return ""
     offset, _ = data.features[feature]
-    (length,) = struct.unpack_from("<I", data.map, offset)
+    try:
+        (length,) = struct.unpack_from("<I", data.map, offset)
+    except struct.error:
+        raise damaged(data.path, "a string of its header is damaged") from None
     return bytes(data.map[offset + 4:offset + 4 + length]).rstrip(b"\0").decode(errors="replace")
 
 
@@ -241,7 +255,10 @@ def _cpus(data: PerfData) -> int:
     """The CPUs online when it was recorded (perf's nr_cpus_available, then nr_cpus_online)."""
     if FEATURE_NRCPUS not in data.features:
         return os.cpu_count() or 1
-    _, online = struct.unpack_from("<II", data.map, data.features[FEATURE_NRCPUS][0])
+    try:
+        _, online = struct.unpack_from("<II", data.map, data.features[FEATURE_NRCPUS][0])
+    except struct.error:
+        raise damaged(data.path, "its count of CPUs is damaged") from None
     return max(online, 1)
 
 

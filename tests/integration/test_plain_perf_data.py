@@ -135,3 +135,16 @@ def test_no_scheduler_events_says_what_to_record(recording_perf, tmp_path, comma
     arguments = ("report", "text", str(path)) if command == "report" else ("check", str(path))
     assert_one_line_error(run_offcpu(*arguments), "holds no sched:sched_switch events",
                           "perf record -g -e sched:sched_switch -e sched:sched_waking")
+
+
+def test_a_captures_perf_data_read_alone(tmp_path: Path) -> None:
+    # Given the perf.data of an offcpu capture, copied out of its directory: its events were
+    # enabled late (perf's --control), so its first rounds hold no sample, and perf left its
+    # header's sample times 0 (--buildid-mmap)
+    alone = tmp_path / "copied.data"
+    alone.write_bytes((Path(__file__).resolve().parent.parent / "fixtures" / "exits_all" / "perf.data").read_bytes())
+    # Then it is read as a perf.data of its own: a report, and a check (which may pass or fail)
+    reported = report(alone)
+    assert reported["totals"]["offcpu_us"] > 0
+    checked = run_offcpu("check", str(alone))
+    assert checked.returncode in (0, 1), checked.stdout + checked.stderr
