@@ -32,11 +32,12 @@ from offcpu.commands.report.common import (
     same_file,
     warn_if_unread,
 )
-from offcpu.errors import Interrupted, OffcpuError
+from offcpu.errors import Interrupted, OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.model import Model
 from offcpu.plain_perf_data import is_perf_data
 from offcpu.policy import Policy, load_policy
+from offcpu.recording.end_watch import PERF_SPINNING
 from offcpu.recording.session import RecordRequest
 from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.verdict import (
@@ -87,7 +88,8 @@ class _CheckCommand(click.Command):
                    "entries [default: fail on any finding above info but runqueue and idle]. Its keys and "
                    "their defaults: docs/check.md in offcpu's repository.")
 @click.option("--baseline", type=click.Path(path_type=Path),
-              help="A known-good capture directory, or its 'offcpu report json' output, to compare with.")
+              help="A known-good capture directory (or a perf.data perf recorded), or its 'offcpu report json' "
+                   "output, to compare with.")
 @target_options
 @recording_options
 @output_option("Where to keep the recording")
@@ -146,11 +148,11 @@ def check(policy_path: Path | None, baseline: Path | None, settings: Settings, o
     base, base_target = _baseline(baseline, policy) if baseline is not None else (None, None)
     if request is not None:
         _record(request, force)
-    run = _measure(capture, policy)
+    run, run_target = _measure(capture, policy)
     verdict = evaluate(policy, run, base)
     width, color = stdout_layout()
     baseline_label = str(baseline) if baseline else None
-    note = _other_target(load(capture).target, base_target) if base_target else None
+    note = _other_target(run_target, base_target) if base_target else None
     write_stdout(VerdictTable(str(capture), baseline_label, width, color, [note] if note else []).render(verdict))
     if junit_file is not None:
         junit_file.write(VerdictJunit().render(verdict))
@@ -200,7 +202,7 @@ def _refuse_unfinished(info: CaptureInfo, capture: Path) -> None:
     if info.target.command and info.target.kind != "command" and info.target_exited:
         raise OffcpuError(f"{info.target.recorded()} exited before the command did, so the run is not checked; "
                           f"its capture is kept in {capture}")
-    _refuse_lossy(info, capture)
+    _refuse_partial(info, capture)
 
 
 def _check_capture(capture: Path) -> None:
@@ -213,16 +215,23 @@ def _check_capture(capture: Path) -> None:
     if info.command_exit_status:
         raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}the command recorded in {capture} exited with status "
                           f"{info.command_exit_status}: a run that failed is not checked; record one that succeeds")
-    _refuse_lossy(info, capture)
+    _refuse_partial(info, capture)
 
 
-def _refuse_lossy(info: CaptureInfo, capture: Path) -> None:
-    """A run that lost more events than a check allows is not checked: whole waits are missing."""
+def _refuse_partial(info: CaptureInfo, capture: Path) -> None:
+    """A run that lost more events than a check allows (whole waits are missing), or whose
+    recording was ended early because perf spun, is not checked."""
     if too_lossy(info.lost_share):
         raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}in {capture}, {info.lost_sentence(allowed_loss())}")
+    if info.ended_by == PERF_SPINNING:
+        raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}in {capture}, perf spun once one of the recorded processes "
+                          f"exited, and the recording was ended after {info.duration_actual_s:.1f} s of the "
+                          f"{info.duration_requested_s:g} s asked: record the cgroup that holds them (--cgroup, "
+                          "--unit) or the whole machine (-a) instead" + more_in("perf-spins"))
 
 
-def _measure(capture: Path, policy: Policy) -> Measurements:
+def _measure(capture: Path, policy: Policy) -> tuple[Measurements, Target]:
+    """The run's measurements, and the target it recorded."""
     model = _readable_model(capture)
     measurements = measure(model, policy.locks)
     reason = unrecorded(model)
@@ -231,12 +240,13 @@ def _measure(capture: Path, policy: Policy) -> Measurements:
         raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}the recording holds no scheduler events of the target ({reason}); "
                           "record it while it does its work (a sleeping process, or a kernel thread, gives nothing "
                           "to check)")
-    return measurements
+    return measurements, model.capture.target
 
 
 def _readable_model(capture: Path) -> Model:
     """The capture's model, unless too much of perf.data could not be read to trust it."""
     model = read_with_progress(capture, None)
+    _refuse_partial(model.capture, capture)  # a perf.data recorded alone is judged here
     if untrusted(model):
         raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}in {capture}, {unreadable_note(model)}")
     warn_if_unread(model)
@@ -246,11 +256,12 @@ def _readable_model(capture: Path) -> Model:
 
 
 def _baseline(path: Path, policy: Policy) -> tuple[Measurements, Target | None]:
-    """A capture directory (its model, read with the policy's lock table), or a JSON report of
-    one; and the target it recorded, when it says."""
-    if path.is_dir():
+    """A capture directory or a perf.data (its model, read with the policy's lock table), or a
+    JSON report of a capture; and the target it recorded, when it says."""
+    if path.is_dir() or is_perf_data(path):
         _check_capture(path)
-        return measure(_readable_model(path), policy.locks), load(path).target
+        model = _readable_model(path)
+        return measure(model, policy.locks), model.capture.target
     try:
         report = json.loads(path.read_text())
         measurements = measurements_from_report(report)

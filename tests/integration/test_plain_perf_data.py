@@ -148,3 +148,18 @@ def test_a_captures_perf_data_read_alone(tmp_path: Path) -> None:
     assert reported["totals"]["offcpu_us"] > 0
     checked = run_offcpu("check", str(alone))
     assert checked.returncode in (0, 1), checked.stdout + checked.stderr
+    # and it serves as a baseline too, compared with itself
+    compared = run_offcpu("check", str(alone), "--baseline", str(alone))
+    assert compared.returncode == checked.returncode, compared.stdout + compared.stderr
+
+
+def test_a_perf_data_that_lost_events_is_not_checked(perf: str, tmp_path: Path) -> None:
+    # Given a perf.data that perf recorded with a ring buffer too small for DWARF stacks of a
+    # program that creates and ends threads all the time: it loses many of its events
+    lossy = tmp_path / "lossy.data"
+    done = subprocess.run([perf, "record", "-m", "8", "--call-graph", "dwarf", "-e", "sched:sched_switch",
+                           "-o", str(lossy), "--", str(example("thread_churn")), "-t", "16", "-s", "0.5"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "lost" in done.stderr.lower(), done.stderr
+    # Then check says it could not check it, as for a capture that lost as many
+    assert_one_line_error(run_offcpu("check", str(lossy)), "could not check", "lost")

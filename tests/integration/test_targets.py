@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests import programs
-from tests.conftest import OFFCPU, run_offcpu
+from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 from tests.integration.test_programs import started
 from tests.integration.test_record import perf_processes_writing
 
@@ -124,8 +124,9 @@ def test_perf_spinning_after_one_of_several_processes_exits_is_said(workload, tm
     assert info["perf_wakeups"] > 1000 * info["duration_actual_s"] and info["perf_cpu_s"] > 0
     assert info["perf_data_bytes"] < 512 * info["perf_wakeups"]
     assert "perf spun instead of waiting for events" in result.stderr and "--cgroup" in result.stderr
-    # and so do the reports
+    # and so do the reports; a check does not take the cut recording for the run asked for
     assert "perf spun instead of waiting for events" in run_offcpu("report", "text", str(capture)).stdout
+    assert_one_line_error(run_offcpu("check", str(capture)), "could not check", "perf spun", "--cgroup")
 
 
 def test_perf_that_did_not_spin_is_not_said_to(workload, tmp_path):
