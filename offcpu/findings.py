@@ -848,9 +848,12 @@ def _root_words(ctx: Context, number: int) -> str:
 def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
     us = total(match.rows)
     idle = rule.id == IDLE
-    share_of_wall = ctx.share_of_wall(graded_us(rule.id, match.rows), match.rows) if match.rows else 0.0
+    graded = graded_us(rule.id, match.rows)
+    share_of_wall = ctx.share_of_wall(graded, match.rows) if match.rows else 0.0
     offcpu = ctx.offcpu_us if idle else ctx.offcpu_us - ctx.idle_us
-    uncertainty = ctx.share_uncertainty(match.rows)
+    # The sub-windows keep off-CPU time: a lock's share, of its blocked part, spreads as much
+    # in proportion (its blocked part taken to be the same share of each sub-window's)
+    uncertainty = ctx.share_uncertainty(match.rows) * (graded / us if us else 1.0)
     rank = SEVERITIES.index
 
     def severity_at(share: float) -> str:
