@@ -16,6 +16,7 @@ import re
 import shutil
 import struct
 import subprocess
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
@@ -24,7 +25,8 @@ from offcpu.asleep import AsleepThread, Snapshot
 from offcpu.system import proc_text
 
 UNWINDER = "eu-stack"
-UNWINDER_TIMEOUT_S = 5.0
+UNWINDER_TIMEOUT_S = 5.0  # for one process
+UNWINDING_S = 10.0  # for them all: the recording's end waits for it, with Ctrl-C held
 MAX_PROCESSES = 64  # whose user stacks are read: each is stopped for a few milliseconds
 FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98}  # the system call's number, by architecture
 FUTEX_COMMAND = 0x7F  # the operation, without FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME
@@ -60,10 +62,16 @@ def take(at_start: dict[int, int], process_of: dict[int, int]) -> Snapshot:
     if unwinder is None:
         return Snapshot(tuple(kernel_side), f"no user stacks: {UNWINDER} is not installed (Debian: elfutils)")
     threads = []
-    for number, (pid, in_process) in enumerate(sorted(by_process.items())):
-        user = _user_stacks(unwinder, pid) if number < MAX_PROCESSES else {}
+    deadline = time.monotonic() + UNWINDING_S
+    unwound = 0
+    for pid, in_process in sorted(by_process.items()):
+        within = unwound < MAX_PROCESSES and time.monotonic() < deadline
+        user = _user_stacks(unwinder, pid, min(UNWINDER_TIMEOUT_S, deadline - time.monotonic())) if within else {}
+        unwound += within
         threads += [replace(thread, user_frames=user.get(thread.tid, ())) for thread in in_process]
-    said = UNWINDER if len(by_process) <= MAX_PROCESSES else f"{UNWINDER}, in the first {MAX_PROCESSES} processes"
+    said = UNWINDER if unwound == len(by_process) else (
+        f"{UNWINDER}, in {unwound:,} of the {len(by_process):,} processes: at most {MAX_PROCESSES} in "
+        f"{UNWINDING_S:g} s")
     return Snapshot(tuple(threads), said)
 
 
@@ -113,12 +121,12 @@ def _read_int(pid: int, address: int) -> int | None:
     return struct.unpack("<i", raw)[0] if len(raw) == 4 else None
 
 
-def _user_stacks(unwinder: str, pid: int) -> dict[int, tuple[str, ...]]:
+def _user_stacks(unwinder: str, pid: int, timeout_s: float) -> dict[int, tuple[str, ...]]:
     """Every thread's user stack, leaf first, as eu-stack unwinds it (DWARF, through a
     brief ptrace stop); empty when it cannot."""
     try:
         done = subprocess.run([unwinder, "-p", str(pid)], capture_output=True, text=True, errors="replace",
-                              timeout=UNWINDER_TIMEOUT_S, stdin=subprocess.DEVNULL)
+                              timeout=timeout_s, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return {}
     stacks: dict[int, list[str]] = {}
