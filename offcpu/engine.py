@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import heapq
 import os
+import signal
 from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -61,7 +62,7 @@ from offcpu.sched_events import (
     Events,
 )
 from offcpu.stacks import Stack
-from offcpu.workers import die_with_parent
+from offcpu.workers import end_with_parent
 
 DEAD_STATES = ("X", "Z")
 INTERRUPT_FRAMES = ("asm_sysvec_", "asm_common_interrupt", "handle_softirqs", "__irq_exit_rcu", "irq_exit")
@@ -698,7 +699,7 @@ def build_model(reader: CaptureReader, info: CaptureInfo, window: tuple[int, int
     # The last slice is read in this process, the others in forked workers: a process fewer
     # to start, and a slice fewer to send back.
     with ProcessPoolExecutor(max_workers=max(1, len(slices) - 1), mp_context=get_context("fork"),
-                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+                             initializer=end_with_parent, initargs=(os.getpid(), signal.SIGKILL)) as pool:
         futures = {pool.submit(read_slice, reader, first, last, counted, switch_cost_ns): index
                    for index, (first, last) in enumerate(slices[:-1])}
         done(len(slices) - 1, read_slice(reader, *slices[-1], counted, switch_cost_ns))

@@ -1,21 +1,26 @@
-"""Worker processes end with offcpu however it ends: a SIGTERM (`timeout`), a SIGHUP or a
-SIGKILL leaves no process behind, where a pool's worker would wait forever on its pipes."""
+"""Processes offcpu starts end with it however it ends: perf finishes its file and exits,
+and a reading pool's worker goes, where it would wait forever on its pipes, when offcpu
+gets a SIGTERM (`timeout`), a SIGHUP or a SIGKILL."""
 
 from __future__ import annotations
 
+import ctypes
 import os
-import signal
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when the thread that made it ends
+ORPHANED_EXIT = 127
+
+# Looked up here, once, in offcpu's own process: after fork, while other threads of offcpu
+# may hold the dynamic loader's lock, a child must not dlopen (ctypes.CDLL) anything.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
-def die_with_parent(parent: int) -> None:
-    """In a worker (ProcessPoolExecutor's initializer), as it starts: SIGKILL it when `parent`
-    ends. The pool forks its workers from the main thread, which ends only with the process."""
-    import ctypes  # in the worker only: the commands start without it
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if os.getppid() != parent:  # it ended before the line above took effect
-        os._exit(1)
+def end_with_parent(parent: int, signal_number: int) -> None:
+    """In a child, as it starts (before exec, or as a pool's initializer): it gets
+    `signal_number` when offcpu (pid `parent`) ends, even by SIGKILL. If offcpu ended before
+    the request took effect, nobody is left to ask: it exits. The thread that forks it
+    must be the main thread, which ends only with the process."""
+    if _prctl(PR_SET_PDEATHSIG, signal_number, 0, 0, 0) != 0:
+        os._exit(ORPHANED_EXIT)
+    if os.getppid() != parent:
+        os._exit(ORPHANED_EXIT)

@@ -10,7 +10,6 @@ window is known to within the pipe's round trip.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import select
 import signal
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from offcpu.errors import OffcpuError
 from offcpu.limits import read_stat
+from offcpu.workers import end_with_parent
 
 CONTROL_PLACEHOLDER = "{control}"  # in argv, becomes perf's --control=fd:CTL,ACK
 READY_LINE = "Events disabled"
@@ -36,22 +36,7 @@ STOP_TIMEOUTS_S = ((signal.SIGINT, 30.0), (signal.SIGTERM, 5.0), (signal.SIGKILL
 # For perf's command to end on the SIGTERM perf sends it (perf waits for it before it
 # finishes perf.data), and for what the command started to end on offcpu's; then SIGKILL.
 COMMAND_GRACE_S = 2.0
-PR_SET_PDEATHSIG = 1
-ORPHANED_EXIT = 127
 STDERR_POLL_S = 0.01
-
-# Looked up here, once: after fork, while other threads of offcpu may hold the
-# dynamic loader's lock, the child must not dlopen (ctypes.CDLL) anything.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-
-def _end_with_parent(parent: int) -> None:
-    """In perf, before exec: if offcpu (pid `parent`) dies, even by SIGKILL, perf
-    gets SIGINT, finishes its file and exits instead of recording on alone.
-    If offcpu died before the request took effect, nobody is left to ask: exit."""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGINT)
-    if os.getppid() != parent:
-        os._exit(ORPHANED_EXIT)
 
 
 class PerfProcess:
@@ -78,7 +63,8 @@ class PerfProcess:
             self._process = subprocess.Popen(
                 argv, stdin=None if command_stdin else subprocess.DEVNULL, stderr=self._errors,
                 pass_fds=(control_read, ack_write, self._control), start_new_session=True,
-                preexec_fn=lambda: _end_with_parent(parent),
+                # if offcpu dies, even by SIGKILL, perf gets SIGINT, finishes its file and exits
+                preexec_fn=lambda: end_with_parent(parent, signal.SIGINT),
             )
         except BaseException:
             self._errors.close()
