@@ -34,6 +34,7 @@ class AsleepThread:
     user_frames: tuple[str, ...]  # leaf first; empty when they could not be read
     # For a wait in a futex: the thread glibc records as the owner of the mutex that futex is
     # the lock word of (its __owner field); meaningful when the stack waits in pthread_mutex_lock
+    # (claims.Claims.mutex_owners keeps those alone)
     mutex_owner: int | None = None
 
     @property

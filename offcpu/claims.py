@@ -61,6 +61,7 @@ FUTEX_UNKNOWN, RUNQUEUE, IO_WAIT, IDLE = "futex_unknown", "runqueue", "io_wait",
 # Threads that waited at a lock all the window, never woken; of those, threads that wait for
 # each other's mutex (glibc's owner of each: the snapshot at the window's end), and threads behind them.
 STUCK, DEADLOCK = "stuck", "deadlock"
+PTHREAD_MUTEX = "pthread mutex"  # the lock table's name for glibc's mutexes (locks.toml)
 # The findings of waits on peers, which a wait under way when the recording began may join.
 PEER_FINDINGS = (LOCK_CONTENTION, SERIALIZATION, HANDOFF)
 CHURN_FRAMES = frozenset({  # a thread being created, joined or exiting
@@ -214,10 +215,10 @@ class Claims:
         site = cls.site.lock if cls.site else None
         if cls.cause == NEW:
             return Claim(THREAD_CHURN) if self.churning else None
+        if cls.cause == PREEMPTED_CAUSE:  # a kernel thread preempted in its main loop had work too
+            return Claim(RUNQUEUE) if stack.frames != (BEFORE_WINDOW,) else None
         if cls.parked:
             return Claim(IDLE)  # a disk's interrupt that queues work wakes a kworker: still a wait for work
-        if cls.cause == PREEMPTED_CAUSE:
-            return Claim(RUNQUEUE) if stack.frames != (BEFORE_WINDOW,) else None
         if site is not None and site.kind == "lock" and self._waited_all_window(row, cls):
             return Claim(DEADLOCK if row.tid in self.deadlocked else STUCK, site.name)
         if stack.frames == (BEFORE_WINDOW,) and cls.cause == UNWOKEN:
@@ -246,10 +247,20 @@ class Claims:
         return cls.cause == UNWOKEN and row.blocked_us >= WHOLE_WINDOW * self.model.wall_us
 
     @cached_property
+    def mutex_owners(self) -> dict[int, int]:
+        """The model's mutex owners ({waiter tid: owner tid}) of threads whose wait all the
+        window is at a pthread mutex: for a condition variable, a join or a semaphore, the
+        word glibc's mutex keeps its owner in is something else."""
+        at_a_mutex = {row.tid for row, cls in zip(self.model.rows, self.waits.classes, strict=True)
+                      if cls.site is not None and cls.site.lock.name == PTHREAD_MUTEX
+                      and self._waited_all_window(row, cls)}
+        return {waiter: owner for waiter, owner in self.model.mutex_owners.items() if waiter in at_a_mutex}
+
+    @cached_property
     def deadlocks(self) -> list[Deadlock]:
         """The cycles of threads each waiting for a mutex the next holds, all of them asleep
         through the window, with the threads waiting behind each cycle."""
-        owner = self.model.mutex_owners
+        owner = self.mutex_owners
         found: dict[tuple[int, ...], set[int]] = {}
         for start in owner:
             path: list[int] = []

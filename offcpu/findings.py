@@ -41,6 +41,7 @@ from offcpu.claims import (
     LOCK_CONTENTION,
     LOCK_FINDINGS,
     MMAP_LOCK,
+    PTHREAD_MUTEX,
     RUNQUEUE,
     SERIALIZATION,
     STACK_CACHE_LOCK,
@@ -353,7 +354,7 @@ def detect_lock_contention(ctx: Context) -> list[Match]:
         matches.append(Match(rows, summary + ".", subject=name, title=f"Threads wait for a lock: {name}",
                              remedy=lock.remedy or LOCK_REMEDY,
                              confidence_reason=f"which lock is not shown (user stacks truncated): {DWARF_HINT}"
-                             if ctx.truncated() and name == "pthread mutex" else ""))
+                             if ctx.truncated() and name == PTHREAD_MUTEX else ""))
     return matches
 
 
@@ -367,7 +368,7 @@ def detect_deadlock(ctx: Context) -> list[Match]:
         if not rows:
             continue
         first, *others = deadlock.cycle
-        holder = ctx.model.mutex_owners
+        holder = ctx.claims.mutex_owners
         links = [f"{_thread_words(ctx, first)} waits for a mutex "
                  + (f"held by {_thread_words(ctx, holder[first])}" if others else "it holds itself")]
         links += [f"which waits for one held by {_thread_words(ctx, holder[tid])}" for tid in others]
@@ -386,7 +387,8 @@ def detect_stuck(ctx: Context) -> list[Match]:
     for name in ctx.claims.keys(STUCK):
         rows = ctx.claims.rows(STUCK, name)
         lock = next(site.lock for site in ctx.waits.sites if site is not None and site.lock.name == name)
-        holders = sorted({ctx.model.mutex_owners[row.tid] for row in rows if row.tid in ctx.model.mutex_owners})
+        owners = ctx.claims.mutex_owners
+        holders = sorted({owners[row.tid] for row in rows if row.tid in owners})
         held = f", held by {', '.join(_holder_words(ctx, tid) for tid in holders)}" if holders else ""
         summary = (f"{threads_text(rows)} waited all {us_text(ctx.model.wall_us)} of the recording for "
                    f"{lock.what or name}{held}, and made no progress.")

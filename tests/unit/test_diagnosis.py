@@ -171,3 +171,18 @@ def test_a_kernel_thread_waits_for_work_in_its_main_loop(chain: str, parked: boo
     found = by_id(findings(model(events)))
     # Then its 5 ms are a wait for work when it slept in its loop, else a wait for the disk
     assert found["idle" if parked else "io_wait"].offcpu_us == 5000
+
+
+def test_a_kernel_thread_preempted_in_its_main_loop_waits_for_a_cpu() -> None:
+    # Given kernel thread 20 preempted (state R) at 1 ms in worker_thread, back on CPU at 3 ms
+    events = builder()
+    events.switch_in(0, 0, 20, 20, "kworker/0:1")
+    events.sched_switch(1000 * US, 0, 20, 20, "kworker/0:1", "R", 21, "__schedule;preempt_schedule_irq;worker_thread;"
+                                                                    "kthread;ret_from_fork")
+    events.switch_in(1000 * US, 0, 10, 21, "app-21")
+    events.sched_switch(3000 * US, 0, 10, 21, "app-21", "R", 20, "__schedule;preempt_schedule;app")
+    events.switch_in(3000 * US, 0, 20, 20, "kworker/0:1")
+    # Then its 2 ms are a wait for a CPU, not for work: with app-21's, preempted from 3 ms to
+    # the end of the 10 ms window, 9 ms
+    found = by_id(findings(model(events)))
+    assert found["runqueue"].offcpu_us == 2000 + 7000
