@@ -148,6 +148,9 @@ def test_a_captures_perf_data_read_alone(tmp_path: Path) -> None:
     assert reported["totals"]["offcpu_us"] > 0
     checked = run_offcpu("check", str(alone))
     assert checked.returncode in (0, 1), checked.stdout + checked.stderr
+    # and a report diff takes it as it takes a capture
+    diffed = run_offcpu("report", "diff", str(alone), str(alone), "--text")
+    assert diffed.returncode == 0, diffed.stderr
     # and it serves as a baseline too, compared with itself
     compared = run_offcpu("check", str(alone), "--baseline", str(alone))
     assert compared.returncode == checked.returncode, compared.stdout + compared.stderr

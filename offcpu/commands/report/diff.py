@@ -27,6 +27,7 @@ from offcpu.diffing import (
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.flamegraph import render_svg, require_renderer
+from offcpu.plain_perf_data import is_perf_data
 from offcpu.renderers.console import Column, fitted_table, printed, short_names, stdout_layout
 from offcpu.renderers.text import ms
 from offcpu.stacks import shorten_apart
@@ -53,8 +54,9 @@ def diff(base: Path, new: Path, view: StackView, top: int, text_only: bool,
     NEW to see them. Then prints the stacks that grew most.
 
     \b
-    BASE and NEW are each a capture directory ('offcpu record -o DIR') or a
-    folded file ('offcpu report folded CAPTURE > FILE'). View options apply
+    BASE and NEW are each a capture directory ('offcpu record -o DIR'), a
+    perf.data perf recorded, or a folded file ('offcpu report folded CAPTURE
+    > FILE'). View options apply
     to both captures alike (a folded file was filtered when it was written:
     only --min-us still applies). When both are captures, NEW's time is
     scaled to the length of BASE's recording; a folded file has no length,
@@ -98,14 +100,15 @@ def _labels(base: Path, new: Path) -> tuple[str, str]:
 
 
 def _side(path: Path, label: str, view: StackView) -> Side:
-    """A capture directory through its model; anything else as a folded file."""
-    if path.is_dir():
+    """A capture directory or a perf.data through its model; anything else as a folded file."""
+    if path.is_dir() or is_perf_data(path):
         return from_model(load_with_progress(path, view.time, view.reader), view, label)
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
         reason = error.strerror if isinstance(error, OSError) else "not text"
-        raise OffcpuError(f"cannot read {path} ({reason}); give a capture directory or a folded file") from None
+        raise OffcpuError(f"cannot read {path} ({reason}); give a capture directory, a perf.data or a folded "
+                          "file") from None
     return from_folded(parse_folded(text, str(path)), label, view)
 
 
