@@ -167,7 +167,7 @@ class CaptureInfo:
         return self.lost_sentence("") if self.lost_events else None
 
     def lost_sentence(self, allowed: str) -> str:
-        """lost_note, with what is `allowed` said beside the share ("; a check allows 1%")."""
+        """lost_note, with what is `allowed` said beside the share ("; a check allows 5%")."""
         pages = self.mmap_pages()
         bigger = f"--mmap-pages {pages * 4}" if pages else "--mmap-pages 1024"
         return (f"perf lost {self.lost_events:,} events ({self.lost_share:.1%}{allowed}), so some waits are missing "

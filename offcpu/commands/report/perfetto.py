@@ -34,9 +34,9 @@ def perfetto(capture: Path, view: StackView, threads: int, waits: int, output: P
     A capture keeps the times of its longest waits only; what the trace
     leaves out is said on stderr and in the trace (otherData.left_out).
     """
-    path = output_path(capture, output, ".trace.json", force)
+    report_file = output_path(capture, output, ".trace.json", force)
     model = load_with_progress(capture, view.time, view.reader)
     trace = PerfettoTrace(view, Bounds(threads, waits))
-    path.write(trace.render(model))
+    report_file.write(trace.render(model))
     if trace.left_out:
         click.echo(f"offcpu: the trace leaves out {trace.left_out}", err=True)

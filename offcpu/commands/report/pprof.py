@@ -31,6 +31,6 @@ def pprof(capture: Path, view: StackView, output: Path | None, force: bool) -> N
       go tool pprof -top CAPTURE.pb.gz
       go tool pprof -sample_index=blocked -tagfocus state=D -http=: CAPTURE.pb.gz
     """
-    path = output_path(capture, output, ".pb.gz", force)
+    report_file = output_path(capture, output, ".pb.gz", force)
     model = load_with_progress(capture, view.time, view.reader)
-    path.write(PprofProfile(view).render(model))
+    report_file.write(PprofProfile(view).render(model))

@@ -30,6 +30,6 @@ def speedscope(capture: Path, view: StackView, by: str, output: Path | None, for
     the thread's name. Weights are microseconds; a profile's weights sum to
     the time the text report gives it.
     """
-    path = output_path(capture, output, ".speedscope.json", force)
+    report_file = output_path(capture, output, ".speedscope.json", force)
     model = load_with_progress(capture, view.time, view.reader)
-    path.write(SpeedscopeProfile(view, by_process=by == "process").render(model))
+    report_file.write(SpeedscopeProfile(view, by_process=by == "process").render(model))
