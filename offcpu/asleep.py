@@ -14,7 +14,7 @@ from pathlib import Path
 
 from offcpu.capture import SNAPSHOT
 from offcpu.files import PRIVATE, write_whole
-from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Model
+from offcpu.model import ASLEEP_ALL_WINDOW, BEFORE_WINDOW, WHOLE_WINDOW, Model
 from offcpu.stacks import Stack
 
 SCHEMA = "offcpu-snapshot/1"
@@ -39,7 +39,8 @@ class AsleepThread:
 
     @property
     def stack(self) -> Stack:
-        return Stack(self.kernel_frames + self.user_frames, len(self.kernel_frames))
+        """Its stack as the model keeps stacks, leaf first, below the label that says where it came from."""
+        return Stack(self.kernel_frames + self.user_frames + (ASLEEP_ALL_WINDOW,), len(self.kernel_frames))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,9 @@ NEW_THREAD = "[new thread, waiting for its first run]"
 WAKER_NOT_RECORDED = "[waker not recorded]"
 # The stack of a switch-out whose sched_switch perf lost: only its switch record says when.
 STACK_LOST = "[switch-out's stack lost]"
+# The outermost frame of a stack read from the live process at the end of the recording (a
+# thread that never ran in it: offcpu.asleep), so that a flame graph tells it from perf's
+ASLEEP_ALL_WINDOW = "[asleep all the recording]"
 WAKER_KINDS = ("thread", "interrupt", "idle", "unrecorded")
 # A row's off-CPU time is also kept in this many equal parts of the window, so that a
 # finding's share can be measured in each and its spread over time be known.
