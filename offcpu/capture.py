@@ -44,7 +44,9 @@ class Target:
     tid: int | None = None
     command: tuple[str, ...] = ()  # "command": what is recorded; otherwise run while the target is recorded
     pids: tuple[int, ...] = ()  # "pid": every process recorded from the start (perf's --pid list)
-    cgroup: str = ""  # "cgroup": its path in the cgroup v2 hierarchy, as perf's -G takes it
+    # "cgroup": its path in the cgroup v2 hierarchy, as perf's -G takes it; "pid": the cgroup that
+    # holds those processes and no other, when perf records them through it (targets.cgroup_of_only)
+    cgroup: str = ""
     unit: str = ""  # the systemd unit whose cgroup that is
     # How a "pid" target's processes were chosen, as given: by pid, with their descendants,
     # by name, by executable
@@ -72,7 +74,8 @@ class Target:
         if len(self.pids) <= 1 and not (self.by_tree or self.by_comm or self.by_exe):
             return f"{printable(self.comm)} (pid {self.pid})"
         started = f"{len(self.pids)} process{'es' * (len(self.pids) != 1)} at the start"
-        return f"{printable(', '.join(self._chosen()))} ({started})"
+        through = printable(f", through their cgroup /{self.cgroup}") if self.cgroup else ""
+        return f"{printable(', '.join(self._chosen()))} ({started}{through})"
 
     def _chosen(self) -> list[str]:
         """How the processes were chosen, in words."""
@@ -86,7 +89,9 @@ class Target:
 
     def perf_args(self) -> list[str]:
         """How `perf record` is told to record this target (the last of its arguments)."""
-        recorded = {"pid": ["--pid", ",".join(map(str, self.pids or (self.pid,)))], "tid": ["--tid", str(self.tid)],
+        by_pid = ["--all-cpus", "--cgroup", self.cgroup] if self.cgroup else \
+            ["--pid", ",".join(map(str, self.pids or (self.pid,)))]
+        recorded = {"pid": by_pid, "tid": ["--tid", str(self.tid)],
                     "cgroup": ["--all-cpus", "--cgroup", self.cgroup], "all": ["--all-cpus"], "command": []}
         return recorded[self.kind] + (["--", *self.command] if self.command else [])
 
@@ -259,8 +264,9 @@ def _check_numbers(info: CaptureInfo) -> None:
 
 def _check_target(target: Target) -> None:
     numbers = (target.pid, target.tid, target.command_pid, *target.pids, *target.by_pid, *target.by_tree)
+    cgroup_kinds = ("cgroup", "pid") if target.cgroup else ("pid", "tid", "all", "command")  # see Target.cgroup
     if target.kind not in TARGET_KINDS or (target.kind == "command" and not target.command) or \
-            (target.kind == "cgroup") != bool(target.cgroup) or \
+            target.kind not in cgroup_kinds or \
             any(not isinstance(number, int) or number < 1 for number in numbers if number is not None) or \
             not all(isinstance(word, str) for word in target.command):
         raise ValueError(f"target is {json.dumps(asdict(target))[:80]}, not processes, a thread, a cgroup, a command "

@@ -85,7 +85,29 @@ def processes_target(asked: Target) -> Target:
         raise OffcpuError(f"{len(unique):,} processes are more than perf takes in one list (its argument may hold "
                           f"{MAX_ARGUMENT_BYTES // 1024} KiB): record the cgroup that holds them (--cgroup) instead")
     first = table.get(unique[0])  # gone already when it is not there: perf will say so
-    return replace(asked, comm=first.comm if first else "?", pid=unique[0], pids=unique)
+    return replace(asked, comm=first.comm if first else "?", pid=unique[0], pids=unique,
+                   cgroup=cgroup_of_only(unique) if len(unique) > 1 else "")
+
+
+def cgroup_of_only(pids: tuple[int, ...]) -> str:
+    """The cgroup v2 that holds these processes and no other ("" when none does): perf 6.1
+    spins once one of several processes it records by --pid exits, and does not when it
+    records them through their cgroup (-a -G)."""
+    paths = set()
+    for pid in pids:
+        try:
+            lines = proc_text(f"/proc/{pid}/cgroup").splitlines()
+        except OSError:
+            return ""  # gone: perf will say so
+        paths.add(next((line[3:].strip("/") for line in lines if line.startswith("0::")), None))
+    path = paths.pop() if len(paths) == 1 else None
+    if not path:  # several, none (no cgroup v2), or the root, which holds every process
+        return ""
+    try:
+        mount = cgroup2_mount()
+    except OffcpuError:
+        return ""
+    return path if set(cgroup_processes(mount / path)) == set(pids) else ""
 
 
 def _given(pids: tuple[int, ...]) -> list[int]:

@@ -129,6 +129,38 @@ def test_perf_spinning_after_one_of_several_processes_exits_is_said(workload, tm
     assert_one_line_error(run_offcpu("check", str(capture)), "could not check", "perf spun", "--cgroup")
 
 
+def test_processes_a_cgroup_holds_alone_are_recorded_through_it(workload, tmp_path):
+    # Given two processes in a cgroup of their own, one of which exits after a second
+    with programs.cgroup() as group:
+        staying = workload("idle_pool", "-s", "60", threads=17)
+        leaving = workload("idle_pool", "-s", "1", threads=17)
+        for pid in (staying.pid, leaving.pid):
+            (group / "cgroup.procs").write_text(str(pid))
+        capture = tmp_path / "cap"
+        result = run_offcpu("record", "--pid", f"{staying.pid},{leaving.pid}", "-d", "3", "-o", str(capture))
+        staying.stop()
+    # Then perf recorded them through the cgroup, and did not spin once one had exited
+    assert result.returncode == 0, result.stderr
+    info = load(capture)
+    assert info["target"]["kind"] == "pid" and info["target"]["cgroup"] == group.name
+    assert info["perf_command"][-3:] == ["--all-cpus", "--cgroup", group.name]
+    assert info["ended_by"] == "duration" and "spun" not in result.stderr, result.stderr
+    assert info["perf_wakeups"] < 1000 * info["duration_actual_s"]
+    # and both processes were recorded, and nothing else
+    assert set(switches_by_process(capture)) == {staying.pid, leaving.pid}
+
+
+def test_processes_that_share_their_cgroup_are_recorded_by_pid(workload, tmp_path):
+    # Given two processes in the cgroup offcpu runs in (with the test run and more)
+    first = workload("idle_pool", "-s", "60", threads=17)
+    second = workload("idle_pool", "-s", "60", threads=17)
+    capture = tmp_path / "cap"
+    assert run_offcpu("record", "--pid", f"{first.pid},{second.pid}", "-d", "0.5", "-o", str(capture)).returncode == 0
+    # Then perf recorded them by pid
+    info = load(capture)
+    assert info["target"]["cgroup"] == "" and info["perf_command"][-2:] == ["--pid", f"{first.pid},{second.pid}"]
+
+
 def test_perf_that_did_not_spin_is_not_said_to(workload, tmp_path):
     staying = workload("idle_pool", "-s", "60", threads=17)
     capture = tmp_path / "cap"
