@@ -184,12 +184,13 @@ def chosen(model: Model, view: StackView) -> list[DrawnStack]:
     if not stacks:
         part = (model.window_start_ns, model.window_end_ns) != (model.capture.window_start_ns,
                                                                 model.capture.window_end_ns)
+        switches = "" if model.capture.switch_records else ", with perf record --switch-events"
         raise OffcpuError("no off-CPU time matches these options; loosen --state, --pid, --tid, --comm or --min-us"
-                          if model.rows else
+                          if any(row.offcpu_us for row in model.rows) else
                           "no off-CPU intervals in this part of the recording: no thread left or came back to the "
                           "CPU in it (give a longer --time)" if part else
-                          "no off-CPU intervals in this capture: its threads never left the CPU while recording "
-                          "(record a longer --duration)")
+                          "no off-CPU intervals in this capture: no thread of it both left the CPU and came back "
+                          f"while recording (record a longer --duration{switches})")
     return stacks
 
 

@@ -166,3 +166,15 @@ def test_a_perf_data_that_lost_events_is_not_checked(perf: str, tmp_path: Path) 
     assert done.returncode == 0 and "lost" in done.stderr.lower(), done.stderr
     # Then check says it could not check it, as for a capture that lost as many
     assert_one_line_error(run_offcpu("check", str(lossy)), "could not check", "lost")
+
+
+def test_a_perf_data_with_no_wait_that_ended_says_why(perf: str, tmp_path: Path) -> None:
+    # Given perf's recording of a command that sleeps once, without --switch-events: its one
+    # wait is not seen to end (it comes back from the idle task, which is not recorded)
+    path = tmp_path / "sleep.data"
+    done = subprocess.run([perf, "record", "-q", "-g", "-e", "sched:sched_switch", "-e", "sched:sched_waking",
+                           "-o", str(path), "--", "sleep", "0.2"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    # Then the report says there is no wait to show and how to record one, not that options hid them
+    assert_one_line_error(run_offcpu("report", "text", str(path)), "no thread of it both left the CPU and came back",
+                          "--switch-events")
