@@ -40,9 +40,9 @@ STDERR_POLL_S = 0.01
 
 
 class PerfProcess:
-    def __init__(self, argv: list[str], command_stdin: bool = False) -> None:
+    def __init__(self, argv: list[str], has_command: bool = False) -> None:
         """Start perf; `argv` must carry the CONTROL_PLACEHOLDER, replaced by the pipes.
-        With `command_stdin`, perf and the command it runs read offcpu's stdin; what the
+        With `has_command` (perf runs a command), perf and the command read offcpu's stdin; what the
         command writes to its stderr goes on to offcpu's."""
         control_read, self._control = os.pipe()
         self._ack, ack_write = os.pipe()
@@ -61,7 +61,7 @@ class PerfProcess:
             # pipe's hangup would otherwise make perf (6.1) fail its main loop
             # ("pollfd index mismatch") and exit without finishing perf.data.
             self._process = subprocess.Popen(
-                argv, stdin=None if command_stdin else subprocess.DEVNULL, stderr=self._errors,
+                argv, stdin=None if has_command else subprocess.DEVNULL, stderr=self._errors,
                 pass_fds=(control_read, ack_write, self._control), start_new_session=True,
                 # if offcpu dies, even by SIGKILL, perf gets SIGINT, finishes its file and exits
                 preexec_fn=lambda: end_with_parent(parent, signal.SIGINT),
@@ -75,7 +75,7 @@ class PerfProcess:
         self._perf_arguments = _arguments(self._process.pid)  # as its child's are until it execs the command
         self._copy_seen = False  # perf's child seen before it exec'd the command
         self._command_began = False
-        self._has_command = command_stdin
+        self._has_command = has_command
         self._stderr: list[str] = []
         self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)

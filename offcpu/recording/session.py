@@ -128,7 +128,7 @@ def _start(perf: str, request: RecordRequest, plan: EventPlan, info: CaptureInfo
     started anew; a process given by its pid that is gone is an error."""
     for _ in range(START_ATTEMPTS):
         perf_process = PerfProcess(perf_record_argv(perf, info.perf_version, request, info.target, plan),
-                                   command_stdin=bool(info.target.command))
+                                   has_command=bool(info.target.command))
         if info.target.kind == "command":
             return perf_process
         try:
