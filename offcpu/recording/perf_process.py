@@ -89,9 +89,12 @@ class PerfProcess:
         position, partial = 0, b""
         while True:
             gone = self._process.poll() is not None  # before reading: what it wrote before exiting is there
-            # before reading too: what the command wrote once it began is read after, never before
-            began = self._has_command and self._began()
             chunk = os.pread(fd, 1 << 16, position)
+            # after reading: a line the command wrote as it began is passed on, never dropped. perf's
+            # own lines from before are read by then (offcpu waits for perf's events to be open
+            # before it lets a command run alongside start; a command recorded alone starts as
+            # they open, so a warning perf printed just then may pass as the command's)
+            began = self._has_command and self._began()
             if chunk:
                 position += len(chunk)
                 *lines, partial = (partial + chunk).split(b"\n")
