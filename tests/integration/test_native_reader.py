@@ -97,19 +97,30 @@ def test_a_binary_gone_since_the_recording_is_said_and_shown_by_offset(perf: str
         assert first_difference(perf, perf_data) is None
 
 
+def _replace_by_a_copy(binary: Path) -> None:
+    """The file replaced by a copy of itself (a new inode: what another machine with the same
+    package, or a reinstall, has), renamed over it as a package upgrade does."""
+    shutil.copy(binary, binary.with_name("same"))
+    binary.with_name("same").rename(binary)
+
+
+def _named_frames(perf_data: Path) -> tuple[set[str], NativeReader]:
+    """Every frame the native reader names in perf.data's call chains, and the reader."""
+    events, reader = native_events(perf_data)
+    stacks = reader.stacks({event[-1] for event in events if event[0] in CHAINED})
+    return {frame for stack in stacks.values() for frame in stack.frames}, reader
+
+
 def test_the_same_file_elsewhere_names_its_frames(perf: str, tmp_path: Path) -> None:
     # Given a recording of a program, and then the program's file replaced by a copy of itself
     # (a new inode: what another machine with the same package, or a reinstall, has)
     binary = tmp_path / "futex_copy"
     shutil.copy(example("futex_contention"), binary)
     perf_data = _record(tmp_path / "cap", "-d", "1", "--", str(binary), "-t", "4", "-s", "0.5")
-    shutil.copy(binary, tmp_path / "same")
-    (tmp_path / "same").rename(binary)
+    _replace_by_a_copy(binary)
     # Then perf.data holds its build id (MMAP2 records, --buildid-mmap), by which the copy is
     # known to be the same file: its frames are named, and nothing is said missing
-    events, reader = native_events(perf_data)
-    stacks = reader.stacks({event[-1] for event in events if event[0] in CHAINED})
-    frames = {frame for stack in stacks.values() for frame in stack.frames}
+    frames, reader = _named_frames(perf_data)
     assert "worker" in frames and not any(frame.startswith("[futex_copy+0x") for frame in frames)
     assert not [sentence for sentence in reader.binary_notes if str(binary) in sentence]
 
@@ -183,14 +194,11 @@ def test_a_file_without_a_build_id_is_named_from_its_path(recording_perf: str, t
     subprocess.run([recording_perf, "record", "-q", "-g", "-e", "sched:sched_switch", "-o", str(perf_data), "--",
                     str(binary), "-t", "4", "-s", "0.3"], check=True, capture_output=True)
     if copied:
-        shutil.copy(binary, tmp_path / "same")
-        (tmp_path / "same").rename(binary)
+        _replace_by_a_copy(binary)
     # When its stacks are named
-    events, reader = native_events(perf_data)
-    stacks = reader.stacks({event[-1] for event in events if event[0] in CHAINED})
+    frames, reader = _named_frames(perf_data)
     # Then its frames are named from the file at the path, as perf script names them, and
     # only a copy is said to be unchecked (once, with its path)
-    frames = {frame for stack in stacks.values() for frame in stack.frames}
     assert "worker" in frames and not any(frame.startswith("[futex_copy+0x") for frame in frames)
     said = [sentence for sentence in reader.binary_notes if str(binary) in sentence]
     assert len(said) == (1 if copied else 0) and "gone or changed" not in " ".join(said), reader.binary_notes
