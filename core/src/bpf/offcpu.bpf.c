@@ -1,0 +1,464 @@
+// offcpu's recording in the kernel: every wait of the target's threads, timed at
+// the scheduler's tracepoints, with who ended it, and stacks under a cost budget.
+//
+// A wait runs from a thread's switch-out to its next switch-in. It is kept in
+// `waits` (by thread id) while it lasts: its start, state and stacks from
+// sched_switch (in the leaving thread's context), the wakeup from sched_waking
+// (in the waker's). At the switch-in the whole wait goes to user space as one
+// record through the ring buffer. The layout of a record is `struct record`,
+// the format of the capture file `bpf-records.bin` (docs/capture.md).
+//
+// Stacks cost what their walks cost, so they are taken under a budget per CPU:
+// in each window of WINDOW_NS, the waits seen in the last window decide a shift
+// s, and a wait's stack is taken with probability 2^-s (its weight is 2^s), so
+// that the time per stack is an unbiased estimate. The waker's stack, the
+// costlier walk (a network wakeup's kernel stack is deep), is taken for a wait
+// whose own stack was taken when the wait was long (at least long_wait_ns
+// blocked), else on a second draw under the same budget.
+//
+// No kernel headers beyond the UAPI: the kernel structures read are declared
+// here with only the fields used, and CO-RE relocates them at load.
+
+#include <stdbool.h>
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#define TASK_COMM_LEN 16
+#define MAX_STACK_DEPTH 127
+#define WINDOW_NS 100000000ULL  /* 100 ms */
+#define MAX_SHIFT 20
+#define RACING_WAKEUP_NS 1000000ULL  /* a wakeup of a thread on its way to sleep, before its switch-out */
+
+#define RECORD_WAIT 1
+#define RECORD_FORK 2
+#define RECORD_EXIT 3
+#define RECORD_COMM 4
+
+#define FILTER_ALL 0
+#define FILTER_PROCESSES 1
+#define FILTER_CGROUPS 2
+
+#define NO_STACK (-10000)  /* a stack id: not taken (not sampled); -errno of a failed walk above it */
+
+struct kernfs_node {
+	__u64 id;
+} __attribute__((preserve_access_index));
+
+struct cgroup {
+	struct kernfs_node *kn;
+} __attribute__((preserve_access_index));
+
+struct css_set {
+	struct cgroup *dfl_cgrp;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	int pid;
+	int tgid;
+	int exit_state;
+	char comm[TASK_COMM_LEN];
+	struct css_set *cgroups;
+} __attribute__((preserve_access_index));
+
+// One record of the capture: a wait (RECORD_WAIT) or a thread's fork, exit or new
+// name. Fields not named for a kind are 0.
+struct record {
+	__u32 kind;
+	__u32 cpu;            // where the thread came back (wait) or where the event fired
+	__u32 pid;            // the thread's process
+	__u32 tid;
+	__u64 since_ns;       // wait: switch-out (0: off CPU since before the recording); else the event's time
+	__u64 woken_ns;       // wait: the wakeup (0: none seen)
+	__u64 back_ns;        // wait: switch-in (0: still off CPU when the recording ended)
+	__s32 kernel_stack;   // wait: the thread's stacks at switch-out, ids in the stack table
+	__s32 user_stack;
+	__s32 waker_kernel_stack;
+	__s32 waker_user_stack;
+	__u32 waker_pid;      // wait: the waker (0: the idle task, an interrupt); fork: the parent's process
+	__u32 waker_tid;      // fork: the creating thread
+	__u32 state;          // wait: prev_state at switch-out as the kernel passes it; comm: 1 when by exec
+	__u32 exit_state;     // wait: the thread's exit_state at switch-out
+	__u16 weight_shift;   // wait: its stacks were taken with probability 2^-weight_shift
+	__u16 preempted;      // wait: switched out while runnable
+	__u32 pad;
+	char comm[TASK_COMM_LEN];        // the thread's name (wait: at switch-in)
+	char waker_comm[TASK_COMM_LEN];
+};
+
+// What the recording counts about itself, per CPU (summed by user space).
+struct counters {
+	__u64 waits;          // waits recorded
+	__u64 sampled;        // of them, with the thread's stacks taken
+	__u64 waker_stacks;   // waker stacks taken
+	__u64 lost_records;   // records the full ring buffer refused
+	__u64 lost_waits;     // waits the full `waits` table could not hold
+	__u64 stack_errors;   // stack walks that failed (a full stack table among them)
+};
+
+struct budget {
+	__u64 window_start_ns;
+	__u32 seen;
+	__u32 shift;
+};
+
+struct config {
+	__u32 filter;
+	__u32 follow_forks;       // processes the target's processes create become targets
+	__u32 stacks_per_window;  // per CPU, per WINDOW_NS
+	__u32 pad;
+	__u64 long_wait_ns;
+};
+
+const volatile struct config cfg = {};
+
+struct wait {
+	__u64 since_ns;
+	__u64 woken_ns;
+	__s32 kernel_stack;
+	__s32 user_stack;
+	__s32 waker_kernel_stack;
+	__s32 waker_user_stack;
+	__u32 waker_pid;
+	__u32 waker_tid;
+	__u32 state;
+	__u32 exit_state;
+	__u16 weight_shift;
+	__u16 preempted;
+	__u32 sampled;
+	char waker_comm[TASK_COMM_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20);
+} records SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+	__uint(max_entries, 16384);
+} stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct wait);
+	__uint(max_entries, 65536);
+} waits SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, 16384);
+} target_processes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u64);
+	__type(value, __u8);
+	__uint(max_entries, 64);
+} target_cgroups SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct counters);
+	__uint(max_entries, 1);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct budget);
+	__uint(max_entries, 1);
+} budgets SEC(".maps");
+
+static __always_inline struct counters *my_counters(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&counters, &zero);
+}
+
+static __always_inline int wanted(struct task_struct *task)
+{
+	if (task->pid == 0)
+		return 0;  // a CPU's idle task
+	if (cfg.filter == FILTER_ALL)
+		return 1;
+	if (cfg.filter == FILTER_PROCESSES) {
+		__u32 tgid = task->tgid;
+		return bpf_map_lookup_elem(&target_processes, &tgid) != NULL;
+	}
+	__u64 cgroup = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+	return bpf_map_lookup_elem(&target_cgroups, &cgroup) != NULL;
+}
+
+// The shift this CPU samples with now: chosen at each window's start from the
+// waits seen in the window before, so that about stacks_per_window are taken.
+static __always_inline __u32 budget_shift(__u64 now)
+{
+	__u32 zero = 0;
+	struct budget *budget = bpf_map_lookup_elem(&budgets, &zero);
+	if (!budget)
+		return MAX_SHIFT;
+	if (now - budget->window_start_ns >= WINDOW_NS) {
+		__u32 shift = 0;
+		for (int i = 0; i < MAX_SHIFT; i++) {
+			if ((budget->seen >> shift) <= cfg.stacks_per_window)
+				break;
+			shift++;
+		}
+		budget->shift = shift;
+		budget->seen = 0;
+		budget->window_start_ns = now;
+	}
+	budget->seen++;
+	return budget->shift;
+}
+
+static __always_inline int draw(__u32 shift)
+{
+	return shift == 0 || (bpf_get_prandom_u32() & ((1U << shift) - 1)) == 0;
+}
+
+static __always_inline __s32 stack_id(void *ctx, __u64 flags, struct counters *counts)
+{
+	long id = bpf_get_stackid(ctx, &stacks, flags);
+	if (id < 0 && counts)
+		counts->stack_errors++;
+	return (__s32)id;
+}
+
+static __always_inline void send_wait(struct task_struct *task, __u32 tid, struct wait *wait, __u64 now)
+{
+	struct counters *counts = my_counters();
+	struct record *record = bpf_ringbuf_reserve(&records, sizeof(*record), 0);
+	if (!record) {
+		if (counts)
+			counts->lost_records++;
+		return;
+	}
+	record->kind = RECORD_WAIT;
+	record->cpu = bpf_get_smp_processor_id();
+	record->pid = task->tgid;
+	record->tid = tid;
+	record->since_ns = wait->since_ns;
+	record->woken_ns = wait->woken_ns;
+	record->back_ns = now;
+	record->kernel_stack = wait->kernel_stack;
+	record->user_stack = wait->user_stack;
+	record->waker_kernel_stack = wait->waker_kernel_stack;
+	record->waker_user_stack = wait->waker_user_stack;
+	record->waker_pid = wait->waker_pid;
+	record->waker_tid = wait->waker_tid;
+	record->state = wait->state;
+	record->exit_state = wait->exit_state;
+	record->weight_shift = wait->weight_shift;
+	record->preempted = wait->preempted;
+	record->pad = 0;
+	__builtin_memcpy(record->comm, task->comm, TASK_COMM_LEN);
+	__builtin_memcpy(record->waker_comm, wait->waker_comm, TASK_COMM_LEN);
+	bpf_ringbuf_submit(record, 0);
+	if (counts) {
+		counts->waits++;
+		counts->sampled += wait->sampled;
+	}
+}
+
+static __always_inline void send_task_event(__u32 kind, struct task_struct *task, __u32 parent_pid,
+					    __u32 parent_tid, __u32 state)
+{
+	struct record *record = bpf_ringbuf_reserve(&records, sizeof(*record), 0);
+	if (!record) {
+		struct counters *counts = my_counters();
+		if (counts)
+			counts->lost_records++;
+		return;
+	}
+	__builtin_memset(record, 0, sizeof(*record));
+	record->kind = kind;
+	record->cpu = bpf_get_smp_processor_id();
+	record->pid = task->tgid;
+	record->tid = task->pid;
+	record->since_ns = bpf_ktime_get_ns();
+	record->waker_pid = parent_pid;
+	record->waker_tid = parent_tid;
+	record->state = state;
+	__builtin_memcpy(record->comm, task->comm, TASK_COMM_LEN);
+	bpf_ringbuf_submit(record, 0);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	if (wanted(prev)) {
+		__u32 tid = prev->pid;
+		struct wait fresh = {};
+		struct wait *racing = bpf_map_lookup_elem(&waits, &tid);
+		// A wakeup that came while the thread was on its way to sleep: it is
+		// runnable from then on (all of its wait is run-queue delay).
+		if (racing && racing->since_ns == 0 && now - racing->woken_ns < RACING_WAKEUP_NS) {
+			fresh.woken_ns = racing->woken_ns;
+			fresh.waker_pid = racing->waker_pid;
+			fresh.waker_tid = racing->waker_tid;
+			__builtin_memcpy(fresh.waker_comm, racing->waker_comm, TASK_COMM_LEN);
+		}
+		fresh.since_ns = now;
+		fresh.state = prev_state;
+		fresh.exit_state = prev->exit_state;
+		fresh.preempted = preempt;
+		fresh.kernel_stack = NO_STACK;
+		fresh.user_stack = NO_STACK;
+		fresh.waker_kernel_stack = NO_STACK;
+		fresh.waker_user_stack = NO_STACK;
+		__u32 shift = budget_shift(now);
+		fresh.weight_shift = shift;
+		if (draw(shift)) {
+			struct counters *counts = my_counters();
+			fresh.sampled = 1;
+			fresh.kernel_stack = stack_id(ctx, 0, counts);
+			fresh.user_stack = stack_id(ctx, BPF_F_USER_STACK, counts);
+		}
+		if (bpf_map_update_elem(&waits, &tid, &fresh, BPF_ANY)) {
+			struct counters *counts = my_counters();
+			if (counts)
+				counts->lost_waits++;
+		}
+	}
+
+	if (wanted(next)) {
+		__u32 tid = next->pid;
+		struct wait *wait = bpf_map_lookup_elem(&waits, &tid);
+		if (wait && wait->since_ns) {
+			send_wait(next, tid, wait, now);
+			bpf_map_delete_elem(&waits, &tid);
+		} else {
+			// Off CPU since before the recording (or a new thread's first run).
+			struct wait before = {};
+			if (wait) {
+				before = *wait;
+				bpf_map_delete_elem(&waits, &tid);
+			}
+			before.since_ns = 0;
+			before.kernel_stack = NO_STACK;
+			before.user_stack = NO_STACK;
+			if (!wait) {
+				before.waker_kernel_stack = NO_STACK;
+				before.waker_user_stack = NO_STACK;
+			}
+			send_wait(next, tid, &before, now);
+		}
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(on_waking, struct task_struct *task)
+{
+	if (!wanted(task))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 tid = task->pid;
+	struct wait *wait = bpf_map_lookup_elem(&waits, &tid);
+	if (!wait) {
+		// On CPU, on its way to sleep: kept until its switch-out (see on_switch).
+		struct wait racing = {};
+		racing.woken_ns = now;
+		racing.kernel_stack = NO_STACK;
+		racing.user_stack = NO_STACK;
+		racing.waker_kernel_stack = NO_STACK;
+		racing.waker_user_stack = NO_STACK;
+		__u64 pid_tgid = bpf_get_current_pid_tgid();
+		racing.waker_pid = pid_tgid >> 32;
+		racing.waker_tid = (__u32)pid_tgid;
+		bpf_get_current_comm(racing.waker_comm, TASK_COMM_LEN);
+		bpf_map_update_elem(&waits, &tid, &racing, BPF_NOEXIST);
+		return 0;
+	}
+	if (wait->woken_ns || wait->preempted)
+		return 0;  // woken already, or runnable all along
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	wait->woken_ns = now;
+	wait->waker_pid = pid_tgid >> 32;
+	wait->waker_tid = (__u32)pid_tgid;
+	bpf_get_current_comm(wait->waker_comm, TASK_COMM_LEN);
+	if (!wait->sampled)
+		return 0;
+	if (now - wait->since_ns >= cfg.long_wait_ns || draw(budget_shift(now))) {
+		struct counters *counts = my_counters();
+		wait->waker_kernel_stack = stack_id(ctx, 0, counts);
+		wait->waker_user_stack = stack_id(ctx, BPF_F_USER_STACK, counts);
+		if (counts)
+			counts->waker_stacks++;
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	if (cfg.filter == FILTER_PROCESSES && cfg.follow_forks && child->pid == child->tgid) {
+		__u32 parent_tgid = parent->tgid;
+		if (bpf_map_lookup_elem(&target_processes, &parent_tgid)) {
+			__u32 tgid = child->tgid;
+			__u8 yes = 1;
+			bpf_map_update_elem(&target_processes, &tgid, &yes, BPF_ANY);
+		}
+	}
+	if (wanted(child))
+		send_task_event(RECORD_FORK, child, parent->tgid, parent->pid, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
+{
+	if (!wanted(task))
+		return 0;
+	__u32 tid = task->pid;
+	send_task_event(RECORD_EXIT, task, 0, 0, 0);
+	bpf_map_delete_elem(&waits, &tid);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *task)
+{
+	if (wanted(task))
+		send_task_event(RECORD_COMM, task, 0, 0, 1);
+	return 0;
+}
+
+SEC("tp_btf/task_rename")
+int BPF_PROG(on_rename, struct task_struct *task, const char *comm)
+{
+	// Fired before the new name is set: the record carries the new one.
+	if (!wanted(task))
+		return 0;
+	struct record *record = bpf_ringbuf_reserve(&records, sizeof(*record), 0);
+	if (!record) {
+		struct counters *counts = my_counters();
+		if (counts)
+			counts->lost_records++;
+		return 0;
+	}
+	__builtin_memset(record, 0, sizeof(*record));
+	record->kind = RECORD_COMM;
+	record->cpu = bpf_get_smp_processor_id();
+	record->pid = task->tgid;
+	record->tid = task->pid;
+	record->since_ns = bpf_ktime_get_ns();
+	bpf_probe_read_kernel_str(record->comm, TASK_COMM_LEN, comm);
+	bpf_ringbuf_submit(record, 0);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
