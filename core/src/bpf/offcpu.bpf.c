@@ -40,7 +40,9 @@
 #define FILTER_ALL 0
 #define FILTER_PROCESSES 1
 #define FILTER_CGROUPS 2
+#define FILTER_THREAD 3  /* target_processes holds one thread id */
 
+#define PF_KTHREAD 0x00200000
 #define NO_STACK (-10000)  /* a stack id: not taken (not sampled); -errno of a failed walk above it */
 
 struct kernfs_node {
@@ -56,6 +58,7 @@ struct css_set {
 } __attribute__((preserve_access_index));
 
 struct task_struct {
+	unsigned int flags;
 	int pid;
 	int tgid;
 	int exit_state;
@@ -190,6 +193,10 @@ static __always_inline int wanted(struct task_struct *task)
 		return 0;  // a CPU's idle task
 	if (cfg.filter == FILTER_ALL)
 		return 1;
+	if (cfg.filter == FILTER_THREAD) {
+		__u32 tid = task->pid;
+		return bpf_map_lookup_elem(&target_processes, &tid) != NULL;
+	}
 	if (cfg.filter == FILTER_PROCESSES) {
 		__u32 tgid = task->tgid;
 		return bpf_map_lookup_elem(&target_processes, &tgid) != NULL;
@@ -325,7 +332,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			struct counters *counts = my_counters();
 			fresh.sampled = 1;
 			fresh.kernel_stack = stack_id(ctx, 0, counts);
-			fresh.user_stack = stack_id(ctx, BPF_F_USER_STACK, counts);
+			if (!(prev->flags & PF_KTHREAD))
+				fresh.user_stack = stack_id(ctx, BPF_F_USER_STACK, counts);
 		}
 		if (bpf_map_update_elem(&waits, &tid, &fresh, BPF_ANY)) {
 			struct counters *counts = my_counters();
@@ -395,7 +403,9 @@ int BPF_PROG(on_waking, struct task_struct *task)
 	if (now - wait->since_ns >= cfg.long_wait_ns || draw(budget_shift(now))) {
 		struct counters *counts = my_counters();
 		wait->waker_kernel_stack = stack_id(ctx, 0, counts);
-		wait->waker_user_stack = stack_id(ctx, BPF_F_USER_STACK, counts);
+		struct task_struct *waker = bpf_get_current_task_btf();
+		if (waker->pid && !(waker->flags & PF_KTHREAD))
+			wait->waker_user_stack = stack_id(ctx, BPF_F_USER_STACK, counts);
 		if (counts)
 			counts->waker_stacks++;
 	}

@@ -1,0 +1,382 @@
+//! A recording in the kernel: the BPF programs loaded, configured and attached;
+//! the ring buffer drained to the capture's records file; at the end the waits
+//! still open and the stack table written out.
+//!
+//! Everything the kernel holds for the recording (programs, links, maps) is
+//! held here by file descriptors and never pinned, so it goes away with the
+//! process on every path: `finish`, a Python exception, or SIGKILL.
+
+use std::cell::RefCell;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, RingBufferBuilder};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::BpfError;
+
+static PROGRAMS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offcpu.bpf.o"));
+
+/// The size of `struct record` in offcpu.bpf.c, the unit of the records file.
+pub const RECORD_SIZE: usize = 112;
+/// A stack id that says the stack was not taken (the wait was not sampled).
+pub const NOT_TAKEN: i32 = -10000;
+const RECORD_WAIT: u32 = 1;
+const STACK_DEPTH: usize = 127;
+const POLL: Duration = Duration::from_millis(100);
+
+/// The counters of `struct counters` in offcpu.bpf.c, in their order.
+const COUNTERS: [&str; 6] = [
+    "waits",
+    "sampled",
+    "waker_stacks",
+    "lost_records",
+    "lost_waits",
+    "stack_errors",
+];
+
+/// `struct config` in offcpu.bpf.c.
+struct Config {
+    filter: u32,
+    follow_forks: bool,
+    stacks_per_window: u32,
+    long_wait_ns: u64,
+}
+
+impl Config {
+    fn bytes(&self) -> [u8; 24] {
+        let mut bytes = [0u8; 24];
+        bytes[0..4].copy_from_slice(&self.filter.to_le_bytes());
+        bytes[4..8].copy_from_slice(&u32::from(self.follow_forks).to_le_bytes());
+        bytes[8..12].copy_from_slice(&self.stacks_per_window.to_le_bytes());
+        bytes[16..24].copy_from_slice(&self.long_wait_ns.to_le_bytes());
+        bytes
+    }
+}
+
+fn bpf_error(what: &str, error: impl std::fmt::Display) -> PyErr {
+    BpfError::new_err(format!("{what}: {error}"))
+}
+
+/// A recording, from its start (`new`) to `finish`.
+#[pyclass(unsendable)]
+pub struct BpfRecording {
+    object: Object,
+    links: Vec<Link>,
+    records: PathBuf,
+    stop: Arc<AtomicBool>,
+    written: Arc<AtomicU64>,
+    drain: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+#[pymethods]
+impl BpfRecording {
+    /// Load, configure and attach the programs, and start writing records to `records`.
+    /// `filter`: "all", "processes" (the `processes`' tgids, and with `follow_forks` the
+    /// processes they create), "cgroups" (the cgroup v2 ids in `cgroups`) or "thread" (the
+    /// one thread id in `processes`).
+    /// `stacks_per_second`: the stack budget of each CPU; `long_wait_ns`: waits blocked this
+    /// long take their waker's stack whatever the budget says.
+    #[new]
+    #[pyo3(signature = (records, filter, processes, cgroups, follow_forks, stacks_per_second, long_wait_ns))]
+    fn new(
+        records: PathBuf,
+        filter: &str,
+        processes: Vec<u32>,
+        cgroups: Vec<u64>,
+        follow_forks: bool,
+        stacks_per_second: u32,
+        long_wait_ns: u64,
+    ) -> PyResult<Self> {
+        let filter = match filter {
+            "all" => 0,
+            "processes" => 1,
+            "cgroups" => 2,
+            "thread" => 3,
+            other => return Err(bpf_error("unknown filter", other)),
+        };
+        let config = Config {
+            filter,
+            follow_forks,
+            stacks_per_window: (stacks_per_second / 10).max(1),
+            long_wait_ns,
+        };
+        let object = load(&config)?;
+        fill_targets(&object, &processes, &cgroups)?;
+        let file =
+            File::create(&records).map_err(|e| bpf_error(&records.display().to_string(), e))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let written = Arc::new(AtomicU64::new(0));
+        let ring = MapHandle::try_from(&map(&object, "records")?)
+            .map_err(|e| bpf_error("the ring buffer", e))?;
+        let drain = {
+            let (stop, written) = (Arc::clone(&stop), Arc::clone(&written));
+            std::thread::Builder::new()
+                .name("offcpu-drain".into())
+                .spawn(move || drain(ring, file, &stop, &written))
+                .map_err(|e| bpf_error("the ring buffer's reader", e))?
+        };
+        let mut recording = Self {
+            object,
+            links: Vec::new(),
+            records,
+            stop,
+            written,
+            drain: Some(drain),
+        };
+        for program in recording.object.progs_mut() {
+            let link = program.attach().map_err(|e| {
+                bpf_error(
+                    &format!("attaching {}", program.name().to_string_lossy()),
+                    e,
+                )
+            })?;
+            recording.links.push(link);
+        }
+        Ok(recording)
+    }
+
+    /// Record a process too (a command offcpu started, a process found later).
+    fn add_process(&self, tgid: u32) -> PyResult<()> {
+        let targets = map(&self.object, "target_processes")?;
+        targets
+            .update(&tgid.to_ne_bytes(), &[1u8], MapFlags::ANY)
+            .map_err(|e| bpf_error("adding a process", e))
+    }
+
+    /// What the recording counted so far: waits, stacks, losses, bytes written.
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let counts = PyDict::new(py);
+        for (name, value) in COUNTERS.iter().zip(sum_counters(&self.object)?) {
+            counts.set_item(*name, value)?;
+        }
+        counts.set_item("bytes_written", self.written.load(Ordering::Relaxed))?;
+        Ok(counts)
+    }
+
+    /// End the recording: detach the programs, drain what is left, write the waits still
+    /// open, then the stack table to `stacks`. Returns the final counters.
+    fn finish<'py>(&mut self, py: Python<'py>, stacks: PathBuf) -> PyResult<Bound<'py, PyDict>> {
+        self.links.clear();
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(drain) = self.drain.take() {
+            let drained = py.detach(|| drain.join());
+            match drained {
+                Ok(result) => result.map_err(|e| bpf_error("writing records", e))?,
+                Err(_) => return Err(bpf_error("writing records", "the reader thread failed")),
+            }
+        }
+        let open = write_open_waits(&self.object, &self.records)?;
+        self.written
+            .fetch_add((open * RECORD_SIZE) as u64, Ordering::Relaxed);
+        write_stacks(&self.object, &stacks)?;
+        self.counters(py)
+    }
+}
+
+impl Drop for BpfRecording {
+    fn drop(&mut self) {
+        self.links.clear();
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(drain) = self.drain.take() {
+            let _ = drain.join();
+        }
+    }
+}
+
+fn load(config: &Config) -> PyResult<Object> {
+    // libbpf's own messages would go to stderr; its errors come back to us instead.
+    libbpf_rs::set_print(None);
+    let mut open = ObjectBuilder::default()
+        .open_memory(PROGRAMS)
+        .map_err(|e| bpf_error("opening the BPF programs", e))?;
+    let mut rodata = open
+        .maps_mut()
+        .find(|map| map.name().to_string_lossy().ends_with(".rodata"));
+    let Some(value) = rodata
+        .as_mut()
+        .and_then(|map| map.initial_value_mut())
+        .and_then(|value| value.get_mut(..24))
+    else {
+        return Err(bpf_error(
+            "configuring the BPF programs",
+            "no .rodata to hold the configuration",
+        ));
+    };
+    value.copy_from_slice(&config.bytes());
+    open.load()
+        .map_err(|e| bpf_error("loading the BPF programs", e))
+}
+
+fn map<'obj>(object: &'obj Object, name: &str) -> PyResult<libbpf_rs::Map<'obj>> {
+    object
+        .maps()
+        .find(|map| map.name() == name)
+        .ok_or_else(|| bpf_error("the BPF programs have no map", name))
+}
+
+fn fill_targets(object: &Object, processes: &[u32], cgroups: &[u64]) -> PyResult<()> {
+    let targets = map(object, "target_processes")?;
+    for tgid in processes {
+        targets
+            .update(&tgid.to_ne_bytes(), &[1u8], MapFlags::ANY)
+            .map_err(|e| bpf_error("adding a process", e))?;
+    }
+    let targets = map(object, "target_cgroups")?;
+    for id in cgroups {
+        targets
+            .update(&id.to_ne_bytes(), &[1u8], MapFlags::ANY)
+            .map_err(|e| bpf_error("adding a cgroup", e))?;
+    }
+    Ok(())
+}
+
+/// The ring buffer's records to `file` until `stop`, then what is left in it.
+fn drain(
+    ring: MapHandle,
+    file: File,
+    stop: &AtomicBool,
+    written: &AtomicU64,
+) -> std::io::Result<()> {
+    let writer = RefCell::new(BufWriter::with_capacity(1 << 20, file));
+    let failed = RefCell::new(None);
+    let mut builder = RingBufferBuilder::new();
+    builder
+        .add(&ring, |record: &[u8]| {
+            if let Err(error) = writer.borrow_mut().write_all(record) {
+                failed.replace(Some(error));
+                return -1;
+            }
+            written.fetch_add(record.len() as u64, Ordering::Relaxed);
+            0
+        })
+        .map_err(std::io::Error::other)?;
+    let buffer = builder.build().map_err(std::io::Error::other)?;
+    while !stop.load(Ordering::Relaxed) && failed.borrow().is_none() {
+        // EINTR (a signal to the process) is not an end: only `stop` is.
+        let _ = buffer.poll(POLL);
+    }
+    let _ = buffer.consume();
+    drop(buffer);
+    if let Some(error) = failed.take() {
+        return Err(error);
+    }
+    writer
+        .into_inner()
+        .into_inner()
+        .map_err(|e| e.into_error())?
+        .sync_data()
+}
+
+fn sum_counters(object: &Object) -> PyResult<Vec<u64>> {
+    let counters = map(object, "counters")?;
+    let per_cpu = counters
+        .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .map_err(|e| bpf_error("reading the counters", e))?
+        .unwrap_or_default();
+    let mut sums = vec![0u64; COUNTERS.len()];
+    for cpu in per_cpu {
+        for (sum, value) in sums.iter_mut().zip(cpu.chunks_exact(8)) {
+            *sum += u64::from_ne_bytes(value.try_into().unwrap_or([0; 8]));
+        }
+    }
+    Ok(sums)
+}
+
+fn u32_at(bytes: &[u8], offset: usize) -> u32 {
+    bytes
+        .get(offset..offset + 4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_ne_bytes)
+}
+
+fn u64_at(bytes: &[u8], offset: usize) -> u64 {
+    bytes
+        .get(offset..offset + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_ne_bytes)
+}
+
+/// The waits the recording ended in the middle of, appended to the records as waits
+/// with no switch-in (back_ns 0). Returns how many.
+fn write_open_waits(object: &Object, records: &Path) -> PyResult<usize> {
+    let waits = map(object, "waits")?;
+    let file = OpenOptions::new()
+        .append(true)
+        .open(records)
+        .map_err(|e| bpf_error(&records.display().to_string(), e))?;
+    let mut writer = BufWriter::new(file);
+    let mut count = 0;
+    for key in waits.keys() {
+        let Ok(Some(wait)) = waits.lookup(&key, MapFlags::ANY) else {
+            continue; // ended between the listing and the lookup
+        };
+        let since_ns = u64_at(&wait, 0);
+        if since_ns == 0 {
+            continue; // a wakeup of a thread that never went to sleep
+        }
+        let tid = u32_at(&key, 0);
+        writer
+            .write_all(&open_wait_record(tid, &wait))
+            .map_err(|e| bpf_error("writing records", e))?;
+        count += 1;
+    }
+    writer
+        .flush()
+        .map_err(|e| bpf_error("writing records", e))?;
+    Ok(count)
+}
+
+/// `struct record` of a wait from `struct wait` (offcpu.bpf.c), with no switch-in.
+/// Its process is not known here: pid 0, for the reader to take from the thread's
+/// other records.
+fn open_wait_record(tid: u32, wait: &[u8]) -> [u8; RECORD_SIZE] {
+    let mut record = [0u8; RECORD_SIZE];
+    record[0..4].copy_from_slice(&RECORD_WAIT.to_ne_bytes());
+    record[12..16].copy_from_slice(&tid.to_ne_bytes());
+    // since, woken: wait 0..16 -> record 16..32; back_ns stays 0
+    record[16..32].copy_from_slice(wait.get(0..16).unwrap_or(&[0; 16]));
+    // four stack ids, waker pid and tid, state, exit_state: wait 16..48 -> record 40..72
+    record[40..72].copy_from_slice(wait.get(16..48).unwrap_or(&[0; 32]));
+    // weight_shift, preempted: wait 48..52 -> record 72..76
+    record[72..76].copy_from_slice(wait.get(48..52).unwrap_or(&[0; 4]));
+    // waker_comm: wait 56..72 -> record 96..112
+    record[96..112].copy_from_slice(wait.get(56..72).unwrap_or(&[0; 16]));
+    record
+}
+
+/// The stack table: for each stack, its id, its depth and its addresses, innermost first.
+fn write_stacks(object: &Object, path: &Path) -> PyResult<()> {
+    let stacks = map(object, "stacks")?;
+    let file = File::create(path).map_err(|e| bpf_error(&path.display().to_string(), e))?;
+    let mut writer = BufWriter::new(file);
+    for key in stacks.keys() {
+        let Ok(Some(frames)) = stacks.lookup(&key, MapFlags::ANY) else {
+            continue;
+        };
+        let addresses: Vec<u64> = frames
+            .chunks_exact(8)
+            .take(STACK_DEPTH)
+            .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+            .take_while(|&address| address != 0)
+            .collect();
+        let mut entry = Vec::with_capacity(8 + 8 * addresses.len());
+        entry.extend_from_slice(&u32_at(&key, 0).to_le_bytes());
+        entry.extend_from_slice(&(addresses.len() as u32).to_le_bytes());
+        for address in addresses {
+            entry.extend_from_slice(&address.to_le_bytes());
+        }
+        writer
+            .write_all(&entry)
+            .map_err(|e| bpf_error("writing the stack table", e))?;
+    }
+    writer
+        .flush()
+        .map_err(|e| bpf_error("writing the stack table", e))
+}
