@@ -344,12 +344,13 @@ fn write_open_waits(object: &Object, records: &Path) -> PyResult<usize> {
     Ok(count)
 }
 
-/// `struct record` of a wait from `struct wait` (offcpu.bpf.c), with no switch-in.
-/// Its process is not known here: pid 0, for the reader to take from the thread's
-/// other records.
+/// `struct record` of a wait from `struct wait` (offcpu.bpf.c), with no switch-in;
+/// the thread's process and name as /proc says them now (0 and none once it is gone).
 fn open_wait_record(tid: u32, wait: &[u8]) -> [u8; RECORD_SIZE] {
     let mut record = [0u8; RECORD_SIZE];
+    let (pid, comm) = process_and_name(tid);
     record[0..4].copy_from_slice(&RECORD_WAIT.to_ne_bytes());
+    record[8..12].copy_from_slice(&pid.to_ne_bytes());
     record[12..16].copy_from_slice(&tid.to_ne_bytes());
     // since, woken: wait 0..16 -> record 16..32; back_ns stays 0
     record[16..32].copy_from_slice(wait.get(0..16).unwrap_or(&[0; 16]));
@@ -357,9 +358,25 @@ fn open_wait_record(tid: u32, wait: &[u8]) -> [u8; RECORD_SIZE] {
     record[40..72].copy_from_slice(wait.get(16..48).unwrap_or(&[0; 32]));
     // weight_shift, preempted: wait 48..52 -> record 72..76
     record[72..76].copy_from_slice(wait.get(48..52).unwrap_or(&[0; 4]));
+    let name = comm.as_bytes();
+    let length = name.len().min(15);
+    record[80..80 + length].copy_from_slice(&name[..length]);
     // waker_comm: wait 56..72 -> record 96..112
     record[96..112].copy_from_slice(wait.get(56..72).unwrap_or(&[0; 16]));
     record
+}
+
+/// A thread's process id and name from /proc/TID/status.
+fn process_and_name(tid: u32) -> (u32, String) {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(str::trim)
+    };
+    let pid = field("Tgid:").and_then(|pid| pid.parse().ok()).unwrap_or(0);
+    (pid, field("Name:").unwrap_or("").to_string())
 }
 
 /// The stack table: for each stack, its id, its depth and its addresses, innermost first.

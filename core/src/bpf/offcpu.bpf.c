@@ -10,8 +10,9 @@
 //
 // Stacks cost what their walks cost, so they are taken under a budget per CPU:
 // in each window of WINDOW_NS, the waits seen in the last window decide a shift
-// s, and a wait's stack is taken with probability 2^-s (its weight is 2^s), so
-// that the time per stack is an unbiased estimate. The waker's stack, the
+// s (raised within the window when a burst passes twice the budget), and a wait's
+// stack is taken with probability 2^-s (its weight is 2^s), so that the time per
+// stack is an unbiased estimate. The waker's stack, the
 // costlier walk (a network wakeup's kernel stack is deep), is taken for a wait
 // whose own stack was taken when the wait was long (at least long_wait_ns
 // blocked), else on a second draw under the same budget.
@@ -43,6 +44,7 @@
 #define FILTER_THREAD 3  /* target_processes holds one thread id */
 
 #define PF_KTHREAD 0x00200000
+#define TASK_DEAD 0x80
 #define NO_STACK (-10000)  /* a stack id: not taken (not sampled); -errno of a failed walk above it */
 
 struct kernfs_node {
@@ -225,6 +227,10 @@ static __always_inline __u32 budget_shift(__u64 now)
 		budget->window_start_ns = now;
 	}
 	budget->seen++;
+	// A burst within the window: sample more thinly from here on (each wait's weight is
+	// the shift it was drawn with, so the estimate stays unbiased).
+	if (budget->shift < MAX_SHIFT && budget->seen > (2 * cfg.stacks_per_window) << budget->shift)
+		budget->shift++;
 	return budget->shift;
 }
 
@@ -306,7 +312,11 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 {
 	__u64 now = bpf_ktime_get_ns();
 
-	if (wanted(prev)) {
+	if (wanted(prev) && (prev->exit_state || (prev_state & TASK_DEAD))) {
+		// Its last switch: the thread is gone, not waiting (its exit record says so).
+		__u32 tid = prev->pid;
+		bpf_map_delete_elem(&waits, &tid);
+	} else if (wanted(prev)) {
 		__u32 tid = prev->pid;
 		struct wait fresh = {};
 		struct wait *racing = bpf_map_lookup_elem(&waits, &tid);
