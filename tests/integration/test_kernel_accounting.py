@@ -119,14 +119,19 @@ def wait_for_workers(pid: int, count: int) -> None:
         time.sleep(0.01)
 
 
-def record_while_sampling(tmp_path: Path, name: str, *args: str, threads: int) -> tuple[Path, Sampler]:
+# The options of each backend: perf with a ring buffer big enough that a loaded machine loses no
+# switch (a lost one is a wrong interval)
+BACKENDS = {"perf": ("--backend", "perf", "--mmap-pages", "1024"), "bpf": ("--backend", "bpf")}
+
+
+def record_while_sampling(tmp_path: Path, backend: str, name: str, *args: str,
+                          threads: int) -> tuple[Path, Sampler]:
     program = subprocess.Popen([str(example(name)), *args, "-s", "30"], stdout=subprocess.DEVNULL)
     try:
         wait_for_workers(program.pid, threads)
         capture = tmp_path / name
         with Sampler(program.pid) as sampler:
-            # (a ring buffer big enough that a loaded machine loses no switch: a lost one is a wrong interval)
-            result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", "--mmap-pages", "1024",
+            result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", *BACKENDS[backend],
                                 "-o", str(capture))
         assert result.returncode == 0, result.stderr
     finally:
@@ -157,10 +162,12 @@ CASES = [
 
 
 @pytest.mark.parametrize(("name", "args", "threads"), CASES)
-def test_time_on_cpu_is_the_kernels(tmp_path: Path, perf: str, name: str, args: tuple[str, ...],
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_time_on_cpu_is_the_kernels(tmp_path: Path, perf: str, backend: str, name: str, args: tuple[str, ...],
                                     threads: int) -> None:
-    # Given an example recorded by pid while the kernel's accounting is sampled (main thread and workers)
-    capture, sampler = record_while_sampling(tmp_path, name, *args, threads=threads)
+    # Given an example recorded by pid with each backend while the kernel's accounting is sampled
+    # (main thread and workers)
+    capture, sampler = record_while_sampling(tmp_path, backend, name, *args, threads=threads)
     if not sampler.schedstat:
         print(f"no schedstat here: compared with /proc/PID/task/TID/stat ticks (1/{TICKS_PER_S} s)")
     report, first, last = compared_part(capture, sampler)

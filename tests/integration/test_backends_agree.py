@@ -1,0 +1,100 @@
+"""perf and BPF find the same things: the same run of a program, recorded by both
+backends at once, must give the same findings (kind and severity), each with its time
+within 10%, also when BPF samples stacks under a small budget.
+
+Both recordings see the same threads do the same things (perf's cost slows the program
+for both alike); the reports are cut to the part of the run both windows hold."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests import programs
+from tests.conftest import OFFCPU, run_offcpu
+
+SECONDS = 3
+MARGIN_NS = 300_000_000  # the compared part starts and ends this far inside both windows
+TIME_TOLERANCE = 0.10
+# Findings below this share of the threads' time are near the floor a finding needs, and one
+# backend may show one the other leaves out: only those above it must be in both.
+SOLID_SHARE = 0.03
+
+
+def record_both(target: tuple[str, ...], directory: Path, bpf_options: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """The same target recorded by perf and by BPF at the same time."""
+    captures = directory / "perf", directory / "bpf"
+    recordings = [
+        subprocess.Popen([str(OFFCPU), "record", *target, "-d", str(SECONDS), "-o", str(capture), "--backend", backend,
+                          *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         stdin=subprocess.DEVNULL)
+        for capture, backend, options in ((captures[0], "perf", ("--mmap-pages", "1024")),
+                                          (captures[1], "bpf", bpf_options))]
+    for recording in recordings:
+        _, stderr = recording.communicate(timeout=SECONDS + 120)
+        assert recording.returncode == 0, stderr
+    return captures
+
+
+def window(capture: Path) -> tuple[int, int]:
+    info = json.loads((capture / "capture.json").read_text())
+    return info["window_start_ns"], info["window_end_ns"]
+
+
+def findings_in_common_part(captures: tuple[Path, Path], *options: str) -> tuple[dict, dict]:
+    """Each capture's findings over the part of the run both windows hold, by id and subject."""
+    windows = [window(capture) for capture in captures]
+    start_ns = max(start for start, _ in windows) + MARGIN_NS
+    end_ns = min(end for _, end in windows) - MARGIN_NS
+    assert end_ns - start_ns > 1e9, windows
+    found = []
+    for capture, (capture_start_ns, _) in zip(captures, windows, strict=True):
+        part = f"{(start_ns - capture_start_ns) / 1e9:.9f},{(end_ns - capture_start_ns) / 1e9:.9f}"
+        result = run_offcpu("report", "json", str(capture), "--time", part, *options)
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        found.append({(finding["id"], finding["subject"]): finding for finding in report["findings"]})
+    return found[0], found[1]
+
+
+def assert_same_findings(by_perf: dict, by_bpf: dict) -> None:
+    solid = {key for key, finding in {**by_perf, **by_bpf}.items() if finding["share_of_offcpu"] >= SOLID_SHARE}
+    assert solid, (by_perf, by_bpf)
+    for key in solid:
+        assert key in by_perf and key in by_bpf, (key, sorted(by_perf), sorted(by_bpf))
+        perf_finding, bpf_finding = by_perf[key], by_bpf[key]
+        assert perf_finding["severity"] == bpf_finding["severity"], (key, perf_finding["summary"],
+                                                                     bpf_finding["summary"])
+        assert abs(bpf_finding["offcpu_us"] - perf_finding["offcpu_us"]) <= \
+            TIME_TOLERANCE * perf_finding["offcpu_us"], (key, perf_finding["offcpu_us"], bpf_finding["offcpu_us"])
+
+
+EXAMPLES = [
+    pytest.param("mmap_contention", ("-t", "8"), 9, id="mmap"),
+    pytest.param("futex_contention", ("-t", "4"), 5, id="mutex"),
+    pytest.param("thread_churn", ("-t", "8"), 1, id="churn"),
+    pytest.param("lock_chain", (), 5, id="chain"),
+]
+BUDGETS = [pytest.param((), id="every-stack"), pytest.param(("--stack-budget", "200"), id="sampled")]
+
+
+@pytest.mark.parametrize("bpf_options", BUDGETS)
+@pytest.mark.parametrize(("name", "args", "threads"), EXAMPLES)
+def test_the_examples(tmp_path: Path, workload, name: str, args: tuple[str, ...],  # type: ignore[no-untyped-def]
+                      threads: int, bpf_options: tuple[str, ...]) -> None:
+    running = workload(name, *args, "-s", "60", threads=threads)
+    by_perf, by_bpf = findings_in_common_part(record_both(("--pid", str(running.pid)), tmp_path, bpf_options))
+    assert_same_findings(by_perf, by_bpf)
+
+
+@pytest.mark.parametrize("bpf_options", BUDGETS)
+@pytest.mark.parametrize("name", ["ruby_gvl", "java_monitor", "rocksdb_writers", "nginx"])
+def test_real_programs(tmp_path: Path, name: str, bpf_options: tuple[str, ...]) -> None:
+    with programs.WORKLOADS[name]() as running:
+        captures = record_both(running.record_target, tmp_path, bpf_options)
+    pids = ",".join(str(pid) for pid in running.service_pids)
+    by_perf, by_bpf = findings_in_common_part(captures, "--pid", pids)
+    assert_same_findings(by_perf, by_bpf)
