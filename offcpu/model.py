@@ -293,6 +293,9 @@ class Model:
                 raise ValueError(f"row {row!r} has no times by sub-window")
         if not all(isinstance(sentence, str) for sentence in self.lacks):
             raise ValueError("lacks holds something other than sentences")
+        if not isinstance(self.waits, int) or not isinstance(self.stacked_waits, int) or \
+                not isinstance(self.sampled, bool):
+            raise ValueError("the counts of waits and of those with a stack, or whether they were sampled, are missing")
         for wait in self.timeline:
             index(wait.row, len(self.rows), "timed wait's row")
             if self.rows[wait.row].tid != wait.tid or not all(isinstance(value, int) for value in (
