@@ -27,7 +27,7 @@ import heapq
 import os
 import signal
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -59,6 +59,7 @@ from offcpu.sched_events import (
     UNKNOWN_CPU,
     CaptureReader,
     Chain,
+    Event,
     Events,
 )
 from offcpu.stacks import Stack
@@ -93,6 +94,9 @@ class Wait:
     woken_ns: int | None = None
     waker: WakerKey | None = None
     ran_ns: int | None = None  # when the thread came on CPU before it left (None: not in the slice)
+    # 1: its stack was taken (perf takes every one); w > 1: taken with probability 1/w, so its
+    # row counts it w times; 0: not taken, so it counts in its thread's totals only
+    weight: int = 1
 
     def woken(self, time_ns: int, waker: WakerKey) -> None:
         if self.woken_ns is None and self.state != PREEMPTED:
@@ -155,6 +159,10 @@ class Tally:
     runqueue_delays_us: Counter[int] = field(default_factory=Counter)
     clipped: int = 0
     unseen_wakeups: int = 0
+    # Of a sampling backend's waits (Wait.weight other than 1): how many carry no stack, and how
+    # many more the rows count than carry one (w - 1 for each of weight w): perf's have neither
+    stackless_waits: int = 0
+    stand_in_waits: int = 0
     estimated_switch_ins: int = 0
     half_recorded_switches: int = 0
     # Each thread's last waits (since, back, row number: tuples, one made per switch), to
@@ -196,9 +204,9 @@ class Tally:
                 self.by_window.append([0] * SUB_WINDOWS)
         return number
 
-    def split(self, number: int, since_ns: int, until_ns: int, offcpu: int) -> None:
-        """Add a wait's `offcpu` µs (since_ns to until_ns, within what is counted, across an
-        edge of its sub-window) to its row's sub-windows. Each part is rounded at the edges it
+    def split(self, number: int, since_ns: int, until_ns: int, offcpu: int, weight: int = 1) -> None:
+        """Add a wait's `offcpu` µs (since_ns to until_ns, within what is counted; more than 0),
+        `weight` times, to its row's sub-windows. Each part is rounded at the edges it
         crosses, so the parts add up to it."""
         start_ns, span = self.counted_from_ns, self.counted_to_ns - self.counted_from_ns
         windows = self.by_window[number]
@@ -207,7 +215,7 @@ class Tally:
         for window in range(first, SUB_WINDOWS):
             edge_ns = start_ns + span * (window + 1) // SUB_WINDOWS
             upto = offcpu if until_ns <= edge_ns or window == SUB_WINDOWS - 1 else round((edge_ns - since_ns) / 1000)
-            windows[window] += upto - done
+            windows[window] += (upto - done) * weight
             done = upto
             if done == offcpu:
                 return
@@ -240,25 +248,6 @@ class Tally:
             if back_seen:
                 waker = UNRECORDED_WAKER
         runqueue = offcpu - blocked
-        key = (tid, wait.stack, state, waker)
-        number = self.row_numbers.get(key)
-        if number is None:
-            number = self.row_number(key)
-        row = self.rows[number]
-        row.offcpu_us += offcpu
-        row.blocked_us += blocked
-        row.runqueue_us += runqueue
-        row.count += 1
-        by_window = self.by_window
-        if by_window:  # Tally.split, its usual case inline: all of the wait in one sub-window
-            span = counted_to_ns - counted_from_ns
-            window = (since_ns - counted_from_ns) * SUB_WINDOWS // span if span > 0 else 0
-            if window >= SUB_WINDOWS - 1:
-                by_window[number][SUB_WINDOWS - 1] += offcpu
-            elif until_ns <= counted_from_ns + span * (window + 1) // SUB_WINDOWS:
-                by_window[number][window] += offcpu
-            else:
-                self.split(number, since_ns, until_ns, offcpu)
         thread = self.threads.get(tid) or self.thread(tid)
         thread.offcpu_us += offcpu
         thread.blocked_us += blocked
@@ -267,10 +256,35 @@ class Tally:
             self.runqueue_delays_us[runqueue] += 1  # wakeup to running
         if clipped:
             self.clipped += 1
+        key = (tid, wait.stack, state, waker)
+        weight = wait.weight
+        if weight != 1:
+            if not weight:
+                self.stackless_waits += 1
+                return  # in its thread's totals only: no row, so nothing can link to it
+            number = self._add_sampled(key, since_ns, until_ns, offcpu, blocked, weight)
+        else:
+            known = self.row_numbers.get(key)
+            number = self.row_number(key) if known is None else known
+            row = self.rows[number]
+            row.offcpu_us += offcpu
+            row.blocked_us += blocked
+            row.runqueue_us += runqueue
+            row.count += 1
+            by_window = self.by_window
+            if by_window:  # Tally.split, its usual case inline: all of the wait in one sub-window
+                span = counted_to_ns - counted_from_ns
+                window = (since_ns - counted_from_ns) * SUB_WINDOWS // span if span > 0 else 0
+                if window >= SUB_WINDOWS - 1:
+                    by_window[number][SUB_WINDOWS - 1] += offcpu
+                elif until_ns <= counted_from_ns + span * (window + 1) // SUB_WINDOWS:
+                    by_window[number][window] += offcpu
+                else:
+                    self.split(number, since_ns, until_ns, offcpu)
         if woken_ns is not None and waker is not None:
             waker_history = self.history.get(waker[1])
             if waker_history and waker_history[-1][1] > since_ns:  # else its waker ran all along: no link
-                self._link(number, since_ns, woken_ns if woken_ns < until_ns else until_ns, waker_history)
+                self._link(number, since_ns, woken_ns if woken_ns < until_ns else until_ns, waker_history, weight)
         history = self.history.get(tid)
         if history is None:
             history = self.history[tid] = deque(maxlen=HISTORY)
@@ -279,15 +293,32 @@ class Tally:
         if len(longest) < TIMELINE_WAITS or until_ns - since_ns > longest[0][0]:
             self._keep_longest((until_ns - since_ns, since_ns, tid, woken_ns, until_ns, wait.ran_ns, number))
 
+    def _add_sampled(self, key: RowKey, since_ns: int, until_ns: int, offcpu: int, blocked: int, weight: int) -> int:
+        """Count a wait whose stack was taken with probability 1/`weight` `weight` times in its
+        row (Horvitz-Thompson), with its share of the row's variance; returns the row's number."""
+        number = self.row_number(key)
+        row = self.rows[number]
+        row.offcpu_us += offcpu * weight
+        row.blocked_us += blocked * weight
+        row.runqueue_us += (offcpu - blocked) * weight
+        row.count += weight
+        row.variance += weight * (weight - 1) * offcpu * offcpu
+        if self.by_window and offcpu:
+            self.split(number, since_ns, until_ns, offcpu, weight)
+        self.stand_in_waits += weight - 1
+        return number
+
     def _keep_longest(self, wait: tuple[int, int, int, int | None, int, int | None, int]) -> None:
         if len(self.longest) < TIMELINE_WAITS:
             heapq.heappush(self.longest, wait)
         else:
             heapq.heappushpop(self.longest, wait)
 
-    def _link(self, row: int, since_ns: int, woken_ns: int, waker_history: deque[tuple[int, int, int]]) -> None:
+    def _link(self, row: int, since_ns: int, woken_ns: int, waker_history: deque[tuple[int, int, int]],
+              weight: int) -> None:
         """While this wait was blocked (since_ns to woken_ns), when was its waker itself off
-        CPU (its last waits: `waker_history`), and in which of its rows?"""
+        CPU (its last waits: `waker_history`), and in which of its rows? Counted `weight`
+        times, as the wait is in its row."""
         links = self.links
         for waker_since_ns, waker_back_ns, waker_row in reversed(waker_history):
             if waker_back_ns <= since_ns:
@@ -298,8 +329,8 @@ class Tally:
                 link = links.get((row, waker_row))
                 if link is None:
                     link = links[(row, waker_row)] = Overlap()
-                link.ns += overlap
-                link.count += 1
+                link.ns += overlap * weight
+                link.count += weight
 
     def add(self, other: Tally) -> None:
         numbers = [self.row_number(key) for key in other.row_numbers]  # other's row numbers in this tally
@@ -322,6 +353,8 @@ class Tally:
         self.runqueue_delays_us.update(other.runqueue_delays_us)
         self.clipped += other.clipped
         self.unseen_wakeups += other.unseen_wakeups
+        self.stackless_waits += other.stackless_waits
+        self.stand_in_waits += other.stand_in_waits
         self.estimated_switch_ins += other.estimated_switch_ins
         self.half_recorded_switches += other.half_recorded_switches
 
@@ -382,6 +415,7 @@ class SliceBuilder:
         # CPUs whose last recorded thread exited (perf records nothing of it after its exit
         # record): the next thread in pays no cost of perf's there -> since when
         self.after_exit: dict[int, int] = {}
+        self.weight = 1  # of the wait the switch being read begins (see Events.weights)
 
     def take(self, events: Events) -> None:
         """The events of this slice (perf script --time selects samples only, and a reader
@@ -390,7 +424,8 @@ class SliceBuilder:
         start_ns, end_ns = self.start_ns, self.end_ns
         running, incoming, after_exit = self.running, self.incoming, self.after_exit
         leave, back, waking = self._leave, self._back, self._waking
-        for kind, time_ns, cpu, pid, tid, other, name, state, chain in events.rows():
+        rows = self._weighed(events) if events.weights else events.rows()
+        for kind, time_ns, cpu, pid, tid, other, name, state, chain in rows:
             if time_ns < start_ns or time_ns > end_ns:
                 continue
             if kind == SWITCH_OUT:
@@ -420,6 +455,14 @@ class SliceBuilder:
                 if cpu != UNKNOWN_CPU:
                     after_exit[cpu] = time_ns
             # THREAD_COMM: names come with every switch and wakeup
+
+    def _weighed(self, events: Events) -> Iterator[Event]:
+        """The rows of events that carry weights, each switch's weight set for _leave as it is
+        read: a sampling backend's, apart so that perf's pay nothing for it."""
+        for row, weight in zip(events.rows(), events.weights, strict=True):
+            self.weight = weight if row[0] == SCHED_SWITCH else 1
+            yield row
+        self.weight = 1
 
     def _lost_switch_out(self, time_ns: int, pid: int, tid: int, preempt: bool) -> None:
         """Switch-outs come from sched_switch, with their stacks and states, just before perf's
@@ -480,7 +523,7 @@ class SliceBuilder:
                 racing = self.head_wakeups.pop(tid, None)  # it was on CPU when woken: a racing wakeup too
         if state in DEAD_STATES:
             return  # its last switch: the thread is gone, not waiting
-        wait = self.waiting[tid] = Wait(time_ns, chain, state, ran_ns=ran_ns)
+        wait = self.waiting[tid] = Wait(time_ns, chain, state, None, None, ran_ns, self.weight)
         if racing is not None:
             wait.woken(*racing)  # woken before it was off: all of the gap is run-queue delay
         elif first and tid not in self.active:
@@ -754,7 +797,7 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
                 windows[window] += us
     row_index = {key: index for index, key in enumerate(merged)}
     rows = [Row(*key, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count,
-                merged_windows.get(key, []))
+                merged_windows.get(key, []), times.variance)
             for key, times in merged.items()]
     links: dict[tuple[int, int], Overlap] = {}
     for (waiter_row, waker_row), overlap in totals.links.items():
@@ -779,7 +822,9 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
                if t.oncpu_ns or tid in waited or inside(t.created_ns) or inside(t.exited_ns)}
     timeline = sorted(TimedWait(tid, row_index[row_of[number]], since_ns, woken_ns, back_ns, ran_ns)
                       for _, since_ns, tid, woken_ns, back_ns, ran_ns, number in totals.longest)
+    stacked_waits = sum(row.count for row in rows) - totals.stand_in_waits  # the rows count a sampled wait w times
     return Model(info, start_ns, end_ns, stacks, wakers, rows, threads, totals.runqueue_delays_us,
                  [Link(waiter, waker, round(link.ns / 1000), link.count) for (waiter, waker), link in links.items()],
                  totals.clipped, totals.unseen_wakeups, skipped, totals.estimated_switch_ins,
-                 totals.half_recorded_switches, timeline=timeline)
+                 totals.half_recorded_switches, timeline=timeline, waits=stacked_waits + totals.stackless_waits,
+                 stacked_waits=stacked_waits, sampled=bool(totals.stackless_waits or totals.stand_in_waits))

@@ -98,6 +98,7 @@ class Evidence:
     state: str  # the waits' switch-out state ("" for a release site)
     offcpu_us: int  # the waits' time off CPU (for a release site: of the waits let go there, until then)
     count: int
+    variance: int = 0  # of offcpu_us when it is an estimate (Row.variance; µs²); 0 for a release site
 
 
 @dataclass(frozen=True)
@@ -675,30 +676,31 @@ def evidence(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
     """The stacks (with their state) that carry most of the rows' off-CPU time, grouped
     as the stack tables group them: stacks that read the same (they differ only in frames
     perf could not name or in the scheduler's own) are one."""
-    return _heaviest(model, [(row.stack, row.state, row.offcpu_us, row.count) for row in rows])
+    return _heaviest(model, [(row.stack, row.state, row.offcpu_us, row.count, row.variance) for row in rows])
 
 
 def release_sites(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
     """The wakers' stacks at the wakeups that ended the rows' waits, weighted by how long
     those waits had been blocked."""
-    return _heaviest(model, [(model.wakers[row.waker].stack, "", row.blocked_us, row.count) for row in rows
+    return _heaviest(model, [(model.wakers[row.waker].stack, "", row.blocked_us, row.count, 0) for row in rows
                              if row.waker is not None and model.wakers[row.waker].kind in ("thread", "interrupt")])
 
 
-def _heaviest(model: Model, weighted: list[tuple[int, str, int, int]]) -> tuple[Evidence, ...]:
-    """(stack, state, µs, count) grouped by how the stack reads, heaviest first."""
-    groups: dict[tuple[str, str], list[tuple[int, int, int]]] = defaultdict(list)
-    for stack_index, state, us, count in weighted:
+def _heaviest(model: Model, weighted: list[tuple[int, str, int, int, int]]) -> tuple[Evidence, ...]:
+    """(stack, state, µs, count, variance) grouped by how the stack reads, heaviest first."""
+    groups: dict[tuple[str, str], list[tuple[int, int, int, int]]] = defaultdict(list)
+    for stack_index, state, us, count, variance in weighted:
         stack = model.stacks[stack_index]
-        groups[(reading(tuple(reversed(stack.frames)), stack.kernel_frames), state)].append((stack_index, us, count))
+        groups[(reading(tuple(reversed(stack.frames)), stack.kernel_frames), state)].append(
+            (stack_index, us, count, variance))
     said = []
     for (_, state), group in groups.items():
         by_stack: dict[int, int] = defaultdict(int)
-        for stack_index, us, _ in group:
+        for stack_index, us, _, _ in group:
             by_stack[stack_index] += us
         frames, kernel_frames = drawn_alone(model.stacks[max(by_stack, key=by_stack.__getitem__)])  # the heaviest
-        said.append(Evidence(frames, kernel_frames, state, sum(us for _, us, _ in group),
-                             sum(count for _, _, count in group)))
+        said.append(Evidence(frames, kernel_frames, state, sum(us for _, us, _, _ in group),
+                             sum(count for _, _, count, _ in group), sum(variance for *_, variance in group)))
     return tuple(sorted(said, key=lambda item: -item.offcpu_us)[:EVIDENCE_STACKS])
 
 

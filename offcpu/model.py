@@ -1,18 +1,21 @@
 """The off-CPU model: everything reports and findings read, built once per capture.
 
 Times are integer microseconds, rounded once per off-CPU interval, so every
-sum (per stack, per thread, per state, in total) adds up exactly.
+sum (per stack, per thread, per state, in total) adds up exactly. A capture
+whose stacks were taken for a sample of its waits (sampled) keeps its threads'
+times exact, and its rows' times are estimates of them, each with its variance.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import asdict, astuple, dataclass, field
 
 from offcpu.capture import CaptureInfo
 from offcpu.stacks import Stack
 
-SCHEMA = "offcpu-model/7"  # a new engine or reader reads perf.data again
+SCHEMA = "offcpu-model/8"  # a new engine or reader reads perf.data again
 WHOLE_WINDOW = 0.99  # a wait of this share of the window or more lasted all of it
 # Synthetic frames for time whose stack perf could not have recorded.
 BEFORE_WINDOW = "[off CPU since before the recording]"
@@ -48,24 +51,25 @@ class Waker:
 @dataclass(slots=True)
 class WaitTimes:
     """The off-CPU time of some waits: all of it, the part until their wakeups (blocked),
-    the part then spent waiting for a CPU (run queue), and how many waits."""
+    the part then spent waiting for a CPU (run queue), how many waits, and the variance
+    of offcpu_us (µs²; 0 unless sampled: see Row.variance)."""
 
     offcpu_us: int = 0
     blocked_us: int = 0
     runqueue_us: int = 0
     count: int = 0
-
-    def add(self, offcpu_us: int, blocked_us: int, runqueue_us: int, count: int = 1) -> None:
-        self.offcpu_us += offcpu_us
-        self.blocked_us += blocked_us
-        self.runqueue_us += runqueue_us
-        self.count += count
+    variance: int = 0
 
     def add_times(self, other: WaitTimes | Row) -> None:
-        self.add(other.offcpu_us, other.blocked_us, other.runqueue_us, other.count)
+        self.offcpu_us += other.offcpu_us
+        self.blocked_us += other.blocked_us
+        self.runqueue_us += other.runqueue_us
+        self.count += other.count
+        self.variance += other.variance  # the waits were sampled independently
 
     def __reduce__(self) -> tuple:
-        return WaitTimes, (self.offcpu_us, self.blocked_us, self.runqueue_us, self.count)  # see engine.Overlap
+        return WaitTimes, (self.offcpu_us, self.blocked_us, self.runqueue_us, self.count,
+                           self.variance)  # see engine.Overlap
 
 
 @dataclass
@@ -82,6 +86,14 @@ class Row:
     count: int = 0
     # offcpu_us in each of SUB_WINDOWS equal parts of the window, in order (empty: not known)
     windows: list[int] = field(default_factory=list)
+    # The variance of offcpu_us as an estimate (µs²), when its waits' stacks were sampled:
+    # a wait of weight w and d µs adds w(w-1)d² (Horvitz-Thompson); 0 when all were taken
+    variance: int = 0
+
+    @property
+    def stderr_us(self) -> float:
+        """One standard error of offcpu_us (0 when every wait's stack was taken)."""
+        return math.sqrt(self.variance)
 
 
 @dataclass
@@ -158,6 +170,11 @@ class Model:
     # What a perf.data recorded by perf alone lacks that a capture has, in sentences
     # (offcpu.plain_perf_data.lacks); empty for a capture
     lacks: list[str] = field(default_factory=list)
+    # How many waits the window holds, and how many of them carry a stack: all of them, unless
+    # the stacks were sampled (then the rows' times and counts are estimates, weighted)
+    waits: int = 0
+    stacked_waits: int = 0
+    sampled: bool = False  # some wait weighed other than 1 (see sched_events.Events.weights)
     schema: str = SCHEMA
 
     @property
@@ -184,7 +201,7 @@ class Model:
             "stacks": [[list(stack.frames), stack.kernel_frames] for stack in self.stacks],
             "wakers": [asdict(waker) for waker in self.wakers],
             "rows": [[row.tid, row.stack, row.state, row.waker, row.offcpu_us, row.blocked_us, row.runqueue_us,
-                      row.count, row.windows] for row in self.rows],
+                      row.count, row.windows, row.variance] for row in self.rows],
             "threads": [asdict(thread) for thread in self.threads.values()],
             "links": [[link.waiter_row, link.waker_row, link.overlap_us, link.count] for link in self.links],
             "runqueue_delays_us": sorted(self.runqueue_delays_us.items()),
@@ -200,6 +217,9 @@ class Model:
             "mutex_owners": sorted(self.mutex_owners.items()),
             "timeline": [astuple(wait) for wait in self.timeline],
             "lacks": self.lacks,
+            "waits": self.waits,
+            "stacked_waits": self.stacked_waits,
+            "sampled": self.sampled,
         }
 
     @classmethod
@@ -234,6 +254,9 @@ class Model:
             mutex_owners={int(waiter): int(owner) for waiter, owner in data["mutex_owners"]},
             timeline=[TimedWait(*wait) for wait in data["timeline"]],
             lacks=data["lacks"],
+            waits=data["waits"],
+            stacked_waits=data["stacked_waits"],
+            sampled=data["sampled"],
         )
         model.check()
         return model
@@ -263,13 +286,16 @@ class Model:
             if row.waker is not None:
                 index(row.waker, len(self.wakers), "row waker")
             if not isinstance(row.state, str) or not all(isinstance(value, int) for value in (
-                    row.offcpu_us, row.blocked_us, row.runqueue_us, row.count)):
+                    row.offcpu_us, row.blocked_us, row.runqueue_us, row.count, row.variance)):
                 raise ValueError(f"row {row!r} has no state or times")
             if not isinstance(row.windows, list) or len(row.windows) not in (0, SUB_WINDOWS) or \
                     not all(isinstance(value, int) for value in row.windows):
                 raise ValueError(f"row {row!r} has no times by sub-window")
         if not all(isinstance(sentence, str) for sentence in self.lacks):
             raise ValueError("lacks holds something other than sentences")
+        if not isinstance(self.waits, int) or not isinstance(self.stacked_waits, int) or \
+                not isinstance(self.sampled, bool):
+            raise ValueError("the counts of waits and of those with a stack, or whether they were sampled, are missing")
         for wait in self.timeline:
             index(wait.row, len(self.rows), "timed wait's row")
             if self.rows[wait.row].tid != wait.tid or not all(isinstance(value, int) for value in (

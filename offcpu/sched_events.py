@@ -58,6 +58,13 @@ class Events:
     - THREAD_FORK: tid (of process pid) was created by thread `other`.
     - THREAD_EXIT: tid (of process pid) exited.
     - THREAD_COMM: tid took the name `name`; `other` is 1 when by exec'ing a program.
+
+    `weights` is empty when every wait's stack was taken (perf's readers). A backend that
+    takes the stacks of a sample of waits gives one entry per event, of which only a
+    SCHED_SWITCH's means something: the weight of the wait it begins. w >= 1: the wait's
+    stack was taken with probability 1/w, and its stack's times count it w times (an
+    unbiased estimate); 0: its stack was not taken, and the wait counts only in its
+    thread's totals (which stay exact).
     """
 
     kinds: list[int] = field(default_factory=list)
@@ -69,6 +76,7 @@ class Events:
     names: list[str] = field(default_factory=list)
     states: list[str] = field(default_factory=list)
     chains: list[Chain | None] = field(default_factory=list)
+    weights: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, rows: list[Event]) -> Events:

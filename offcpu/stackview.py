@@ -6,6 +6,7 @@ stacks are drawn, in flame graphs and in tables alike."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -86,8 +87,9 @@ class StackView:
 def selected(model: Model, view: StackView) -> Model:
     """The model of what the filters keep, for totals and tables (threads, states, wakers,
     lifecycle) that follow them. With --state a thread's off-CPU time is its time in those
-    states, and a thread without any is left out. (Run-queue delays are not kept per
-    thread: they stay those of every thread recorded in the window.)"""
+    states (its rows': an estimate when sampled), and a thread without any is left out.
+    (Run-queue delays are not kept per thread: they stay those of every thread recorded in
+    the window.)"""
     if not view.filtered:
         return model
     kept = [index for index, row in enumerate(model.rows) if view.keeps(model, row)]
@@ -95,13 +97,13 @@ def selected(model: Model, view: StackView) -> Model:
     renumbered = {old: new for new, old in enumerate(kept)}
     links = [replace(link, waiter_row=renumbered[link.waiter_row], waker_row=renumbered[link.waker_row])
              for link in model.links if link.waiter_row in renumbered and link.waker_row in renumbered]
-    times: dict[int, WaitTimes] = defaultdict(WaitTimes)
-    for row in rows:
-        times[row.tid].add_times(row)
-    threads = {tid: replace(thread, offcpu_us=times[tid].offcpu_us, blocked_us=times[tid].blocked_us,
-                            runqueue_us=times[tid].runqueue_us)
-               for tid, thread in model.threads.items()
-               if view.keeps_thread(thread) and (tid in times or not view.states)}
+    threads = {tid: thread for tid, thread in model.threads.items() if view.keeps_thread(thread)}
+    if view.states:
+        times: dict[int, WaitTimes] = defaultdict(WaitTimes)
+        for row in rows:
+            times[row.tid].add_times(row)
+        threads = {tid: replace(thread, offcpu_us=times[tid].offcpu_us, blocked_us=times[tid].blocked_us,
+                                runqueue_us=times[tid].runqueue_us) for tid, thread in threads.items() if tid in times}
     return replace(model, rows=rows, threads=threads, links=links)
 
 
@@ -124,6 +126,11 @@ class DrawnStack:
     blocked_us: int
     runqueue_us: int
     count: int
+    variance: int = 0  # of offcpu_us, µs² (Row.variance): 0 unless sampled
+
+    @property
+    def stderr_us(self) -> float:
+        return math.sqrt(self.variance)
 
     @property
     def folded(self) -> str:
@@ -172,7 +179,7 @@ def drawn(model: Model, view: StackView) -> list[DrawnStack]:
         root, frames, kernel, waker, state = key
         said = iter(spans[key])
         stacks.append(DrawnStack(root, runs_said(frames, said), kernel, runs_said(waker, said), state,
-                                 times.offcpu_us, times.blocked_us, times.runqueue_us, times.count))
+                                 times.offcpu_us, times.blocked_us, times.runqueue_us, times.count, times.variance))
     lines = dict(lines_of(stacks))
     return sorted((stack for stack in stacks if lines[stack.folded] >= view.min_us),
                   key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
@@ -217,7 +224,8 @@ def listed(stacks: list[DrawnStack]) -> list[DrawnStack]:
         seen = rows.get(key)
         rows[key] = stack if seen is None else replace(
             seen, offcpu_us=seen.offcpu_us + stack.offcpu_us, blocked_us=seen.blocked_us + stack.blocked_us,
-            runqueue_us=seen.runqueue_us + stack.runqueue_us, count=seen.count + stack.count)
+            runqueue_us=seen.runqueue_us + stack.runqueue_us, count=seen.count + stack.count,
+            variance=seen.variance + stack.variance)
     return sorted(rows.values(), key=lambda stack: (-stack.offcpu_us, stack.folded, stack.state))
 
 

@@ -190,10 +190,19 @@ def unreadable_note(model: Model) -> str | None:
             "what offcpu cannot read; report it to offcpu with the capture")
 
 
+def sampling_note(model: Model) -> str | None:
+    """How many waits carry a stack, when their stacks were sampled (None when all do)."""
+    if not model.sampled:
+        return None
+    return (f"stacks of {model.stacked_waits:,} of {model.waits:,} waits (sampled under the cost budget); times per "
+            "stack are estimates, ± one standard error; threads' times are exact")
+
+
 def caveats(model: Model) -> list[str]:
     """What makes the numbers less than whole, in sentences, for the reports to lead with
     (after the warning that they cannot be trusted, when they cannot: see untrusted)."""
-    said = [*model.lacks, *(note for note in (model.capture.lost_note, model.capture.spin_note) if note)]
+    said = [*model.lacks, *(note for note in (sampling_note(model), model.capture.lost_note,
+                                              model.capture.spin_note) if note)]
     cost = observer(model)
     if cost.share_of_oncpu >= OBSERVER_NOTE_FROM:
         said.append(f"perf's handling of the switches took {cost.share_of_oncpu:.1%} of the threads' time on CPU, "

@@ -21,8 +21,10 @@ def title(model: Model, view: StackView, inverted: bool = False) -> str:
     whole = totals(model)
     share = f" of {whole.offcpu_us / 1e6:.2f} s" if shown != whole.offcpu_us else ""
     mode = ", ".join(part for part in (view.filters, view.drawing, "icicle" if inverted else "") if part)
+    sampled = (f"; stacks of {model.stacked_waits:,} of {model.waits:,} waits, times estimated"
+               if model.sampled else "")
     return (f"Off-CPU time of {capture.target.describe()}: {shown / 1e6:.2f} s{share} off CPU "
-            f"in {model.wall_us / 1e6:.1f} s, {capture.call_graph} stacks" + (f"; {mode}" if mode else ""))
+            f"in {model.wall_us / 1e6:.1f} s, {capture.call_graph} stacks" + (f"; {mode}" if mode else "") + sampled)
 
 
 class FlameGraphSvg:

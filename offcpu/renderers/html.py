@@ -15,7 +15,7 @@ from offcpu.flamegraph import Renderer
 from offcpu.model import Model
 from offcpu.renderers.flame import FlameGraphSvg, title
 from offcpu.renderers.graph_svg import graph_svg
-from offcpu.renderers.text import STATE_NAMES, cause_lines, ms, share, waker_name
+from offcpu.renderers.text import STATE_NAMES, cause_lines, ms, ms_estimate, share, waker_name
 from offcpu.stacks import shorten_apart
 from offcpu.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
 from offcpu.summaries import (
@@ -101,7 +101,8 @@ class HtmlReport:
         blocks = []
         for finding in found:
             stacks = shorten_apart([(item.frames, item.kernel_frames) for item in finding.evidence], STACK_CHARS)
-            evidence = "".join(f"<li>{ms(item.offcpu_us)} ms in {counted(item.count, 'wait')} ({escape(item.state)}): "
+            evidence = "".join(f"<li>{ms_estimate(item.offcpu_us, item.variance)} ms in {counted(item.count, 'wait')} "
+                               f"({escape(item.state)}): "
                                f"<span title=\"{escape(_lines(item.frames, ';'))}\">{escape(stack)}</span></li>"
                                for item, stack in zip(finding.evidence, stacks, strict=True))
             confidence = (f"<p><b>Confidence: {escape(finding.confidence)}</b>, {escape(finding.confidence_reason)}</p>"
@@ -211,7 +212,8 @@ class HtmlReport:
         headers = ["off-CPU ms", "share", "state", "count", *(["thread"] if whose else []),
                    *(["woken by"] if self.view.waker else []), "stack"]
         rows: list[list[Cell]] = [
-            [ms(stack.offcpu_us), share(stack.offcpu_us, offcpu_us), stack.state, f"{stack.count:,}",
+            [ms_estimate(stack.offcpu_us, stack.variance), share(stack.offcpu_us, offcpu_us), stack.state,
+             f"{stack.count:,}",
              *([stack.root] if whose else []), *([stack.woken_by] if self.view.waker else []),
              (text, _lines((stack.root, *stack.frames, *((SEPARATOR, *stack.waker) if stack.waker else ()))))]
             for stack, text in zip(top, short, strict=True)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 
@@ -46,11 +47,29 @@ class JsonReport:
             "states": [asdict(state) for state in by_state(shown)],
             "runqueue_delay_us": {f"p{p}" if p < 100 else "max": delay for p, delay in percentiles.items()},
             "threads": sorted((asdict(thread) for thread in shown.threads.values()), key=lambda t: -t["offcpu_us"]),
-            "stacks": [asdict(stack) for stack in chosen(model, self.view)[: self.top]],
+            "stacks": [_estimate(asdict(stack), model.sampled) for stack in chosen(model, self.view)[: self.top]],
             "wakers": [asdict(pair) for pair in waker_pairs(shown)[: self.top]],
             "lifecycle": asdict(lifecycle(shown)),
-            "findings": [asdict(finding) for finding in self.view.findings(model)],
+            "findings": [_finding(asdict(finding), model.sampled) for finding in self.view.findings(model)],
             "counts": {"clipped_intervals": model.clipped_intervals, "unseen_wakeups": model.unseen_wakeups,
                        "unreadable_events": model.unreadable_events, "unreadable_share": model.unreadable_share},
         }
+        if model.sampled:
+            report["sampling"] = {"waits": model.waits, "stacked_waits": model.stacked_waits}
         return json.dumps(report, indent=2) + "\n"
+
+
+def _estimate(times: dict, sampled: bool) -> dict:
+    """A stack's times, with one standard error of its off-CPU time (offcpu_us_stderr) when its
+    capture's stacks were sampled; as before sampling otherwise."""
+    variance = times.pop("variance")
+    return {**times, "offcpu_us_stderr": round(math.sqrt(variance), 1)} if sampled else times
+
+
+def _finding(finding: dict, sampled: bool) -> dict:
+    """A finding, its evidence's times with their standard errors when sampled (a release site's
+    blocked time has no variance kept: an estimate too, said without one)."""
+    release_sites = [{key: value for key, value in site.items() if key != "variance"}
+                     for site in finding["release_sites"]]
+    return {**finding, "evidence": [_estimate(item, sampled) for item in finding["evidence"]],
+            "release_sites": release_sites}

@@ -18,6 +18,7 @@ from offcpu.findings import lock_table
 from offcpu.model import PREEMPTED, Model, Thread, TimedWait
 from offcpu.stacks import drawn_alone, shorten
 from offcpu.stackview import StackView, selected, woken_by
+from offcpu.summaries import sampling_note
 
 SITE_CHARS = 80  # a blocked slice's name: the lock it waits for, or its stack shortened to this
 RUNNING, BLOCKED, RUNQUEUE, WAKEUP = "running", "blocked", "waiting for a CPU", "wakeup"
@@ -49,12 +50,12 @@ class PerfettoTrace:
         all_waits = sum(row.count for index, row in enumerate(model.rows) if index in kept)
         self.left_out = _left_out(all_waits, len(waits), len(threads), len(chosen), len(candidates),
                                  len(model.timeline))
-        document = {
-            "traceEvents": events.tracks() + events.slices,
-            "displayTimeUnit": "ms",
-            "otherData": {"title": f"Off-CPU waits of {model.capture.target.describe()}", "left_out": self.left_out,
-                          "time_zero": "the start of the recording"},
-        }
+        other = {"title": f"Off-CPU waits of {model.capture.target.describe()}", "left_out": self.left_out,
+                 "time_zero": "the start of the recording"}
+        note = sampling_note(model)
+        if note:
+            other["sampling"] = f"{note}; only waits that carry a stack are on the timeline"
+        document = {"traceEvents": events.tracks() + events.slices, "displayTimeUnit": "ms", "otherData": other}
         return json.dumps(document, separators=(",", ":")) + "\n"
 
 

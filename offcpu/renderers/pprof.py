@@ -17,6 +17,7 @@ from datetime import datetime
 
 from offcpu.model import Model, Row
 from offcpu.stackview import SEPARATOR, StackView, row_frames, selected, woken_by
+from offcpu.summaries import sampling_note
 
 SAMPLE_TYPES = ("off_cpu", "blocked", "runqueue")
 UNIT = "nanoseconds"
@@ -93,9 +94,10 @@ class PprofProfile:
         for (frame, _), function_id in locations.items():
             profile += nested(5, number(1, function_id) + number(2, strings(frame)) + number(3, strings(frame)))
         duration_ns = model.window_end_ns - model.window_start_ns
-        comment = strings(f"Off-CPU time of {target.describe()}")
+        note = sampling_note(model)
+        comments = [strings(f"Off-CPU time of {target.describe()}"), *([strings(note)] if note else [])]
         profile += strings.encoded()
-        profile += number(9, _started_ns(model)) + number(10, duration_ns) + packed(13, [comment])
+        profile += number(9, _started_ns(model)) + number(10, duration_ns) + packed(13, comments)
         profile += number(14, strings.numbers[SAMPLE_TYPES[0]])
         return gzip.compress(profile, mtime=0)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from offcpu import __version__
 from offcpu.model import Model, Thread
 from offcpu.stackview import StackView, row_frames, selected
+from offcpu.summaries import sampling_note
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 
@@ -74,9 +75,10 @@ class SpeedscopeProfile:
         min_us = self.view.min_us
         most_first = sorted(groups.values(), key=lambda profile: (-sum(us for _, us in profile.kept(min_us)),
                                                                    profile.name))
+        note = sampling_note(model)
         document = {
             "$schema": SCHEMA,
-            "name": f"Off-CPU time of {model.capture.target.describe()}",
+            "name": f"Off-CPU time of {model.capture.target.describe()}" + (f" ({note})" if note else ""),
             "exporter": f"offcpu {__version__}",
             "activeProfileIndex": 0,
             "shared": {"frames": [{"name": name} for name in frames.numbers]},

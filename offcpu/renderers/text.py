@@ -3,6 +3,7 @@ COLUMNS) and no wider; plain and stable when not a terminal."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from rich.console import Group
@@ -44,6 +45,11 @@ def waker_name(pair: WakerPair) -> str:
 
 def ms(microseconds: int) -> str:
     return f"{microseconds / 1000:,.1f}"
+
+
+def ms_estimate(microseconds: int, variance: int) -> str:
+    """ms(), with ± one standard error when the time is an estimate (its stacks were sampled)."""
+    return f"{ms(microseconds)} ± {ms(round(math.sqrt(variance)))}" if variance else ms(microseconds)
 
 
 def share(part: int, whole: int) -> str:
@@ -108,7 +114,7 @@ class TextReport:
     def _finding(self, finding: Finding) -> Group:
         style = {"critical": "bold red", "warning": "yellow"}.get(finding.severity, "") if self.color else ""
         lines = [finding.summary,
-                 *self._stacks_said(finding.evidence, lambda e: f"{ms(e.offcpu_us)} ms in "
+                 *self._stacks_said(finding.evidence, lambda e: f"{ms_estimate(e.offcpu_us, e.variance)} ms in "
                                                                 f"{counted(e.count, 'wait')} ({e.state}): "),
                  *self._stacks_said(finding.release_sites[:1], lambda e: "Let go at: "),
                  *cause_lines(finding),
@@ -131,7 +137,7 @@ class TextReport:
         top = stacks[: self.top]
         title = f"Top {len(top):,} of {len(stacks):,} off-CPU stacks" if len(stacks) > len(top) \
             else f"The {len(top):,} off-CPU stack{'s' if len(top) != 1 else ''}"
-        columns = [Column("off-CPU ms", [ms(stack.offcpu_us) for stack in top]),
+        columns = [Column("off-CPU ms", [ms_estimate(stack.offcpu_us, stack.variance) for stack in top]),
                    Column("share %", [share(stack.offcpu_us, offcpu_us) for stack in top], drop=3),
                    Column("state", [stack.state for stack in top], drop=1),
                    Column("count", [f"{stack.count:,}" for stack in top], drop=2)]

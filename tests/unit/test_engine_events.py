@@ -7,6 +7,7 @@ nanoseconds). Thread 11 and 12 are threads of process 10; tid 0 is the idle task
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from offcpu.capture import CaptureInfo, Target
@@ -44,12 +45,16 @@ class Feed:
     def __init__(self, switch_cost_us: int, counted: tuple[int, int] | None = None) -> None:
         self.builder = SliceBuilder(0, WINDOW_US * US, counted, switch_cost_ns=switch_cost_us * US)
 
-    def _one(self, *event: object) -> None:
-        self.builder.take(Events.of([event]))  # type: ignore[list-item]
+    def _one(self, *event: object, weight: int | None = None) -> None:
+        """`weight`: the event's, as a sampling backend gives it (None: none, as perf's readers)."""
+        events = Events.of([event])  # type: ignore[list-item]
+        if weight is not None:
+            events.weights = [weight]
+        self.builder.take(events)
 
     def sched_switch(self, time_ns: int, cpu: int, pid: int, tid: int, prev_comm: str, prev_state: str,
-                     next_tid: int, chain: Chain) -> None:
-        self._one(SCHED_SWITCH, time_ns, cpu, pid, tid, next_tid, prev_comm, prev_state, chain)
+                     next_tid: int, chain: Chain, weight: int | None = None) -> None:
+        self._one(SCHED_SWITCH, time_ns, cpu, pid, tid, next_tid, prev_comm, prev_state, chain, weight=weight)
 
     def sched_waking(self, time_ns: int, pid: int, tid: int, comm: str, woken_tid: int, chain: Chain) -> None:
         self._one(SCHED_WAKING, time_ns, UNKNOWN_CPU, pid, tid, woken_tid, comm, "", chain)
@@ -73,9 +78,10 @@ def builder(switch_cost_us: int = 0) -> Feed:
 
 
 def switch(events: Feed, at_us: int, prev: int, state: str, next_tid: int, chain: str,
-           in_after_us: int = 0, cpu: int = CPU) -> None:
-    """sched_switch from `prev` to `next_tid`, then perf's record of `next_tid` being in."""
-    events.sched_switch(at_us * US, cpu, 10 if prev else 0, prev, f"t{prev}", state, next_tid, chain)
+           in_after_us: int = 0, cpu: int = CPU, weight: int | None = None) -> None:
+    """sched_switch from `prev` to `next_tid` (the wait it begins of `weight`, when sampled),
+    then perf's record of `next_tid` being in."""
+    events.sched_switch(at_us * US, cpu, 10 if prev else 0, prev, f"t{prev}", state, next_tid, chain, weight)
     if next_tid:
         events.switch_in((at_us + in_after_us) * US, cpu, 10, next_tid, f"t{next_tid}")
 
@@ -196,3 +202,146 @@ def test_a_waits_time_is_split_over_the_sub_windows_it_spans() -> None:
     assert row_of(result, 11, "preempt").windows == [0, 0, 0, 300, 1000, 1000, 1000, 1000, 1000, 1000]
     # 12, off CPU since before the recording until 1,500
     assert row_of(result, 12, "[off CPU since before the recording]").windows == [1000, 500] + [0] * 8
+
+
+# Sampled stacks (a backend that takes the stacks of a sample of waits, Events.weights): a wait
+# of weight w counts w times in its row, one of weight 0 in its thread's totals only.
+
+def three_sampled_waits(events: Feed) -> None:
+    """11 waits 10, 20 and 30 µs in futex_wait, of weights 0, 2 and 4, each ended by 12 5 µs
+    before it runs again; 12 waits in poll meanwhile (its waits weigh 1: perf's)."""
+    for start_us, length_us, weight in ((1000, 10, 0), (1100, 20, 2), (1200, 30, 4)):
+        switch(events, start_us, 11, "S", 12, "futex_wait", weight=weight)
+        events.sched_waking((start_us + length_us - 5) * US, 10, 12, "t12", 11, "futex_wake")
+        switch(events, start_us + length_us, 12, "S", 11, "poll")
+
+
+def test_a_sampled_wait_counts_its_weight_in_its_row_and_once_in_its_threads_totals() -> None:
+    events = builder()
+    three_sampled_waits(events)
+    result = model(events)
+    row = row_of(result, 11, "futex_wait")
+    # the row: 2 * 20 + 4 * 30 = 160 µs, blocked 2 * 15 + 4 * 25 = 130, run queue 2 * 5 + 4 * 5 = 30,
+    # 2 + 4 = 6 waits; the 10 µs wait of weight 0 is not in it
+    assert (row.offcpu_us, row.blocked_us, row.runqueue_us, row.count) == (160, 130, 30, 6)
+    # its variance: w(w-1)d² per wait, 2*1*20² + 4*3*30² = 800 + 10,800 µs²
+    assert row.variance == 11_600
+    assert row.stderr_us == 11_600 ** 0.5
+    # the thread's totals are exact: 10 + 20 + 30 = 60 µs, blocked 5 + 15 + 25 = 45, run queue 3 * 5
+    thread = result.threads[11]
+    assert (thread.offcpu_us, thread.blocked_us, thread.runqueue_us) == (60, 45, 15)
+    assert result.runqueue_delays_us == {5: 3}
+    # 12's waits weigh 1: off CPU since before the recording to 1000, 1010 -> 1100, 1120 -> 1200, 1230 -> the end
+    assert sum(row.count for row in result.rows if row.tid == 12) == 4
+    assert all(row.variance == 0 for row in result.rows if row.tid == 12)
+    # 7 waits in all, 6 with a stack (11's of weight 0 has none); the weight-0 wait has no timed wait
+    assert (result.waits, result.stacked_waits, result.sampled) == (7, 6, True)
+    assert [wait.since_ns for wait in result.timeline if wait.tid == 11] == [1100 * US, 1200 * US]
+
+
+def test_waits_of_weight_1_are_perfs_and_not_sampled() -> None:
+    events = builder()
+    switch(events, 1000, 11, "S", 12, "futex_wait", weight=1)
+    switch(events, 1500, 12, "S", 11, "poll")
+    result = model(events)
+    assert (row_of(result, 11, "futex_wait").offcpu_us, row_of(result, 11, "futex_wait").variance) == (500, 0)
+    # 11's wait; 12's since before the recording and from 1500 to the end
+    assert (result.waits, result.stacked_waits, result.sampled) == (3, 3, False)
+
+
+def test_a_sampled_waits_sub_windows_are_counted_its_weight_times() -> None:
+    events = Feed(0, counted=(0, WINDOW_US * US))
+    switch(events, 1500, 11, "S", 12, "futex_wait", weight=3)  # 1,500 -> 3,200: 500, 1,000 and 200 µs
+    switch(events, 3200, 12, "S", 11, "poll")
+    row = row_of(model(events, counted=True), 11, "futex_wait")
+    assert row.windows == [0, 1500, 3000, 600, 0, 0, 0, 0, 0, 0]
+    assert row.offcpu_us == sum(row.windows) == 3 * 1700
+
+
+def io_wait_of_the_lock_holder(holder_weight: int) -> Model:
+    """11 waits for a lock (weight 3) from 1000 to 5200, ended at 5000 by 12, which waited for
+    the disk (weight `holder_weight`) from 2000 to 4000 meanwhile."""
+    events = builder()
+    switch(events, 1000, 11, "S", 12, "futex_wait", weight=3)
+    switch(events, 2000, 12, "D", 0, "io_schedule", weight=holder_weight)
+    events.sched_waking(3900 * US, 0, 0, "swapper/0", 12, "asm_common_interrupt")
+    switch(events, 4000, 0, "R", 12, "")
+    events.sched_waking(5000 * US, 10, 12, "holder", 11, "futex_wake")
+    switch(events, 5200, 12, "S", 11, "futex_wait")
+    return model(events)
+
+
+def test_a_sampled_waits_link_to_its_wakers_wait_counts_its_weight() -> None:
+    result = io_wait_of_the_lock_holder(holder_weight=1)
+    waiter, holder = row_of(result, 11, "futex_wait"), row_of(result, 12, "io_schedule")
+    # 11 blocked 1000 -> 5000 while 12 was off CPU 2000 -> 4000: 2000 µs, counted 3 times
+    [link] = result.links
+    assert (result.rows[link.waiter_row], result.rows[link.waker_row], link.overlap_us, link.count) == \
+        (waiter, holder, 6000, 3)
+
+
+def test_a_wakers_wait_without_a_stack_has_no_row_to_link_to() -> None:
+    result = io_wait_of_the_lock_holder(holder_weight=0)
+    assert not result.links
+    assert not [row for row in result.rows if result.stacks[row.stack].frames == ("io_schedule",)]
+    # yet 12's 2000 µs in it are in its totals: 0 -> 1000 before the recording, 2000 -> 4000, 5200 -> the end
+    assert result.threads[12].offcpu_us == 1000 + 2000 + 4800
+
+
+class Slices(Feed):
+    """Two slices' engines, 0 to 5000 µs and on, each handed every event (each keeps its own),
+    merged as build_model merges them."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.slices = [SliceBuilder(0, 5000 * US - 1), SliceBuilder(5000 * US, WINDOW_US * US)]
+
+    def _one(self, *event: object, weight: int | None = None) -> None:
+        for piece in self.slices:
+            self.builder = piece
+            super()._one(*event, weight=weight)
+
+    def model(self) -> Model:
+        totals, skipped = merge([piece.finish(0) for piece in self.slices], 0, WINDOW_US * US, {})
+        return to_model(totals, NamedChains(), info(), 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
+
+
+def waits_across_the_slices(events: Feed) -> None:
+    """11 waits (weight 4) from 1000 to 6500, woken at 6000; 13 (weight 0) from 2000 to 7000, on another CPU."""
+    switch(events, 1000, 11, "S", 12, "futex_wait", weight=4)
+    switch(events, 2000, 13, "S", 0, "nanosleep", cpu=1, weight=0)
+    events.sched_waking(6000 * US, 10, 12, "t12", 11, "futex_wake")
+    events.sched_waking(6100 * US, 10, 12, "t12", 13, "hrtimer_wakeup")
+    switch(events, 6500, 12, "S", 11, "poll")
+    switch(events, 7000, 0, "R", 13, "", cpu=1)
+
+
+def test_sampled_waits_across_slices_count_as_in_one_slice() -> None:
+    whole, sliced = builder(), Slices()
+    waits_across_the_slices(whole)
+    waits_across_the_slices(sliced)
+    one, two = model(whole), sliced.model()
+    for result in (one, two):
+        row = row_of(result, 11, "futex_wait")
+        # 5500 µs, 4 times: 22,000, blocked 4 * 5000, run queue 4 * 500; variance 4*3*5500²
+        assert (row.offcpu_us, row.blocked_us, row.runqueue_us, row.count) == (22_000, 20_000, 2_000, 4)
+        assert row.variance == 12 * 5500 ** 2
+        assert result.threads[11].offcpu_us == 5500
+        # 13's wait has no stack: its 5000 µs (blocked to 6100, then 900 in the run queue) are in its
+        # totals, in no row
+        thread = result.threads[13]
+        assert (thread.offcpu_us, thread.blocked_us, thread.runqueue_us) == (5000, 4100, 900)
+        assert not [row for row in result.rows if result.stacks[row.stack].frames == ("nanosleep",)]
+        assert result.sampled
+    assert (two.waits, two.stacked_waits) == (one.waits, one.stacked_waits)
+    assert [(row.offcpu_us, row.variance) for row in two.rows] == [(row.offcpu_us, row.variance) for row in one.rows]
+
+
+def test_a_sampled_models_json_keeps_its_variances_and_counts() -> None:
+    events = builder()
+    three_sampled_waits(events)
+    result = model(events)
+    again = Model.from_json(json.loads(json.dumps(result.to_json())))
+    assert row_of(again, 11, "futex_wait").variance == 11_600
+    assert (again.waits, again.stacked_waits, again.sampled) == (7, 6, True)
+    assert again.rows == result.rows

@@ -10,6 +10,7 @@ from offcpu.commands.report.common import capture_argument, load_with_progress, 
 from offcpu.renderers.flame import stack_lines
 from offcpu.stackview import StackView
 from offcpu.stdout import write_stdout
+from offcpu.summaries import sampling_note
 
 
 @click.command()
@@ -24,7 +25,13 @@ def folded(capture: Path, view: StackView) -> None:
     \b
       offcpu report folded CAPTURE | flamegraph.pl --colors io --countname us > offcpu.svg
 
-    The lines sum to the off-CPU time of the threads they cover.
+    The lines sum to the off-CPU time of the threads they cover; when the
+    capture's stacks were sampled, to an estimate of it, and a note on stderr
+    says how many waits carry a stack.
     """
-    lines = stack_lines(load_with_progress(capture, view.time, view.reader), view)
+    model = load_with_progress(capture, view.time, view.reader)
+    lines = stack_lines(model, view)
+    note = sampling_note(model)
+    if note:
+        click.echo(f"offcpu: note: {note}", err=True)  # the lines' format has no room for it
     write_stdout("".join(f"{line}\n" for line in lines))
