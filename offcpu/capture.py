@@ -184,6 +184,10 @@ class CaptureInfo:
 
     def lost_sentence(self, allowed: str) -> str:
         """lost_note, with what is `allowed` said beside the share ("; a check allows 5%")."""
+        if self.backend == "bpf":
+            return (f"the BPF recording lost {self.lost_events:,} waits ({self.lost_share:.1%}{allowed}): its ring "
+                    "buffer or its table of waits in progress was full, so some waits are missing; record a smaller "
+                    "target or a shorter --duration" + more_in("events-lost"))
         pages = self.mmap_pages()
         bigger = f"--mmap-pages {pages * 4}" if pages else "--mmap-pages 1024"
         return (f"perf lost {self.lost_events:,} events ({self.lost_share:.1%}{allowed}), so some waits are missing "
