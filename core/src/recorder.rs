@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, RingBufferBuilder};
+use libbpf_rs::{
+    Iter, Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, RingBufferBuilder,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -28,7 +30,8 @@ static PROGRAMS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offcpu.bpf.o"
 pub const RECORD_SIZE: usize = 112;
 /// A stack id that says the stack was not taken (the wait was not sampled).
 pub const NOT_TAKEN: i32 = -10000;
-const RECORD_WAIT: u32 = 1;
+/// The task iterator that writes the waits still open at the end.
+const OPEN_WAITS: &str = "dump_open_waits";
 const STACK_DEPTH: usize = 127;
 const POLL: Duration = Duration::from_millis(100);
 
@@ -130,7 +133,11 @@ impl BpfRecording {
             written,
             drain: Some(drain),
         };
-        for program in recording.object.progs_mut() {
+        for program in recording
+            .object
+            .progs_mut()
+            .filter(|program| program.name() != OPEN_WAITS)
+        {
             let link = program.attach().map_err(|e| {
                 bpf_error(
                     &format!("attaching {}", program.name().to_string_lossy()),
@@ -307,76 +314,27 @@ fn u32_at(bytes: &[u8], offset: usize) -> u32 {
         .map_or(0, u32::from_ne_bytes)
 }
 
-fn u64_at(bytes: &[u8], offset: usize) -> u64 {
-    bytes
-        .get(offset..offset + 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_ne_bytes)
-}
-
 /// The waits the recording ended in the middle of, appended to the records as waits
-/// with no switch-in (back_ns 0). Returns how many.
+/// with no switch-in (back_ns 0), by the task iterator `dump_open_waits`. Returns how many.
 fn write_open_waits(object: &Object, records: &Path) -> PyResult<usize> {
-    let waits = map(object, "waits")?;
-    let file = OpenOptions::new()
+    let failed = |e: &dyn std::fmt::Display| bpf_error("reading the waits still open", e);
+    let program = object
+        .progs_mut()
+        .find(|program| program.name() == OPEN_WAITS)
+        .ok_or_else(|| bpf_error("the BPF programs have no program", OPEN_WAITS))?;
+    let link = program.attach().map_err(|e| failed(&e))?;
+    let mut open = Vec::new();
+    Iter::new(&link)
+        .map_err(|e| failed(&e))?
+        .read_to_end(&mut open)
+        .map_err(|e| failed(&e))?;
+    let mut file = OpenOptions::new()
         .append(true)
         .open(records)
         .map_err(|e| bpf_error(&records.display().to_string(), e))?;
-    let mut writer = BufWriter::new(file);
-    let mut count = 0;
-    for key in waits.keys() {
-        let Ok(Some(wait)) = waits.lookup(&key, MapFlags::ANY) else {
-            continue; // ended between the listing and the lookup
-        };
-        let since_ns = u64_at(&wait, 0);
-        if since_ns == 0 {
-            continue; // a wakeup of a thread that never went to sleep
-        }
-        let tid = u32_at(&key, 0);
-        writer
-            .write_all(&open_wait_record(tid, &wait))
-            .map_err(|e| bpf_error("writing records", e))?;
-        count += 1;
-    }
-    writer
-        .flush()
+    file.write_all(&open)
         .map_err(|e| bpf_error("writing records", e))?;
-    Ok(count)
-}
-
-/// `struct record` of a wait from `struct wait` (offcpu.bpf.c), with no switch-in;
-/// the thread's process and name as /proc says them now (0 and none once it is gone).
-fn open_wait_record(tid: u32, wait: &[u8]) -> [u8; RECORD_SIZE] {
-    let mut record = [0u8; RECORD_SIZE];
-    let (pid, comm) = process_and_name(tid);
-    record[0..4].copy_from_slice(&RECORD_WAIT.to_ne_bytes());
-    record[8..12].copy_from_slice(&pid.to_ne_bytes());
-    record[12..16].copy_from_slice(&tid.to_ne_bytes());
-    // since, woken: wait 0..16 -> record 16..32; back_ns stays 0
-    record[16..32].copy_from_slice(wait.get(0..16).unwrap_or(&[0; 16]));
-    // four stack ids, waker pid and tid, state, exit_state: wait 16..48 -> record 40..72
-    record[40..72].copy_from_slice(wait.get(16..48).unwrap_or(&[0; 32]));
-    // weight_shift, preempted: wait 48..52 -> record 72..76
-    record[72..76].copy_from_slice(wait.get(48..52).unwrap_or(&[0; 4]));
-    let name = comm.as_bytes();
-    let length = name.len().min(15);
-    record[80..80 + length].copy_from_slice(&name[..length]);
-    // waker_comm: wait 56..72 -> record 96..112
-    record[96..112].copy_from_slice(wait.get(56..72).unwrap_or(&[0; 16]));
-    record
-}
-
-/// A thread's process id and name from /proc/TID/status.
-fn process_and_name(tid: u32) -> (u32, String) {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(name))
-            .map(str::trim)
-    };
-    let pid = field("Tgid:").and_then(|pid| pid.parse().ok()).unwrap_or(0);
-    (pid, field("Name:").unwrap_or("").to_string())
+    Ok(open.len() / RECORD_SIZE)
 }
 
 /// The stack table: for each stack, its id, its depth and its addresses, innermost first.

@@ -366,9 +366,9 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
         more = f" and {len(strays) - 5:,} more" if len(strays) > 5 else ""
         notes.append(f"{len(strays):,} process{'es' * (len(strays) > 1)} of the name or executable given started "
                      "while recording, not by a recorded "
-                     f"process, so perf could not record {'them' if len(strays) > 1 else 'it'}: {listed}{more}; "
-                     "perf follows the processes it records and what they start, not names: record the cgroup that "
-                     "holds them all (--cgroup) instead")
+                     f"process, so {'they were' if len(strays) > 1 else 'it was'} not recorded: {listed}{more}; "
+                     "a recording follows the processes it records and what they start, not names: record the "
+                     "cgroup that holds them all (--cgroup) instead")
     asleep = load_snapshot(request.output)
     if asleep.threads:
         notes.append(f"{counted(len(asleep.threads), 'thread')} did not run during the recording: the stacks "

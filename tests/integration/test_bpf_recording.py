@@ -29,7 +29,7 @@ RECORD = np.dtype([
 ])
 WAIT = 1
 NOT_TAKEN = -10000
-OUR_PROGRAMS = ("on_switch", "on_waking", "on_fork", "on_exit", "on_exec", "on_rename")
+OUR_PROGRAMS = ("on_switch", "on_waking", "on_fork", "on_exit", "on_exec", "on_rename", "dump_open_waits")
 START_TIMEOUT_S = 20
 
 
@@ -43,7 +43,7 @@ def bpftool(recording_perf: str) -> str:
 
 
 def attached_programs(bpftool: str) -> list[str]:
-    """The names of offcpu's programs that the kernel holds now."""
+    """The names of offcpu's programs that the kernel holds now (loaded, attached or not)."""
     listed = json.loads(subprocess.run([bpftool, "--json", "prog", "list"], capture_output=True, text=True,
                                        check=True).stdout)
     return [program.get("name", "") for program in listed if program.get("name", "") in OUR_PROGRAMS]

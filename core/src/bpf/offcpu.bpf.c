@@ -2,10 +2,12 @@
 // the scheduler's tracepoints, with who ended it, and stacks under a cost budget.
 //
 // A wait runs from a thread's switch-out to its next switch-in. It is kept in
-// `waits` (by thread id) while it lasts: its start, state and stacks from
-// sched_switch (in the leaving thread's context), the wakeup from sched_waking
-// (in the waker's). At the switch-in the whole wait goes to user space as one
-// record through the ring buffer. The layout of a record is `struct record`,
+// the thread's own storage (`waits`, task-local: no table to fill or search)
+// while it lasts: its start, state and stacks from sched_switch (in the leaving
+// thread's context), the wakeup from sched_waking (in the waker's). At the
+// switch-in the whole wait goes to user space as one record through the ring
+// buffer; the waits still open at the end are read by a task iterator
+// (dump_open_waits). The layout of a record is `struct record`,
 // the format of the capture file `bpf-records.bin` (docs/capture.md).
 //
 // Stacks cost what their walks cost, so they are taken under a budget per CPU:
@@ -45,7 +47,10 @@
 
 #define PF_KTHREAD 0x00200000
 #define TASK_DEAD 0x80
-#define NO_STACK (-10000)  /* a stack id: not taken (not sampled); -errno of a failed walk above it */
+#define NO_STACK (-10000)
+// The reader is woken only once this much waits in the ring buffer (it drains it every
+// POLL anyway): a wakeup per record would cost more than the record.
+#define WAKE_READER_BYTES (4 << 20)  /* a stack id: not taken (not sampled); -errno of a failed walk above it */
 
 struct kernfs_node {
 	__u64 id;
@@ -59,6 +64,8 @@ struct css_set {
 	struct cgroup *dfl_cgrp;
 } __attribute__((preserve_access_index));
 
+struct seq_file;
+
 struct task_struct {
 	unsigned int flags;
 	int pid;
@@ -66,6 +73,15 @@ struct task_struct {
 	int exit_state;
 	char comm[TASK_COMM_LEN];
 	struct css_set *cgroups;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter_meta {
+	struct seq_file *seq;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter__task {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
 } __attribute__((preserve_access_index));
 
 // One record of the capture: a wait (RECORD_WAIT) or a thread's fork, exit or new
@@ -99,7 +115,7 @@ struct counters {
 	__u64 sampled;        // of them, with the thread's stacks taken
 	__u64 waker_stacks;   // waker stacks taken
 	__u64 lost_records;   // records the full ring buffer refused
-	__u64 lost_waits;     // waits the full `waits` table could not hold
+	__u64 lost_waits;     // waits the kernel found no memory to keep
 	__u64 stack_errors;   // stack walks that failed (a full stack table among them)
 };
 
@@ -119,6 +135,8 @@ struct config {
 
 const volatile struct config cfg = {};
 
+// A thread's wait in progress: since_ns 0 when there is none (a wakeup may have come
+// first, racing the thread on its way to sleep: woken_ns is then set).
 struct wait {
 	__u64 since_ns;
 	__u64 woken_ns;
@@ -149,10 +167,10 @@ struct {
 } stacks SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct wait);
-	__uint(max_entries, 65536);
 } waits SEC(".maps");
 
 struct {
@@ -247,6 +265,12 @@ static __always_inline __s32 stack_id(void *ctx, __u64 flags, struct counters *c
 	return (__s32)id;
 }
 
+static __always_inline __u64 submit_flags(void)
+{
+	return bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= WAKE_READER_BYTES ? BPF_RB_FORCE_WAKEUP
+										     : BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline void send_wait(struct task_struct *task, __u32 tid, struct wait *wait, __u64 now)
 {
 	struct counters *counts = my_counters();
@@ -276,7 +300,7 @@ static __always_inline void send_wait(struct task_struct *task, __u32 tid, struc
 	record->pad = 0;
 	__builtin_memcpy(record->comm, task->comm, TASK_COMM_LEN);
 	__builtin_memcpy(record->waker_comm, wait->waker_comm, TASK_COMM_LEN);
-	bpf_ringbuf_submit(record, 0);
+	bpf_ringbuf_submit(record, submit_flags());
 	if (counts) {
 		counts->waits++;
 		counts->sampled += wait->sampled;
@@ -303,7 +327,66 @@ static __always_inline void send_task_event(__u32 kind, struct task_struct *task
 	record->waker_tid = parent_tid;
 	record->state = state;
 	__builtin_memcpy(record->comm, task->comm, TASK_COMM_LEN);
-	bpf_ringbuf_submit(record, 0);
+	bpf_ringbuf_submit(record, submit_flags());
+}
+
+static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned int prev_state, bool preempt,
+				  __u64 now)
+{
+	struct wait *wait = bpf_task_storage_get(&waits, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!wait) {
+		struct counters *counts = my_counters();
+		if (counts)
+			counts->lost_waits++;
+		return;
+	}
+	// A wakeup that came while the thread was on its way to sleep: it is runnable
+	// from then on (all of its wait is run-queue delay). Any other is stale.
+	if (wait->since_ns || now - wait->woken_ns >= RACING_WAKEUP_NS)
+		wait->woken_ns = 0;
+	wait->since_ns = now;
+	wait->state = prev_state;
+	wait->exit_state = prev->exit_state;
+	wait->preempted = preempt;
+	wait->kernel_stack = NO_STACK;
+	wait->user_stack = NO_STACK;
+	wait->waker_kernel_stack = NO_STACK;
+	wait->waker_user_stack = NO_STACK;
+	wait->sampled = 0;
+	__u32 shift = budget_shift(now);
+	wait->weight_shift = shift;
+	if (draw(shift)) {
+		struct counters *counts = my_counters();
+		wait->sampled = 1;
+		wait->kernel_stack = stack_id(ctx, 0, counts);
+		if (!(prev->flags & PF_KTHREAD))
+			wait->user_stack = stack_id(ctx, BPF_F_USER_STACK, counts);
+	}
+}
+
+static __always_inline void come_back(struct task_struct *next, __u64 now)
+{
+	struct wait *wait = bpf_task_storage_get(&waits, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!wait)
+		return;
+	if (!wait->since_ns) {
+		// Off CPU since before the recording (or a new thread's first run): what is
+		// known of it is its end, and the wakeup if one was seen.
+		wait->kernel_stack = NO_STACK;
+		wait->user_stack = NO_STACK;
+		wait->weight_shift = 0;
+		wait->sampled = 0;
+		wait->state = 0;
+		wait->preempted = 0;
+		if (!wait->woken_ns) {
+			wait->waker_kernel_stack = NO_STACK;
+			wait->waker_user_stack = NO_STACK;
+		}
+	}
+	send_wait(next, next->pid, wait, now);
+	wait->since_ns = 0;
+	wait->woken_ns = 0;
+	wait->preempted = 0;
 }
 
 SEC("tp_btf/sched_switch")
@@ -312,69 +395,15 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 {
 	__u64 now = bpf_ktime_get_ns();
 
-	if (wanted(prev) && (prev->exit_state || (prev_state & TASK_DEAD))) {
-		// Its last switch: the thread is gone, not waiting (its exit record says so).
-		__u32 tid = prev->pid;
-		bpf_map_delete_elem(&waits, &tid);
-	} else if (wanted(prev)) {
-		__u32 tid = prev->pid;
-		struct wait fresh = {};
-		struct wait *racing = bpf_map_lookup_elem(&waits, &tid);
-		// A wakeup that came while the thread was on its way to sleep: it is
-		// runnable from then on (all of its wait is run-queue delay).
-		if (racing && racing->since_ns == 0 && now - racing->woken_ns < RACING_WAKEUP_NS) {
-			fresh.woken_ns = racing->woken_ns;
-			fresh.waker_pid = racing->waker_pid;
-			fresh.waker_tid = racing->waker_tid;
-			__builtin_memcpy(fresh.waker_comm, racing->waker_comm, TASK_COMM_LEN);
-		}
-		fresh.since_ns = now;
-		fresh.state = prev_state;
-		fresh.exit_state = prev->exit_state;
-		fresh.preempted = preempt;
-		fresh.kernel_stack = NO_STACK;
-		fresh.user_stack = NO_STACK;
-		fresh.waker_kernel_stack = NO_STACK;
-		fresh.waker_user_stack = NO_STACK;
-		__u32 shift = budget_shift(now);
-		fresh.weight_shift = shift;
-		if (draw(shift)) {
-			struct counters *counts = my_counters();
-			fresh.sampled = 1;
-			fresh.kernel_stack = stack_id(ctx, 0, counts);
-			if (!(prev->flags & PF_KTHREAD))
-				fresh.user_stack = stack_id(ctx, BPF_F_USER_STACK, counts);
-		}
-		if (bpf_map_update_elem(&waits, &tid, &fresh, BPF_ANY)) {
-			struct counters *counts = my_counters();
-			if (counts)
-				counts->lost_waits++;
-		}
+	if (wanted(prev)) {
+		if (prev->exit_state || (prev_state & TASK_DEAD))
+			// Its last switch: the thread is gone, not waiting (its exit record says so).
+			bpf_task_storage_delete(&waits, prev);
+		else
+			leave(ctx, prev, prev_state, preempt, now);
 	}
-
-	if (wanted(next)) {
-		__u32 tid = next->pid;
-		struct wait *wait = bpf_map_lookup_elem(&waits, &tid);
-		if (wait && wait->since_ns) {
-			send_wait(next, tid, wait, now);
-			bpf_map_delete_elem(&waits, &tid);
-		} else {
-			// Off CPU since before the recording (or a new thread's first run).
-			struct wait before = {};
-			if (wait) {
-				before = *wait;
-				bpf_map_delete_elem(&waits, &tid);
-			}
-			before.since_ns = 0;
-			before.kernel_stack = NO_STACK;
-			before.user_stack = NO_STACK;
-			if (!wait) {
-				before.waker_kernel_stack = NO_STACK;
-				before.waker_user_stack = NO_STACK;
-			}
-			send_wait(next, tid, &before, now);
-		}
-	}
+	if (wanted(next))
+		come_back(next, now);
 	return 0;
 }
 
@@ -384,31 +413,17 @@ int BPF_PROG(on_waking, struct task_struct *task)
 	if (!wanted(task))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	__u32 tid = task->pid;
-	struct wait *wait = bpf_map_lookup_elem(&waits, &tid);
-	if (!wait) {
-		// On CPU, on its way to sleep: kept until its switch-out (see on_switch).
-		struct wait racing = {};
-		racing.woken_ns = now;
-		racing.kernel_stack = NO_STACK;
-		racing.user_stack = NO_STACK;
-		racing.waker_kernel_stack = NO_STACK;
-		racing.waker_user_stack = NO_STACK;
-		__u64 pid_tgid = bpf_get_current_pid_tgid();
-		racing.waker_pid = pid_tgid >> 32;
-		racing.waker_tid = (__u32)pid_tgid;
-		bpf_get_current_comm(racing.waker_comm, TASK_COMM_LEN);
-		bpf_map_update_elem(&waits, &tid, &racing, BPF_NOEXIST);
-		return 0;
-	}
-	if (wait->woken_ns || wait->preempted)
+	struct wait *wait = bpf_task_storage_get(&waits, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!wait || wait->woken_ns || wait->preempted)
 		return 0;  // woken already, or runnable all along
+	// With no wait in progress the thread is on CPU, on its way to sleep: the wakeup is
+	// kept for its switch-out (see leave).
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	wait->woken_ns = now;
 	wait->waker_pid = pid_tgid >> 32;
 	wait->waker_tid = (__u32)pid_tgid;
 	bpf_get_current_comm(wait->waker_comm, TASK_COMM_LEN);
-	if (!wait->sampled)
+	if (!wait->since_ns || !wait->sampled)
 		return 0;
 	if (now - wait->since_ns >= cfg.long_wait_ns || draw(budget_shift(now))) {
 		struct counters *counts = my_counters();
@@ -443,9 +458,8 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
 {
 	if (!wanted(task))
 		return 0;
-	__u32 tid = task->pid;
 	send_task_event(RECORD_EXIT, task, 0, 0, 0);
-	bpf_map_delete_elem(&waits, &tid);
+	bpf_task_storage_delete(&waits, task);
 	return 0;
 }
 
@@ -477,7 +491,41 @@ int BPF_PROG(on_rename, struct task_struct *task, const char *comm)
 	record->tid = task->pid;
 	record->since_ns = bpf_ktime_get_ns();
 	bpf_probe_read_kernel_str(record->comm, TASK_COMM_LEN, comm);
-	bpf_ringbuf_submit(record, 0);
+	bpf_ringbuf_submit(record, submit_flags());
+	return 0;
+}
+
+// The waits still open when the recording ends, as records with no switch-in (back_ns
+// 0), for every thread that has one: run by user space once the other programs are detached.
+SEC("iter/task")
+int dump_open_waits(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	if (!task)
+		return 0;
+	struct wait *wait = bpf_task_storage_get(&waits, task, 0, 0);
+	if (!wait || !wait->since_ns)
+		return 0;
+	struct record record = {};
+	record.kind = RECORD_WAIT;
+	record.cpu = bpf_get_smp_processor_id();
+	record.pid = task->tgid;
+	record.tid = task->pid;
+	record.since_ns = wait->since_ns;
+	record.woken_ns = wait->woken_ns;
+	record.kernel_stack = wait->kernel_stack;
+	record.user_stack = wait->user_stack;
+	record.waker_kernel_stack = wait->waker_kernel_stack;
+	record.waker_user_stack = wait->waker_user_stack;
+	record.waker_pid = wait->waker_pid;
+	record.waker_tid = wait->waker_tid;
+	record.state = wait->state;
+	record.exit_state = wait->exit_state;
+	record.weight_shift = wait->weight_shift;
+	record.preempted = wait->preempted;
+	__builtin_memcpy(record.comm, task->comm, TASK_COMM_LEN);
+	__builtin_memcpy(record.waker_comm, wait->waker_comm, TASK_COMM_LEN);
+	bpf_seq_write(ctx->meta->seq, &record, sizeof(record));
 	return 0;
 }
 
