@@ -25,7 +25,12 @@ MODEL_FILE = "model.json"  # the report's cache of the model (offcpu.model_cache
 KERNEL_SYMBOLS = "kallsyms"  # the kernel's symbols when it was recorded (offcpu.symbols)
 VDSO_IMAGE = "vdso"  # the kernel's vdso when it was recorded (offcpu.symbols)
 SNAPSHOT = "snapshot.json"  # the stacks of threads asleep through the recording (offcpu.asleep)
-OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS, VDSO_IMAGE, SNAPSHOT)
+# A recording made with BPF instead of perf (docs/capture.md; offcpu.bpf_reader):
+BPF_RECORDS = "bpf-records.bin"  # its waits, forks, exits and names
+BPF_STACKS = "bpf-stacks.bin"  # its stack table
+BPF_MAPS = "bpf-maps.json"  # the memory maps of its processes (offcpu.recording.process_maps)
+OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS, VDSO_IMAGE, SNAPSHOT, BPF_RECORDS,
+             BPF_STACKS, BPF_MAPS)
 # In the directory while offcpu records into it; left there, it marks an unfinished recording.
 RECORDING = f"recording{PARTIAL}"
 # perf wakes to read at least a watermark of its buffer (kilobytes), a few hundred times a
@@ -156,6 +161,7 @@ class CaptureInfo:
     # start to the window's end (user and system); None: not known (older captures)
     perf_wakeups: int | None = None
     perf_cpu_s: float | None = None
+    backend: str = "perf"  # what recorded it: "perf" (perf.data) or "bpf" (BPF_RECORDS); older captures: perf
     schema: str = field(default=SCHEMA)
 
     def to_json(self) -> dict:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import cxxfilt
 from elftools.common.exceptions import ELFError
@@ -335,9 +335,10 @@ class Mapping:
 
 @dataclass
 class TaskHistory:
-    """Each process's executable mappings per exec generation, as perf knows them at the
-    end: a forked process starts with its parent's, and an exec keeps the mappings the
-    new program's do not cover (perf replaces only what a new mapping overlaps)."""
+    """Each process's executable mappings per exec generation: as perf knows them at the
+    end (replay: a forked process starts with its parent's, and an exec keeps the mappings
+    the new program's do not cover, as perf replaces only what a new mapping overlaps), or
+    as offcpu read them from /proc for a BPF recording (recording.process_maps.history)."""
 
     mappings: dict[tuple[int, int], list[Mapping]] = field(default_factory=dict)
     # the kernel's build id from its MMAP2 record (perf record --buildid-mmap writes it there,
@@ -575,19 +576,11 @@ def _without_return_type(name: str) -> str:
     return name
 
 
-class ProcessMaps(Protocol):
-    """Where each process had its files mapped, by exec generation: perf.data's records
-    (TaskHistory), or those offcpu read from /proc for a BPF recording (recording.process_maps)."""
-
-    def find(self, pid: int, generation: int, address: int) -> Mapping | None:
-        """The executable mapping that holds `address` in that process, or None."""
-
-
 class Symbolizer:
     """Names the frames of call chains (raw ones of perf.data, see native_reader; a BPF
     capture's, see bpf_reader), once per address."""
 
-    def __init__(self, maps: ProcessMaps, kernel: SymbolTable | None, recorded_here: bool,
+    def __init__(self, maps: TaskHistory, kernel: SymbolTable | None, recorded_here: bool,
                  vdso: Path | None = None, build_ids: dict[str, bytes] | None = None) -> None:
         """`recorded_here`: this machine runs the recorded kernel; `build_ids`: of the mapped
         files by path, where the maps do not carry them (perf.data's BUILD_ID section)."""
