@@ -136,9 +136,12 @@ def story(directory: Path) -> list[bytes]:
       last switch-out (dead) at 3001.
     Then a record of a kind this offcpu does not know."""
     kallsyms = save_kernel_symbols(directory)
-    schedule, futex_wait, wake_up = (kernel_address(kallsyms, name)
-                                     for name in ("schedule", "futex_wait", "try_to_wake_up"))
-    stacks = {1: [schedule + 4, futex_wait + 4], 2: [qsort_address() + 4], 3: [wake_up + 4], 4: [qsort_address() + 4]}
+    trace_run, traceiter, schedule, futex_wait, wake_up = (kernel_address(kallsyms, name) for name in (
+        "bpf_trace_run4", "__traceiter_sched_switch", "schedule", "futex_wait", "try_to_wake_up"))
+    # WAITER's kernel stack begins in the tracing machinery that called the BPF program, as bpf_get_stackid
+    # walks it (an address of the program itself, not in kallsyms, first)
+    stacks = {1: [0xffffffffc0001234, trace_run + 4, traceiter + 4, schedule + 4, futex_wait + 4],
+              2: [qsort_address() + 4], 3: [wake_up + 4], 4: [qsort_address() + 4]}
     records = [
         record(WAIT, WAKER, None, back_us=500),
         record(FORK, CHILD, 2000, waker=WAITER, comm=f"t{WAITER}"),
@@ -203,8 +206,8 @@ def test_the_model_of_a_bpf_capture(tmp_path: Path) -> None:
     story(tmp_path)
     model = build(tmp_path)
     assert (model.reader, model.reader_note) == ("bpf", "recorded with BPF")
-    # WAITER's first wait, named from the saved kallsyms and this process's maps: 1000 -> 4500, blocked
-    # until 4000, then 500 waiting for a CPU
+    # WAITER's first wait, named from the saved kallsyms and this process's maps, from the tracepoint's caller
+    # on as perf shows it: 1000 -> 4500, blocked until 4000, then 500 waiting for a CPU
     first = row(model, WAITER, ("schedule", "futex_wait", "qsort"))
     assert (first.offcpu_us, first.blocked_us, first.runqueue_us, first.count, first.state) == (3500, 3000, 500, 1, "S")
     waker = model.wakers[first.waker]
