@@ -25,7 +25,9 @@ from offcpu.errors import OffcpuError
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, Model
 from offcpu.model_cache import build, load_model
 from offcpu.recording.process_maps import MapsRecorder
+from offcpu.renderers.text import TextReport
 from offcpu.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_COMM, THREAD_EXIT, THREAD_FORK, Events
+from offcpu.stackview import StackView
 from offcpu.symbols import save_kernel_symbols
 
 # struct record: u32 kind, cpu, pid, tid; u64 since_ns, woken_ns, back_ns; s32 kernel_stack,
@@ -109,7 +111,7 @@ def write_capture(directory: Path, records: list[bytes], stacks: dict[int, list[
     info = CaptureInfo(target=Target("pid", "test", pid=PID, pids=(PID,)), perf_command=[], kernel_release="",
                        perf_version="", cpus=2, call_graph="fp", events=[], events_skipped=[],
                        duration_requested_s=0.01, schedstats="absent", limits=None, window_start_ns=at(0),
-                       window_end_ns=at(WINDOW_US), backend="bpf")
+                       window_end_ns=at(WINDOW_US), samples=len(records), backend="bpf")
     capture.save(directory, info)
     (directory / "bpf-records.bin").write_bytes(b"".join(records))
     (directory / "bpf-stacks.bin").write_bytes(stack_table(stacks or {}))
@@ -300,3 +302,16 @@ def test_maps_are_read_again_only_when_they_changed(tmp_path: Path) -> None:
     assert [snapshot["pid"] for snapshot in snapshots] == [PID]
     libc = [item for item in snapshots[0]["maps"] if "libc.so" in item["path"]]
     assert libc and all(len(item["build_id"]) == 40 for item in libc)  # a 20-byte GNU build id, in hex
+
+
+def test_the_text_report_says_it_was_recorded_with_bpf(tmp_path: Path) -> None:
+    story(tmp_path)
+    text = TextReport(StackView(), top=5, width=400, color=False).render(build(tmp_path))
+    header = text.splitlines()[:5]
+    # the record of an unknown kind is 1 of the 11 records: more than a thousandth, numbers not to be trusted
+    assert header[0] == ("WARNING: 1 of the 11 records BPF recorded (9.1%) could not be read and are left out, so "
+                         "these numbers cannot be trusted: these BPF records hold what offcpu cannot read; report it "
+                         "to offcpu with the capture")
+    assert header[2].endswith("0.01 s recorded (fp stacks; recorded with BPF)")
+    assert header[3] == "3 threads were off CPU for 7.1 ms: blocked 5.5 ms, waiting for a CPU 1.6 ms"
+    assert header[4].startswith("Note: 2 of the 6 stacks taken could not be read")  # no perf's cost of the switches
