@@ -54,7 +54,7 @@ RECORD = np.dtype([
     ("comm", "S16"), ("waker_comm", "S16"),
 ])
 WAIT, FORK, EXIT, COMM = 1, 2, 3, 4  # record kinds
-TASK_EVENTS = {FORK: THREAD_FORK, EXIT: THREAD_EXIT, COMM: THREAD_COMM}
+TASK_EVENTS = np.array([-1, -1, THREAD_FORK, THREAD_EXIT, THREAD_COMM])  # by record kind
 STACK_ENTRY = struct.Struct("<II")  # bpf-stacks.bin: id, depth, then depth u64 addresses
 NO_STACK = -10000  # a stack id: not taken (not sampled); other negative ids are -errno of a failed walk
 EFAULT = 14  # a user stack's walk that found no user frames: a kernel thread has none
@@ -65,9 +65,8 @@ KERNEL_STACK_UNREADABLE = "[kernel stack could not be read]"
 USER_STACK_UNREADABLE = "[user stack could not be read]"
 # At one time, the order in which one thread goes through them: made, back on CPU, off
 # again, woken (a wakeup that came before the switch-out is placed at it), renamed, gone.
-ORDER = np.zeros(7, np.int8)
-for _rank, _kind in enumerate((THREAD_FORK, SWITCH_IN, SCHED_SWITCH, SCHED_WAKING, THREAD_COMM, THREAD_EXIT)):
-    ORDER[_kind] = _rank
+ORDER = np.zeros(7, np.int8)  # by kind: its rank at one time
+ORDER[[THREAD_FORK, SWITCH_IN, SCHED_SWITCH, SCHED_WAKING, THREAD_COMM, THREAD_EXIT]] = np.arange(6)
 BATCH = 1 << 16  # events handed to the sink at a time
 # The tracing machinery a BPF program's kernel stack begins in (the program, the tracepoint's
 # call into it), where perf's stack of the same tracepoint begins at its caller (__schedule,
@@ -235,7 +234,7 @@ class BpfReader:
         """Forks (`other`: the creating thread), exits and names (`other`: 1 when by exec)."""
         kind, since = records["kind"], records["since_ns"]
         rows = records[(kind >= FORK) & (kind <= COMM) & (since >= first) & (since <= last)]
-        kinds = np.choose(rows["kind"] - FORK, [THREAD_FORK, THREAD_EXIT, THREAD_COMM])
+        kinds = TASK_EVENTS[rows["kind"]]
         others = np.where(rows["kind"] == FORK, rows["waker_tid"], np.where(rows["kind"] == COMM, rows["state"], 0))
         return _part(kinds, rows["since_ns"], rows["cpu"], rows["pid"], rows["tid"], others, _names(rows["comm"]),
                      _blank(len(rows)), np.full(len(rows), None, object), 1)
@@ -335,18 +334,38 @@ def _chains(kernel: np.ndarray, user: np.ndarray, pids: np.ndarray, times: np.nd
     """Each stack's chain (an object array): (kernel id, user id, pid, generation), the pid and
     generation 0 without user frames (kernel addresses mean the same in every process);
     `not_taken` where no stack was taken."""
+    chains = np.full(len(kernel), not_taken, object)
+    taken = (kernel != NO_STACK) | (user != NO_STACK)
+    if not taken.any():
+        return chains
+    kernel, user, pids, times = kernel[taken], user[taken], pids[taken], times[taken]
     has_user = user >= 0
     pids = np.where(has_user, pids, 0).astype(np.int64)
     generation = np.where(has_user, generations.of(pids, times), 0)
-    keys = np.stack([kernel.astype(np.int64), user.astype(np.int64), pids, generation], axis=1)
-    chains = np.full(len(kernel), not_taken, object)
-    taken = (kernel != NO_STACK) | (user != NO_STACK)
-    if taken.any():
-        distinct, inverse = np.unique(keys[taken], axis=0, return_inverse=True)
-        table = np.empty(len(distinct), object)
-        table[:] = [tuple(row) for row in distinct.tolist()]
-        chains[taken] = table[inverse.reshape(-1)]
+    first, inverse = _distinct_rows(_pair(kernel, user), _pair(pids, generation))
+    table = np.empty(len(first), object)
+    table[:] = list(zip(kernel[first].tolist(), user[first].tolist(), pids[first].tolist(),
+                        generation[first].tolist(), strict=True))
+    chains[taken] = table[inverse]
     return chains
+
+
+def _pair(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """Two 32-bit columns as one 64-bit one (signed values by their bits)."""
+    return (high.astype(np.int64).astype(np.uint64) << np.uint64(32)) | (low.astype(np.int64).astype(np.uint64)
+                                                                         & np.uint64(0xFFFFFFFF))
+
+
+def _distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct row of these integer columns, and each row's number among
+    them: a 1-D unique per column, numbered anew after each (a unique of rows sorts them as bytes,
+    several times slower)."""
+    codes = np.zeros(len(columns[0]), np.int64)
+    for column in columns:
+        distinct, inverse = np.unique(column, return_inverse=True)
+        codes = np.unique(codes * len(distinct) + inverse.reshape(-1), return_inverse=True)[1].reshape(-1)
+    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
 def _names(comms: np.ndarray) -> np.ndarray:
@@ -357,15 +376,16 @@ def _names(comms: np.ndarray) -> np.ndarray:
 
 
 def _states(rows: np.ndarray) -> np.ndarray:
-    """Each switch-out's state letter, each distinct (state, exit state, preempted) named once."""
-    keys = np.stack([rows["state"].astype(np.int64), rows["exit_state"].astype(np.int64),
-                     rows["preempted"].astype(np.int64)], axis=1)
-    if not len(keys):
+    """Each switch-out's state letter, each distinct (state, exit state, preempted) named once
+    (of the exit state, only the bits a state letter reads)."""
+    if not len(rows):
         return np.zeros(0, object)
-    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
-    table = np.array([state_letter(state, exit_state, bool(preempted))
-                      for state, exit_state, preempted in distinct.tolist()], object)
-    return table[inverse.reshape(-1)]
+    first, inverse = _distinct_rows(_pair(rows["state"], (rows["exit_state"] & TASK_REPORT) << 1
+                                          | (rows["preempted"] != 0)))
+    table = np.array([state_letter(state, exit_state, bool(preempted)) for state, exit_state, preempted in zip(
+        rows["state"][first].tolist(), rows["exit_state"][first].tolist(), rows["preempted"][first].tolist(),
+        strict=True)], object)
+    return table[inverse]
 
 
 def _blank(count: int) -> np.ndarray:
