@@ -16,10 +16,18 @@ import os
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from offcpu import capture
-from offcpu.bpf_reader import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, BpfReader, state_letter
+from offcpu.bpf_reader import (
+    RECORD as RECORD_READ,
+    STACK_NOT_TAKEN,
+    WAKER_STACK_NOT_TAKEN,
+    BpfReader,
+    Generations,
+    state_letter,
+)
 from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, Model
@@ -62,10 +70,9 @@ def test_the_record_layout_is_the_c_layout() -> None:
     # 4 u32 (16) + 3 u64 (24) + 4 s32 (16) + 4 u32 (16) + 2 u16 (4) + u32 pad (4) + 2 x 16 chars: 112 bytes,
     # each field at its natural alignment, so that no padding is added
     assert RECORD.size == 112
-    from offcpu.bpf_reader import RECORD as READ
-    assert READ.itemsize == 112
-    assert READ.fields is not None and READ.names is not None
-    offsets = {name: READ.fields[name][1] for name in READ.names}
+    assert RECORD_READ.itemsize == 112
+    assert RECORD_READ.fields is not None and RECORD_READ.names is not None
+    offsets = {name: RECORD_READ.fields[name][1] for name in RECORD_READ.names}
     assert offsets == {"kind": 0, "cpu": 4, "pid": 8, "tid": 12, "since_ns": 16, "woken_ns": 24, "back_ns": 32,
                        "kernel_stack": 40, "user_stack": 44, "waker_kernel_stack": 48, "waker_user_stack": 52,
                        "waker_pid": 56, "waker_tid": 60, "state": 64, "exit_state": 68, "weight_shift": 72,
@@ -315,3 +322,18 @@ def test_the_text_report_says_it_was_recorded_with_bpf(tmp_path: Path) -> None:
     assert header[2].endswith("0.01 s recorded (fp stacks; recorded with BPF)")
     assert header[3] == "3 threads were off CPU for 7.1 ms: blocked 5.5 ms, waiting for a CPU 1.6 ms"
     assert header[4].startswith("Note: 2 of the 6 stacks taken could not be read")  # no perf's cost of the switches
+
+
+def test_a_process_generation_counts_the_programs_begun_in_it(tmp_path: Path) -> None:
+    # Given process PID made by a fork at 100 (its first thread: tid == pid), exec'ing at 300 and
+    # again at 700, and a thread of it made at 500 (not a new process)
+    records = np.frombuffer(b"".join([
+        record(FORK, PID, 100), record(COMM, PID, 300, state=1), record(FORK, WAITER, 500),
+        record(COMM, WAITER, 600), record(COMM, PID, 700, state=1)]), RECORD_READ)
+    generations = Generations(records)
+    # Then before the fork it is 0, 1 until the first exec, 2 until the second, 3 after; a rename is no exec
+    times = [50, 100, 200, 300, 301, 650, 701]
+    assert [generations.at(PID, at(us)) for us in times] == [0, 0, 1, 1, 2, 2, 3]
+    assert generations.of(np.array([PID] * len(times) + [PID + 1]), np.array([at(us) for us in times] + [at(701)],
+                                                                           np.uint64)).tolist() == \
+        [0, 0, 1, 1, 2, 2, 3, 0]  # another process: none begun
