@@ -14,6 +14,8 @@ import ctypes
 import json
 import os
 import struct
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +34,7 @@ from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, Model
 from offcpu.model_cache import build, load_model
+from offcpu.recording import process_maps
 from offcpu.recording.process_maps import MapsRecorder
 from offcpu.renderers.text import TextReport
 from offcpu.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_COMM, THREAD_EXIT, THREAD_FORK, Events
@@ -337,3 +340,36 @@ def test_a_process_generation_counts_the_programs_begun_in_it(tmp_path: Path) ->
     assert generations.of(np.array([PID] * len(times) + [PID + 1]), np.array([at(us) for us in times] + [at(701)],
                                                                            np.uint64)).tolist() == \
         [0, 0, 1, 1, 2, 2, 3, 0]  # another process: none begun
+
+
+def read_until(recorder: MapsRecorder, pid: int, programs: tuple[str, ...]) -> None:
+    """Read the process's maps until one of `programs` is mapped (5 s at most)."""
+    for _ in range(500):
+        recorder.update([pid])
+        if any(Path(mapping.path).name in programs for mapping in recorder.latest.get(pid, ())):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} never mapped {programs}")
+
+
+def test_an_exec_adds_a_snapshot_of_the_new_program_and_a_gone_process_none(tmp_path: Path) -> None:
+    # Given a real shell that execs sleep once told to (a line on its standard input)
+    shell = subprocess.Popen(["sh", "-c", "read line; exec sleep 30"], stdin=subprocess.PIPE)
+    try:
+        recorder = MapsRecorder(tmp_path)
+        read_until(recorder, shell.pid, ("dash", "sh"))  # the shell's program (at first, it may be python's fork)
+        assert shell.stdin is not None
+        shell.stdin.write(b"go\n")
+        shell.stdin.flush()
+        read_until(recorder, shell.pid, ("sleep",))
+    finally:
+        shell.kill()
+        shell.wait()
+    recorder.update([shell.pid])  # gone: nothing read, nothing added
+    snapshots = process_maps.load(tmp_path)
+    assert snapshots is not None
+    # Then the last two snapshots are the shell's program and sleep's, read in that order
+    programs = [{Path(mapping.path).name for mapping in snapshot.mappings} for snapshot in snapshots]
+    assert {"dash", "sh"} & programs[-2] and "sleep" not in programs[-2]
+    assert "sleep" in programs[-1] and not {"dash", "sh"} & programs[-1]
+    assert snapshots[-2].read_ns < snapshots[-1].read_ns
