@@ -113,7 +113,10 @@ class MapsRecorder:
             # Timed after the read: maps of a new program were read after its exec, so the
             # reader files them under the generation after the exec.
             read_ns = time.monotonic_ns()
-            if mappings is None or mappings == self.latest.get(pid):
+            # None: gone. No file mapped: a kernel thread, or a process in the middle of an exec
+            # (its maps are being replaced): nothing to name frames with.
+            if mappings is None or mappings == self.latest.get(pid) or \
+                    not any(mapping.path.startswith("/") for mapping in mappings):
                 continue
             self.latest[pid] = mappings
             self.snapshots.append(Snapshot(pid, read_ns, mappings))
