@@ -25,10 +25,12 @@ MODEL_FILE = "model.json"  # the report's cache of the model (offcpu.model_cache
 KERNEL_SYMBOLS = "kallsyms"  # the kernel's symbols when it was recorded (offcpu.symbols)
 VDSO_IMAGE = "vdso"  # the kernel's vdso when it was recorded (offcpu.symbols)
 SNAPSHOT = "snapshot.json"  # the stacks of threads asleep through the recording (offcpu.asleep)
-BPF_RECORDS = "bpf-records.bin"  # a BPF recording's waits and thread events (offcpu.bpf_reader)
+# A recording made with BPF instead of perf (docs/capture.md; offcpu.bpf_reader):
+BPF_RECORDS = "bpf-records.bin"  # its waits, forks, exits and names
 BPF_STACKS = "bpf-stacks.bin"  # its stack table
+BPF_MAPS = "bpf-maps.json"  # the memory maps of its processes (offcpu.recording.process_maps)
 OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS, VDSO_IMAGE, SNAPSHOT, BPF_RECORDS,
-             BPF_STACKS)
+             BPF_STACKS, BPF_MAPS)
 # In the directory while offcpu records into it; left there, it marks an unfinished recording.
 RECORDING = f"recording{PARTIAL}"
 # perf wakes to read at least a watermark of its buffer (kilobytes), a few hundred times a

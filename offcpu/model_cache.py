@@ -1,5 +1,6 @@
-"""The model of a capture: read from model.json beside perf.data, or built
-(once) from perf.data. A changed perf.data makes the saved model stale."""
+"""The model of a capture: read from model.json beside perf.data (or a BPF
+recording's records), or built (once) from them. A changed perf.data (or records
+file) makes the saved model stale."""
 
 from __future__ import annotations
 
@@ -9,11 +10,22 @@ import re
 import struct
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from offcpu import system
 from offcpu.asleep import load as load_snapshot, with_asleep_stacks
-from offcpu.capture import KERNEL_SYMBOLS, METADATA, MODEL_FILE, PERF_DATA, VDSO_IMAGE, CaptureInfo, load
+from offcpu.capture import (
+    BPF_RECORDS,
+    BPF_STACKS,
+    KERNEL_SYMBOLS,
+    METADATA,
+    MODEL_FILE,
+    PERF_DATA,
+    VDSO_IMAGE,
+    CaptureInfo,
+    load,
+)
 from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH_TRACEPOINT
@@ -25,7 +37,9 @@ from offcpu.perf_script import PerfScriptReader
 from offcpu.plain_perf_data import is_perf_data, lacks, name_target, plain_info, recorded_command
 from offcpu.sched_events import CaptureReader
 
-READERS = (NativeReader.name, PerfScriptReader.name)
+READERS = (NativeReader.name, PerfScriptReader.name)  # of perf.data; a BPF capture has one reader
+BPF_BACKEND = "bpf"  # capture.json's backend for a recording made with BPF (offcpu.bpf_reader)
+BPF_READER_NOTE = "recorded with BPF"
 RECORD_AGAIN = "record it again with 'offcpu record'"
 # Less cannot be cut into one perf script --time slice per CPU, and would show nothing anyway.
 MIN_WINDOW_NS = 1_000_000
@@ -55,7 +69,7 @@ def cached_model(directory: Path, window_s: tuple[float, float] | None = None,
     if is_perf_data(directory):
         return None
     info = load(directory)
-    identity = _identity(directory / PERF_DATA)
+    identity = _bpf_identity(directory) if info.backend == BPF_BACKEND else _identity(directory / PERF_DATA)
     cache = directory / MODEL_FILE
     if window_s is not None:
         _window_ns(info, window_s)  # a wrong --time is said before any work
@@ -75,12 +89,13 @@ def build(directory: Path, window_s: tuple[float, float] | None = None, reader: 
     may be a perf.data that perf recorded alone (offcpu.plain_perf_data)."""
     plain = is_perf_data(directory)
     info = plain_info(directory) if plain else load(directory)
+    if info.backend == BPF_BACKEND:
+        return _build_bpf(directory, info, window_s, reader, on_progress)
     perf_data = directory if plain else directory / PERF_DATA
     identity = _identity(perf_data)
     window = _window_ns(info, window_s)
     if info.samples == 0 and not info.threads_at_start:
-        raise OffcpuError(f"{perf_data} holds no scheduler event, and no thread of the target was seen when it "
-                          "began: nothing ran during the recording; record again while the target is busy")
+        raise _nothing_ran(perf_data)
     if not plain:
         _check_same_recording(perf_data, info)
     chosen, why = choose_reader(directory, info, reader)
@@ -96,6 +111,34 @@ def build(directory: Path, window_s: tuple[float, float] | None = None, reader: 
     elif window_s is None:
         _save(directory / MODEL_FILE, model)
     return model
+
+
+def _build_bpf(directory: Path, info: CaptureInfo, window_s: tuple[float, float] | None, reader: str | None,
+               on_progress: Callable[[int, int], None] | None) -> Model:
+    """build() of a capture recorded with BPF: its records read by offcpu.bpf_reader."""
+    from offcpu.bpf_reader import BpfReader  # numpy: only when a BPF capture is read
+
+    if reader is not None:
+        raise OffcpuError(f"--reader {reader} reads a perf.data, and {directory} was recorded with BPF (it has "
+                          f"{BPF_RECORDS} instead): leave out --reader")
+    identity = _bpf_identity(directory)
+    window = _window_ns(info, window_s)
+    chosen = BpfReader(directory)
+    if chosen.count == 0 and not info.threads_at_start:
+        raise _nothing_ran(directory / BPF_RECORDS)
+    # The kernel timed every switch itself: no switch-in is placed by a measured cost.
+    model = build_model(chosen, replace(info, switch_cost_ns=None), window, on_progress)
+    with_asleep_stacks(model, load_snapshot(directory))
+    model.perf_data = identity
+    model.reader, model.reader_note, model.binary_notes = chosen.name, BPF_READER_NOTE, chosen.binary_notes
+    if window_s is None:
+        _save(directory / MODEL_FILE, model)
+    return model
+
+
+def _nothing_ran(recorded: Path) -> OffcpuError:
+    return OffcpuError(f"{recorded} holds no scheduler event, and no thread of the target was seen when it "
+                       "began: nothing ran during the recording; record again while the target is busy")
 
 
 def _save(cache: Path, model: Model) -> None:
@@ -129,6 +172,26 @@ def _identity(perf_data: Path) -> dict:
     if size == 0:
         raise OffcpuError(f"{perf_data} is empty; {RECORD_AGAIN}")
     return {"size": size, "sha256_of_header": digest.hexdigest()}
+
+
+def _bpf_identity(directory: Path) -> dict:
+    """What ties a saved model to a BPF recording: the size of its records and a hash of their
+    first and last bytes and of its stack table, a few MB at most whatever its size."""
+    records = directory / BPF_RECORDS
+    try:
+        size = records.stat().st_size
+        digest = hashlib.sha256()
+        with records.open("rb") as file:
+            digest.update(file.read(HASHED_MAX))
+            file.seek(max(size - HASHED_MAX, 0))
+            digest.update(file.read(HASHED_MAX))
+        with (directory / BPF_STACKS).open("rb") as file:
+            digest.update(file.read(HASHED_MAX))
+    except FileNotFoundError as error:
+        raise OffcpuError(f"{error.filename} is missing; {RECORD_AGAIN}") from None
+    except OSError as error:
+        raise OffcpuError(f"cannot read {error.filename} ({error.strerror}); {RECORD_AGAIN}") from None
+    return {"size": size, "sha256_of_ends": digest.hexdigest()}
 
 
 def _read_cache(path: Path) -> Model | None:

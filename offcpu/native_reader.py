@@ -143,7 +143,7 @@ class NativeReader:
         from offcpu.symbols import Symbolizer, TaskHistory  # ELF and demangling: only when chains are named
 
         history = TaskHistory.replay(self.data, self.index.task_records)
-        symbolizer = Symbolizer(self.data, history, self.kernel_symbols, self.vdso)
+        symbolizer = Symbolizer.of_perf_data(self.data, history, self.kernel_symbols, self.vdso)
         named = {chain: symbolizer.stack(chain) for chain in chains}
         self.binary_notes = symbolizer.notes
         return named

@@ -76,6 +76,9 @@ class Events:
     names: list[str] = field(default_factory=list)
     states: list[str] = field(default_factory=list)
     chains: list[Chain | None] = field(default_factory=list)
+    # How many waits each event stands for, where the recording sampled stacks (a BPF
+    # recording: a sched_switch of a wait whose stack was taken with probability 2^-s weighs
+    # 2^s, one whose stack was not taken 0); empty: every event weighs 1.
     weights: list[int] = field(default_factory=list)
 
     @classmethod

@@ -182,12 +182,15 @@ def unreadable_note(model: Model) -> str | None:
     """How much of perf.data could not be read, in a sentence; None when all of it was read."""
     if not model.unreadable_events:
         return None
-    said = (f"{model.unreadable_events:,} of the {model.recorded_events:,} events perf recorded "
-            f"({model.unreadable_share:.1%}) could not be read and are left out")
+    bpf = model.capture.backend == "bpf"
+    said = (f"{model.unreadable_events:,} of the {model.recorded_events:,} "
+            f"{'records BPF' if bpf else 'events perf'} recorded ({model.unreadable_share:.1%}) could not be read "
+            "and are left out")
     if not untrusted(model):
         return said
-    return (f"{said}, so these numbers cannot be trusted: this perf.data (perf {model.capture.perf_version}) holds "
-            "what offcpu cannot read; report it to offcpu with the capture")
+    recorded = "these BPF records" if bpf else f"this perf.data (perf {model.capture.perf_version})"
+    return (f"{said}, so these numbers cannot be trusted: {recorded} hold{'' if bpf else 's'} what offcpu cannot "
+            "read; report it to offcpu with the capture")
 
 
 def sampling_note(model: Model) -> str | None:

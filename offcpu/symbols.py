@@ -228,11 +228,23 @@ def recorded_kernel_build_id(data: PerfData, mapped_build_id: bytes | None) -> b
     return next((entry.build_id for entry in data.build_ids() if entry.kernel), mapped_build_id)
 
 
-def kernel_symbols_for(data: PerfData, saved: Path | None, mapped_build_id: bytes | None = None) -> SymbolTable | None:
+def saved_kernel_build_id(saved: Path | None) -> bytes | None:
+    """The build id a capture's saved kallsyms names on its first line (None: no saved copy,
+    no such line, or it names none): the recorded kernel's, for a capture with no perf.data."""
+    if saved is None:
+        return None
+    try:
+        with open(saved, "rb") as file:
+            header = SAVED_BUILD_ID.fullmatch(file.readline().rstrip(b"\n"))
+    except OSError:
+        return None
+    return bytes.fromhex(header[1].decode()) if header and header[1] else None
+
+
+def kernel_symbols_for(saved: Path | None, recorded: bytes | None) -> SymbolTable | None:
     """The kernel's symbols: the copy saved with the capture, else /proc/kallsyms when
-    the running kernel is the recorded one (its build id from perf.data's BUILD_ID section,
-    or from the kernel's MMAP2 record); None when neither can be trusted."""
-    recorded = recorded_kernel_build_id(data, mapped_build_id)
+    the running kernel is the `recorded` one (recorded_kernel_build_id, saved_kernel_build_id);
+    None when neither can be trusted."""
     if saved is not None and saved.is_file():
         first, _, rest = saved.read_bytes().partition(b"\n")
         header = SAVED_BUILD_ID.fullmatch(first)
@@ -323,9 +335,10 @@ class Mapping:
 
 @dataclass
 class TaskHistory:
-    """Each process's executable mappings per exec generation, as perf knows them at the
-    end: a forked process starts with its parent's, and an exec keeps the mappings the
-    new program's do not cover (perf replaces only what a new mapping overlaps)."""
+    """Each process's executable mappings per exec generation: as perf knows them at the
+    end (replay: a forked process starts with its parent's, and an exec keeps the mappings
+    the new program's do not cover, as perf replaces only what a new mapping overlaps), or
+    as offcpu read them from /proc for a BPF recording (recording.process_maps.history)."""
 
     mappings: dict[tuple[int, int], list[Mapping]] = field(default_factory=dict)
     # the kernel's build id from its MMAP2 record (perf record --buildid-mmap writes it there,
@@ -564,20 +577,31 @@ def _without_return_type(name: str) -> str:
 
 
 class Symbolizer:
-    """Names the frames of raw call chains (see native_reader), once per address."""
+    """Names the frames of call chains (raw ones of perf.data, see native_reader; a BPF
+    capture's, see bpf_reader), once per address."""
 
-    def __init__(self, data: PerfData, history: TaskHistory, kernel_symbols: Path | None,
-                 vdso: Path | None = None) -> None:
-        self.history = history
-        self.kernel = kernel_symbols_for(data, kernel_symbols, history.kernel_build_id)
-        self.recorded_here = recorded_kernel_build_id(data, history.kernel_build_id) == running_kernel_build_id()
+    def __init__(self, maps: TaskHistory, kernel: SymbolTable | None, recorded_here: bool,
+                 vdso: Path | None = None, build_ids: dict[str, bytes] | None = None) -> None:
+        """`recorded_here`: this machine runs the recorded kernel; `build_ids`: of the mapped
+        files by path, where the maps do not carry them (perf.data's BUILD_ID section)."""
+        self.history = maps
+        self.kernel = kernel
+        self.recorded_here = recorded_here
         self.vdso = vdso
-        self.build_ids = {entry.filename: entry.build_id for entry in data.build_ids() if not entry.kernel}
+        self.build_ids = build_ids or {}
         self.files: dict[tuple[str, bytes | None], ElfSymbols | None] = {}
         self.names: dict[tuple[int, int, int], str] = {}
         self.kernel_names: dict[int, str] = {}  # chains share most kernel frames: each address is looked up once
         self.missing: list[str] = []  # sentences, one per file whose frames could not be named
         self.unchecked: list[str] = []  # files named from another file at their path (see _unchecked)
+
+    @classmethod
+    def of_perf_data(cls, data: PerfData, history: TaskHistory, kernel_symbols: Path | None,
+                     vdso: Path | None = None) -> Symbolizer:
+        recorded = recorded_kernel_build_id(data, history.kernel_build_id)
+        build_ids = {entry.filename: entry.build_id for entry in data.build_ids() if not entry.kernel}
+        return cls(history, kernel_symbols_for(kernel_symbols, recorded), recorded == running_kernel_build_id(), vdso,
+                   build_ids)
 
     @property
     def notes(self) -> list[str]:
@@ -602,19 +626,19 @@ class Symbolizer:
                 continue
             if not in_user and address >= KERNEL_START:
                 kernel += 1
-                frames.append(self._kernel_name(address))
+                frames.append(self.kernel_name(address))
             else:  # a kernel-like address among the user's frames is junk of the walk: perf names it so
-                frames.append(self._user_name(pid, generation, address) if address < KERNEL_START else UNKNOWN)
+                frames.append(self.user_name(pid, generation, address) if address < KERNEL_START else UNKNOWN)
         return Stack(tuple(frames), kernel)
 
-    def _kernel_name(self, address: int) -> str:
+    def kernel_name(self, address: int) -> str:
         name = self.kernel_names.get(address)
         if name is None:
             symbol = self.kernel.find(address) if self.kernel else None
             name = self.kernel_names[address] = symbol.name if symbol else UNKNOWN
         return name
 
-    def _user_name(self, pid: int, generation: int, address: int) -> str:
+    def user_name(self, pid: int, generation: int, address: int) -> str:
         key = (pid, generation, address)
         name = self.names.get(key)
         if name is None:

@@ -93,8 +93,8 @@ class TextReport:
         header = (f"Off-CPU time of {capture.target.describe()}, {model.wall_us / 1e6:.2f} s recorded "
                   f"({capture.call_graph} stacks{'; ' + model.reader_note if model.reader_note else ''})\n"
                   f"{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
-                  f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms\n"
-                  f"perf's own handling of their switches: {cost.said}"
+                  f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms"
+                  + (f"\nperf's own handling of their switches: {cost.said}" if capture.backend == "perf" else "")
                   + "".join(f"\nNote: {caveat}" for caveat in caveats(model)))
         alarm = [Text(f"WARNING: {unreadable_note(model)}", style="bold red" if self.color else "")] \
             if untrusted(model) else []

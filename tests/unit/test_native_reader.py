@@ -170,11 +170,11 @@ def test_kallsyms_hidden_by_kptr_restrict_names_nothing(tmp_path: Path, monkeypa
     hidden.write_text("0000000000000000 T _text\n0000000000000000 t do_one_initcall\n0000000000000000 T schedule\n")
     monkeypatch.setattr(symbols, "PROC_KALLSYMS", hidden)
     monkeypatch.setattr(symbols, "running_kernel_build_id", lambda: recorded)
-    assert symbols.kernel_symbols_for(data, None) is None
+    assert symbols.kernel_symbols_for(None, recorded) is None
     shown = tmp_path / "shown"
     shown.write_text("ffffffff81000000 T _text\nffffffff81000100 T schedule\n")
     monkeypatch.setattr(symbols, "PROC_KALLSYMS", shown)
-    table = symbols.kernel_symbols_for(data, None)
+    table = symbols.kernel_symbols_for(None, recorded)
     assert table is not None
     found = table.find(0xffffffff81000104)
     assert found is not None and found.name == "schedule"
@@ -190,8 +190,8 @@ def test_a_saved_kallsyms_without_its_build_id_line_is_left_out(tmp_path: Path, 
     saved = tmp_path / "kallsyms"
     saved.write_bytes(first_line + b"\nffffffff81000000 T _text\nffffffff81000100 T schedule\n")
     # Then it is not used (nothing says which kernel it is of), and nothing else can be
-    assert symbols.kernel_symbols_for(data, saved) is None
+    assert symbols.kernel_symbols_for(saved, recorded) is None
     # While with the line offcpu writes, naming the recorded kernel, it is
     saved.write_bytes(b"# build-id " + recorded.hex().encode() + b"\nffffffff81000000 T _text\n")
-    table = symbols.kernel_symbols_for(data, saved)
+    table = symbols.kernel_symbols_for(saved, recorded)
     assert table is not None and table.find(0xffffffff81000004) is not None

@@ -1,0 +1,406 @@
+"""Reading a capture recorded with BPF: its records turned into the events the engine
+reads from perf.data, and its stacks named.
+
+bpf-records.bin holds the records of `struct record` (core/src/bpf/offcpu.bpf.c,
+docs/capture.md) one after another, in the order the ring buffer gave them: a wait is
+written when it ends, so they are not in time order. Each wait becomes a sched_switch
+at its start (the thread's stack and state), a wakeup when it was woken (the waker's
+stack) and a switch-in at its end. The kernel took all three times at the switch and
+the wakeup themselves: no switch-in is estimated, and no observer's cost is counted.
+
+Stacks were taken for a sample of the waits: a wait whose stacks were taken with
+probability 2^-s weighs 2^s (Events.weights), one whose stacks were not weighs 0 and
+is counted under STACK_NOT_TAKEN. A call chain travels as (kernel stack id, user stack
+id, pid, exec generation), named from bpf-stacks.bin, the saved kallsyms and the maps
+in bpf-maps.json (offcpu.recording.process_maps) by symbols.Symbolizer.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
+
+from offcpu.capture import BPF_RECORDS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE
+from offcpu.errors import OffcpuError
+from offcpu.recording import process_maps
+from offcpu.sched_events import (
+    SCHED_SWITCH,
+    SCHED_WAKING,
+    SWITCH_IN,
+    THREAD_COMM,
+    THREAD_EXIT,
+    THREAD_FORK,
+    UNKNOWN_CPU,
+    Chain,
+    Events,
+    EventSink,
+)
+from offcpu.stacks import UNKNOWN, Stack
+
+if TYPE_CHECKING:
+    from offcpu.symbols import Symbolizer
+
+# struct record, little-endian, 112 bytes
+RECORD = np.dtype([
+    ("kind", "<u4"), ("cpu", "<u4"), ("pid", "<u4"), ("tid", "<u4"),
+    ("since_ns", "<u8"), ("woken_ns", "<u8"), ("back_ns", "<u8"),
+    ("kernel_stack", "<i4"), ("user_stack", "<i4"), ("waker_kernel_stack", "<i4"), ("waker_user_stack", "<i4"),
+    ("waker_pid", "<u4"), ("waker_tid", "<u4"), ("state", "<u4"), ("exit_state", "<u4"),
+    ("weight_shift", "<u2"), ("preempted", "<u2"), ("pad", "<u4"),
+    ("comm", "S16"), ("waker_comm", "S16"),
+])
+WAIT, FORK, EXIT, COMM = 1, 2, 3, 4  # record kinds
+TASK_EVENTS = np.array([-1, -1, THREAD_FORK, THREAD_EXIT, THREAD_COMM])  # by record kind
+STACK_ENTRY = struct.Struct("<II")  # bpf-stacks.bin: id, depth, then depth u64 addresses
+NO_STACK = -10000  # a stack id: not taken (not sampled); other negative ids are -errno of a failed walk
+EFAULT = 14  # a user stack's walk that found no user frames: a kernel thread has none
+EXEC = 1  # a comm record's state when the name came with an exec
+STACK_NOT_TAKEN = "[stack not sampled]"
+WAKER_STACK_NOT_TAKEN = "[waker's stack not sampled]"
+KERNEL_STACK_UNREADABLE = "[kernel stack could not be read]"
+USER_STACK_UNREADABLE = "[user stack could not be read]"
+# At one time, the order in which one thread goes through them: made, back on CPU, off
+# again, woken (a wakeup that came before the switch-out is placed at it), renamed, gone.
+ORDER = np.zeros(7, np.int8)  # by kind: its rank at one time
+ORDER[[THREAD_FORK, SWITCH_IN, SCHED_SWITCH, SCHED_WAKING, THREAD_COMM, THREAD_EXIT]] = np.arange(6)
+BATCH = 1 << 16  # events handed to the sink at a time
+# The tracing machinery a BPF program's kernel stack begins in (the program, the tracepoint's
+# call into it), where perf's stack of the same tracepoint begins at its caller (__schedule,
+# try_to_wake_up): left out, so that both backends show the same stacks.
+TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", "bpf_get_stack", "__bpf_get_stack")
+
+# prev_state as perf prints it (the kernel's __trace_sched_switch_state and __task_state_index)
+STATE_LETTERS = "RSDTtXZPI"  # no bit, then one per bit of TASK_REPORT, then TASK_REPORT_IDLE
+TASK_REPORT = 0x7F  # S D T t X Z P
+TASK_IDLE = 0x402  # TASK_UNINTERRUPTIBLE | TASK_NOLOAD: reported as I
+SHOWN_AS_UNINTERRUPTIBLE = 0x1000 | 0x8000  # TASK_RTLOCK_WAIT, TASK_FROZEN
+
+
+def state_letter(state: int, exit_state: int, preempted: bool) -> str:
+    """The state perf prints for a switch-out (without its '+'): R when preempted, else the
+    highest reported bit of the task's state and exit state, idle and lock waits apart."""
+    if preempted:
+        return "R"
+    if state & SHOWN_AS_UNINTERRUPTIBLE:
+        return "D"
+    if state & TASK_IDLE == TASK_IDLE:
+        return "I"
+    return STATE_LETTERS[((state | exit_state) & TASK_REPORT).bit_length()]
+
+
+def read_stack_table(path: Path) -> dict[int, tuple[int, ...]]:
+    """bpf-stacks.bin: each stack id's addresses, innermost first. A stack cut short at the
+    end of the file is left out (its waits' stacks could not be read)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as error:
+        raise OffcpuError(f"cannot read {path} ({error.strerror}); report as the user who recorded it") from None
+    table = {}
+    at = 0
+    while at + STACK_ENTRY.size <= len(raw):
+        stack_id, depth = STACK_ENTRY.unpack_from(raw, at)
+        at += STACK_ENTRY.size
+        if at + 8 * depth > len(raw):
+            break
+        table[stack_id] = struct.unpack_from(f"<{depth}Q", raw, at)
+        at += 8 * depth
+    return table
+
+
+class Generations:
+    """Each process's exec generation at a time: how many times a program began in it (a fork
+    that made it, an exec) before then, as the records say. User addresses mean what the
+    maps of that generation say."""
+
+    def __init__(self, records: np.ndarray) -> None:
+        kind, pid = records["kind"], records["pid"]
+        begins = records[((kind == FORK) & (pid == records["tid"])) | ((kind == COMM) & (records["state"] == EXEC))]
+        self.starts: dict[int, np.ndarray] = {}
+        for process in np.unique(begins["pid"]).tolist():
+            self.starts[process] = np.sort(begins["since_ns"][begins["pid"] == process])
+
+    def at(self, pid: int, time_ns: int) -> int:
+        starts = self.starts.get(pid)
+        return 0 if starts is None else int(np.searchsorted(starts, np.uint64(time_ns)))
+
+    def of(self, pids: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """`at` of each pid and time."""
+        generations = np.zeros(len(pids), np.int64)
+        if not self.starts:
+            return generations
+        order = np.argsort(pids, kind="stable")
+        ordered = pids[order]
+        for pid, starts in self.starts.items():
+            rows = order[np.searchsorted(ordered, pid, "left"):np.searchsorted(ordered, pid, "right")]
+            generations[rows] = np.searchsorted(starts, times[rows])
+        return generations
+
+
+class BpfReader:
+    """A CaptureReader for a capture recorded with BPF (its directory holds BPF_RECORDS).
+    Made in the parent process, it travels to the workers without its records: each maps
+    the file anew."""
+
+    name = "bpf"
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / BPF_RECORDS
+        try:
+            size = self.path.stat().st_size
+        except OSError as error:
+            raise OffcpuError(f"cannot read {self.path} ({error.strerror}); record it again with "
+                              "'offcpu record --backend bpf'") from None
+        self.count = size // RECORD.itemsize
+        self.cut_short = size % RECORD.itemsize != 0  # a last record written in part
+        self.skipped = 0
+        self.binary_notes: list[str] = []  # what stacks() found of the stacks and the mapped files
+        self.counting_slice: int | None = None  # the first time slice's start: it counts what was not read
+        self._records: np.ndarray | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_records": None}  # a memory map does not travel; it is made again
+
+    @property
+    def records(self) -> np.ndarray:
+        if self._records is None:
+            self._records = np.memmap(self.path, RECORD, "r", shape=(self.count,)) if self.count else \
+                np.zeros(0, RECORD)
+        return self._records
+
+    def unreadable(self) -> int:
+        """Records that could not be read: of a kind this offcpu does not know, or cut short."""
+        kinds = self.records["kind"]
+        return int(np.count_nonzero((kinds < WAIT) | (kinds > COMM))) + self.cut_short
+
+    def read(self, sink: EventSink, time_slice: tuple[int, int] | None = None) -> None:
+        first, last = time_slice or (0, (1 << 64) - 1)
+        if time_slice is None or first == self.counting_slice:
+            self.skipped += self.unreadable()
+        columns = self.events(first, last)
+        for start in range(0, len(columns["time"]), BATCH):
+            part = {name: column[start:start + BATCH].tolist() for name, column in columns.items()}
+            sink.take(Events(part["kind"], part["time"], part["cpu"], part["pid"], part["tid"], part["other"],
+                             part["name"], part["state"], part["chain"], part["weight"]))
+
+    def events(self, first: int, last: int) -> dict[str, np.ndarray]:
+        """The columns of the events from `first` to `last` ns (both included), in time order."""
+        records = self.records
+        waits = records[records["kind"] == WAIT]
+        generations = Generations(records)
+        parts = [self._switches(waits, first, last, generations), self._wakeups(waits, first, last, generations),
+                 self._switch_ins(waits, first, last), self._task_events(records, first, last)]
+        columns = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+        order = np.lexsort((ORDER[columns["kind"]], columns["time"]))
+        return {name: column[order] for name, column in columns.items()}
+
+    def _switches(self, waits: np.ndarray, first: int, last: int, generations: Generations) -> dict[str, np.ndarray]:
+        """A sched_switch at each wait's start, when it began in the recording."""
+        since = waits["since_ns"]
+        rows = waits[(since > 0) & (since >= first) & (since <= last)]
+        kernel, user = rows["kernel_stack"], rows["user_stack"]
+        taken = (kernel != NO_STACK) | (user != NO_STACK)
+        weights = np.where(taken, np.left_shift(1, rows["weight_shift"].astype(np.int64)), 0)
+        chains = _chains(kernel, user, rows["pid"], rows["since_ns"], generations, STACK_NOT_TAKEN)
+        return _part(SCHED_SWITCH, rows["since_ns"], UNKNOWN_CPU, rows["pid"], rows["tid"], 0, _names(rows["comm"]),
+                     _states(rows), chains, weights)
+
+    def _wakeups(self, waits: np.ndarray, first: int, last: int, generations: Generations) -> dict[str, np.ndarray]:
+        """A wakeup of each woken wait, in the waker: at the wait's start when it came before
+        (while the thread was on its way off CPU: all of the wait is then run-queue delay)."""
+        woken = waits["woken_ns"]
+        at = np.maximum(woken, waits["since_ns"])
+        chosen = (woken > 0) & (at >= first) & (at <= last)
+        rows, at = waits[chosen], at[chosen]
+        chains = _chains(rows["waker_kernel_stack"], rows["waker_user_stack"], rows["waker_pid"], rows["woken_ns"],
+                         generations, WAKER_STACK_NOT_TAKEN)
+        return _part(SCHED_WAKING, at, UNKNOWN_CPU, rows["waker_pid"], rows["waker_tid"], rows["tid"],
+                     _names(rows["waker_comm"]), _blank(len(rows)), chains, 1)
+
+    def _switch_ins(self, waits: np.ndarray, first: int, last: int) -> dict[str, np.ndarray]:
+        """A switch-in at each wait's end, when it ended in the recording."""
+        back = waits["back_ns"]
+        rows = waits[(back > 0) & (back >= first) & (back <= last)]
+        return _part(SWITCH_IN, rows["back_ns"], rows["cpu"], rows["pid"], rows["tid"], 0, _names(rows["comm"]),
+                     _blank(len(rows)), np.full(len(rows), None, object), 1)
+
+    def _task_events(self, records: np.ndarray, first: int, last: int) -> dict[str, np.ndarray]:
+        """Forks (`other`: the creating thread), exits and names (`other`: 1 when by exec)."""
+        kind, since = records["kind"], records["since_ns"]
+        rows = records[(kind >= FORK) & (kind <= COMM) & (since >= first) & (since <= last)]
+        kinds = TASK_EVENTS[rows["kind"]]
+        others = np.where(rows["kind"] == FORK, rows["waker_tid"], np.where(rows["kind"] == COMM, rows["state"], 0))
+        return _part(kinds, rows["since_ns"], rows["cpu"], rows["pid"], rows["tid"], others, _names(rows["comm"]),
+                     _blank(len(rows)), np.full(len(rows), None, object), 1)
+
+    def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
+        """Cut where equal shares of the events' times fall."""
+        self.counting_slice = start_ns
+        waits = self.records[self.records["kind"] == WAIT]
+        times = np.concatenate([waits["since_ns"], waits["woken_ns"], waits["back_ns"]])
+        times = np.sort(times[(times >= start_ns) & (times <= end_ns)])
+        bounds = [start_ns]
+        for part in range(1, count if len(times) else 1):
+            cut = int(times[len(times) * part // count])
+            if bounds[-1] < cut < end_ns:
+                bounds.append(cut)
+        bounds.append(end_ns + 1)
+        return [(first, after - 1) for first, after in zip(bounds, bounds[1:], strict=False)]
+
+    def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
+        from offcpu.symbols import Symbolizer, kernel_symbols_for, running_kernel_build_id, saved_kernel_build_id
+
+        table = read_stack_table(self.directory / BPF_STACKS)
+        snapshots = process_maps.load(self.directory)
+        generations = Generations(self.records)
+        maps = process_maps.history(snapshots or [], generations.at)
+        saved = self.directory / KERNEL_SYMBOLS
+        recorded = saved_kernel_build_id(saved)
+        vdso = self.directory / VDSO_IMAGE
+        symbolizer = Symbolizer(maps, kernel_symbols_for(saved, recorded), recorded == running_kernel_build_id(),
+                                vdso if vdso.is_file() else None)
+        named = {chain: _stack(chain, table, symbolizer) for chain in chains}
+        with_user = (chain for chain in named if isinstance(chain, tuple) and chain[1] >= 0)
+        unmapped = {(pid, generation) for _, _, pid, generation in with_user} - maps.mappings.keys()
+        self.binary_notes = [*self._unreadable_note(table), *_maps_note(snapshots, len(unmapped)), *symbolizer.notes]
+        return named
+
+    def _unreadable_note(self, table: dict[int, tuple[int, ...]]) -> list[str]:
+        """How many stacks taken could not be read, in a sentence (none when all could)."""
+        waits = self.records[self.records["kind"] == WAIT]
+        ids = np.concatenate([waits[name] for name in (
+            "kernel_stack", "user_stack", "waker_kernel_stack", "waker_user_stack")])
+        user = np.zeros(len(ids), bool)
+        user[len(waits):2 * len(waits)] = user[3 * len(waits):] = True
+        no_user_frames = user & (ids == -EFAULT)
+        taken = (ids != NO_STACK) & ~no_user_frames
+        read = taken & (ids >= 0) & np.isin(ids, np.fromiter(table, np.int64, len(table)))
+        failed = int(np.count_nonzero(taken & ~read))
+        if not failed:
+            return []
+        return [f"{failed:,} of the {int(np.count_nonzero(taken)):,} stacks taken could not be read (the walk "
+                "failed, or the stack table was full): they are shown as [kernel stack could not be read] or "
+                "[user stack could not be read]"]
+
+
+def _stack(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symbolizer) -> Stack:
+    """The frames of a chain: the kernel's, then the user's, innermost first."""
+    if isinstance(chain, str):
+        return Stack((chain,), 0)  # STACK_NOT_TAKEN or WAKER_STACK_NOT_TAKEN
+    kernel, user, pid, generation = cast(tuple[int, int, int, int], chain)
+    frames: list[str] = []
+    if kernel in table:
+        frames += without_tracing([symbolizer.kernel_name(address) for address in table[kernel]])
+    elif kernel != NO_STACK:
+        frames.append(KERNEL_STACK_UNREADABLE)
+    kernel_frames = len(frames)
+    if user in table:
+        frames += [symbolizer.user_name(pid, generation, address) for address in table[user]]
+    elif user not in (NO_STACK, -EFAULT):
+        frames.append(USER_STACK_UNREADABLE)
+    return Stack(tuple(frames), kernel_frames)
+
+
+def without_tracing(frames: list[str]) -> list[str]:
+    """A kernel stack (innermost first) without the tracing machinery it begins in
+    (TRACING_FRAMES), nor the unnamed frames before it (a program not in kallsyms)."""
+    cut = 0
+    for index, frame in enumerate(frames):
+        if frame.startswith(TRACING_FRAMES):
+            cut = index + 1
+        elif frame != UNKNOWN:
+            break
+    return frames[cut:]
+
+
+def _maps_note(snapshots: list | None, unmapped: int) -> list[str]:
+    if snapshots is None:
+        return ["the capture holds no readable bpf-maps.json (the memory maps of its processes): user frames are "
+                "shown as [unknown]"]
+    if unmapped:
+        return [f"{unmapped:,} process{'es' * (unmapped != 1)} had no memory maps read while recording (gone before "
+                "offcpu read them): their user frames are shown as [unknown]"]
+    return []
+
+
+def _chains(kernel: np.ndarray, user: np.ndarray, pids: np.ndarray, times: np.ndarray, generations: Generations,
+            not_taken: str) -> np.ndarray:
+    """Each stack's chain (an object array): (kernel id, user id, pid, generation), the pid and
+    generation 0 without user frames (kernel addresses mean the same in every process);
+    `not_taken` where no stack was taken."""
+    chains = np.full(len(kernel), not_taken, object)
+    taken = (kernel != NO_STACK) | (user != NO_STACK)
+    if not taken.any():
+        return chains
+    kernel, user, pids, times = kernel[taken], user[taken], pids[taken], times[taken]
+    has_user = user >= 0
+    pids = np.where(has_user, pids, 0).astype(np.int64)
+    generation = np.where(has_user, generations.of(pids, times), 0)
+    first, inverse = _distinct_rows(_pair(kernel, user), _pair(pids, generation))
+    table = np.empty(len(first), object)
+    table[:] = list(zip(kernel[first].tolist(), user[first].tolist(), pids[first].tolist(),
+                        generation[first].tolist(), strict=True))
+    chains[taken] = table[inverse]
+    return chains
+
+
+def _pair(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """Two 32-bit columns as one 64-bit one (signed values by their bits)."""
+    return (high.astype(np.int64).astype(np.uint64) << np.uint64(32)) | (low.astype(np.int64).astype(np.uint64)
+                                                                         & np.uint64(0xFFFFFFFF))
+
+
+def _distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct row of these integer columns, and each row's number among
+    them: a 1-D unique per column, numbered anew after each (a unique of rows sorts them as bytes,
+    several times slower)."""
+    codes = np.zeros(len(columns[0]), np.int64)
+    for column in columns:
+        distinct, inverse = np.unique(column, return_inverse=True)
+        codes = np.unique(codes * len(distinct) + inverse.reshape(-1), return_inverse=True)[1].reshape(-1)
+    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
+def _names(comms: np.ndarray) -> np.ndarray:
+    """Thread names, each distinct one decoded once."""
+    distinct, inverse = np.unique(comms, return_inverse=True)
+    table = np.array([name.decode(errors="replace") for name in distinct.tolist()] or [""], object)
+    return table[inverse.reshape(-1)] if len(comms) else np.zeros(0, object)
+
+
+def _states(rows: np.ndarray) -> np.ndarray:
+    """Each switch-out's state letter, each distinct (state, exit state, preempted) named once
+    (of the exit state, only the bits a state letter reads)."""
+    if not len(rows):
+        return np.zeros(0, object)
+    first, inverse = _distinct_rows(_pair(rows["state"], (rows["exit_state"] & TASK_REPORT) << 1
+                                          | (rows["preempted"] != 0)))
+    table = np.array([state_letter(state, exit_state, bool(preempted)) for state, exit_state, preempted in zip(
+        rows["state"][first].tolist(), rows["exit_state"][first].tolist(), rows["preempted"][first].tolist(),
+        strict=True)], object)
+    return table[inverse]
+
+
+def _blank(count: int) -> np.ndarray:
+    return np.full(count, "", object)
+
+
+def _part(kind: int | np.ndarray, times: np.ndarray, cpu: int | np.ndarray, pids: np.ndarray, tids: np.ndarray,
+          other: int | np.ndarray, names: np.ndarray, states: np.ndarray, chains: np.ndarray,
+          weight: int | np.ndarray) -> dict[str, np.ndarray]:
+    """Columns of events of one part, integers as int64 (broadcast where one value is given)."""
+    count = len(times)
+
+    def column(value: int | np.ndarray) -> np.ndarray:
+        return np.broadcast_to(np.asarray(value, np.int64), (count,))
+
+    return {"kind": column(kind), "time": column(times.astype(np.int64)), "cpu": column(cpu),
+            "pid": column(pids.astype(np.int64)), "tid": column(tids.astype(np.int64)), "other": column(other),
+            "name": names, "state": states, "chain": chains, "weight": column(weight)}

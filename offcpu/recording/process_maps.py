@@ -1,0 +1,149 @@
+"""The memory maps of a BPF recording's processes, read from /proc while they live.
+
+A BPF recording keeps user stacks as bare addresses; what they mean depends on the
+files each process had mapped, and the process may be gone (or have exec'd another
+program) by the time the capture is read. So the recording reads /proc/PID/maps of
+its processes as it goes (`MapsRecorder.update`, as often as it likes and at the
+end), with the build id of each mapped ELF file, and keeps them in bpf-maps.json:
+a list of snapshots, one per read of a process whose executable mappings changed
+since its last, with when it was read (CLOCK_MONOTONIC, the records' clock).
+
+The reader (`load`, `history`) files each snapshot under the process's exec generation
+at the time it was read, which the records tell (offcpu.bpf_reader): a user stack is
+named from the snapshots of its own process and generation, the latest first.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from offcpu.capture import BPF_MAPS
+from offcpu.files import PRIVATE, write_whole
+from offcpu.symbols import Mapping, TaskHistory, elf_build_id
+
+SCHEMA = "offcpu-process-maps/1"
+PROC = Path("/proc")
+Inode = tuple[int, int, int]  # device major, minor, inode number
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A process's executable mappings as read at `read_ns`."""
+
+    pid: int
+    read_ns: int
+    mappings: tuple[Mapping, ...]
+
+    def to_json(self) -> dict:
+        return {"pid": self.pid, "read_ns": self.read_ns, "maps": [
+            {"start": mapping.start, "end": mapping.end, "offset": mapping.offset, "path": mapping.path,
+             "build_id": mapping.build_id.hex() if mapping.build_id else None,
+             "inode": list(mapping.inode) if mapping.inode else None} for mapping in self.mappings]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Snapshot:
+        """KeyError, TypeError or ValueError when `data` is not a snapshot as written here."""
+        mappings = tuple(Mapping(int(item["start"]), int(item["end"]), int(item["offset"]), str(item["path"]),
+                                 bytes.fromhex(item["build_id"]) if item["build_id"] else None,
+                                 tuple(map(int, item["inode"])) if item["inode"] else None)  # type: ignore[arg-type]
+                         for item in data["maps"])
+        return cls(int(data["pid"]), int(data["read_ns"]), mappings)
+
+
+def read_maps(pid: int, build_ids: dict[Inode, bytes | None]) -> tuple[Mapping, ...] | None:
+    """The executable mappings of process `pid` (None when it is gone or cannot be read), with
+    the build ids of their files (cached in `build_ids` by inode: many processes map the same)."""
+    try:
+        text = (PROC / str(pid) / "maps").read_text()
+    except OSError:
+        return None
+    mappings = []
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) < 6 or "x" not in parts[1]:
+            continue  # not executable, or anonymous (no path): nothing to name there
+        bounds, _, offset, device, inode, path = parts
+        start, end = (int(bound, 16) for bound in bounds.split("-"))
+        major, minor = (int(number, 16) for number in device.split(":"))
+        identity = (major, minor, int(inode))
+        build_id = None
+        if path.startswith("/") and identity[2]:
+            if identity not in build_ids:
+                # the file mapped, even if deleted or replaced since: map_files (root), else the path
+                build_ids[identity] = file_build_id(PROC / str(pid) / "map_files" / bounds) or \
+                    file_build_id(Path(path))
+            build_id = build_ids[identity]
+        mappings.append(Mapping(start, end, int(offset, 16), path, build_id, identity if identity[2] else None))
+    return tuple(mappings)
+
+
+def file_build_id(path: Path) -> bytes | None:
+    """The GNU build id in an ELF file's notes, or None (not ELF, none, unreadable)."""
+    try:
+        with open(path, "rb") as stream:
+            return elf_build_id(ELFFile(stream))
+    except (OSError, ELFError, ValueError):
+        return None
+
+
+@dataclass
+class MapsRecorder:
+    """The maps of a recording's processes, kept in `directory`'s bpf-maps.json."""
+
+    directory: Path
+    snapshots: list[Snapshot] = field(default_factory=list)
+    latest: dict[int, tuple[Mapping, ...]] = field(default_factory=dict)  # each process's last snapshot
+    build_ids: dict[Inode, bytes | None] = field(default_factory=dict)
+
+    def update(self, pids: Iterable[int]) -> None:
+        """Read the maps of these processes (those gone are left out) and, when any changed
+        since they were last read, write bpf-maps.json again, whole. Call it when the recording
+        starts, as processes appear (forks, execs) or every second or so, and at its end.
+        OSError as raised when the file cannot be written."""
+        changed = False
+        for pid in pids:
+            mappings = read_maps(pid, self.build_ids)
+            # Timed after the read: maps of a new program were read after its exec, so the
+            # reader files them under the generation after the exec.
+            read_ns = time.monotonic_ns()
+            # None: gone. No file mapped: a kernel thread, or a process in the middle of an exec
+            # (its maps are being replaced): nothing to name frames with.
+            if mappings is None or mappings == self.latest.get(pid) or \
+                    not any(mapping.path.startswith("/") for mapping in mappings):
+                continue
+            self.latest[pid] = mappings
+            self.snapshots.append(Snapshot(pid, read_ns, mappings))
+            changed = True
+        if changed or not (self.directory / BPF_MAPS).exists():
+            data = {"schema": SCHEMA, "snapshots": [snapshot.to_json() for snapshot in self.snapshots]}
+            write_whole(self.directory / BPF_MAPS, json.dumps(data, separators=(",", ":")), mode=PRIVATE)
+
+
+def load(directory: Path) -> list[Snapshot] | None:
+    """The snapshots of a capture's bpf-maps.json; None when it is missing or damaged (its
+    user frames cannot be named: the reader says so)."""
+    try:
+        data = json.loads((directory / BPF_MAPS).read_text())
+        if data.get("schema") != SCHEMA:
+            return None
+        return [Snapshot.from_json(item) for item in data["snapshots"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def history(snapshots: list[Snapshot], generation: Callable[[int, int], int]) -> TaskHistory:
+    """The snapshots as each process's mappings by exec generation, the latest read last
+    (TaskHistory.find looks there first). `generation(pid, time_ns)`: the process's exec
+    generation at that time."""
+    maps = TaskHistory()
+    for snapshot in sorted(snapshots, key=lambda snapshot: snapshot.read_ns):
+        key = (snapshot.pid, generation(snapshot.pid, snapshot.read_ns))
+        maps.mappings.setdefault(key, []).extend(snapshot.mappings)
+    return maps

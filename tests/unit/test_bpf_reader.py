@@ -1,0 +1,375 @@
+"""Reading a capture recorded with BPF: records of `struct record` (core/src/bpf/offcpu.bpf.c)
+written here by hand, byte by byte after the C layout (the format is offcpu's own, not the
+kernel's), into the events the engine reads and the model every report reads, with every
+expected value worked out by hand in the comments.
+
+Times below are microseconds from the window's start. The records' process is this test's
+own, so that the memory maps read of it (recording.process_maps) are real, and kernel frames
+are named from this machine's real kallsyms.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from offcpu import capture
+from offcpu.bpf_reader import (
+    RECORD as RECORD_READ,
+    STACK_NOT_TAKEN,
+    WAKER_STACK_NOT_TAKEN,
+    BpfReader,
+    Generations,
+    state_letter,
+)
+from offcpu.capture import CaptureInfo, Target
+from offcpu.errors import OffcpuError
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, Model
+from offcpu.model_cache import build, load_model
+from offcpu.recording import process_maps
+from offcpu.recording.process_maps import MapsRecorder
+from offcpu.renderers.text import TextReport
+from offcpu.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_COMM, THREAD_EXIT, THREAD_FORK, Events
+from offcpu.stackview import StackView
+from offcpu.symbols import save_kernel_symbols
+
+# struct record: u32 kind, cpu, pid, tid; u64 since_ns, woken_ns, back_ns; s32 kernel_stack,
+# user_stack, waker_kernel_stack, waker_user_stack; u32 waker_pid, waker_tid, state, exit_state;
+# u16 weight_shift, preempted; u32 pad; char comm[16], waker_comm[16]
+RECORD = struct.Struct("<IIIIQQQiiiiIIIIHHI16s16s")
+WAIT, FORK, EXIT, COMM = 1, 2, 3, 4
+NO_STACK = -10000
+US = 1000
+BASE_NS = 1_000_000_000  # the window's start (CLOCK_MONOTONIC)
+WINDOW_US = 10_000
+PID = os.getpid()
+WAITER, WAKER, CHILD = 11, 12, 13
+S, D, DEAD, EXIT_DEAD = 0x1, 0x2, 0x80, 0x10
+
+
+def at(us: int) -> int:
+    return BASE_NS + us * US
+
+
+def record(kind: int, tid: int, since_us: int | None, *, cpu: int = 0, woken_us: int | None = None,
+           back_us: int | None = None, stacks: tuple[int, int] = (NO_STACK, NO_STACK),
+           waker_stacks: tuple[int, int] = (NO_STACK, NO_STACK), waker: int = 0, state: int = 0,
+           exit_state: int = 0, shift: int = 0, preempted: bool = False, comm: str = "") -> bytes:
+    """One record; None (or absent) times are 0 (not seen)."""
+    return RECORD.pack(kind, cpu, PID, tid, *(0 if us is None else at(us) for us in (since_us, woken_us, back_us)),
+                       *stacks, *waker_stacks, PID if waker else 0, waker, state, exit_state, shift, preempted, 0,
+                       (comm or f"t{tid}").encode(), f"t{waker}".encode() if waker else b"")
+
+
+def test_the_record_layout_is_the_c_layout() -> None:
+    # 4 u32 (16) + 3 u64 (24) + 4 s32 (16) + 4 u32 (16) + 2 u16 (4) + u32 pad (4) + 2 x 16 chars: 112 bytes,
+    # each field at its natural alignment, so that no padding is added
+    assert RECORD.size == 112
+    assert RECORD_READ.itemsize == 112
+    assert RECORD_READ.fields is not None and RECORD_READ.names is not None
+    offsets = {name: RECORD_READ.fields[name][1] for name in RECORD_READ.names}
+    assert offsets == {"kind": 0, "cpu": 4, "pid": 8, "tid": 12, "since_ns": 16, "woken_ns": 24, "back_ns": 32,
+                       "kernel_stack": 40, "user_stack": 44, "waker_kernel_stack": 48, "waker_user_stack": 52,
+                       "waker_pid": 56, "waker_tid": 60, "state": 64, "exit_state": 68, "weight_shift": 72,
+                       "preempted": 74, "pad": 76, "comm": 80, "waker_comm": 96}
+
+
+@pytest.mark.parametrize(("state", "exit_state", "preempted", "letter"), [
+    (0x1, 0, False, "S"),        # TASK_INTERRUPTIBLE
+    (0x2, 0, False, "D"),        # TASK_UNINTERRUPTIBLE
+    (0x102, 0, False, "D"),      # TASK_KILLABLE = TASK_WAKEKILL | TASK_UNINTERRUPTIBLE
+    (0x402, 0, False, "I"),      # TASK_IDLE = TASK_UNINTERRUPTIBLE | TASK_NOLOAD
+    (0x1000, 0, False, "D"),     # TASK_RTLOCK_WAIT, shown as a lock's wait
+    (0x8001, 0, False, "D"),     # TASK_FROZEN: shown as uninterruptible
+    (0x4, 0, False, "T"),        # __TASK_STOPPED
+    (0x8, 0, False, "t"),        # __TASK_TRACED
+    (0x40, 0, False, "P"),       # TASK_PARKED
+    (0x80, 0x10, False, "X"),    # TASK_DEAD with EXIT_DEAD
+    (0x80, 0x20, False, "Z"),    # TASK_DEAD with EXIT_ZOMBIE
+    (0x0, 0, False, "R"),        # running, switched out without being preempted (a yield)
+    (0x1, 0, True, "R"),         # preempted: runnable, whatever its state said
+])
+def test_states_are_the_letters_perf_prints(state: int, exit_state: int, preempted: bool, letter: str) -> None:
+    assert state_letter(state, exit_state, preempted) == letter
+
+
+def kernel_address(kallsyms: Path, name: str) -> int:
+    """Where a kernel function begins, as the saved kallsyms says (a line 'ADDRESS T NAME')."""
+    for line in kallsyms.read_text().splitlines()[1:]:
+        address, kind, symbol = line.split()[:3]
+        if symbol == name and kind in "Tt":
+            return int(address, 16)
+    raise AssertionError(f"{name} is not in {kallsyms}")
+
+
+def stack_table(stacks: dict[int, list[int]]) -> bytes:
+    """bpf-stacks.bin: {u32 id, u32 depth, depth x u64 addresses} each."""
+    return b"".join(struct.pack(f"<II{len(addresses)}Q", number, len(addresses), *addresses)
+                    for number, addresses in stacks.items())
+
+
+def write_capture(directory: Path, records: list[bytes], stacks: dict[int, list[int]] | None = None,
+                  maps: bool = True) -> None:
+    info = CaptureInfo(target=Target("pid", "test", pid=PID, pids=(PID,)), perf_command=[], kernel_release="",
+                       perf_version="", cpus=2, call_graph="fp", events=[], events_skipped=[],
+                       duration_requested_s=0.01, schedstats="absent", limits=None, window_start_ns=at(0),
+                       window_end_ns=at(WINDOW_US), samples=len(records), backend="bpf")
+    capture.save(directory, info)
+    (directory / "bpf-records.bin").write_bytes(b"".join(records))
+    (directory / "bpf-stacks.bin").write_bytes(stack_table(stacks or {}))
+    if maps:
+        MapsRecorder(directory).update([PID])
+
+
+def qsort_address() -> int:
+    """An address in libc's qsort, as mapped in this process."""
+    return ctypes.cast(ctypes.CDLL("libc.so.6").qsort, ctypes.c_void_p).value or 0
+
+
+def story(directory: Path) -> list[bytes]:
+    """Three threads of this process, their records in the order the ring buffer gives them
+    (a wait's when it ends; the waits still open at the end last):
+    - WAKER (12) off CPU since before the recording, back at 500; preempted at 4600, back at 5000
+      (its stack not taken, weight 2^3 dropped to 0); runs to the end.
+    - WAITER (11) sleeps (S) at 1000 with kernel stack 1 and user stack 2 (taken with probability
+      1/4: weight 4), woken by WAKER at 4000 (its stacks 3 and 4), back at 4500 on CPU 1; sleeps
+      at 6000, woken by WAKER at 5990 on its way off (stack not taken), back at 6200; sleeps (D) at
+      8000 with a kernel stack missing from the table and a user stack whose walk failed
+      (-ENOMEM), still off CPU at the end.
+    - CHILD (13) made by WAITER at 2000, renamed at 2100, first run at 2500, exits at 3000, its
+      last switch-out (dead) at 3001.
+    Then a record of a kind this offcpu does not know."""
+    kallsyms = save_kernel_symbols(directory)
+    trace_run, traceiter, schedule, futex_wait, wake_up = (kernel_address(kallsyms, name) for name in (
+        "bpf_trace_run4", "__traceiter_sched_switch", "schedule", "futex_wait", "try_to_wake_up"))
+    # WAITER's kernel stack begins in the tracing machinery that called the BPF program, as bpf_get_stackid
+    # walks it (an address of the program itself, not in kallsyms, first)
+    stacks = {1: [0xffffffffc0001234, trace_run + 4, traceiter + 4, schedule + 4, futex_wait + 4],
+              2: [qsort_address() + 4], 3: [wake_up + 4], 4: [qsort_address() + 4]}
+    records = [
+        record(WAIT, WAKER, None, back_us=500),
+        record(FORK, CHILD, 2000, waker=WAITER, comm=f"t{WAITER}"),
+        record(COMM, CHILD, 2100, comm="renamed"),
+        record(WAIT, CHILD, None, back_us=2500, cpu=1, comm="renamed"),
+        record(EXIT, CHILD, 3000, cpu=1, comm="renamed"),
+        record(WAIT, WAITER, 1000, woken_us=4000, back_us=4500, cpu=1, stacks=(1, 2), waker_stacks=(3, 4),
+               waker=WAKER, state=S, shift=2),
+        record(WAIT, WAKER, 4600, back_us=5000, preempted=True, shift=3),
+        record(WAIT, WAITER, 6000, woken_us=5990, back_us=6200, waker=WAKER, state=S, shift=1),
+        record(WAIT, WAITER, 8000, stacks=(5, -12), state=D),
+        record(WAIT, CHILD, 3001, state=DEAD, exit_state=EXIT_DEAD, comm="renamed"),
+        record(9, WAITER, 9000),
+    ]
+    write_capture(directory, records, stacks)
+    return records
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def take(self, events: Events) -> None:
+        self.events += [(*row, weight) for row, weight in zip(events.rows(), events.weights, strict=True)]
+
+
+def test_records_become_the_events_the_engine_reads_in_time_order(tmp_path: Path) -> None:
+    story(tmp_path)
+    reader = BpfReader(tmp_path)
+    sink = Collect()
+    reader.read(sink)
+    # kind, time, cpu, pid, tid, other, name, state, chain, weight (cpu -1: not known)
+    waiter_stack = (1, 2, PID, 0)  # the process and its exec generation with a user stack
+    assert sink.events == [
+        (SWITCH_IN, at(500), 0, PID, WAKER, 0, "t12", "", None, 1),
+        (SCHED_SWITCH, at(1000), -1, PID, WAITER, 0, "t11", "S", waiter_stack, 4),
+        (THREAD_FORK, at(2000), 0, PID, CHILD, WAITER, "t11", "", None, 1),
+        (THREAD_COMM, at(2100), 0, PID, CHILD, 0, "renamed", "", None, 1),
+        (SWITCH_IN, at(2500), 1, PID, CHILD, 0, "renamed", "", None, 1),
+        (THREAD_EXIT, at(3000), 1, PID, CHILD, 0, "renamed", "", None, 1),
+        (SCHED_SWITCH, at(3001), -1, PID, CHILD, 0, "renamed", "X", STACK_NOT_TAKEN, 0),
+        (SCHED_WAKING, at(4000), -1, PID, WAKER, WAITER, "t12", "", (3, 4, PID, 0), 1),
+        (SWITCH_IN, at(4500), 1, PID, WAITER, 0, "t11", "", None, 1),
+        (SCHED_SWITCH, at(4600), -1, PID, WAKER, 0, "t12", "R", STACK_NOT_TAKEN, 0),
+        (SWITCH_IN, at(5000), 0, PID, WAKER, 0, "t12", "", None, 1),
+        # woken at 5990, before it was off at 6000: the wakeup is placed at its switch-out
+        (SCHED_SWITCH, at(6000), -1, PID, WAITER, 0, "t11", "S", STACK_NOT_TAKEN, 0),
+        (SCHED_WAKING, at(6000), -1, PID, WAKER, WAITER, "t12", "", WAKER_STACK_NOT_TAKEN, 1),
+        (SWITCH_IN, at(6200), 0, PID, WAITER, 0, "t11", "", None, 1),
+        # without user frames, the chain is the same in every process: no pid
+        (SCHED_SWITCH, at(8000), -1, PID, WAITER, 0, "t11", "D", (5, -12, 0, 0), 1),
+    ]
+    assert reader.skipped == 1  # the record of an unknown kind
+
+
+def row(model: Model, tid: int, frames: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    [found] = [row for row in model.rows if row.tid == tid and model.stacks[row.stack].frames == frames]
+    return found
+
+
+def test_the_model_of_a_bpf_capture(tmp_path: Path) -> None:
+    story(tmp_path)
+    model = build(tmp_path)
+    assert (model.reader, model.reader_note) == ("bpf", "recorded with BPF")
+    # WAITER's first wait, named from the saved kallsyms and this process's maps, from the tracepoint's caller
+    # on as perf shows it: 1000 -> 4500, blocked until 4000, then 500 waiting for a CPU
+    first = row(model, WAITER, ("schedule", "futex_wait", "qsort"))
+    assert (first.offcpu_us, first.blocked_us, first.runqueue_us, first.count, first.state) == (3500, 3000, 500, 1, "S")
+    waker = model.wakers[first.waker]
+    assert (waker.tid, waker.comm, waker.kind, model.stacks[waker.stack].frames) == \
+        (WAKER, "t12", "thread", ("try_to_wake_up", "qsort"))
+    assert model.stacks[first.stack].kernel_frames == 2
+    # 6000 -> 6200, woken before it was off: all of it waiting for a CPU
+    second = row(model, WAITER, (STACK_NOT_TAKEN,))
+    assert (second.offcpu_us, second.blocked_us, second.runqueue_us) == (200, 0, 200)
+    assert model.stacks[model.wakers[second.waker].stack].frames == (WAKER_STACK_NOT_TAKEN,)
+    # 8000 -> the end at 10000, never woken: blocked 2000
+    last = row(model, WAITER, ("[kernel stack could not be read]", "[user stack could not be read]"))
+    assert (last.offcpu_us, last.blocked_us, last.state, last.waker) == (2000, 2000, "D", None)
+    # on CPU 0 -> 1000, 4500 -> 6000, 6200 -> 8000: 4300; off 3500 + 200 + 2000: 5700; exact, no observer
+    waiter = model.threads[WAITER]
+    assert (waiter.oncpu_us, waiter.offcpu_us, waiter.observer_us) == (4300, 5700, 0)
+    # WAKER: off CPU from the start to 500, preempted 4600 -> 5000 (R: run queue all of it)
+    assert row(model, WAKER, (BEFORE_WINDOW,)).offcpu_us == 500
+    preempted = row(model, WAKER, (STACK_NOT_TAKEN,))
+    assert (preempted.offcpu_us, preempted.runqueue_us, preempted.state) == (400, 400, "R")
+    assert (model.threads[WAKER].oncpu_us, model.threads[WAKER].offcpu_us) == (9100, 900)
+    # CHILD: runnable from its birth at 2000 to its first run at 2500, on CPU to its exit at 3000
+    assert row(model, CHILD, (NEW_THREAD,)).runqueue_us == 500
+    child = model.threads[CHILD]
+    assert (child.comm, child.oncpu_us, child.offcpu_us, child.created_ns, child.exited_ns) == \
+        ("renamed", 500, 500, at(2000), at(3000))
+    assert (model.estimated_switch_ins, model.unreadable_events) == (0, 1)
+    # of the stacks taken (WAITER's 1000 and 8000, their wakers' 3 and 4), the last two could not be read
+    assert model.binary_notes == [
+        "2 of the 6 stacks taken could not be read (the walk failed, or the stack table was full): they are shown "
+        "as [kernel stack could not be read] or [user stack could not be read]"]
+    # the model is saved beside the records, and read back from there
+    assert load_model(tmp_path).to_json() == model.to_json()
+
+
+def test_a_record_cut_short_is_counted_and_left_out(tmp_path: Path) -> None:
+    records = story(tmp_path)
+    (tmp_path / "bpf-records.bin").write_bytes(b"".join(records) + records[0][:50])
+    model = build(tmp_path)
+    assert model.unreadable_events == 2  # the unknown kind and the last record, written in part
+    assert row(model, WAITER, ("schedule", "futex_wait", "qsort")).offcpu_us == 3500
+
+
+def test_user_frames_of_a_process_whose_maps_were_not_read_are_unknown_and_said(tmp_path: Path) -> None:
+    # Given a process that exec'd a new program at 500 (its maps were read after that, as the test's
+    # own now), and a wait with a user stack before the exec (of the old program)
+    kallsyms = save_kernel_symbols(tmp_path)
+    schedule = kernel_address(kallsyms, "schedule")
+    write_capture(tmp_path, [
+        record(COMM, WAITER, 500, state=1),
+        record(WAIT, WAITER, 100, back_us=200, stacks=(1, 2), state=S),
+        record(WAIT, WAITER, 1000, back_us=1200, stacks=(1, 2), state=S),
+    ], {1: [schedule + 4], 2: [qsort_address() + 4]})
+    model = build(tmp_path)
+    # Then the wait before the exec is not named from the new program's maps
+    assert row(model, WAITER, ("schedule", "[unknown]")).offcpu_us == 100
+    assert row(model, WAITER, ("schedule", "qsort")).offcpu_us == 200
+    assert model.binary_notes == ["1 process had no memory maps read while recording (gone before offcpu read "
+                                  "them): their user frames are shown as [unknown]"]
+
+
+def test_a_capture_without_its_maps_says_so(tmp_path: Path) -> None:
+    kallsyms = save_kernel_symbols(tmp_path)
+    write_capture(tmp_path, [record(WAIT, WAITER, 100, back_us=200, stacks=(1, 2), state=S)],
+                  {1: [kernel_address(kallsyms, "schedule") + 4], 2: [qsort_address() + 4]}, maps=False)
+    model = build(tmp_path)
+    assert row(model, WAITER, ("schedule", "[unknown]")).count == 1
+    assert model.binary_notes == ["the capture holds no readable bpf-maps.json (the memory maps of its processes): "
+                                  "user frames are shown as [unknown]"]
+
+
+def test_a_missing_records_file_is_one_line_with_the_fix(tmp_path: Path) -> None:
+    story(tmp_path)
+    (tmp_path / "bpf-records.bin").unlink()
+    with pytest.raises(OffcpuError, match=r"bpf-records.bin is missing; record it again with 'offcpu record'$"):
+        build(tmp_path)
+
+
+def test_a_perf_reader_is_refused_for_a_bpf_capture(tmp_path: Path) -> None:
+    story(tmp_path)
+    with pytest.raises(OffcpuError, match="recorded with BPF .*: leave out --reader"):
+        build(tmp_path, reader="native")
+
+
+def test_maps_are_read_again_only_when_they_changed(tmp_path: Path) -> None:
+    recorder = MapsRecorder(tmp_path)
+    recorder.update([PID])
+    recorder.update([PID])  # the same maps: nothing new
+    snapshots = json.loads((tmp_path / "bpf-maps.json").read_text())["snapshots"]
+    assert [snapshot["pid"] for snapshot in snapshots] == [PID]
+    libc = [item for item in snapshots[0]["maps"] if "libc.so" in item["path"]]
+    assert libc and all(len(item["build_id"]) == 40 for item in libc)  # a 20-byte GNU build id, in hex
+
+
+def test_the_text_report_says_it_was_recorded_with_bpf(tmp_path: Path) -> None:
+    story(tmp_path)
+    text = TextReport(StackView(), top=5, width=400, color=False).render(build(tmp_path))
+    header = text.splitlines()[:5]
+    # the record of an unknown kind is 1 of the 11 records: more than a thousandth, numbers not to be trusted
+    assert header[0] == ("WARNING: 1 of the 11 records BPF recorded (9.1%) could not be read and are left out, so "
+                         "these numbers cannot be trusted: these BPF records hold what offcpu cannot read; report it "
+                         "to offcpu with the capture")
+    assert header[2].endswith("0.01 s recorded (fp stacks; recorded with BPF)")
+    assert header[3] == "3 threads were off CPU for 7.1 ms: blocked 5.5 ms, waiting for a CPU 1.6 ms"
+    assert header[4].startswith("Note: 2 of the 6 stacks taken could not be read")  # no perf's cost of the switches
+
+
+def test_a_process_generation_counts_the_programs_begun_in_it(tmp_path: Path) -> None:
+    # Given process PID made by a fork at 100 (its first thread: tid == pid), exec'ing at 300 and
+    # again at 700, and a thread of it made at 500 (not a new process)
+    records = np.frombuffer(b"".join([
+        record(FORK, PID, 100), record(COMM, PID, 300, state=1), record(FORK, WAITER, 500),
+        record(COMM, WAITER, 600), record(COMM, PID, 700, state=1)]), RECORD_READ)
+    generations = Generations(records)
+    # Then before the fork it is 0, 1 until the first exec, 2 until the second, 3 after; a rename is no exec
+    times = [50, 100, 200, 300, 301, 650, 701]
+    assert [generations.at(PID, at(us)) for us in times] == [0, 0, 1, 1, 2, 2, 3]
+    assert generations.of(np.array([PID] * len(times) + [PID + 1]), np.array([at(us) for us in times] + [at(701)],
+                                                                           np.uint64)).tolist() == \
+        [0, 0, 1, 1, 2, 2, 3, 0]  # another process: none begun
+
+
+def read_until(recorder: MapsRecorder, pid: int, programs: tuple[str, ...]) -> None:
+    """Read the process's maps until one of `programs` is mapped (5 s at most)."""
+    for _ in range(500):
+        recorder.update([pid])
+        if any(Path(mapping.path).name in programs for mapping in recorder.latest.get(pid, ())):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} never mapped {programs}")
+
+
+def test_an_exec_adds_a_snapshot_of_the_new_program_and_a_gone_process_none(tmp_path: Path) -> None:
+    # Given a real shell that execs sleep once told to (a line on its standard input)
+    shell = subprocess.Popen(["sh", "-c", "read line; exec sleep 30"], stdin=subprocess.PIPE)
+    try:
+        recorder = MapsRecorder(tmp_path)
+        read_until(recorder, shell.pid, ("dash", "sh"))  # the shell's program (at first, it may be python's fork)
+        assert shell.stdin is not None
+        shell.stdin.write(b"go\n")
+        shell.stdin.flush()
+        read_until(recorder, shell.pid, ("sleep",))
+    finally:
+        shell.kill()
+        shell.wait()
+    recorder.update([shell.pid])  # gone: nothing read, nothing added
+    snapshots = process_maps.load(tmp_path)
+    assert snapshots is not None
+    # Then the last two snapshots are the shell's program and sleep's, read in that order
+    programs = [{Path(mapping.path).name for mapping in snapshot.mappings} for snapshot in snapshots]
+    assert {"dash", "sh"} & programs[-2] and "sleep" not in programs[-2]
+    assert "sleep" in programs[-1] and not {"dash", "sh"} & programs[-1]
+    assert snapshots[-2].read_ns < snapshots[-1].read_ns
