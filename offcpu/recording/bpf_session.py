@@ -28,6 +28,7 @@ from offcpu.recording.backends import Backend, BpfRefused
 from offcpu.recording.end_watch import COMMAND_EXITED, size_in_bytes, wait_for_end
 from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
 from offcpu.recording.perf_process import end_group
+from offcpu.recording.process_maps import MapsRecorder
 from offcpu.recording.session import (
     RecordRequest,
     discard,
@@ -140,13 +141,21 @@ def _run(recording: object, request: RecordRequest, info: CaptureInfo, on_tick: 
                 return "max size"
         return None
 
+    maps = MapsRecorder(request.output)
+
+    def maps_now() -> None:
+        """The maps of the processes recorded now, while they live: user frames are named from them."""
+        with contextlib.suppress(OSError):
+            maps.update(_recorded_processes(info.target))
+
+    maps_now()
     try:
         threads = targets.threads_now(info.target)
         info.threads_at_start, info.processes_at_start = threads.states, threads.processes
         info.process_titles = targets.process_titles(info.target)
         if request.snapshot and info.target.kind != "all":
             switches_at_start = snapshot.switch_counts(map(int, threads.states))
-        info.ended_by = wait_for_end(full, request.duration_s, info, on_tick)
+        info.ended_by = wait_for_end(full, request.duration_s, info, on_tick, on_look=maps_now)
     except Terminated as terminated:
         info.ended_by = terminated.signal_name
     except KeyboardInterrupt:
@@ -155,10 +164,20 @@ def _run(recording: object, request: RecordRequest, info: CaptureInfo, on_tick: 
         interrupts.hold()
         info.window_end_ns = time.monotonic_ns()
         info.ended_at = now_iso()
+        maps_now()
     info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
     info.target_exited = info.ended_by == "target exited"
     if switches_at_start and not info.target_exited:
         save_snapshot_of(request.output, switches_at_start, info)
+
+
+def _recorded_processes(target: Target) -> list[int]:
+    """The processes the programs record now: all, or the target's and their descendants."""
+    table = targets.process_table()
+    if target.kind == "all":
+        return list(table)
+    roots = [target.pid] if target.kind == "tid" and target.pid else targets.processes_now(target)
+    return sorted({pid for root in roots for pid in (root, *targets.descendants(root, table))})
 
 
 def _count(info: CaptureInfo) -> None:

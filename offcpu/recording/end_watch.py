@@ -34,13 +34,15 @@ SIZE_UNITS = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def wait_for_end(recorder_end: Callable[[], str | None], duration_s: float, info: CaptureInfo,
-                 on_tick: Callable[[float], None], spin: SpinWatch | None = None) -> str:
+                 on_tick: Callable[[float], None], spin: SpinWatch | None = None,
+                 on_look: Callable[[], None] | None = None) -> str:
     """Until the duration ends, the target or its command exits, or the recorder ends
     (`recorder_end` says how: perf exited, the capture reached its size), or perf spins
     (`spin`; PERF_SPINNING: it would take a CPU from the recorded processes until the end);
     meanwhile keeps in info.limits_peak the target's snapshot nearest its limits (threads
     come and go), and in info.unrecorded_processes the processes of its name or executable
-    that the recording does not follow."""
+    that the recording does not follow; `on_look` is called at each look (every
+    LOOK_EVERY_S)."""
     target = info.target
     start = time.monotonic()
     next_look = start
@@ -65,6 +67,8 @@ def wait_for_end(recorder_end: Callable[[], str | None], duration_s: float, info
                     peak = _nearer_the_limits(peak, target)
                     if strays is not None:
                         strays.look()
+                    if on_look is not None:
+                        on_look()
                     next_look = time.monotonic() + LOOK_EVERY_S
                 ended = watch.ended(min(TICK_S, duration_s - elapsed))
                 if ended:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from offcpu.capture import METADATA, PERF_DATA, RECORDING, is_capture, own_files
+from offcpu.capture import BPF_RECORDS, METADATA, PERF_DATA, RECORDING, is_capture, own_files
 from offcpu.errors import OffcpuError
 from offcpu.files import PARTIAL, PRIVATE, write_whole
 
@@ -45,7 +45,8 @@ def output_taken(directory: Path, force: bool) -> Iterator[None]:
                 raise _not_writable(directory, error) from None
             yield
         except BaseException:
-            if not (directory / PERF_DATA).exists():  # nothing of a recording is left: nothing to mark
+            if not any((directory / name).exists() for name in (PERF_DATA, BPF_RECORDS)):
+                # nothing of a recording is left: nothing to mark
                 marker.unlink(missing_ok=True)
                 _put_back(replaced, directory)
             shutil.rmtree(replaced, ignore_errors=True)
