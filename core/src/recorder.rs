@@ -36,9 +36,10 @@ const STACK_DEPTH: usize = 127;
 const POLL: Duration = Duration::from_millis(100);
 
 /// The counters of `struct counters` in offcpu.bpf.c, in their order.
-const COUNTERS: [&str; 6] = [
+const COUNTERS: [&str; 7] = [
     "waits",
     "sampled",
+    "unsampled",
     "waker_stacks",
     "lost_records",
     "lost_waits",

@@ -113,6 +113,7 @@ struct record {
 struct counters {
 	__u64 waits;          // waits recorded
 	__u64 sampled;        // of them, with the thread's stacks taken
+	__u64 unsampled;      // waits whose stacks the budget left out
 	__u64 waker_stacks;   // waker stacks taken
 	__u64 lost_records;   // records the full ring buffer refused
 	__u64 lost_waits;     // waits the kernel found no memory to keep
@@ -355,12 +356,14 @@ static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned 
 	wait->sampled = 0;
 	__u32 shift = budget_shift(now);
 	wait->weight_shift = shift;
+	struct counters *counts = my_counters();
 	if (draw(shift)) {
-		struct counters *counts = my_counters();
 		wait->sampled = 1;
 		wait->kernel_stack = stack_id(ctx, 0, counts);
 		if (!(prev->flags & PF_KTHREAD))
 			wait->user_stack = stack_id(ctx, BPF_F_USER_STACK, counts);
+	} else if (counts) {
+		counts->unsampled++;
 	}
 }
 
