@@ -25,7 +25,10 @@ MODEL_FILE = "model.json"  # the report's cache of the model (offcpu.model_cache
 KERNEL_SYMBOLS = "kallsyms"  # the kernel's symbols when it was recorded (offcpu.symbols)
 VDSO_IMAGE = "vdso"  # the kernel's vdso when it was recorded (offcpu.symbols)
 SNAPSHOT = "snapshot.json"  # the stacks of threads asleep through the recording (offcpu.asleep)
-OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS, VDSO_IMAGE, SNAPSHOT)
+BPF_RECORDS = "bpf-records.bin"  # a BPF recording's waits and thread events (offcpu.bpf_reader)
+BPF_STACKS = "bpf-stacks.bin"  # its stack table
+OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS, VDSO_IMAGE, SNAPSHOT, BPF_RECORDS,
+             BPF_STACKS)
 # In the directory while offcpu records into it; left there, it marks an unfinished recording.
 RECORDING = f"recording{PARTIAL}"
 # perf wakes to read at least a watermark of its buffer (kilobytes), a few hundred times a
@@ -156,6 +159,14 @@ class CaptureInfo:
     # start to the window's end (user and system); None: not known (older captures)
     perf_wakeups: int | None = None
     perf_cpu_s: float | None = None
+    # "perf" (perf.data) or "bpf" (offcpu's BPF programs: bpf-records.bin, bpf-stacks.bin),
+    # and why that one (offcpu.recording.backends)
+    backend: str = "perf"
+    backend_why: str = ""
+    # A BPF recording's own counts (waits, sampled, waker_stacks, lost_records, lost_waits,
+    # stack_errors, bytes_written) and its stack budget (stacks_per_second per CPU,
+    # long_wait_ns): see core/src/bpf/offcpu.bpf.c. None for perf.
+    bpf: dict | None = None
     schema: str = field(default=SCHEMA)
 
     def to_json(self) -> dict:

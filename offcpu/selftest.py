@@ -14,6 +14,7 @@ from offcpu.capture import Target
 from offcpu.describe import first_events
 from offcpu.errors import OffcpuError
 from offcpu.perf_script import PerfScriptReader
+from offcpu.recording.backends import Backend
 from offcpu.recording.session import RecordRequest, record
 
 ROUND_TRIPS = 5000  # about a tenth of a second of switching, recorded
@@ -48,7 +49,7 @@ def recorded_switch(perf: str) -> RecordedSwitch:
         request = RecordRequest(Target("command", "sched-pipe", command=command), directory / "capture", 30.0,
                                 "64M", "fp", None, False)
         (directory / "capture").mkdir()
-        record(request, on_tick=lambda elapsed: None)
+        record(request, Backend("perf", "the self-test measures perf"), on_tick=lambda elapsed: None)
         costs = first_events(PerfScriptReader(perf, directory / "capture" / "perf.data")).costs
     finally:
         shutil.rmtree(directory, ignore_errors=True)

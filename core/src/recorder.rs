@@ -9,6 +9,7 @@
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -109,8 +110,7 @@ impl BpfRecording {
         };
         let object = load(&config)?;
         fill_targets(&object, &processes, &cgroups)?;
-        let file =
-            File::create(&records).map_err(|e| bpf_error(&records.display().to_string(), e))?;
+        let file = private_file(&records)?;
         let stop = Arc::new(AtomicBool::new(false));
         let written = Arc::new(AtomicU64::new(0));
         let ring = MapHandle::try_from(&map(&object, "records")?)
@@ -289,6 +289,17 @@ fn sum_counters(object: &Object) -> PyResult<Vec<u64>> {
     Ok(sums)
 }
 
+/// A new file only its owner may read: a capture shows what the machine's threads did.
+fn private_file(path: &Path) -> PyResult<File> {
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| bpf_error(&path.display().to_string(), e))
+}
+
 fn u32_at(bytes: &[u8], offset: usize) -> u32 {
     bytes
         .get(offset..offset + 4)
@@ -354,7 +365,7 @@ fn open_wait_record(tid: u32, wait: &[u8]) -> [u8; RECORD_SIZE] {
 /// The stack table: for each stack, its id, its depth and its addresses, innermost first.
 fn write_stacks(object: &Object, path: &Path) -> PyResult<()> {
     let stacks = map(object, "stacks")?;
-    let file = File::create(path).map_err(|e| bpf_error(&path.display().to_string(), e))?;
+    let file = private_file(path)?;
     let mut writer = BufWriter::new(file);
     for key in stacks.keys() {
         let Ok(Some(frames)) = stacks.lookup(&key, MapFlags::ANY) else {

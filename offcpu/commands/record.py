@@ -24,21 +24,25 @@ from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.findings import counted
+from offcpu.recording.backends import BACKENDS
+from offcpu.recording.end_watch import SIZE, SIZE_UNITS
 from offcpu.recording.output_dir import output_taken
 from offcpu.recording.perf_process import COMMAND_GRACE_S
-from offcpu.recording.session import RecordRequest, record as record_capture
+from offcpu.recording.recorder import record as record_capture
+from offcpu.recording.session import RecordRequest
 from offcpu.targets import Choice
 
 MAX_DURATION_S = 600.0
 MAX_DWARF_BYTES = 65528  # perf record's largest user stack copy
 CALL_GRAPH_PATTERN = re.compile(r"^(fp|dwarf(,\d+)?)$")
-SIZE = re.compile(r"^(\d+)([BKMG])$")  # as perf record --max-size takes it: a unit, in capitals
-SIZE_UNITS = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_SIZE_BYTES = (1 << 64) - 1  # perf counts in an unsigned long
 # perf.data starts with the target's threads and memory maps before any event: tens of KB,
 # hundreds for the whole machine.
 MIN_MAX_SIZE_MIB = 1
 UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._+-]")
+# Stack walks per second per CPU that a BPF recording allows itself: at a few µs a walk,
+# a few percent of a CPU (measured: docs/benchmarks.md)
+DEFAULT_STACK_BUDGET = 20_000
 
 
 def _pid_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...]:
@@ -99,13 +103,25 @@ class Settings:
     mmap_pages: str | None
     enable_schedstats: bool
     no_snapshot: bool
+    backend: str
+    stack_budget: int
 
     def request(self, target: Target, output: Path) -> RecordRequest:
         return RecordRequest(target, output, self.duration_s, self.max_size, self.call_graph, self.mmap_pages,
-                             self.enable_schedstats, snapshot=not self.no_snapshot)
+                             self.enable_schedstats, snapshot=not self.no_snapshot, backend=self.backend,
+                             stack_budget=self.stack_budget)
 
 
 RECORDING_OPTIONS = (
+    click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+                 help="How to record: bpf times every switch and wakeup in the kernel and takes stacks under "
+                      "--stack-budget (a few percent of a busy server's throughput); perf records every event with "
+                      "its stack (exact stacks of every wait, and --call-graph dwarf; it can halve a busy server's "
+                      "throughput); auto is bpf where the kernel allows it, else perf."),
+    click.option("--stack-budget", type=click.IntRange(min=1), default=DEFAULT_STACK_BUDGET, show_default=True,
+                 metavar="STACKS",
+                 help="bpf: stacks to take per second on each CPU at most; above it, waits are sampled and the "
+                      "time per stack is an estimate (reports say how many waits carry a stack, and the ±)."),
     click.option("--duration", "-d", "duration_s", type=float, default=5.0, show_default=True,
                  help=f"Seconds to record at most; more than {MAX_DURATION_S:.0f} needs --no-limit."),
     click.option("--no-limit", is_flag=True, help=f"Allow --duration above {MAX_DURATION_S:.0f} s."),
@@ -322,15 +338,21 @@ def _print_summary(info: CaptureInfo, request: RecordRequest, suggest_report: bo
     where = printable(shlex.quote(str(request.output)))
     following = f" Next: offcpu report text {where} (or report svg, html, json, folded)" if suggest_report else ""
     console.print(
-        f"Recorded {info.target.describe()} for {info.duration_actual_s:.1f} s{ended}: "
-        f"{counted(info.samples, 'event')} (+{info.switch_records:,} switch records), "
-        f"{info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, in {where}/.{following}", markup=False)
+        f"Recorded {info.target.describe()} with {info.backend} for {info.duration_actual_s:.1f} s{ended}: "
+        f"{_recorded_counts(info)}, {info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, in {where}/."
+        f"{following}", markup=False)
     for note in _notes(info, request):
         console.print(f"  note: {note}", markup=False)
 
 
+def _recorded_counts(info: CaptureInfo) -> str:
+    if info.bpf is None:
+        return f"{counted(info.samples, 'event')} (+{info.switch_records:,} switch records)"
+    return f"{counted(info.samples, 'wait')} ({info.bpf.get('sampled', 0):,} with stacks)"
+
+
 def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
-    notes = []
+    notes = [f"recorded with {info.backend}: {info.backend_why}"] if request.backend == "auto" else []
     if info.command_exit_status:
         status = info.command_exit_status
         notes.append(f"the command exited with status {status}"

@@ -5,6 +5,7 @@ its limits and the processes of its name that perf cannot record."""
 from __future__ import annotations
 
 import os
+import re
 import select
 import time
 from collections.abc import Callable
@@ -28,21 +29,23 @@ PERF_SPINNING = "perf spinning"
 SPIN_CPU_SHARE = 0.5
 SPIN_BYTES_PER_S = 1 << 20
 SPIN_LOOKS = 2
+SIZE = re.compile(r"^(\d+)([BKMG])$")  # as perf record --max-size takes it: a unit, in capitals
+SIZE_UNITS = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-def wait_for_end(perf_process: PerfProcess, perf_data: Path, duration_s: float, info: CaptureInfo,
-                 on_tick: Callable[[float], None]) -> str:
-    """Until the duration ends, the target or its command exits, or perf does, or perf spins
-    (PERF_SPINNING: it would take a CPU from the recorded processes until the end); meanwhile
-    keeps in info.limits_peak the target's snapshot nearest its limits (threads come and
-    go), and in info.unrecorded_processes the processes of its name or executable that
-    perf cannot record."""
+def wait_for_end(recorder_end: Callable[[], str | None], duration_s: float, info: CaptureInfo,
+                 on_tick: Callable[[float], None], spin: SpinWatch | None = None) -> str:
+    """Until the duration ends, the target or its command exits, or the recorder ends
+    (`recorder_end` says how: perf exited, the capture reached its size), or perf spins
+    (`spin`; PERF_SPINNING: it would take a CPU from the recorded processes until the end);
+    meanwhile keeps in info.limits_peak the target's snapshot nearest its limits (threads
+    come and go), and in info.unrecorded_processes the processes of its name or executable
+    that the recording does not follow."""
     target = info.target
     start = time.monotonic()
     next_look = start
     peak: limits.LimitsSnapshot | None = None
     strays = targets.Strays(target) if target.by_comm or target.by_exe else None
-    spin = SpinWatch(perf_process, perf_data) if len(target.pids) > 1 else None
     try:
         with EndWatch(target) as watch:
             while True:
@@ -51,8 +54,9 @@ def wait_for_end(perf_process: PerfProcess, perf_data: Path, duration_s: float, 
                 ended = watch.ended(0)
                 if ended:
                     return ended
-                if perf_process.exited():
-                    return "perf exited"
+                ended = recorder_end()
+                if ended:
+                    return ended
                 if elapsed >= duration_s:
                     return "duration"
                 if time.monotonic() >= next_look:
@@ -162,3 +166,9 @@ def _nearer_the_limits(peak: limits.LimitsSnapshot | None, target: Target) -> li
     except OffcpuError:
         return peak  # unreadable now: the loop notices an exit
     return now if peak is None or (now is not None and now.highest_share() >= peak.highest_share()) else peak
+
+
+def size_in_bytes(size: str) -> int:
+    """A --max-size (checked by the command line: see SIZE) in bytes."""
+    shape = SIZE.match(size)
+    return int(shape[1]) * SIZE_UNITS[shape[2]] if shape else 0

@@ -242,22 +242,26 @@ class PerfProcess:
     def end_command_group(self) -> None:
         """Once perf has exited after ending its command: end the processes the command
         started (a shell's commands, perf bench's workers), which would run on, unrecorded,
-        holding offcpu's stdout; SIGTERM, and SIGKILL for those still there after
-        COMMAND_GRACE_S. They are in perf's process group, as perf has a session of its
-        own; the group outlives perf while they do, so its id is still theirs."""
-        group = self._process.pid
-        deadline = time.monotonic() + COMMAND_GRACE_S
-        try:
-            os.killpg(group, signal.SIGTERM)
-            # not os.killpg(group, 0): it finds the zombies an init that does not reap leaves
-            while _group_alive(group):
-                if time.monotonic() > deadline:
-                    os.killpg(group, signal.SIGKILL)
-                    self.killed_command = True
-                    break
-                time.sleep(STDERR_POLL_S)
-        except ProcessLookupError:
-            pass  # nothing (more) left of it
+        holding offcpu's stdout. They are in perf's process group, as perf has a session of
+        its own; the group outlives perf while they do, so its id is still theirs."""
+        self.killed_command |= end_group(self._process.pid)
+
+
+def end_group(group: int) -> bool:
+    """End process group `group`: SIGTERM, and SIGKILL for those still there after
+    COMMAND_GRACE_S. Whether any had to be killed."""
+    deadline = time.monotonic() + COMMAND_GRACE_S
+    try:
+        os.killpg(group, signal.SIGTERM)
+        # not os.killpg(group, 0): it finds the zombies an init that does not reap leaves
+        while _group_alive(group):
+            if time.monotonic() > deadline:
+                os.killpg(group, signal.SIGKILL)
+                return True
+            time.sleep(STDERR_POLL_S)
+    except ProcessLookupError:
+        pass  # nothing (more) left of it
+    return False
 
 
 def _to_stderr(data: bytes) -> None:

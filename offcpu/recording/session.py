@@ -24,7 +24,8 @@ from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.events import EventPlan, plan_events
 from offcpu.recording import snapshot
-from offcpu.recording.end_watch import COMMAND_EXITED, wait_for_end
+from offcpu.recording.backends import Backend
+from offcpu.recording.end_watch import COMMAND_EXITED, SpinWatch, wait_for_end
 from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
 from offcpu.recording.perf_command import (
     CAPTURED_LINE,
@@ -50,11 +51,13 @@ class RecordRequest:
     mmap_pages: str | None
     enable_schedstats: bool
     snapshot: bool = True  # the stacks of threads asleep through the window, from the live process at its end
+    backend: str = "auto"  # "auto", "bpf" or "perf" (offcpu.recording.backends)
+    stack_budget: int = 0  # BPF: stacks taken per second per CPU at most (offcpu.recording.bpf_session)
 
 
-def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureInfo:
-    """Record `request.target` into `request.output`; `on_tick(elapsed_s)` shows progress.
-    When no capture comes of it, the files it wrote in `request.output` are removed."""
+def record(request: RecordRequest, backend: Backend, on_tick: Callable[[float], None]) -> CaptureInfo:
+    """Record `request.target` into `request.output` with perf; `on_tick(elapsed_s)` shows
+    progress. When no capture comes of it, the files it wrote in `request.output` are removed."""
     perf, version = _perf_that_may_trace()
     tracefs = system.ensure_tracefs()
     perf_data = request.output / PERF_DATA
@@ -63,6 +66,7 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
             with schedstats_enabled(request.enable_schedstats) as schedstats:
                 plan = plan_events(tracefs, schedstats)
                 info = _new_info(request, plan, version, schedstats)
+                info.backend_why = backend.why
                 perf_process = _start(perf, request, plan, info)
                 try:
                     _run(perf_process, request, info, on_tick, interrupts)
@@ -80,7 +84,7 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
             _check_perf_result(perf_process, request, perf_data)
         except BaseException:
             interrupts.hold()
-            _discard(request.output)
+            discard(request.output)
             raise
         # perf left a complete perf.data: from here on the capture is kept, whatever arrives.
         # SIG_IGN (not only held) so that perf report and perf script inherit it.
@@ -88,9 +92,8 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
             info.command_exit_status = _command_exit_status(perf_process, info)
             info.process_titles |= targets.process_titles(info.target)  # as they end, those still there
             describe(perf, perf_data, info)
-            _save_kernel_symbols(request.output)
-            _save_vdso(request.output)
-            _save(request.output, info)
+            save_kernel_files(request.output)
+            save_capture(request.output, info)
     return info
 
 
@@ -117,7 +120,7 @@ def _new_info(request: RecordRequest, plan: EventPlan, perf_version: str, scheds
         events=[asdict(event) for event in plan.events],
         events_skipped=[asdict(s) for s in plan.skipped],
         duration_requested_s=request.duration_s, schedstats=schedstats,
-        limits=_limits_of(request.target),
+        limits=limits_of(request.target),
     )
 
 
@@ -144,7 +147,7 @@ def _start(perf: str, request: RecordRequest, plan: EventPlan, info: CaptureInfo
         if info.target.kind != "pid" or not any(PROCESS_GONE in line for line in perf_process.stderr):
             raise perf_failure(perf_process.stderr, request)
         info.target = targets.processes_target(info.target)  # says which pid given is gone
-        info.limits = _limits_of(info.target)
+        info.limits = limits_of(info.target)
     roots = ",".join(map(str, info.target.by_tree))
     instead = f"--pid {roots} (which records what they start from then on) or " if roots else ""
     raise OffcpuError(f"processes of {info.target.recorded()} kept exiting before perf could start recording them "
@@ -164,7 +167,7 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
         info.window_start_ns = _enable(perf_process, request, info.target)
         if info.target.command:  # perf started it as its events opened, before they went on
             info.target = replace(info.target, command_pid=perf_process.command_pid())
-    info.started_at = _now()
+    info.started_at = now_iso()
     switches_at_start: dict[int, int] = {}
     try:
         threads = targets.threads_now(info.target)
@@ -172,7 +175,9 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
         info.process_titles = targets.process_titles(info.target)
         if request.snapshot and info.target.kind != "all":
             switches_at_start = snapshot.switch_counts(map(int, threads.states))
-        info.ended_by = wait_for_end(perf_process, request.output / PERF_DATA, request.duration_s, info, on_tick)
+        spin = SpinWatch(perf_process, request.output / PERF_DATA) if len(info.target.pids) > 1 else None
+        info.ended_by = wait_for_end(lambda: "perf exited" if perf_process.exited() else None, request.duration_s,
+                                     info, on_tick, spin)
     except Terminated as terminated:
         info.ended_by = terminated.signal_name
     except KeyboardInterrupt:
@@ -184,7 +189,7 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
         gone = info.ended_by in ("target exited", COMMAND_EXITED, "perf exited")
         disabled_ns = None if gone else perf_process.command("disable")
         info.perf_cpu_s = perf_process.cpu_time_s()
-        info.ended_at = _now()
+        info.ended_at = now_iso()
     # Without perf's answer the events may have run on: the window ends where offcpu
     # decided to stop, and the engine leaves out whatever came after it.
     info.window_end_ns = disabled_ns or noticed_ns
@@ -193,7 +198,7 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
         info.ended_by = _command_ended(info.target)  # perf ends when its command does
     info.target_exited = info.ended_by == "target exited"
     if switches_at_start and not info.target_exited:
-        _save_snapshot(request.output, switches_at_start, info)
+        save_snapshot_of(request.output, switches_at_start, info)
 
 
 def _command_ended(target: Target) -> str:
@@ -253,13 +258,13 @@ def _command_exit_status(perf_process: PerfProcess, info: CaptureInfo) -> int | 
     return perf_process.returncode
 
 
-def _limits_of(target: Target) -> dict | None:
+def limits_of(target: Target) -> dict | None:
     """The limits of the target's process nearest them, before perf starts (none for a command yet)."""
     snapshot = limits.nearest(targets.processes_now(target)) if target.kind != "command" else None
     return snapshot.to_json() if snapshot else None
 
 
-def _now() -> str:
+def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
@@ -276,7 +281,7 @@ def _check_perf_result(perf_process: PerfProcess, request: RecordRequest, perf_d
         raise perf_failure(perf_process.stderr, request)
 
 
-def _discard(output: Path) -> None:
+def discard(output: Path) -> None:
     """No capture came of it: remove what offcpu and perf wrote in `output`."""
     try:
         for path in own_files(output):
@@ -285,7 +290,7 @@ def _discard(output: Path) -> None:
         pass  # the directory is gone or unreadable: nothing more to do
 
 
-def _save(output: Path, info: CaptureInfo) -> None:
+def save_capture(output: Path, info: CaptureInfo) -> None:
     try:
         save(output, info)
     except OSError as error:
@@ -293,12 +298,18 @@ def _save(output: Path, info: CaptureInfo) -> None:
                           f"in {output}: free space and record again") from None
 
 
-def _save_snapshot(directory: Path, switches_at_start: dict[int, int], info: CaptureInfo) -> None:
+def save_snapshot_of(directory: Path, switches_at_start: dict[int, int], info: CaptureInfo) -> None:
     """The stacks of the target's threads that did not run in the window, taken now (best
     effort: without them such threads are shown with no stack, as before)."""
     taken = snapshot.take(switches_at_start, {int(tid): pid for tid, pid in info.processes_at_start.items()})
     with contextlib.suppress(OSError):
         save_snapshot(directory, taken)
+
+
+def save_kernel_files(directory: Path) -> None:
+    """The kernel's symbols and vdso, for the capture's frames to be named anywhere."""
+    _save_kernel_symbols(directory)
+    _save_vdso(directory)
 
 
 def _save_vdso(directory: Path) -> None:

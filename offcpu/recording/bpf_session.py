@@ -1,0 +1,220 @@
+"""A recording with offcpu's BPF programs (offcpu._core), from start to end.
+
+The programs time every wait of the target's threads in the kernel and send one
+record per wait, so the cost of recording is a few hash-map updates per switch and
+the stack walks the budget allows (see core/src/bpf/offcpu.bpf.c). The target is
+filtered in the kernel: the processes (and with --pid, --tree, --comm, --exe and a
+command, those they start), one thread, a cgroup and the cgroups below it, or all.
+A command is forked by offcpu and held before its exec until the programs record
+it. The programs and maps are held by file descriptors and never pinned: they
+leave with offcpu however it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from offcpu import system, targets
+from offcpu.capture import BPF_RECORDS, BPF_STACKS, CaptureInfo, Target
+from offcpu.escaping import printable
+from offcpu.recording import snapshot
+from offcpu.recording.backends import Backend, BpfRefused
+from offcpu.recording.end_watch import COMMAND_EXITED, size_in_bytes, wait_for_end
+from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
+from offcpu.recording.perf_process import end_group
+from offcpu.recording.session import (
+    RecordRequest,
+    discard,
+    limits_of,
+    now_iso,
+    save_capture,
+    save_kernel_files,
+    save_snapshot_of,
+)
+
+# The tracepoints the programs attach to (tp_btf), for capture.json's events.
+TRACEPOINTS = ("sched:sched_switch", "sched:sched_waking", "sched:sched_process_fork", "sched:sched_process_exit",
+               "sched:sched_process_exec", "task:task_rename")
+# A wait blocked this long takes its waker's stack whatever the budget says: the waits
+# that hold threads back longest keep what ended them.
+LONG_WAIT_NS = 1_000_000
+EXEC_FAILED = 127
+
+
+def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[float], None]) -> CaptureInfo:
+    """Record `request.target` into `request.output` with the BPF programs; as
+    session.record does with perf."""
+    from offcpu import _core  # the compiled core: loaded only to record with it
+
+    records, stacks = request.output / BPF_RECORDS, request.output / BPF_STACKS
+    with Interrupts() as interrupts:
+        command: HeldCommand | None = None
+        recording = None
+        try:
+            info = _new_info(request, backend)
+            if request.target.command:
+                command = HeldCommand(request.target.command)
+            filter_kind, ids, cgroups = _kernel_filter(info.target, command)
+            try:
+                recording = _core.BpfRecording(str(records), filter_kind, ids, cgroups,
+                                               info.target.kind in ("pid", "command"), request.stack_budget,
+                                               LONG_WAIT_NS)
+            except _core.BpfError as error:
+                raise BpfRefused(printable(str(error))) from None
+            info.window_start_ns = time.monotonic_ns()
+            if command is not None:
+                command.go()
+                info.target = replace(info.target, pid=command.pid) if info.target.kind == "command" else \
+                    replace(info.target, command_pid=command.pid)
+            _run(recording, request, info, on_tick, interrupts, command)
+            info.bpf = {**recording.finish(str(stacks)), "stacks_per_second": request.stack_budget,
+                        "long_wait_ns": LONG_WAIT_NS}
+        except BaseException:
+            interrupts.hold()
+            if command is not None:
+                command.end()
+            recording = None  # its programs detach as it goes
+            discard(request.output)
+            raise
+        with signals_ignored():
+            if command is not None:
+                info.command_killed = command.end()
+                if command.exit_status is not None and info.ended_by in ("target exited", COMMAND_EXITED):
+                    info.command_exit_status = command.exit_status
+            _count(info)
+            info.process_titles |= targets.process_titles(info.target)
+            save_kernel_files(request.output)
+            save_capture(request.output, info)
+    return info
+
+
+def _new_info(request: RecordRequest, backend: Backend) -> CaptureInfo:
+    return CaptureInfo(
+        target=request.target, perf_command=[], kernel_release=system.kernel_release(), perf_version="",
+        cpus=os.cpu_count() or 1, call_graph="fp",
+        events=[{"name": name, "call_graph": name == "sched:sched_switch", "why": "timed in the kernel"}
+                for name in TRACEPOINTS],
+        events_skipped=[], duration_requested_s=request.duration_s, schedstats="off",
+        limits=limits_of(request.target), backend=backend.name, backend_why=backend.why,
+    )
+
+
+def _kernel_filter(target: Target, command: HeldCommand | None) -> tuple[str, list[int], list[int]]:
+    """What the programs record: the filter's kind, its ids (processes or a thread) and cgroups."""
+    if target.kind == "all":
+        return "all", [], []
+    if target.kind == "tid" and target.tid is not None:
+        return "thread", [target.tid], []
+    if target.kind == "cgroup":
+        return "cgroups", [], _cgroup_ids(targets.cgroup_directory(target))
+    if target.kind == "command" and command is not None:
+        return "processes", [command.pid], []
+    return "processes", list(targets.processes_now(target)), []
+
+
+def _cgroup_ids(directory: Path) -> list[int]:
+    """The ids of a cgroup v2 and of those below it (a cgroup's id is its directory's inode)."""
+    ids = [directory.stat().st_ino]
+    for below, subdirectories, _ in os.walk(directory):
+        ids += [(Path(below) / name).stat().st_ino for name in subdirectories]
+    return ids
+
+
+def _run(recording: object, request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], None],
+         interrupts: Interrupts, command: HeldCommand | None) -> None:
+    """Wait for the end; fills in the window, the threads at the start and how it ended."""
+    info.started_at = now_iso()
+    switches_at_start: dict[int, int] = {}
+    limit = size_in_bytes(request.max_size)
+    records = request.output / BPF_RECORDS
+
+    def full() -> str | None:
+        with contextlib.suppress(OSError):
+            if records.stat().st_size >= limit:
+                return "max size"
+        return None
+
+    try:
+        threads = targets.threads_now(info.target)
+        info.threads_at_start, info.processes_at_start = threads.states, threads.processes
+        info.process_titles = targets.process_titles(info.target)
+        if request.snapshot and info.target.kind != "all":
+            switches_at_start = snapshot.switch_counts(map(int, threads.states))
+        info.ended_by = wait_for_end(full, request.duration_s, info, on_tick)
+    except Terminated as terminated:
+        info.ended_by = terminated.signal_name
+    except KeyboardInterrupt:
+        info.ended_by = "SIGINT"
+    finally:
+        interrupts.hold()
+        info.window_end_ns = time.monotonic_ns()
+        info.ended_at = now_iso()
+    info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
+    info.target_exited = info.ended_by == "target exited"
+    if switches_at_start and not info.target_exited:
+        save_snapshot_of(request.output, switches_at_start, info)
+
+
+def _count(info: CaptureInfo) -> None:
+    """capture.json's counts, from the programs' own."""
+    counts = info.bpf or {}
+    info.samples = counts.get("waits", 0)
+    info.lost_events = counts.get("lost_records", 0) + counts.get("lost_waits", 0)
+    info.perf_data_bytes = counts.get("bytes_written", 0)
+    info.switch_cost_ns = 0  # every switch is timed where it happens
+
+
+class HeldCommand:
+    """A command forked before the recording starts and held before its exec until the
+    programs record it (go), in a session of its own, as perf runs its command."""
+
+    def __init__(self, argv: tuple[str, ...]) -> None:
+        self._go_read, self._go_write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: nothing here may raise
+            os.close(self._go_write)
+            try:
+                os.setsid()
+                if os.read(self._go_read, 1) == b"g":
+                    os.execvp(argv[0], list(argv))
+            finally:
+                os._exit(EXEC_FAILED)
+        os.close(self._go_read)
+        self.exit_status: int | None = None
+
+    def go(self) -> None:
+        os.write(self._go_write, b"g")
+        os.close(self._go_write)
+        self._go_write = -1
+
+    def end(self) -> bool:
+        """End what is left of the command (its session's group: SIGTERM, then SIGKILL after
+        a grace) and reap it; whether anything had to be killed."""
+        if self._go_write != -1:  # never let go: it exits without running
+            os.close(self._go_write)
+            self._go_write = -1
+        killed = False
+        if self._running():
+            killed = end_group(self.pid)
+        with contextlib.suppress(ChildProcessError):
+            _, status = os.waitpid(self.pid, 0)
+            self.exit_status = os.waitstatus_to_exitcode(status)
+        return killed
+
+    def _running(self) -> bool:
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+        self.exit_status = os.waitstatus_to_exitcode(status)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGTERM)  # what it started, still in its group
+        return False

@@ -1,0 +1,32 @@
+"""A recording with the backend chosen for it (offcpu.recording.backends): perf
+(offcpu.recording.session) or offcpu's BPF programs (offcpu.recording.bpf_session)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from offcpu.capture import CaptureInfo
+from offcpu.recording import backends
+from offcpu.recording.bpf_session import record_bpf
+from offcpu.recording.session import RecordRequest, record as record_perf
+
+
+def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureInfo:
+    """Record `request.target` into `request.output`; `on_tick(elapsed_s)` shows progress."""
+    backend = backends.choose(request.backend, perf_only_options(request))
+    if backend.name == "bpf":
+        try:
+            return record_bpf(request, backend, on_tick)
+        except backends.BpfRefused as refused:
+            if request.backend != "auto":
+                raise
+            backend = backends.Backend("perf", f"the kernel refused offcpu's BPF programs ({refused.reason})")
+    return record_perf(request, backend, on_tick)
+
+
+def perf_only_options(request: RecordRequest) -> list[str]:
+    """The options given that only perf records with."""
+    return [option for option, given in (
+        (f"--call-graph {request.call_graph}", request.call_graph != "fp"),
+        ("--mmap-pages", request.mmap_pages is not None),
+        ("--enable-schedstats", request.enable_schedstats)) if given]
