@@ -34,14 +34,14 @@ class Recording:
     reaches the benchmark only, which then ends offcpu in order (and offcpu ends its perf
     or detaches its BPF programs)."""
 
-    def __init__(self, offcpu: list[str], output: Path, duration: int, log: Path, max_size: str = MAX_SIZE,
-                 target: tuple[str, ...] = ("-a",), backend: str | None = None) -> None:
-        """`target`: offcpu record's, the whole machine by default (or "--", COMMAND, ARGS...);
-        `backend`: offcpu record --backend (perf or bpf), offcpu's default when None."""
+    def __init__(self, offcpu: list[str], backend: str, output: Path, duration: int, log: Path,
+                 max_size: str = MAX_SIZE, target: tuple[str, ...] = ("-a",)) -> None:
+        """`backend`: offcpu record --backend, perf or bpf; `target`: offcpu record's, the
+        whole machine by default (or "--", COMMAND, ARGS...)."""
         self.output = output
         self.duration = duration
-        chosen = ("--backend", backend) if backend else ()
-        self.argv = [*offcpu, "record", *chosen, "--duration", str(duration), "--max-size", max_size,
+        self.backend = backend
+        self.argv = [*offcpu, "record", "--backend", backend, "--duration", str(duration), "--max-size", max_size,
                      "-o", str(output), *target]
         self._log_path = log
         self._log = log.open("w")
@@ -50,15 +50,15 @@ class Recording:
         self.process: subprocess.Popen | None = None
 
     def wait_until_recording(self) -> None:
-        """Start offcpu; return once it records (its perf runs, or it holds attached BPF programs)
-        and has had time to enable its events."""
+        """Start offcpu; return once it records (its perf runs, or it holds its attached BPF
+        programs) and has had time to enable its events."""
         self.started = time.monotonic()
         self._workloads = set(children(os.getpid()))  # a server the benchmark runs is no orphan of offcpu
         self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
                                         stderr=subprocess.STDOUT, start_new_session=True,
                                         preexec_fn=default_sigint)
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not recording(self.process.pid):
+        while not recording(self.process.pid, self.backend):
             if self.process.poll() is not None:
                 raise BenchError(f"offcpu record exited (status {self.process.returncode}) before it recorded: "
                                  f"{self._last_line()}")
@@ -198,9 +198,11 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def recording(offcpu: int) -> bool:
+def recording(offcpu: int, backend: str) -> bool:
     """Whether offcpu records: a perf under it runs, or it holds a BPF link (an attached program)."""
-    return any(comm(pid) == "perf" for pid in descendants(offcpu)) or holds_bpf_link(offcpu)
+    if backend == "bpf":
+        return holds_bpf_link(offcpu)
+    return any(comm(pid) == "perf" for pid in descendants(offcpu))
 
 
 def holds_bpf_link(pid: int) -> bool:

@@ -192,7 +192,7 @@ def _workload(name: str, args: argparse.Namespace, perf: str) -> Iterator[Worklo
 
 def _recorded(workload: Workload, backend: str, offcpu: list[str], duration: int, output: Path) -> Run:
     """One run while offcpu records the whole machine with `backend`; the capture is measured and deleted."""
-    recording = Recording(offcpu, output, duration, output.parent / f"{output.name}.log", backend=backend)
+    recording = Recording(offcpu, backend, output, duration, output.parent / f"{output.name}.log")
     try:
         recording.wait_until_recording()
         result = workload.run(backend)
