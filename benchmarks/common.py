@@ -18,7 +18,7 @@ from types import FrameType
 # A recorded pipe run writes ~0.9 KB per loop (~7 events with stacks): the
 # default 512M would end recordings early.
 MAX_SIZE = "4G"
-PERF_START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 30.0
 SETTLE_S = 1.0  # perf's start to its events enabled took ~0.25 s here; windows are checked afterwards
 FINISH_TIMEOUT_S = 300.0  # after the window offcpu reads the capture back (perf report, perf script)
 STOP_STEPS = ((signal.SIGINT, 30.0), (signal.SIGTERM, 10.0))  # then SIGKILL
@@ -31,33 +31,39 @@ class BenchError(Exception):
 
 class Recording:
     """`offcpu record -a` (or of a command) in its own session: a Ctrl-C at the terminal
-    reaches the benchmark only, which then ends offcpu in order (and offcpu ends its perf)."""
+    reaches the benchmark only, which then ends offcpu in order (and offcpu ends its perf
+    or detaches its BPF programs)."""
 
-    def __init__(self, offcpu: list[str], output: Path, duration: int, log: Path, max_size: str = MAX_SIZE,
-                 target: tuple[str, ...] = ("-a",)) -> None:
-        """`target`: offcpu record's, the whole machine by default (or "--", COMMAND, ARGS...)."""
+    def __init__(self, offcpu: list[str], backend: str, output: Path, duration: int, log: Path,
+                 max_size: str = MAX_SIZE, target: tuple[str, ...] = ("-a",)) -> None:
+        """`backend`: offcpu record --backend, perf or bpf; `target`: offcpu record's, the
+        whole machine by default (or "--", COMMAND, ARGS...)."""
         self.output = output
         self.duration = duration
-        self.argv = [*offcpu, "record", "--duration", str(duration), "--max-size", max_size, "-o", str(output),
-                     *target]
+        self.backend = backend
+        self.argv = [*offcpu, "record", "--backend", backend, "--duration", str(duration), "--max-size", max_size,
+                     "-o", str(output), *target]
         self._log_path = log
         self._log = log.open("w")
         self.started = 0.0
+        self._workloads: set[int] = set()
         self.process: subprocess.Popen | None = None
 
     def wait_until_recording(self) -> None:
-        """Start offcpu; return once its perf runs and has had time to enable its events."""
+        """Start offcpu; return once it records (its perf runs, or it holds its attached BPF
+        programs) and has had time to enable its events."""
         self.started = time.monotonic()
+        self._workloads = set(children(os.getpid()))  # a server the benchmark runs is no orphan of offcpu
         self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
                                         stderr=subprocess.STDOUT, start_new_session=True,
                                         preexec_fn=default_sigint)
-        deadline = time.monotonic() + PERF_START_TIMEOUT_S
-        while not any(comm(pid) == "perf" for pid in descendants(self.process.pid)):
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not recording(self.process.pid, self.backend):
             if self.process.poll() is not None:
-                raise BenchError(f"offcpu record exited (status {self.process.returncode}) before perf started: "
+                raise BenchError(f"offcpu record exited (status {self.process.returncode}) before it recorded: "
                                  f"{self._last_line()}")
             if time.monotonic() > deadline:
-                raise BenchError(f"offcpu record started no perf within {PERF_START_TIMEOUT_S:.0f} s")
+                raise BenchError(f"offcpu record did not start recording within {START_TIMEOUT_S:.0f} s")
             time.sleep(0.02)
         time.sleep(SETTLE_S)
 
@@ -95,6 +101,8 @@ class Recording:
         # A perf whose offcpu died before ending it was orphaned to this process (the subreaper).
         with interrupts_blocked():
             for pid in children(os.getpid()):
+                if pid in self._workloads:
+                    continue
                 if pid not in killed:
                     print(f"bench: killing leftover process {pid} ({comm(pid)})", file=sys.stderr)
                     kill_tree(pid)
@@ -188,6 +196,23 @@ def descendants(pid: int) -> list[int]:
         found.append(child)
         todo += children(child)
     return found
+
+
+def recording(offcpu: int, backend: str) -> bool:
+    """Whether offcpu records: a perf under it runs, or it holds a BPF link (an attached program)."""
+    if backend == "bpf":
+        return holds_bpf_link(offcpu)
+    return any(comm(pid) == "perf" for pid in descendants(offcpu))
+
+
+def holds_bpf_link(pid: int) -> bool:
+    for fd in Path(f"/proc/{pid}/fd").glob("*"):
+        try:
+            if os.readlink(fd) == "anon_inode:bpf_link":
+                return True
+        except OSError:
+            pass  # closed since the listing, or the process is gone
+    return False
 
 
 def comm(pid: int) -> str:

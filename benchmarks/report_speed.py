@@ -1,6 +1,6 @@
 """Wall time and memory of a cold `offcpu report folded` against plain `perf script`, on one capture.
 
-The capture is `perf bench sched pipe` recorded by `offcpu record -a` until perf.data
+The capture is `perf bench sched pipe` recorded by `offcpu record --backend perf -a` until perf.data
 reaches --size (default 240M: about 1.9 million records of this load, at ~128 bytes a
 record; fewer than 1.5 million is warned of), or an existing one given with --capture.
 Runs alternate plain `perf script -i perf.data > /dev/null` with its default fields
@@ -103,8 +103,8 @@ def _record(output: Path, size: str, target: tuple[str, ...]) -> Path:
         cpu = last_cpu()
         pipe = subprocess.Popen(PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
-    recording = Recording(offcpu_command(), output, LONGEST_RECORDING_S, output.parent / f"{output.name}.log", size,
-                          target)
+    recording = Recording(offcpu_command(), "perf", output, LONGEST_RECORDING_S, output.parent / f"{output.name}.log",
+                          size, target)
     try:
         recording.wait_until_recording()
         recording.wait(LONGEST_RECORDING_S + 5)

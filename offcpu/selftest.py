@@ -1,58 +1,142 @@
-"""What recording costs on this machine, measured: a short recording of two threads
-handing a token back and forth through a pipe (perf bench sched pipe), and what perf
-added to each of their switches."""
+"""What recording costs on this machine, with each backend, measured: two threads of one
+process handing a token back and forth through a pipe (perf bench sched pipe -T, pinned
+to one CPU), run unrecorded and as `offcpu record -- COMMAND` records it with perf and
+with BPF. Each round trip is two switches, each with the wakeup that ended its wait, so
+what a recording adds to a round trip, halved, is what it costs one switch and its wakeup
+(perf's stack walk at the wakeup included: most of its cost on a server)."""
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 import shutil
+import statistics
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from offcpu.capture import Target
-from offcpu.describe import first_events
 from offcpu.errors import OffcpuError
-from offcpu.perf_script import PerfScriptReader
-from offcpu.recording.backends import Backend
-from offcpu.recording.session import RecordRequest, record
+from offcpu.recording import backends
+from offcpu.recording.recorder import record
+from offcpu.recording.session import RecordRequest
 
-ROUND_TRIPS = 5000  # about a tenth of a second of switching, recorded
+ROUND_TRIPS = 5_000  # about 0.03 s of switching unrecorded, 0.1 s under perf
+SWITCHES_PER_ROUND_TRIP = 2  # on one CPU: each thread's, woken by the other
 # A program switching this often a second, for the cost in words.
 BUSY_SWITCHES_PER_S = 50_000
+USECS_PER_OP = re.compile(r"^\s*([\d.]+) usecs/op\s*$", re.MULTILINE)
+RUN_TIMEOUT_S = 30.0
+NAMES = {"perf": "perf", "bpf": "BPF"}
 
 
 @dataclass(frozen=True)
-class RecordedSwitch:
-    """The median of what perf added to a switch between two recorded threads."""
+class BackendCost:
+    """What a backend's recording adds to one switch and its wakeup, or why it could not record."""
 
-    whole_ns: int
-    sample_ns: int  # of which its sched_switch sample with the stack
+    backend: str  # "perf" or "bpf"
+    ns: float | None = None
+    problem: str = ""
 
     def share_at(self, switches_per_s: int) -> float:
         """The share of a CPU a program switching this often a second loses to recording."""
-        return self.whole_ns * switches_per_s / 1e9
+        return (self.ns or 0) * switches_per_s / 1e9
+
+
+@dataclass(frozen=True)
+class RecordingCosts:
+    perf: BackendCost
+    bpf: BackendCost
 
     def words(self) -> str:
-        return (f"one switch costs perf {self.whole_ns / 1000:.1f} µs here (its sched_switch sample with the stack "
-                f"{self.sample_ns / 1000:.1f} µs, then the switch and its records "
-                f"{(self.whole_ns - self.sample_ns) / 1000:.1f} µs): a program switching {BUSY_SWITCHES_PER_S:,} "
-                f"times a second would lose about {self.share_at(BUSY_SWITCHES_PER_S):.0%} of a CPU to recording")
+        """Both costs in a sentence; OffcpuError when neither backend could be measured."""
+        measured = [cost for cost in (self.perf, self.bpf) if cost.ns is not None]
+        if not measured:
+            raise OffcpuError(f"perf: {self.perf.problem}; BPF: {self.bpf.problem}")
+        costs = ", ".join(f"{NAMES[cost.backend]} {(cost.ns or 0) / 1000:.1f} µs" for cost in measured)
+        aside = "".join(f" ({NAMES[cost.backend]} could not record: {cost.problem})"
+                        for cost in (self.perf, self.bpf) if cost.ns is None)
+        first, *rest = measured
+        loss = f"{first.share_at(BUSY_SWITCHES_PER_S):.0%} of a CPU to {NAMES[first.backend]}'s recording" + "".join(
+            f", {cost.share_at(BUSY_SWITCHES_PER_S):.0%} to {NAMES[cost.backend]}'s" for cost in rest)
+        return (f"one switch and its wakeup cost {costs} here{aside}: a program switching {BUSY_SWITCHES_PER_S:,} "
+                f"times a second would lose about {loss}")
 
 
-def recorded_switch(perf: str) -> RecordedSwitch:
-    """Record a ping-pong the way `offcpu record -- COMMAND` does and measure its switches.
-    OffcpuError when it cannot be recorded or measured."""
+def recording_costs(perf: str, stack_budget: int) -> RecordingCosts:
+    """Time the ping-pong unrecorded, recorded with perf, unrecorded, recorded with BPF
+    (taking at most `stack_budget` stacks a second on each CPU), unrecorded; each backend's
+    cost against the median unrecorded run. OffcpuError when the ping-pong itself does not run."""
     directory = Path(tempfile.mkdtemp(prefix="offcpu-selftest-"))
+    report = directory / "round-trips"
+    command = ping_pong(perf, max(os.sched_getaffinity(0)), report)
     try:
-        command = ("sh", "-c", f"exec {shlex.quote(perf)} bench sched pipe -T -l {ROUND_TRIPS} >/dev/null")
-        request = RecordRequest(Target("command", "sched-pipe", command=command), directory / "capture", 30.0,
-                                "64M", "fp", None, False)
-        (directory / "capture").mkdir()
-        record(request, Backend("perf", "the self-test measures perf"), on_tick=lambda elapsed: None)
-        costs = first_events(PerfScriptReader(perf, directory / "capture" / "perf.data")).costs
+        unrecorded = [_round_trip_ns(command, report)]
+        recorded = {}
+        for backend in ("perf", "bpf"):
+            recorded[backend] = _recorded_round_trip_ns(command, report, backend, stack_budget)
+            unrecorded.append(_round_trip_ns(command, report))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    if costs.whole_ns is None or costs.sample_median_ns is None:
-        raise OffcpuError("the self-test's recording holds no switch between its two threads")
-    return RecordedSwitch(costs.whole_ns, costs.sample_median_ns)
+    baseline = statistics.median(unrecorded)
+    costs = {}
+    for backend, result in recorded.items():
+        if isinstance(result, str):
+            costs[backend] = BackendCost(backend, problem=result)
+        else:
+            # Noise on a busy machine can make a cheap recording look faster than none: no cost, then.
+            costs[backend] = BackendCost(backend, max(0.0, result - baseline) / SWITCHES_PER_ROUND_TRIP)
+    return RecordingCosts(costs["perf"], costs["bpf"])
+
+
+def ping_pong(perf: str, cpu: int, report: Path) -> tuple[str, ...]:
+    """The ping-pong on `cpu` as a command, its report written to `report`."""
+    pipe = shlex.join(["taskset", "-c", str(cpu), perf, "bench", "sched", "pipe", "-T", "-l", str(ROUND_TRIPS)])
+    return ("sh", "-c", f"exec {pipe} >{shlex.quote(str(report))}")
+
+
+def _round_trip_ns(command: tuple[str, ...], report: Path) -> float:
+    report.unlink(missing_ok=True)
+    try:
+        ran = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise OffcpuError(f"the self-test's ping-pong did not end within {RUN_TIMEOUT_S:.0f} s") from None
+    if ran.returncode != 0:
+        last = (ran.stderr.strip() or "no message").splitlines()[-1]
+        raise OffcpuError(f"the self-test's ping-pong failed (status {ran.returncode}): {last}")
+    return _reported_ns(report)
+
+
+def _recorded_round_trip_ns(command: tuple[str, ...], report: Path, backend: str, stack_budget: int) -> float | str:
+    """The round trip while `backend` records the ping-pong, or why it could not be recorded."""
+    if backend == "bpf" and (problem := backends.bpf_problem()):
+        return problem
+    report.unlink(missing_ok=True)
+    capture = report.parent / f"capture-{backend}"
+    capture.mkdir()
+    request = RecordRequest(Target("command", "sched-pipe", command=command), capture, RUN_TIMEOUT_S, "64M", "fp",
+                            None, False, snapshot=False, backend=backend, stack_budget=stack_budget)
+    try:
+        record(request, on_tick=lambda elapsed: None)
+        return _reported_ns(report)
+    except backends.BpfRefused as refused:
+        return f"the kernel refused offcpu's BPF programs ({refused.reason})"
+    except OffcpuError as error:
+        return error.format_message()
+    finally:
+        shutil.rmtree(capture, ignore_errors=True)
+
+
+def _reported_ns(report: Path) -> float:
+    """The round trip perf bench reported, in ns."""
+    try:
+        text = report.read_text()
+    except OSError as error:
+        raise OffcpuError(f"the self-test's ping-pong wrote no report ({error.strerror})") from None
+    match = USECS_PER_OP.search(text)
+    if match is None:
+        raise OffcpuError("the self-test's ping-pong reported no usecs/op")
+    return float(match[1]) * 1000

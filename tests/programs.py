@@ -294,9 +294,14 @@ class ProcessGroups:
 
 def wait_group_gone(pgid: int, timeout_s: float = 10.0) -> None:
     """Until no process of the group is left: killed children (nginx's workers) exit
-    a moment after their parent, and their new parent reaps them."""
+    a moment after their parent, and their new parent reaps them (this process, when
+    it is a subreaper, as the benchmarks are)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        try:
+            os.waitid(os.P_PGID, pgid, os.WEXITED | os.WNOHANG)
+        except ChildProcessError:
+            pass  # none of them is a child of this process
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
@@ -478,8 +483,8 @@ def wrk_command(port: int, seconds: int) -> tuple[str, ...]:
 
 
 @contextmanager
-def nginx_under_wrk(loaded: bool = True) -> Iterator[Running]:
-    """nginx (a master and several workers) serving a small file on a free loopback port, loaded
+def nginx_under_wrk(loaded: bool = True, workers: int = NGINX_WORKERS) -> Iterator[Running]:
+    """nginx (a master and `workers` workers) serving a small file on a free loopback port, loaded
     by wrk (unless not `loaded`: then it waits for a load generator, such as its load_command)."""
     nginx = need("nginx", "nginx")
     port = free_port()
@@ -487,18 +492,18 @@ def nginx_under_wrk(loaded: bool = True) -> Iterator[Running]:
         directory.chmod(0o755)  # nginx's workers run as nobody: they must reach www/
         (directory / "www").mkdir()
         (directory / "www" / "index.html").write_text("<p>" + "offcpu " * 128 + "</p>\n")
-        (directory / "nginx.conf").write_text(NGINX_CONF.format(workers=NGINX_WORKERS, port=port))
+        (directory / "nginx.conf").write_text(NGINX_CONF.format(workers=workers, port=port))
         master = groups.start("nginx", [nginx, "-p", str(directory), "-c", "nginx.conf", "-e", "error.log"])
-        wait_until(f"nginx accepting on port {port} with {NGINX_WORKERS} workers",
-                   lambda: len(children(master.pid)) == NGINX_WORKERS and accepts(port), groups)
+        wait_until(f"nginx accepting on port {port} with {workers} workers",
+                   lambda: len(children(master.pid)) == workers and accepts(port), groups)
         load = groups.start("wrk", list(wrk_command(port, RUN_SECONDS))) if loaded else None
         requests = functools.partial(nginx_requests, port)
         if loaded:
             wait_loaded("nginx", requests, groups)
-        workers = tuple(children(master.pid))
-        yield Running(name="nginx", pid=master.pid, service_pids=(master.pid, *workers),
+        worker_pids = tuple(children(master.pid))
+        yield Running(name="nginx", pid=master.pid, service_pids=(master.pid, *worker_pids),
                       load_pid=load.pid if load else None,
-                      worker_tids=tuple(sorted(tid for pid in workers for tid in thread_names(pid))),
+                      worker_tids=tuple(sorted(tid for pid in worker_pids for tid in thread_names(pid))),
                       directory=directory, record_target=("-a",), requests=requests,
                       load_command=functools.partial(wrk_command, port))
 

@@ -10,9 +10,11 @@ from rich.console import Console
 from rich.table import Table
 
 from offcpu import limits, system
+from offcpu.commands.record import DEFAULT_STACK_BUDGET
 from offcpu.errors import OffcpuError
 from offcpu.readiness import FAIL, INFO, OK, WARN, Check, can_record, frame_pointer_checks, limit_checks, machine_checks
-from offcpu.selftest import recorded_switch
+from offcpu.recording import backends
+from offcpu.selftest import RecordingCosts, recording_costs
 from offcpu.stdout import write_stdout
 
 STYLES = {OK: "green", WARN: "yellow", FAIL: "bold red"}
@@ -38,7 +40,7 @@ def doctor(pid: int | None, as_json: bool) -> None:
     limit_rows = limit_checks(snapshot) if snapshot else []
     ready = can_record(checks)
     if ready:
-        checks.append(_cost_check(as_json))
+        checks += _cost_checks(as_json)
     if as_json:
         write_stdout(json.dumps({
             "can_record": ready,
@@ -57,18 +59,28 @@ def doctor(pid: int | None, as_json: bool) -> None:
     click.get_current_context().exit(0 if ready else 1)
 
 
-def _cost_check(quiet: bool) -> Check:
-    """What one recorded switch costs here, measured by a short recording (about a second)."""
+def _cost_checks(quiet: bool) -> list[Check]:
+    """Whether BPF records here, and what one recorded switch and its wakeup cost with each
+    backend, measured by short recordings (about two seconds)."""
     console = Console(stderr=True)
     try:
         if console.is_terminal and not quiet:
             with console.status("Measuring what recording costs here..."):
-                cost = recorded_switch(system.require_perf())
+                costs = recording_costs(system.require_perf(), DEFAULT_STACK_BUDGET)
         else:
-            cost = recorded_switch(system.require_perf())
+            costs = recording_costs(system.require_perf(), DEFAULT_STACK_BUDGET)
+        words = costs.words()
     except OffcpuError as error:
-        return Check("cost of recording", WARN, f"could not be measured: {error.format_message()}")
-    return Check("cost of recording", INFO, cost.words())
+        return [Check("cost of recording", WARN, f"could not be measured: {error.format_message()}")]
+    return [_bpf_check(costs), Check("cost of recording", INFO, words)]
+
+
+def _bpf_check(costs: RecordingCosts) -> Check:
+    """Whether BPF recorded the self-test (perf did, when BPF did not: the costs were put in words)."""
+    if costs.bpf.ns is None:
+        return Check("BPF recording", WARN,
+                     f"cannot record here: {costs.bpf.problem}; perf records here instead (offcpu record picks it)")
+    return Check("BPF recording", OK, f"offcpu record uses it by default: {backends.choose('auto', []).why}")
 
 
 def _table(title: str, checks: list) -> Table:
