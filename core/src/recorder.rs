@@ -33,7 +33,7 @@ pub const NOT_TAKEN: i32 = -10000;
 /// The task iterator that writes the waits still open at the end.
 const OPEN_WAITS: &str = "dump_open_waits";
 const STACK_DEPTH: usize = 127;
-const POLL: Duration = Duration::from_millis(100);
+const POLL: Duration = Duration::from_millis(50);
 
 /// The counters of `struct counters` in offcpu.bpf.c, in their order.
 const COUNTERS: [&str; 7] = [
@@ -51,6 +51,8 @@ struct Config {
     filter: u32,
     follow_forks: bool,
     stacks_per_window: u32,
+    /// offcpu itself, never recorded: its reading of the records would be recorded in turn
+    own_process: u32,
     long_wait_ns: u64,
 }
 
@@ -60,6 +62,7 @@ impl Config {
         bytes[0..4].copy_from_slice(&self.filter.to_le_bytes());
         bytes[4..8].copy_from_slice(&u32::from(self.follow_forks).to_le_bytes());
         bytes[8..12].copy_from_slice(&self.stacks_per_window.to_le_bytes());
+        bytes[12..16].copy_from_slice(&self.own_process.to_le_bytes());
         bytes[16..24].copy_from_slice(&self.long_wait_ns.to_le_bytes());
         bytes
     }
@@ -110,6 +113,7 @@ impl BpfRecording {
             filter,
             follow_forks,
             stacks_per_window: (stacks_per_second / 10).max(1),
+            own_process: std::process::id(),
             long_wait_ns,
         };
         let object = load(&config)?;
@@ -267,8 +271,11 @@ fn drain(
         .map_err(std::io::Error::other)?;
     let buffer = builder.build().map_err(std::io::Error::other)?;
     while !stop.load(Ordering::Relaxed) && failed.borrow().is_none() {
+        // The programs wake this thread only once the buffer fills up (a wakeup per record
+        // would cost the recorded threads more than the record): it reads at every POLL too.
         // EINTR (a signal to the process) is not an end: only `stop` is.
         let _ = buffer.poll(POLL);
+        let _ = buffer.consume();
     }
     let _ = buffer.consume();
     drop(buffer);

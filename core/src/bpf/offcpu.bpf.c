@@ -130,7 +130,7 @@ struct config {
 	__u32 filter;
 	__u32 follow_forks;       // processes the target's processes create become targets
 	__u32 stacks_per_window;  // per CPU, per WINDOW_NS
-	__u32 pad;
+	__u32 own_process;        // offcpu's: never recorded (its reading of the records would be)
 	__u64 long_wait_ns;
 };
 
@@ -210,8 +210,8 @@ static __always_inline struct counters *my_counters(void)
 
 static __always_inline int wanted(struct task_struct *task)
 {
-	if (task->pid == 0)
-		return 0;  // a CPU's idle task
+	if (task->pid == 0 || task->tgid == cfg.own_process)
+		return 0;  // a CPU's idle task, or offcpu
 	if (cfg.filter == FILTER_ALL)
 		return 1;
 	if (cfg.filter == FILTER_THREAD) {
