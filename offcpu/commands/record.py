@@ -40,9 +40,9 @@ MAX_SIZE_BYTES = (1 << 64) - 1  # perf counts in an unsigned long
 # hundreds for the whole machine.
 MIN_MAX_SIZE_MIB = 1
 UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._+-]")
-# Stack walks per second per CPU that a BPF recording allows itself: at a few µs a walk,
-# a few percent of a CPU (measured: docs/benchmarks.md)
-DEFAULT_STACK_BUDGET = 20_000
+# Stacks per second per CPU that a BPF recording takes at most: nginx under wrk kept 0.93x
+# of its throughput at 4,000 and 0.87x at 20,000 (docs/benchmarks.md)
+DEFAULT_STACK_BUDGET = 5_000
 
 
 def _pid_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from offcpu import system
 from offcpu.capture import CaptureInfo
+from offcpu.errors import OffcpuError
 from offcpu.recording import backends
 from offcpu.recording.bpf_session import record_bpf
 from offcpu.recording.session import RecordRequest, record as record_perf
@@ -13,6 +15,9 @@ from offcpu.recording.session import RecordRequest, record as record_perf
 
 def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureInfo:
     """Record `request.target` into `request.output`; `on_tick(elapsed_s)` shows progress."""
+    namespace_problem = system.pid_namespace_problem()  # either backend sees the kernel's pids, not ours
+    if namespace_problem:
+        raise OffcpuError(namespace_problem)
     backend = backends.choose(request.backend, perf_only_options(request))
     if backend.name == "bpf":
         try:
