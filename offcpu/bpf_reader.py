@@ -39,7 +39,7 @@ from offcpu.sched_events import (
     Events,
     EventSink,
 )
-from offcpu.stacks import UNKNOWN, Stack
+from offcpu.stacks import Stack, without_tracing
 
 if TYPE_CHECKING:
     from offcpu.symbols import Symbolizer
@@ -68,10 +68,6 @@ USER_STACK_UNREADABLE = "[user stack could not be read]"
 ORDER = np.zeros(7, np.int8)  # by kind: its rank at one time
 ORDER[[THREAD_FORK, SWITCH_IN, SCHED_SWITCH, SCHED_WAKING, THREAD_COMM, THREAD_EXIT]] = np.arange(6)
 BATCH = 1 << 16  # events handed to the sink at a time
-# The tracing machinery a BPF program's kernel stack begins in (the program, the tracepoint's
-# call into it), where perf's stack of the same tracepoint begins at its caller (__schedule,
-# try_to_wake_up): left out, so that both backends show the same stacks.
-TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", "bpf_get_stack", "__bpf_get_stack")
 
 # prev_state as perf prints it (the kernel's __trace_sched_switch_state and __task_state_index)
 STATE_LETTERS = "RSDTtXZPI"  # no bit, then one per bit of TASK_REPORT, then TASK_REPORT_IDLE
@@ -296,7 +292,7 @@ def _stack(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symboliz
     kernel, user, pid, generation = cast(tuple[int, int, int, int], chain)
     frames: list[str] = []
     if kernel in table:
-        frames += without_tracing([symbolizer.kernel_name(address) for address in table[kernel]])
+        frames += [symbolizer.kernel_name(address) for address in table[kernel]]
     elif kernel != NO_STACK:
         frames.append(KERNEL_STACK_UNREADABLE)
     kernel_frames = len(frames)
@@ -304,19 +300,7 @@ def _stack(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symboliz
         frames += [symbolizer.user_name(pid, generation, address) for address in table[user]]
     elif user not in (NO_STACK, -EFAULT):
         frames.append(USER_STACK_UNREADABLE)
-    return Stack(tuple(frames), kernel_frames)
-
-
-def without_tracing(frames: list[str]) -> list[str]:
-    """A kernel stack (innermost first) without the tracing machinery it begins in
-    (TRACING_FRAMES), nor the unnamed frames before it (a program not in kallsyms)."""
-    cut = 0
-    for index, frame in enumerate(frames):
-        if frame.startswith(TRACING_FRAMES):
-            cut = index + 1
-        elif frame != UNKNOWN:
-            break
-    return frames[cut:]
+    return without_tracing(Stack(tuple(frames), kernel_frames))
 
 
 def _maps_note(snapshots: list | None, unmapped: int) -> list[str]:

@@ -43,7 +43,7 @@ from offcpu.sched_events import (
     Events,
     EventSink,
 )
-from offcpu.stacks import Stack
+from offcpu.stacks import Stack, without_tracing
 
 FIELDS = "comm,pid,tid,cpu,time,event,trace,ip,sym"
 KERNEL_ADDRESS_DIGITS = 16  # x86-64 kernel text is at 0xffff...: 16 hex digits
@@ -209,7 +209,7 @@ def parse_stack(chain: str) -> Stack:
         # the kernel's frames come first; a kernel-like address among the user's is junk of the walk
         if kernel == len(frames) - 1 and len(address) == KERNEL_ADDRESS_DIGITS and address.startswith("ffff"):
             kernel += 1
-    return Stack(tuple(frames), kernel)
+    return without_tracing(Stack(tuple(frames), kernel))
 
 
 class PerfScriptReader:

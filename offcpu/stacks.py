@@ -42,6 +42,24 @@ THREAD_ROOTS = frozenset({
 # perf's frame-pointer walker follows garbage past a frameless libc: those frames are unnamed.
 UNKNOWN = "[unknown]"
 UNKNOWN_RUN = "[unknown ×"  # how a drawn stack writes a run of them, "[unknown ×120]"
+# The tracing machinery a kernel stack taken in a tracepoint's probe may begin in: a BPF
+# program's (the program, the tracepoint's call into it), and perf's too when a BPF program
+# is attached to the same tracepoint (the iterator that calls both). perf's stack alone
+# begins at the tracepoint's caller (__schedule, try_to_wake_up).
+TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", "bpf_get_stack", "__bpf_get_stack")
+
+
+def without_tracing(stack: Stack) -> Stack:
+    """`stack` without the tracing machinery its kernel frames begin in (TRACING_FRAMES),
+    nor the unnamed frames before it (a BPF program is not in kallsyms), so that every
+    stack of a tracepoint begins at its caller, whoever else traced it."""
+    cut = 0
+    for index, frame in enumerate(stack.frames[:stack.kernel_frames]):
+        if frame.startswith(TRACING_FRAMES):
+            cut = index + 1
+        elif frame != UNKNOWN:
+            break
+    return Stack(stack.frames[cut:], stack.kernel_frames - cut) if cut else stack
 
 
 def unknown_run(shortest: int, longest: int) -> str:

@@ -53,7 +53,7 @@ from offcpu.perf_data import (
     PerfData,
     release,
 )
-from offcpu.stacks import UNKNOWN, Stack
+from offcpu.stacks import UNKNOWN, Stack, without_tracing
 
 if TYPE_CHECKING:
     import numpy as np
@@ -629,7 +629,7 @@ class Symbolizer:
                 frames.append(self.kernel_name(address))
             else:  # a kernel-like address among the user's frames is junk of the walk: perf names it so
                 frames.append(self.user_name(pid, generation, address) if address < KERNEL_START else UNKNOWN)
-        return Stack(tuple(frames), kernel)
+        return without_tracing(Stack(tuple(frames), kernel))
 
     def kernel_name(self, address: int) -> str:
         name = self.kernel_names.get(address)

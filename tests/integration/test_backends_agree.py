@@ -3,7 +3,10 @@ backends at once, must give the same findings (kind and severity), each with its
 within 10%, also when BPF samples stacks under a small budget.
 
 Both recordings see the same threads do the same things (perf's cost slows the program
-for both alike); the reports are cut to the part of the run both windows hold."""
+for both alike); the reports are cut to the part of the run both windows hold. Both record
+the whole machine, where perf records every switch whole (recording a process, it places
+the switches to it from other processes by their mean cost), and the reports keep the
+program's process."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import pytest
 from tests import programs
 from tests.conftest import OFFCPU, run_offcpu
 
-SECONDS = 3
+SECONDS = 5
 MARGIN_NS = 300_000_000  # the compared part starts and ends this far inside both windows
 TIME_TOLERANCE = 0.10
 # Findings below this share of the threads' time are near the floor a finding needs, and one
@@ -25,11 +28,12 @@ SOLID_SHARE = 0.03
 
 
 def record_both(target: tuple[str, ...], directory: Path, bpf_options: tuple[str, ...] = ()) -> tuple[Path, Path]:
-    """The same target recorded by perf and by BPF at the same time."""
+    """The same target recorded by perf and by BPF at the same time (without the stacks of the
+    threads that never ran, read at each recording's end: two ends, two sets of such threads)."""
     captures = directory / "perf", directory / "bpf"
     recordings = [
         subprocess.Popen([str(OFFCPU), "record", *target, "-d", str(SECONDS), "-o", str(capture), "--backend", backend,
-                          *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          "--no-snapshot", *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          stdin=subprocess.DEVNULL)
         for capture, backend, options in ((captures[0], "perf", ("--mmap-pages", "1024")),
                                           (captures[1], "bpf", bpf_options))]
@@ -72,22 +76,32 @@ def assert_same_findings(by_perf: dict, by_bpf: dict) -> None:
             TIME_TOLERANCE * perf_finding["offcpu_us"], (key, perf_finding["offcpu_us"], bpf_finding["offcpu_us"])
 
 
+def assert_sampled_as_asked(capture: Path, bpf_options: tuple[str, ...]) -> None:
+    """The small budget did sample (some waits had no stack taken), the big one did not."""
+    counts = json.loads((capture / "capture.json").read_text())["bpf"]
+    assert (counts["unsampled"] > 0) == ("1000" in bpf_options), counts
+
+
 EXAMPLES = [
     pytest.param("mmap_contention", ("-t", "8"), 9, id="mmap"),
     pytest.param("futex_contention", ("-t", "4"), 5, id="mutex"),
-    pytest.param("thread_churn", ("-t", "8"), 1, id="churn"),
+    pytest.param("thread_churn", ("-t", "8"), None, id="churn"),
     pytest.param("lock_chain", (), 5, id="chain"),
 ]
-BUDGETS = [pytest.param((), id="every-stack"), pytest.param(("--stack-budget", "200"), id="sampled")]
+# A budget no switch rate reaches, and one that every case here passes
+BUDGETS = [pytest.param(("--stack-budget", "100000000"), id="every-stack"),
+           pytest.param(("--stack-budget", "1000"), id="sampled")]
 
 
 @pytest.mark.parametrize("bpf_options", BUDGETS)
 @pytest.mark.parametrize(("name", "args", "threads"), EXAMPLES)
 def test_the_examples(tmp_path: Path, workload, name: str, args: tuple[str, ...],  # type: ignore[no-untyped-def]
-                      threads: int, bpf_options: tuple[str, ...]) -> None:
+                      threads: int | None, bpf_options: tuple[str, ...]) -> None:
     running = workload(name, *args, "-s", "60", threads=threads)
-    by_perf, by_bpf = findings_in_common_part(record_both(("--pid", str(running.pid)), tmp_path, bpf_options))
+    captures = record_both(("-a",), tmp_path, bpf_options)
+    by_perf, by_bpf = findings_in_common_part(captures, "--pid", str(running.pid))
     assert_same_findings(by_perf, by_bpf)
+    assert_sampled_as_asked(captures[1], bpf_options)
 
 
 @pytest.mark.parametrize("bpf_options", BUDGETS)
@@ -98,3 +112,4 @@ def test_real_programs(tmp_path: Path, name: str, bpf_options: tuple[str, ...]) 
     pids = ",".join(str(pid) for pid in running.service_pids)
     by_perf, by_bpf = findings_in_common_part(captures, "--pid", pids)
     assert_same_findings(by_perf, by_bpf)
+    assert_sampled_as_asked(captures[1], bpf_options)

@@ -29,7 +29,7 @@ RECORD = np.dtype([
 ])
 WAIT = 1
 NOT_TAKEN = -10000
-OUR_PROGRAMS = ("on_switch", "on_waking", "on_fork", "on_exit", "on_exec", "on_rename", "dump_open_waits")
+OUR_PROGRAMS = ("on_switch", "on_waking", "on_fork", "on_exec", "on_rename", "dump_open_waits")
 START_TIMEOUT_S = 20
 
 

@@ -399,10 +399,13 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	__u64 now = bpf_ktime_get_ns();
 
 	if (wanted(prev)) {
-		if (prev->exit_state || (prev_state & TASK_DEAD))
-			// Its last switch: the thread is gone, not waiting (its exit record says so).
+		if (prev->exit_state || (prev_state & TASK_DEAD)) {
+			// Its last switch: the thread is gone, not waiting. Its exit is said here, not
+			// at sched_process_exit, which comes before it lets go of its memory (and may
+			// wait for that), as perf says it.
+			send_task_event(RECORD_EXIT, prev, 0, 0, 0);
 			bpf_task_storage_delete(&waits, prev);
-		else
+		} else
 			leave(ctx, prev, prev_state, preempt, now);
 	}
 	if (wanted(next))
@@ -453,16 +456,6 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 	}
 	if (wanted(child))
 		send_task_event(RECORD_FORK, child, parent->tgid, parent->pid, 0);
-	return 0;
-}
-
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
-{
-	if (!wanted(task))
-		return 0;
-	send_task_event(RECORD_EXIT, task, 0, 0, 0);
-	bpf_task_storage_delete(&waits, task);
 	return 0;
 }
 
