@@ -164,12 +164,14 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str)
 
 @pytest.fixture(scope="session")
 def mmap_capture(tmp_path_factory: pytest.TempPathFactory, recording_perf: str) -> Path:
-    """2 s of mmap_contention (16 threads) recorded by --pid, shared by the tests that only read it."""
+    """2 s of mmap_contention (16 threads) recorded by --pid with perf, shared by the tests that only
+    read it (they hold reports to perf.data and what perf script reads of it; tests/integration/
+    test_bpf_recording.py and test_backends_agree.py hold the BPF backend to perf)."""
     capture = tmp_path_factory.mktemp("mmap") / "cap"
     program = subprocess.Popen([str(example("mmap_contention")), "-t", "16", "-s", "30"], stdout=subprocess.DEVNULL)
     try:
         wait_for_threads(program.pid, 17)
-        result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", "-o", str(capture))
+        result = run_offcpu("record", "--backend", "perf", "--pid", str(program.pid), "-d", "2", "-o", str(capture))
         assert result.returncode == 0, result.stderr
     finally:
         program.kill()
@@ -179,15 +181,16 @@ def mmap_capture(tmp_path_factory: pytest.TempPathFactory, recording_perf: str) 
 
 @pytest.fixture(scope="session")
 def example_capture(tmp_path_factory: pytest.TempPathFactory, recording_perf: str) -> Callable[[str], Path]:
-    """A capture of an example program run as a command for 1 s (recorded for at
-    most 1.5 s, frame-pointer stacks, the default a user gets), recorded once per
-    session and shared by the tests that only read it (reports may save model.json there)."""
+    """A capture of an example program run as a command for 1 s (recorded by perf for at
+    most 1.5 s, frame-pointer stacks), recorded once per session and shared by the tests
+    that only read it (reports may save model.json there), as mmap_capture."""
     captures: dict[str, Path] = {}
 
     def capture(name: str) -> Path:
         if name not in captures:
             directory = tmp_path_factory.mktemp(name) / "cap"
-            result = run_offcpu("record", "-o", str(directory), "-d", "1.5", "--", str(example(name)), "-s", "1")
+            result = run_offcpu("record", "--backend", "perf", "-o", str(directory), "-d", "1.5", "--",
+                                str(example(name)), "-s", "1")
             assert result.returncode == 0, result.stderr
             captures[name] = directory
         return captures[name]

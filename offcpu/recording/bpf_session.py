@@ -25,12 +25,13 @@ from offcpu.capture import BPF_RECORDS, BPF_STACKS, CaptureInfo, Target
 from offcpu.escaping import printable
 from offcpu.recording import snapshot
 from offcpu.recording.backends import Backend, BpfRefused
-from offcpu.recording.end_watch import COMMAND_EXITED, size_in_bytes, wait_for_end
+from offcpu.recording.end_watch import size_in_bytes, wait_for_end
 from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
 from offcpu.recording.perf_process import end_group
 from offcpu.recording.process_maps import MapsRecorder
 from offcpu.recording.session import (
     RecordRequest,
+    command_ended,
     discard,
     limits_of,
     now_iso,
@@ -73,9 +74,11 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
                 command.go()
                 info.target = replace(info.target, pid=command.pid) if info.target.kind == "command" else \
                     replace(info.target, command_pid=command.pid)
-            _run(recording, request, info, on_tick, interrupts, command)
+            switches_at_start = _run(request, info, on_tick, interrupts)
             info.bpf = {**recording.finish(str(stacks)), "stacks_per_second": request.stack_budget,
                         "long_wait_ns": LONG_WAIT_NS}
+            if switches_at_start and not info.target_exited:
+                save_snapshot_of(request.output, switches_at_start, info)
         except BaseException:
             interrupts.hold()
             if command is not None:
@@ -86,7 +89,7 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
         with signals_ignored():
             if command is not None:
                 info.command_killed = command.end()
-                if command.exit_status is not None and info.ended_by in ("target exited", COMMAND_EXITED):
+                if info.ended_by == command_ended(info.target):  # it ended the recording: its status counts
                     info.command_exit_status = command.exit_status
             _count(info)
             info.process_titles |= targets.process_titles(info.target)
@@ -127,9 +130,12 @@ def _cgroup_ids(directory: Path) -> list[int]:
     return ids
 
 
-def _run(recording: object, request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], None],
-         interrupts: Interrupts, command: HeldCommand | None) -> None:
-    """Wait for the end; fills in the window, the threads at the start and how it ended."""
+def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], None],
+         interrupts: Interrupts) -> dict[int, int]:
+    """Wait for the end; fills in the window, the threads at the start and how it ended.
+    Returns the context switch counts of the target's threads at the start, for the
+    snapshot of those that never ran (taken once the programs are detached: eu-stack's
+    stops of the process would be recorded)."""
     info.started_at = now_iso()
     switches_at_start: dict[int, int] = {}
     limit = size_in_bytes(request.max_size)
@@ -167,8 +173,7 @@ def _run(recording: object, request: RecordRequest, info: CaptureInfo, on_tick: 
         maps_now()
     info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
     info.target_exited = info.ended_by == "target exited"
-    if switches_at_start and not info.target_exited:
-        save_snapshot_of(request.output, switches_at_start, info)
+    return switches_at_start
 
 
 def _recorded_processes(target: Target) -> list[int]:

@@ -192,13 +192,13 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
     info.window_end_ns = disabled_ns or noticed_ns
     info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
     if info.target.command and info.ended_by == "perf exited":
-        info.ended_by = _command_ended(info.target)  # perf ends when its command does
+        info.ended_by = command_ended(info.target)  # perf ends when its command does
     info.target_exited = info.ended_by == "target exited"
     if switches_at_start and not info.target_exited:
         save_snapshot_of(request.output, switches_at_start, info)
 
 
-def _command_ended(target: Target) -> str:
+def command_ended(target: Target) -> str:
     """How a recording ends when its command exits: the target's end when it is the target."""
     return "target exited" if target.kind == "command" else COMMAND_EXITED
 
@@ -244,7 +244,7 @@ def _exited_as_perf_started(target: Target) -> OffcpuError:
 def _ended_by_command(info: CaptureInfo) -> bool:
     """Whether the recording ended as its command exited by itself: not when offcpu
     stopped perf (perf then ends the command) nor when perf stopped at --max-size."""
-    return bool(info.target.command) and info.ended_by in (_command_ended(info.target), "perf exited")
+    return bool(info.target.command) and info.ended_by in (command_ended(info.target), "perf exited")
 
 
 def _command_exit_status(perf_process: PerfProcess, info: CaptureInfo) -> int | None:

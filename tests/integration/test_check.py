@@ -237,13 +237,19 @@ def test_could_not_check_on_github_says_why(example_capture, tmp_path, args):
     assert text.startswith("### offcpu check: could not check\n") and reason in text and "PASS" not in text
 
 
+def recorded_data(capture: Path) -> Path:
+    """What the capture's backend recorded into: perf.data, or the BPF programs' records."""
+    backend = json.loads((capture / "capture.json").read_text()).get("backend", "perf")
+    return capture / ("perf.data" if backend == "perf" else "bpf-records.bin")
+
+
 def test_check_records_a_command_and_keeps_the_capture(tmp_path):
     # Given a benchmark run as a command
     capture = tmp_path / "run"
     result = check("-o", str(capture), "-d", "5", "--", str(example("futex_contention")), "-t", "4", "-s", "1")
     # Then it is recorded, kept, and fails on its contention
     assert result.returncode == 1, result.stderr
-    assert (capture / "capture.json").exists() and (capture / "perf.data").exists()
+    assert (capture / "capture.json").exists() and recorded_data(capture).exists()
     assert "FAIL" in result.stdout and "lock_contention not above info" in result.stdout
     assert "offcpu check: FAIL" in result.stdout.splitlines()[-1]
     # and says once where the capture is kept and how to look into it
@@ -397,7 +403,7 @@ class TestCouldNotCheck:
         result = check("-o", str(capture), "--", "sh", "-c", f"{example('futex_contention_fixed')} -s 0.5; exit 3")
         assert result.returncode == 2 and "status 3" in result.stderr.splitlines()[-1]
         assert "Traceback" not in result.stderr and "PASS" not in result.stdout
-        assert (capture / "perf.data").exists()  # kept, to see what happened
+        assert recorded_data(capture).exists()  # kept, to see what happened
         # and checking that capture afterwards does not pass it either
         assert_one_line_error(check(str(capture)), "could not check", "exited with status 3")
 
@@ -419,13 +425,14 @@ class TestCouldNotCheck:
         # Then the run is not checked (perf ended the command), and the capture is kept
         assert result.returncode == 2 and "PASS" not in result.stdout, result.stdout + result.stderr
         assert "exited before the command did" in result.stderr.splitlines()[-1]
-        assert (capture / "perf.data").exists()
+        assert recorded_data(capture).exists()
 
     def test_recording_without_perf(self, tmp_path):
         bare = tmp_path / "bin"
         bare.mkdir()
         (bare / "true").symlink_to(shutil.which("true"))
-        result = run_offcpu("check", "-o", str(tmp_path / "cap"), "--", "true", env={**NO_GITHUB, "PATH": str(bare)})
+        result = run_offcpu("check", "--backend", "perf", "-o", str(tmp_path / "cap"), "--", "true",
+                            env={**NO_GITHUB, "PATH": str(bare)})
         assert_one_line_error(result, "perf")
         assert not (tmp_path / "cap").exists()
 

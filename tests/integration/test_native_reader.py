@@ -19,7 +19,7 @@ from tests.native_compare import CHAINED, KeepingSink, first_difference, model_d
 
 
 def _record(directory: Path, *arguments: str) -> Path:
-    result = run_offcpu("record", "-o", str(directory), *arguments)
+    result = run_offcpu("record", "--backend", "perf", "-o", str(directory), *arguments)
     assert result.returncode == 0, result.stderr
     return directory / "perf.data"
 

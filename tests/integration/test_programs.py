@@ -36,7 +36,7 @@ def started(name: str, **options: bool) -> Iterator[programs.Running]:
 
 
 def recorded_threads(capture: Path) -> dict[int, int]:
-    """tid -> pid of the threads perf itself reads in the capture's samples."""
+    """tid -> pid of the threads perf itself reads in the capture's samples (recorded with perf)."""
     done = subprocess.run(["perf", "script", "-i", str(capture / "perf.data"), "-F", "pid,tid"],
                           capture_output=True, text=True, check=True)
     return {int(tid): int(pid) for pid, tid in (line.split("/") for line in done.stdout.split())}
@@ -45,7 +45,8 @@ def recorded_threads(capture: Path) -> dict[int, int]:
 def record(running: programs.Running, capture: Path) -> programs.Usage:
     """Record the workload for RECORD_S through offcpu; what its workers did meanwhile, by the kernel."""
     before, start = programs.snapshot(running.service_pids), time.monotonic()
-    result = run_offcpu("record", *running.record_target, "-d", str(RECORD_S), "-o", str(capture))
+    result = run_offcpu("record", "--backend", "perf", *running.record_target, "-d", str(RECORD_S), "-o",
+                        str(capture))
     workers = programs.usage_between(before, programs.snapshot(running.service_pids), time.monotonic() - start,
                                      running.worker_tids)
     assert result.returncode == 0, result.stderr

@@ -74,7 +74,8 @@ def test_the_chain_of_a_lock_held_across_a_slow_call(perf: str, tmp_path: Path, 
                                                       held_off_cpu: str, tolerance: float) -> None:
     # Given 4 threads on a mutex whose holder sleeps or calls fsync while holding it, and the
     # program's own clock of the waiters' time waiting while the holder was off CPU in that call
-    run = programs.record_run("lock_chain", tmp_path / "cap", 1.0, "-t", "4", *options)
+    run = programs.record_run("lock_chain", tmp_path / "cap", 1.0, "-t", "4", *options,
+                              offcpu_args=("--backend", "perf"))
     assert run.result.returncode == 0 and run.summary, run.result.stderr
     lock_blocked_s, held_waited_s = (float(run.summary[key]) for key in ("lock_blocked_s", "held_waited_s"))
     # (the share of the lock's waits that waited while the holder was off CPU in the slow call)
@@ -89,7 +90,7 @@ def test_the_chain_of_a_lock_held_across_a_slow_call(perf: str, tmp_path: Path, 
 
 def test_threads_handing_a_token_through_a_pipe_hand_work_over(perf: str, tmp_path: Path) -> None:
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "-d", "10", "-o", str(capture), "--", "sh", "-c",
+    result = run_offcpu("record", "--backend", "perf", "-d", "10", "-o", str(capture), "--", "sh", "-c",
                         "exec perf bench sched pipe -T -l 20000 >/dev/null")
     assert result.returncode == 0, result.stderr
     found = busy_findings(capture)
