@@ -19,6 +19,10 @@ from offcpu.commands.record import default_output
 from tests.conftest import OFFCPU, assert_one_line_error, example, processes_with_arguments, run_offcpu
 from tests.perf_data import event_counts, lost_records, script_events
 
+# perf's recording is what these tests hold (perf.data, its command line, its complaints);
+# tests/integration/test_bpf_recording.py holds the BPF backend's
+RECORD = ("record", "--backend", "perf")
+
 
 def load(capture: Path) -> dict:
     return json.loads((capture / "capture.json").read_text())
@@ -42,7 +46,7 @@ def test_record_pid_writes_a_capture_true_to_the_recording(workload, tmp_path):
     program = workload("mmap_contention", "-t", "16", "-s", "30", threads=17)
     capture = tmp_path / "cap"
     # When it is recorded for 2 seconds
-    result = run_offcpu("record", "--pid", str(program.pid), "--duration", "2", "-o", str(capture))
+    result = run_offcpu(*RECORD, "--pid", str(program.pid), "--duration", "2", "-o", str(capture))
     # Then the capture is complete and capture.json says what happened
     assert result.returncode == 0, result.stderr
     info = load(capture)
@@ -80,7 +84,7 @@ def test_record_pid_follows_threads_created_while_recording(workload, tmp_path):
     program = workload("thread_churn", "-t", "4", "-s", "30")
     before = program.threads()
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "--pid", str(program.pid), "-d", "1", "-o", str(capture))
+    result = run_offcpu(*RECORD, "--pid", str(program.pid), "-d", "1", "-o", str(capture))
     assert result.returncode == 0, result.stderr
     events = script_events(capture / "perf.data")
     new_threads = {tid for tid, _, _ in events} - before
@@ -91,7 +95,7 @@ def test_record_pid_follows_threads_created_while_recording(workload, tmp_path):
 def test_record_command_until_it_exits(tmp_path):
     capture = tmp_path / "cap"
     binary = example("futex_contention")
-    result = run_offcpu("record", "-d", "20", "-o", str(capture), "--", str(binary), "-t", "4", "-s", "1")
+    result = run_offcpu(*RECORD, "-d", "20", "-o", str(capture), "--", str(binary), "-t", "4", "-s", "1")
     assert result.returncode == 0, result.stderr
     info = load(capture)
     assert info["target"]["kind"] == "command" and info["target"]["command"] == [str(binary), "-t", "4", "-s", "1"]
@@ -107,7 +111,7 @@ def test_record_command_until_it_exits(tmp_path):
 def test_lost_events_are_counted_as_events_not_as_records(tmp_path):
     # Given a ring buffer of one page, far too small for 8 threads switching all the time
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "--mmap-pages", "1", "-d", "5", "-o", str(capture), "--",
+    result = run_offcpu(*RECORD, "--mmap-pages", "1", "-d", "5", "-o", str(capture), "--",
                         str(example("futex_contention")), "-s", "1")
     assert result.returncode == 0, result.stderr
     # Then capture.json holds what perf's lost records carry, not how many such records there are
@@ -121,7 +125,7 @@ def test_lost_events_are_counted_as_events_not_as_records(tmp_path):
 def test_record_command_starts_it_once_the_events_are_on(tmp_path):
     # Given a command that starts its 16 threads in its first millisecond
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "-d", "5", "-o", str(capture), "--", str(example("mmap_contention")),
+    result = run_offcpu(*RECORD, "-d", "5", "-o", str(capture), "--", str(example("mmap_contention")),
                         "-t", "16", "-s", "0.5")
     assert result.returncode == 0, result.stderr
     # Then every thread of it was recorded from its creation: perf saw 16 forks by the program
@@ -134,7 +138,7 @@ def test_record_command_starts_it_once_the_events_are_on(tmp_path):
 
 def test_record_command_reads_offcpus_stdin(tmp_path):
     capture = tmp_path / "cap"
-    done = subprocess.run([str(OFFCPU), "record", "-d", "5", "-o", str(capture), "--", "cat"], input="through\n",
+    done = subprocess.run([str(OFFCPU), *RECORD, "-d", "5", "-o", str(capture), "--", "cat"], input="through\n",
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "through\n"
@@ -143,7 +147,7 @@ def test_record_command_reads_offcpus_stdin(tmp_path):
 
 def test_max_size_ends_a_command_recording_as_max_size(tmp_path):
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "-d", "20", "--max-size", "1M", "-o", str(capture), "--",
+    result = run_offcpu(*RECORD, "-d", "20", "--max-size", "1M", "-o", str(capture), "--",
                         str(example("futex_contention")), "-t", "4", "-s", "10")
     assert result.returncode == 0, result.stderr
     info = load(capture)
@@ -157,7 +161,7 @@ def test_a_thread_that_exits_ends_a_tid_recording(tmp_path):
     try:
         thread = int(program.stdout.readline())
         capture = tmp_path / "cap"
-        result = run_offcpu("record", "--tid", str(thread), "-d", "20", "-o", str(capture))
+        result = run_offcpu(*RECORD, "--tid", str(thread), "-d", "20", "-o", str(capture))
         assert result.returncode == 0, result.stderr
         info = load(capture)
         assert info["ended_by"] == "target exited" and info["target_exited"] is True
@@ -178,7 +182,7 @@ time.sleep(60)
 
 def test_record_command_ends_at_the_duration(tmp_path):
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "-d", "1", "-o", str(capture), "--", str(example("idle_pool")), "-s", "30")
+    result = run_offcpu(*RECORD, "-d", "1", "-o", str(capture), "--", str(example("idle_pool")), "-s", "30")
     assert result.returncode == 0, result.stderr
     info = load(capture)
     assert info["ended_by"] == "duration" and not info["target_exited"]
@@ -203,7 +207,7 @@ def test_interrupted_recording_leaves_a_complete_capture_and_no_perf(workload, t
     """Ending a recording early is what Ctrl-C is for: a complete capture, exit 0, and the summary says so."""
     program = workload("futex_contention", "-t", "4", "-s", "60", threads=5)
     capture = tmp_path / "cap"
-    recording = subprocess.Popen([str(OFFCPU), "record", "--pid", str(program.pid), "-d", "60", "-o", str(capture)],
+    recording = subprocess.Popen([str(OFFCPU), *RECORD, "--pid", str(program.pid), "-d", "60", "-o", str(capture)],
                                  stderr=subprocess.PIPE, text=True)
     wait_for_perf(capture)
     recording.send_signal(sig)
@@ -219,7 +223,7 @@ def test_interrupted_recording_leaves_a_complete_capture_and_no_perf(workload, t
 def test_target_exiting_ends_the_recording(workload, tmp_path):
     program = workload("futex_contention", "-t", "2", "-s", "2")
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "--pid", str(program.pid), "-d", "30", "-o", str(capture))
+    result = run_offcpu(*RECORD, "--pid", str(program.pid), "-d", "30", "-o", str(capture))
     assert result.returncode == 0, result.stderr
     info = load(capture)
     assert info["target_exited"] is True and info["duration_actual_s"] < 5
@@ -229,12 +233,12 @@ def test_target_exiting_ends_the_recording(workload, tmp_path):
 def test_existing_capture_is_kept_without_force(workload, tmp_path):
     program = workload("idle_pool", "-s", "30", threads=17)
     capture = tmp_path / "cap"
-    assert run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(capture)).returncode == 0
+    assert run_offcpu(*RECORD, "--pid", str(program.pid), "-d", "0.5", "-o", str(capture)).returncode == 0
     first = load(capture)
-    refused = run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(capture))
+    refused = run_offcpu(*RECORD, "--pid", str(program.pid), "-d", "0.5", "-o", str(capture))
     assert_one_line_error(refused, "already holds a capture", "--force")
     assert load(capture) == first
-    replaced = run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(capture), "--force")
+    replaced = run_offcpu(*RECORD, "--pid", str(program.pid), "-d", "0.5", "-o", str(capture), "--force")
     assert replaced.returncode == 0 and load(capture)["window_start_ns"] > first["window_start_ns"]
 
 
@@ -249,7 +253,7 @@ def test_a_forced_recording_that_fails_keeps_the_capture_it_was_to_replace(examp
     script = tmp_path / "script"
     script.write_text("#!/nonexistent/interpreter\n")
     script.chmod(0o755)
-    result = run_offcpu("record", "--force", "-o", str(capture), "-d", "1", "--", str(script))
+    result = run_offcpu(*RECORD, "--force", "-o", str(capture), "-d", "1", "--", str(script))
     # Then the capture is as it was, with nothing of the failed recording beside it
     assert_one_line_error(result, "perf record failed", "No such file")
     assert {path.name: path.read_bytes() for path in capture.iterdir()} == before
@@ -258,9 +262,9 @@ def test_a_forced_recording_that_fails_keeps_the_capture_it_was_to_replace(examp
 def test_a_forced_recording_killed_midway_leaves_the_last_capture_for_the_next(tmp_path):
     # Given a capture, and a recording with --force into it killed outright
     capture = tmp_path / "cap"
-    assert run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture)).returncode == 0
+    assert run_offcpu(*RECORD, "-a", "-d", "0.5", "-o", str(capture)).returncode == 0
     first = load(capture)
-    recording = subprocess.Popen([str(OFFCPU), "record", "--force", "-a", "-d", "60", "-o", str(capture)],
+    recording = subprocess.Popen([str(OFFCPU), *RECORD, "--force", "-a", "-d", "60", "-o", str(capture)],
                                  stderr=subprocess.DEVNULL)
     perf_pids = wait_for_perf(capture)
     recording.kill()
@@ -270,9 +274,9 @@ def test_a_forced_recording_killed_midway_leaves_the_last_capture_for_the_next(t
             break
         time.sleep(0.1)
     # Then it is an unfinished recording, which a failed --force leaves as it is ...
-    assert_one_line_error(run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture)), "unfinished recording")
+    assert_one_line_error(run_offcpu(*RECORD, "-a", "-d", "0.5", "-o", str(capture)), "unfinished recording")
     # ... and which a --force that succeeds replaces, with what was kept aside
-    replaced = run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture), "--force")
+    replaced = run_offcpu(*RECORD, "-a", "-d", "0.5", "-o", str(capture), "--force")
     assert replaced.returncode == 0, replaced.stderr
     assert load(capture)["window_start_ns"] > first["window_start_ns"]
     assert {path.name for path in capture.iterdir()} == {"capture.json", "kallsyms", "perf.data", "vdso"}
@@ -288,7 +292,7 @@ def test_a_capture_is_its_owner_s_alone(example_capture, tmp_path):
     # and so is a directory that was there before
     existing = tmp_path / "existing"
     existing.mkdir(mode=0o755)
-    assert run_offcpu("record", "-d", "0.5", "-o", str(existing), "--", "true").returncode == 0
+    assert run_offcpu(*RECORD, "-d", "0.5", "-o", str(existing), "--", "true").returncode == 0
     assert stat.S_IMODE(existing.stat().st_mode) == 0o700
 
 
@@ -296,7 +300,7 @@ def test_an_unfinished_recording_is_marked_privately(workload, tmp_path):
     # Given a recording under way
     program = workload("idle_pool", "-s", "60", threads=17)
     capture = tmp_path / "cap"
-    recording = subprocess.Popen([str(OFFCPU), "record", "--pid", str(program.pid), "-d", "60", "-o", str(capture)],
+    recording = subprocess.Popen([str(OFFCPU), *RECORD, "--pid", str(program.pid), "-d", "60", "-o", str(capture)],
                                  stderr=subprocess.PIPE, text=True)
     wait_for_perf(capture)
     # Then its marker is as private as the capture it marks
@@ -313,7 +317,7 @@ def test_default_output_name_is_one_plain_word():
 
 def test_default_output_name(workload, tmp_path):
     program = workload("idle_pool", "-s", "30", threads=17)
-    result = run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", cwd=tmp_path)
+    result = run_offcpu(*RECORD, "--pid", str(program.pid), "-d", "0.5", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     [capture] = tmp_path.iterdir()
     assert capture.name.startswith(f"offcpu-idle_pool-{program.pid}-")
@@ -323,8 +327,8 @@ def test_default_output_name(workload, tmp_path):
 def test_user_stacks_through_frameless_libc_are_called_truncated(tmp_path):
     fp, dwarf = tmp_path / "fp", tmp_path / "dwarf"
     command = ["--", str(example("futex_contention")), "-t", "4", "-s", "1"]
-    assert run_offcpu("record", "-o", str(fp), *command).returncode == 0
-    result = run_offcpu("record", "-o", str(dwarf), "--call-graph", "dwarf", *command)
+    assert run_offcpu(*RECORD, "-o", str(fp), *command).returncode == 0
+    result = run_offcpu(*RECORD, "-o", str(dwarf), "--call-graph", "dwarf", *command)
     assert result.returncode == 0, result.stderr
     assert load(fp)["user_stacks_truncated"] is True
     assert load(dwarf)["user_stacks_truncated"] is False and load(dwarf)["call_graph"] == "dwarf"
@@ -333,7 +337,7 @@ def test_user_stacks_through_frameless_libc_are_called_truncated(tmp_path):
 
 def test_system_wide_recording(tmp_path):
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture))
+    result = run_offcpu(*RECORD, "-a", "-d", "0.5", "-o", str(capture))
     assert result.returncode == 0, result.stderr
     info = load(capture)
     assert info["target"]["kind"] == "all" and "--all-cpus" in info["perf_command"]
@@ -344,7 +348,7 @@ def test_system_wide_recording(tmp_path):
 def test_perf_ends_when_offcpu_is_killed(tmp_path):
     # Given offcpu killed outright while recording the whole machine
     capture = tmp_path / "cap"
-    recording = subprocess.Popen([str(OFFCPU), "record", "-a", "-d", "60", "-o", str(capture)],
+    recording = subprocess.Popen([str(OFFCPU), *RECORD, "-a", "-d", "60", "-o", str(capture)],
                                  stderr=subprocess.DEVNULL)
     perf_pids = wait_for_perf(capture)
     recording.kill()
@@ -358,9 +362,9 @@ def test_perf_ends_when_offcpu_is_killed(tmp_path):
     assert sum(event_counts(capture / "perf.data").values()) > 0
     # and what is left is called an unfinished recording, which --force (and only --force) replaces
     (capture / "notes.txt").write_text("mine")
-    refused = run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture))
+    refused = run_offcpu(*RECORD, "-a", "-d", "0.5", "-o", str(capture))
     assert_one_line_error(refused, str(capture), "unfinished recording", "--force")
-    replaced = run_offcpu("record", "-a", "-d", "0.5", "-o", str(capture), "--force")
+    replaced = run_offcpu(*RECORD, "-a", "-d", "0.5", "-o", str(capture), "--force")
     assert replaced.returncode == 0, replaced.stderr
     assert {path.name for path in capture.iterdir()} - {"kallsyms", "vdso"} == {"capture.json", "notes.txt",
                                                                                  "perf.data"}
@@ -370,12 +374,12 @@ def test_a_second_recording_into_the_same_directory_fails(workload, tmp_path):
     # Given a recording under way
     program = workload("idle_pool", "-s", "60", threads=17)
     capture = tmp_path / "cap"
-    first = subprocess.Popen([str(OFFCPU), "record", "--pid", str(program.pid), "-d", "60", "-o", str(capture)],
+    first = subprocess.Popen([str(OFFCPU), *RECORD, "--pid", str(program.pid), "-d", "60", "-o", str(capture)],
                              stderr=subprocess.PIPE, text=True)
     wait_for_perf(capture, settle_s=0)
     # When another one is started into the same directory, with --force or not
     for force in ([], ["--force"]):
-        second = run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(capture), *force)
+        second = run_offcpu(*RECORD, "--pid", str(program.pid), "-d", "0.5", "-o", str(capture), *force)
         # Then it fails, and the first one goes on to a whole capture
         assert_one_line_error(second, "another offcpu is recording into", str(capture))
     first.send_signal(signal.SIGINT)
@@ -385,7 +389,7 @@ def test_a_second_recording_into_the_same_directory_fails(workload, tmp_path):
 
 def test_two_recordings_started_together_make_one_capture(tmp_path):
     capture = tmp_path / "cap"
-    command = [str(OFFCPU), "record", "-d", "5", "-o", str(capture), "--", str(example("futex_contention")), "-t", "2",
+    command = [str(OFFCPU), *RECORD, "-d", "5", "-o", str(capture), "--", str(example("futex_contention")), "-t", "2",
                "-s", "1"]
     started = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                for _ in range(2)]
@@ -398,7 +402,7 @@ def test_two_recordings_started_together_make_one_capture(tmp_path):
 
 def test_interrupt_before_recording_leaves_nothing(tmp_path):
     capture = tmp_path / "cap"
-    recording = subprocess.Popen([str(OFFCPU), "record", "-a", "-d", "60", "-o", str(capture)],
+    recording = subprocess.Popen([str(OFFCPU), *RECORD, "-a", "-d", "60", "-o", str(capture)],
                                  stderr=subprocess.PIPE, text=True)
     wait_for_perf(capture, settle_s=0)  # perf is starting; it has most likely not opened its events yet
     recording.send_signal(signal.SIGTERM)
@@ -424,14 +428,14 @@ def test_countdown_on_a_terminal_only(workload, tmp_path, monkeypatch):
         shown.extend(data)
         return data
 
-    status = pty.spawn([str(OFFCPU), "record", "--pid", str(program.pid), "-d", "1.5", "-o", str(tmp_path / "tty")],
+    status = pty.spawn([str(OFFCPU), *RECORD, "--pid", str(program.pid), "-d", "1.5", "-o", str(tmp_path / "tty")],
                        read)
     # Then the countdown is shown while recording
     assert os.waitstatus_to_exitcode(status) == 0
     text = shown.decode(errors="replace")
     assert "s left" in text and "Recording idle_pool" in text
     # and without one, only the summary line
-    piped = run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(tmp_path / "pipe"))
+    piped = run_offcpu(*RECORD, "--pid", str(program.pid), "-d", "0.5", "-o", str(tmp_path / "pipe"))
     assert "s left" not in piped.stderr and piped.stderr.startswith("Recorded idle_pool")
 
 
@@ -439,7 +443,7 @@ def test_force_replaces_only_offcpus_files(workload, tmp_path):
     # Given a capture directory that also holds the user's own files
     program = workload("idle_pool", "-s", "30", threads=17)
     capture = tmp_path / "cap"
-    assert run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(capture)).returncode == 0
+    assert run_offcpu(*RECORD, "--pid", str(program.pid), "-d", "0.5", "-o", str(capture)).returncode == 0
     first = load(capture)
     (capture / "notes.txt").write_text("mine")
     (capture / "plots").mkdir()
@@ -447,7 +451,7 @@ def test_force_replaces_only_offcpus_files(workload, tmp_path):
     (capture / "model.json").write_text("{}")
     (capture / "capture.json.partial").write_text("half")
     # When it is recorded again with --force
-    result = run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(capture), "--force")
+    result = run_offcpu(*RECORD, "--pid", str(program.pid), "-d", "0.5", "-o", str(capture), "--force")
     # Then offcpu's files are replaced and nothing else is touched
     assert result.returncode == 0, result.stderr
     assert load(capture)["window_start_ns"] > first["window_start_ns"]
@@ -465,7 +469,7 @@ def test_plain_perf_data_is_never_replaced(tmp_path, force):
                            "--", "true"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     before = (directory / "perf.data").read_bytes()
-    result = run_offcpu("record", "-a", "-d", "0.5", "-o", str(directory), *(["--force"] if force else []))
+    result = run_offcpu(*RECORD, "-a", "-d", "0.5", "-o", str(directory), *(["--force"] if force else []))
     assert_one_line_error(result, str(directory), "perf.data", "-o")
     assert (directory / "perf.data").read_bytes() == before and sorted(directory.iterdir()) == [directory / "perf.data"]
 
@@ -476,7 +480,7 @@ def test_a_foreign_capture_json_is_not_a_capture(tmp_path, content):
     directory.mkdir()
     (directory / "capture.json").write_text(content)
     (directory / "perf.data").write_text("theirs")
-    result = run_offcpu("record", "-a", "-d", "0.5", "-o", str(directory), "--force")
+    result = run_offcpu(*RECORD, "-a", "-d", "0.5", "-o", str(directory), "--force")
     assert_one_line_error(result, str(directory), "did not record")
     assert (directory / "capture.json").read_text() == content and (directory / "perf.data").read_text() == "theirs"
 
@@ -485,7 +489,7 @@ def test_output_naming_a_file(tmp_path):
     path = tmp_path / "file"
     path.write_text("keep")
     for force in ([], ["--force"]):
-        result = run_offcpu("record", "-a", "-d", "0.5", "-o", str(path), *force)
+        result = run_offcpu(*RECORD, "-a", "-d", "0.5", "-o", str(path), *force)
         assert_one_line_error(result, str(path), "not a directory", "-o")
     assert path.read_text() == "keep"
 
@@ -511,7 +515,7 @@ def test_signal_after_perf_finished_keeps_the_capture(workload, tmp_path, how):
     # Given a recording whose perf has finished and whose perf.data offcpu is reading
     program = workload("futex_contention", "-t", "4", "-s", "60", threads=5)
     capture = tmp_path / "cap"
-    recording = subprocess.Popen([str(OFFCPU), "record", "--pid", str(program.pid), "-d", "1", "-o", str(capture)],
+    recording = subprocess.Popen([str(OFFCPU), *RECORD, "--pid", str(program.pid), "-d", "1", "-o", str(capture)],
                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
     while not describing_child(recording):
@@ -537,7 +541,7 @@ def test_command_failing_keeps_its_capture_and_status(tmp_path, script, status):
     # Given a command that prints, runs a while and then fails
     capture = tmp_path / "cap"
     command = f"echo hello from the command; {example('futex_contention')} -t 2 -s 1 >/dev/null; {script}"
-    result = run_offcpu("record", "-d", "20", "-o", str(capture), "--", "sh", "-c", command)
+    result = run_offcpu(*RECORD, "-d", "20", "-o", str(capture), "--", "sh", "-c", command)
     # Then the capture is kept, and says how the command ended
     assert result.returncode == 0, result.stderr
     info = load(capture)
@@ -552,7 +556,7 @@ def test_command_failing_keeps_its_capture_and_status(tmp_path, script, status):
 def test_the_command_s_stderr_is_offcpu_s(tmp_path, target):
     # Given a command that writes to its stdout and its stderr, and fails
     capture = tmp_path / "cap"
-    result = run_offcpu("record", *target, "-d", "20", "-o", str(capture), "--", "sh", "-c",
+    result = run_offcpu(*RECORD, *target, "-d", "20", "-o", str(capture), "--", "sh", "-c",
                         "echo out; echo 'err: no such database' >&2; sleep 1; exit 1")
     # Then each goes where offcpu's goes, as it would without offcpu; perf's own messages do not
     assert result.returncode == 0, result.stderr
@@ -566,7 +570,7 @@ def test_the_command_s_stderr_is_offcpu_s(tmp_path, target):
 def test_a_command_that_ends_at_once(tmp_path, command, status):
     # Given a command that is over before offcpu can look at it
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "-d", "20", "-o", str(capture), "--", command)
+    result = run_offcpu(*RECORD, "-d", "20", "-o", str(capture), "--", command)
     # Then the capture holds it, from its exec to its exit
     assert result.returncode == 0, result.stderr
     info = load(capture)
@@ -579,7 +583,7 @@ def test_threads_at_start_include_the_ones_that_never_run(workload, tmp_path):
     # Given a pool of 16 idle workers (they wait for work nearly all the time)
     program = workload("idle_pool", "-t", "16", "-s", "30", threads=17)
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "--pid", str(program.pid), "-d", "0.5", "-o", str(capture))
+    result = run_offcpu(*RECORD, "--pid", str(program.pid), "-d", "0.5", "-o", str(capture))
     assert result.returncode == 0, result.stderr
     # Then every thread is listed as it was when the recording started
     threads = load(capture)["threads_at_start"]
@@ -596,7 +600,7 @@ def test_threads_at_start_include_the_ones_that_never_run(workload, tmp_path):
     # with --tid, only that thread
     worker = max(program.threads())
     one = tmp_path / "one"
-    assert run_offcpu("record", "--tid", str(worker), "-d", "0.5", "-o", str(one)).returncode == 0
+    assert run_offcpu(*RECORD, "--tid", str(worker), "-d", "0.5", "-o", str(one)).returncode == 0
     assert list(load(one)["threads_at_start"]) == [str(worker)]
 
 
@@ -614,7 +618,7 @@ def test_a_busy_command_that_is_perf_ends_at_the_duration(tmp_path, target, wrap
     capture = tmp_path / "cap"
     command = wrapper if wrapper[:1] == ("sh",) else (*wrapper, *PIPE_BENCH)
     # When it is recorded (or the whole machine is, while it runs) for 2 s
-    result = run_offcpu("record", *target, "-d", "2", "-o", str(capture), "--", *command)
+    result = run_offcpu(*RECORD, *target, "-d", "2", "-o", str(capture), "--", *command)
     # Then the recording is over 2 s after it started (perf then finishes its file)
     assert result.returncode == 0, result.stderr
     info = load(capture)
@@ -627,7 +631,7 @@ def test_a_busy_command_that_is_perf_ends_at_the_duration(tmp_path, target, wrap
 
 def test_max_size_ends_a_busy_command_s_recording(tmp_path):
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "-d", "60", "--max-size", "16M", "-o", str(capture), "--", *PIPE_BENCH)
+    result = run_offcpu(*RECORD, "-d", "60", "--max-size", "16M", "-o", str(capture), "--", *PIPE_BENCH)
     assert result.returncode == 0, result.stderr
     info = load(capture)
     assert info["ended_by"] == "max size"
@@ -648,7 +652,7 @@ def test_a_command_that_ignores_sigterm_is_killed_after_a_grace(tmp_path, target
     script.chmod(0o755)
     capture = tmp_path / "cap"
     # When its recording ends, at the duration or at a Ctrl-C (which reaches offcpu alone: perf has a session)
-    argv = [str(OFFCPU), "record", *target, "-d", "2" if how == "duration" else "60", "-o", str(capture), "--",
+    argv = [str(OFFCPU), *RECORD, *target, "-d", "2" if how == "duration" else "60", "-o", str(capture), "--",
             str(script)]
     recording = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     try:
@@ -681,7 +685,7 @@ def test_sigint_ends_a_recording_started_in_the_background(workload, tmp_path):
     # and offcpu started by a script as such a job
     program = workload("idle_pool", "-s", "60", threads=17)
     capture = tmp_path / "cap"
-    shell = subprocess.Popen(["sh", "-c", BACKGROUND, "sh", str(OFFCPU), "record", "--pid", str(program.pid), "-d",
+    shell = subprocess.Popen(["sh", "-c", BACKGROUND, "sh", str(OFFCPU), *RECORD, "--pid", str(program.pid), "-d",
                               "60", "-o", str(capture)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert shell.stdout is not None
     recording = int(shell.stdout.readline())
@@ -700,7 +704,7 @@ def test_sighup_under_nohup_stays_ignored(workload, tmp_path):
     # Given offcpu started under nohup
     program = workload("idle_pool", "-s", "60", threads=17)
     capture = tmp_path / "cap"
-    recording = subprocess.Popen(["nohup", str(OFFCPU), "record", "--pid", str(program.pid), "-d", "4", "-o",
+    recording = subprocess.Popen(["nohup", str(OFFCPU), *RECORD, "--pid", str(program.pid), "-d", "4", "-o",
                                   str(capture)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_perf(capture, settle_s=0.2)
     # When it gets SIGHUP while recording
@@ -719,7 +723,7 @@ def test_a_capture_without_the_kernels_symbols_says_so(tmp_path):
     before = restrict.read_text()
     restrict.write_text("2")
     try:
-        result = run_offcpu("record", "-d", "1", "-o", str(tmp_path / "cap"), "--", "sleep", "0.2")
+        result = run_offcpu(*RECORD, "-d", "1", "-o", str(tmp_path / "cap"), "--", "sleep", "0.2")
     finally:
         restrict.write_text(before)
     # Then the capture is made without them, and record says what that means

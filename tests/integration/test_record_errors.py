@@ -19,6 +19,10 @@ import pytest
 from tests import programs
 from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 
+# perf's recording is what these tests hold (perf.data, its command line, its complaints);
+# tests/integration/test_bpf_recording.py holds the BPF backend's
+RECORD = ("record", "--backend", "perf")
+
 
 def unused_pid() -> int:
     pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
@@ -27,7 +31,7 @@ def unused_pid() -> int:
 
 def test_no_such_pid(tmp_path):
     pid = unused_pid()
-    result = run_offcpu("record", "--pid", str(pid), "-o", str(tmp_path / "cap"))
+    result = run_offcpu(*RECORD, "--pid", str(pid), "-o", str(tmp_path / "cap"))
     assert_one_line_error(result, "no such process", str(pid))
     assert not (tmp_path / "cap").exists()
 
@@ -35,7 +39,7 @@ def test_no_such_pid(tmp_path):
 def test_thread_given_as_pid(workload, tmp_path):
     program = workload("idle_pool", "-s", "30", threads=17)
     thread = max(program.threads())
-    result = run_offcpu("record", "--pid", str(thread), "-o", str(tmp_path / "cap"))
+    result = run_offcpu(*RECORD, "--pid", str(thread), "-o", str(tmp_path / "cap"))
     assert_one_line_error(result, f"--tid {thread}", f"--pid {program.pid}")
 
 
@@ -84,25 +88,25 @@ def test_thread_given_as_pid(workload, tmp_path):
     (("--unit", ""), ["--unit", "give a NAME, not an empty one"]),
 ])
 def test_bad_arguments(tmp_path, args, words):
-    assert_one_line_error(run_offcpu("record", "-o", str(tmp_path / "cap"), *args), *words)
+    assert_one_line_error(run_offcpu(*RECORD, "-o", str(tmp_path / "cap"), *args), *words)
     assert not (tmp_path / "cap").exists()
 
 
 def test_output_to_stdout_is_refused(tmp_path):
     # a capture is a directory: "-" would make one named "-"
-    assert_one_line_error(run_offcpu("record", "-a", "-d", "0.5", "-o", "-", cwd=tmp_path), "--output", "stdout")
+    assert_one_line_error(run_offcpu(*RECORD, "-a", "-d", "0.5", "-o", "-", cwd=tmp_path), "--output", "stdout")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_perf_missing(tmp_path):
     env = {**os.environ, "PATH": str(OFFCPU.parent)}
-    result = run_offcpu("record", "-a", "-o", str(tmp_path / "cap"), env=env)
+    result = run_offcpu(*RECORD, "-a", "-o", str(tmp_path / "cap"), env=env)
     assert_one_line_error(result, "perf was not found", "apt-get install linux-perf", "dnf install perf")
 
 
 def test_not_permitted(tmp_path):
     # A user namespace: root by name, without the capabilities perf needs.
-    result = subprocess.run(["unshare", "--user", "--map-root-user", str(OFFCPU), "record", "-a", "-d", "1",
+    result = subprocess.run(["unshare", "--user", "--map-root-user", str(OFFCPU), *RECORD, "-a", "-d", "1",
                              "-o", str(tmp_path / "cap")], capture_output=True, text=True, timeout=60)
     assert_one_line_error(result, "CAP_PERFMON", "kernel.perf_event_paranoid")
     assert not (tmp_path / "cap").exists()
@@ -118,7 +122,7 @@ def test_tracefs_not_mounted_is_mounted_for_root(tmp_path):
               "grep -q ' tracefs ' /proc/self/mounts && exit 91; "
               '"$@"; status=$?; echo "mounts after:"; grep " tracefs " /proc/self/mounts; exit $status')
     result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
-                             str(OFFCPU), "record", "-a", "-d", "0.5", "-o", str(tmp_path / "cap")],
+                             str(OFFCPU), *RECORD, "-a", "-d", "0.5", "-o", str(tmp_path / "cap")],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "cap" / "capture.json").exists()
@@ -154,7 +158,7 @@ def test_doctor_as_a_user_who_cannot_record(open_directory):
 
 def test_record_with_cap_perfmon_but_an_unreadable_tracefs(open_directory):
     capture = open_directory / "cap"
-    result = as_nobody("record", "-a", "-d", "0.5", "-o", str(capture), capabilities="+perfmon")
+    result = as_nobody(*RECORD, "-a", "-d", "0.5", "-o", str(capture), capabilities="+perfmon")
     if os.stat(TRACEFS).st_mode & 0o005 == 0o005:  # tracefs open to all: recording works
         assert result.returncode == 0, result.stderr
         return
@@ -181,13 +185,13 @@ def small_mount(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
 
 def test_output_not_writable(small_mount):
     read_only = small_mount("ro,size=4m")
-    result = run_offcpu("record", "-a", "-o", str(read_only / "cap"))
+    result = run_offcpu(*RECORD, "-a", "-o", str(read_only / "cap"))
     assert_one_line_error(result, "cannot write", "choose another directory with -o")
 
 
 def test_disk_full(small_mount):
     full = small_mount("size=1m")
-    result = run_offcpu("record", "-a", "-o", str(full / "cap"))
+    result = run_offcpu(*RECORD, "-a", "-o", str(full / "cap"))
     assert_one_line_error(result, "MiB free", "-o")
 
 
@@ -236,7 +240,7 @@ def perf_record_pages(perf: str, pages: int, directory: Path, *run_as: str) -> s
 @pytest.mark.parametrize("pages", ["2147483648", "524288"])
 def test_more_mmap_pages_than_the_kernel_maps(tmp_path, perf, pages):
     # Given more pages than perf can map (2147483648 was taken, recorded nothing, and blamed the target)
-    result = run_offcpu("record", "-a", "--mmap-pages", pages, "-o", str(tmp_path / "cap"))
+    result = run_offcpu(*RECORD, "-a", "--mmap-pages", pages, "-o", str(tmp_path / "cap"))
     assert_one_line_error(result, "--mmap-pages", "the kernel maps")
     assert not (tmp_path / "cap").exists()
     # Then the most it names is the most: perf itself cannot map twice as many
@@ -246,7 +250,7 @@ def test_more_mmap_pages_than_the_kernel_maps(tmp_path, perf, pages):
 
 def test_mmap_pages_of_a_user_bound_by_perf_event_mlock_kb(open_directory, perf):
     # Given a user who may trace (CAP_PERFMON) but not lock memory beyond kernel.perf_event_mlock_kb and ulimit -l
-    result = as_nobody("record", "-a", "--mmap-pages", "262144", "-o", str(open_directory / "cap"),
+    result = as_nobody(*RECORD, "-a", "--mmap-pages", "262144", "-o", str(open_directory / "cap"),
                        capabilities="+perfmon")
     assert_one_line_error(result, "--mmap-pages", "kernel.perf_event_mlock_kb")
     most = largest_mmap_pages(result.stderr)
@@ -275,7 +279,7 @@ def test_max_size_smaller_than_what_perf_writes_first(tmp_path):
                                text=True)
     try:
         assert program.stdout.readline() == "ready\n"
-        result = run_offcpu("record", "--pid", str(program.pid), "-d", "1", "--max-size", "1M", "-o",
+        result = run_offcpu(*RECORD, "--pid", str(program.pid), "-d", "1", "--max-size", "1M", "-o",
                             str(tmp_path / "cap"))
     finally:
         program.kill()
@@ -290,7 +294,7 @@ def test_a_process_offcpu_may_not_read_even_as_root():
     # the kernel denies reading its memory maps to root, as it denies them to perf
     if _readable("/proc/1/maps"):
         pytest.skip("pid 1's memory maps are readable here")
-    result = run_offcpu("record", "--pid", "1", "-d", "0.5")
+    result = run_offcpu(*RECORD, "--pid", "1", "-d", "0.5")
     assert_one_line_error(result, "/proc/1/maps", "even as root", "security module")
     assert "run offcpu as the process's user or as root" not in result.stderr
 
@@ -311,7 +315,7 @@ def test_a_process_that_has_exited_is_no_target(tmp_path):
     try:
         # Then neither as one of several pids nor as a tree's root is it recorded
         for args in (("--pid", f"{os.getpid()},{child.pid}"), ("--tree", str(child.pid))):
-            result = run_offcpu("record", *args, "-d", "0.5", "-o", str(tmp_path / "cap"))
+            result = run_offcpu(*RECORD, *args, "-d", "0.5", "-o", str(tmp_path / "cap"))
             assert_one_line_error(result, "no such process", str(child.pid))
             assert not (tmp_path / "cap").exists()
     finally:
@@ -338,7 +342,7 @@ def test_a_target_that_exits_as_perf_starts(tmp_path, how):
         time.sleep(0.2)  # running its loop, under its own name
         # When it is recorded
         chosen = ("--pid", str(target.pid)) if how == "--pid" else ("--comm", script.name)
-        result = run_offcpu("record", *chosen, "-d", "5", "-o", str(tmp_path / "cap"))
+        result = run_offcpu(*RECORD, *chosen, "-d", "5", "-o", str(tmp_path / "cap"))
         # Then offcpu says that it exited (was: "perf record failed: no message", or perf's last line)
         named = f"(pid {target.pid})" if how == "--pid" else f"processes named {script.name}"
         assert_one_line_error(result, named, "exited as perf started", "record it while it runs")
@@ -352,12 +356,12 @@ def test_a_target_that_exits_as_perf_starts(tmp_path, how):
 def test_an_executable_nothing_runs(tmp_path):
     program = tmp_path / "unused"
     shutil.copy("/bin/true", program)
-    assert_one_line_error(run_offcpu("record", "--exe", str(program), "-o", str(tmp_path / "cap")),
+    assert_one_line_error(run_offcpu(*RECORD, "--exe", str(program), "-o", str(tmp_path / "cap")),
                           f"no process runs {program}")
 
 
 def test_a_systemd_unit_where_systemd_does_not_run(tmp_path):
-    result = run_offcpu("record", "--unit", "offcpu-no-such.service", "-o", str(tmp_path / "cap"))
+    result = run_offcpu(*RECORD, "--unit", "offcpu-no-such.service", "-o", str(tmp_path / "cap"))
     if Path("/run/systemd/system").is_dir():  # systemd runs here: it has no such unit
         assert_one_line_error(result, "no unit offcpu-no-such.service")
     else:
@@ -367,7 +371,7 @@ def test_a_systemd_unit_where_systemd_does_not_run(tmp_path):
 
 def test_an_empty_cgroup(tmp_path):
     with programs.cgroup() as group:
-        result = run_offcpu("record", "--cgroup", group.name, "-o", str(tmp_path / "cap"))
+        result = run_offcpu(*RECORD, "--cgroup", group.name, "-o", str(tmp_path / "cap"))
     assert_one_line_error(result, f"cgroup /{group.name} holds no process")
 
 
@@ -377,7 +381,7 @@ def test_cgroup_v1_only(tmp_path):
               "grep -q ' cgroup2 ' /proc/self/mounts && exit 91; "
               '"$@"')
     result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
-                             str(OFFCPU), "record", "--cgroup", "anything", "-o", str(tmp_path / "cap")],
+                             str(OFFCPU), *RECORD, "--cgroup", "anything", "-o", str(tmp_path / "cap")],
                             capture_output=True, text=True, timeout=120)
     assert_one_line_error(result, "no cgroup v2 hierarchy is mounted", "--tree PID")
     assert " cgroup2 " in Path("/proc/mounts").read_text()  # never unmounted out here
@@ -386,7 +390,7 @@ def test_cgroup_v1_only(tmp_path):
 def test_more_threads_than_perf_may_open_files_for(workload, tmp_path):
     # Given a process of 17 threads, and perf allowed 64 open files: fewer than an event for each thread needs
     program = workload("idle_pool", "-s", "30", threads=17)
-    result = subprocess.run([str(OFFCPU), "record", "--pid", str(program.pid), "-d", "1", "-o", str(tmp_path / "cap")],
+    result = subprocess.run([str(OFFCPU), *RECORD, "--pid", str(program.pid), "-d", "1", "-o", str(tmp_path / "cap")],
                             capture_output=True, text=True, timeout=120,
                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)))
     assert_one_line_error(result, "more files than perf may open (ulimit -Hn is 64)", "--cgroup")
@@ -399,7 +403,7 @@ def test_a_tree_whose_processes_come_and_go_faster_than_perf_starts(tmp_path):
         while not programs.children(churn.pid):
             time.sleep(0.01)
         # Then its tree cannot be listed to perf: perf finds some of them gone each time it starts
-        result = run_offcpu("record", "--tree", str(churn.pid), "-d", "1", "-o", str(tmp_path / "cap"))
+        result = run_offcpu(*RECORD, "--tree", str(churn.pid), "-d", "1", "-o", str(tmp_path / "cap"))
     finally:
         churn.kill()
         churn.wait()

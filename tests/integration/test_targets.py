@@ -22,6 +22,10 @@ from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 from tests.integration.test_programs import started
 from tests.integration.test_record import perf_processes_writing
 
+# perf's recording is what these tests hold (perf.data, its command line, its complaints);
+# tests/integration/test_bpf_recording.py holds the BPF backend's
+RECORD = ("record", "--backend", "perf")
+
 RECORD_S = "1"
 
 
@@ -49,7 +53,7 @@ def test_a_server_is_recorded_by_its_master_s_tree(tmp_path):
         titles = {str(pid): Path(f"/proc/{pid}/cmdline").read_bytes().strip(b"\0").decode()
                   for pid in running.service_pids}
         # When its master's tree is recorded
-        result = run_offcpu("record", "--tree", str(master), "-d", RECORD_S, "-o", str(tmp_path / "cap"))
+        result = run_offcpu(*RECORD, "--tree", str(master), "-d", RECORD_S, "-o", str(tmp_path / "cap"))
         assert result.returncode == 0, result.stderr
     # Then the master and every worker were recorded from the start, and every worker's waits are in it
     info = load(tmp_path / "cap")
@@ -84,7 +88,7 @@ def test_a_server_moved_into_a_cgroup_is_recorded_by_it(tmp_path):
         threads = threads_of(running.service_pids)
         # When that cgroup is recorded, named as /proc/PID/cgroup names it
         assert f"0::/{group.name}" in Path(f"/proc/{running.pid}/cgroup").read_text().splitlines()
-        result = run_offcpu("record", "--cgroup", f"/{group.name}", "-d", RECORD_S, "-o", str(tmp_path / "cap"))
+        result = run_offcpu(*RECORD, "--cgroup", f"/{group.name}", "-d", RECORD_S, "-o", str(tmp_path / "cap"))
         assert result.returncode == 0, result.stderr
     # Then perf filtered by it, and every worker's waits are in the capture, and nothing outside it
     info = load(tmp_path / "cap")
@@ -100,7 +104,7 @@ def test_several_pids(tmp_path):
     with started("nginx") as running:
         chosen = running.service_pids[1:3]
         # When two of its workers are recorded
-        result = run_offcpu("record", "--pid", ",".join(map(str, chosen)), "-d", RECORD_S, "-o", str(tmp_path / "cap"))
+        result = run_offcpu(*RECORD, "--pid", ",".join(map(str, chosen)), "-d", RECORD_S, "-o", str(tmp_path / "cap"))
         assert result.returncode == 0, result.stderr
     # Then both were, and nothing else
     assert load(tmp_path / "cap")["target"]["pids"] == list(chosen)
@@ -112,7 +116,7 @@ def test_perf_spinning_after_one_of_several_processes_exits_is_said(workload, tm
     staying = workload("idle_pool", "-s", "60", threads=17)
     leaving = workload("idle_pool", "-s", "1", threads=17)
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "--pid", f"{staying.pid},{leaving.pid}", "-d", "30", "-o", str(capture))
+    result = run_offcpu(*RECORD, "--pid", f"{staying.pid},{leaving.pid}", "-d", "30", "-o", str(capture))
     assert result.returncode == 0, result.stderr
     # Then perf 6.1 spun from then on (it woke ten thousand times a second or more here, reading
     # next to nothing each time, against a few hundred on a busy recording, reading kilobytes),
@@ -137,7 +141,7 @@ def test_processes_a_cgroup_holds_alone_are_recorded_through_it(workload, tmp_pa
         for pid in (staying.pid, leaving.pid):
             (group / "cgroup.procs").write_text(str(pid))
         capture = tmp_path / "cap"
-        result = run_offcpu("record", "--pid", f"{staying.pid},{leaving.pid}", "-d", "3", "-o", str(capture))
+        result = run_offcpu(*RECORD, "--pid", f"{staying.pid},{leaving.pid}", "-d", "3", "-o", str(capture))
         staying.stop()
     # Then perf recorded them through the cgroup, and did not spin once one had exited
     assert result.returncode == 0, result.stderr
@@ -155,7 +159,7 @@ def test_processes_that_share_their_cgroup_are_recorded_by_pid(workload, tmp_pat
     first = workload("idle_pool", "-s", "60", threads=17)
     second = workload("idle_pool", "-s", "60", threads=17)
     capture = tmp_path / "cap"
-    assert run_offcpu("record", "--pid", f"{first.pid},{second.pid}", "-d", "0.5", "-o", str(capture)).returncode == 0
+    assert run_offcpu(*RECORD, "--pid", f"{first.pid},{second.pid}", "-d", "0.5", "-o", str(capture)).returncode == 0
     # Then perf recorded them by pid
     info = load(capture)
     assert info["target"]["cgroup"] == "" and info["perf_command"][-2:] == ["--pid", f"{first.pid},{second.pid}"]
@@ -164,7 +168,7 @@ def test_processes_that_share_their_cgroup_are_recorded_by_pid(workload, tmp_pat
 def test_perf_that_did_not_spin_is_not_said_to(workload, tmp_path):
     staying = workload("idle_pool", "-s", "60", threads=17)
     capture = tmp_path / "cap"
-    result = run_offcpu("record", "--pid", str(staying.pid), "-d", "1", "-o", str(capture))
+    result = run_offcpu(*RECORD, "--pid", str(staying.pid), "-d", "1", "-o", str(capture))
     assert result.returncode == 0, result.stderr
     assert 0 < load(capture)["perf_wakeups"] < 100 and "spun" not in result.stderr
 
@@ -198,7 +202,7 @@ def test_the_whole_machine_while_a_command_runs(tmp_path):
         assert running.load_command is not None
         # When every CPU is recorded while wrk loads it for a second
         capture = tmp_path / "cap"
-        result = run_offcpu("record", "-a", "-d", "60", "-o", str(capture), "--", *running.load_command(1),
+        result = run_offcpu(*RECORD, "-a", "-d", "60", "-o", str(capture), "--", *running.load_command(1),
                             timeout=180)
         assert result.returncode == 0, result.stderr
     # Then the recording ended with the command, and holds both the server's and the command's waits
@@ -245,7 +249,7 @@ def test_a_name_s_processes_and_what_they_start_are_recorded_and_others_said_unr
     try:
         # When its name (or executable) is recorded for 4 s, and a process of it starts meanwhile outside it
         capture = tmp_path / "cap"
-        recording = subprocess.Popen([str(OFFCPU), "record", how, shell.name if how == "--comm" else str(shell),
+        recording = subprocess.Popen([str(OFFCPU), *RECORD, how, shell.name if how == "--comm" else str(shell),
                                       "-d", "4", "-o", str(capture)], stderr=subprocess.PIPE, text=True)
         wait_for_events(capture)
         stray = subprocess.Popen([str(shell), "-c", "read line"], stdin=subprocess.PIPE)  # waits, starting nothing
