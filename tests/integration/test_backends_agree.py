@@ -64,8 +64,16 @@ def findings_in_common_part(captures: tuple[Path, Path], *options: str) -> tuple
     return found[0], found[1]
 
 
+# Waits for work, and futex waits nothing recorded ended, are told apart by what ended them: perf
+# misses some timer wakeups of idle JVM threads that BPF records (java_monitor: 41 waits, 3.6 s,
+# "something not recorded" under perf, [timer] under BPF), so these two are not compared. Neither
+# holds a thread back.
+NOT_COMPARED = ("idle", "futex_unknown")
+
+
 def assert_same_findings(by_perf: dict, by_bpf: dict) -> None:
-    solid = {key for key, finding in {**by_perf, **by_bpf}.items() if finding["share_of_offcpu"] >= SOLID_SHARE}
+    solid = {key for key, finding in {**by_perf, **by_bpf}.items()
+             if finding["share_of_offcpu"] >= SOLID_SHARE and finding["id"] not in NOT_COMPARED}
     assert solid, (by_perf, by_bpf)
     for key in solid:
         assert key in by_perf and key in by_bpf, (key, sorted(by_perf), sorted(by_bpf))
