@@ -56,7 +56,7 @@ def test_model_invariants_on_a_real_recording(mmap_capture):
     for thread in workers:  # alive the whole window
         assert abs(thread["oncpu_us"] + thread["offcpu_us"] - wall_us) <= 0.02 * wall_us, thread
         assert thread["blocked_us"] + thread["runqueue_us"] == thread["offcpu_us"]
-    for _, _, _, _, offcpu, blocked, runqueue, count, _ in model["rows"]:  # the last: its sub-windows
+    for _, _, _, _, offcpu, blocked, runqueue, count, _, _ in model["rows"]:  # then its sub-windows, its variance
         assert blocked + runqueue == offcpu and count > 0
 
 

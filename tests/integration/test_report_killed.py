@@ -37,10 +37,12 @@ def test_no_worker_outlives_a_killed_report(example_capture, reader, sig):
                                str(example_capture("thread_churn")), "-o", os.devnull, "--force"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + DEADLINE_S
-    while not (workers := children(report.pid)) and report.poll() is None and time.monotonic() < deadline:
+    # (its workers at work: one that is starting or done may be seen for an instant)
+    while not (workers := [pid for pid in children(report.pid) if alive(pid)]) and report.poll() is None and \
+            time.monotonic() < deadline:
         time.sleep(0.005)
     family = [*workers, *(grandchild for worker in workers for grandchild in children(worker))]
-    assert family and all(map(alive, family)), "the report had no worker at work to kill it under"
+    assert family, "the report had no worker at work to kill it under"
     # When it is killed
     report.send_signal(sig)
     assert report.wait(timeout=DEADLINE_S) == -sig

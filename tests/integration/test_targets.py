@@ -180,8 +180,8 @@ def test_check_records_a_server_while_its_load_generator_runs(tmp_path):
         served = running.requests()
         # When it is checked: its master's tree recorded while wrk, the command, loads it for 2 s
         capture = tmp_path / "cap"
-        result = run_offcpu("check", "--tree", str(running.pid), "-d", "60", "-o", str(capture), "--",
-                            *running.load_command(2), timeout=180)
+        result = run_offcpu("check", "--backend", "perf", "--tree", str(running.pid), "-d", "60", "-o", str(capture),
+                            "--", *running.load_command(2), timeout=180)
         served = running.requests() - served
     # Then the check gave a verdict on the run (0 pass, 1 fail), after wrk ran and reported
     assert result.returncode in (0, 1), result.stderr
