@@ -76,6 +76,7 @@ HISTORY = 256
 TIMELINE_WAITS = 4096
 
 UNBOUNDED = 1 << 63  # what a tally counts up to when it counts everything
+NO_ROW = -1  # the row number in a thread's history of a wait that has no row (its stack was not taken)
 # pid, tid, comm, call chain (as the reader keeps it)
 WakerKey = tuple[int, int, str, Chain]
 # The key a wait is counted under: tid, call chain (or a synthetic stack), state, waker
@@ -165,10 +166,10 @@ class Tally:
     stand_in_waits: int = 0
     estimated_switch_ins: int = 0
     half_recorded_switches: int = 0
-    # Each thread's last waits (since, back, row number: tuples, one made per switch), to
+    # Each thread's last waits (since, back, row number or NO_ROW, weight: tuples, one made per switch), to
     # follow a wakeup to what the waker itself waited for. Not carried across slices: a
     # wait whose waker's waits are in an earlier slice has no links.
-    history: dict[int, deque[tuple[int, int, int]]] = field(default_factory=dict)
+    history: dict[int, deque[tuple[int, int, int, int]]] = field(default_factory=dict)
     # The longest waits, a heap of TIMELINE_WAITS at most: (length, since, tid, woken or None,
     # back, ran or None, row number), all in ns, as far as counted
     longest: list[tuple[int, int, int, int | None, int, int | None, int]] = field(default_factory=list)
@@ -258,10 +259,11 @@ class Tally:
             self.clipped += 1
         key = (tid, wait.stack, state, waker)
         weight = wait.weight
+        if not weight:  # in its thread's totals only: no row, no link of its own, no place in the timeline
+            self.stackless_waits += 1
+            self._remember(tid, since_ns, until_ns, NO_ROW, 0)
+            return
         if weight != 1:
-            if not weight:
-                self.stackless_waits += 1
-                return  # in its thread's totals only: no row, so nothing can link to it
             number = self._add_sampled(key, since_ns, until_ns, offcpu, blocked, weight)
         else:
             known = self.row_numbers.get(key)
@@ -285,10 +287,7 @@ class Tally:
             waker_history = self.history.get(waker[1])
             if waker_history and waker_history[-1][1] > since_ns:  # else its waker ran all along: no link
                 self._link(number, since_ns, woken_ns if woken_ns < until_ns else until_ns, waker_history, weight)
-        history = self.history.get(tid)
-        if history is None:
-            history = self.history[tid] = deque(maxlen=HISTORY)
-        history.append((since_ns, until_ns, number))
+        self._remember(tid, since_ns, until_ns, number, weight)
         longest = self.longest
         if len(longest) < TIMELINE_WAITS or until_ns - since_ns > longest[0][0]:
             self._keep_longest((until_ns - since_ns, since_ns, tid, woken_ns, until_ns, wait.ran_ns, number))
@@ -314,23 +313,34 @@ class Tally:
         else:
             heapq.heappushpop(self.longest, wait)
 
-    def _link(self, row: int, since_ns: int, woken_ns: int, waker_history: deque[tuple[int, int, int]],
+    def _remember(self, tid: int, since_ns: int, until_ns: int, number: int, weight: int) -> None:
+        history = self.history.get(tid)
+        if history is None:
+            history = self.history[tid] = deque(maxlen=HISTORY)
+        history.append((since_ns, until_ns, number, weight))
+
+    def _link(self, row: int, since_ns: int, woken_ns: int, waker_history: deque[tuple[int, int, int, int]],
               weight: int) -> None:
         """While this wait was blocked (since_ns to woken_ns), when was its waker itself off
         CPU (its last waits: `waker_history`), and in which of its rows? Counted `weight`
-        times, as the wait is in its row."""
+        times, as the wait is in its row, times the weight of the waker's wait: a pair of
+        sampled waits stands for the pairs of both their weights (a waker's wait with no stack
+        has no row: the sampled ones stand for it)."""
         links = self.links
-        for waker_since_ns, waker_back_ns, waker_row in reversed(waker_history):
+        for waker_since_ns, waker_back_ns, waker_row, waker_weight in reversed(waker_history):
             if waker_back_ns <= since_ns:
                 break
+            if not waker_weight:
+                continue
             overlap = ((waker_back_ns if waker_back_ns < woken_ns else woken_ns)
                        - (waker_since_ns if waker_since_ns > since_ns else since_ns))
             if overlap > 0:
                 link = links.get((row, waker_row))
                 if link is None:
                     link = links[(row, waker_row)] = Overlap()
-                link.ns += overlap * weight
-                link.count += weight
+                pairs = weight * waker_weight
+                link.ns += overlap * pairs
+                link.count += pairs
 
     def add(self, other: Tally) -> None:
         numbers = [self.row_number(key) for key in other.row_numbers]  # other's row numbers in this tally
