@@ -23,7 +23,6 @@ from pathlib import Path
 from offcpu import system, targets
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, CaptureInfo, Target
 from offcpu.escaping import printable
-from offcpu.recording import snapshot
 from offcpu.recording.backends import Backend, BpfRefused
 from offcpu.recording.end_watch import size_in_bytes, wait_for_end
 from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
@@ -34,6 +33,7 @@ from offcpu.recording.session import (
     command_ended,
     discard,
     limits_of,
+    note_threads_at_start,
     now_iso,
     save_capture,
     save_kernel_files,
@@ -156,11 +156,7 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
 
     maps_now()
     try:
-        threads = targets.threads_now(info.target)
-        info.threads_at_start, info.processes_at_start = threads.states, threads.processes
-        info.process_titles = targets.process_titles(info.target)
-        if request.snapshot and info.target.kind != "all":
-            switches_at_start = snapshot.switch_counts(map(int, threads.states))
+        switches_at_start = note_threads_at_start(request, info)
         info.ended_by = wait_for_end(full, request.duration_s, info, on_tick, on_look=maps_now)
     except Terminated as terminated:
         info.ended_by = terminated.signal_name

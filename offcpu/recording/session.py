@@ -167,11 +167,7 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
     info.started_at = now_iso()
     switches_at_start: dict[int, int] = {}
     try:
-        threads = targets.threads_now(info.target)
-        info.threads_at_start, info.processes_at_start = threads.states, threads.processes
-        info.process_titles = targets.process_titles(info.target)
-        if request.snapshot and info.target.kind != "all":
-            switches_at_start = snapshot.switch_counts(map(int, threads.states))
+        switches_at_start = note_threads_at_start(request, info)
         spin = SpinWatch(perf_process, request.output / PERF_DATA) if len(info.target.pids) > 1 else None
         info.ended_by = wait_for_end(lambda: "perf exited" if perf_process.exited() else None, request.duration_s,
                                      info, on_tick, spin)
@@ -196,6 +192,17 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
     info.target_exited = info.ended_by == "target exited"
     if switches_at_start and not info.target_exited:
         save_snapshot_of(request.output, switches_at_start, info)
+
+
+def note_threads_at_start(request: RecordRequest, info: CaptureInfo) -> dict[int, int]:
+    """The target's threads and process titles as the recording starts, into `info`; their
+    context switch counts, for the snapshot of those that will not run (none asked or for -a)."""
+    threads = targets.threads_now(info.target)
+    info.threads_at_start, info.processes_at_start = threads.states, threads.processes
+    info.process_titles = targets.process_titles(info.target)
+    if request.snapshot and info.target.kind != "all":
+        return snapshot.switch_counts(map(int, threads.states))
+    return {}
 
 
 def command_ended(target: Target) -> str:
