@@ -153,7 +153,8 @@ def test_a_baseline_of_another_kind_of_target_is_said(example_capture, tmp_path)
 
 def test_policy_limits_pass_and_fail_on_the_measured_values(example_capture, tmp_path):
     policy = tmp_path / "limits.toml"
-    policy.write_text('fail_above_info = ["mmap_lock"]\nlock_contention.max_share = 0.2\n'
+    # (the example's lock takes 19-26% of its threads' time from run to run)
+    policy.write_text('fail_above_info = ["mmap_lock"]\nlock_contention.max_share = 0.1\n'
                       "lock_contention.max_ms_per_s = 1000000\n[runqueue]\nmax_p99_ms = 1000\n")
     status, verdict = verdict_of(tmp_path, "--policy", str(policy), str(example_capture("futex_contention")))
     assert status == 1 and failed(verdict) == {"lock_contention.max_share"}

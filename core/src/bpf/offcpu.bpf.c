@@ -14,10 +14,11 @@
 // in each window of WINDOW_NS, the waits seen in the last window decide a shift
 // s (raised within the window when a burst passes twice the budget), and a wait's
 // stack is taken with probability 2^-s (its weight is 2^s), so that the time per
-// stack is an unbiased estimate. The waker's stack, the
-// costlier walk (a network wakeup's kernel stack is deep), is taken for a wait
-// whose own stack was taken when the wait was long (at least long_wait_ns
-// blocked), else on a second draw under the same budget.
+// stack is an unbiased estimate; a thread that switches seldom has all its
+// stacks taken. The waker's stack, the costlier walk (a network wakeup's kernel
+// stack is deep), is taken for a wait whose own stack was taken when the wait
+// was long (at least long_wait_ns blocked), else on a second draw under the
+// same budget.
 //
 // No kernel headers beyond the UAPI: the kernel structures read are declared
 // here with only the fields used, and CO-RE relocates them at load.
@@ -153,6 +154,7 @@ struct wait {
 	__u16 preempted;
 	__u32 sampled;
 	char waker_comm[TASK_COMM_LEN];
+	__u64 last_leave_ns;  // the thread's switch-out before this one
 };
 
 struct {
@@ -355,6 +357,12 @@ static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned 
 	wait->waker_user_stack = NO_STACK;
 	wait->sampled = 0;
 	__u32 shift = budget_shift(now);
+	// A thread that switches seldom (its last switch-out long_wait_ns ago or more: at most a
+	// thousand a second) has all its stacks taken: its waits are the long ones, which a sample
+	// would turn into a few heavy guesses. Decided from its past, so the weights stay exact.
+	if (wait->last_leave_ns && now - wait->last_leave_ns >= cfg.long_wait_ns)
+		shift = 0;
+	wait->last_leave_ns = now;
 	wait->weight_shift = shift;
 	struct counters *counts = my_counters();
 	if (draw(shift)) {
