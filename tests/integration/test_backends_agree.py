@@ -85,7 +85,7 @@ def assert_same_findings(by_perf: dict, by_bpf: dict, tolerance: float) -> None:
         assert key in by_perf and key in by_bpf, (key, sorted(by_perf), sorted(by_bpf))
         perf_finding, bpf_finding = by_perf[key], by_bpf[key]
         # (or either says it is near the limit of its severity: it may fall either side in any run)
-        near_a_limit = any(finding["settled_severity"] != finding["severity"] for finding in (perf_finding, bpf_finding))
+        near_a_limit = any(found["settled_severity"] != found["severity"] for found in (perf_finding, bpf_finding))
         assert perf_finding["severity"] == bpf_finding["severity"] or near_a_limit, \
             (key, perf_finding["summary"], bpf_finding["summary"])
         assert abs(bpf_finding["offcpu_us"] - perf_finding["offcpu_us"]) <= \
