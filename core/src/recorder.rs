@@ -154,14 +154,6 @@ impl BpfRecording {
         Ok(recording)
     }
 
-    /// Record a process too (a command offcpu started, a process found later).
-    fn add_process(&self, tgid: u32) -> PyResult<()> {
-        let targets = map(&self.object, "target_processes")?;
-        targets
-            .update(&tgid.to_ne_bytes(), &[1u8], MapFlags::ANY)
-            .map_err(|e| bpf_error("adding a process", e))
-    }
-
     /// What the recording counted so far: waits, stacks, losses, bytes written.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let counts = PyDict::new(py);

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -219,22 +218,8 @@ class HeldCommand:
         if self._go_write != -1:  # never let go: it exits without running
             os.close(self._go_write)
             self._go_write = -1
-        killed = False
-        if self._running():
-            killed = end_group(self.pid)
+        killed = end_group(self.pid)  # its leader, if it exited, is a zombie until reaped here
         with contextlib.suppress(ChildProcessError):
             _, status = os.waitpid(self.pid, 0)
             self.exit_status = os.waitstatus_to_exitcode(status)
         return killed
-
-    def _running(self) -> bool:
-        try:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            return False
-        if pid == 0:
-            return True
-        self.exit_status = os.waitstatus_to_exitcode(status)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGTERM)  # what it started, still in its group
-        return False
