@@ -26,6 +26,7 @@ import numpy as np
 
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError
+from offcpu.model import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN
 from offcpu.recording import process_maps
 from offcpu.sched_events import (
     SCHED_SWITCH,
@@ -59,8 +60,6 @@ STACK_ENTRY = struct.Struct("<II")  # bpf-stacks.bin: id, depth, then depth u64 
 NO_STACK = -10000  # a stack id: not taken (not sampled); other negative ids are -errno of a failed walk
 EFAULT = 14  # a user stack's walk that found no user frames: a kernel thread has none
 EXEC = 1  # a comm record's state when the name came with an exec
-STACK_NOT_TAKEN = "[stack not sampled]"
-WAKER_STACK_NOT_TAKEN = "[waker's stack not sampled]"
 KERNEL_STACK_UNREADABLE = "[kernel stack could not be read]"
 USER_STACK_UNREADABLE = "[user stack could not be read]"
 # At one time, the order in which one thread goes through them: made, back on CPU, off

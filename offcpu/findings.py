@@ -51,7 +51,7 @@ from offcpu.claims import (
     Root,
 )
 from offcpu.locktable import LockTable, load_table
-from offcpu.model import BEFORE_WINDOW, SUB_WINDOWS, WHOLE_WINDOW, Model, Row
+from offcpu.model import BEFORE_WINDOW, SUB_WINDOWS, WAKER_STACK_NOT_TAKEN, WHOLE_WINDOW, Model, Row
 from offcpu.stacks import drawn_alone, reading
 from offcpu.summaries import runqueue_percentiles
 from offcpu.waits import CAUSE_WORDS, NEW, PEER, PREEMPTED_CAUSE, Waits
@@ -681,9 +681,10 @@ def evidence(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
 
 def release_sites(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
     """The wakers' stacks at the wakeups that ended the rows' waits, weighted by how long
-    those waits had been blocked."""
+    those waits had been blocked (of a sampling recording, those it took)."""
     return _heaviest(model, [(model.wakers[row.waker].stack, "", row.blocked_us, row.count, 0) for row in rows
-                             if row.waker is not None and model.wakers[row.waker].kind in ("thread", "interrupt")])
+                             if row.waker is not None and model.wakers[row.waker].kind in ("thread", "interrupt")
+                             and model.stacks[model.wakers[row.waker].stack].frames != (WAKER_STACK_NOT_TAKEN,)])
 
 
 def _heaviest(model: Model, weighted: list[tuple[int, str, int, int, int]]) -> tuple[Evidence, ...]:

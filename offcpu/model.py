@@ -25,6 +25,9 @@ NEW_THREAD = "[new thread, waiting for its first run]"
 WAKER_NOT_RECORDED = "[waker not recorded]"
 # The stack of a switch-out whose sched_switch perf lost: only its switch record says when.
 STACK_LOST = "[switch-out's stack lost]"
+# The stacks a sampling recording (BPF under its stack budget) did not take: the waiter's, the waker's
+STACK_NOT_TAKEN = "[stack not sampled]"
+WAKER_STACK_NOT_TAKEN = "[waker's stack not sampled]"
 # The outermost frame of a stack read from the live process at the end of the recording (a
 # thread that never ran in it: offcpu.asleep), so that a flame graph tells it from perf's
 ASLEEP_ALL_WINDOW = "[asleep all the recording]"
