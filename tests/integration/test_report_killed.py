@@ -24,7 +24,7 @@ def alive(pid: int) -> bool:
     """Whether `pid` runs: a zombie (dead, waiting for init to reap it) does not."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or going as it is read
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
 
