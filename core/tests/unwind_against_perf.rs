@@ -4,14 +4,15 @@
 //!
 //! The capture is `$OFFCPU_DWARF_CAPTURE` when set, else a recording of an example made
 //! here (`perf record --call-graph dwarf`, as root; scripts/setup builds the examples).
-//! Without perf the test is skipped, except in CI (CI=true), where it fails.
+//! Without perf the tests are skipped, except in CI (CI=true), where they fail.
 
 use std::collections::HashMap;
 use std::env;
 use std::fs::{self, File};
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{self, Command};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use _core::unwind::{Unwinder, UserRegs};
 use linux_perf_data::linux_perf_event_reader::constants::{
@@ -23,17 +24,31 @@ use linux_perf_data::{PerfFileReader, PerfFileRecord};
 const PROT_EXEC: u32 = 4;
 /// Addresses from here up are the kernel's.
 const KERNEL_START: u64 = 0xffff_8000_0000_0000;
+/// How the examples run: 4 threads, with 1 MiB stacks for thread_churn, 0.3 s.
+const EXAMPLE_ARGS: [&str; 6] = ["-t", "4", "-S", "1", "-s", "0.3"];
 
 /// A sample's thread and time, in nanoseconds: how perf script's lines are matched.
 type SampleKey = (i32, u64);
 
 #[test]
 fn unwinds_user_stacks_as_perf_does() {
-    let Some(capture) = capture() else {
-        return;
+    let given = env::var_os("OFFCPU_DWARF_CAPTURE").filter(|path| !path.is_empty());
+    let scratch;
+    let capture = match given {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let Some(folder) = Scratch::new() else {
+                return;
+            };
+            scratch = folder;
+            let capture = scratch.0.join("perf.data");
+            // thread_churn: stacks through glibc (no frame pointers), threads that come and go.
+            record(&capture, &example("thread_churn"), &[]);
+            capture
+        }
     };
-    let reference = perf_script_user_frames(capture.path());
-    let ours = unwind_all(capture.path());
+    let reference = perf_script_user_frames(&capture);
+    let (ours, _) = unwind_all(&capture);
 
     let (mut compared, mut missing) = (0, 0);
     let (mut skipping, mut different) = (Vec::new(), Vec::new());
@@ -43,13 +58,14 @@ fn unwinds_user_stacks_as_perf_does() {
             missing += 1;
             continue;
         };
+        let perf = addresses(perf);
         compared += 1;
         our_frames += ours.len();
         perf_frames += perf.len();
-        if ours.starts_with(perf) {
+        if ours.starts_with(&perf) {
             continue;
         }
-        if skips_frames_of(ours, perf) {
+        if skips_frames_of(ours, &perf) {
             skipping.push((key, ours, perf));
         } else {
             different.push((key, ours, perf));
@@ -78,6 +94,57 @@ fn unwinds_user_stacks_as_perf_does() {
     );
 }
 
+/// A program replaced by another build after the recording: its unwind tables are not
+/// used, so each stack ends at its first frame in the program (counted), as it stood.
+#[test]
+fn a_file_replaced_since_the_recording_ends_the_stacks_in_it() {
+    let Some(scratch) = Scratch::new() else {
+        return;
+    };
+    let program = scratch.0.join("thread_churn");
+    fs::copy(example("thread_churn"), &program).expect("the example copies");
+    let capture = scratch.0.join("perf.data");
+    // Build ids in the mappings' records (perf's header lists only the files of the
+    // samples' ips, all in the kernel here); without perf's build-id cache, which would
+    // keep a copy of the program as recorded.
+    record(
+        &capture,
+        &program,
+        &["--buildid-mmap", "--no-buildid-cache"],
+    );
+    let reference = perf_script_user_frames(&capture);
+    fs::copy(example("futex_contention"), &program).expect("another build replaces it");
+
+    let (ours, unwinder) = unwind_all(&capture);
+
+    let in_program = |frame: &Frame| Path::new(&frame.file) == program;
+    let mut reached_by_perf = 0;
+    for (key, perf) in reference.iter().filter(|(_, perf)| !perf.is_empty()) {
+        let ours = ours.get(key).expect("perf's sample unwound here");
+        match perf.iter().position(in_program) {
+            // Up to the program's frame, and no further.
+            Some(first) => {
+                reached_by_perf += 1;
+                let expected = addresses(&perf[..=first]);
+                assert!(
+                    *ours == expected || skips_frames_of(ours, &expected),
+                    "sample {key:?}: {ours:x?}, perf's up to the program: {expected:x?}"
+                );
+            }
+            // Where perf stops short of the program, this unwinder may reach it.
+            None => assert!(
+                ours.starts_with(&addresses(perf)),
+                "sample {key:?}: {ours:x?}, perf's: {:x?}",
+                addresses(perf)
+            ),
+        }
+    }
+    assert!(reached_by_perf > 0, "no stack went through the program");
+    assert!(unwinder.stacks_stopped_at_unreadable() >= reached_by_perf);
+    let unreadable: Vec<&[u8]> = unwinder.unreadable_files().collect();
+    assert_eq!(unreadable, [program.as_os_str().as_encoded_bytes()]);
+}
+
 /// Whether `ours` is `perf`'s frames with some left out, down to the same root.
 fn skips_frames_of(ours: &[u64], perf: &[u64]) -> bool {
     let mut perf_frames = perf.iter();
@@ -87,86 +154,85 @@ fn skips_frames_of(ours: &[u64], perf: &[u64]) -> bool {
     in_order && ours.last() == perf.last()
 }
 
-/// A capture given, or one recorded here, deleted with its folder when the test ends.
-enum Capture {
-    Given(PathBuf),
-    Recorded(PathBuf),
-}
+/// A folder of the test's own, deleted when it ends; `None` when perf is missing (and
+/// not in CI, where that fails the test).
+struct Scratch(PathBuf);
 
-impl Capture {
-    fn path(&self) -> &Path {
-        match self {
-            Capture::Given(path) | Capture::Recorded(path) => path,
+impl Scratch {
+    fn new() -> Option<Self> {
+        let perf_runs = Command::new("perf")
+            .arg("--version")
+            .output()
+            .is_ok_and(|out| out.status.success());
+        if !perf_runs {
+            assert!(
+                env::var("CI").as_deref() != Ok("true"),
+                "perf is needed (scripts/setup installs it)"
+            );
+            eprintln!("skipped: perf is not installed");
+            return None;
         }
+        // Each test its own: they run at the same time.
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let folder = env::temp_dir().join(format!("offcpu-unwind-test-{}-{n}", process::id()));
+        fs::create_dir_all(&folder).expect("a temporary folder");
+        Some(Scratch(folder))
     }
 }
 
-impl Drop for Capture {
+impl Drop for Scratch {
     fn drop(&mut self) {
-        if let Capture::Recorded(path) = self {
-            if let Some(dir) = path.parent() {
-                let _ = fs::remove_dir_all(dir);
-            }
-        }
+        let _ = fs::remove_dir_all(&self.0);
     }
 }
 
-/// The capture to read, or `None` when it cannot be made here (the test is skipped).
-fn capture() -> Option<Capture> {
-    if let Some(path) = env::var_os("OFFCPU_DWARF_CAPTURE").filter(|path| !path.is_empty()) {
-        return Some(Capture::Given(PathBuf::from(path)));
-    }
-    let perf_runs = Command::new("perf")
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if !perf_runs {
-        assert!(
-            env::var("CI").as_deref() != Ok("true"),
-            "perf is needed (scripts/setup installs it)"
-        );
-        eprintln!("skipped: perf is not installed");
-        return None;
-    }
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bin/thread_churn");
+fn example(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/bin")
+        .join(name);
     assert!(
-        example.exists(),
+        path.exists(),
         "{} is missing: run scripts/setup",
-        example.display()
+        path.display()
     );
-    let dir = env::temp_dir().join(format!("offcpu-unwind-test-{}", std::process::id()));
-    fs::create_dir_all(&dir).expect("a temporary folder");
-    let capture = Capture::Recorded(dir.join("perf.data"));
-    // thread_churn: stacks through glibc (no frame pointers) in threads that come and go.
+    path
+}
+
+/// Records `program`'s switches with DWARF stacks (root is needed).
+fn record(capture: &Path, program: &Path, perf_args: &[&str]) {
     let status = Command::new("perf")
-        .args([
-            "record",
-            "-q",
-            "--call-graph",
-            "dwarf",
-            "-e",
-            "sched:sched_switch",
-            "-o",
-        ])
-        .arg(capture.path())
+        .args(["record", "-q", "--call-graph", "dwarf"])
+        .args(["-e", "sched:sched_switch"])
+        .args(perf_args)
+        .arg("-o")
+        .arg(capture)
         .arg("--")
-        .arg(&example)
-        .args(["-t", "4", "-S", "1", "-s", "0.3"])
+        .arg(program)
+        .args(EXAMPLE_ARGS)
         .status()
         .expect("perf record runs");
     assert!(
         status.success(),
         "perf record failed (it needs root): {status}"
     );
-    Some(capture)
 }
 
-/// The user frames of each sample as perf script unwinds them, in its form: an address
-/// in a file as the offset in that file. Its frames from the first that is in no file
-/// on are left out: the example runs no JIT code, so such a frame is garbage that perf
-/// read past the root of the stack (in a thread that clone3 has just started, its
-/// return address is in the malloc arena).
-fn perf_script_user_frames(capture: &Path) -> HashMap<SampleKey, Vec<u64>> {
+/// A user frame as perf script prints it: an address in a file as the offset in it.
+struct Frame {
+    address: u64,
+    file: String,
+}
+
+fn addresses(frames: &[Frame]) -> Vec<u64> {
+    frames.iter().map(|frame| frame.address).collect()
+}
+
+/// The user frames of each sample as perf script unwinds them. Its frames from the
+/// first that is in no file on are left out: the examples run no JIT code, so such a
+/// frame is garbage that perf read past the root of the stack (in a thread that clone3
+/// has just started, its return address is in the malloc arena).
+fn perf_script_user_frames(capture: &Path) -> HashMap<SampleKey, Vec<Frame>> {
     let output = Command::new("perf")
         .args([
             "script",
@@ -199,19 +265,18 @@ fn perf_script_user_frames(capture: &Path) -> HashMap<SampleKey, Vec<u64>> {
             + nanoseconds.parse::<u64>().expect("ns");
         let frames = lines
             .map(|line| {
-                line.trim()
-                    .split_once(' ')
-                    .expect("an address and its file")
-            })
-            .map(|(address, file)| {
+                let (address, file) = line.trim().split_once(' ').expect("address (file)");
                 let address = u64::from_str_radix(address, 16).expect("a hex address");
-                (address, file)
+                let file = file.trim_start_matches('(').trim_end_matches(')');
+                Frame {
+                    address,
+                    file: file.to_owned(),
+                }
             })
-            .filter(|&(address, _)| address < KERNEL_START)
-            .take_while(|&(_, file)| {
-                file == "([vdso])" || (file.starts_with("(/") && file != "(//anon)")
+            .filter(|frame| frame.address < KERNEL_START)
+            .take_while(|frame| {
+                frame.file == "[vdso]" || (frame.file.starts_with('/') && frame.file != "//anon")
             })
-            .map(|(address, _)| address)
             .collect();
         samples.insert((tid.parse().expect("tid"), time), frames);
     }
@@ -219,14 +284,16 @@ fn perf_script_user_frames(capture: &Path) -> HashMap<SampleKey, Vec<u64>> {
 }
 
 /// An executable mapping, to turn addresses into perf script's form.
+#[derive(Clone)]
 struct Mapping {
     start: u64,
     end: u64,
     file_offset: u64,
 }
 
-/// The user frames of each sample with user registers, unwound here, in perf script's form.
-fn unwind_all(capture: &Path) -> HashMap<SampleKey, Vec<u64>> {
+/// The user frames of each sample with user registers, unwound here, in perf script's
+/// form; and the unwinder, for its counts.
+fn unwind_all(capture: &Path) -> (HashMap<SampleKey, Vec<u64>>, Unwinder) {
     let file = BufReader::new(File::open(capture).expect("the capture opens"));
     let PerfFileReader {
         mut perf_file,
@@ -258,24 +325,17 @@ fn unwind_all(capture: &Path) -> HashMap<SampleKey, Vec<u64>> {
                 unwinder.add_mapping(mmap.pid, start, end, mmap.page_offset, &path, build_id);
                 let maps = mappings.entry(mmap.pid).or_default();
                 maps.retain(|m| m.end <= start || end <= m.start);
+                let file_offset = mmap.page_offset;
                 maps.push(Mapping {
                     start,
                     end,
-                    file_offset: mmap.page_offset,
+                    file_offset,
                 });
             }
             EventRecord::Fork(fork) if fork.pid != fork.ppid => {
                 unwinder.fork_process(fork.ppid, fork.pid);
-                let parents = mappings.get(&fork.ppid).map(|maps| {
-                    maps.iter()
-                        .map(|m| Mapping {
-                            start: m.start,
-                            end: m.end,
-                            file_offset: m.file_offset,
-                        })
-                        .collect()
-                });
-                mappings.insert(fork.pid, parents.unwrap_or_default());
+                let parents = mappings.get(&fork.ppid).cloned().unwrap_or_default();
+                mappings.insert(fork.pid, parents);
             }
             EventRecord::Comm(comm) if comm.is_execve => {
                 unwinder.forget_process(comm.pid);
@@ -315,7 +375,7 @@ fn unwind_all(capture: &Path) -> HashMap<SampleKey, Vec<u64>> {
             _ => {}
         }
     }
-    samples
+    (samples, unwinder)
 }
 
 /// perf script prints an address in a mapped file as its offset in the file.
