@@ -125,23 +125,23 @@ impl Unwinder {
     ) {
         let range = start..end;
         let tables = if is_file(path) || build_id.is_some() {
-            Some(self.tables(path, build_id))
+            self.tables(path, build_id)
         } else {
             None
         };
         let process = self.processes.entry(pid).or_default();
         process.remove_overlapping(&range);
         match tables {
-            // Not a file (anonymous, JIT, the vdso without its build id): frame pointers.
-            None => {}
-            Some(None) => process.unreadable.push(range),
-            Some(Some(tables)) => {
+            Some(tables) => {
                 let base = tables.base_address(start, file_offset);
                 let name = String::from_utf8_lossy(path).into_owned();
                 let module = Module::new(name, range.clone(), base, tables.sections.clone());
                 process.modules.add_module(module);
                 process.mappings.push(range);
             }
+            None if is_file(path) => process.unreadable.push(range),
+            // Not a file (anonymous, JIT, the vdso without perf's copy): frame pointers.
+            None => {}
         }
     }
 
@@ -189,7 +189,7 @@ impl Unwinder {
     pub fn unreadable_files(&self) -> impl Iterator<Item = &[u8]> {
         self.files
             .iter()
-            .filter(|(_, tables)| tables.is_none())
+            .filter(|((path, _), tables)| tables.is_none() && is_file(path))
             .map(|((path, _), _)| path.as_slice())
     }
 
