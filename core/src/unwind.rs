@@ -1,7 +1,7 @@
 //! Unwinding user stacks offline: the samples of a `--call-graph dwarf` capture carry
 //! the user registers and a copy of the top of the user stack, and the unwind tables
-//! (`.eh_frame` with `.eh_frame_hdr`, else `.debug_frame`) of the files mapped
-//! executable give the return addresses in it, with framehop.
+//! (`.eh_frame` with `.eh_frame_hdr`, or `.debug_frame` where the compiler wrote one) of
+//! the files mapped executable give the return addresses in it, with framehop.
 //!
 //! Each file's tables are read once, shared by every process that maps it. Code that
 //! no file describes (the vdso without a copy in perf's build-id cache, JIT code in
@@ -221,8 +221,8 @@ fn read_u64(stack: &[u8], offset: u64) -> Result<u64, ()> {
 }
 
 /// The unwind tables of the file perf recorded: the file at its path when its build id
-/// is the recorded one, else perf's copy in its build-id cache. Its `.debug_frame`
-/// (in a separate debug file) is read only when it has no `.eh_frame`.
+/// is the recorded one, else perf's copy in its build-id cache; its `.debug_frame`,
+/// from it or from its separate debug file, when it has one.
 fn read_tables(path: &[u8], build_id: Option<&[u8]>) -> Option<UnwindTables> {
     let candidates = build_id
         .map(perf_cache_copies)
@@ -246,8 +246,15 @@ fn read_tables(path: &[u8], build_id: Option<&[u8]>) -> Option<UnwindTables> {
             }
         }
         let mut tables = tables_of(&elf);
-        if tables.sections.eh_frame.is_none() {
+        if tables.sections.debug_frame.is_none() {
             tables.sections.debug_frame = actual.and_then(debug_frame_elsewhere);
+        }
+        // A compiler writes `.debug_frame` only for code it gave no `.eh_frame` (built
+        // with -fno-asynchronous-unwind-tables): the file's `.eh_frame` is then only the C
+        // runtime's, and framehop reads one table, `.eh_frame` first.
+        if tables.sections.debug_frame.is_some() {
+            tables.sections.eh_frame = None;
+            tables.sections.eh_frame_hdr = None;
         }
         return Some(tables);
     }

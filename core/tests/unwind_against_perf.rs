@@ -6,7 +6,7 @@
 //! here (`perf record --call-graph dwarf`, as root; scripts/setup builds the examples).
 //! Without perf the tests are skipped, except in CI (CI=true), where they fail.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::env;
 use std::fs::{self, File};
 use std::io::BufReader;
@@ -33,28 +33,96 @@ type SampleKey = (i32, u64);
 #[test]
 fn unwinds_user_stacks_as_perf_does() {
     let given = env::var_os("OFFCPU_DWARF_CAPTURE").filter(|path| !path.is_empty());
-    let scratch;
-    let capture = match given {
-        Some(path) => PathBuf::from(path),
-        None => {
-            let Some(folder) = Scratch::new() else {
-                return;
-            };
-            scratch = folder;
-            let capture = scratch.0.join("perf.data");
-            // thread_churn: stacks through glibc (no frame pointers), threads that come and go.
-            record(&capture, &example("thread_churn"), &[]);
-            capture
-        }
+    if let Some(capture) = given {
+        assert_unwinds_as_perf(Path::new(&capture));
+        return;
+    }
+    let Some(scratch) = Scratch::new() else {
+        return;
     };
-    let reference = perf_script_user_frames(&capture);
+    let capture = scratch.0.join("perf.data");
+    // thread_churn: stacks through glibc (no frame pointers), threads that come and go.
+    record(&capture, &example("thread_churn"), &[]);
+    assert_unwinds_as_perf(&capture);
+}
+
+/// A program whose own code has no `.eh_frame` tables (only `.debug_frame`) and no
+/// frame pointers is unwound from its `.debug_frame`, as perf does.
+#[test]
+fn unwinds_code_described_only_by_debug_frame() {
+    let Some(scratch) = Scratch::new() else {
+        return;
+    };
+    let program = scratch.0.join("thread_churn");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/thread_churn.c");
+    let status = Command::new("cc")
+        .args(["-O2", "-g", "-pthread", "-fomit-frame-pointer"])
+        .args([
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+            "-o",
+        ])
+        .arg(&program)
+        .arg(&source)
+        .status()
+        .expect("cc runs (scripts/setup installs it)");
+    assert!(
+        status.success(),
+        "{} does not build: {status}",
+        source.display()
+    );
+    let capture = scratch.0.join("perf.data");
+    record(&capture, &program, &["--no-buildid-cache"]);
+
+    assert_unwinds_as_perf(&capture);
+
+    // perf stops at the program's frames; what is past them, in the C library, is known
+    // from perf's stacks of the example built as usual (with .eh_frame).
+    let usual = scratch.0.join("usual.data");
+    record(&usual, &example("thread_churn"), &["--no-buildid-cache"]);
+    let is_example = |frame: &Frame| frame.file.ends_with("thread_churn");
+    let known_callers: HashSet<Vec<u64>> = perf_script_user_frames(&usual)
+        .values()
+        .filter_map(|perf| callers_of_program(perf, is_example))
+        .collect();
     let (ours, _) = unwind_all(&capture);
+    let callers: Vec<Vec<u64>> = ours
+        .values()
+        .filter_map(|ours| callers_of_program(ours, is_example))
+        .collect();
+    assert!(!callers.is_empty(), "no stack went past the program's code");
+    let unknown: Vec<_> = callers
+        .iter()
+        .filter(|c| !known_callers.contains(*c))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "callers of the program perf does not know: {:x?} (perf's: {known_callers:x?})",
+        &unknown[..unknown.len().min(5)]
+    );
+}
+
+/// The frames past the program's first, out of it (the C library's, that called it).
+fn callers_of_program(frames: &[Frame], in_program: impl Fn(&Frame) -> bool) -> Option<Vec<u64>> {
+    let first = frames.iter().position(&in_program)?;
+    let callers: Vec<u64> = frames[first..]
+        .iter()
+        .filter(|frame| !in_program(frame))
+        .map(|frame| frame.address)
+        .collect();
+    (!callers.is_empty()).then_some(callers)
+}
+
+/// Asserts that the unwinder's stack of each sample is perf's, or deeper; returns perf's.
+fn assert_unwinds_as_perf(capture: &Path) -> HashMap<SampleKey, Vec<Frame>> {
+    let reference = perf_script_user_frames(capture);
+    let (ours, _) = unwind_all(capture);
 
     let (mut compared, mut missing) = (0, 0);
     let (mut skipping, mut different) = (Vec::new(), Vec::new());
     let (mut our_frames, mut perf_frames) = (0, 0);
     for (key, perf) in reference.iter().filter(|(_, perf)| !perf.is_empty()) {
-        let Some(ours) = ours.get(key) else {
+        let Some(ours) = ours.get(key).map(|ours| addresses(ours)) else {
             missing += 1;
             continue;
         };
@@ -65,7 +133,7 @@ fn unwinds_user_stacks_as_perf_does() {
         if ours.starts_with(&perf) {
             continue;
         }
-        if skips_frames_of(ours, &perf) {
+        if skips_frames_of(&ours, &perf) {
             skipping.push((key, ours, perf));
         } else {
             different.push((key, ours, perf));
@@ -92,6 +160,7 @@ fn unwinds_user_stacks_as_perf_does() {
         "too many stacks skip frames of perf's (sample, ours, perf's): {:x?}",
         &skipping[..skipping.len().min(5)]
     );
+    reference
 }
 
 /// A program replaced by another build after the recording: its unwind tables are not
@@ -120,14 +189,14 @@ fn a_file_replaced_since_the_recording_ends_the_stacks_in_it() {
     let in_program = |frame: &Frame| Path::new(&frame.file) == program;
     let mut reached_by_perf = 0;
     for (key, perf) in reference.iter().filter(|(_, perf)| !perf.is_empty()) {
-        let ours = ours.get(key).expect("perf's sample unwound here");
+        let ours = addresses(ours.get(key).expect("perf's sample unwound here"));
         match perf.iter().position(in_program) {
             // Up to the program's frame, and no further.
             Some(first) => {
                 reached_by_perf += 1;
                 let expected = addresses(&perf[..=first]);
                 assert!(
-                    *ours == expected || skips_frames_of(ours, &expected),
+                    ours == expected || skips_frames_of(&ours, &expected),
                     "sample {key:?}: {ours:x?}, perf's up to the program: {expected:x?}"
                 );
             }
@@ -219,6 +288,7 @@ fn record(capture: &Path, program: &Path, perf_args: &[&str]) {
 }
 
 /// A user frame as perf script prints it: an address in a file as the offset in it.
+#[derive(Debug)]
 struct Frame {
     address: u64,
     file: String,
@@ -289,11 +359,12 @@ struct Mapping {
     start: u64,
     end: u64,
     file_offset: u64,
+    file: String,
 }
 
 /// The user frames of each sample with user registers, unwound here, in perf script's
 /// form; and the unwinder, for its counts.
-fn unwind_all(capture: &Path) -> (HashMap<SampleKey, Vec<u64>>, Unwinder) {
+fn unwind_all(capture: &Path) -> (HashMap<SampleKey, Vec<Frame>>, Unwinder) {
     let file = BufReader::new(File::open(capture).expect("the capture opens"));
     let PerfFileReader {
         mut perf_file,
@@ -326,10 +397,12 @@ fn unwind_all(capture: &Path) -> (HashMap<SampleKey, Vec<u64>>, Unwinder) {
                 let maps = mappings.entry(mmap.pid).or_default();
                 maps.retain(|m| m.end <= start || end <= m.start);
                 let file_offset = mmap.page_offset;
+                let file = String::from_utf8_lossy(&path).into_owned();
                 maps.push(Mapping {
                     start,
                     end,
                     file_offset,
+                    file,
                 });
             }
             EventRecord::Fork(fork) if fork.pid != fork.ppid => {
@@ -378,13 +451,19 @@ fn unwind_all(capture: &Path) -> (HashMap<SampleKey, Vec<u64>>, Unwinder) {
     (samples, unwinder)
 }
 
-/// perf script prints an address in a mapped file as its offset in the file.
-fn perf_form(mappings: &[Mapping], address: u64) -> u64 {
+/// A frame as perf script prints it: an address in a mapped file as its offset in it.
+fn perf_form(mappings: &[Mapping], address: u64) -> Frame {
     match mappings
         .iter()
         .find(|m| (m.start..m.end).contains(&address))
     {
-        Some(m) => address - m.start + m.file_offset,
-        None => address,
+        Some(m) => Frame {
+            address: address - m.start + m.file_offset,
+            file: m.file.clone(),
+        },
+        None => Frame {
+            address,
+            file: "[unknown]".to_owned(),
+        },
     }
 }
