@@ -2,8 +2,9 @@
 //! for every sample, the user frames that both have are the same addresses, and the
 //! unwinder reaches as deep as perf.
 //!
-//! The capture is `$OFFCPU_DWARF_CAPTURE` when set, else a recording of an example made
-//! here (`perf record --call-graph dwarf`, as root; scripts/setup builds the examples).
+//! The captures are recordings made here (`perf record --call-graph dwarf`, as root;
+//! scripts/setup builds the examples); `$OFFCPU_DWARF_CAPTURE` names another capture to
+//! compare.
 //! Without perf the tests are skipped, except in CI (CI=true), where they fail.
 
 use std::collections::{HashMap, HashSet};
@@ -47,7 +48,8 @@ fn unwinds_user_stacks_as_perf_does() {
 }
 
 /// A program whose own code has no `.eh_frame` tables (only `.debug_frame`) and no
-/// frame pointers is unwound from its `.debug_frame`, as perf does.
+/// frame pointers is unwound from its `.debug_frame`: perf 6.1 stops at its frames, this
+/// unwinder goes on to the C library's frames that perf finds in the usual build.
 #[test]
 fn unwinds_code_described_only_by_debug_frame() {
     let Some(scratch) = Scratch::new() else {
