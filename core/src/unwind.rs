@@ -20,6 +20,10 @@ use object::{Object, ObjectSection, ObjectSegment, ReadCache, SectionKind};
 
 /// A guard against a stack that loops: perf's own limit (kernel.perf_event_max_stack) is 127.
 const MAX_FRAMES: usize = 1024;
+/// framehop keys its cache by address and a 16-bit count of changes to the modules of
+/// any process, which wraps: a cache no older than half the count's range never sees
+/// a count it held before.
+const CHANGES_PER_CACHE: u64 = 1 << 15;
 
 /// The user registers of a sample that unwinding needs, from perf's
 /// PERF_SAMPLE_REGS_USER (x86_64: PERF_REG_X86_IP, _SP and _BP).
@@ -68,14 +72,18 @@ struct Process {
 }
 
 impl Process {
-    fn remove_overlapping(&mut self, range: &Range<u64>) {
+    /// Takes out the mappings that `range` covers; returns how many modules went.
+    fn remove_overlapping(&mut self, range: &Range<u64>) -> u64 {
         let overlaps =
             |mapping: &Range<u64>| mapping.start < range.end && range.start < mapping.end;
+        let mut removed = 0;
         for mapping in self.mappings.iter().filter(|m| overlaps(m)) {
             self.modules.remove_module(mapping.start);
+            removed += 1;
         }
         self.mappings.retain(|m| !overlaps(m));
         self.unreadable.retain(|m| !overlaps(m));
+        removed
     }
 
     fn is_unreadable(&self, address: u64) -> bool {
@@ -89,6 +97,8 @@ pub struct Unwinder {
     /// Each file read so far; `None`: it could not be read.
     files: HashMap<FileKey, Option<Arc<UnwindTables>>>,
     cache: CacheX86_64,
+    /// Changes to modules (framehop counts them) since the cache was made.
+    changes_in_cache: u64,
     /// A process with no mappings known: frame pointers only.
     unknown_process: Process,
     stacks_stopped_at_unreadable: u64,
@@ -106,6 +116,7 @@ impl Unwinder {
             processes: HashMap::new(),
             files: HashMap::new(),
             cache: CacheX86_64::new(),
+            changes_in_cache: 0,
             unknown_process: Process::default(),
             stacks_stopped_at_unreadable: 0,
         }
@@ -129,8 +140,9 @@ impl Unwinder {
         } else {
             None
         };
+        let mut changes = u64::from(!self.processes.contains_key(&pid));
         let process = self.processes.entry(pid).or_default();
-        process.remove_overlapping(&range);
+        changes += process.remove_overlapping(&range);
         match tables {
             Some(tables) => {
                 let base = tables.base_address(start, file_offset);
@@ -138,10 +150,16 @@ impl Unwinder {
                 let module = Module::new(name, range.clone(), base, tables.sections.clone());
                 process.modules.add_module(module);
                 process.mappings.push(range);
+                changes += 1;
             }
             None if is_file(path) => process.unreadable.push(range),
             // Not a file (anonymous, JIT, the vdso without perf's copy): frame pointers.
             None => {}
+        }
+        self.changes_in_cache += changes;
+        if self.changes_in_cache >= CHANGES_PER_CACHE {
+            self.cache = CacheX86_64::new();
+            self.changes_in_cache = 0;
         }
     }
 
