@@ -9,8 +9,10 @@
 //! or not the build perf recorded) ends the stacks that pass through it.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::fs::File;
 use std::ops::Range;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -267,9 +269,7 @@ fn read_tables(path: &[u8], build_id: Option<&[u8]>) -> Option<UnwindTables> {
         .map(perf_cache_copies)
         .unwrap_or_default()
         .into_iter();
-    let on_disk = is_file(path)
-        .then(|| std::str::from_utf8(path).ok().map(PathBuf::from))
-        .flatten();
+    let on_disk = is_file(path).then(|| PathBuf::from(OsStr::from_bytes(path)));
     for candidate in on_disk.into_iter().chain(candidates) {
         let Ok(file) = File::open(&candidate) else {
             continue;
