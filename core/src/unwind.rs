@@ -192,9 +192,9 @@ impl Unwinder {
         self.processes.remove(&pid);
     }
 
-    /// The user frames of one sample, innermost first (the ip, then return addresses),
-    /// from its user registers and the copy of its user stack that starts at `regs.sp`;
-    /// as many as could be unwound.
+    /// The user frames of one sample, innermost first (the ip, then return addresses:
+    /// perf names a caller by the byte before it), from its user registers and the copy
+    /// of its user stack that starts at `regs.sp`; as many as could be unwound.
     pub fn unwind(&mut self, pid: i32, regs: &UserRegs, stack: &[u8]) -> Vec<u64> {
         let process = self.processes.get(&pid).unwrap_or(&self.unknown_process);
         let mut read_stack =
