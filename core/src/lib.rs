@@ -5,6 +5,7 @@
 //! buffer to the capture by a thread of its own, without Python's lock.
 
 mod recorder;
+pub mod unwind;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
