@@ -211,7 +211,9 @@ def test_the_whole_machine_while_a_command_runs(tmp_path):
     assert info["command_exit_status"] == 0 and 0.5 < info["duration_actual_s"] < 30
     waits = switches_by_process(capture)
     assert waits[info["target"]["command_pid"]] > 0
-    assert all(waits[worker] > 0 for worker in running.service_pids[1:]), waits
+    # (the server's: its workers' together, as one of them may have taken every connection of
+    # the second's load)
+    assert sum(waits[worker] for worker in running.service_pids[1:]) > 0, waits
 
 
 def wait_for_events(capture: Path) -> None:
