@@ -428,7 +428,8 @@ def elf_build_id(elf: ELFFile) -> bytes | None:
     for section in elf.iter_sections():
         if isinstance(section, NoteSection):
             for note in section.iter_notes():
-                if note["n_type"] == "NT_GNU_BUILD_ID":
+                # pyelftools decodes the desc of GNU's note only: another owner's note of type 3 is raw bytes
+                if note["n_type"] == "NT_GNU_BUILD_ID" and isinstance(note["n_desc"], str):
                     return bytes.fromhex(note["n_desc"])
     return None
 
