@@ -137,10 +137,10 @@ def _target(argv: list[str]) -> Target:
     """What perf recorded, from its command line: -p, -t, -G or -a, and a command run meanwhile."""
     options, command = _split_command(argv)
     command_comm = os.path.basename(command[0]) if command else ""
-    values = {option: value for option, value in zip(options, [*options[1:], ""], strict=True)}
-    pids = values.get("-p") or values.get("--pid")
-    if pids:
-        numbers = tuple(int(pid) for pid in pids.split(",") if pid.isdecimal())
+    values = dict(zip(options, [*options[1:], ""], strict=False))  # each option and the word after it
+    pids = values.get("-p") or values.get("--pid") or ""
+    numbers = tuple(int(pid) for pid in pids.split(",") if pid.isdecimal())
+    if numbers:
         return Target("pid", "", numbers[0], pids=numbers, command=tuple(command))
     tid = values.get("-t") or values.get("--tid")
     if tid and tid.split(",")[0].isdecimal():

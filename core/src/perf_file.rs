@@ -52,6 +52,10 @@ const MIN_LOST_SIZE: usize = 24;
 const MISC_CPUMODE_MASK: u16 = 0x7;
 const MISC_KERNEL: u16 = 1;
 const MISC_BUILD_ID_SIZE: u16 = 1 << 15;
+const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+const MMAP2: u32 = 10;
+/// Where an MMAP2 record's build id size is, in its body (after pid, tid, address, length, offset).
+const MMAP2_BUILD_ID_SIZE_AT: usize = 32;
 const PROT_EXEC: u32 = 4;
 const KERNEL_MAP: &[u8] = b"[kernel.kallsyms]";
 
@@ -531,7 +535,7 @@ impl Opened {
             }
             match kind {
                 FINISHED_ROUND => rounds.push((position + size, None)),
-                1 | 3 | 4 | 7 | 10 => match self.task(kind, misc, &body, position) {
+                1 | 3 | 4 | 7 | MMAP2 => match self.task(kind, misc, &body, position) {
                     Some(task) => tasks.push(task),
                     None => unknown += 1,
                 },
@@ -558,6 +562,15 @@ impl Opened {
     }
 
     fn task(&self, kind: u32, misc: u16, body: &[u8], offset: u64) -> Option<Task> {
+        // The crate asserts (panics on) an MMAP2 build id longer than 20 bytes: such a record is damaged.
+        if kind == MMAP2
+            && misc & MISC_MMAP_BUILD_ID != 0
+            && body
+                .get(MMAP2_BUILD_ID_SIZE_AT)
+                .is_some_and(|&size| size > 20)
+        {
+            return None;
+        }
         let record = self.raw_record(kind, misc, body)?;
         let time = record.timestamp();
         let kind = match record.parse().ok()? {

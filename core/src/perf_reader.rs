@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -499,6 +500,46 @@ struct Columns {
     chains: Vec<Py<PyAny>>,
 }
 
+/// A hasher for the decoder's keys (thread ids, states, names of 16 bytes, chains' own
+/// hashes): a multiply and rotate per word, several times faster than the default SipHash on
+/// millions of look-ups, and no keys from outside the file.
+#[derive(Default)]
+struct Quick(u64);
+
+const QUICK: u64 = 0x517C_C1B7_2722_0A95;
+
+impl Hasher for Quick {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(QUICK);
+    }
+
+    fn write_i32(&mut self, word: i32) {
+        self.write_u64(word as u64);
+    }
+
+    fn write_i64(&mut self, word: i64) {
+        self.write_u64(word as u64);
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+}
+
+type QuickMap<K, V> = HashMap<K, V, BuildHasherDefault<Quick>>;
+
 /// A call chain handed out: its process and exec generation (-1 when it holds no user
 /// address), its addresses, and its key.
 struct KnownChain {
@@ -516,12 +557,12 @@ struct Decoder {
     chained: Vec<bool>,
     states: Option<StateNames>,
     columns: Columns,
-    comms: HashMap<i32, Py<PyAny>>,
-    unnamed: HashMap<i32, Py<PyAny>>,
-    generations: HashMap<i32, i64>,
-    prev_comms: HashMap<Vec<u8>, Py<PyAny>>,
-    state_names: HashMap<i64, Py<PyAny>>,
-    chains: HashMap<u64, Vec<KnownChain>>,
+    comms: QuickMap<i32, Py<PyAny>>,
+    unnamed: QuickMap<i32, Py<PyAny>>,
+    generations: QuickMap<i32, i64>,
+    prev_comms: QuickMap<Vec<u8>, Py<PyAny>>,
+    state_names: QuickMap<i64, Py<PyAny>>,
+    chains: QuickMap<u64, Vec<KnownChain>>,
     addresses: Vec<u64>,
     empty_text: Py<PyAny>,
     no_chain: Py<PyAny>,
@@ -564,7 +605,7 @@ impl Decoder {
             };
             events.push(event);
         }
-        let mut comms = HashMap::new();
+        let mut comms = QuickMap::default();
         comms.insert(0, PyString::new(py, IDLE_COMM).into_any().unbind());
         Ok(Decoder {
             events,
@@ -576,11 +617,11 @@ impl Decoder {
             states,
             columns: Columns::default(),
             comms,
-            unnamed: HashMap::new(),
-            generations: HashMap::new(),
-            prev_comms: HashMap::new(),
-            state_names: HashMap::new(),
-            chains: HashMap::new(),
+            unnamed: QuickMap::default(),
+            generations: QuickMap::default(),
+            prev_comms: QuickMap::default(),
+            state_names: QuickMap::default(),
+            chains: QuickMap::default(),
             addresses: Vec::new(),
             empty_text: PyString::new(py, "").into_any().unbind(),
             no_chain: PyBytes::new(py, b"").into_any().unbind(),
@@ -919,7 +960,7 @@ impl Decoder {
         let mut hash =
             (pid as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (generation as u64).rotate_left(32);
         for address in &self.addresses {
-            hash = (hash.rotate_left(5) ^ address).wrapping_mul(0x517C_C1B7_2722_0A95);
+            hash = (hash.rotate_left(5) ^ address).wrapping_mul(QUICK);
         }
         let known = self.chains.entry(hash).or_default();
         if let Some(chain) = known.iter().find(|chain| {
