@@ -196,3 +196,15 @@ def test_a_saved_kallsyms_without_its_build_id_line_is_left_out(tmp_path: Path, 
     saved.write_bytes(b"# build-id " + recorded.hex().encode() + b"\nffffffff81000000 T _text\n")
     table = symbols.kernel_symbols_for(saved, recorded)
     assert table is not None and table.find(0xffffffff81000004) is not None
+
+
+def test_a_build_id_longer_than_perf_writes_is_a_counted_skip(tmp_path: Path) -> None:
+    """An MMAP2 record whose build id says it has more than 20 bytes is damaged: counted, not a crash."""
+    source = FIXTURES / "exits_all" / "perf.data"  # recorded with build ids in its MMAP2 records
+    data = bytearray(source.read_bytes())
+    with_build_id = [at for at in _record_offsets(bytes(data), 10)
+                     if struct.unpack_from("<H", data, at + 4)[0] & 1 << 14]  # misc: PERF_RECORD_MISC_MMAP_BUILD_ID
+    data[with_build_id[0] + 8 + 32] = 21  # the build id's size, after the header, pid, tid, address, length, offset
+    copy = tmp_path / "perf.data"
+    copy.write_bytes(bytes(data))
+    assert NativeReader(copy).skipped == NativeReader(source).skipped + 1
