@@ -202,7 +202,7 @@ def _read_cache(path: Path) -> Model | None:
 
 def choose_reader(directory: Path, info: CaptureInfo, forced: str | None) -> tuple[CaptureReader, str]:
     """The reader for this capture and why it was chosen: perf.data read directly, unless
-    it holds what only perf script decodes (dwarf stacks to unwind, compressed records...)
+    it holds what only perf script decodes (dwarf stacks to unwind, a pipe's records...)
     or `forced` names the other. `directory` may be a perf.data perf recorded alone."""
     plain = is_perf_data(directory)
     perf_data = directory if plain else directory / PERF_DATA

@@ -15,7 +15,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use byteorder::LittleEndian;
-use linux_perf_data::{AttributeDescription, PerfFileReader};
+use linux_perf_data::{AttributeDescription, PerfFileReader, PerfFileRecord};
 use linux_perf_event_reader::{
     get_record_id, get_record_identifier, get_record_timestamp, AttrFlags, EventRecord,
     Mmap2FileId, PerfEventType, RawData, RawEventRecord, RecordIdParseInfo, RecordParseInfo,
@@ -37,7 +37,7 @@ pub const FEATURE_NRCPUS: u32 = 7;
 pub const FEATURE_CMDLINE: u32 = 11;
 pub const FEATURE_EVENT_DESC: u32 = 12;
 pub const FEATURE_SAMPLE_TIME: u32 = 21;
-pub const FEATURE_COMPRESSED: u32 = 27;
+const FEATURE_COMPRESSED: u32 = 27;
 
 const SAMPLE: u32 = 9;
 pub const FINISHED_ROUND: u32 = 68;
@@ -494,6 +494,9 @@ impl Opened {
     /// Walk every record header of the data section; an error when the sizes do not chain
     /// the records to its end.
     pub fn index(&self, path: &Path) -> Result<Index, FileError> {
+        if self.compressed() {
+            return self.index_compressed(path);
+        }
         let mut reader = BufReader::with_capacity(WALK_BUFFER, File::open(path)?);
         reader.seek(SeekFrom::Start(self.data_start))?;
         let mut position = self.data_start;
@@ -555,6 +558,57 @@ impl Opened {
         tasks.sort_by_key(|task| task.time);
         Ok(Index {
             rounds,
+            tasks,
+            unknown,
+            sample_times,
+        })
+    }
+
+    /// Whether the records are compressed (perf record -z): they are read from the start only.
+    pub fn compressed(&self) -> bool {
+        self.features.contains_key(&FEATURE_COMPRESSED)
+    }
+
+    /// The index of compressed records, which only the crate's reading from the start
+    /// decompresses: one round (a time slice cannot start elsewhere), the task records found
+    /// on the way (at no offset in the file: a read, from the start, replays none of them).
+    fn index_compressed(&self, path: &Path) -> Result<Index, FileError> {
+        let bad = |error: linux_perf_data::Error| damaged(error.to_string());
+        let PerfFileReader {
+            mut perf_file,
+            mut record_iter,
+        } = PerfFileReader::parse_file(BufReader::with_capacity(WALK_BUFFER, File::open(path)?))
+            .map_err(bad)?;
+        let mut tasks = Vec::new();
+        let mut unknown = 0u64;
+        let mut sample_times: Option<(u64, u64)> = None;
+        while let Some(record) = record_iter.next_record(&mut perf_file).map_err(bad)? {
+            let (kind, misc, body) = match &record {
+                PerfFileRecord::EventRecord { record, .. } => {
+                    (record.record_type.0, record.misc, record.data.as_slice())
+                }
+                PerfFileRecord::UserRecord(_) => continue, // perf's own: nothing offcpu reads
+            };
+            match kind {
+                SAMPLE => {
+                    if let Some(time) = self.time_of(kind, &body) {
+                        sample_times = Some(sample_times.map_or((time, time), |(first, last)| {
+                            (first.min(time), last.max(time))
+                        }));
+                    }
+                }
+                1 | 3 | 4 | 7 | MMAP2 => match self.task(kind, misc, &body, u64::MAX) {
+                    Some(task) => tasks.push(task),
+                    None => unknown += 1,
+                },
+                LOST | LOST_SAMPLES => unknown += u64::from(body.len() + 8 < MIN_LOST_SIZE),
+                _ if kind <= LAST_KERNEL_TYPE && kind > 0 => {}
+                _ => unknown += 1,
+            }
+        }
+        tasks.sort_by_key(|task| task.time);
+        Ok(Index {
+            rounds: vec![(self.data_start, None)],
             tasks,
             unknown,
             sample_times,

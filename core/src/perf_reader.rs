@@ -115,9 +115,6 @@ impl PerfData {
             Shape::Pipe => return Some("perf.data was written through a pipe (perf record -o -), which the native reader does not decode".into()),
             Shape::File(opened) => opened,
         };
-        if opened.features.contains_key(&perf_file::FEATURE_COMPRESSED) {
-            return Some("perf.data holds compressed records (perf record -z), which the native reader does not decode".into());
-        }
         for attr in &opened.attrs {
             let sample_type = attr.sample_type;
             if sample_type & SAMPLE_STACK_USER != 0 {
@@ -862,7 +859,10 @@ impl Decoder {
                 next_pid,
             } => {
                 match (
-                    raw.get(prev_comm.offset..prev_comm.offset + prev_comm.size),
+                    prev_comm
+                        .offset
+                        .checked_add(prev_comm.size)
+                        .and_then(|end| raw.get(prev_comm.offset..end)),
                     prev_pid.integer(&raw),
                     prev_state.integer(&raw),
                     next_pid.integer(&raw),
