@@ -51,10 +51,13 @@ RECORD = np.dtype([
     ("since_ns", "<u8"), ("woken_ns", "<u8"), ("back_ns", "<u8"),
     ("kernel_stack", "<i4"), ("user_stack", "<i4"), ("waker_kernel_stack", "<i4"), ("waker_user_stack", "<i4"),
     ("waker_pid", "<u4"), ("waker_tid", "<u4"), ("state", "<u4"), ("exit_state", "<u4"),
-    ("weight_shift", "<u2"), ("preempted", "<u2"), ("pad", "<u4"),
+    ("weight_shift", "<u2"), ("preempted", "<u2"), ("estimated", "<u4"),
     ("comm", "S16"), ("waker_comm", "S16"),
 ])
 WAIT, FORK, EXIT, COMM = 1, 2, 3, 4  # record kinds
+# A wait's `estimated` bits: its switch-out or switch-in was not reported to the tracepoint, and
+# was placed by the thread's time on CPU as the kernel counts it
+ESTIMATED_SINCE, ESTIMATED_BACK = 1, 2
 TASK_EVENTS = np.array([-1, -1, THREAD_FORK, THREAD_EXIT, THREAD_COMM])  # by record kind
 STACK_ENTRY = struct.Struct("<II")  # bpf-stacks.bin: id, depth, then depth u64 addresses
 NO_STACK = -10000  # a stack id: not taken (not sampled); other negative ids are -errno of a failed walk
@@ -263,8 +266,19 @@ class BpfReader:
         named = {chain: _stack(chain, table, symbolizer) for chain in chains}
         with_user = (chain for chain in named if isinstance(chain, tuple) and chain[1] >= 0)
         unmapped = {(pid, generation) for _, _, pid, generation in with_user} - maps.mappings.keys()
-        self.binary_notes = [*self._unreadable_note(table), *_maps_note(snapshots, len(unmapped)), *symbolizer.notes]
+        self.binary_notes = [*self._unreadable_note(table), *self._unseen_switches_note(),
+                             *_maps_note(snapshots, len(unmapped)), *symbolizer.notes]
         return named
+
+    def _unseen_switches_note(self) -> list[str]:
+        """How many switches the tracepoint did not report, in a sentence (none when none)."""
+        estimated = self.records["estimated"][self.records["kind"] == WAIT]
+        unseen = int(np.count_nonzero(estimated & ESTIMATED_SINCE) + np.count_nonzero(estimated & ESTIMATED_BACK))
+        if not unseen:
+            return []
+        switches = "switch" if unseen == 1 else "switches"
+        return [f"{unseen:,} {switches} the kernel did not report to the recording were placed by the threads' time "
+                "on CPU as the kernel counts it"]
 
     def _unreadable_note(self, table: dict[int, tuple[int, ...]]) -> list[str]:
         """How many stacks taken could not be read, in a sentence (none when all could)."""

@@ -166,7 +166,7 @@ class CaptureInfo:
     backend: str = "perf"
     backend_why: str = ""
     # A BPF recording's own counts (waits, sampled, waker_stacks, lost_records, lost_waits,
-    # stack_errors, bytes_written) and its stack budget (stacks_per_second per CPU,
+    # stack_errors, unseen_switches, missed_runs, bytes_written) and its stack budget (stacks_per_second per CPU,
     # long_wait_ns): see core/src/bpf/offcpu.bpf.c. None for perf.
     bpf: dict | None = None
     schema: str = field(default=SCHEMA)

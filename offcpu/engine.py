@@ -422,6 +422,7 @@ class SliceBuilder:
         self.first_waits: dict[int, Wait] = {}
         self.deferred: list[tuple[int, Wait, int]] = []
         self.incoming: dict[int, int] = {}  # tid -> the sched_switch that names it next, until it is in
+        self.cpu_switched: dict[int, int] = {}  # cpu -> the last switch recorded there
         # CPUs whose last recorded thread exited (perf records nothing of it after its exit
         # record): the next thread in pays no cost of perf's there -> since when
         self.after_exit: dict[int, int] = {}
@@ -432,7 +433,7 @@ class SliceBuilder:
         may hand over records from around the slice: those are left out). offcpu's hottest
         loop, once per event: the common path of each kind inline, the state in locals."""
         start_ns, end_ns = self.start_ns, self.end_ns
-        running, incoming, after_exit = self.running, self.incoming, self.after_exit
+        running, incoming, after_exit, cpu_switched = self.running, self.incoming, self.after_exit, self.cpu_switched
         leave, back, waking = self._leave, self._back, self._waking
         rows = self._weighed(events) if events.weights else events.rows()
         for kind, time_ns, cpu, pid, tid, other, name, state, chain in rows:
@@ -440,7 +441,7 @@ class SliceBuilder:
                 continue
             if kind == SWITCH_OUT:
                 if tid in running:  # it lost its sched_switch: see _lost_switch_out
-                    self._lost_switch_out(time_ns, pid, tid, bool(other))
+                    self._lost_switch_out(time_ns, cpu, pid, tid, bool(other))
             elif kind == SWITCH_IN:
                 if tid:
                     switched_ns = incoming.pop(tid, None)
@@ -448,13 +449,15 @@ class SliceBuilder:
                         back(tid, switched_ns, pid, name, time_ns, False)
                     else:
                         self._unnamed_switch_in(time_ns, cpu, pid, tid, name)
+                    cpu_switched[cpu] = time_ns
             elif kind == SCHED_SWITCH:
                 if after_exit:
                     after_exit.pop(cpu, None)
                 if tid:  # tid 0 is the idle task, not a thread
-                    leave(tid, time_ns, chain, state, pid, name)
+                    leave(tid, time_ns, cpu, chain, state, pid, name)
                 if other:
                     incoming[other] = time_ns
+                cpu_switched[cpu] = time_ns
             elif kind == SCHED_WAKING:
                 waking(name, pid, tid, other, chain, time_ns)
             elif kind == THREAD_FORK:
@@ -474,13 +477,13 @@ class SliceBuilder:
             yield row
         self.weight = 1
 
-    def _lost_switch_out(self, time_ns: int, pid: int, tid: int, preempt: bool) -> None:
+    def _lost_switch_out(self, time_ns: int, cpu: int, pid: int, tid: int, preempt: bool) -> None:
         """Switch-outs come from sched_switch, with their stacks and states, just before perf's
         record of the switch; a thread still on CPU at the record lost its sched_switch (perf
         lost events): it left now, with no stack, runnable if preempted, else in a state perf
         did not record."""
         self.totals.half_recorded_switches += 1
-        self._leave(tid, time_ns, STACK_LOST, PREEMPTED if preempt else UNKNOWN_STATE, pid, None)
+        self._leave(tid, time_ns, cpu, STACK_LOST, PREEMPTED if preempt else UNKNOWN_STATE, pid, None)
 
     def _unnamed_switch_in(self, record_ns: int, cpu: int, pid: int, tid: int, comm: str) -> None:
         """A switch-in that no recorded sched_switch names (a task-bound sched_switch fires
@@ -500,7 +503,18 @@ class SliceBuilder:
             earliest = woken[0] if woken else 0
         self._back(tid, max(record_ns - self.switch_cost_ns, earliest), pid, comm, record_ns, True)
 
-    def _leave(self, tid: int, time_ns: int, chain: Chain, state: str, pid: int, comm: str | None) -> None:
+    def _unseen_switch_in(self, tid: int, leave_ns: int, cpu: int, pid: int, comm: str) -> None:
+        """A thread leaves a CPU while its last wait is open: perf recorded neither the switch
+        that brought it back nor its record of being in (seen after a thread exits, when the
+        exiting thread's last switch and wakeups go unrecorded). It came in after its wakeup,
+        if one was seen, and after the last switch recorded on this CPU."""
+        wait = self.waiting[tid]
+        back_ns = max(wait.woken_ns or wait.since_ns, self.cpu_switched.get(cpu, wait.since_ns))
+        self.totals.estimated_switch_ins += 1
+        self._back(tid, min(back_ns, leave_ns), pid, comm, min(back_ns, leave_ns), True)
+
+    def _leave(self, tid: int, time_ns: int, cpu: int, chain: Chain, state: str, pid: int,
+               comm: str | None) -> None:
         totals = self.totals
         thread = totals.threads.get(tid)  # totals.thread(tid, pid, comm), inline (see _back)
         if thread is None:
@@ -516,6 +530,8 @@ class SliceBuilder:
                 # back at the switch to it, whose record of it being in perf lost
                 totals.half_recorded_switches += 1
                 self._back(tid, switched_ns, pid, comm or thread.comm, switched_ns, False)
+        elif tid in self.waiting and tid not in self.running:
+            self._unseen_switch_in(tid, time_ns, cpu, pid, comm or thread.comm)
         first = tid not in self.seen
         since_ns = ran_ns = self.running.pop(tid, None)
         if since_ns is None and first:

@@ -799,10 +799,13 @@ def _root_shares(ctx: Context) -> dict[int, dict[str, float]]:
     carried: list[tuple[int, int, float]] = []  # (row's place, its waker's place, share): what a peer's wait carries
     for at, number in enumerate(peers):
         blocked_us = ctx.model.rows[number].blocked_us
-        overlapped = 0
-        for waker_row, overlap in ctx.waits.links_by_waiter.get(number, ()):
-            overlapped += overlap
-            part = overlap / blocked_us if blocked_us else 0.0
+        links = ctx.waits.links_by_waiter.get(number, ())
+        overlapped = sum(overlap for _, overlap in links)
+        # Sampled links are estimates that may add up to more than the row's own (estimated)
+        # time: they share it then, so that no row hands on more than all of it.
+        whole = max(blocked_us, overlapped)
+        for waker_row, overlap in links:
+            part = overlap / whole if whole else 0.0
             if ctx.waits.classes[waker_row].cause == PEER:
                 carried.append((at, place[waker_row], part))
             else:

@@ -10,6 +10,7 @@ mod perf_file;
 mod perf_reader;
 mod recorder;
 mod tracing_formats;
+pub mod unwind;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;

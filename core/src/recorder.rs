@@ -9,6 +9,7 @@
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,8 +17,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
 use libbpf_rs::{
-    Iter, Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, RingBufferBuilder,
+    Iter, Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, Program, RingBufferBuilder,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -36,7 +38,7 @@ const STACK_DEPTH: usize = 127;
 const POLL: Duration = Duration::from_millis(50);
 
 /// The counters of `struct counters` in offcpu.bpf.c, in their order.
-const COUNTERS: [&str; 7] = [
+const COUNTERS: [&str; 8] = [
     "waits",
     "sampled",
     "unsampled",
@@ -44,6 +46,7 @@ const COUNTERS: [&str; 7] = [
     "lost_records",
     "lost_waits",
     "stack_errors",
+    "unseen_switches",
 ];
 
 /// `struct config` in offcpu.bpf.c.
@@ -160,6 +163,7 @@ impl BpfRecording {
         for (name, value) in COUNTERS.iter().zip(sum_counters(&self.object)?) {
             counts.set_item(*name, value)?;
         }
+        counts.set_item("missed_runs", missed_runs(&self.object))?;
         counts.set_item("bytes_written", self.written.load(Ordering::Relaxed))?;
         Ok(counts)
     }
@@ -279,6 +283,19 @@ fn drain(
         .into_inner()
         .map_err(|e| e.into_error())?
         .sync_data()
+}
+
+/// How many times the kernel skipped one of our programs because one of them was already
+/// running on that CPU (a switch or a wakeup not seen: its wait is lost).
+fn missed_runs(object: &Object) -> u64 {
+    let ours: Vec<u32> = object
+        .progs()
+        .filter_map(|program| Program::id_from_fd(program.as_fd()).ok())
+        .collect();
+    ProgInfoIter::with_query_opts(ProgInfoQueryOptions::default())
+        .filter(|info| ours.contains(&info.id))
+        .map(|info| info.recursion_misses)
+        .sum()
 }
 
 fn sum_counters(object: &Object) -> PyResult<Vec<u64>> {

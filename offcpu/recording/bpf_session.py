@@ -184,7 +184,7 @@ def _count(info: CaptureInfo) -> None:
     """capture.json's counts, from the programs' own."""
     counts = info.bpf or {}
     info.samples = counts.get("waits", 0)
-    info.lost_events = counts.get("lost_records", 0) + counts.get("lost_waits", 0)
+    info.lost_events = counts.get("lost_records", 0) + counts.get("lost_waits", 0) + counts.get("missed_runs", 0)
     info.perf_data_bytes = counts.get("bytes_written", 0)
     info.switch_cost_ns = 0  # every switch is timed where it happens
 

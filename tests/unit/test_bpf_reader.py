@@ -43,7 +43,7 @@ from offcpu.symbols import save_kernel_symbols
 
 # struct record: u32 kind, cpu, pid, tid; u64 since_ns, woken_ns, back_ns; s32 kernel_stack,
 # user_stack, waker_kernel_stack, waker_user_stack; u32 waker_pid, waker_tid, state, exit_state;
-# u16 weight_shift, preempted; u32 pad; char comm[16], waker_comm[16]
+# u16 weight_shift, preempted; u32 estimated; char comm[16], waker_comm[16]
 RECORD = struct.Struct("<IIIIQQQiiiiIIIIHHI16s16s")
 WAIT, FORK, EXIT, COMM = 1, 2, 3, 4
 NO_STACK = -10000
@@ -62,15 +62,16 @@ def at(us: int) -> int:
 def record(kind: int, tid: int, since_us: int | None, *, cpu: int = 0, woken_us: int | None = None,
            back_us: int | None = None, stacks: tuple[int, int] = (NO_STACK, NO_STACK),
            waker_stacks: tuple[int, int] = (NO_STACK, NO_STACK), waker: int = 0, state: int = 0,
-           exit_state: int = 0, shift: int = 0, preempted: bool = False, comm: str = "") -> bytes:
+           exit_state: int = 0, shift: int = 0, preempted: bool = False, estimated: int = 0,
+           comm: str = "") -> bytes:
     """One record; None (or absent) times are 0 (not seen)."""
     return RECORD.pack(kind, cpu, PID, tid, *(0 if us is None else at(us) for us in (since_us, woken_us, back_us)),
-                       *stacks, *waker_stacks, PID if waker else 0, waker, state, exit_state, shift, preempted, 0,
-                       (comm or f"t{tid}").encode(), f"t{waker}".encode() if waker else b"")
+                       *stacks, *waker_stacks, PID if waker else 0, waker, state, exit_state, shift, preempted,
+                       estimated, (comm or f"t{tid}").encode(), f"t{waker}".encode() if waker else b"")
 
 
 def test_the_record_layout_is_the_c_layout() -> None:
-    # 4 u32 (16) + 3 u64 (24) + 4 s32 (16) + 4 u32 (16) + 2 u16 (4) + u32 pad (4) + 2 x 16 chars: 112 bytes,
+    # 4 u32 (16) + 3 u64 (24) + 4 s32 (16) + 4 u32 (16) + 2 u16 (4) + u32 (4) + 2 x 16 chars: 112 bytes,
     # each field at its natural alignment, so that no padding is added
     assert RECORD.size == 112
     assert RECORD_READ.itemsize == 112
@@ -79,7 +80,7 @@ def test_the_record_layout_is_the_c_layout() -> None:
     assert offsets == {"kind": 0, "cpu": 4, "pid": 8, "tid": 12, "since_ns": 16, "woken_ns": 24, "back_ns": 32,
                        "kernel_stack": 40, "user_stack": 44, "waker_kernel_stack": 48, "waker_user_stack": 52,
                        "waker_pid": 56, "waker_tid": 60, "state": 64, "exit_state": 68, "weight_shift": 72,
-                       "preempted": 74, "pad": 76, "comm": 80, "waker_comm": 96}
+                       "preempted": 74, "estimated": 76, "comm": 80, "waker_comm": 96}
 
 
 @pytest.mark.parametrize(("state", "exit_state", "preempted", "letter"), [
@@ -278,6 +279,18 @@ def test_user_frames_of_a_process_whose_maps_were_not_read_are_unknown_and_said(
     assert row(model, WAITER, ("schedule", "qsort")).offcpu_us == 200
     assert model.binary_notes == ["1 process had no memory maps read while recording (gone before offcpu read "
                                   "them): their user frames are shown as [unknown]"]
+
+
+def test_switches_the_programs_placed_by_run_time_are_said(tmp_path: Path) -> None:
+    # Given a wait whose switch-in the tracepoint did not report (placed by the thread's run time),
+    # and one whose switch-out it did not report
+    write_capture(tmp_path, [record(WAIT, WAITER, 100, back_us=200, state=S, estimated=2),
+                             record(WAIT, WAITER, 300, back_us=400, estimated=1)], {})
+    model = build(tmp_path)
+    # Then their times count as recorded, and the report says how many switches were placed
+    assert (model.threads[WAITER].offcpu_us, model.threads[WAITER].oncpu_us) == (200, WINDOW_US - 200)
+    assert model.binary_notes[0] == ("2 switches the kernel did not report to the recording were placed by the "
+                                     "threads' time on CPU as the kernel counts it")
 
 
 def test_a_capture_without_its_maps_says_so(tmp_path: Path) -> None:

@@ -117,6 +117,22 @@ def test_a_lock_wait_comes_down_to_what_the_holder_waited_for() -> None:
                                                                   "a thread on CPU (or waiting for one)": 0.5}
 
 
+
+def test_a_sampled_holders_wait_hands_on_no_more_than_the_whole_lock_wait() -> None:
+    # Given the same lock wait, but the holder's disk wait sampled with weight 4: the link
+    # between them estimates 4 x 2 ms = 8 ms of 11's 4 ms blocked
+    events = builder()
+    switch(events, 1000, 11, "S", 12, FUTEX)
+    events.sched_switch(2000 * US, 0, 10, 12, "app-12", "D", 0, "__schedule;schedule;io_schedule;do_fsync",
+                        weight=4)
+    events.sched_waking(3900 * US, 0, 0, "swapper/0", 12, DISK)
+    switch(events, 4000, 0, "R", 12, "", prev_pid=0)
+    events.sched_waking(5000 * US, 10, 12, "app-12", 11, WAKE)
+    switch(events, 5200, 12, "S", 11, CONDITION)
+    finding = by_id(findings(model(events)))["lock_contention"]
+    # Then the disk is the root of all of it, not of twice it
+    assert {root.what: root.share for root in finding.roots} == {"disk I/O": 1.0}
+
 EPOLL = "__schedule;schedule;schedule_hrtimeout_range;ep_poll;do_epoll_wait"  # waiting for a client
 CLIENT = "try_to_wake_up;sock_def_readable;unix_stream_sendmsg"
 FSYNC = "__schedule;schedule;io_schedule;do_fsync"

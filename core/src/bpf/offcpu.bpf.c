@@ -41,6 +41,11 @@
 #define RECORD_EXIT 3
 #define RECORD_COMM 4
 
+// A wait's switch-out or switch-in that the tracepoint did not report, placed by the
+// thread's time on CPU as the kernel counts it
+#define ESTIMATED_SINCE 1
+#define ESTIMATED_BACK 2
+
 #define FILTER_ALL 0
 #define FILTER_PROCESSES 1
 #define FILTER_CGROUPS 2
@@ -67,8 +72,13 @@ struct css_set {
 
 struct seq_file;
 
+struct sched_entity {
+	__u64 sum_exec_runtime;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	unsigned int flags;
+	struct sched_entity se;
 	int pid;
 	int tgid;
 	int exit_state;
@@ -105,7 +115,7 @@ struct record {
 	__u32 exit_state;     // wait: the thread's exit_state at switch-out
 	__u16 weight_shift;   // wait: its stacks were taken with probability 2^-weight_shift
 	__u16 preempted;      // wait: switched out while runnable
-	__u32 pad;
+	__u32 estimated;      // wait: ESTIMATED_SINCE/_BACK: placed by the thread's run time (switch not reported)
 	char comm[TASK_COMM_LEN];        // the thread's name (wait: at switch-in)
 	char waker_comm[TASK_COMM_LEN];
 };
@@ -119,6 +129,7 @@ struct counters {
 	__u64 lost_records;   // records the full ring buffer refused
 	__u64 lost_waits;     // waits the kernel found no memory to keep
 	__u64 stack_errors;   // stack walks that failed (a full stack table among them)
+	__u64 unseen_switches; // a thread's switches the tracepoint did not report (placed by its run time)
 };
 
 struct budget {
@@ -155,6 +166,9 @@ struct wait {
 	__u32 sampled;
 	char waker_comm[TASK_COMM_LEN];
 	__u64 last_leave_ns;  // the thread's switch-out before this one
+	__u64 last_back_ns;   // its last switch-in (0: not seen on CPU yet)
+	__u64 runtime_ns;     // its time on CPU as the kernel counts it, at its last switch seen
+	__u32 estimated;      // ESTIMATED_SINCE when since_ns was placed by the run time
 };
 
 struct {
@@ -300,7 +314,7 @@ static __always_inline void send_wait(struct task_struct *task, __u32 tid, struc
 	record->exit_state = wait->exit_state;
 	record->weight_shift = wait->weight_shift;
 	record->preempted = wait->preempted;
-	record->pad = 0;
+	record->estimated = wait->estimated;
 	__builtin_memcpy(record->comm, task->comm, TASK_COMM_LEN);
 	__builtin_memcpy(record->waker_comm, wait->waker_comm, TASK_COMM_LEN);
 	bpf_ringbuf_submit(record, submit_flags());
@@ -343,6 +357,20 @@ static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned 
 			counts->lost_waits++;
 		return;
 	}
+	__u64 runtime = prev->se.sum_exec_runtime;
+	if (wait->since_ns) {
+		// Its switch back in was not reported (the kernel did not fire the tracepoint, or
+		// ran this program elsewhere): it came back when it began the run it ends now.
+		__u64 ran = runtime - wait->runtime_ns;
+		__u64 back = now - wait->since_ns > ran ? now - ran : wait->since_ns;
+		wait->estimated |= ESTIMATED_BACK;
+		send_wait(prev, prev->pid, wait, back);
+		struct counters *counts = my_counters();
+		if (counts)
+			counts->unseen_switches++;
+	}
+	wait->runtime_ns = runtime;
+	wait->estimated = 0;
 	// A wakeup that came while the thread was on its way to sleep: it is runnable
 	// from then on (all of its wait is run-queue delay). Any other is stale.
 	if (wait->since_ns || now - wait->woken_ns >= RACING_WAKEUP_NS)
@@ -378,9 +406,28 @@ static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned 
 static __always_inline void come_back(struct task_struct *next, __u64 now)
 {
 	struct wait *wait = bpf_task_storage_get(&waits, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!wait)
+	if (!wait) {
+		struct counters *counts = my_counters();
+		if (counts)
+			counts->lost_waits++;
 		return;
-	if (!wait->since_ns) {
+	}
+	__u64 runtime = next->se.sum_exec_runtime;
+	if (!wait->since_ns && wait->last_back_ns) {
+		// Its switch out was not reported: it left when its last run, seen begin, ended.
+		__u64 ran = runtime - wait->runtime_ns;
+		wait->since_ns = now - wait->last_back_ns > ran ? wait->last_back_ns + ran : now;
+		wait->estimated = ESTIMATED_SINCE;
+		wait->state = 0;
+		wait->preempted = 0;
+		wait->weight_shift = 0;
+		wait->sampled = 0;
+		wait->kernel_stack = NO_STACK;
+		wait->user_stack = NO_STACK;
+		struct counters *counts = my_counters();
+		if (counts)
+			counts->unseen_switches++;
+	} else if (!wait->since_ns) {
 		// Off CPU since before the recording (or a new thread's first run): what is
 		// known of it is its end, and the wakeup if one was seen.
 		wait->kernel_stack = NO_STACK;
@@ -398,6 +445,9 @@ static __always_inline void come_back(struct task_struct *next, __u64 now)
 	wait->since_ns = 0;
 	wait->woken_ns = 0;
 	wait->preempted = 0;
+	wait->estimated = 0;
+	wait->last_back_ns = now;
+	wait->runtime_ns = runtime;
 }
 
 SEC("tp_btf/sched_switch")
