@@ -33,6 +33,7 @@ const FEATURES_AT: usize = 72;
 
 pub const FEATURE_TRACING_DATA: u32 = 1;
 pub const FEATURE_BUILD_ID: u32 = 2;
+pub const FEATURE_ARCH: u32 = 6;
 pub const FEATURE_NRCPUS: u32 = 7;
 pub const FEATURE_CMDLINE: u32 = 11;
 pub const FEATURE_EVENT_DESC: u32 = 12;
@@ -451,7 +452,10 @@ pub enum TaskKind {
         tid: i32,
         ptid: i32,
     },
-    Exit,
+    Exit {
+        pid: i32,
+        tid: i32,
+    },
     Map(Mapping),
 }
 
@@ -640,7 +644,10 @@ impl Opened {
                 tid: fork.tid,
                 ptid: fork.ptid,
             },
-            EventRecord::Exit(_) => TaskKind::Exit,
+            EventRecord::Exit(exit) => TaskKind::Exit {
+                pid: exit.pid,
+                tid: exit.tid,
+            },
             EventRecord::Mmap(map) => TaskKind::Map(Mapping {
                 pid: map.pid,
                 start: map.address,

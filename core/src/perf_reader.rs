@@ -20,8 +20,9 @@ use linux_perf_event_reader::{RawEventRecord, SampleRecord};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
-use crate::perf_file::{self, FileError, Index, Opened, Shape, TaskKind, HEADER_SIZE};
+use crate::perf_file::{self, FileError, Index, Opened, Shape, Task, TaskKind, HEADER_SIZE};
 use crate::tracing_formats::{self, Field, StateNames, Tracepoint};
+use crate::unwind::{Unwinder, UserRegs};
 use crate::PerfDataError;
 
 const SWITCH_TRACEPOINT: &str = "sched:sched_switch";
@@ -36,7 +37,14 @@ const SAMPLE_TIME: u64 = 1 << 2;
 const SAMPLE_READ: u64 = 1 << 4;
 const SAMPLE_CALLCHAIN: u64 = 1 << 5;
 const SAMPLE_BRANCH_STACK: u64 = 1 << 11;
+const SAMPLE_REGS_USER: u64 = 1 << 12;
 const SAMPLE_STACK_USER: u64 = 1 << 13;
+/// The machine whose user stacks the core unwinds (perf's HEADER_ARCH)
+const UNWOUND_ARCHITECTURE: &str = "x86_64";
+// perf's x86_64 register numbers (PERF_SAMPLE_REGS_USER)
+const PERF_REG_X86_BP: u64 = 6;
+const PERF_REG_X86_SP: u64 = 7;
+const PERF_REG_X86_IP: u64 = 8;
 const SAMPLE_IDENTIFIER: u64 = 1 << 16;
 
 // Record types
@@ -117,8 +125,14 @@ impl PerfData {
         };
         for attr in &opened.attrs {
             let sample_type = attr.sample_type;
-            if sample_type & SAMPLE_STACK_USER != 0 {
-                return Some("perf.data has user stacks to unwind (--call-graph dwarf), which the native reader does not decode".into());
+            if sample_type & SAMPLE_STACK_USER != 0 && sample_type & SAMPLE_REGS_USER == 0 {
+                return Some("perf.data has user stacks to unwind (--call-graph dwarf) without their registers, which the native reader needs".into());
+            }
+            if sample_type & SAMPLE_STACK_USER != 0
+                && opened.feature_string(perf_file::FEATURE_ARCH).as_deref()
+                    != Some(UNWOUND_ARCHITECTURE)
+            {
+                return Some("perf.data has user stacks to unwind (--call-graph dwarf) of another machine than x86_64, which the native reader does not unwind".into());
             }
             if sample_type & SAMPLE_BRANCH_STACK != 0 {
                 return Some("perf.data has branch stacks (--call-graph lbr), which the native reader does not decode".into());
@@ -292,7 +306,7 @@ impl PerfData {
             let record = match &task.kind {
                 TaskKind::Comm { pid, exec, .. } => ("comm", *pid, *exec).into_pyobject(py)?,
                 TaskKind::Fork { pid, ppid, .. } => ("fork", *pid, *ppid).into_pyobject(py)?,
-                TaskKind::Exit => continue,
+                TaskKind::Exit { .. } => continue,
                 TaskKind::Map(map) => (
                     "map",
                     map.pid,
@@ -391,6 +405,7 @@ impl PerfData {
             if last.is_some_and(|last| time > last) {
                 break;
             }
+            decoder.follow(&index.tasks, time);
             decoder.decode(py, attr_index, &record, time);
             if decoder.columns.kinds.len() >= BATCH {
                 decoder.hand_over(py, &take)?;
@@ -561,6 +576,11 @@ struct Decoder {
     state_names: QuickMap<i64, Py<PyAny>>,
     chains: QuickMap<u64, Vec<KnownChain>>,
     addresses: Vec<u64>,
+    /// The user stacks of --call-graph dwarf samples, unwound from their registers and
+    /// stack copies (None when no event copies them), and how many of the file's task
+    /// records (Index.tasks, in time order) it has followed.
+    unwinder: Option<Unwinder>,
+    followed: usize,
     empty_text: Py<PyAny>,
     no_chain: Py<PyAny>,
     none: Py<PyAny>,
@@ -620,11 +640,75 @@ impl Decoder {
             state_names: QuickMap::default(),
             chains: QuickMap::default(),
             addresses: Vec::new(),
+            unwinder: opened
+                .attrs
+                .iter()
+                .any(|attr| attr.sample_type & SAMPLE_STACK_USER != 0)
+                .then(Unwinder::new),
+            followed: 0,
             empty_text: PyString::new(py, "").into_any().unbind(),
             no_chain: PyBytes::new(py, b"").into_any().unbind(),
             none: py.None(),
             skipped: 0,
         })
+    }
+
+    /// The processes' memory maps as of `time`, for the unwinder: the task records up to it.
+    fn follow(&mut self, tasks: &[Task], time: u64) {
+        let Some(unwinder) = self.unwinder.as_mut() else {
+            return;
+        };
+        while let Some(task) = tasks
+            .get(self.followed)
+            .filter(|task| task.time.is_none_or(|at| at <= time))
+        {
+            match &task.kind {
+                TaskKind::Map(map) if map.executable => unwinder.add_mapping(
+                    map.pid,
+                    map.start,
+                    map.start.saturating_add(map.length),
+                    map.offset,
+                    map.path.as_bytes(),
+                    map.build_id.as_deref(),
+                ),
+                TaskKind::Fork { pid, ppid, .. } if pid != ppid => {
+                    unwinder.fork_process(*ppid, *pid)
+                }
+                TaskKind::Comm {
+                    pid, exec: true, ..
+                } => unwinder.forget_process(*pid),
+                TaskKind::Exit { pid, tid } if pid == tid => unwinder.forget_process(*pid),
+                _ => {}
+            }
+            self.followed += 1;
+        }
+    }
+
+    /// The user frames of a --call-graph dwarf sample (the ip, then return addresses), or
+    /// none when it copied no stack.
+    fn unwound(&mut self, sample: &SampleRecord<'_>, pid: i32) -> Vec<u64> {
+        let (Some(unwinder), Some(regs), Some((stack, dynamic_size))) = (
+            self.unwinder.as_mut(),
+            sample.user_regs.as_ref(),
+            sample.user_stack.as_ref(),
+        ) else {
+            return Vec::new();
+        };
+        let (Some(ip), Some(sp), Some(bp)) = (
+            regs.get(PERF_REG_X86_IP),
+            regs.get(PERF_REG_X86_SP),
+            regs.get(PERF_REG_X86_BP),
+        ) else {
+            return Vec::new();
+        };
+        let stack = stack.as_slice();
+        let copied =
+            usize::try_from(*dynamic_size).map_or(stack.len(), |size| size.min(stack.len()));
+        unwinder.unwind(
+            pid,
+            &UserRegs { ip, sp, bp },
+            stack.get(..copied).unwrap_or_default(),
+        )
     }
 
     /// A task record before the part read: names and generations as of the part's start.
@@ -948,6 +1032,19 @@ impl Decoder {
         self.addresses.clear();
         self.addresses
             .extend((0..callchain.len()).filter_map(|index| callchain.get(index)));
+        let unwound = self.unwound(sample, pid);
+        if !unwound.is_empty() {
+            // perf's chain ends at the kernel's part (or at the user ip): the unwound frames follow
+            if let Some(user_part) = self
+                .addresses
+                .iter()
+                .position(|&address| address == CONTEXT_USER)
+            {
+                self.addresses.truncate(user_part);
+            }
+            self.addresses.push(CONTEXT_USER);
+            self.addresses.extend(unwound);
+        }
         let user = self.addresses.contains(&CONTEXT_USER);
         let (pid, generation) = if user {
             (
