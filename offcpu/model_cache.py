@@ -31,10 +31,9 @@ from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH_TRACEPOINT
 from offcpu.files import PRIVATE, write_whole
 from offcpu.model import Model
-from offcpu.native_reader import NativeReader, unsupported
-from offcpu.perf_data import TYPE_TRACEPOINT, open_perf_data
+from offcpu.native_reader import NativeReader, open_perf_data, reading, unsupported
 from offcpu.perf_script import PerfScriptReader
-from offcpu.plain_perf_data import is_perf_data, lacks, name_target, plain_info, recorded_command
+from offcpu.plain_perf_data import is_perf_data, lacks, name_target, plain_info
 from offcpu.sched_events import CaptureReader
 
 READERS = (NativeReader.name, PerfScriptReader.name)  # of perf.data; a BPF capture has one reader
@@ -203,7 +202,7 @@ def _read_cache(path: Path) -> Model | None:
 
 def choose_reader(directory: Path, info: CaptureInfo, forced: str | None) -> tuple[CaptureReader, str]:
     """The reader for this capture and why it was chosen: perf.data read directly, unless
-    it holds what only perf script decodes (dwarf stacks to unwind, compressed records...)
+    it holds what only perf script decodes (dwarf stacks to unwind, a pipe's records...)
     or `forced` names the other. `directory` may be a perf.data perf recorded alone."""
     plain = is_perf_data(directory)
     perf_data = directory if plain else directory / PERF_DATA
@@ -254,12 +253,9 @@ def _check_same_recording(perf_data: Path, info: CaptureInfo) -> None:
         data = open_perf_data(perf_data)
     except OffcpuError:
         return
-    try:
-        command = recorded_command(data)
-        events = {data.tracepoints[attr.config].full_name for attr in data.attrs
-                  if attr.type == TYPE_TRACEPOINT and attr.config in data.tracepoints}
-    finally:
-        data.map.close()
+    with reading(perf_data):
+        command = data.command_line()
+    events = {name for name, _ in data.tracepoint_events()}
     if events and SWITCH_TRACEPOINT not in events:
         raise OffcpuError(f"{perf_data} was recorded without {SWITCH_TRACEPOINT}, which off-CPU time comes from; "
                           f"{RECORD_AGAIN}, which records it")

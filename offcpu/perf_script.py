@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from offcpu import perf_data
 from offcpu.errors import OffcpuError
+from offcpu.native_reader import open_perf_data, reading
 from offcpu.sched_events import (
     SCHED_SWITCH,
     SCHED_WAKING,
@@ -268,12 +268,8 @@ class PerfScriptReader:
         both readers make the same model); of equal length when perf.data cannot be indexed.
         perf script's --time bounds are inclusive, so none share a nanosecond."""
         try:
-            data = perf_data.open_perf_data(self.perf_data)
-            try:
-                return perf_data.balanced_slices(data, perf_data.index_records(data).round_starts, start_ns, end_ns,
-                                                 count)
-            finally:
-                data.map.close()
+            with reading(self.perf_data):
+                return open_perf_data(self.perf_data).time_slices(start_ns, end_ns, count)
         except OffcpuError:
             bounds = [start_ns + (end_ns - start_ns) * index // count for index in range(count + 1)]
             return [(bounds[index], bounds[index + 1] - (index + 1 < count)) for index in range(count)]

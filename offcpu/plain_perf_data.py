@@ -12,34 +12,24 @@ beside a file offcpu did not make.
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import replace
 from pathlib import Path
 
-from offcpu import system
+from offcpu import _core, system
 from offcpu.capture import METADATA, CaptureInfo, Target
 from offcpu.describe import event_counts, first_events
 from offcpu.errors import OffcpuError
 from offcpu.events import SCHEDSTATS_TRACEPOINTS, SWITCH_TRACEPOINT, WAKING_TRACEPOINTS
 from offcpu.model import Model
-from offcpu.perf_data import (
-    MAGIC,
-    MAGIC_SWAPPED,
-    SAMPLE,
-    SAMPLE_BRANCH_STACK,
-    SAMPLE_CALLCHAIN,
-    SAMPLE_STACK_USER,
-    TYPE_TRACEPOINT,
-    Clock,
-    PerfData,
-    damaged,
-    index_records,
-    open_perf_data,
-)
+from offcpu.native_reader import open_perf_data, reading
 from offcpu.perf_script import PerfScriptReader
 
 # perf.data's feature sections (perf's HEADER_* bits) read here
-FEATURE_OSRELEASE, FEATURE_VERSION, FEATURE_NRCPUS, FEATURE_CMDLINE, FEATURE_SAMPLE_TIME = 4, 5, 7, 11, 21
+FEATURE_OSRELEASE, FEATURE_VERSION = 4, 5
+# perf_event_attr.sample_type bits
+SAMPLE_CALLCHAIN, SAMPLE_BRANCH_STACK, SAMPLE_STACK_USER = 1 << 5, 1 << 11, 1 << 13
+MAGIC = b"PERFILE2"
+MAGIC_SWAPPED = MAGIC[::-1]
 # perf record's options that take a value as the next argument (the rest are flags)
 VALUED_OPTIONS = frozenset({
     "-e", "--event", "-p", "--pid", "-t", "--tid", "-o", "--output", "-c", "--count", "-F", "--freq", "-m",
@@ -67,11 +57,8 @@ def plain_info(path: Path) -> CaptureInfo:
     what a capture would have that it has not). OffcpuError when it holds no sched_switch
     with call chains, with what to record instead."""
     perf = system.require_perf()
-    data = open_perf_data(path)
-    try:
-        info = _from_header(data)
-    finally:
-        data.map.close()
+    with reading(path):
+        info = _from_header(path, open_perf_data(path))
     counts, info.lost_events = event_counts(perf, path)
     info.samples = counts.get("SAMPLE", 0)
     info.switch_records = counts.get("SWITCH", 0) + counts.get("SWITCH_CPU_WIDE", 0)
@@ -81,29 +68,28 @@ def plain_info(path: Path) -> CaptureInfo:
     return info
 
 
-def _from_header(data: PerfData) -> CaptureInfo:
-    names = {data.tracepoints[attr.config].full_name: attr for attr in data.attrs
-             if attr.type == TYPE_TRACEPOINT and attr.config in data.tracepoints}
+def _from_header(path: Path, data: _core.PerfData) -> CaptureInfo:
+    names = dict(data.tracepoint_events())
     switch = names.get(SWITCH_TRACEPOINT)
     if switch is None:
-        raise OffcpuError(f"{data.path} holds no {SWITCH_TRACEPOINT} events, which off-CPU time comes from "
+        raise OffcpuError(f"{path} holds no {SWITCH_TRACEPOINT} events, which off-CPU time comes from "
                           f"(it has {', '.join(names) or 'no tracepoints'}); record with {WHAT_TO_RECORD}")
-    if not switch.sample_type & SAMPLE_CALLCHAIN:
-        raise OffcpuError(f"{data.path} holds {SWITCH_TRACEPOINT} without call chains, so no wait has a stack; "
+    if not switch & SAMPLE_CALLCHAIN:
+        raise OffcpuError(f"{path} holds {SWITCH_TRACEPOINT} without call chains, so no wait has a stack; "
                           f"record with -g: {WHAT_TO_RECORD}")
-    times = _sample_times(data)
+    times = data.sample_times()
     if times is None:
-        raise OffcpuError(f"{data.path} holds no events; record with {WHAT_TO_RECORD}")
+        raise OffcpuError(f"{path} holds no events; record with {WHAT_TO_RECORD}")
     first_ns, last_ns = times
-    argv = recorded_command(data) or []
-    stacks = "dwarf" if switch.sample_type & SAMPLE_STACK_USER else \
-        "lbr" if switch.sample_type & SAMPLE_BRANCH_STACK else "fp"
+    argv = data.command_line() or []
+    stacks = "dwarf" if switch & SAMPLE_STACK_USER else "lbr" if switch & SAMPLE_BRANCH_STACK else "fp"
     seconds = max(last_ns - first_ns, 1) / 1e9
     return CaptureInfo(
-        target=_target(argv), perf_command=argv, kernel_release=_string(data, FEATURE_OSRELEASE),
-        perf_version=_string(data, FEATURE_VERSION), cpus=_cpus(data), call_graph=stacks,
-        events=[{"name": name, "call_graph": bool(attr.sample_type & SAMPLE_CALLCHAIN), "why": "recorded by perf"}
-                for name, attr in names.items()],
+        target=_target(argv), perf_command=argv, kernel_release=data.feature_string(FEATURE_OSRELEASE),
+        perf_version=data.feature_string(FEATURE_VERSION), cpus=max(data.cpus_online() or os.cpu_count() or 1, 1),
+        call_graph=stacks,
+        events=[{"name": name, "call_graph": bool(sample_type & SAMPLE_CALLCHAIN), "why": "recorded by perf"}
+                for name, sample_type in names.items()],
         events_skipped=[], duration_requested_s=seconds, schedstats=_schedstats(names), limits=None,
         window_start_ns=first_ns, window_end_ns=max(last_ns, first_ns + 1), duration_actual_s=seconds,
         ended_by="perf exited")
@@ -119,40 +105,6 @@ def name_target(model: Model) -> None:
     if threads:  # the process's main thread when it has events, else one of its threads
         named = min(threads, key=lambda thread: (thread.tid != thread.pid, thread.tid))
         model.capture.target = replace(target, comm=named.comm, pid=named.pid)
-
-
-def _sample_times(data: PerfData) -> tuple[int, int] | None:
-    """When its first and last samples came (None: it holds none): from its header, unless
-    perf skipped the pass that writes it there (--buildid-mmap, -B: it says 0), else from
-    the first and last rounds that hold samples and the two rounds after, or before, each
-    (perf writes no record earlier than two rounds before its own). Events enabled late
-    (-D, --control, as offcpu records) leave the first rounds without samples."""
-    if FEATURE_SAMPLE_TIME in data.features:
-        try:
-            first_ns, last_ns = struct.unpack_from("<QQ", data.map, data.features[FEATURE_SAMPLE_TIME][0])
-        except struct.error:
-            raise damaged(data.path, "its sample times are damaged") from None
-        if first_ns:
-            return first_ns, last_ns
-    rounds = [*index_records(data).round_starts, data.data_end]
-    clock, words = Clock.of(data), data.words
-
-    def times(round_index: int) -> list[int]:
-        position, end, found = rounds[round_index], rounds[round_index + 1], []
-        while position < end:
-            if words[position >> 1] == SAMPLE:
-                found.append(clock.time_of(words, data.map, position))
-            position += words[(position >> 1) + 3]
-        return found
-
-    count = len(rounds) - 1
-    first_with = next((index for index in range(count) if times(index)), None)
-    if first_with is None:
-        return None
-    last_with = next(index for index in reversed(range(count)) if times(index))
-    first = [time for index in range(first_with, min(first_with + 3, count)) for time in times(index)]
-    last = [time for index in range(max(last_with - 2, 0), last_with + 1) for time in times(index)]
-    return min(first), max(last)
 
 
 def lacks(info: CaptureInfo) -> list[str]:
@@ -185,10 +137,10 @@ def _target(argv: list[str]) -> Target:
     """What perf recorded, from its command line: -p, -t, -G or -a, and a command run meanwhile."""
     options, command = _split_command(argv)
     command_comm = os.path.basename(command[0]) if command else ""
-    values = {option: value for option, value in zip(options, [*options[1:], ""], strict=True)}
-    pids = values.get("-p") or values.get("--pid")
-    if pids:
-        numbers = tuple(int(pid) for pid in pids.split(",") if pid.isdecimal())
+    values = dict(zip(options, [*options[1:], ""], strict=False))  # each option and the word after it
+    pids = values.get("-p") or values.get("--pid") or ""
+    numbers = tuple(int(pid) for pid in pids.split(",") if pid.isdecimal())
+    if numbers:
         return Target("pid", "", numbers[0], pids=numbers, command=tuple(command))
     tid = values.get("-t") or values.get("--tid")
     if tid and tid.split(",")[0].isdecimal():
@@ -217,49 +169,6 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
             return rest[:at], rest[at:]
         at += 2 if word in VALUED_OPTIONS else 1
     return rest, []
-
-
-def _string(data: PerfData, feature: int) -> str:
-    """A feature section that holds one string (perf's u32 length, then the NUL-padded bytes)."""
-    if feature not in data.features:
-        return ""
-    offset, _ = data.features[feature]
-    try:
-        (length,) = struct.unpack_from("<I", data.map, offset)
-    except struct.error:
-        raise damaged(data.path, "a string of its header is damaged") from None
-    return bytes(data.map[offset + 4:offset + 4 + length]).rstrip(b"\0").decode(errors="replace")
-
-
-def recorded_command(data: PerfData) -> list[str] | None:
-    """The arguments perf recorded with, from perf.data's header (None when it has none: a
-    pipe's): a count, then each argument as a length and as many bytes, NUL-padded."""
-    if FEATURE_CMDLINE not in data.features:
-        return None
-    offset, size = data.features[FEATURE_CMDLINE]
-    try:
-        (count,), at = struct.unpack_from("<I", data.map, offset), offset + 4
-        arguments = []
-        for _ in range(count):
-            (length,), at = struct.unpack_from("<I", data.map, at), at + 4
-            if at + length > offset + size:
-                raise struct.error("past its section")
-            arguments.append(bytes(data.map[at:at + length]).rstrip(b"\0").decode(errors="replace"))
-            at += length
-    except struct.error:
-        raise damaged(data.path, "the command it was recorded with is damaged") from None
-    return arguments
-
-
-def _cpus(data: PerfData) -> int:
-    """The CPUs online when it was recorded (perf's nr_cpus_available, then nr_cpus_online)."""
-    if FEATURE_NRCPUS not in data.features:
-        return os.cpu_count() or 1
-    try:
-        _, online = struct.unpack_from("<II", data.map, data.features[FEATURE_NRCPUS][0])
-    except struct.error:
-        raise damaged(data.path, "its count of CPUs is damaged") from None
-    return max(online, 1)
 
 
 def _schedstats(names: dict) -> str:

@@ -4,8 +4,8 @@ A reader (perf script's text, or perf.data read directly) decodes a capture
 into batches of events (Events), in time order, handed to an EventSink one
 batch at a time, and knows how to turn the call chains it handed over into
 frames afterwards. A batch is a set of columns, one entry per event: a capture
-holds millions of events, and batches let the native reader decode records in
-bulk (numpy) and the engine loop over them with its state at hand, where a
+holds millions of events, and batches let the native reader hand over records in
+bulk (lists made in the compiled core) and the engine loop over them with its state at hand, where a
 method call per event cost more than the engine's own work on the commonest
 events.
 

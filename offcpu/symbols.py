@@ -39,26 +39,20 @@ from rust_demangler import demangle as rust_demangle
 from offcpu.capture import KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError, more_in
 from offcpu.files import PRIVATE, write_whole
-from offcpu.perf_data import (
-    COMM,
-    CONTEXT_MAX,
-    CONTEXT_USER,
-    CONTEXTS,
-    FORK,
-    MISC_COMM_EXEC,
-    MISC_MMAP_BUILD_ID,
-    MMAP,
-    MMAP2,
-    Clock,
-    PerfData,
-    release,
-)
 from offcpu.stacks import UNKNOWN, Stack, without_tracing
 
 if TYPE_CHECKING:
     import numpy as np
 
-KERNEL_MAP = b"[kernel.kallsyms]"  # how perf names the kernel's mapping
+# Call chain markers: entries at or above CONTEXT_MAX say whose addresses follow (the kernel's, the user's...).
+CONTEXT_USER = 0xFFFF_FFFF_FFFF_FE00
+CONTEXT_MAX = 0xFFFF_FFFF_FFFF_F001
+# All the markers there are (hypervisor, kernel, user, and a guest's): perf drops a chain
+# holding any other entry at or above CONTEXT_MAX as invalid, and prints its sample without one.
+CONTEXTS = frozenset({0xFFFF_FFFF_FFFF_FFE0, 0xFFFF_FFFF_FFFF_FF80, CONTEXT_USER, 0xFFFF_FFFF_FFFF_F800,
+                      0xFFFF_FFFF_FFFF_F780, 0xFFFF_FFFF_FFFF_F600})
+# An entry of perf.data's BUILD_ID section (offcpu._core.PerfData.build_ids): pid, build id, file, the kernel's
+BuildId = tuple[int, bytes, str, bool]
 VDSO = "[vdso]"  # how perf names the mapping of the kernel's vdso
 KERNEL_START = 0xFFFF_0000_0000_0000  # perf script prints these as 16 hex digits from ffff: kernel frames
 KERNEL_NOTES = Path("/sys/kernel/notes")
@@ -67,7 +61,6 @@ SAVED_BUILD_ID = re.compile(rb"# build-id ((?:[0-9a-f]{2})*)")  # the first line
 # NUMPY: numpy (0.1 s to import) is imported where symbol tables are made, not with this
 # module, which `offcpu record` and reports read through perf script import too.
 NT_GNU_BUILD_ID = 3
-PROT_EXEC = 4
 PAGE = 4096
 # kallsyms types perf keeps (text, weak, data, bss; upper or lower case)
 KALLSYMS_TYPES = frozenset("TtWwDdBb")
@@ -222,10 +215,10 @@ def _underscores(name: str) -> int:
     return len(name) - len(name.lstrip("_"))
 
 
-def recorded_kernel_build_id(data: PerfData, mapped_build_id: bytes | None) -> bytes | None:
+def recorded_kernel_build_id(build_ids: list[BuildId], mapped_build_id: bytes | None) -> bytes | None:
     """The recorded kernel's build id: from perf.data's BUILD_ID section, or from the kernel's
     MMAP2 record."""
-    return next((entry.build_id for entry in data.build_ids() if entry.kernel), mapped_build_id)
+    return next((build_id for _, build_id, _, kernel in build_ids if kernel), mapped_build_id)
 
 
 def saved_kernel_build_id(saved: Path | None) -> bytes | None:
@@ -346,31 +339,25 @@ class TaskHistory:
     kernel_build_id: bytes | None = None
 
     @classmethod
-    def replay(cls, data: PerfData, task_records: list[int]) -> TaskHistory:
-        clock = Clock.of(data)
+    def replay(cls, records: list[tuple]) -> TaskHistory:
+        """The maps from perf.data's task records in time order (offcpu._core.PerfData.task_records)."""
         history = cls()
         generation: dict[int, int] = {}
-        ordered = sorted(task_records, key=lambda at: clock.time_of(data.words, data.map, at))
-        for position in ordered:
-            kind = data.words[position >> 1]
-            if kind == COMM and data.words[(position >> 1) + 2] & MISC_COMM_EXEC:  # header.misc
-                pid = struct.unpack_from("<I", data.map, position + 8)[0]
+        for record in records:
+            kind, pid = record[0], record[1]
+            if kind == "comm" and record[2]:  # an exec
                 before = history.mappings.get((pid, generation.get(pid, 0)), [])
                 generation[pid] = generation.get(pid, 0) + 1
                 history.mappings[(pid, generation[pid])] = list(before)
-            elif kind == FORK:
-                pid, ppid = struct.unpack_from("<II", data.map, position + 8)
-                if pid != ppid:
-                    generation[pid] = 0
-                    history.mappings[(pid, 0)] = list(history.mappings.get((ppid, generation.get(ppid, 0)), []))
-            elif kind in (MMAP, MMAP2):
-                if kind == MMAP2 and history.kernel_build_id is None:
-                    history.kernel_build_id = _kernel_build_id(data, position)
-                mapping = _mapping(data, position, kind)
-                if mapping is not None:
-                    pid = struct.unpack_from("<i", data.map, position + 8)[0]
-                    history.mappings.setdefault((pid, generation.get(pid, 0)), []).append(mapping)
-        release(data, data.data_start, data.data_end)  # the pages of the records read, all over the file
+            elif kind == "fork" and pid != record[2]:  # a new process, not a thread
+                generation[pid] = 0
+                history.mappings[(pid, 0)] = list(history.mappings.get((record[2], generation.get(record[2], 0)), []))
+            elif kind == "map":
+                _, _, start, end, offset, path, build_id, inode, executable, kernel_build_id = record
+                history.kernel_build_id = history.kernel_build_id or kernel_build_id
+                if executable:
+                    history.mappings.setdefault((pid, generation.get(pid, 0)), []).append(
+                        Mapping(start, end, offset, path, build_id, inode))
         return history
 
     def find(self, pid: int, generation: int, address: int) -> Mapping | None:
@@ -378,36 +365,6 @@ class TaskHistory:
             if mapping.start <= address < mapping.end:
                 return mapping
         return None
-
-
-def _kernel_build_id(data: PerfData, position: int) -> bytes | None:
-    """The build id an MMAP2 record of the kernel's text carries, or None."""
-    if not data.words[(position >> 1) + 2] & MISC_MMAP_BUILD_ID:  # header.misc
-        return None
-    if not data.map[position + 72:position + 72 + len(KERNEL_MAP)] == KERNEL_MAP:
-        return None
-    return bytes(data.map[position + 44:position + 44 + min(data.map[position + 40], 20)])
-
-
-def _mapping(data: PerfData, position: int, kind: int) -> Mapping | None:
-    mapped = data.map
-    size = data.words[(position >> 1) + 3]
-    start, length, offset = struct.unpack_from("<QQQ", mapped, position + 16)
-    build_id = inode = None
-    if kind == MMAP2:
-        prot = struct.unpack_from("<I", mapped, position + 64)[0]
-        if not prot & PROT_EXEC:
-            return None
-        if data.words[(position >> 1) + 2] & MISC_MMAP_BUILD_ID:  # header.misc
-            build_id = bytes(mapped[position + 44:position + 44 + min(mapped[position + 40], 20)])
-        else:
-            inode = struct.unpack_from("<IIQ", mapped, position + 40)
-        name_at = position + 72
-    else:
-        name_at = position + 40
-    end = mapped.find(b"\0", name_at, position + size)
-    path = mapped[name_at:end if end >= 0 else position + size].decode(errors="replace")
-    return Mapping(start, start + length, offset, path, build_id, inode)
 
 
 @dataclass
@@ -428,7 +385,8 @@ def elf_build_id(elf: ELFFile) -> bytes | None:
     for section in elf.iter_sections():
         if isinstance(section, NoteSection):
             for note in section.iter_notes():
-                if note["n_type"] == "NT_GNU_BUILD_ID":
+                # pyelftools decodes the desc of GNU's note only: another owner's note of type 3 is raw bytes
+                if note["n_type"] == "NT_GNU_BUILD_ID" and isinstance(note["n_desc"], str):
                     return bytes.fromhex(note["n_desc"])
     return None
 
@@ -596,12 +554,13 @@ class Symbolizer:
         self.unchecked: list[str] = []  # files named from another file at their path (see _unchecked)
 
     @classmethod
-    def of_perf_data(cls, data: PerfData, history: TaskHistory, kernel_symbols: Path | None,
+    def of_perf_data(cls, build_ids: list[BuildId], history: TaskHistory, kernel_symbols: Path | None,
                      vdso: Path | None = None) -> Symbolizer:
-        recorded = recorded_kernel_build_id(data, history.kernel_build_id)
-        build_ids = {entry.filename: entry.build_id for entry in data.build_ids() if not entry.kernel}
+        """`build_ids`: perf.data's BUILD_ID section (offcpu._core.PerfData.build_ids)."""
+        recorded = recorded_kernel_build_id(build_ids, history.kernel_build_id)
+        by_file = {filename: build_id for _, build_id, filename, kernel in build_ids if not kernel}
         return cls(history, kernel_symbols_for(kernel_symbols, recorded), recorded == running_kernel_build_id(), vdso,
-                   build_ids)
+                   by_file)
 
     @property
     def notes(self) -> list[str]:

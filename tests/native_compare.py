@@ -38,8 +38,9 @@ def script_events(perf: str, perf_data: Path) -> tuple[list[tuple], dict[Chain, 
     return sink.events, reader.stacks(event[-1] for event in sink.events if event[0] in CHAINED)
 
 
-def native_events(perf_data: Path, time_slice: tuple[int, int] | None = None) -> tuple[list[tuple], NativeReader]:
-    reader = NativeReader(perf_data)
+def native_events(perf_data: Path, time_slice: tuple[int, int] | None = None,
+                  kernel_symbols: Path | None = None) -> tuple[list[tuple], NativeReader]:
+    reader = NativeReader(perf_data, kernel_symbols)
     sink = KeepingSink()
     reader.read(sink, time_slice)
     return sink.events, reader
@@ -72,10 +73,11 @@ class ShownAsPerfShowsMissing:
         return {chain: as_perf_shows_missing(stack, self.reader.binary_notes) for chain, stack in stacks.items()}
 
 
-def first_difference(perf: str, perf_data: Path) -> str | None:
-    """None when the native reader hands the sink what perf script shows, else where they part."""
+def first_difference(perf: str, perf_data: Path, kernel_symbols: Path | None = None) -> str | None:
+    """None when the native reader hands the sink what perf script shows, else where they part.
+    `kernel_symbols`: a saved kallsyms, for a perf.data that names no kernel build id."""
     expected, expected_stacks = script_events(perf, perf_data)
-    got, reader = native_events(perf_data)
+    got, reader = native_events(perf_data, kernel_symbols=kernel_symbols)
     stacks = reader.stacks({event[-1] for event in got if event[0] in CHAINED})
     stacks = {chain: as_perf_shows_missing(stack, reader.binary_notes) for chain, stack in stacks.items()}
     pairs = itertools.zip_longest(named(got, stacks), named(expected, expected_stacks))

@@ -2,9 +2,14 @@
 //!
 //! It records the scheduler in the kernel (`recorder`): the BPF programs of
 //! src/bpf/offcpu.bpf.c loaded with libbpf, their records drained from the ring
-//! buffer to the capture by a thread of its own, without Python's lock.
+//! buffer to the capture by a thread of its own, without Python's lock. And it
+//! reads perf.data (`perf_reader`, on `perf_file` and `tracing_formats`): the
+//! scheduler's events in time order, handed to Python in batches of columns.
 
+mod perf_file;
+mod perf_reader;
 mod recorder;
+mod tracing_formats;
 pub mod unwind;
 
 use pyo3::create_exception;
@@ -18,10 +23,20 @@ create_exception!(
     "The BPF recording could not be set up or read (the kernel refused a program, a map, or an attach)."
 );
 
+create_exception!(
+    _core,
+    PerfDataError,
+    PyException,
+    "perf.data could not be read: args are (\"io\" or \"damaged\", what is wrong)."
+);
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<recorder::BpfRecording>()?;
     m.add("BpfError", m.py().get_type::<BpfError>())?;
+    m.add_class::<perf_reader::PerfData>()?;
+    m.add("PerfDataError", m.py().get_type::<PerfDataError>())?;
+    m.add_function(wrap_pyfunction!(perf_reader::prev_state_name, m)?)?;
     m.add("RECORD_SIZE", recorder::RECORD_SIZE)?;
     m.add("NOT_TAKEN", recorder::NOT_TAKEN)?;
     Ok(())

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import random
+import struct
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from offcpu import native_decoding, symbols
+from offcpu import symbols
+from offcpu._core import prev_state_name
 from offcpu.errors import OffcpuError
-from offcpu.native_reader import NativeReader, unsupported
-from offcpu.perf_data import constant, open_perf_data, state_names
+from offcpu.native_reader import NativeReader, open_perf_data, unsupported
 from offcpu.symbols import without_parameters
 from tests.native_compare import KeepingSink, first_difference, native_events
 
@@ -49,15 +49,18 @@ def test_prev_state_is_read_from_the_format() -> None:
            '__print_flags(REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002) + 1) << 1) - 1), "|", '
            '{ 0x00000001, "S" }, { 0x00000002, "D" }) : "R", REC->prev_state & (((0x00000000 | 0x00000001 | '
            '0x00000002) + 1) << 1) ? "+" : ""')
-    names = state_names(fmt)
-    assert names is not None
-    assert (names.name(0), names.name(1), names.name(2), names.name(3), names.name(8)) == ("R", "S", "D", "S|D", "R")
+    assert [prev_state_name(fmt, state) for state in (0, 1, 2, 3, 8)] == ["R", "S", "D", "S|D", "R"]
 
 
-def test_constant_refuses_anything_but_arithmetic() -> None:
-    assert constant("((0x1 | 0x2) + 1) << 1") == 8
-    with pytest.raises(ValueError):
-        constant("__import__('os')")
+def _masked(mask: str) -> str:
+    return (f'"prev_state=%s", (REC->prev_state & ({mask})) ? __print_flags(REC->prev_state & ({mask}), "|", '
+            '{ 0x00000001, "S" }) : "R"')
+
+
+def test_the_mask_is_arithmetic_and_nothing_else() -> None:
+    # ((0x1 | 0x2) + 1) << 1 is 8: a bit no flag names is shown as a number, a bit outside the mask not at all
+    assert [prev_state_name(_masked("((0x1 | 0x2) + 1) << 1"), state) for state in (8, 16)] == ["0x8", "R"]
+    assert prev_state_name(_masked("__import__('os')"), 1) is None
 
 
 def test_parameters_are_dropped_as_perf_drops_them() -> None:
@@ -131,12 +134,24 @@ def test_fuzzed_files_raise_nothing_but_offcpu_errors(tmp_path: Path) -> None:
     assert tried > 10
 
 
+def _record_offsets(data: bytes, record_type: int) -> list[int]:
+    """Where the records of a type are, by the sizes in their headers (perf.data-file-format.txt)."""
+    start, size = struct.unpack_from("<QQ", data, 40)  # the data section
+    offset, found = start, []
+    while offset < start + size:
+        kind, _, length = struct.unpack_from("<IHH", data, offset)
+        if kind == record_type:
+            found.append(offset)
+        offset += length
+    return found
+
+
 def test_unknown_record_types_are_counted(tmp_path: Path) -> None:
     """A record of a type no perf writes (its header rewritten) is skipped and counted."""
     source = FIXTURES / "native_cpp_command" / "perf.data"
     reader = NativeReader(source)
     data = bytearray(source.read_bytes())
-    exit_record = next(at for at in reader.index.task_records if data[at] == 4)  # an EXIT record
+    exit_record = _record_offsets(bytes(data), 4)[0]  # an EXIT record
     data[exit_record] = 60  # unknown kernel record type
     copy = tmp_path / "perf.data"
     copy.write_bytes(bytes(data))
@@ -147,25 +162,11 @@ def test_unknown_record_types_are_counted(tmp_path: Path) -> None:
     assert len([e for e in events if e[0] == "exit"]) == len([e for e in original if e[0] == "exit"]) - 1
 
 
-def test_chains_whose_hashes_collide_keep_keys_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chains are hashed in bulk; a hash that names another chain is caught address by address."""
-    source = FIXTURES / "native_cpp_command" / "perf.data"
-    expected, _ = native_events(source)
-    monkeypatch.setattr(native_decoding, "HASH_FACTORS", np.zeros_like(native_decoding.HASH_FACTORS))
-    alike_lengths, _ = native_events(source)  # chains of a length, of a process, share one hash
-    monkeypatch.setattr(native_decoding, "SIGNATURE_MIX", (np.uint64(0),) * 3)
-    all_alike, _ = native_events(source)  # all chains share one hash
-    assert alike_lengths == expected and all_alike == expected
-    chains = {event[-1] for event in expected if event[0] in ("sched_switch", "sched_waking")}
-    lengths = {(len(chain[-1]), chain[:2]) if isinstance(chain, tuple) else len(chain) for chain in chains}
-    assert len(chains) > len(lengths) > 1  # collisions of both kinds were there to catch
-
-
 def test_kallsyms_hidden_by_kptr_restrict_names_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A user from whom kernel.kptr_restrict hides kernel addresses reads /proc/kallsyms with
     every address 0: the kernel's frames stay unnamed (the scan of 0-address symbols took a minute)."""
     data = open_perf_data(FIXTURES / "native_futex_pid" / "perf.data")
-    recorded = next(entry.build_id for entry in data.build_ids() if entry.kernel)
+    recorded = next(build_id for _, build_id, _, kernel in data.build_ids() if kernel)
     hidden = tmp_path / "kallsyms"
     hidden.write_text("0000000000000000 T _text\n0000000000000000 t do_one_initcall\n0000000000000000 T schedule\n")
     monkeypatch.setattr(symbols, "PROC_KALLSYMS", hidden)
@@ -185,7 +186,7 @@ def test_a_saved_kallsyms_without_its_build_id_line_is_left_out(tmp_path: Path, 
                                                                  first_line: bytes) -> None:
     # Given a saved kallsyms whose first line is not '# build-id HEX', and a running kernel other than the recorded
     data = open_perf_data(FIXTURES / "native_futex_pid" / "perf.data")
-    recorded = next(entry.build_id for entry in data.build_ids() if entry.kernel)
+    recorded = next(build_id for _, build_id, _, kernel in data.build_ids() if kernel)
     monkeypatch.setattr(symbols, "running_kernel_build_id", lambda: b"another kernel")
     saved = tmp_path / "kallsyms"
     saved.write_bytes(first_line + b"\nffffffff81000000 T _text\nffffffff81000100 T schedule\n")
@@ -195,3 +196,15 @@ def test_a_saved_kallsyms_without_its_build_id_line_is_left_out(tmp_path: Path, 
     saved.write_bytes(b"# build-id " + recorded.hex().encode() + b"\nffffffff81000000 T _text\n")
     table = symbols.kernel_symbols_for(saved, recorded)
     assert table is not None and table.find(0xffffffff81000004) is not None
+
+
+def test_a_build_id_longer_than_perf_writes_is_a_counted_skip(tmp_path: Path) -> None:
+    """An MMAP2 record whose build id says it has more than 20 bytes is damaged: counted, not a crash."""
+    source = FIXTURES / "exits_all" / "perf.data"  # recorded with build ids in its MMAP2 records
+    data = bytearray(source.read_bytes())
+    with_build_id = [at for at in _record_offsets(bytes(data), 10)
+                     if struct.unpack_from("<H", data, at + 4)[0] & 1 << 14]  # misc: PERF_RECORD_MISC_MMAP_BUILD_ID
+    data[with_build_id[0] + 8 + 32] = 21  # the build id's size, after the header, pid, tid, address, length, offset
+    copy = tmp_path / "perf.data"
+    copy.write_bytes(bytes(data))
+    assert NativeReader(copy).skipped == NativeReader(source).skipped + 1
