@@ -73,17 +73,25 @@ class ShownAsPerfShowsMissing:
         return {chain: as_perf_shows_missing(stack, self.reader.binary_notes) for chain, stack in stacks.items()}
 
 
-def first_difference(perf: str, perf_data: Path, kernel_symbols: Path | None = None) -> str | None:
+def first_difference(perf: str, perf_data: Path, kernel_symbols: Path | None = None,
+                     ties_in_any_order: bool = False) -> str | None:
     """None when the native reader hands the sink what perf script shows, else where they part.
-    `kernel_symbols`: a saved kallsyms, for a perf.data that names no kernel build id."""
+    `kernel_symbols`: a saved kallsyms, for a perf.data that names no kernel build id.
+    `ties_in_any_order`: events of the same nanosecond may come in another order than perf
+    script's (no thread's events are ordered by that)."""
     expected, expected_stacks = script_events(perf, perf_data)
     got, reader = native_events(perf_data, kernel_symbols=kernel_symbols)
     stacks = reader.stacks({event[-1] for event in got if event[0] in CHAINED})
     stacks = {chain: as_perf_shows_missing(stack, reader.binary_notes) for chain, stack in stacks.items()}
-    pairs = itertools.zip_longest(named(got, stacks), named(expected, expected_stacks))
-    for number, (mine, theirs) in enumerate(pairs):
-        if mine != theirs:
-            return f"event {number} of {len(expected)}: native {mine}, perf script {theirs}"
+    mine, theirs = named(got, stacks), named(expected, expected_stacks)
+    if ties_in_any_order:
+        if any(later[1] < earlier[1] for earlier, later in itertools.pairwise(mine)):
+            return "the native reader's events are not in time order"
+        mine, theirs = [sorted(events, key=lambda event: (event[1], repr(event))) for events in (mine, theirs)]
+    pairs = itertools.zip_longest(mine, theirs)
+    for number, (native, script) in enumerate(pairs):
+        if native != script:
+            return f"event {number} of {len(expected)}: native {native}, perf script {script}"
     return None
 
 
