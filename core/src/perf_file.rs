@@ -40,7 +40,12 @@ pub const FEATURE_EVENT_DESC: u32 = 12;
 pub const FEATURE_SAMPLE_TIME: u32 = 21;
 const FEATURE_COMPRESSED: u32 = 27;
 
-const SAMPLE: u32 = 9;
+// Record types
+const MMAP: u32 = 1;
+pub const COMM: u32 = 3;
+pub const EXIT: u32 = 4;
+pub const FORK: u32 = 7;
+pub const SAMPLE: u32 = 9;
 pub const FINISHED_ROUND: u32 = 68;
 pub const COMPRESSED: u32 = 81;
 /// The kernel's record types that offcpu knows (1..=21), and perf's own (64..=82).
@@ -542,7 +547,7 @@ impl Opened {
             }
             match kind {
                 FINISHED_ROUND => rounds.push((position + size, None)),
-                1 | 3 | 4 | 7 | MMAP2 => match self.task(kind, misc, &body, position) {
+                MMAP | COMM | EXIT | FORK | MMAP2 => match self.task(kind, misc, &body, position) {
                     Some(task) => tasks.push(task),
                     None => unknown += 1,
                 },
@@ -601,7 +606,7 @@ impl Opened {
                         }));
                     }
                 }
-                1 | 3 | 4 | 7 | MMAP2 => match self.task(kind, misc, &body, u64::MAX) {
+                MMAP | COMM | EXIT | FORK | MMAP2 => match self.task(kind, misc, &body, u64::MAX) {
                     Some(task) => tasks.push(task),
                     None => unknown += 1,
                 },

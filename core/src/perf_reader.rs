@@ -20,7 +20,9 @@ use linux_perf_event_reader::{RawEventRecord, SampleRecord};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
-use crate::perf_file::{self, FileError, Index, Opened, Shape, Task, TaskKind, HEADER_SIZE};
+use crate::perf_file::{
+    self, FileError, Index, Opened, Shape, Task, TaskKind, COMM, EXIT, FORK, HEADER_SIZE, SAMPLE,
+};
 use crate::tracing_formats::{self, Field, StateNames, Tracepoint};
 use crate::unwind::{Unwinder, UserRegs};
 use crate::PerfDataError;
@@ -47,11 +49,7 @@ const PERF_REG_X86_SP: u64 = 7;
 const PERF_REG_X86_IP: u64 = 8;
 const SAMPLE_IDENTIFIER: u64 = 1 << 16;
 
-// Record types
-const COMM: u32 = 3;
-const EXIT: u32 = 4;
-const FORK: u32 = 7;
-const SAMPLE: u32 = 9;
+// Record types (and perf_file's)
 const SWITCH: u32 = 14;
 const SWITCH_CPU_WIDE: u32 = 15;
 const MISC_SWITCH_OUT: u16 = 1 << 13;
