@@ -481,7 +481,8 @@ def demangle(name: str) -> str:
     their parameters (libiberty's cplus_demangle without DMGL_PARAMS), others as they are."""
     if name.startswith("_R") or (name.startswith("_ZN") and re.search(r"17h[0-9a-f]{16}E$", name)):
         try:
-            return rust_demangle(name)
+            # a legacy name without its hash (::h and 16 hex digits), as perf shows it
+            return re.sub(r"::h[0-9a-f]{16}$", "", rust_demangle(name))
         except Exception:  # the library raises bare Exceptions for names it does not take
             return name
     if not name.startswith("_Z"):

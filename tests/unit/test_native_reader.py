@@ -13,7 +13,7 @@ from offcpu import symbols
 from offcpu._core import prev_state_name
 from offcpu.errors import OffcpuError
 from offcpu.native_reader import NativeReader, open_perf_data, unsupported
-from offcpu.symbols import without_parameters
+from offcpu.symbols import demangle, without_parameters
 from tests.native_compare import KeepingSink, first_difference, native_events
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -70,6 +70,12 @@ def test_parameters_are_dropped_as_perf_drops_them() -> None:
     assert without_parameters("void shop::take<int>(std::vector<int, std::allocator<int> >&) const") == \
         "shop::take<int>"
     assert without_parameters("main::{lambda()#1}::operator()() const") == "main::{lambda()#1}::operator()"
+
+
+def test_rust_names_lose_their_hash_as_perf_shows_them() -> None:
+    # (perf 6.1 printed libbpf_rs::ringbuf::RingBufferBuilder::build for offcpu's own core)
+    assert demangle("_ZN9libbpf_rs7ringbuf17RingBufferBuilder5build17h0123456789abcdefE") == \
+        "libbpf_rs::ringbuf::RingBufferBuilder::build"
 
 
 def test_a_file_of_the_other_byte_order_is_unsupported(tmp_path: Path) -> None:
