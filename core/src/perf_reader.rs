@@ -682,7 +682,7 @@ impl Decoder {
         }
     }
 
-    /// The user frames of a --call-graph dwarf sample (the ip, then return addresses), or
+    /// The user frames of a --call-graph dwarf sample (the ip, then its callers), or
     /// none when it copied no stack.
     fn unwound(&mut self, sample: &SampleRecord<'_>, pid: i32) -> Vec<u64> {
         let (Some(unwinder), Some(regs), Some((stack, dynamic_size))) = (
@@ -702,11 +702,17 @@ impl Decoder {
         let stack = stack.as_slice();
         let copied =
             usize::try_from(*dynamic_size).map_or(stack.len(), |size| size.min(stack.len()));
-        unwinder.unwind(
+        let mut frames = unwinder.unwind(
             pid,
             &UserRegs { ip, sp, bp },
             stack.get(..copied).unwrap_or_default(),
-        )
+        );
+        // A caller is named by the call before its return address, as perf names it (the
+        // return address of a call to a function that does not return is past its caller)
+        for address in frames.iter_mut().skip(1) {
+            *address = address.saturating_sub(1);
+        }
+        frames
     }
 
     /// A task record before the part read: names and generations as of the part's start.

@@ -26,6 +26,8 @@ const MAX_FRAMES: usize = 1024;
 /// any process, which wraps: a cache no older than half the count's range never sees
 /// a count it held before.
 const CHANGES_PER_CACHE: u64 = 1 << 15;
+/// The pages the kernel maps a file's segments by (x86_64)
+const PAGE_SIZE: u64 = 4096;
 
 /// The user registers of a sample that unwinding needs, from perf's
 /// PERF_SAMPLE_REGS_USER (x86_64: PERF_REG_X86_IP, _SP and _BP).
@@ -52,8 +54,11 @@ struct UnwindTables {
 impl UnwindTables {
     /// The address at which the file's address 0 lands when `file_offset` is mapped at `start`.
     fn base_address(&self, start: u64, file_offset: u64) -> u64 {
-        let segment = self.segments.iter().find(|(offset, size, _)| {
-            (*offset..offset.saturating_add(*size)).contains(&file_offset)
+        // The kernel maps a segment from its offset rounded down to a page, which may lie in
+        // the segment before (lld puts code at offset 0x70fb8, address 0x71fb8): the segment
+        // is the last one whose mapping can begin at `file_offset`.
+        let segment = self.segments.iter().rev().find(|(offset, size, _)| {
+            (offset & !(PAGE_SIZE - 1)..offset.saturating_add(*size)).contains(&file_offset)
         });
         let file_address = match segment {
             Some((offset, _, address)) => address.wrapping_add(file_offset - offset),
@@ -393,6 +398,26 @@ fn same_build_id(recorded: &[u8], actual: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn code_mapped_from_a_page_of_the_segment_before_is_placed_by_its_own_segment() {
+        // offcpu's own core, linked by lld: read-only data at offset 0 (0x70fb8 bytes), code at
+        // offset 0x70fb8, address 0x71fb8. The kernel maps the code from offset 0x70000 (the page
+        // it begins in, which the first segment also covers) at its address's page, 0x71000
+        // past the file's base.
+        let tables = UnwindTables {
+            sections: ExplicitModuleSectionInfo::default(),
+            segments: vec![(0, 0x70fb8, 0), (0x70fb8, 0x1695e8, 0x71fb8)],
+        };
+        let base = 0x7f12_3400_0000;
+        assert_eq!(tables.base_address(base + 0x71000, 0x70000), base);
+        // and a file whose code is at the same offset and address (gcc's), from its first page
+        let plain = UnwindTables {
+            sections: ExplicitModuleSectionInfo::default(),
+            segments: vec![(0, 0x1000, 0), (0x1000, 0x2000, 0x1000)],
+        };
+        assert_eq!(plain.base_address(base + 0x1000, 0x1000), base);
+    }
 
     #[test]
     fn build_ids_match_through_perfs_padding() {

@@ -15,7 +15,7 @@ from elftools.elf.elffile import ELFFile
 
 from offcpu.native_reader import NativeReader, unsupported
 from offcpu.symbols import load_symbols, perf_cache, save_kernel_symbols
-from tests.conftest import example, run_offcpu
+from tests.conftest import OFFCPU, example, run_offcpu
 from tests.native_compare import CHAINED, KeepingSink, first_difference, model_difference, native_events, script_events
 
 
@@ -155,13 +155,21 @@ def _dwarf_recording_of_running(program: str, capture: Path) -> Path:
         running.wait()
 
 
-@pytest.mark.parametrize("program", ["cpp_names", "rocksdb_writers"])
+@pytest.mark.parametrize("program", ["cpp_names", "rocksdb_writers", "offcpu"])
 def test_dwarf_stacks_are_unwound_by_the_core_as_far_as_by_perf_script(tmp_path: Path, cpp_capture: Path,
                                                                          program: str) -> None:
-    # Given a --call-graph dwarf recording (templated C++ through libstdc++; RocksDB's writers at
-    # work: from its start, the first calls through the PLT go through ld.so's lazy binding, whose
-    # frame framehop cannot unwind: 327 µs of 7.3 s ended a frame short of perf script's)
-    capture = cpp_capture if program == "cpp_names" else _dwarf_recording_of_running(program, tmp_path / "cap")
+    # Given a --call-graph dwarf recording: templated C++ through libstdc++; RocksDB's writers at
+    # work (from its start, the first calls through the PLT go through ld.so's lazy binding, whose
+    # frame framehop cannot unwind: 327 µs of 7.3 s ended a frame short of perf script's); offcpu
+    # reading a capture (CPython, and its core linked by lld, whose code is mapped from a page
+    # of the segment before it)
+    if program == "cpp_names":
+        capture = cpp_capture
+    elif program == "offcpu":
+        capture = _record(tmp_path / "cap", "--call-graph", "dwarf", "--", str(OFFCPU), "report", "folded",
+                          "--reader", "native", "--time", "0,1", str(cpp_capture)).parent
+    else:
+        capture = _dwarf_recording_of_running(program, tmp_path / "cap")
     assert unsupported(capture / "perf.data") is None
     # Then the core unwinds its user stacks: the same time in all, and at least as much of it in
     # stacks unwound whole as perf script (which unwinds them with libdw)
