@@ -77,10 +77,18 @@ def findings_in_common_part(captures: tuple[Path, Path], *options: str) -> tuple
 NOT_COMPARED = ("idle", "futex_unknown", "io_wait")
 
 
+def uncompared_us(found: dict) -> int:
+    return sum(finding["offcpu_us"] for finding in found.values() if finding["id"] in NOT_COMPARED)
+
+
 def assert_same_findings(by_perf: dict, by_bpf: dict, tolerance: float) -> None:
     solid = {key for key, finding in {**by_perf, **by_bpf}.items()
              if finding["share_of_offcpu"] >= SOLID_SHARE and finding["id"] not in NOT_COMPARED}
     assert solid, (by_perf, by_bpf)
+    # The time perf could not tell what ended (wakeups it did not record) beyond BPF's: BPF may
+    # put it in the findings of what it saw end those waits (java_monitor: a compiler thread's
+    # 2.3 s wait was "futex_unknown" under perf, a hand-off under BPF, in one run of six)
+    unseen_by_perf_us = max(0, uncompared_us(by_perf) - uncompared_us(by_bpf))
     for key in solid:
         assert key in by_perf and key in by_bpf, (key, sorted(by_perf), sorted(by_bpf))
         perf_finding, bpf_finding = by_perf[key], by_bpf[key]
@@ -88,8 +96,11 @@ def assert_same_findings(by_perf: dict, by_bpf: dict, tolerance: float) -> None:
         near_a_limit = any(found["settled_severity"] != found["severity"] for found in (perf_finding, bpf_finding))
         assert perf_finding["severity"] == bpf_finding["severity"] or near_a_limit, \
             (key, perf_finding["summary"], bpf_finding["summary"])
-        assert abs(bpf_finding["offcpu_us"] - perf_finding["offcpu_us"]) <= \
-            tolerance * perf_finding["offcpu_us"], (key, perf_finding["offcpu_us"], bpf_finding["offcpu_us"])
+        beyond_us = abs(bpf_finding["offcpu_us"] - perf_finding["offcpu_us"]) - tolerance * perf_finding["offcpu_us"]
+        if beyond_us > 0 and bpf_finding["offcpu_us"] > perf_finding["offcpu_us"]:
+            unseen_by_perf_us -= beyond_us  # (BPF's more: from what perf did not see end)
+            beyond_us = 0 if unseen_by_perf_us >= 0 else beyond_us
+        assert beyond_us <= 0, (key, perf_finding["offcpu_us"], bpf_finding["offcpu_us"], unseen_by_perf_us)
 
 
 def tolerance(bpf_options: tuple[str, ...]) -> float:
