@@ -224,6 +224,14 @@ static __always_inline struct counters *my_counters(void)
 	return bpf_map_lookup_elem(&counters, &zero);
 }
 
+// One more of this CPU's `field` (struct counters)
+#define count(field)                                         \
+	do {                                                 \
+		struct counters *this_cpu = my_counters();   \
+		if (this_cpu)                                \
+			this_cpu->field++;                   \
+	} while (0)
+
 static __always_inline int wanted(struct task_struct *task)
 {
 	if (task->pid == 0 || task->tgid == cfg.own_process)
@@ -329,9 +337,7 @@ static __always_inline void send_task_event(__u32 kind, struct task_struct *task
 {
 	struct record *record = bpf_ringbuf_reserve(&records, sizeof(*record), 0);
 	if (!record) {
-		struct counters *counts = my_counters();
-		if (counts)
-			counts->lost_records++;
+		count(lost_records);
 		return;
 	}
 	__builtin_memset(record, 0, sizeof(*record));
@@ -352,9 +358,7 @@ static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned 
 {
 	struct wait *wait = bpf_task_storage_get(&waits, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!wait) {
-		struct counters *counts = my_counters();
-		if (counts)
-			counts->lost_waits++;
+		count(lost_waits);
 		return;
 	}
 	__u64 runtime = prev->se.sum_exec_runtime;
@@ -365,9 +369,7 @@ static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned 
 		__u64 back = now - wait->since_ns > ran ? now - ran : wait->since_ns;
 		wait->estimated |= ESTIMATED_BACK;
 		send_wait(prev, prev->pid, wait, back);
-		struct counters *counts = my_counters();
-		if (counts)
-			counts->unseen_switches++;
+		count(unseen_switches);
 	}
 	wait->runtime_ns = runtime;
 	wait->estimated = 0;
@@ -407,29 +409,21 @@ static __always_inline void come_back(struct task_struct *next, __u64 now)
 {
 	struct wait *wait = bpf_task_storage_get(&waits, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!wait) {
-		struct counters *counts = my_counters();
-		if (counts)
-			counts->lost_waits++;
+		count(lost_waits);
 		return;
 	}
 	__u64 runtime = next->se.sum_exec_runtime;
-	if (!wait->since_ns && wait->last_back_ns) {
-		// Its switch out was not reported: it left when its last run, seen begin, ended.
-		__u64 ran = runtime - wait->runtime_ns;
-		wait->since_ns = now - wait->last_back_ns > ran ? wait->last_back_ns + ran : now;
-		wait->estimated = ESTIMATED_SINCE;
-		wait->state = 0;
-		wait->preempted = 0;
-		wait->weight_shift = 0;
-		wait->sampled = 0;
-		wait->kernel_stack = NO_STACK;
-		wait->user_stack = NO_STACK;
-		struct counters *counts = my_counters();
-		if (counts)
-			counts->unseen_switches++;
-	} else if (!wait->since_ns) {
-		// Off CPU since before the recording (or a new thread's first run): what is
-		// known of it is its end, and the wakeup if one was seen.
+	if (!wait->since_ns) {
+		// Its switch out was not seen. When its last run was seen to begin, the tracepoint
+		// did not report the switch: it left when that run ended. Else it was off CPU
+		// since before the recording (or this is a new thread's first run). Either way
+		// what is known of the wait is its end, and the wakeup if one was seen.
+		if (wait->last_back_ns) {
+			__u64 ran = runtime - wait->runtime_ns;
+			wait->since_ns = now - wait->last_back_ns > ran ? wait->last_back_ns + ran : now;
+			wait->estimated = ESTIMATED_SINCE;
+			count(unseen_switches);
+		}
 		wait->kernel_stack = NO_STACK;
 		wait->user_stack = NO_STACK;
 		wait->weight_shift = 0;
@@ -533,9 +527,7 @@ int BPF_PROG(on_rename, struct task_struct *task, const char *comm)
 		return 0;
 	struct record *record = bpf_ringbuf_reserve(&records, sizeof(*record), 0);
 	if (!record) {
-		struct counters *counts = my_counters();
-		if (counts)
-			counts->lost_records++;
+		count(lost_records);
 		return 0;
 	}
 	__builtin_memset(record, 0, sizeof(*record));
