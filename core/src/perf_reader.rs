@@ -769,6 +769,21 @@ impl Decoder {
             .clone_ref(py)
     }
 
+    /// An event with no name, state or chain (a switch-out record, a fork, an exit).
+    #[allow(clippy::too_many_arguments)]
+    fn push_bare(
+        &mut self,
+        py: Python<'_>,
+        kind: i64,
+        time: u64,
+        cpu: i64,
+        pid: i64,
+        tid: i64,
+        other: i64,
+    ) {
+        self.push(py, kind, time, cpu, pid, tid, other, None, None, None);
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
@@ -816,18 +831,7 @@ impl Decoder {
                 };
                 if record.misc & MISC_SWITCH_OUT != 0 {
                     let preempted = i64::from(record.misc & MISC_SWITCH_OUT_PREEMPT != 0);
-                    self.push(
-                        py,
-                        SWITCH_OUT,
-                        time,
-                        cpu,
-                        pid.into(),
-                        tid.into(),
-                        preempted,
-                        None,
-                        None,
-                        None,
-                    );
+                    self.push_bare(py, SWITCH_OUT, time, cpu, pid.into(), tid.into(), preempted);
                 } else {
                     let name = self.comm_of(py, tid);
                     self.push(
@@ -870,7 +874,7 @@ impl Decoder {
         match record.parse() {
             Ok(linux_perf_event_reader::EventRecord::Fork(fork)) => {
                 self.fork(py, fork.pid, fork.ppid, fork.tid, fork.ptid);
-                self.push(
+                self.push_bare(
                     py,
                     THREAD_FORK,
                     time,
@@ -878,13 +882,10 @@ impl Decoder {
                     fork.pid.into(),
                     fork.tid.into(),
                     fork.ptid.into(),
-                    None,
-                    None,
-                    None,
                 );
             }
             Ok(linux_perf_event_reader::EventRecord::Exit(exit)) => {
-                self.push(
+                self.push_bare(
                     py,
                     THREAD_EXIT,
                     time,
@@ -892,9 +893,6 @@ impl Decoder {
                     exit.pid.into(),
                     exit.tid.into(),
                     0,
-                    None,
-                    None,
-                    None,
                 );
             }
             Ok(linux_perf_event_reader::EventRecord::Comm(comm)) => {
