@@ -9,7 +9,7 @@ import re
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from offcpu.native_reader import NativeReader
 from offcpu.perf_script import PerfScriptReader, script_argv
@@ -103,14 +103,17 @@ def model_difference(capture: Path, slices: int) -> str | None:
     from offcpu.model_cache import choose_reader
     from offcpu.stackview import StackView, folded
     from offcpu.summaries import waker_pairs
+    from offcpu.system import require_perf
 
     info = load(capture)
     window = (info.window_start_ns, info.window_end_ns)
     seen: dict[str, dict[str, Any]] = {}
     for name in ("native", "perf-script"):
-        reader, _ = choose_reader(capture, info, name)
-        if isinstance(reader, NativeReader):
-            reader = ShownAsPerfShowsMissing(reader)
+        # perf script straight, not as offcpu chooses it: a capture recorded on another kernel is
+        # refused there (perf names kernel frames from this one's symbols), and here both readers
+        # name them from this machine's alike
+        reader = (ShownAsPerfShowsMissing(cast(NativeReader, choose_reader(capture, info, name)[0]))
+                  if name == "native" else PerfScriptReader(require_perf(), capture / "perf.data"))
         pieces = [read_slice(reader, first, last, window, info.switch_cost_ns or 0)
                   for first, last in reader.time_slices(*window, slices)]
         totals, skipped = merge(pieces, *window, threads_at_start(info), window)
