@@ -49,6 +49,7 @@ from offcpu.model import (
     WaitTimes,
     Waker,
 )
+from offcpu.sampling import Stratum, StratumKey, scale_to_strata, stratum_of
 from offcpu.sched_events import (
     SCHED_SWITCH,
     SCHED_WAKING,
@@ -164,6 +165,9 @@ class Tally:
     # many more the rows count than carry one (w - 1 for each of weight w): perf's have neither
     stackless_waits: int = 0
     stand_in_waits: int = 0
+    # A sampling backend's waits, each counted once, by thread, state and waker, to scale the
+    # rows' estimates to (offcpu.sampling); None for a backend that takes every stack
+    strata: dict[StratumKey, Stratum] | None = None
     estimated_switch_ins: int = 0
     half_recorded_switches: int = 0
     # Each thread's last waits (since, back, row number or NO_ROW, weight: tuples, one made per switch), to
@@ -205,12 +209,11 @@ class Tally:
                 self.by_window.append([0] * SUB_WINDOWS)
         return number
 
-    def split(self, number: int, since_ns: int, until_ns: int, offcpu: int, weight: int = 1) -> None:
+    def split(self, windows: list[int], since_ns: int, until_ns: int, offcpu: int, weight: int = 1) -> None:
         """Add a wait's `offcpu` µs (since_ns to until_ns, within what is counted; more than 0),
-        `weight` times, to its row's sub-windows. Each part is rounded at the edges it
-        crosses, so the parts add up to it."""
+        `weight` times, to sub-windows (its row's, its stratum's). Each part is rounded at the
+        edges it crosses, so the parts add up to it."""
         start_ns, span = self.counted_from_ns, self.counted_to_ns - self.counted_from_ns
-        windows = self.by_window[number]
         first = (since_ns - start_ns) * SUB_WINDOWS // span
         done = 0
         for window in range(first, SUB_WINDOWS):
@@ -259,6 +262,8 @@ class Tally:
             self.clipped += 1
         key = (tid, wait.stack, state, waker)
         weight = wait.weight
+        if self.strata is not None and wait.stack not in SYNTHETIC_STACKS:
+            self._count_in_stratum(key, since_ns, until_ns, offcpu, blocked, weight)
         if not weight:  # in its thread's totals only: no row, no link of its own, no place in the timeline
             self.stackless_waits += 1
             self._remember(tid, since_ns, until_ns, NO_ROW, 0)
@@ -282,7 +287,7 @@ class Tally:
                 elif until_ns <= counted_from_ns + span * (window + 1) // SUB_WINDOWS:
                     by_window[number][window] += offcpu
                 else:
-                    self.split(number, since_ns, until_ns, offcpu)
+                    self.split(by_window[number], since_ns, until_ns, offcpu)
         if woken_ns is not None and waker is not None:
             waker_history = self.history.get(waker[1])
             if waker_history and waker_history[-1][1] > since_ns:  # else its waker ran all along: no link
@@ -291,6 +296,19 @@ class Tally:
         longest = self.longest
         if len(longest) < TIMELINE_WAITS or until_ns - since_ns > longest[0][0]:
             self._keep_longest((until_ns - since_ns, since_ns, tid, woken_ns, until_ns, wait.ran_ns, number))
+
+    def _count_in_stratum(self, key: RowKey, since_ns: int, until_ns: int, offcpu: int, blocked: int,
+                          weight: int) -> None:
+        stratum = self.strata.setdefault(stratum_of(key), Stratum())  # type: ignore[union-attr]
+        times = stratum.times
+        times.offcpu_us += offcpu
+        times.blocked_us += blocked
+        times.runqueue_us += offcpu - blocked
+        times.count += 1
+        if self.counted_to_ns != UNBOUNDED and offcpu:
+            self.split(stratum.windows, since_ns, until_ns, offcpu)
+        if not weight and stratum.unsampled_row is None:
+            stratum.unsampled_row = key
 
     def _add_sampled(self, key: RowKey, since_ns: int, until_ns: int, offcpu: int, blocked: int, weight: int) -> int:
         """Count a wait whose stack was taken with probability 1/`weight` `weight` times in its
@@ -303,7 +321,7 @@ class Tally:
         row.count += weight
         row.variance += weight * (weight - 1) * offcpu * offcpu
         if self.by_window and offcpu:
-            self.split(number, since_ns, until_ns, offcpu, weight)
+            self.split(self.by_window[number], since_ns, until_ns, offcpu, weight)
         self.stand_in_waits += weight - 1
         return number
 
@@ -365,6 +383,8 @@ class Tally:
         self.unseen_wakeups += other.unseen_wakeups
         self.stackless_waits += other.stackless_waits
         self.stand_in_waits += other.stand_in_waits
+        for key, stratum in (other.strata or {}).items():
+            self.strata.setdefault(key, Stratum()).add(stratum)  # type: ignore[union-attr]
         self.estimated_switch_ins += other.estimated_switch_ins
         self.half_recorded_switches += other.half_recorded_switches
 
@@ -404,11 +424,12 @@ class SliceBuilder:
     """The per-slice state machine: which threads are on CPU, which wait, since when."""
 
     def __init__(self, start_ns: int, end_ns: int, counted: tuple[int, int] | None = None,
-                 switch_cost_ns: int = 0) -> None:
+                 switch_cost_ns: int = 0, sampled: bool = False) -> None:
         """`switch_cost_ns`: the capture's measured time from a switch to perf's record of the
-        thread coming in, for switches from threads that were not recorded."""
+        thread coming in, for switches from threads that were not recorded; `sampled`: the
+        backend took stacks for a sample of the waits (see Tally.strata)."""
         self.start_ns, self.end_ns = start_ns, end_ns
-        self.totals = Tally(*counted) if counted else Tally()
+        self.totals = new_tally(counted, sampled)
         self.switch_cost_ns = switch_cost_ns
         self.running: dict[int, int] = {}
         self.waiting: dict[int, Wait] = {}
@@ -634,9 +655,13 @@ class SliceBuilder:
                            self.incoming, skipped)
 
 
+def new_tally(counted: tuple[int, int] | None, sampled: bool) -> Tally:
+    return Tally(*(counted or (0, UNBOUNDED)), strata={} if sampled else None)
+
+
 def read_slice(reader: CaptureReader, start_ns: int, end_ns: int, counted: tuple[int, int],
-               switch_cost_ns: int) -> SliceResult:
-    builder = SliceBuilder(start_ns, end_ns, counted, switch_cost_ns)
+               switch_cost_ns: int, sampled: bool = False) -> SliceResult:
+    builder = SliceBuilder(start_ns, end_ns, counted, switch_cost_ns, sampled)
     skipped_before = reader.skipped
     # Reading makes millions of objects and no reference cycles: the cyclic collector would
     # only walk them over and over (2-6% of a slice's time).
@@ -651,11 +676,12 @@ def read_slice(reader: CaptureReader, start_ns: int, end_ns: int, counted: tuple
 
 
 def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
-          at_start: dict[int, tuple[str, str]], counted: tuple[int, int] | None = None) -> tuple[Tally, int]:
+          at_start: dict[int, tuple[str, str]], counted: tuple[int, int] | None = None,
+          sampled: bool = False) -> tuple[Tally, int]:
     """Join the slices (of the recording's window, in time order); returns the tally of
     the `counted` part of it (default: all) and the count of unreadable events. `at_start` holds
     the threads of the target when recording began (comm, state)."""
-    totals = Tally(*counted) if counted else Tally()
+    totals = new_tally(counted, sampled)
     pending: dict[int, Wait] = {}
     running: set[int] = set()
     seen: set[int] = set()
@@ -758,6 +784,7 @@ def build_model(reader: CaptureReader, info: CaptureInfo, window: tuple[int, int
     start_ns, end_ns = window or (info.window_start_ns, info.window_end_ns)
     slices = reader.time_slices(info.window_start_ns, end_ns, os.cpu_count() or 1)
     counted, switch_cost_ns = (start_ns, end_ns), info.switch_cost_ns or 0
+    sampled = info.backend == "bpf"  # its stacks are taken under a budget, for a sample of the waits
     results: dict[int, SliceResult] = {}
 
     def done(index: int, result: SliceResult) -> None:
@@ -769,20 +796,24 @@ def build_model(reader: CaptureReader, info: CaptureInfo, window: tuple[int, int
     # to start, and a slice fewer to send back.
     with ProcessPoolExecutor(max_workers=max(1, len(slices) - 1), mp_context=get_context("fork"),
                              initializer=end_with_parent, initargs=(os.getpid(), signal.SIGKILL)) as pool:
-        futures = {pool.submit(read_slice, reader, first, last, counted, switch_cost_ns): index
+        futures = {pool.submit(read_slice, reader, first, last, counted, switch_cost_ns, sampled): index
                    for index, (first, last) in enumerate(slices[:-1])}
-        done(len(slices) - 1, read_slice(reader, *slices[-1], counted, switch_cost_ns))
+        done(len(slices) - 1, read_slice(reader, *slices[-1], counted, switch_cost_ns, sampled))
         for future in as_completed(futures):
             done(futures[future], future.result())
     totals, skipped = merge([results[index] for index in range(len(slices))], info.window_start_ns, end_ns,
-                            threads_at_start(info), (start_ns, end_ns))
+                            threads_at_start(info), (start_ns, end_ns), sampled)
     return to_model(totals, reader, info, start_ns, end_ns, skipped)
 
 
 def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: int, end_ns: int,
              skipped: int) -> Model:
     """Number the distinct stacks and wakers; the reader names each call chain once. Chains
-    that differ only in addresses (other call sites in the same functions) are one stack."""
+    that differ only in addresses (other call sites in the same functions) are one stack.
+    A sampled capture's rows are first scaled to their strata (offcpu.sampling)."""
+    stacked_waits = sum(row.count for row in totals.rows) - totals.stand_in_waits  # (a sampled wait counts w times)
+    if totals.strata is not None:
+        scale_to_strata(totals, SYNTHETIC_STACKS)
     chains = {chain for (_, chain, _, waker) in totals.row_numbers for chain in (chain, waker[3] if waker else None)}
     named = reader.stacks(chain for chain in chains if chain is not None and chain not in SYNTHETIC_STACKS)
     chain_ids: dict[Chain, int] = {}
@@ -848,7 +879,6 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
                if t.oncpu_ns or tid in waited or inside(t.created_ns) or inside(t.exited_ns)}
     timeline = sorted(TimedWait(tid, row_index[row_of[number]], since_ns, woken_ns, back_ns, ran_ns)
                       for _, since_ns, tid, woken_ns, back_ns, ran_ns, number in totals.longest)
-    stacked_waits = sum(row.count for row in rows) - totals.stand_in_waits  # the rows count a sampled wait w times
     return Model(info, start_ns, end_ns, stacks, wakers, rows, threads, totals.runqueue_delays_us,
                  [Link(waiter, waker, round(link.ns / 1000), link.count) for (waiter, waker), link in links.items()],
                  totals.clipped, totals.unseen_wakeups, skipped, totals.estimated_switch_ins,

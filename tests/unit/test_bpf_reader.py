@@ -220,17 +220,19 @@ def test_the_model_of_a_bpf_capture(tmp_path: Path) -> None:
     model = build(tmp_path)
     assert (model.reader, model.reader_note) == ("bpf", "recorded with BPF")
     # WAITER's first wait, named from the saved kallsyms and this process's maps, from the tracepoint's caller
-    # on as perf shows it: 1000 -> 4500, blocked until 4000, then 500 waiting for a CPU; its stack was
-    # taken with probability 1/4, so it stands for 4 such waits: 14000 = 4 x 3500, 12000 = 4 x 3000
+    # on as perf shows it: 1000 -> 4500, blocked until 4000, then 500 waiting for a CPU. Its stack was taken
+    # with probability 1/4; its stratum (WAITER's waits in S woken by WAKER) also holds the wait from 6000 to
+    # 6200 (woken as it left: all run queue) whose stack was not taken, and this row is its only one: it
+    # holds both exactly, 3500 + 200 µs, blocked 3000, run queue 500 + 200, 2 waits, with no uncertainty
     first = row(model, WAITER, ("schedule", "futex_wait", "qsort"))
-    assert (first.offcpu_us, first.blocked_us, first.runqueue_us, first.count, first.state) == \
-        (14000, 12000, 2000, 4, "S")
+    assert (first.offcpu_us, first.blocked_us, first.runqueue_us, first.count, first.state, first.variance) == \
+        (3700, 3000, 700, 2, "S", 0)
     waker = model.wakers[first.waker]
     assert (waker.tid, waker.comm, waker.kind, model.stacks[waker.stack].frames) == \
         (WAKER, "t12", "thread", ("try_to_wake_up", "qsort"))
     assert model.stacks[first.stack].kernel_frames == 2
-    # 6000 -> 6200, its stack not taken: in no row (the sampled ones stand for it), in its thread's times
-    assert not [row for row in model.rows if model.stacks[row.stack].frames == (STACK_NOT_TAKEN,)]
+    # 6000 -> 6200, its stack not taken: in no row of its own (its stratum's sampled one holds it)
+    assert not [row for row in model.rows if row.tid == WAITER and model.stacks[row.stack].frames == (STACK_NOT_TAKEN,)]
     # 8000 -> the end at 10000, never woken: blocked 2000
     last = row(model, WAITER, ("[kernel stack could not be read]", "[user stack could not be read]"))
     assert (last.offcpu_us, last.blocked_us, last.state, last.waker) == (2000, 2000, "D", None)
@@ -239,8 +241,10 @@ def test_the_model_of_a_bpf_capture(tmp_path: Path) -> None:
     assert (waiter.oncpu_us, waiter.offcpu_us, waiter.observer_us) == (4300, 5700, 0)
     # WAKER: off CPU from the start to 500, preempted 4600 -> 5000 (R: run queue all of it)
     assert row(model, WAKER, (BEFORE_WINDOW,)).offcpu_us == 500
-    # (the preemption's stack was not taken: in the thread's times alone)
     assert (model.threads[WAKER].oncpu_us, model.threads[WAKER].offcpu_us) == (9100, 900)
+    # (the preemption's stack was not taken, nor that of any other preemption of WAKER's: its own row)
+    assert (row(model, WAKER, (STACK_NOT_TAKEN,)).runqueue_us, row(model, WAKER, (STACK_NOT_TAKEN,)).state) == \
+        (400, "R")
     # CHILD: runnable from its birth at 2000 to its first run at 2500, on CPU to its exit at 3000
     assert row(model, CHILD, (NEW_THREAD,)).runqueue_us == 500
     child = model.threads[CHILD]
@@ -260,7 +264,7 @@ def test_a_record_cut_short_is_counted_and_left_out(tmp_path: Path) -> None:
     (tmp_path / "bpf-records.bin").write_bytes(b"".join(records) + records[0][:50])
     model = build(tmp_path)
     assert model.unreadable_events == 2  # the unknown kind and the last record, written in part
-    assert row(model, WAITER, ("schedule", "futex_wait", "qsort")).offcpu_us == 4 * 3500
+    assert row(model, WAITER, ("schedule", "futex_wait", "qsort")).offcpu_us == 3500 + 200
 
 
 def test_user_frames_of_a_process_whose_maps_were_not_read_are_unknown_and_said(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from offcpu.capture import CaptureInfo, Target
 from offcpu.engine import SliceBuilder, merge, to_model
-from offcpu.model import PREEMPTED, Model
+from offcpu.model import PREEMPTED, STACK_NOT_TAKEN, Model
 from offcpu.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_EXIT, UNKNOWN_CPU, Chain, Events
 from offcpu.stacks import Stack
 
@@ -40,10 +40,11 @@ def info(switch_cost_ns: int | None = None) -> CaptureInfo:
 
 
 class Feed:
-    """A slice's engine, handed one event at a time."""
+    """A slice's engine, handed one event at a time; `sampled`: as it reads a sampling backend's."""
 
-    def __init__(self, switch_cost_us: int, counted: tuple[int, int] | None = None) -> None:
-        self.builder = SliceBuilder(0, WINDOW_US * US, counted, switch_cost_ns=switch_cost_us * US)
+    def __init__(self, switch_cost_us: int, counted: tuple[int, int] | None = None, sampled: bool = False) -> None:
+        self.sampled = sampled
+        self.builder = SliceBuilder(0, WINDOW_US * US, counted, switch_cost_ns=switch_cost_us * US, sampled=sampled)
 
     def _one(self, *event: object, weight: int | None = None) -> None:
         """`weight`: the event's, as a sampling backend gives it (None: none, as perf's readers)."""
@@ -54,6 +55,7 @@ class Feed:
 
     def sched_switch(self, time_ns: int, cpu: int, pid: int, tid: int, prev_comm: str, prev_state: str,
                      next_tid: int, chain: Chain, weight: int | None = None) -> None:
+        chain = STACK_NOT_TAKEN if weight == 0 else chain  # as the BPF reader gives a wait without a stack
         self._one(SCHED_SWITCH, time_ns, cpu, pid, tid, next_tid, prev_comm, prev_state, chain, weight=weight)
 
     def sched_waking(self, time_ns: int, pid: int, tid: int, comm: str, woken_tid: int, chain: Chain) -> None:
@@ -69,12 +71,16 @@ class Feed:
 def model(events: Feed, switch_cost_ns: int | None = None, counted: bool = False) -> Model:
     """`counted`: the events' Feed counted the whole window, as build_model counts it."""
     totals, skipped = merge([events.builder.finish(0)], 0, WINDOW_US * US, {},
-                            (0, WINDOW_US * US) if counted else None)
+                            (0, WINDOW_US * US) if counted else None, events.sampled)
     return to_model(totals, NamedChains(), info(switch_cost_ns), 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
 
 
 def builder(switch_cost_us: int = 0) -> Feed:
     return Feed(switch_cost_us)
+
+
+def sampling_builder() -> Feed:
+    return Feed(0, sampled=True)
 
 
 def switch(events: Feed, at_us: int, prev: int, state: str, next_tid: int, chain: str,
@@ -205,18 +211,21 @@ def test_a_waits_time_is_split_over_the_sub_windows_it_spans() -> None:
 
 
 # Sampled stacks (a backend that takes the stacks of a sample of waits, Events.weights): a wait
-# of weight w counts w times in its row, one of weight 0 in its thread's totals only.
+# of weight w counts w times in its row, one of weight 0 in its thread's totals only; then each
+# stratum's rows (a thread's waits in one state, ended by one waker) are scaled to the exact
+# times of all its waits (offcpu.sampling).
 
-def three_sampled_waits(events: Feed) -> None:
-    """11 waits 10, 20 and 30 µs in futex_wait, of weights 0, 2 and 4, each ended by 12 5 µs
-    before it runs again; 12 waits in poll meanwhile (its waits weigh 1: perf's)."""
-    for start_us, length_us, weight in ((1000, 10, 0), (1100, 20, 2), (1200, 30, 4)):
-        switch(events, start_us, 11, "S", 12, "futex_wait", weight=weight)
+def three_sampled_waits(events: Feed, stacks: tuple[str, str] = ("futex_wait", "futex_wait")) -> None:
+    """11 waits 10, 20 and 30 µs, of weights 0, 2 and 4 (the last two in `stacks`), each ended
+    by 12 5 µs before it runs again; 12 waits in poll meanwhile (its waits weigh 1: perf's)."""
+    for (start_us, length_us, weight), stack in zip(((1000, 10, 0), (1100, 20, 2), (1200, 30, 4)),
+                                                    ("", *stacks), strict=True):
+        switch(events, start_us, 11, "S", 12, stack, weight=weight)
         events.sched_waking((start_us + length_us - 5) * US, 10, 12, "t12", 11, "futex_wake")
         switch(events, start_us + length_us, 12, "S", 11, "poll")
 
 
-def test_a_sampled_wait_counts_its_weight_in_its_row_and_once_in_its_threads_totals() -> None:
+def test_without_strata_a_sampled_wait_counts_its_weight_in_its_row_and_once_in_its_threads_totals() -> None:
     events = builder()
     three_sampled_waits(events)
     result = model(events)
@@ -239,6 +248,44 @@ def test_a_sampled_wait_counts_its_weight_in_its_row_and_once_in_its_threads_tot
     assert [wait.since_ns for wait in result.timeline if wait.tid == 11] == [1100 * US, 1200 * US]
 
 
+def test_a_strata_only_row_takes_all_of_its_time_exactly() -> None:
+    events = sampling_builder()
+    three_sampled_waits(events)
+    result = model(events)
+    # all three of 11's waits were woken by 12 in state S: one stratum, and futex_wait its only row, so
+    # it holds the stratum's exact 60 µs, blocked 45, run queue 15, in 3 waits, with no uncertainty left
+    row = row_of(result, 11, "futex_wait")
+    assert (row.offcpu_us, row.blocked_us, row.runqueue_us, row.count, row.variance) == (60, 45, 15, 3, 0)
+    assert (result.waits, result.stacked_waits, result.sampled) == (7, 6, True)
+
+
+def test_a_stratums_time_is_shared_by_its_rows_estimates() -> None:
+    events = sampling_builder()
+    three_sampled_waits(events, ("futex_wait", "pipe_read"))
+    result = model(events)
+    futex, pipe = row_of(result, 11, "futex_wait"), row_of(result, 11, "pipe_read")
+    # estimates 2 * 20 = 40 and 4 * 30 = 120 µs share the stratum's exact 60: 15 and 45
+    assert (futex.offcpu_us, pipe.offcpu_us) == (15, 45)
+    # blocked 2 * 15 = 30 and 4 * 25 = 100 share 45: 10.38 and 34.62, rounded down to 10 and 34, and the
+    # µs left to the larger remainder (34.62): 10 and 35; the rest of each waited for a CPU
+    assert (futex.blocked_us, futex.runqueue_us, pipe.blocked_us, pipe.runqueue_us) == (10, 5, 35, 10)
+    # counts 2 and 4 share the 3 waits: 1 and 2
+    assert (futex.count, pipe.count) == (1, 2)
+    # the variance of a share p of the stratum's estimate, scaled by f = 60 / 160: f² (V(1 - 2p) + p² V_all),
+    # V = 2*1*20² = 800 and 4*3*30² = 10,800, V_all = 11,600, p = 1/4 and 3/4:
+    # 0.140625 * (400 + 725) = 158.2 and 0.140625 * (-5,400 + 6,525) = 158.2
+    assert (futex.variance, pipe.variance) == (158, 158)
+
+
+def test_a_stratum_none_of_whose_waits_has_a_stack_keeps_its_time_without_one() -> None:
+    events = sampling_builder()
+    switch(events, 1000, 11, "R", 12, "preempt", weight=0)  # preempted at 1,000, back at 1,400
+    switch(events, 1400, 12, "S", 11, "poll", weight=1)
+    result = model(events)
+    row = row_of(result, 11, STACK_NOT_TAKEN)
+    assert (row.offcpu_us, row.runqueue_us, row.count, row.state) == (400, 400, 1, "R")
+
+
 def test_waits_of_weight_1_are_perfs_and_not_sampled() -> None:
     events = builder()
     switch(events, 1000, 11, "S", 12, "futex_wait", weight=1)
@@ -249,19 +296,20 @@ def test_waits_of_weight_1_are_perfs_and_not_sampled() -> None:
     assert (result.waits, result.stacked_waits, result.sampled) == (3, 3, False)
 
 
-def test_a_sampled_waits_sub_windows_are_counted_its_weight_times() -> None:
-    events = Feed(0, counted=(0, WINDOW_US * US))
+def test_a_sampled_waits_sub_windows_are_scaled_with_it() -> None:
+    events = Feed(0, counted=(0, WINDOW_US * US), sampled=True)
     switch(events, 1500, 11, "S", 12, "futex_wait", weight=3)  # 1,500 -> 3,200: 500, 1,000 and 200 µs
     switch(events, 3200, 12, "S", 11, "poll")
     row = row_of(model(events, counted=True), 11, "futex_wait")
-    assert row.windows == [0, 1500, 3000, 600, 0, 0, 0, 0, 0, 0]
-    assert row.offcpu_us == sum(row.windows) == 3 * 1700
+    # counted 3 times (1,500, 3,000, 600), then scaled to its stratum's one wait
+    assert row.windows == [0, 500, 1000, 200, 0, 0, 0, 0, 0, 0]
+    assert row.offcpu_us == sum(row.windows) == 1700
 
 
 def io_wait_of_the_lock_holder(holder_weight: int) -> Model:
     """11 waits for a lock (weight 3) from 1000 to 5200, ended at 5000 by 12, which waited for
     the disk (weight `holder_weight`) from 2000 to 4000 meanwhile."""
-    events = builder()
+    events = sampling_builder()
     switch(events, 1000, 11, "S", 12, "futex_wait", weight=3)
     switch(events, 2000, 12, "D", 0, "io_schedule", weight=holder_weight)
     events.sched_waking(3900 * US, 0, 0, "swapper/0", 12, "asm_common_interrupt")
@@ -271,13 +319,14 @@ def io_wait_of_the_lock_holder(holder_weight: int) -> Model:
     return model(events)
 
 
-def test_a_sampled_waits_link_to_its_wakers_wait_counts_its_weight() -> None:
+def test_a_sampled_waits_link_to_its_wakers_wait_is_scaled_with_its_row() -> None:
     result = io_wait_of_the_lock_holder(holder_weight=1)
     waiter, holder = row_of(result, 11, "futex_wait"), row_of(result, 12, "io_schedule")
-    # 11 blocked 1000 -> 5000 while 12 was off CPU 2000 -> 4000: 2000 µs, counted 3 times
+    # 11 blocked 1000 -> 5000 while 12 was off CPU 2000 -> 4000: 2000 µs, counted 3 times, then scaled
+    # as 11's row was, to its one wait: 2000 µs, once
     [link] = result.links
     assert (result.rows[link.waiter_row], result.rows[link.waker_row], link.overlap_us, link.count) == \
-        (waiter, holder, 6000, 3)
+        (waiter, holder, 2000, 1)
 
 
 def test_a_wakers_wait_without_a_stack_has_no_row_to_link_to() -> None:
@@ -286,6 +335,8 @@ def test_a_wakers_wait_without_a_stack_has_no_row_to_link_to() -> None:
     assert not [row for row in result.rows if result.stacks[row.stack].frames == ("io_schedule",)]
     # yet 12's 2000 µs in it are in its totals: 0 -> 1000 before the recording, 2000 -> 4000, 5200 -> the end
     assert result.threads[12].offcpu_us == 1000 + 2000 + 4800
+    # and in a row without a stack, its stratum's only wait
+    assert row_of(result, 12, STACK_NOT_TAKEN).offcpu_us == 2000
 
 
 class Slices(Feed):
@@ -293,8 +344,9 @@ class Slices(Feed):
     merged as build_model merges them."""
 
     def __init__(self) -> None:
-        super().__init__(0)
-        self.slices = [SliceBuilder(0, 5000 * US - 1), SliceBuilder(5000 * US, WINDOW_US * US)]
+        super().__init__(0, sampled=True)
+        self.slices = [SliceBuilder(0, 5000 * US - 1, sampled=True), SliceBuilder(5000 * US, WINDOW_US * US,
+                                                                                  sampled=True)]
 
     def _one(self, *event: object, weight: int | None = None) -> None:
         for piece in self.slices:
@@ -302,12 +354,13 @@ class Slices(Feed):
             super()._one(*event, weight=weight)
 
     def model(self) -> Model:
-        totals, skipped = merge([piece.finish(0) for piece in self.slices], 0, WINDOW_US * US, {})
+        totals, skipped = merge([piece.finish(0) for piece in self.slices], 0, WINDOW_US * US, {}, sampled=True)
         return to_model(totals, NamedChains(), info(), 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
 
 
 def waits_across_the_slices(events: Feed) -> None:
-    """11 waits (weight 4) from 1000 to 6500, woken at 6000; 13 (weight 0) from 2000 to 7000, on another CPU."""
+    """11 waits (weight 4) from 1000 to 6500, woken at 6000; 13 (weight 0) from 2000 to 7000, on
+    another CPU, woken at 6100."""
     switch(events, 1000, 11, "S", 12, "futex_wait", weight=4)
     switch(events, 2000, 13, "S", 0, "nanosleep", cpu=1, weight=0)
     events.sched_waking(6000 * US, 10, 12, "t12", 11, "futex_wake")
@@ -317,31 +370,31 @@ def waits_across_the_slices(events: Feed) -> None:
 
 
 def test_sampled_waits_across_slices_count_as_in_one_slice() -> None:
-    whole, sliced = builder(), Slices()
+    whole, sliced = sampling_builder(), Slices()
     waits_across_the_slices(whole)
     waits_across_the_slices(sliced)
     one, two = model(whole), sliced.model()
     for result in (one, two):
+        # 11's first wait, across the slices, alone in its stratum (woken by 12): 5500 µs, blocked 5000
         row = row_of(result, 11, "futex_wait")
-        # 5500 µs, 4 times: 22,000, blocked 4 * 5000, run queue 4 * 500; variance 4*3*5500²
-        assert (row.offcpu_us, row.blocked_us, row.runqueue_us, row.count) == (22_000, 20_000, 2_000, 4)
-        assert row.variance == 12 * 5500 ** 2
+        assert (row.offcpu_us, row.blocked_us, row.runqueue_us, row.count, row.variance) == \
+            (5_500, 5_000, 500, 1, 0)
         assert result.threads[11].offcpu_us == 5500
         # 13's wait has no stack: its 5000 µs (blocked to 6100, then 900 in the run queue) are in its
-        # totals, in no row
+        # totals, and in a row without a stack, its stratum's only wait
         thread = result.threads[13]
         assert (thread.offcpu_us, thread.blocked_us, thread.runqueue_us) == (5000, 4100, 900)
-        assert not [row for row in result.rows if result.stacks[row.stack].frames == ("nanosleep",)]
+        unsampled = row_of(result, 13, STACK_NOT_TAKEN)
+        assert (unsampled.offcpu_us, unsampled.blocked_us, unsampled.runqueue_us) == (5000, 4100, 900)
         assert result.sampled
     assert (two.waits, two.stacked_waits) == (one.waits, one.stacked_waits)
-    assert [(row.offcpu_us, row.variance) for row in two.rows] == [(row.offcpu_us, row.variance) for row in one.rows]
+    assert sorted((row.tid, row.offcpu_us, row.variance) for row in two.rows) == \
+        sorted((row.tid, row.offcpu_us, row.variance) for row in one.rows)
 
 
 def test_a_sampled_models_json_keeps_its_variances_and_counts() -> None:
-    events = builder()
-    three_sampled_waits(events)
+    events = sampling_builder()
+    three_sampled_waits(events, ("futex_wait", "pipe_read"))
     result = model(events)
     again = Model.from_json(json.loads(json.dumps(result.to_json())))
-    assert row_of(again, 11, "futex_wait").variance == 11_600
-    assert (again.waits, again.stacked_waits, again.sampled) == (7, 6, True)
-    assert again.rows == result.rows
+    assert (row_of(again, 11, "futex_wait").variance, row_of(again, 11, "futex_wait").count) == (158, 1)
