@@ -61,7 +61,7 @@ def doctor(pid: int | None, as_json: bool) -> None:
 
 def _cost_checks(quiet: bool) -> list[Check]:
     """Whether BPF records here, and what one recorded switch and its wakeup cost with each
-    backend, measured by short recordings (about two seconds)."""
+    backend, measured by short recordings (about six seconds)."""
     console = Console(stderr=True)
     try:
         if console.is_terminal and not quiet:
