@@ -49,7 +49,7 @@ from offcpu.model import (
     WaitTimes,
     Waker,
 )
-from offcpu.sampling import Stratum, StratumKey, scale_to_strata, stratum_of
+from offcpu.sampling import MergedKey, SampledRows, Stratum, StratumKey, scale_to_strata, stratum_of
 from offcpu.sched_events import (
     SCHED_SWITCH,
     SCHED_WAKING,
@@ -97,7 +97,7 @@ class Wait:
     waker: WakerKey | None = None
     ran_ns: int | None = None  # when the thread came on CPU before it left (None: not in the slice)
     # 1: its stack was taken (perf takes every one); w > 1: taken with probability 1/w, so its
-    # row counts it w times; 0: not taken, so it counts in its thread's totals only
+    # row counts it w times; 0: not taken, so it counts in its thread's totals and its stratum only
     weight: int = 1
 
     def woken(self, time_ns: int, waker: WakerKey) -> None:
@@ -151,7 +151,10 @@ class Tally:
 
     counted_from_ns: int = 0
     counted_to_ns: int = UNBOUNDED
-    row_numbers: dict[RowKey, int] = field(default_factory=dict)
+    row_numbers: dict[RowKey, int] = field(default_factory=dict)  # rows of waits of weight 1 (see Wait)
+    # A sampling backend's rows of waits of weight w > 1, apart from those of weight 1: only their
+    # estimates are scaled to the strata (offcpu.sampling)
+    weighted_numbers: dict[RowKey, int] = field(default_factory=dict)
     rows: list[WaitTimes] = field(default_factory=list)  # by row number
     # By row number: its off-CPU time in each of SUB_WINDOWS equal parts of what is counted
     # (none when that is unbounded), for the spread of the findings' shares over time
@@ -165,9 +168,9 @@ class Tally:
     # many more the rows count than carry one (w - 1 for each of weight w): perf's have neither
     stackless_waits: int = 0
     stand_in_waits: int = 0
-    # A sampling backend's waits, each counted once, by thread, state and waker, to scale the
-    # rows' estimates to (offcpu.sampling); None for a backend that takes every stack
-    strata: dict[StratumKey, Stratum] | None = None
+    # A sampling backend's waits of weight other than 1, each counted once, by thread, state and
+    # waker: the exact times the weighted rows' estimates are scaled to (offcpu.sampling)
+    strata: dict[StratumKey, Stratum] = field(default_factory=dict)
     estimated_switch_ins: int = 0
     half_recorded_switches: int = 0
     # Each thread's last waits (since, back, row number or NO_ROW, weight: tuples, one made per switch), to
@@ -200,14 +203,23 @@ class Tally:
             return to_ns - from_ns if to_ns > from_ns else 0
         return max(0, min(to_ns, self.counted_to_ns) - max(from_ns, self.counted_from_ns))
 
-    def row_number(self, key: RowKey) -> int:
-        number = self.row_numbers.get(key)
+    def row_number(self, key: RowKey, weighted: bool = False) -> int:
+        numbers = self.weighted_numbers if weighted else self.row_numbers
+        number = numbers.get(key)
         if number is None:
-            number = self.row_numbers[key] = len(self.rows)
+            number = numbers[key] = len(self.rows)
             self.rows.append(WaitTimes())
             if self.counted_to_ns != UNBOUNDED:
                 self.by_window.append([0] * SUB_WINDOWS)
         return number
+
+    def row_keys(self) -> list[tuple[RowKey, bool]]:
+        """Each row's key, and whether it counts weighted waits, by row number."""
+        keys: list[tuple[RowKey, bool]] = [None] * len(self.rows)  # type: ignore[list-item]
+        for weighted, numbers in ((False, self.row_numbers), (True, self.weighted_numbers)):
+            for key, number in numbers.items():
+                keys[number] = (key, weighted)
+        return keys
 
     def split(self, windows: list[int], since_ns: int, until_ns: int, offcpu: int, weight: int = 1) -> None:
         """Add a wait's `offcpu` µs (since_ns to until_ns, within what is counted; more than 0),
@@ -262,13 +274,13 @@ class Tally:
             self.clipped += 1
         key = (tid, wait.stack, state, waker)
         weight = wait.weight
-        if self.strata is not None and wait.stack not in SYNTHETIC_STACKS:
-            self._count_in_stratum(key, since_ns, until_ns, offcpu, blocked, weight)
-        if not weight:  # in its thread's totals only: no row, no link of its own, no place in the timeline
+        if not weight:  # in its stratum only: no row, no link of its own, no place in the timeline
             self.stackless_waits += 1
+            self._count_in_stratum(key, since_ns, until_ns, offcpu, blocked, unsampled=True)
             self._remember(tid, since_ns, until_ns, NO_ROW, 0)
             return
         if weight != 1:
+            self._count_in_stratum(key, since_ns, until_ns, offcpu, blocked, unsampled=False)
             number = self._add_sampled(key, since_ns, until_ns, offcpu, blocked, weight)
         else:
             known = self.row_numbers.get(key)
@@ -298,22 +310,28 @@ class Tally:
             self._keep_longest((until_ns - since_ns, since_ns, tid, woken_ns, until_ns, wait.ran_ns, number))
 
     def _count_in_stratum(self, key: RowKey, since_ns: int, until_ns: int, offcpu: int, blocked: int,
-                          weight: int) -> None:
-        stratum = self.strata.setdefault(stratum_of(key), Stratum())  # type: ignore[union-attr]
+                          unsampled: bool) -> None:
+        """Count a wait of weight other than 1 once in its stratum; one without a stack (`unsampled`)
+        also in what a stratum with none of them needs (see Stratum)."""
+        stratum_key = stratum_of(key)
+        stratum = self.strata.get(stratum_key)
+        if stratum is None:
+            stratum = self.strata[stratum_key] = Stratum()
         times = stratum.times
         times.offcpu_us += offcpu
         times.blocked_us += blocked
         times.runqueue_us += offcpu - blocked
         times.count += 1
-        if self.counted_to_ns != UNBOUNDED and offcpu:
-            self.split(stratum.windows, since_ns, until_ns, offcpu)
-        if not weight and stratum.unsampled_row is None:
-            stratum.unsampled_row = key
+        if unsampled:
+            stratum.unsampled_squares += offcpu * offcpu
+            if self.counted_to_ns != UNBOUNDED and offcpu:
+                self.split(stratum.unsampled_windows, since_ns, until_ns, offcpu)
+            stratum.unsampled_row = stratum.unsampled_row or key
 
     def _add_sampled(self, key: RowKey, since_ns: int, until_ns: int, offcpu: int, blocked: int, weight: int) -> int:
         """Count a wait whose stack was taken with probability 1/`weight` `weight` times in its
         row (Horvitz-Thompson), with its share of the row's variance; returns the row's number."""
-        number = self.row_number(key)
+        number = self.row_number(key, weighted=True)
         row = self.rows[number]
         row.offcpu_us += offcpu * weight
         row.blocked_us += blocked * weight
@@ -361,7 +379,7 @@ class Tally:
                 link.count += pairs
 
     def add(self, other: Tally) -> None:
-        numbers = [self.row_number(key) for key in other.row_numbers]  # other's row numbers in this tally
+        numbers = [self.row_number(key, weighted) for key, weighted in other.row_keys()]  # other's rows' numbers here
         for number, times in zip(numbers, other.rows, strict=True):
             self.rows[number].add_times(times)
         for number, windows in zip(numbers, other.by_window, strict=False):  # none when unbounded
@@ -383,8 +401,8 @@ class Tally:
         self.unseen_wakeups += other.unseen_wakeups
         self.stackless_waits += other.stackless_waits
         self.stand_in_waits += other.stand_in_waits
-        for key, stratum in (other.strata or {}).items():
-            self.strata.setdefault(key, Stratum()).add(stratum)  # type: ignore[union-attr]
+        for key, stratum in other.strata.items():
+            self.strata.setdefault(key, Stratum()).add(stratum)
         self.estimated_switch_ins += other.estimated_switch_ins
         self.half_recorded_switches += other.half_recorded_switches
 
@@ -424,12 +442,11 @@ class SliceBuilder:
     """The per-slice state machine: which threads are on CPU, which wait, since when."""
 
     def __init__(self, start_ns: int, end_ns: int, counted: tuple[int, int] | None = None,
-                 switch_cost_ns: int = 0, sampled: bool = False) -> None:
+                 switch_cost_ns: int = 0) -> None:
         """`switch_cost_ns`: the capture's measured time from a switch to perf's record of the
-        thread coming in, for switches from threads that were not recorded; `sampled`: the
-        backend took stacks for a sample of the waits (see Tally.strata)."""
+        thread coming in, for switches from threads that were not recorded."""
         self.start_ns, self.end_ns = start_ns, end_ns
-        self.totals = new_tally(counted, sampled)
+        self.totals = Tally(*counted) if counted else Tally()
         self.switch_cost_ns = switch_cost_ns
         self.running: dict[int, int] = {}
         self.waiting: dict[int, Wait] = {}
@@ -655,13 +672,9 @@ class SliceBuilder:
                            self.incoming, skipped)
 
 
-def new_tally(counted: tuple[int, int] | None, sampled: bool) -> Tally:
-    return Tally(*(counted or (0, UNBOUNDED)), strata={} if sampled else None)
-
-
 def read_slice(reader: CaptureReader, start_ns: int, end_ns: int, counted: tuple[int, int],
-               switch_cost_ns: int, sampled: bool = False) -> SliceResult:
-    builder = SliceBuilder(start_ns, end_ns, counted, switch_cost_ns, sampled)
+               switch_cost_ns: int) -> SliceResult:
+    builder = SliceBuilder(start_ns, end_ns, counted, switch_cost_ns)
     skipped_before = reader.skipped
     # Reading makes millions of objects and no reference cycles: the cyclic collector would
     # only walk them over and over (2-6% of a slice's time).
@@ -676,12 +689,11 @@ def read_slice(reader: CaptureReader, start_ns: int, end_ns: int, counted: tuple
 
 
 def merge(slices: list[SliceResult], window_start_ns: int, window_end_ns: int,
-          at_start: dict[int, tuple[str, str]], counted: tuple[int, int] | None = None,
-          sampled: bool = False) -> tuple[Tally, int]:
+          at_start: dict[int, tuple[str, str]], counted: tuple[int, int] | None = None) -> tuple[Tally, int]:
     """Join the slices (of the recording's window, in time order); returns the tally of
     the `counted` part of it (default: all) and the count of unreadable events. `at_start` holds
     the threads of the target when recording began (comm, state)."""
-    totals = new_tally(counted, sampled)
+    totals = Tally(*counted) if counted else Tally()
     pending: dict[int, Wait] = {}
     running: set[int] = set()
     seen: set[int] = set()
@@ -784,7 +796,6 @@ def build_model(reader: CaptureReader, info: CaptureInfo, window: tuple[int, int
     start_ns, end_ns = window or (info.window_start_ns, info.window_end_ns)
     slices = reader.time_slices(info.window_start_ns, end_ns, os.cpu_count() or 1)
     counted, switch_cost_ns = (start_ns, end_ns), info.switch_cost_ns or 0
-    sampled = info.backend == "bpf"  # its stacks are taken under a budget, for a sample of the waits
     results: dict[int, SliceResult] = {}
 
     def done(index: int, result: SliceResult) -> None:
@@ -796,13 +807,13 @@ def build_model(reader: CaptureReader, info: CaptureInfo, window: tuple[int, int
     # to start, and a slice fewer to send back.
     with ProcessPoolExecutor(max_workers=max(1, len(slices) - 1), mp_context=get_context("fork"),
                              initializer=end_with_parent, initargs=(os.getpid(), signal.SIGKILL)) as pool:
-        futures = {pool.submit(read_slice, reader, first, last, counted, switch_cost_ns, sampled): index
+        futures = {pool.submit(read_slice, reader, first, last, counted, switch_cost_ns): index
                    for index, (first, last) in enumerate(slices[:-1])}
-        done(len(slices) - 1, read_slice(reader, *slices[-1], counted, switch_cost_ns, sampled))
+        done(len(slices) - 1, read_slice(reader, *slices[-1], counted, switch_cost_ns))
         for future in as_completed(futures):
             done(futures[future], future.result())
     totals, skipped = merge([results[index] for index in range(len(slices))], info.window_start_ns, end_ns,
-                            threads_at_start(info), (start_ns, end_ns), sampled)
+                            threads_at_start(info), (start_ns, end_ns))
     return to_model(totals, reader, info, start_ns, end_ns, skipped)
 
 
@@ -810,11 +821,11 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
              skipped: int) -> Model:
     """Number the distinct stacks and wakers; the reader names each call chain once. Chains
     that differ only in addresses (other call sites in the same functions) are one stack.
-    A sampled capture's rows are first scaled to their strata (offcpu.sampling)."""
-    stacked_waits = sum(row.count for row in totals.rows) - totals.stand_in_waits  # (a sampled wait counts w times)
-    if totals.strata is not None:
-        scale_to_strata(totals, SYNTHETIC_STACKS)
-    chains = {chain for (_, chain, _, waker) in totals.row_numbers for chain in (chain, waker[3] if waker else None)}
+    A sampling backend's weighted rows are then scaled to their strata (offcpu.sampling)."""
+    keys = totals.row_keys()
+    unsampled_keys = [stratum.unsampled_row for stratum in totals.strata.values() if stratum.unsampled_row]
+    chains = {chain for (_, chain, _, waker) in [key for key, _ in keys] + unsampled_keys
+              for chain in (chain, waker[3] if waker else None)}
     named = reader.stacks(chain for chain in chains if chain is not None and chain not in SYNTHETIC_STACKS)
     chain_ids: dict[Chain, int] = {}
     stack_ids: dict[Stack, int] = {}
@@ -829,6 +840,7 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
         return chain_ids[chain]
 
     waker_of: dict[WakerKey, int] = {}  # rows share wakers: each is made and looked up once
+    waker_identities: dict[int | None, tuple[int, int, str] | None] = {None: None}  # waker id -> pid, tid, comm
 
     def waker_id(key: WakerKey | None) -> int | None:
         if key is None:
@@ -838,29 +850,34 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
             pid, tid, comm, chain = key
             waker = Waker(waker_kind(tid, stack_of(chain)), pid, tid, comm, stack_id(chain))
             number = waker_of[key] = waker_ids.setdefault(waker, len(waker_ids))
+            waker_identities[number] = (pid, tid, comm)
         return number
 
-    merged: dict[tuple[int, int, str, int | None], WaitTimes] = {}
-    merged_windows: dict[tuple[int, int, str, int | None], list[int]] = {}
-    row_of: list[tuple[int, int, str, int | None]] = []  # by the tally's row number
-    for number, (key, times) in enumerate(zip(totals.row_numbers, totals.rows, strict=True)):
+    def merged_key(key: RowKey) -> MergedKey:
         tid, chain, state, waker = key
-        merged_key = (tid, stack_id(chain), state, waker_id(waker))
-        row_of.append(merged_key)
-        merged.setdefault(merged_key, WaitTimes()).add_times(times)
-        if totals.by_window:
-            windows = merged_windows.setdefault(merged_key, [0] * SUB_WINDOWS)
-            for window, us in enumerate(totals.by_window[number]):
-                windows[window] += us
+        return tid, stack_id(chain), state, waker_id(waker)
+
+    rows_by_kind = SampledRows()
+    row_of: list[tuple[MergedKey, bool]] = []  # by the tally's row number
+    for (key, weighted), times, windows in zip(keys, totals.rows, totals.by_window or [[]] * len(keys), strict=True):
+        row_of.append((merged_key(key), weighted))
+        rows_by_kind.add(*row_of[-1], times, windows)
+    stacked_waits = sum(times.count for times in totals.rows) - totals.stand_in_waits  # (a wait of weight w counts w)
+    factors = scale_to_strata(rows_by_kind, totals.strata, merged_key,
+                              lambda key: (key[0], key[2], waker_identities[key[3]]))
+    merged, merged_windows = rows_by_kind.merged()
     row_index = {key: index for index, key in enumerate(merged)}
     rows = [Row(*key, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count,
                 merged_windows.get(key, []), times.variance)
             for key, times in merged.items()]
     links: dict[tuple[int, int], Overlap] = {}
     for (waiter_row, waker_row), overlap in totals.links.items():
-        link = links.setdefault((row_index[row_of[waiter_row]], row_index[row_of[waker_row]]), Overlap())
-        link.ns += overlap.ns
-        link.count += overlap.count
+        (waiter, waiter_weighted), (waker, waker_weighted) = row_of[waiter_row], row_of[waker_row]
+        factor = (factors.get(waiter, 1.0) if waiter_weighted else 1.0) * \
+            (factors.get(waker, 1.0) if waker_weighted else 1.0)
+        link = links.setdefault((row_index[waiter], row_index[waker]), Overlap())
+        link.ns += round(overlap.ns * factor)
+        link.count += round(overlap.count * factor)
     stacks, wakers = list(stack_ids), list(waker_ids)  # in the order they were numbered
     waited = {row.tid for row in rows}
 
@@ -877,7 +894,7 @@ def to_model(totals: Tally, reader: CaptureReader, info: CaptureInfo, start_ns: 
                            round(t.observer_ns / 1000))
                for tid, t in totals.threads.items()
                if t.oncpu_ns or tid in waited or inside(t.created_ns) or inside(t.exited_ns)}
-    timeline = sorted(TimedWait(tid, row_index[row_of[number]], since_ns, woken_ns, back_ns, ran_ns)
+    timeline = sorted(TimedWait(tid, row_index[row_of[number][0]], since_ns, woken_ns, back_ns, ran_ns)
                       for _, since_ns, tid, woken_ns, back_ns, ran_ns, number in totals.longest)
     return Model(info, start_ns, end_ns, stacks, wakers, rows, threads, totals.runqueue_delays_us,
                  [Link(waiter, waker, round(link.ns / 1000), link.count) for (waiter, waker), link in links.items()],

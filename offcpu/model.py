@@ -15,7 +15,7 @@ from dataclasses import asdict, astuple, dataclass, field
 from offcpu.capture import CaptureInfo
 from offcpu.stacks import Stack
 
-SCHEMA = "offcpu-model/9"  # a new engine or reader reads perf.data again
+SCHEMA = "offcpu-model/10"  # a new engine or reader reads perf.data again
 WHOLE_WINDOW = 0.99  # a wait of this share of the window or more lasted all of it
 # Synthetic frames for time whose stack perf could not have recorded.
 BEFORE_WINDOW = "[off CPU since before the recording]"
@@ -68,7 +68,7 @@ class WaitTimes:
         self.blocked_us += other.blocked_us
         self.runqueue_us += other.runqueue_us
         self.count += other.count
-        self.variance += other.variance  # the waits were sampled independently
+        self.variance += other.variance  # (rows of one stratum are not independent: an upper bound)
 
     def __reduce__(self) -> tuple:
         return WaitTimes, (self.offcpu_us, self.blocked_us, self.runqueue_us, self.count,
@@ -89,8 +89,8 @@ class Row:
     count: int = 0
     # offcpu_us in each of SUB_WINDOWS equal parts of the window, in order (empty: not known)
     windows: list[int] = field(default_factory=list)
-    # The variance of offcpu_us as an estimate (µs²), when its waits' stacks were sampled:
-    # a wait of weight w and d µs adds w(w-1)d² (Horvitz-Thompson); 0 when all were taken
+    # The variance of offcpu_us as an estimate (µs²), when its waits' stacks were sampled
+    # (offcpu.sampling: of its share of its stratum); 0 when all were taken
     variance: int = 0
 
     @property

@@ -1,15 +1,19 @@
 """Estimates of each stack's time when a backend took stacks for a sample of the waits.
 
 Every wait is timed, whether its stacks were taken or not: which thread, in which state,
-and who woke it are known for all of them. Only the stacks are sampled. So the waits are
-counted twice while a capture is read: each wait with a stack in its row, `w` times
-(taken with probability 1/w: Horvitz-Thompson), and every wait once, exactly, in its
-stratum: the waits of one thread, in one state, ended by one waker (or by none). At the
-end each stratum's rows are scaled so that they add up to its exact times
+and who woke it are known for all of them. Only the stacks are sampled. So a wait taken
+with probability 1/w (w > 1) counts w times in its row (Horvitz-Thompson), and every wait
+of weight other than 1 also counts once, exactly, in its stratum: the waits of one thread,
+in one state, ended by one waker (by its thread, whatever its stack), or by none. When the
+model is made, each stratum's weighted rows are scaled to its exact times
 (post-stratification): only how a stratum's time divides among its stacks is estimated,
 never how much time it holds. A preemption's time, or the time a thread waited for one
-waker, is then exact however few of those waits were sampled; and a stratum none of whose
-waits carried a stack keeps its time, under `[stack not sampled]`.
+waker, is then exact however few of those waits were sampled. Rows of waits of weight 1
+(their stacks always taken) are exact and left as they are.
+
+A stratum none of whose waits carried a stack takes the stacks of its thread's other waits
+in the same state, in proportion to their time (those ended by the same waker first), with
+its own waker; a thread with none keeps the time under `[stack not sampled]`.
 
 docs/numbers.md#sampled-stacks says what the reports show of it.
 """
@@ -17,36 +21,72 @@ docs/numbers.md#sampled-stacks says what the reports show of it.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from offcpu.model import SUB_WINDOWS, WaitTimes
 
 if TYPE_CHECKING:
-    from offcpu.engine import RowKey, Tally
+    from offcpu.engine import RowKey
 
 # A stratum: tid, state, and the waker's pid, tid and comm (None: not woken, such as preempted)
 StratumKey = tuple[int, str, tuple[int, int, str] | None]
+# A model row's key: tid, stack, state, waker (offcpu.model.Row)
+MergedKey = tuple[int, int, str, int | None]
 
 
 @dataclass(slots=True)
 class Stratum:
-    """The exact times of a stratum's waits, and the row its waits without a stack would
-    have (their stack and their waker's stack not taken), should none of them carry one."""
+    """The exact times of a stratum's waits of weight other than 1; and, of those without a
+    stack, what a stratum made of them alone needs: their sub-windows, the sum of their
+    squared µs, and the key of their row (their stack and their waker's not taken)."""
 
     times: WaitTimes = field(default_factory=WaitTimes)
-    windows: list[int] = field(default_factory=lambda: [0] * SUB_WINDOWS)
+    unsampled_windows: list[int] = field(default_factory=lambda: [0] * SUB_WINDOWS)
+    unsampled_squares: int = 0
     unsampled_row: RowKey | None = None
 
     def add(self, other: Stratum) -> None:
         self.times.add_times(other.times)
-        self.windows = [mine + theirs for mine, theirs in zip(self.windows, other.windows, strict=True)]
+        self.unsampled_windows = [mine + theirs for mine, theirs in
+                                  zip(self.unsampled_windows, other.unsampled_windows, strict=True)]
+        self.unsampled_squares += other.unsampled_squares
         self.unsampled_row = self.unsampled_row or other.unsampled_row
 
 
 def stratum_of(row: RowKey) -> StratumKey:
     tid, _, state, waker = row
     return tid, state, waker[:3] if waker else None
+
+
+@dataclass
+class SampledRows:
+    """A capture's rows by their model key, the estimates of weighted waits apart from the
+    exact rows of waits of weight 1, with their sub-windows (none when not kept)."""
+
+    exact: dict[MergedKey, WaitTimes] = field(default_factory=dict)
+    weighted: dict[MergedKey, WaitTimes] = field(default_factory=dict)
+    windows: dict[tuple[MergedKey, bool], list[int]] = field(default_factory=dict)
+
+    def add(self, key: MergedKey, weighted: bool, times: WaitTimes, windows: list[int]) -> None:
+        (self.weighted if weighted else self.exact).setdefault(key, WaitTimes()).add_times(times)
+        if windows:
+            kept = self.windows.setdefault((key, weighted), [0] * SUB_WINDOWS)
+            kept[:] = [mine + theirs for mine, theirs in zip(kept, windows, strict=True)]
+
+    def merged(self) -> tuple[dict[MergedKey, WaitTimes], dict[MergedKey, list[int]]]:
+        """Both kinds of rows added up by key, exact ones first, and their sub-windows."""
+        merged: dict[MergedKey, WaitTimes] = {}
+        merged_windows: dict[MergedKey, list[int]] = {}
+        for weighted, rows in ((False, self.exact), (True, self.weighted)):
+            for key, times in rows.items():
+                merged.setdefault(key, WaitTimes()).add_times(times)
+                windows = self.windows.get((key, weighted))
+                if windows:
+                    kept = merged_windows.setdefault(key, [0] * SUB_WINDOWS)
+                    kept[:] = [mine + theirs for mine, theirs in zip(kept, windows, strict=True)]
+        return merged, merged_windows
 
 
 def apportion(total: int, parts: list[int]) -> list[int]:
@@ -60,49 +100,103 @@ def apportion(total: int, parts: list[int]) -> list[int]:
     return shares
 
 
-def scale_to_strata(totals: Tally, synthetic: tuple[str, ...]) -> None:
-    """Scale the rows of each of `totals.strata` (rows of `synthetic` stacks are in none: they
-    were not sampled) to the stratum's exact times, with their sub-windows and links, and
-    each row's variance to that of the scaled estimate; give a stratum without rows one."""
-    by_stratum: dict[StratumKey, list[int]] = defaultdict(list)
-    for number, row_key in enumerate(totals.row_numbers):
-        if row_key[1] not in synthetic:
-            by_stratum[stratum_of(row_key)].append(number)
-    factors: dict[int, float] = {}  # row number -> how much its off-CPU time was scaled
-    for key, stratum in (totals.strata or {}).items():
-        numbers = by_stratum.get(key, [])
-        if sum(totals.rows[number].offcpu_us for number in numbers) > 0:
-            factors.update(_scale_rows(totals, numbers, stratum))
-        elif stratum.times.offcpu_us and stratum.unsampled_row is not None:
-            number = totals.row_number(stratum.unsampled_row)
-            totals.rows[number].add_times(stratum.times)
-            if totals.by_window:
-                totals.by_window[number] = list(stratum.windows)
-    for pair, link in totals.links.items():
-        factor = factors.get(pair[0], 1.0) * factors.get(pair[1], 1.0)
-        link.ns, link.count = round(link.ns * factor), round(link.count * factor)
+def scale_to_strata(rows: SampledRows, strata: dict[StratumKey, Stratum], key_of: Callable[[RowKey], MergedKey],
+                    stratum_key: Callable[[MergedKey], StratumKey]) -> dict[MergedKey, float]:
+    """Scale each stratum's weighted rows to its exact times, and give the strata without one
+    rows of their own (see the module's doc); returns how much each weighted row's off-CPU
+    time was scaled, for its links. `key_of` makes a tally's row key a model row's, and
+    `stratum_key` says which stratum a model row is in."""
+    in_stratum: dict[StratumKey, list[MergedKey]] = defaultdict(list)
+    for row in rows.weighted:
+        in_stratum[stratum_key(row)].append(row)
+    factors: dict[MergedKey, float] = {}
+    alone = []
+    for key, stratum in strata.items():
+        if key in in_stratum:
+            factors.update(_scale(rows, in_stratum[key], stratum))
+        elif stratum.unsampled_row is not None:
+            alone.append(stratum)
+    donors = Donors(rows, stratum_key)
+    for stratum in alone:
+        _borrow(rows, stratum, key_of(stratum.unsampled_row), donors)  # type: ignore[arg-type]
+    return factors
 
 
-def _scale_rows(totals: Tally, numbers: list[int], stratum: Stratum) -> dict[int, float]:
-    """Scale one stratum's rows (off-CPU time above 0) to its exact times; returns each
-    row's factor. The variance is the linearized one of a ratio estimate: of each row's
-    share of the stratum, times the stratum's exact time."""
-    rows = [totals.rows[number] for number in numbers]
+def _parts(preferred: list[int], fallback: list[int]) -> list[int]:
+    return preferred if any(preferred) else fallback
+
+
+def _scale(rows: SampledRows, keys: list[MergedKey], stratum: Stratum) -> dict[MergedKey, float]:
+    """Scale one stratum's weighted rows to its exact blocked and run-queue time (their sum the
+    off-CPU time) and count; returns each row's factor. A row's variance becomes that of its
+    share of the stratum as a ratio estimate, times the stratum's time, linearized:
+    f²(V(1 - 2p) + p²V_all), with f the stratum's exact time over its estimate."""
+    estimates = [rows.weighted[key] for key in keys]
     exact = stratum.times
-    estimated_us = sum(row.offcpu_us for row in rows)
-    factor = exact.offcpu_us / estimated_us
-    stratum_variance = sum(row.variance for row in rows)
-    offcpu = apportion(exact.offcpu_us, [row.offcpu_us for row in rows])
-    blocked_parts = [row.blocked_us for row in rows] if any(row.blocked_us for row in rows) else offcpu
-    blocked = apportion(exact.blocked_us, blocked_parts) if any(blocked_parts) else [0] * len(rows)
-    counts = apportion(exact.count, [row.count for row in rows]) if any(row.count for row in rows) else \
-        [row.count for row in rows]
-    for number, row, row_us, row_blocked, count in zip(numbers, rows, offcpu, blocked, counts, strict=True):
-        share = row.offcpu_us / estimated_us
-        row.variance = round(factor * factor * (row.variance * (1 - 2 * share) + share * share * stratum_variance))
-        if totals.by_window and any(totals.by_window[number]):
-            totals.by_window[number] = apportion(row_us, totals.by_window[number])
-        row.offcpu_us, row.count = row_us, count
-        row.blocked_us = min(row_blocked, row_us)
-        row.runqueue_us = row_us - row.blocked_us
-    return {number: factor for number in numbers}
+    estimated_us = sum(times.offcpu_us for times in estimates)
+    by_time = _parts([times.offcpu_us for times in estimates], [times.count for times in estimates])
+    blocked = apportion(exact.blocked_us, _parts([times.blocked_us for times in estimates], by_time))
+    runqueue = apportion(exact.runqueue_us, _parts([times.runqueue_us for times in estimates], by_time))
+    counts = apportion(exact.count, [times.count for times in estimates])
+    factor = exact.offcpu_us / estimated_us if estimated_us else 0.0
+    stratum_variance = sum(times.variance for times in estimates)
+    factors = {}
+    for key, times, row_blocked, row_runqueue, count in zip(keys, estimates, blocked, runqueue, counts, strict=True):
+        share = times.offcpu_us / estimated_us if estimated_us else 0.0
+        variance = factor * factor * (times.variance * (1 - 2 * share) + share * share * stratum_variance)
+        scaled = WaitTimes(row_blocked + row_runqueue, row_blocked, row_runqueue, count, round(variance))
+        factors[key] = scaled.offcpu_us / times.offcpu_us if times.offcpu_us else 1.0
+        windows = rows.windows.get((key, True))
+        if windows:
+            profile = _parts(windows, stratum.unsampled_windows)
+            rows.windows[(key, True)] = apportion(scaled.offcpu_us, profile) if any(profile) else windows
+        rows.weighted[key] = scaled
+    return factors
+
+
+class Donors:
+    """The rows whose stacks a stratum without any may take, as the rows were before any was
+    borrowed: first the thread's exact rows of the same stratum, then its weighted rows in the
+    same state, then its exact rows in that state."""
+
+    def __init__(self, rows: SampledRows, stratum_key: Callable[[MergedKey], StratumKey]) -> None:
+        self.stratum_key = stratum_key
+        self.exact_in_stratum: dict[StratumKey, dict[MergedKey, WaitTimes]] = defaultdict(dict)
+        self.in_state: dict[tuple[bool, int, str], dict[MergedKey, WaitTimes]] = defaultdict(dict)
+        for weighted, kind in ((False, rows.exact), (True, rows.weighted)):
+            for key, times in kind.items():
+                if not weighted:
+                    self.exact_in_stratum[stratum_key(key)][key] = times
+                self.in_state[(weighted, key[0], key[2])][key] = times
+
+    def of(self, key: MergedKey) -> dict[MergedKey, WaitTimes]:
+        tid, _, state, _ = key
+        for pool in (self.exact_in_stratum.get(self.stratum_key(key)), self.in_state.get((True, tid, state)),
+                     self.in_state.get((False, tid, state))):
+            if pool:
+                return pool
+        return {}
+
+
+def _borrow(rows: SampledRows, stratum: Stratum, own: MergedKey, donors: Donors) -> None:
+    """Give a stratum none of whose waits has a stack (its row `own`) the stacks of its donors,
+    its exact times divided in proportion to theirs; each part's variance is that of a sum of
+    its waits, each in that stack with the donor's share as its chance: p(1 - p)Σd²."""
+    exact = stratum.times
+    pool = donors.of(own)
+    if not pool:
+        rows.add(own, True, WaitTimes(exact.offcpu_us, exact.blocked_us, exact.runqueue_us, exact.count),
+                 list(stratum.unsampled_windows) if rows.windows else [])
+        return
+    tid, _, state, waker = own
+    parts = _parts([times.offcpu_us for times in pool.values()], [times.count for times in pool.values()])
+    whole = sum(parts)
+    for donor, part, blocked, runqueue, count in zip(pool, parts, apportion(exact.blocked_us, parts),
+                                                      apportion(exact.runqueue_us, parts),
+                                                      apportion(exact.count, parts), strict=True):
+        share = part / whole
+        times = WaitTimes(blocked + runqueue, blocked, runqueue, count,
+                          round(share * (1 - share) * stratum.unsampled_squares))
+        windows = stratum.unsampled_windows
+        rows.add((tid, donor[1], state, waker), True, times,
+                 apportion(times.offcpu_us, windows) if any(windows) and rows.windows else [])

@@ -62,9 +62,9 @@ class Events:
     `weights` is empty when every wait's stack was taken (perf's readers). A backend that
     takes the stacks of a sample of waits gives one entry per event, of which only a
     SCHED_SWITCH's means something: the weight of the wait it begins. w >= 1: the wait's
-    stack was taken with probability 1/w, and its stack's times count it w times (an
-    unbiased estimate); 0: its stack was not taken, and the wait counts only in its
-    thread's totals (which stay exact).
+    stack was taken with probability 1/w, and its stack's times count it w times before
+    they are scaled to its stratum's (offcpu.sampling); 0: its stack was not taken, and
+    the wait counts in its thread's totals (which stay exact) and its stratum's.
     """
 
     kinds: list[int] = field(default_factory=list)

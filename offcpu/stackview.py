@@ -87,7 +87,8 @@ class StackView:
 def selected(model: Model, view: StackView) -> Model:
     """The model of what the filters keep, for totals and tables (threads, states, wakers,
     lifecycle) that follow them. With --state a thread's off-CPU time is its time in those
-    states (its rows': an estimate when sampled), and a thread without any is left out.
+    states (its rows', whose strata are by state: exact also when sampled), and a thread
+    without any is left out.
     (Run-queue delays are not kept per thread: they stay those of every thread recorded in
     the window.)"""
     if not view.filtered:

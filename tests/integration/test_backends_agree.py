@@ -101,7 +101,8 @@ def assert_same_findings(by_perf: dict, by_bpf: dict) -> None:
         near_a_limit = any(found["settled_severity"] != found["severity"] for found in (perf_finding, bpf_finding))
         assert perf_finding["severity"] == bpf_finding["severity"] or near_a_limit, \
             (key, perf_finding["summary"], bpf_finding["summary"])
-        beyond_us = abs(bpf_finding["offcpu_us"] - perf_finding["offcpu_us"]) - TIME_TOLERANCE * perf_finding["offcpu_us"]
+        difference_us = abs(bpf_finding["offcpu_us"] - perf_finding["offcpu_us"])
+        beyond_us = difference_us - TIME_TOLERANCE * perf_finding["offcpu_us"]
         if beyond_us > 0 and bpf_finding["offcpu_us"] > perf_finding["offcpu_us"]:
             unseen_by_perf_us -= beyond_us  # (BPF's more: from what perf did not see end)
             beyond_us = 0 if unseen_by_perf_us >= 0 else beyond_us

@@ -223,7 +223,8 @@ def test_the_model_of_a_bpf_capture(tmp_path: Path) -> None:
     # on as perf shows it: 1000 -> 4500, blocked until 4000, then 500 waiting for a CPU. Its stack was taken
     # with probability 1/4; its stratum (WAITER's waits in S woken by WAKER) also holds the wait from 6000 to
     # 6200 (woken as it left: all run queue) whose stack was not taken, and this row is its only one: it
-    # holds both exactly, 3500 + 200 µs, blocked 3000, run queue 500 + 200, 2 waits, with no uncertainty
+    # holds both, 3500 + 200 µs, blocked 3000, run queue 500 + 200, 2 waits; its variance as estimated is 0
+    # (all the stratum's waits with a stack were in it)
     first = row(model, WAITER, ("schedule", "futex_wait", "qsort"))
     assert (first.offcpu_us, first.blocked_us, first.runqueue_us, first.count, first.state, first.variance) == \
         (3700, 3000, 700, 2, "S", 0)

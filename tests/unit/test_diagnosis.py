@@ -119,18 +119,25 @@ def test_a_lock_wait_comes_down_to_what_the_holder_waited_for() -> None:
 
 
 def test_a_sampled_holders_wait_hands_on_no_more_than_the_whole_lock_wait() -> None:
-    # Given the same lock wait, but the holder's disk wait sampled with weight 4: the link
-    # between them estimates 4 x 2 ms = 8 ms of 11's 4 ms blocked
+    # Given the same lock wait, but the holder's disk wait 2 -> 4 ms sampled with weight 2, and in its
+    # stratum (12 in D, woken by swapper/0) a later one without a stack, 5.4 -> 9.9 ms: the link
+    # (2 ms, counted twice) is scaled with the holder's row, by its stratum's 6.5 ms over its estimate
+    # of 4 ms, to 6.5 ms: more than 11's 4 ms blocked
     events = builder()
     switch(events, 1000, 11, "S", 12, FUTEX)
     events.sched_switch(2000 * US, 0, 10, 12, "app-12", "D", 0, "__schedule;schedule;io_schedule;do_fsync",
-                        weight=4)
+                        weight=2)
     events.sched_waking(3900 * US, 0, 0, "swapper/0", 12, DISK)
     switch(events, 4000, 0, "R", 12, "", prev_pid=0)
     events.sched_waking(5000 * US, 10, 12, "app-12", 11, WAKE)
     switch(events, 5200, 12, "S", 11, CONDITION)
+    events.sched_waking(5250 * US, 10, 11, "app-11", 12, WAKE)
+    switch(events, 5300, 11, "S", 12, CONDITION)
+    events.sched_switch(5400 * US, 0, 10, 12, "app-12", "D", 0, "", weight=0)
+    events.sched_waking(9800 * US, 0, 0, "swapper/0", 12, DISK)
+    switch(events, 9900, 0, "R", 12, "", prev_pid=0)
     finding = by_id(findings(model(events)))["lock_contention"]
-    # Then the disk is the root of all of it, not of twice it
+    # Then the disk is the root of all of it, not of more
     assert {root.what: root.share for root in finding.roots} == {"disk I/O": 1.0}
 
 EPOLL = "__schedule;schedule;schedule_hrtimeout_range;ep_poll;do_epoll_wait"  # waiting for a client

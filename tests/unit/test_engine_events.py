@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from offcpu.capture import CaptureInfo, Target
 from offcpu.engine import SliceBuilder, merge, to_model
-from offcpu.model import PREEMPTED, STACK_NOT_TAKEN, Model
+from offcpu.model import PREEMPTED, STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model
 from offcpu.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_EXIT, UNKNOWN_CPU, Chain, Events
 from offcpu.stacks import Stack
 
@@ -40,11 +40,10 @@ def info(switch_cost_ns: int | None = None) -> CaptureInfo:
 
 
 class Feed:
-    """A slice's engine, handed one event at a time; `sampled`: as it reads a sampling backend's."""
+    """A slice's engine, handed one event at a time."""
 
-    def __init__(self, switch_cost_us: int, counted: tuple[int, int] | None = None, sampled: bool = False) -> None:
-        self.sampled = sampled
-        self.builder = SliceBuilder(0, WINDOW_US * US, counted, switch_cost_ns=switch_cost_us * US, sampled=sampled)
+    def __init__(self, switch_cost_us: int, counted: tuple[int, int] | None = None) -> None:
+        self.builder = SliceBuilder(0, WINDOW_US * US, counted, switch_cost_ns=switch_cost_us * US)
 
     def _one(self, *event: object, weight: int | None = None) -> None:
         """`weight`: the event's, as a sampling backend gives it (None: none, as perf's readers)."""
@@ -71,16 +70,12 @@ class Feed:
 def model(events: Feed, switch_cost_ns: int | None = None, counted: bool = False) -> Model:
     """`counted`: the events' Feed counted the whole window, as build_model counts it."""
     totals, skipped = merge([events.builder.finish(0)], 0, WINDOW_US * US, {},
-                            (0, WINDOW_US * US) if counted else None, events.sampled)
+                            (0, WINDOW_US * US) if counted else None)
     return to_model(totals, NamedChains(), info(switch_cost_ns), 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
 
 
 def builder(switch_cost_us: int = 0) -> Feed:
     return Feed(switch_cost_us)
-
-
-def sampling_builder() -> Feed:
-    return Feed(0, sampled=True)
 
 
 def switch(events: Feed, at_us: int, prev: int, state: str, next_tid: int, chain: str,
@@ -211,32 +206,34 @@ def test_a_waits_time_is_split_over_the_sub_windows_it_spans() -> None:
 
 
 # Sampled stacks (a backend that takes the stacks of a sample of waits, Events.weights): a wait
-# of weight w counts w times in its row, one of weight 0 in its thread's totals only; then each
-# stratum's rows (a thread's waits in one state, ended by one waker) are scaled to the exact
-# times of all its waits (offcpu.sampling).
+# of weight w > 1 counts w times in its row, one of weight 0 in no row; every wait of weight
+# other than 1 counts once in its stratum (a thread's waits in one state, ended by one waker),
+# and each stratum's weighted rows are scaled to its exact times (offcpu.sampling).
 
-def three_sampled_waits(events: Feed, stacks: tuple[str, str] = ("futex_wait", "futex_wait")) -> None:
+def three_sampled_waits(events: Feed, stacks: tuple[str, str] = ("futex_wait", "futex_wait"),
+                        first_waker: int = 12) -> None:
     """11 waits 10, 20 and 30 µs, of weights 0, 2 and 4 (the last two in `stacks`), each ended
-    by 12 5 µs before it runs again; 12 waits in poll meanwhile (its waits weigh 1: perf's)."""
-    for (start_us, length_us, weight), stack in zip(((1000, 10, 0), (1100, 20, 2), (1200, 30, 4)),
-                                                    ("", *stacks), strict=True):
+    5 µs before it runs again by 12 (the first by `first_waker`); 12 waits in poll meanwhile
+    (its waits weigh 1: perf's)."""
+    for (start_us, length_us, weight), stack, waker in zip(((1000, 10, 0), (1100, 20, 2), (1200, 30, 4)),
+                                                           ("", *stacks), (first_waker, 12, 12), strict=True):
         switch(events, start_us, 11, "S", 12, stack, weight=weight)
-        events.sched_waking((start_us + length_us - 5) * US, 10, 12, "t12", 11, "futex_wake")
+        events.sched_waking((start_us + length_us - 5) * US, 10, waker, f"t{waker}", 11,
+                            WAKER_STACK_NOT_TAKEN if weight == 0 else "futex_wake")
         switch(events, start_us + length_us, 12, "S", 11, "poll")
 
 
-def test_without_strata_a_sampled_wait_counts_its_weight_in_its_row_and_once_in_its_threads_totals() -> None:
+def test_a_stratums_only_row_holds_its_time_exactly_and_its_thread_its_own() -> None:
     events = builder()
     three_sampled_waits(events)
     result = model(events)
+    # all three of 11's waits were woken by 12 in state S: one stratum, and futex_wait its only row. Its
+    # estimate (2 * 20 + 4 * 30 = 160 µs, blocked 130, run queue 30, 6 waits) is scaled to the stratum's
+    # exact 60 µs, blocked 5 + 15 + 25 = 45, run queue 3 * 5, 3 waits; its variance is gone with the
+    # estimate's, 2*1*20² + 4*3*30² = 11,600 µs² before
     row = row_of(result, 11, "futex_wait")
-    # the row: 2 * 20 + 4 * 30 = 160 µs, blocked 2 * 15 + 4 * 25 = 130, run queue 2 * 5 + 4 * 5 = 30,
-    # 2 + 4 = 6 waits; the 10 µs wait of weight 0 is not in it
-    assert (row.offcpu_us, row.blocked_us, row.runqueue_us, row.count) == (160, 130, 30, 6)
-    # its variance: w(w-1)d² per wait, 2*1*20² + 4*3*30² = 800 + 10,800 µs²
-    assert row.variance == 11_600
-    assert row.stderr_us == 11_600 ** 0.5
-    # the thread's totals are exact: 10 + 20 + 30 = 60 µs, blocked 5 + 15 + 25 = 45, run queue 3 * 5
+    assert (row.offcpu_us, row.blocked_us, row.runqueue_us, row.count, row.variance) == (60, 45, 15, 3, 0)
+    # the thread's totals are exact: 10 + 20 + 30 = 60 µs, blocked 45, run queue 15
     thread = result.threads[11]
     assert (thread.offcpu_us, thread.blocked_us, thread.runqueue_us) == (60, 45, 15)
     assert result.runqueue_delays_us == {5: 3}
@@ -248,42 +245,72 @@ def test_without_strata_a_sampled_wait_counts_its_weight_in_its_row_and_once_in_
     assert [wait.since_ns for wait in result.timeline if wait.tid == 11] == [1100 * US, 1200 * US]
 
 
-def test_a_strata_only_row_takes_all_of_its_time_exactly() -> None:
-    events = sampling_builder()
-    three_sampled_waits(events)
-    result = model(events)
-    # all three of 11's waits were woken by 12 in state S: one stratum, and futex_wait its only row, so
-    # it holds the stratum's exact 60 µs, blocked 45, run queue 15, in 3 waits, with no uncertainty left
-    row = row_of(result, 11, "futex_wait")
-    assert (row.offcpu_us, row.blocked_us, row.runqueue_us, row.count, row.variance) == (60, 45, 15, 3, 0)
-    assert (result.waits, result.stacked_waits, result.sampled) == (7, 6, True)
-
-
 def test_a_stratums_time_is_shared_by_its_rows_estimates() -> None:
-    events = sampling_builder()
+    events = builder()
     three_sampled_waits(events, ("futex_wait", "pipe_read"))
     result = model(events)
     futex, pipe = row_of(result, 11, "futex_wait"), row_of(result, 11, "pipe_read")
-    # estimates 2 * 20 = 40 and 4 * 30 = 120 µs share the stratum's exact 60: 15 and 45
-    assert (futex.offcpu_us, pipe.offcpu_us) == (15, 45)
-    # blocked 2 * 15 = 30 and 4 * 25 = 100 share 45: 10.38 and 34.62, rounded down to 10 and 34, and the
-    # µs left to the larger remainder (34.62): 10 and 35; the rest of each waited for a CPU
+    # blocked estimates 2 * 15 = 30 and 4 * 25 = 100 share the exact 45: 10.38 and 34.62, rounded down to
+    # 10 and 34, and the µs left to the larger remainder (34.62): 10 and 35; run queue 2 * 5 = 10 and
+    # 4 * 5 = 20 share 15: 5 and 10; so 15 and 45 µs off CPU, of the stratum's 60
     assert (futex.blocked_us, futex.runqueue_us, pipe.blocked_us, pipe.runqueue_us) == (10, 5, 35, 10)
+    assert (futex.offcpu_us, pipe.offcpu_us) == (15, 45)
     # counts 2 and 4 share the 3 waits: 1 and 2
     assert (futex.count, pipe.count) == (1, 2)
     # the variance of a share p of the stratum's estimate, scaled by f = 60 / 160: f² (V(1 - 2p) + p² V_all),
-    # V = 2*1*20² = 800 and 4*3*30² = 10,800, V_all = 11,600, p = 1/4 and 3/4:
+    # V = 2*1*20² = 800 and 4*3*30² = 10,800, V_all = 11,600, p = 40/160 and 120/160:
     # 0.140625 * (400 + 725) = 158.2 and 0.140625 * (-5,400 + 6,525) = 158.2
     assert (futex.variance, pipe.variance) == (158, 158)
 
 
-def test_a_stratum_none_of_whose_waits_has_a_stack_keeps_its_time_without_one() -> None:
-    events = sampling_builder()
+def test_waits_whose_stacks_were_all_taken_are_not_scaled() -> None:
+    # Given, in one stratum (11 in S, woken by 12), a wait of 1000 µs in "long" whose stack was taken
+    # for sure (weight 1), and four of 10 µs in "short", of weights 4, 0, 0 and 4
+    events = builder()
+    for start_us, length_us, stack, weight in ((1000, 1000, "long", 1), (2100, 10, "short", 4),
+                                               (2200, 10, "", 0), (2300, 10, "", 0), (2400, 10, "short", 4)):
+        switch(events, start_us, 11, "S", 12, stack, weight=weight)
+        events.sched_waking((start_us + length_us - 5) * US, 10, 12, "t12", 11, "futex_wake")
+        switch(events, start_us + length_us, 12, "S", 11, "poll")
+    result = model(events)
+    # Then "long" keeps its exact 1000 µs, and only "short"'s estimate (4 * 10 + 4 * 10 = 80) is scaled,
+    # to the 4 * 10 µs of the waits of weight other than 1: 20 blocked, 20 in the run queue, 4 waits
+    assert (row_of(result, 11, "long").offcpu_us, row_of(result, 11, "long").variance) == (1000, 0)
+    short = row_of(result, 11, "short")
+    assert (short.offcpu_us, short.blocked_us, short.runqueue_us, short.count) == (40, 20, 20, 4)
+
+
+def woken_by(result: Model, row) -> int | None:  # type: ignore[no-untyped-def]
+    return None if row.waker is None else result.wakers[row.waker].tid
+
+
+def test_a_stratum_none_of_whose_waits_has_a_stack_takes_its_threads_stacks_in_that_state() -> None:
+    events = builder()
+    three_sampled_waits(events, ("futex_wait", "pipe_read"), first_waker=13)
+    result = model(events)
+    # 11's waits woken by 12 are a stratum of 20 + 30 µs: blocked 15 + 25 = 40 shared as 30 : 100 (9.23 and
+    # 30.77: 9 and 31), run queue 10 as 10 : 20 (3.33 and 6.67: 3 and 7): futex_wait 12 µs, pipe_read 38
+    by_12 = sorted((result.stacks[row.stack].frames, row.offcpu_us, row.blocked_us, row.runqueue_us)
+                   for row in result.rows if row.tid == 11 and woken_by(result, row) == 12)
+    assert by_12 == [(("futex_wait",), 12, 9, 3), (("pipe_read",), 38, 31, 7)]
+    # the one woken by 13 (10 µs: 5 blocked, 5 in the run queue) had no stack, nor had any other wait of its
+    # stratum: it takes those of 11's other waits in S, as 12 : 38, with 13 as its waker. Blocked 5 shares
+    # 1.2 and 3.8 (1 and 3, the µs left to 3.8), the run queue the same, the one wait goes to the larger
+    # remainder; each share's variance is p(1 - p) 10²: 0.24 * 0.76 * 100 = 18.24
+    borrowed = sorted((result.stacks[row.stack].frames, row.offcpu_us, row.blocked_us, row.count, row.variance)
+                      for row in result.rows if row.tid == 11 and woken_by(result, row) == 13)
+    assert borrowed == [(("futex_wait",), 2, 1, 0, 18), (("pipe_read",), 8, 4, 1, 18)]
+    # so that 11's rows still add up to its 60 µs
+    assert sum(row.offcpu_us for row in result.rows if row.tid == 11) == result.threads[11].offcpu_us == 60
+
+
+def test_a_stratum_whose_thread_has_no_stack_to_lend_keeps_its_time_without_one() -> None:
+    events = builder()
     switch(events, 1000, 11, "R", 12, "preempt", weight=0)  # preempted at 1,000, back at 1,400
     switch(events, 1400, 12, "S", 11, "poll", weight=1)
     result = model(events)
     row = row_of(result, 11, STACK_NOT_TAKEN)
-    assert (row.offcpu_us, row.runqueue_us, row.count, row.state) == (400, 400, 1, "R")
+    assert (row.offcpu_us, row.runqueue_us, row.count, row.state, row.variance) == (400, 400, 1, "R", 0)
 
 
 def test_waits_of_weight_1_are_perfs_and_not_sampled() -> None:
@@ -297,7 +324,7 @@ def test_waits_of_weight_1_are_perfs_and_not_sampled() -> None:
 
 
 def test_a_sampled_waits_sub_windows_are_scaled_with_it() -> None:
-    events = Feed(0, counted=(0, WINDOW_US * US), sampled=True)
+    events = Feed(0, counted=(0, WINDOW_US * US))
     switch(events, 1500, 11, "S", 12, "futex_wait", weight=3)  # 1,500 -> 3,200: 500, 1,000 and 200 µs
     switch(events, 3200, 12, "S", 11, "poll")
     row = row_of(model(events, counted=True), 11, "futex_wait")
@@ -309,7 +336,7 @@ def test_a_sampled_waits_sub_windows_are_scaled_with_it() -> None:
 def io_wait_of_the_lock_holder(holder_weight: int) -> Model:
     """11 waits for a lock (weight 3) from 1000 to 5200, ended at 5000 by 12, which waited for
     the disk (weight `holder_weight`) from 2000 to 4000 meanwhile."""
-    events = sampling_builder()
+    events = builder()
     switch(events, 1000, 11, "S", 12, "futex_wait", weight=3)
     switch(events, 2000, 12, "D", 0, "io_schedule", weight=holder_weight)
     events.sched_waking(3900 * US, 0, 0, "swapper/0", 12, "asm_common_interrupt")
@@ -344,9 +371,8 @@ class Slices(Feed):
     merged as build_model merges them."""
 
     def __init__(self) -> None:
-        super().__init__(0, sampled=True)
-        self.slices = [SliceBuilder(0, 5000 * US - 1, sampled=True), SliceBuilder(5000 * US, WINDOW_US * US,
-                                                                                  sampled=True)]
+        super().__init__(0)
+        self.slices = [SliceBuilder(0, 5000 * US - 1), SliceBuilder(5000 * US, WINDOW_US * US)]
 
     def _one(self, *event: object, weight: int | None = None) -> None:
         for piece in self.slices:
@@ -354,7 +380,7 @@ class Slices(Feed):
             super()._one(*event, weight=weight)
 
     def model(self) -> Model:
-        totals, skipped = merge([piece.finish(0) for piece in self.slices], 0, WINDOW_US * US, {}, sampled=True)
+        totals, skipped = merge([piece.finish(0) for piece in self.slices], 0, WINDOW_US * US, {})
         return to_model(totals, NamedChains(), info(), 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
 
 
@@ -370,7 +396,7 @@ def waits_across_the_slices(events: Feed) -> None:
 
 
 def test_sampled_waits_across_slices_count_as_in_one_slice() -> None:
-    whole, sliced = sampling_builder(), Slices()
+    whole, sliced = builder(), Slices()
     waits_across_the_slices(whole)
     waits_across_the_slices(sliced)
     one, two = model(whole), sliced.model()
@@ -393,8 +419,10 @@ def test_sampled_waits_across_slices_count_as_in_one_slice() -> None:
 
 
 def test_a_sampled_models_json_keeps_its_variances_and_counts() -> None:
-    events = sampling_builder()
+    events = builder()
     three_sampled_waits(events, ("futex_wait", "pipe_read"))
     result = model(events)
     again = Model.from_json(json.loads(json.dumps(result.to_json())))
+    assert again.rows == result.rows
     assert (row_of(again, 11, "futex_wait").variance, row_of(again, 11, "futex_wait").count) == (158, 1)
+    assert (again.waits, again.stacked_waits, again.sampled) == (7, 6, True)

@@ -2,13 +2,22 @@
 engine from a few events written by hand: every format says how many waits carry a stack,
 and the tables their times' standard errors. Times are microseconds from the window's start.
 
-Thread 11 waits 100, 200 and 300 µs in futex_wait, with weights 0, 2 and 4; thread 12 (weight
-1 throughout) ends each wait 5 µs before 11 runs again, and waits in poll meanwhile.
-- futex_wait's row: 2*200 + 4*300 = 1,600 µs, 2 + 4 = 6 waits; its variance
-  2*1*200² + 4*3*300² = 80,000 + 1,080,000 = 1,160,000 µs², so one standard error is
-  sqrt(1,160,000) = 1,077.03 µs: "1.6 ± 1.1" ms.
-- 7 waits: 11's three and 12's four (since before the recording to 1,000, two between
-  11's waits, and from 3,300 to the end); 6 carry a stack (11's first does not).
+Thread 11 waits 1,000, 2,000 and 3,000 µs, with weights 0, 2 and 4, the last two in futex_wait
+and pipe_read; thread 12 (weight 1 throughout) ends each wait 5 µs before 11 runs again, and
+waits in poll meanwhile. 11's waits are one stratum (S, woken by 12) of 6,000 µs, 5,985 blocked
+(995 + 1,995 + 2,995) and 15 in the run queue, 3 waits.
+- The estimates: futex_wait 2*2,000 = 4,000 µs (3,990 blocked, 10 run queue, 2 waits, variance
+  2*1*2,000² = 8,000,000 µs²), pipe_read 4*3,000 = 12,000 (11,980, 20, 4 waits, 4*3*3,000² =
+  108,000,000).
+- Scaled to the stratum: blocked 5,985 in proportion 3,990 : 11,980 is 1,495.3 and 4,489.7,
+  rounded down to 1,495 and 4,489, the µs left to the larger remainder: 1,495 and 4,490; run
+  queue 15 as 10 : 20 is 5 and 10; so futex_wait 1,500 µs and pipe_read 4,500, 1 and 2 waits.
+- Their variance, with f = 6,000 / 16,000 = 0.375 and shares p = 1/4 and 3/4 of the estimate:
+  f²(V(1 - 2p) + p²V_all) = 0.140625 * (4,000,000 + 7,250,000) and 0.140625 * (-54,000,000 +
+  65,250,000), both 1,582,031 µs²: one standard error of 1,257.8 µs, "1.5 ± 1.3" and
+  "4.5 ± 1.3" ms.
+- 7 waits: 11's three and 12's four (since before the recording to 1,000, 2,000 -> 2,100,
+  4,100 -> 4,200, and 7,200 to the end: poll 3,000 µs); 6 carry a stack (11's first does not).
 """
 
 from __future__ import annotations
@@ -36,8 +45,9 @@ NOTE = ("stacks of 6 of 7 waits (sampled under the cost budget); times per stack
 
 def sampled() -> Model:
     events = builder()
-    for start_us, length_us, weight in ((1000, 100, 0), (2000, 200, 2), (3000, 300, 4)):
-        switch(events, start_us, 11, "S", 12, "futex_wait", weight=weight)
+    for start_us, length_us, weight, stack in ((1000, 1000, 0, ""), (2100, 2000, 2, "futex_wait"),
+                                               (4200, 3000, 4, "pipe_read")):
+        switch(events, start_us, 11, "S", 12, stack, weight=weight)
         events.sched_waking((start_us + length_us - 5) * US, 10, 12, "t12", 11, "futex_wake")
         switch(events, start_us + length_us, 12, "S", 11, "poll")
     return model(events)
@@ -50,16 +60,17 @@ def test_the_note_says_how_many_waits_carry_a_stack() -> None:
 def test_the_text_report_says_it_and_gives_the_stacks_times_with_their_standard_error() -> None:
     text = TextReport(StackView(), top=5, width=200, color=False).render(sampled())
     assert f"Note: {NOTE}" in text
-    [row] = [line for line in text.splitlines() if "futex_wait" in line and "|" in line]
-    assert row.split("|")[1].strip() == "1.6 ± 1.1"
-    # 11's thread total is exact: 100 + 200 + 300 µs
+    rows = {stack: [line for line in text.splitlines() if stack in line and "|" in line][0]
+            for stack in ("futex_wait", "pipe_read", "| poll")}
+    assert (rows["futex_wait"].split("|")[1].strip(), rows["pipe_read"].split("|")[1].strip()) == \
+        ("1.5 ± 1.3", "4.5 ± 1.3")
+    # 11's thread total is exact: 1,000 + 2,000 + 3,000 µs
     [thread] = [line for line in text.splitlines() if line.startswith("|  11 |")]
-    assert thread.split("|")[3].strip() == "0.6"
+    assert thread.split("|")[3].strip() == "6.0"
     # a finding's evidence quotes the stack's time with it too
-    assert "  1.6 ± 1.1 ms in 6 waits (S): futex_wait" in text.splitlines()
+    assert "  4.5 ± 1.3 ms in 2 waits (S): pipe_read" in text.splitlines()
     # 12's stacks weigh 1 each: no ±
-    [poll] = [line for line in text.splitlines() if "| poll" in line]
-    assert poll.split("|")[1].strip() == "8.4"
+    assert rows["| poll"].split("|")[1].strip() == "3.0"
 
 
 def test_the_json_report_gives_the_counts_and_each_stacks_standard_error() -> None:
@@ -67,11 +78,12 @@ def test_the_json_report_gives_the_counts_and_each_stacks_standard_error() -> No
     assert report["sampling"] == {"waits": 7, "stacked_waits": 6}
     assert NOTE in report["caveats"]
     stacks = {stack["frames"][0]: stack for stack in report["stacks"]}
-    assert (stacks["futex_wait"]["offcpu_us"], stacks["futex_wait"]["offcpu_us_stderr"]) == (1600, 1077.0)
+    assert (stacks["futex_wait"]["offcpu_us"], stacks["futex_wait"]["offcpu_us_stderr"]) == (1500, 1257.8)
+    assert (stacks["pipe_read"]["offcpu_us"], stacks["pipe_read"]["offcpu_us_stderr"]) == (4500, 1257.8)
     assert stacks["poll"]["offcpu_us_stderr"] == 0.0
     evidence = [item for finding in report["findings"] for item in finding["evidence"]
-                if item["frames"] == ["futex_wait"]]
-    assert [(item["offcpu_us"], item["offcpu_us_stderr"]) for item in evidence] == [(1600, 1077.0)]
+                if item["frames"] == ["pipe_read"]]
+    assert [(item["offcpu_us"], item["offcpu_us_stderr"]) for item in evidence] == [(4500, 1257.8)]
     assert all("variance" not in site for finding in report["findings"] for site in finding["release_sites"])
 
 
@@ -88,24 +100,19 @@ def test_the_flame_graph_and_the_exports_say_it() -> None:
 def test_the_html_report_says_it_and_gives_the_stacks_times_with_their_standard_error() -> None:
     page = HtmlReport(require_renderer(), StackView(), top=5).render(sampled())  # scripts/setup installs one
     assert f'<p class="warn">{escape(NOTE)}</p>' in page
-    assert ">1.6 ± 1.1</td>" in page
-    assert "<li>1.6 ± 1.1 ms in 6 waits (S): " in page
+    assert ">4.5 ± 1.3</td>" in page
+    assert "<li>4.5 ± 1.3 ms in 2 waits (S): " in page
 
 
 def test_stacks_drawn_as_one_add_their_variances() -> None:
-    # Given 11's waits in two stacks: 200 µs of weight 2 and 100 µs of weight 3
-    events = builder()
-    switch(events, 1000, 11, "S", 12, "futex_wait", weight=2)
-    switch(events, 1200, 12, "S", 11, "poll")
-    switch(events, 2000, 11, "S", 12, "pipe_read", weight=3)
-    switch(events, 2100, 12, "S", 11, "poll")
-    # When drawn with user frames only (the stacks here have none: one stack)
-    [stack] = [stack for stack in drawn(model(events), StackView(user_only=True)) if stack.root == "t11"]
-    # Then its time is 2*200 + 3*100 µs and its variance 2*1*200² + 3*2*100² = 80,000 + 60,000
-    assert (stack.offcpu_us, stack.variance) == (700, 140_000)
+    # When 11's two stacks are drawn with user frames only (they have none: one stack)
+    [stack] = [stack for stack in drawn(sampled(), StackView(user_only=True)) if stack.root == "t11"]
+    # Then its time is 1,500 + 4,500 µs and its variance 1,582,031 twice (rows of one stratum: an upper bound)
+    assert (stack.offcpu_us, stack.variance) == (6000, 3_164_062)
 
 
-def test_filters_keep_threads_exact_totals_and_states_give_their_rows_estimates() -> None:
+def test_filters_keep_threads_exact_totals_and_states_their_rows_scaled_to_them() -> None:
     result = sampled()
-    assert selected(result, StackView(comms=frozenset({"t11"}))).threads[11].offcpu_us == 600  # 100 + 200 + 300
-    assert selected(result, StackView(states=frozenset({"S"}))).threads[11].offcpu_us == 1600  # futex_wait's row
+    assert selected(result, StackView(comms=frozenset({"t11"}))).threads[11].offcpu_us == 6000
+    # its rows in S, scaled to their stratum, hold all of it: 1,500 + 4,500 µs
+    assert selected(result, StackView(states=frozenset({"S"}))).threads[11].offcpu_us == 6000
