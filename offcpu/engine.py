@@ -221,6 +221,18 @@ class Tally:
                 keys[number] = (key, weighted)
         return keys
 
+    def add_to_windows(self, windows: list[int], since_ns: int, until_ns: int, offcpu: int) -> None:
+        """Add a wait's `offcpu` µs to sub-windows: its usual case first, all of it in one."""
+        counted_from_ns = self.counted_from_ns
+        span = self.counted_to_ns - counted_from_ns
+        window = (since_ns - counted_from_ns) * SUB_WINDOWS // span if span > 0 else 0
+        if window >= SUB_WINDOWS - 1:
+            windows[SUB_WINDOWS - 1] += offcpu
+        elif until_ns <= counted_from_ns + span * (window + 1) // SUB_WINDOWS:
+            windows[window] += offcpu
+        else:
+            self.split(windows, since_ns, until_ns, offcpu)
+
     def split(self, windows: list[int], since_ns: int, until_ns: int, offcpu: int, weight: int = 1) -> None:
         """Add a wait's `offcpu` µs (since_ns to until_ns, within what is counted; more than 0),
         `weight` times, to sub-windows (its row's, its stratum's). Each part is rounded at the
@@ -291,7 +303,7 @@ class Tally:
             row.runqueue_us += runqueue
             row.count += 1
             by_window = self.by_window
-            if by_window:  # Tally.split, its usual case inline: all of the wait in one sub-window
+            if by_window:  # Tally.add_to_windows, inline
                 span = counted_to_ns - counted_from_ns
                 window = (since_ns - counted_from_ns) * SUB_WINDOWS // span if span > 0 else 0
                 if window >= SUB_WINDOWS - 1:
@@ -325,8 +337,9 @@ class Tally:
         if unsampled:
             stratum.unsampled_squares += offcpu * offcpu
             if self.counted_to_ns != UNBOUNDED and offcpu:
-                self.split(stratum.unsampled_windows, since_ns, until_ns, offcpu)
-            stratum.unsampled_row = stratum.unsampled_row or key
+                self.add_to_windows(stratum.unsampled_windows, since_ns, until_ns, offcpu)
+            if stratum.unsampled_row is None:
+                stratum.unsampled_row = key
 
     def _add_sampled(self, key: RowKey, since_ns: int, until_ns: int, offcpu: int, blocked: int, weight: int) -> int:
         """Count a wait whose stack was taken with probability 1/`weight` `weight` times in its
