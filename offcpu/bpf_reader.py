@@ -3,11 +3,10 @@ reads from perf.data, and its stacks named.
 
 bpf-records.bin holds the records of `struct record` (core/src/bpf/offcpu.bpf.c,
 docs/capture.md) one after another, in the order the ring buffer gave them: a wait is
-written when its thread next leaves a CPU, so they are not in time order. Each wait
-becomes a sched_switch at its start (the thread's stack and state), a wakeup when it was
-woken (the waker's stack) and a switch-in at its end. The kernel took these times at the
-switch and the wakeup themselves (the switch-in where the kernel's count of the run that
-followed places it): no switch-in is estimated, and no observer's cost is counted.
+written when it ends, so they are not in time order. Each wait becomes a sched_switch
+at its start (the thread's stack and state), a wakeup when it was woken (the waker's
+stack) and a switch-in at its end. The kernel took all three times at the switch and
+the wakeup themselves: no switch-in is estimated, and no observer's cost is counted.
 
 Stacks were taken for a sample of the waits: a wait whose stacks were taken with
 probability 2^-s weighs 2^s (Events.weights), one whose stacks were not weighs 0 and

@@ -5,15 +5,10 @@
 // the thread's own storage (`waits`, task-local: no table to fill or search)
 // while it lasts: its start, state and stacks from sched_switch (in the leaving
 // thread's context), the wakeup from sched_waking (in the waker's). At the
-// switch-in the whole wait becomes one record, kept until the thread leaves a CPU
-// again: its end is then placed where the kernel's own count of the run that
-// followed (sum_exec_runtime) says the run began, and the record goes to user space
-// through the ring buffer. So a thread's time on CPU is the kernel's, which charges a
-// switch from the scheduler's clock update, before the tracepoint (a few hundred ns
-// later, after the dequeue and the pick). The waits still open at the end, and the
-// records of threads still on CPU, are read by a task iterator (dump_open_waits). The
-// layout of a record is `struct record`, the format of the capture file
-// `bpf-records.bin` (docs/capture.md).
+// switch-in the whole wait goes to user space as one record through the ring
+// buffer; the waits still open at the end are read by a task iterator
+// (dump_open_waits). The layout of a record is `struct record`,
+// the format of the capture file `bpf-records.bin` (docs/capture.md).
 //
 // Stacks cost what their walks cost, so they are taken under a budget per CPU:
 // in each window of WINDOW_NS, the waits seen in the last window decide a shift
@@ -121,7 +116,7 @@ struct record {
 	__u16 weight_shift;   // wait: its stacks were taken with probability 2^-weight_shift
 	__u16 preempted;      // wait: switched out while runnable
 	__u32 estimated;      // wait: ESTIMATED_SINCE/_BACK: placed by the thread's run time (switch not reported)
-	char comm[TASK_COMM_LEN];        // the thread's name (wait: at its switch-in)
+	char comm[TASK_COMM_LEN];        // the thread's name (wait: at switch-in)
 	char waker_comm[TASK_COMM_LEN];
 };
 
@@ -174,9 +169,6 @@ struct wait {
 	__u64 last_back_ns;   // its last switch-in (0: not seen on CPU yet)
 	__u64 runtime_ns;     // its time on CPU as the kernel counts it, at its last switch seen
 	__u32 estimated;      // ESTIMATED_SINCE when since_ns was placed by the run time
-	// The record of the wait that ended at its last switch-in, until it leaves a CPU
-	// again (kind 0: none)
-	struct record ended;
 };
 
 struct {
@@ -304,17 +296,22 @@ static __always_inline __u64 submit_flags(void)
 										     : BPF_RB_NO_WAKEUP;
 }
 
-// The record of `wait`, ended at `back_ns` (0: still open)
-static __always_inline void fill_record(struct record *record, struct task_struct *task, struct wait *wait,
-					__u64 back_ns)
+static __always_inline void send_wait(struct task_struct *task, __u32 tid, struct wait *wait, __u64 now)
 {
+	struct counters *counts = my_counters();
+	struct record *record = bpf_ringbuf_reserve(&records, sizeof(*record), 0);
+	if (!record) {
+		if (counts)
+			counts->lost_records++;
+		return;
+	}
 	record->kind = RECORD_WAIT;
 	record->cpu = bpf_get_smp_processor_id();
 	record->pid = task->tgid;
-	record->tid = task->pid;
+	record->tid = tid;
 	record->since_ns = wait->since_ns;
 	record->woken_ns = wait->woken_ns;
-	record->back_ns = back_ns;
+	record->back_ns = now;
 	record->kernel_stack = wait->kernel_stack;
 	record->user_stack = wait->user_stack;
 	record->waker_kernel_stack = wait->waker_kernel_stack;
@@ -328,49 +325,11 @@ static __always_inline void fill_record(struct record *record, struct task_struc
 	record->estimated = wait->estimated;
 	__builtin_memcpy(record->comm, task->comm, TASK_COMM_LEN);
 	__builtin_memcpy(record->waker_comm, wait->waker_comm, TASK_COMM_LEN);
-}
-
-static __always_inline void send_record(struct record *record)
-{
-	struct counters *counts = my_counters();
-	if (bpf_ringbuf_output(&records, record, sizeof(*record), submit_flags())) {
-		if (counts)
-			counts->lost_records++;
-		return;
-	}
-	if (counts) {
-		counts->waits++;
-		counts->sampled += record->kernel_stack != NO_STACK || record->user_stack != NO_STACK;
-	}
-}
-
-static __always_inline void send_wait(struct task_struct *task, struct wait *wait, __u64 back_ns)
-{
-	struct record *record = bpf_ringbuf_reserve(&records, sizeof(*record), 0);
-	if (!record) {
-		count(lost_records);
-		return;
-	}
-	fill_record(record, task, wait, back_ns);
-	struct counters *counts = my_counters();
 	bpf_ringbuf_submit(record, submit_flags());
 	if (counts) {
 		counts->waits++;
 		counts->sampled += wait->sampled;
 	}
-}
-
-// Send the record of the wait that ended at the thread's last switch-in, its end moved to
-// where the run that ends now began as the kernel counts it (`runtime`: the thread's
-// sum_exec_runtime now), never before the wait began or was woken, nor after now.
-static __always_inline void send_ended(struct wait *wait, __u64 runtime, __u64 now)
-{
-	struct record *ended = &wait->ended;
-	__u64 earliest = ended->woken_ns > ended->since_ns && !ended->preempted ? ended->woken_ns : ended->since_ns;
-	__u64 ran = runtime - wait->runtime_ns;
-	ended->back_ns = ran < now - earliest ? now - ran : earliest;
-	send_record(ended);
-	ended->kind = 0;
 }
 
 static __always_inline void send_task_event(__u32 kind, struct task_struct *task, __u32 parent_pid,
@@ -403,15 +362,13 @@ static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned 
 		return;
 	}
 	__u64 runtime = prev->se.sum_exec_runtime;
-	if (wait->ended.kind) {
-		send_ended(wait, runtime, now);
-	} else if (wait->since_ns) {
+	if (wait->since_ns) {
 		// Its switch back in was not reported (the kernel did not fire the tracepoint, or
 		// ran this program elsewhere): it came back when it began the run it ends now.
 		__u64 ran = runtime - wait->runtime_ns;
 		__u64 back = now - wait->since_ns > ran ? now - ran : wait->since_ns;
 		wait->estimated |= ESTIMATED_BACK;
-		send_wait(prev, wait, back);
+		send_wait(prev, prev->pid, wait, back);
 		count(unseen_switches);
 	}
 	wait->runtime_ns = runtime;
@@ -456,12 +413,6 @@ static __always_inline void come_back(struct task_struct *next, __u64 now)
 		return;
 	}
 	__u64 runtime = next->se.sum_exec_runtime;
-	if (wait->ended.kind) {
-		// Its last wait's record is still kept: the tracepoint did not report its switch
-		// out since, and the run it began is not known to have ended here
-		send_record(&wait->ended);
-		wait->ended.kind = 0;
-	}
 	if (!wait->since_ns) {
 		// Its switch out was not seen. When its last run was seen to begin, the tracepoint
 		// did not report the switch: it left when that run ended. Else it was off CPU
@@ -484,7 +435,7 @@ static __always_inline void come_back(struct task_struct *next, __u64 now)
 			wait->waker_user_stack = NO_STACK;
 		}
 	}
-	fill_record(&wait->ended, next, wait, now);
+	send_wait(next, next->pid, wait, now);
 	wait->since_ns = 0;
 	wait->woken_ns = 0;
 	wait->preempted = 0;
@@ -504,9 +455,6 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			// Its last switch: the thread is gone, not waiting. Its exit is said here, not
 			// at sched_process_exit, which comes before it lets go of its memory (and may
 			// wait for that), as perf says it.
-			struct wait *wait = bpf_task_storage_get(&waits, prev, 0, 0);
-			if (wait && wait->ended.kind)
-				send_ended(wait, prev->se.sum_exec_runtime, now);
 			send_task_event(RECORD_EXIT, prev, 0, 0, 0);
 			bpf_task_storage_delete(&waits, prev);
 		} else
@@ -593,10 +541,8 @@ int BPF_PROG(on_rename, struct task_struct *task, const char *comm)
 	return 0;
 }
 
-// When the recording ends, for every thread: the record kept of the wait that ended at its
-// last switch-in (it has been on CPU since: its end stays the tracepoint's), and its wait
-// still open, with no switch-in (back_ns 0). Run by user space once the other programs are
-// detached.
+// The waits still open when the recording ends, as records with no switch-in (back_ns
+// 0), for every thread that has one: run by user space once the other programs are detached.
 SEC("iter/task")
 int dump_open_waits(struct bpf_iter__task *ctx)
 {
@@ -604,14 +550,27 @@ int dump_open_waits(struct bpf_iter__task *ctx)
 	if (!task)
 		return 0;
 	struct wait *wait = bpf_task_storage_get(&waits, task, 0, 0);
-	if (!wait)
-		return 0;
-	if (wait->ended.kind)
-		bpf_seq_write(ctx->meta->seq, &wait->ended, sizeof(wait->ended));
-	if (!wait->since_ns)
+	if (!wait || !wait->since_ns)
 		return 0;
 	struct record record = {};
-	fill_record(&record, task, wait, 0);
+	record.kind = RECORD_WAIT;
+	record.cpu = bpf_get_smp_processor_id();
+	record.pid = task->tgid;
+	record.tid = task->pid;
+	record.since_ns = wait->since_ns;
+	record.woken_ns = wait->woken_ns;
+	record.kernel_stack = wait->kernel_stack;
+	record.user_stack = wait->user_stack;
+	record.waker_kernel_stack = wait->waker_kernel_stack;
+	record.waker_user_stack = wait->waker_user_stack;
+	record.waker_pid = wait->waker_pid;
+	record.waker_tid = wait->waker_tid;
+	record.state = wait->state;
+	record.exit_state = wait->exit_state;
+	record.weight_shift = wait->weight_shift;
+	record.preempted = wait->preempted;
+	__builtin_memcpy(record.comm, task->comm, TASK_COMM_LEN);
+	__builtin_memcpy(record.waker_comm, wait->waker_comm, TASK_COMM_LEN);
 	bpf_seq_write(ctx->meta->seq, &record, sizeof(record));
 	return 0;
 }
