@@ -430,10 +430,10 @@ static __always_inline void come_back(struct task_struct *next, __u64 now)
 		wait->sampled = 0;
 		wait->state = 0;
 		wait->preempted = 0;
-		if (!wait->woken_ns) {
-			wait->waker_kernel_stack = NO_STACK;
-			wait->waker_user_stack = NO_STACK;
-		}
+		// (a waker's stacks are taken only for a wait seen to begin: none here, whatever the
+		// storage held, zeroes when a wakeup made it)
+		wait->waker_kernel_stack = NO_STACK;
+		wait->waker_user_stack = NO_STACK;
 	}
 	send_wait(next, next->pid, wait, now);
 	wait->since_ns = 0;
