@@ -335,7 +335,6 @@ class Tally:
         times.runqueue_us += offcpu - blocked
         times.count += 1
         if unsampled:
-            stratum.unsampled_squares += offcpu * offcpu
             if self.counted_to_ns != UNBOUNDED and offcpu:
                 self.add_to_windows(stratum.unsampled_windows, since_ns, until_ns, offcpu)
             if stratum.unsampled_row is None:

@@ -11,9 +11,10 @@ never how much time it holds. A preemption's time, or the time a thread waited f
 waker, is then exact however few of those waits were sampled. Rows of waits of weight 1
 (their stacks always taken) are exact and left as they are.
 
-A stratum none of whose waits carried a stack takes the stacks of its thread's other waits
-in the same state, in proportion to their time (those ended by the same waker first), with
-its own waker; a thread with none keeps the time under `[stack not sampled]`.
+A stratum none of whose waits carried a stack keeps its time, exactly, under `[stack not
+sampled]`, with its state and its waker. (Lending it the stacks of its thread's other waits in
+that state was tried: on thread_churn, whose waits are woken by thousands of short-lived
+threads, it made a row for each stack and waker, and a report took minutes.)
 
 docs/numbers.md#sampled-stacks says what the reports show of it.
 """
@@ -39,19 +40,17 @@ MergedKey = tuple[int, int, str, int | None]
 @dataclass(slots=True)
 class Stratum:
     """The exact times of a stratum's waits of weight other than 1; and, of those without a
-    stack, what a stratum made of them alone needs: their sub-windows, the sum of their
-    squared µs, and the key of their row (their stack and their waker's not taken)."""
+    stack, what a stratum made of them alone needs: their sub-windows and the key of their
+    row (their stack and their waker's not taken)."""
 
     times: WaitTimes = field(default_factory=WaitTimes)
     unsampled_windows: list[int] = field(default_factory=lambda: [0] * SUB_WINDOWS)
-    unsampled_squares: int = 0
     unsampled_row: RowKey | None = None
 
     def add(self, other: Stratum) -> None:
         self.times.add_times(other.times)
         self.unsampled_windows = [mine + theirs for mine, theirs in
                                   zip(self.unsampled_windows, other.unsampled_windows, strict=True)]
-        self.unsampled_squares += other.unsampled_squares
         self.unsampled_row = self.unsampled_row or other.unsampled_row
 
 
@@ -102,8 +101,8 @@ def apportion(total: int, parts: list[int]) -> list[int]:
 
 def scale_to_strata(rows: SampledRows, strata: dict[StratumKey, Stratum], key_of: Callable[[RowKey], MergedKey],
                     stratum_key: Callable[[MergedKey], StratumKey]) -> dict[MergedKey, float]:
-    """Scale each stratum's weighted rows to its exact times, and give the strata without one
-    rows of their own (see the module's doc); returns how much each weighted row's off-CPU
+    """Scale each stratum's weighted rows to its exact times, and give a stratum without one a
+    row of its own (see the module's doc); returns how much each weighted row's off-CPU
     time was scaled, for its links. `key_of` makes a tally's row key a model row's, and
     `stratum_key` says which stratum a model row is in."""
     in_stratum: dict[StratumKey, list[MergedKey]] = defaultdict(list)
@@ -116,9 +115,11 @@ def scale_to_strata(rows: SampledRows, strata: dict[StratumKey, Stratum], key_of
             factors.update(_scale(rows, in_stratum[key], stratum))
         elif stratum.unsampled_row is not None:
             alone.append(stratum)
-    donors = Donors(rows, stratum_key)
-    for stratum in alone:
-        _borrow(rows, stratum, key_of(stratum.unsampled_row), donors)  # type: ignore[arg-type]
+    for stratum in alone:  # its time, under [stack not sampled], with its waker
+        exact = stratum.times
+        rows.add(key_of(stratum.unsampled_row), True,  # type: ignore[arg-type]
+                 WaitTimes(exact.offcpu_us, exact.blocked_us, exact.runqueue_us, exact.count),
+                 list(stratum.unsampled_windows) if rows.windows else [])
     return factors
 
 
@@ -152,51 +153,3 @@ def _scale(rows: SampledRows, keys: list[MergedKey], stratum: Stratum) -> dict[M
             rows.windows[(key, True)] = apportion(scaled.offcpu_us, profile) if any(profile) else windows
         rows.weighted[key] = scaled
     return factors
-
-
-class Donors:
-    """The rows whose stacks a stratum without any may take, as the rows were before any was
-    borrowed: first the thread's exact rows of the same stratum, then its weighted rows in the
-    same state, then its exact rows in that state."""
-
-    def __init__(self, rows: SampledRows, stratum_key: Callable[[MergedKey], StratumKey]) -> None:
-        self.stratum_key = stratum_key
-        self.exact_in_stratum: dict[StratumKey, dict[MergedKey, WaitTimes]] = defaultdict(dict)
-        self.in_state: dict[tuple[bool, int, str], dict[MergedKey, WaitTimes]] = defaultdict(dict)
-        for weighted, kind in ((False, rows.exact), (True, rows.weighted)):
-            for key, times in kind.items():
-                if not weighted:
-                    self.exact_in_stratum[stratum_key(key)][key] = times
-                self.in_state[(weighted, key[0], key[2])][key] = times
-
-    def of(self, key: MergedKey) -> dict[MergedKey, WaitTimes]:
-        tid, _, state, _ = key
-        for pool in (self.exact_in_stratum.get(self.stratum_key(key)), self.in_state.get((True, tid, state)),
-                     self.in_state.get((False, tid, state))):
-            if pool:
-                return pool
-        return {}
-
-
-def _borrow(rows: SampledRows, stratum: Stratum, own: MergedKey, donors: Donors) -> None:
-    """Give a stratum none of whose waits has a stack (its row `own`) the stacks of its donors,
-    its exact times divided in proportion to theirs; each part's variance is that of a sum of
-    its waits, each in that stack with the donor's share as its chance: p(1 - p)Σd²."""
-    exact = stratum.times
-    pool = donors.of(own)
-    if not pool:
-        rows.add(own, True, WaitTimes(exact.offcpu_us, exact.blocked_us, exact.runqueue_us, exact.count),
-                 list(stratum.unsampled_windows) if rows.windows else [])
-        return
-    tid, _, state, waker = own
-    parts = _parts([times.offcpu_us for times in pool.values()], [times.count for times in pool.values()])
-    whole = sum(parts)
-    for donor, part, blocked, runqueue, count in zip(pool, parts, apportion(exact.blocked_us, parts),
-                                                      apportion(exact.runqueue_us, parts),
-                                                      apportion(exact.count, parts), strict=True):
-        share = part / whole
-        times = WaitTimes(blocked + runqueue, blocked, runqueue, count,
-                          round(share * (1 - share) * stratum.unsampled_squares))
-        windows = stratum.unsampled_windows
-        rows.add((tid, donor[1], state, waker), True, times,
-                 apportion(times.offcpu_us, windows) if any(windows) and rows.windows else [])

@@ -72,16 +72,21 @@ def oncpu_ns(pid: int, tid: str, schedstat: bool) -> tuple[int, bool]:
 
 
 class Sampler:
-    """Reads every thread's time on CPU every SAMPLE_EVERY_S, in a thread of the test."""
+    """Reads the time on CPU of the threads a process runs when sampling starts (those compared:
+    thread_churn's short-lived ones come and go) every SAMPLE_EVERY_S, in a thread of the test."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.schedstat = schedstat_present(pid)
         self.samples: list[Sample] = []
+        self.tids: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> Sampler:
+        # (reading every thread of thread_churn's, dozens at a time, took longer than MAX_READ_NS on a
+        # slow machine every time, and the sampler kept no sample)
+        self.tids = os.listdir(f"/proc/{self.pid}/task")
         self._thread.start()
         return self
 
@@ -93,7 +98,7 @@ class Sampler:
         while not self._stop.wait(SAMPLE_EVERY_S):
             before_ns = time.monotonic_ns()
             times, runnable = {}, set()
-            for tid in os.listdir(f"/proc/{self.pid}/task"):
+            for tid in self.tids:
                 try:
                     times[int(tid)], is_runnable = oncpu_ns(self.pid, tid, self.schedstat)
                 except (OSError, ValueError, IndexError):

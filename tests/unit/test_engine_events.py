@@ -284,7 +284,7 @@ def woken_by(result: Model, row) -> int | None:  # type: ignore[no-untyped-def]
     return None if row.waker is None else result.wakers[row.waker].tid
 
 
-def test_a_stratum_none_of_whose_waits_has_a_stack_takes_its_threads_stacks_in_that_state() -> None:
+def test_a_stratum_none_of_whose_waits_has_a_stack_keeps_its_time_without_one() -> None:
     events = builder()
     three_sampled_waits(events, ("futex_wait", "pipe_read"), first_waker=13)
     result = model(events)
@@ -294,17 +294,15 @@ def test_a_stratum_none_of_whose_waits_has_a_stack_takes_its_threads_stacks_in_t
                    for row in result.rows if row.tid == 11 and woken_by(result, row) == 12)
     assert by_12 == [(("futex_wait",), 12, 9, 3), (("pipe_read",), 38, 31, 7)]
     # the one woken by 13 (10 µs: 5 blocked, 5 in the run queue) had no stack, nor had any other wait of its
-    # stratum: it takes those of 11's other waits in S, as 12 : 38, with 13 as its waker. Blocked 5 shares
-    # 1.2 and 3.8 (1 and 3, the µs left to 3.8), the run queue the same, the one wait goes to the larger
-    # remainder; each share's variance is p(1 - p) 10²: 0.24 * 0.76 * 100 = 18.24
-    borrowed = sorted((result.stacks[row.stack].frames, row.offcpu_us, row.blocked_us, row.count, row.variance)
-                      for row in result.rows if row.tid == 11 and woken_by(result, row) == 13)
-    assert borrowed == [(("futex_wait",), 2, 1, 0, 18), (("pipe_read",), 8, 4, 1, 18)]
+    # stratum: its time, exactly, without a stack, with 13 as its waker
+    [alone] = [row for row in result.rows if row.tid == 11 and woken_by(result, row) == 13]
+    assert (result.stacks[alone.stack].frames, alone.offcpu_us, alone.blocked_us, alone.count) == \
+        ((STACK_NOT_TAKEN,), 10, 5, 1)
     # so that 11's rows still add up to its 60 µs
     assert sum(row.offcpu_us for row in result.rows if row.tid == 11) == result.threads[11].offcpu_us == 60
 
 
-def test_a_stratum_whose_thread_has_no_stack_to_lend_keeps_its_time_without_one() -> None:
+def test_a_preemption_none_of_whose_stratum_has_a_stack_keeps_its_time_without_one() -> None:
     events = builder()
     switch(events, 1000, 11, "R", 12, "preempt", weight=0)  # preempted at 1,000, back at 1,400
     switch(events, 1400, 12, "S", 11, "poll", weight=1)
