@@ -109,17 +109,14 @@ def scale_to_strata(rows: SampledRows, strata: dict[StratumKey, Stratum], key_of
     for row in rows.weighted:
         in_stratum[stratum_key(row)].append(row)
     factors: dict[MergedKey, float] = {}
-    alone = []
     for key, stratum in strata.items():
         if key in in_stratum:
             factors.update(_scale(rows, in_stratum[key], stratum))
-        elif stratum.unsampled_row is not None:
-            alone.append(stratum)
-    for stratum in alone:  # its time, under [stack not sampled], with its waker
-        exact = stratum.times
-        rows.add(key_of(stratum.unsampled_row), True,  # type: ignore[arg-type]
-                 WaitTimes(exact.offcpu_us, exact.blocked_us, exact.runqueue_us, exact.count),
-                 list(stratum.unsampled_windows) if rows.windows else [])
+        elif stratum.unsampled_row is not None:  # its time, under [stack not sampled], with its waker
+            exact = stratum.times
+            rows.add(key_of(stratum.unsampled_row), True,
+                     WaitTimes(exact.offcpu_us, exact.blocked_us, exact.runqueue_us, exact.count),
+                     list(stratum.unsampled_windows) if rows.windows else [])
     return factors
 
 
