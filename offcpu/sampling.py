@@ -49,9 +49,13 @@ class Stratum:
 
     def add(self, other: Stratum) -> None:
         self.times.add_times(other.times)
-        self.unsampled_windows = [mine + theirs for mine, theirs in
-                                  zip(self.unsampled_windows, other.unsampled_windows, strict=True)]
+        add_windows(self.unsampled_windows, other.unsampled_windows)
         self.unsampled_row = self.unsampled_row or other.unsampled_row
+
+
+def add_windows(into: list[int], windows: list[int]) -> None:
+    """Add sub-windows' times into others', window by window."""
+    into[:] = [mine + theirs for mine, theirs in zip(into, windows, strict=True)]
 
 
 def stratum_of(row: RowKey) -> StratumKey:
@@ -71,8 +75,7 @@ class SampledRows:
     def add(self, key: MergedKey, weighted: bool, times: WaitTimes, windows: list[int]) -> None:
         (self.weighted if weighted else self.exact).setdefault(key, WaitTimes()).add_times(times)
         if windows:
-            kept = self.windows.setdefault((key, weighted), [0] * SUB_WINDOWS)
-            kept[:] = [mine + theirs for mine, theirs in zip(kept, windows, strict=True)]
+            add_windows(self.windows.setdefault((key, weighted), [0] * SUB_WINDOWS), windows)
 
     def merged(self) -> tuple[dict[MergedKey, WaitTimes], dict[MergedKey, list[int]]]:
         """Both kinds of rows added up by key, exact ones first, and their sub-windows."""
@@ -83,8 +86,7 @@ class SampledRows:
                 merged.setdefault(key, WaitTimes()).add_times(times)
                 windows = self.windows.get((key, weighted))
                 if windows:
-                    kept = merged_windows.setdefault(key, [0] * SUB_WINDOWS)
-                    kept[:] = [mine + theirs for mine, theirs in zip(kept, windows, strict=True)]
+                    add_windows(merged_windows.setdefault(key, [0] * SUB_WINDOWS), windows)
         return merged, merged_windows
 
 
