@@ -445,7 +445,8 @@ PLT_ENTRY = 16  # x86-64
 
 def _plt_symbols(elf: ELFFile) -> list[Symbol]:
     """perf names each PLT stub after the function it jumps to ("name@plt"): the stubs of
-    .plt.sec, or those of .plt after its first (the resolver's), in .rela.plt's order."""
+    .plt.sec, or those of .plt after its first (the resolver's), in .rela.plt's order. A stub
+    whose relocation names no symbol (an IFUNC's, R_X86_64_IRELATIVE) is "@plt" in perf 6.1."""
     relocations = elf.get_section_by_name(".rela.plt")
     secure = elf.get_section_by_name(".plt.sec")
     plt = secure or elf.get_section_by_name(".plt")
@@ -466,7 +467,7 @@ def _plt_symbols(elf: ELFFile) -> list[Symbol]:
         name_at = ELF64_SYMBOL.unpack_from(dynamic_entries, entry)[0]
         name = names[name_at:names.index(b"\0", name_at)].decode(errors="replace") if name_at else ""
         start = first + number * PLT_ENTRY
-        if name and start + PLT_ENTRY <= plt["sh_addr"] + plt["sh_size"]:
+        if start + PLT_ENTRY <= plt["sh_addr"] + plt["sh_size"]:
             symbols.append(Symbol(start, start + PLT_ENTRY, f"{name}@plt", "global"))
     return symbols
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import struct
+import subprocess
 import time
 from pathlib import Path
 
@@ -76,6 +78,27 @@ def test_rust_names_lose_their_hash_as_perf_shows_them() -> None:
     # (perf 6.1 printed libbpf_rs::ringbuf::RingBufferBuilder::build for offcpu's own core)
     assert demangle("_ZN9libbpf_rs7ringbuf17RingBufferBuilder5build17h0123456789abcdefE") == \
         "libbpf_rs::ringbuf::RingBufferBuilder::build"
+
+
+def test_plt_stubs_are_named_in_relocation_order_as_perf_61_names_them() -> None:
+    # Given this process's libc, whose .rela.plt ends in IFUNC relocations that name no symbol:
+    # perf 6.1 names the stub after .plt's first (the resolver's) by each relocation in turn,
+    # "realloc@plt", ..., and "@plt" for an IFUNC's (perf script showed "@plt" in a thread_churn run)
+    libc = next(line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+                if line.split()[-1].endswith("/libc.so.6"))
+    relocations = subprocess.run(["readelf", "-rW", libc], capture_output=True, text=True, check=True).stdout
+    table = relocations.split("'.rela.plt'", 1)[1].splitlines()[2:]
+    expected = []
+    for line in itertools.takewhile(str.strip, table):
+        fields = line.split()
+        expected.append("@plt" if fields[2] == "R_X86_64_IRELATIVE" else fields[4].split("@")[0] + "@plt")
+    assert "@plt" in expected and len(set(expected)) > 1
+    sections = subprocess.run(["readelf", "-SW", libc], capture_output=True, text=True, check=True).stdout
+    plt = int(next(line for line in sections.splitlines() if " .plt " in line).split("]", 1)[1].split()[2], 16)
+    loaded = symbols.load_symbols(libc, None)
+    assert loaded is not None
+    named = [loaded.table.find(plt + 16 * (number + 1)) for number in range(len(expected))]
+    assert [symbol.name if symbol else None for symbol in named] == expected
 
 
 def test_a_file_of_the_other_byte_order_is_unsupported(tmp_path: Path) -> None:
