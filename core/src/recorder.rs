@@ -355,12 +355,17 @@ fn write_open_waits(object: &Object, records: &Path) -> PyResult<usize> {
 }
 
 /// The stack table: for each stack, its id, its depth and its addresses, innermost first.
+/// (The ids entered are the values of `stack_ids`; `stacks` holds each at its id.)
 fn write_stacks(object: &Object, path: &Path) -> PyResult<()> {
+    let ids = map(object, "stack_ids")?;
     let stacks = map(object, "stacks")?;
     let file = private_file(path)?;
     let mut writer = BufWriter::new(file);
-    for key in stacks.keys() {
-        let Ok(Some(frames)) = stacks.lookup(&key, MapFlags::ANY) else {
+    for hash in ids.keys() {
+        let Ok(Some(id)) = ids.lookup(&hash, MapFlags::ANY) else {
+            continue;
+        };
+        let Ok(Some(frames)) = stacks.lookup(&id, MapFlags::ANY) else {
             continue;
         };
         let addresses: Vec<u64> = frames
@@ -370,7 +375,7 @@ fn write_stacks(object: &Object, path: &Path) -> PyResult<()> {
             .take_while(|&address| address != 0)
             .collect();
         let mut entry = Vec::with_capacity(8 + 8 * addresses.len());
-        entry.extend_from_slice(&u32_at(&key, 0).to_le_bytes());
+        entry.extend_from_slice(&u32_at(&id, 0).to_le_bytes());
         entry.extend_from_slice(&(addresses.len() as u32).to_le_bytes());
         for address in addresses {
             entry.extend_from_slice(&address.to_le_bytes());

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -116,6 +117,32 @@ def test_every_wait_is_timed_whole_with_its_state_and_stacks_when_the_budget_all
     taken = whole[whole["kernel_stack"] != NOT_TAKEN]
     assert len(taken) == info["bpf"]["sampled"] > 0
     assert (taken["kernel_stack"] >= 0).mean() > 0.95
+
+
+def stack_table(capture: Path) -> dict[int, tuple[int, ...]]:
+    """bpf-stacks.bin: for each stack, its id and depth (u32 each), then its addresses (u64)."""
+    data, table, at = (capture / "bpf-stacks.bin").read_bytes(), {}, 0
+    while at < len(data):
+        stack_id, depth = struct.unpack_from("<II", data, at)
+        table[stack_id] = struct.unpack_from(f"<{depth}Q", data, at + 8)
+        at += 8 + 8 * depth
+    return table
+
+
+def test_every_distinct_stack_is_kept(tmp_path: Path) -> None:
+    # Given 4,096 call paths that each end in a sleep: a stack table of 16,384 hash buckets with
+    # one stack each would refuse about 4,096² / (2 × 16,384), 512, of them
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", "--backend", "bpf", "--stack-budget", "100000000", "-o", str(capture), "--",
+                        str(example("many_stacks")), "-s", "1")
+    assert result.returncode == 0, result.stderr
+    waits = records(capture)
+    waits = waits[(waits["kind"] == WAIT) & (waits["comm"] == b"many_stacks")]
+    taken = waits[waits["user_stack"] != NOT_TAKEN]
+    assert (taken["kernel_stack"] >= 0).all() and (taken["user_stack"] >= 0).all()
+    table = stack_table(capture)
+    ids = set(taken["user_stack"].tolist())
+    assert ids <= set(table) and len({table[stack_id] for stack_id in ids}) >= 4096
 
 
 def test_a_small_budget_samples_stacks_and_says_how(tmp_path: Path) -> None:

@@ -151,7 +151,7 @@ def story(directory: Path) -> list[bytes]:
     kallsyms = save_kernel_symbols(directory)
     trace_run, traceiter, schedule, futex_wait, wake_up = (kernel_address(kallsyms, name) for name in (
         "bpf_trace_run4", "__traceiter_sched_switch", "schedule", "futex_wait", "try_to_wake_up"))
-    # WAITER's kernel stack begins in the tracing machinery that called the BPF program, as bpf_get_stackid
+    # WAITER's kernel stack begins in the tracing machinery that called the BPF program, as bpf_get_stack
     # walks it (an address of the program itself, not in kallsyms, first)
     stacks = {1: [0xffffffffc0001234, trace_run + 4, traceiter + 4, schedule + 4, futex_wait + 4],
               2: [qsort_address() + 4], 3: [wake_up + 4], 4: [qsort_address() + 4]}

@@ -32,6 +32,10 @@
 
 #define TASK_COMM_LEN 16
 #define MAX_STACK_DEPTH 127
+#define MAX_STACKS 16384
+#define EFAULT 14
+#define ENOENT 2
+#define E2BIG 7
 #define WINDOW_NS 100000000ULL  /* 100 ms */
 #define MAX_SHIFT 20
 #define RACING_WAKEUP_NS 1000000ULL  /* a wakeup of a thread on its way to sleep, before its switch-out */
@@ -53,10 +57,10 @@
 
 #define PF_KTHREAD 0x00200000
 #define TASK_DEAD 0x80
-#define NO_STACK (-10000)
+#define NO_STACK (-10000)  /* a stack id: not taken (not sampled); -errno of a failed walk above it */
 // The reader is woken only once this much waits in the ring buffer (it drains it every
 // POLL anyway): a wakeup per record would cost more than the record.
-#define WAKE_READER_BYTES (4 << 20)  /* a stack id: not taken (not sampled); -errno of a failed walk above it */
+#define WAKE_READER_BYTES (4 << 20)
 
 struct kernfs_node {
 	__u64 id;
@@ -176,12 +180,40 @@ struct {
 	__uint(max_entries, 16 << 20);
 } records SEC(".maps");
 
+// A stack: its addresses, innermost first, zeros after the last.
+struct stack {
+	__u64 addresses[MAX_STACK_DEPTH];
+};
+
+// The stack table: each distinct stack once, in `stacks` at its id, found by a 64-bit hash
+// of its addresses in `stack_ids`. (A BPF_MAP_TYPE_STACK_TRACE keeps one stack per hash
+// bucket and refuses another whose hash falls there: with a few hundred stacks, a hot one
+// was refused at every wait in one run of four. Two of 16,384 stacks share a 64-bit hash
+// with a chance of 1 in 10^11.) Filled until full; a stack that finds it full is counted in
+// stack_errors.
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
-	__uint(max_entries, 16384);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u64);
+	__type(value, __s32);
+	__uint(max_entries, MAX_STACKS);
+} stack_ids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct stack);
+	__uint(max_entries, MAX_STACKS);
 } stacks SEC(".maps");
+
+// Where a stack is walked into before it is looked up (too big for the BPF stack)
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct stack);
+	__uint(max_entries, 1);
+} walked SEC(".maps");
+
+__u32 next_stack_id = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -282,12 +314,53 @@ static __always_inline int draw(__u32 shift)
 	return shift == 0 || (bpf_get_prandom_u32() & ((1U << shift) - 1)) == 0;
 }
 
+// A 64-bit hash of a stack's first `depth` addresses (multiply and rotate, then a final
+// mix so that every bit of every address reaches every bit of the hash).
+static __always_inline __u64 stack_hash(const struct stack *stack, long depth)
+{
+	__u64 hash = depth;
+	for (int i = 0; i < MAX_STACK_DEPTH && i < depth; i++) {
+		hash ^= stack->addresses[i] * 0x9e3779b97f4a7c15ULL;
+		hash = ((hash << 31) | (hash >> 33)) * 0xbf58476d1ce4e5b9ULL;
+	}
+	hash ^= hash >> 29;
+	hash *= 0x94d049bb133111ebULL;
+	return hash ^ (hash >> 32);
+}
+
+// The id of the stack walked now (`flags`: BPF_F_USER_STACK for the user one) in the
+// stack table, entered there if new; -errno when the walk or the table failed, -EFAULT
+// when the walk found no frames (a kernel thread has no user stack).
 static __always_inline __s32 stack_id(void *ctx, __u64 flags, struct counters *counts)
 {
-	long id = bpf_get_stackid(ctx, &stacks, flags);
-	if (id < 0 && counts)
+	__u32 zero = 0;
+	struct stack *walk = bpf_map_lookup_elem(&walked, &zero);
+	if (!walk)
+		return -ENOENT;
+	// (the helper zeroes the addresses after the last it writes)
+	long size = bpf_get_stack(ctx, walk->addresses, sizeof(walk->addresses), flags);
+	long error = size < 0 ? size : size == 0 ? -EFAULT : 0;
+	if (!error) {
+		__u64 hash = stack_hash(walk, size / sizeof(__u64));
+		__s32 *known = bpf_map_lookup_elem(&stack_ids, &hash);
+		if (known)
+			return *known;
+		__u32 id = __sync_fetch_and_add(&next_stack_id, 1);
+		struct stack *entry = bpf_map_lookup_elem(&stacks, &id);
+		error = -E2BIG;  // (no entry: the table is full)
+		if (entry) {
+			__builtin_memcpy(entry, walk, sizeof(*entry));
+			error = bpf_map_update_elem(&stack_ids, &hash, &id, BPF_NOEXIST);
+			if (!error)
+				return id;
+			known = bpf_map_lookup_elem(&stack_ids, &hash);  // (another CPU entered it first)
+			if (known)
+				return *known;
+		}
+	}
+	if (counts)
 		counts->stack_errors++;
-	return (__s32)id;
+	return (__s32)error;
 }
 
 static __always_inline __u64 submit_flags(void)
