@@ -15,7 +15,7 @@
 // s (raised within the window when a burst passes twice the budget), and a wait's
 // stack is taken with probability 2^-s (its weight is 2^s), so that the time per
 // stack is an unbiased estimate; a thread that switches seldom has all its
-// stacks taken. The waker's stack, the costlier walk (a network wakeup's kernel
+// stacks taken, and every thread its first. The waker's stack, the costlier walk (a network wakeup's kernel
 // stack is deep), is taken for a wait whose own stack was taken when the wait
 // was long (at least long_wait_ns blocked), else on a second draw under the
 // same budget.
@@ -462,8 +462,11 @@ static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned 
 	__u32 shift = budget_shift(now);
 	// A thread that switches seldom (its last switch-out long_wait_ns ago or more: at most a
 	// thousand a second) has all its stacks taken: its waits are the long ones, which a sample
-	// would turn into a few heavy guesses. Decided from its past, so the weights stay exact.
-	if (wait->last_leave_ns && now - wait->last_leave_ns >= cfg.long_wait_ns)
+	// would turn into a few heavy guesses. So has a thread's first switch-out seen, whose past
+	// is not known (one walk a thread: a server's main thread's one-second wait, the only one
+	// whose stack was left out of its waits, kept none). Decided from the past, so the
+	// weights stay exact.
+	if (!wait->last_leave_ns || now - wait->last_leave_ns >= cfg.long_wait_ns)
 		shift = 0;
 	wait->last_leave_ns = now;
 	wait->weight_shift = shift;
