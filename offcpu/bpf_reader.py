@@ -62,6 +62,7 @@ TASK_EVENTS = np.array([-1, -1, THREAD_FORK, THREAD_EXIT, THREAD_COMM])  # by re
 STACK_ENTRY = struct.Struct("<II")  # bpf-stacks.bin: id, depth, then depth u64 addresses
 NO_STACK = -10000  # a stack id: not taken (not sampled); other negative ids are -errno of a failed walk
 EFAULT = 14  # a user stack's walk that found no user frames: a kernel thread has none
+E2BIG = 7  # a stack that found the stack table full
 EXEC = 1  # a comm record's state when the name came with an exec
 KERNEL_STACK_UNREADABLE = "[kernel stack could not be read]"
 USER_STACK_UNREADABLE = "[user stack could not be read]"
@@ -293,9 +294,11 @@ class BpfReader:
         failed = int(np.count_nonzero(taken & ~read))
         if not failed:
             return []
-        return [f"{failed:,} of the {int(np.count_nonzero(taken)):,} stacks taken could not be read (the walk "
-                "failed, or the stack table was full): they are shown as [kernel stack could not be read] or "
-                "[user stack could not be read]"]
+        full = int(np.count_nonzero(taken & (ids == -E2BIG)))
+        why = [f"{full:,} found the stack table full: record fewer processes, or for less time"] if full else []
+        why += [f"the walk of {failed - full:,} failed"] if failed > full else []
+        return [f"{failed:,} of the {int(np.count_nonzero(taken)):,} stacks taken could not be read ({'; '.join(why)}): "
+                "they are shown as [kernel stack could not be read] or [user stack could not be read]"]
 
 
 def _stack(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symbolizer) -> Stack:

@@ -134,7 +134,7 @@ def test_every_distinct_stack_is_kept(tmp_path: Path) -> None:
     # one stack each would refuse about 4,096² / (2 × 16,384), 512, of them
     capture = tmp_path / "cap"
     result = run_offcpu("record", "--backend", "bpf", "--stack-budget", "100000000", "-o", str(capture), "--",
-                        str(example("many_stacks")), "-s", "1")
+                        str(example("many_stacks")), "-s", "2")
     assert result.returncode == 0, result.stderr
     waits = records(capture)
     waits = waits[(waits["kind"] == WAIT) & (waits["comm"] == b"many_stacks")]

@@ -143,8 +143,8 @@ def story(directory: Path) -> list[bytes]:
     - WAITER (11) sleeps (S) at 1000 with kernel stack 1 and user stack 2 (taken with probability
       1/4: weight 4), woken by WAKER at 4000 (its stacks 3 and 4), back at 4500 on CPU 1; sleeps
       at 6000, woken by WAKER at 5990 on its way off (stack not taken), back at 6200; sleeps (D) at
-      8000 with a kernel stack missing from the table and a user stack whose walk failed
-      (-ENOMEM), still off CPU at the end.
+      8000 with a kernel stack missing from the table and a user stack that found the table
+      full (-E2BIG), still off CPU at the end.
     - CHILD (13) made by WAITER at 2000, renamed at 2100, first run at 2500, exits at 3000, its
       last switch-out (dead) at 3001.
     Then a record of a kind this offcpu does not know."""
@@ -165,7 +165,7 @@ def story(directory: Path) -> list[bytes]:
                waker=WAKER, state=S, shift=2),
         record(WAIT, WAKER, 4600, back_us=5000, preempted=True, shift=3),
         record(WAIT, WAITER, 6000, woken_us=5990, back_us=6200, waker=WAKER, state=S, shift=1),
-        record(WAIT, WAITER, 8000, stacks=(5, -12), state=D),
+        record(WAIT, WAITER, 8000, stacks=(5, -7), state=D),
         record(WAIT, CHILD, 3001, state=DEAD, exit_state=EXIT_DEAD, comm="renamed"),
         record(9, WAITER, 9000),
     ]
@@ -205,7 +205,7 @@ def test_records_become_the_events_the_engine_reads_in_time_order(tmp_path: Path
         (SCHED_WAKING, at(6000), -1, PID, WAKER, WAITER, "t12", "", WAKER_STACK_NOT_TAKEN, 1),
         (SWITCH_IN, at(6200), 0, PID, WAITER, 0, "t11", "", None, 1),
         # without user frames, the chain is the same in every process: no pid
-        (SCHED_SWITCH, at(8000), -1, PID, WAITER, 0, "t11", "D", (5, -12, 0, 0), 1),
+        (SCHED_SWITCH, at(8000), -1, PID, WAITER, 0, "t11", "D", (5, -7, 0, 0), 1),
     ]
     assert reader.skipped == 1  # the record of an unknown kind
 
@@ -254,8 +254,9 @@ def test_the_model_of_a_bpf_capture(tmp_path: Path) -> None:
     assert (model.estimated_switch_ins, model.unreadable_events) == (0, 1)
     # of the stacks taken (WAITER's 1000 and 8000, their wakers' 3 and 4), the last two could not be read
     assert model.binary_notes == [
-        "2 of the 6 stacks taken could not be read (the walk failed, or the stack table was full): they are shown "
-        "as [kernel stack could not be read] or [user stack could not be read]"]
+        "2 of the 6 stacks taken could not be read (1 found the stack table full: record fewer processes, or for "
+        "less time; the walk of 1 failed): they are shown as [kernel stack could not be read] or [user stack could "
+        "not be read]"]
     # the model is saved beside the records, and read back from there
     assert load_model(tmp_path).to_json() == model.to_json()
 

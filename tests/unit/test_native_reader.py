@@ -92,8 +92,9 @@ def test_plt_stubs_are_named_in_relocation_order_as_perf_61_names_them() -> None
     for line in itertools.takewhile(str.strip, table):
         fields = line.split()
         expected.append("@plt" if fields[2] == "R_X86_64_IRELATIVE" else fields[4].split("@")[0] + "@plt")
-    assert "@plt" in expected and len(set(expected)) > 1
     sections = subprocess.run(["readelf", "-SW", libc], capture_output=True, text=True, check=True).stdout
+    if "@plt" not in expected or " .plt.sec " in sections:  # (perf 6.1 reads no .plt.sec: a CET build's)
+        pytest.skip("this libc has no unnamed PLT stubs, or has .plt.sec: Debian's has the first and not the second")
     plt = int(next(line for line in sections.splitlines() if " .plt " in line).split("]", 1)[1].split()[2], 16)
     loaded = symbols.load_symbols(libc, None)
     assert loaded is not None

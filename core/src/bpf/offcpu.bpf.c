@@ -189,8 +189,9 @@ struct stack {
 // of its addresses in `stack_ids`. (A BPF_MAP_TYPE_STACK_TRACE keeps one stack per hash
 // bucket and refuses another whose hash falls there: with a few hundred stacks, a hot one
 // was refused at every wait in one run of four. Two of 16,384 stacks share a 64-bit hash
-// with a chance of 1 in 10^11.) Filled until full; a stack that finds it full is counted in
-// stack_errors.
+// with a chance of 1 in 10^11.) Filled until full (an id lost when two CPUs enter one
+// stack at once leaves a place unused); a stack that finds it full is counted in
+// stack_errors, with -E2BIG as its id.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u64);
@@ -335,17 +336,16 @@ static __always_inline __s32 stack_id(void *ctx, __u64 flags, struct counters *c
 {
 	__u32 zero = 0;
 	struct stack *walk = bpf_map_lookup_elem(&walked, &zero);
-	if (!walk)
-		return -ENOENT;
 	// (the helper zeroes the addresses after the last it writes)
-	long size = bpf_get_stack(ctx, walk->addresses, sizeof(walk->addresses), flags);
+	long size = walk ? bpf_get_stack(ctx, walk->addresses, sizeof(walk->addresses), flags) : -ENOENT;
 	long error = size < 0 ? size : size == 0 ? -EFAULT : 0;
-	if (!error) {
+	if (walk && !error) {
 		__u64 hash = stack_hash(walk, size / sizeof(__u64));
 		__s32 *known = bpf_map_lookup_elem(&stack_ids, &hash);
 		if (known)
 			return *known;
-		__u32 id = __sync_fetch_and_add(&next_stack_id, 1);
+		// A full table takes no more ids (past 2^32 they would come round to entries in use)
+		__u32 id = next_stack_id < MAX_STACKS ? __sync_fetch_and_add(&next_stack_id, 1) : MAX_STACKS;
 		struct stack *entry = bpf_map_lookup_elem(&stacks, &id);
 		error = -E2BIG;  // (no entry: the table is full)
 		if (entry) {
