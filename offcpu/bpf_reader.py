@@ -297,8 +297,9 @@ class BpfReader:
         full = int(np.count_nonzero(taken & (ids == -E2BIG)))
         why = [f"{full:,} found the stack table full: record fewer processes, or for less time"] if full else []
         why += [f"the walk of {failed - full:,} failed"] if failed > full else []
-        return [f"{failed:,} of the {int(np.count_nonzero(taken)):,} stacks taken could not be read ({'; '.join(why)}): "
-                "they are shown as [kernel stack could not be read] or [user stack could not be read]"]
+        return [f"{failed:,} of the {int(np.count_nonzero(taken)):,} stacks taken could not be read "
+                f"({'; '.join(why)}): they are shown as [kernel stack could not be read] or [user stack could not "
+                "be read]"]
 
 
 def _stack(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symbolizer) -> Stack:
