@@ -15,10 +15,10 @@
 // s (raised within the window when a burst passes twice the budget), and a wait's
 // stack is taken with probability 2^-s (its weight is 2^s), so that the time per
 // stack is an unbiased estimate; a thread that switches seldom has all its
-// stacks taken, and every thread its first. The waker's stack, the costlier walk (a network wakeup's kernel
-// stack is deep), is taken for a wait whose own stack was taken when the wait
-// was long (at least long_wait_ns blocked), else on a second draw under the
-// same budget.
+// stacks taken, and every thread those of its first switch-out. The waker's
+// stack, the costlier walk (a network wakeup's kernel stack is deep), is taken
+// for a wait whose own stack was taken when the wait was long (at least
+// long_wait_ns blocked), else on a second draw under the same budget.
 //
 // No kernel headers beyond the UAPI: the kernel structures read are declared
 // here with only the fields used, and CO-RE relocates them at load.
@@ -329,38 +329,43 @@ static __always_inline __u64 stack_hash(const struct stack *stack, long depth)
 	return hash ^ (hash >> 32);
 }
 
+// The id of the stack in `walk` (`depth` addresses) in the stack table, entered there if
+// new; -errno when the table is full.
+static __always_inline __s32 entered(const struct stack *walk, long depth)
+{
+	__u64 hash = stack_hash(walk, depth);
+	__s32 *known = bpf_map_lookup_elem(&stack_ids, &hash);
+	if (known)
+		return *known;
+	// A full table takes no more ids (past 2^32 they would come round to entries in use)
+	__u32 id = next_stack_id < MAX_STACKS ? __sync_fetch_and_add(&next_stack_id, 1) : MAX_STACKS;
+	struct stack *entry = bpf_map_lookup_elem(&stacks, &id);
+	if (!entry)
+		return -E2BIG;
+	__builtin_memcpy(entry, walk, sizeof(*entry));
+	long error = bpf_map_update_elem(&stack_ids, &hash, &id, BPF_NOEXIST);
+	if (!error)
+		return id;
+	known = bpf_map_lookup_elem(&stack_ids, &hash);  // (another CPU entered it first)
+	return known ? *known : (__s32)error;
+}
+
 // The id of the stack walked now (`flags`: BPF_F_USER_STACK for the user one) in the
-// stack table, entered there if new; -errno when the walk or the table failed, -EFAULT
-// when the walk found no frames (a kernel thread has no user stack).
+// stack table; -errno when the walk or the table failed, -EFAULT when the walk found no
+// frames (a kernel thread has no user stack).
 static __always_inline __s32 stack_id(void *ctx, __u64 flags, struct counters *counts)
 {
 	__u32 zero = 0;
 	struct stack *walk = bpf_map_lookup_elem(&walked, &zero);
-	// (the helper zeroes the addresses after the last it writes)
-	long size = walk ? bpf_get_stack(ctx, walk->addresses, sizeof(walk->addresses), flags) : -ENOENT;
-	long error = size < 0 ? size : size == 0 ? -EFAULT : 0;
-	if (walk && !error) {
-		__u64 hash = stack_hash(walk, size / sizeof(__u64));
-		__s32 *known = bpf_map_lookup_elem(&stack_ids, &hash);
-		if (known)
-			return *known;
-		// A full table takes no more ids (past 2^32 they would come round to entries in use)
-		__u32 id = next_stack_id < MAX_STACKS ? __sync_fetch_and_add(&next_stack_id, 1) : MAX_STACKS;
-		struct stack *entry = bpf_map_lookup_elem(&stacks, &id);
-		error = -E2BIG;  // (no entry: the table is full)
-		if (entry) {
-			__builtin_memcpy(entry, walk, sizeof(*entry));
-			error = bpf_map_update_elem(&stack_ids, &hash, &id, BPF_NOEXIST);
-			if (!error)
-				return id;
-			known = bpf_map_lookup_elem(&stack_ids, &hash);  // (another CPU entered it first)
-			if (known)
-				return *known;
-		}
+	__s32 id = -ENOENT;
+	if (walk) {
+		// (the helper zeroes the addresses after the last it writes)
+		long size = bpf_get_stack(ctx, walk->addresses, sizeof(walk->addresses), flags);
+		id = size < 0 ? (__s32)size : size == 0 ? -EFAULT : entered(walk, size / sizeof(__u64));
 	}
-	if (counts)
+	if (id < 0 && counts)
 		counts->stack_errors++;
-	return (__s32)error;
+	return id;
 }
 
 static __always_inline __u64 submit_flags(void)
@@ -463,9 +468,7 @@ static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned 
 	// A thread that switches seldom (its last switch-out long_wait_ns ago or more: at most a
 	// thousand a second) has all its stacks taken: its waits are the long ones, which a sample
 	// would turn into a few heavy guesses. So has a thread's first switch-out seen, whose past
-	// is not known (one walk a thread: a server's main thread's one-second wait, the only one
-	// whose stack was left out of its waits, kept none). Decided from the past, so the
-	// weights stay exact.
+	// is not known (one walk a thread). Decided from the past, so the weights stay exact.
 	if (!wait->last_leave_ns || now - wait->last_leave_ns >= cfg.long_wait_ns)
 		shift = 0;
 	wait->last_leave_ns = now;
