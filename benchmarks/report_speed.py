@@ -7,16 +7,16 @@ Runs alternate plain `perf script -i perf.data > /dev/null` with its default fie
 (the anchor) and a cold `offcpu report folded` (its saved model removed first), in
 this one process; the ratio is of their medians. Memory is sampled every 20 ms over
 the process tree: the largest of offcpu's own processes (VmRSS), all of them together
-(PSS: the pages its forked workers share count once), and the perf script processes
+(PSS: the pages forked workers share count once), and the perf script processes
 they start, of which only their own (anonymous) memory counts: the perf.data they map
 is page cache, shared by every reader.
 
 The split by stage is the same work in this one process, stage by stage, in CPU seconds
-(the report spreads read and pair over its worker processes): read (record headers
-walked, then records decoded into a sink that does nothing), pair (the engine turning
-events into off-CPU intervals, and the merge of the slices), symbolize (naming the call
-chains, making the model), write (the folded lines, to /dev/null), and diagnose (the
-findings and the wait-for graph with its wake-up chains, from the model).
+of all its threads (the core reads and pairs the slices in a thread each): record
+headers walked, records read and paired (decoded, turned into off-CPU intervals, the
+slices joined), symbolize (naming the call chains, making the model), write (the folded
+lines, to /dev/null), and diagnose (the findings and the wait-for graph with its wake-up
+chains, from the model).
 Memory against events: cold reports of the first quarter of a window (--time) and of
 all of it, on a recording of the pipe alone (`offcpu record -- perf bench sched pipe -T`,
 --size / 2): the same stacks all along, so only the number of events differs (the
@@ -149,9 +149,8 @@ def _measure(capture: Path, pipe_only: Path, rounds: int) -> int:
     print(f"\noffcpu report folded / perf script: {report / anchor:.2f}x ({report:.2f} s / {anchor:.2f} s; "
           f"target at most {TARGET_RATIO})")
     stages = _stages(capture)
-    print(f"per stage, CPU seconds in one process: read {stages['headers'] + stages['records']:.2f} (record "
-          f"headers {stages['headers']:.2f}, records {stages['records']:.2f}), pair {stages['pair']:.2f}, "
-          f"symbolize {stages['symbolize']:.2f}, write {stages['write']:.2f}")
+    print(f"per stage, CPU seconds (all of offcpu's threads): record headers {stages['headers']:.2f}, records "
+          f"read and paired {stages['pair']:.2f}, symbolize {stages['symbolize']:.2f}, write {stages['write']:.2f}")
     print(f"diagnosis (the findings, the wait-for graph and the wake-up chains, which the text, json and html "
           f"reports add): {stages['diagnose']:.2f} CPU s, {stages['diagnose'] / report:.1%} of the cold report's "
           f"wall time (target at most {DIAGNOSIS_SHARE:.0%}), {stages['diagnose'] / sum(stages.values()):.1%} of "
@@ -231,16 +230,12 @@ def _kb(fields: dict[str, str], name: str) -> int:
 def _stages(capture: Path) -> dict[str, float]:
     """CPU seconds of each stage of a cold report, one after the other in this process."""
     from offcpu.capture import load
-    from offcpu.engine import merge, read_slice, threads_at_start, to_model
+    from offcpu.engine import threads_at_start, to_model
     from offcpu.findings import Context, default_table, findings
     from offcpu.model_cache import choose_reader  # offcpu's own modules, in this process: see the docstring
     from offcpu.renderers.flame import stack_lines
     from offcpu.stackview import StackView
     from offcpu.waitgraph import wait_graph
-
-    class Nothing:
-        def take(self, events: object) -> None:
-            pass
 
     info = load(capture)
     window = (info.window_start_ns, info.window_end_ns)
@@ -249,15 +244,10 @@ def _stages(capture: Path) -> dict[str, float]:
     slices = reader.time_slices(*window, os.cpu_count() or 1)
     headers = time.process_time() - started
     started = time.process_time()
-    for time_slice in slices:
-        reader.read(Nothing(), time_slice)
-    records = time.process_time() - started
+    paired = reader.pair(slices, window, threads_at_start(info), window, info.switch_cost_ns or 0)
+    pair = time.process_time() - started
     started = time.process_time()
-    pieces = [read_slice(reader, first, last, window, info.switch_cost_ns or 0) for first, last in slices]
-    totals, skipped = merge(pieces, *window, threads_at_start(info), window)
-    pair = time.process_time() - started - records
-    started = time.process_time()
-    model = to_model(totals, reader, info, *window, skipped)
+    model = to_model(paired, reader, info, *window)
     symbolize = time.process_time() - started
     started = time.process_time()
     with open(os.devnull, "w") as output:
@@ -267,7 +257,7 @@ def _stages(capture: Path) -> dict[str, float]:
     findings(model, table=default_table())
     wait_graph(Context(model, default_table()))
     diagnose = time.process_time() - started
-    return {"headers": headers, "records": records, "pair": pair, "symbolize": symbolize, "write": write,
+    return {"headers": headers, "pair": pair, "symbolize": symbolize, "write": write,
             "diagnose": diagnose}
 
 

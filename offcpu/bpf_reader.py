@@ -18,7 +18,7 @@ in bpf-maps.json (offcpu.recording.process_maps) by symbols.Symbolizer.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -27,6 +27,7 @@ import numpy as np
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError
 from offcpu.model import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN
+from offcpu.pairing import Paired, ThreadAtStart, pair_decoded
 from offcpu.recording import process_maps
 from offcpu.sched_events import (
     SCHED_SWITCH,
@@ -237,6 +238,10 @@ class BpfReader:
         others = np.where(rows["kind"] == FORK, rows["waker_tid"], np.where(rows["kind"] == COMM, rows["state"], 0))
         return _part(kinds, rows["since_ns"], rows["cpu"], rows["pid"], rows["tid"], others, _names(rows["comm"]),
                      _blank(len(rows)), np.full(len(rows), None, object), 1)
+
+    def pair(self, slices: list[tuple[int, int]], window: tuple[int, int], at_start: list[ThreadAtStart],
+             counted: tuple[int, int], switch_cost_ns: int, on_done: Callable[[int], None] | None = None) -> Paired:
+        return pair_decoded(self, slices, window, at_start, counted, switch_cost_ns, on_done)
 
     def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
         """Cut where equal shares of the events' times fall."""

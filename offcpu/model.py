@@ -70,10 +70,6 @@ class WaitTimes:
         self.count += other.count
         self.variance += other.variance  # (rows of one stratum are not independent: an upper bound)
 
-    def __reduce__(self) -> tuple:
-        return WaitTimes, (self.offcpu_us, self.blocked_us, self.runqueue_us, self.count,
-                           self.variance)  # see engine.Overlap
-
 
 @dataclass
 class Row:
@@ -113,8 +109,9 @@ class Link:
 
 @dataclass(frozen=True, order=True)
 class TimedWait:
-    """One of the longest waits (engine.TIMELINE_WAITS), with its times (perf.data's clock, ns,
-    as far as the window holds it): the model keeps sums, and times only of these."""
+    """One of the longest waits (TIMELINE_WAITS in core/src/pairing.rs), with its times
+    (perf.data's clock, ns, as far as the window holds it): the model keeps sums, and times
+    only of these."""
 
     tid: int
     row: int  # index into Model.rows: its stack, state and waker

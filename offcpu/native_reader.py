@@ -1,9 +1,10 @@
 """Reading perf.data directly, in the compiled core (offcpu._core.PerfData, core/src/perf_reader.rs):
-its records decoded into batches of events for an EventSink, in the order and with the values
-`perf script` shows (offcpu.perf_script.script_argv).
+its records decoded in the order and with the values `perf script` shows
+(offcpu.perf_script.script_argv), and paired there, a time slice in each of the core's threads,
+with no event handed to Python (read() hands them over, to compare with perf script).
 
-A call chain travels as the raw bytes of its u64 addresses, with the process and its exec
-generation when it holds user addresses (their meaning depends on the process's memory maps);
+A call chain is the raw bytes of its u64 addresses, with the process and its exec generation
+when it holds user addresses (their meaning depends on the process's memory maps);
 symbols.Symbolizer names each distinct chain once, after the engine has counted time per chain.
 
 The core walks every record header once, when the file is first read: a time slice then decodes
@@ -13,19 +14,15 @@ whichever slice they are in. This is the one module that opens perf.data in the 
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from offcpu import _core
 from offcpu.errors import OffcpuError
+from offcpu.pairing import SYNTHETIC_STACKS, Paired, ThreadAtStart
 from offcpu.sched_events import Chain, Events, EventSink
 from offcpu.stacks import Stack
-
-# The files opened in this process, by the id a reader keeps: a forked worker finds its parent's
-# (its records already walked) instead of walking them again.
-_OPENED: weakref.WeakValueDictionary[int, _core.PerfData] = weakref.WeakValueDictionary()
 
 
 def damaged(path: Path, what: str) -> OffcpuError:
@@ -56,8 +53,7 @@ def unsupported(path: Path) -> str | None:
 
 
 class NativeReader:
-    """A CaptureReader for perf.data written by `offcpu record` (see unsupported()).
-    Made in the parent process, it survives fork: a worker uses the parent's file."""
+    """A CaptureReader for perf.data written by `offcpu record` (see unsupported())."""
 
     name = "native"
 
@@ -72,18 +68,14 @@ class NativeReader:
         with reading(path):
             self.skipped = data.unknown_records()
         self.binary_notes: list[str] = []  # what stacks() found of the mapped files (symbols.Symbolizer.notes)
-        self._data: _core.PerfData | None = data
-        self._opened = id(data)
-        _OPENED[self._opened] = data
+        self.data = data
 
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_data": None}  # the core's file does not travel; a forked worker has it
-
-    @property
-    def data(self) -> _core.PerfData:
-        if self._data is None:
-            self._data = _OPENED.get(self._opened) or open_perf_data(self.path)
-        return self._data
+    def pair(self, slices: list[tuple[int, int]], window: tuple[int, int], at_start: list[ThreadAtStart],
+             counted: tuple[int, int], switch_cost_ns: int, on_done: Callable[[int], None] | None = None) -> Paired:
+        with reading(self.path):
+            tally, skipped, names, states, chains = self.data.pair(slices, window, at_start, counted,
+                                                                   switch_cost_ns, on_done)
+        return Paired(tally, skipped, names, states, [None, *SYNTHETIC_STACKS, *chains])
 
     def read(self, sink: EventSink, time_slice: tuple[int, int] | None = None) -> None:
         def take(*columns: list) -> None:

@@ -22,13 +22,14 @@ import io
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 from offcpu.errors import OffcpuError
 from offcpu.native_reader import open_perf_data, reading
+from offcpu.pairing import Paired, ThreadAtStart, pair_decoded
 from offcpu.sched_events import (
     SCHED_SWITCH,
     SCHED_WAKING,
@@ -262,6 +263,10 @@ class PerfScriptReader:
         if batch:
             sink.take(Events.of(batch))
         self.skipped += events.skipped
+
+    def pair(self, slices: list[tuple[int, int]], window: tuple[int, int], at_start: list[ThreadAtStart],
+             counted: tuple[int, int], switch_cost_ns: int, on_done: Callable[[int], None] | None = None) -> Paired:
+        return pair_decoded(self, slices, window, at_start, counted, switch_cost_ns, on_done)
 
     def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
         """Slices of about as many records each, cut where the native reader cuts them (so that

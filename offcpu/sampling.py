@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from offcpu.model import SUB_WINDOWS, WaitTimes
 
 if TYPE_CHECKING:
-    from offcpu.engine import RowKey
+    from offcpu.engine import CoreRowKey
 
 # A stratum: tid, state, and the waker's pid, tid and comm (None: not woken, such as preempted)
 StratumKey = tuple[int, str, tuple[int, int, str] | None]
@@ -43,24 +43,14 @@ class Stratum:
     stack, what a stratum made of them alone needs: their sub-windows and the key of their
     row (their stack and their waker's not taken)."""
 
-    times: WaitTimes = field(default_factory=WaitTimes)
-    unsampled_windows: list[int] = field(default_factory=lambda: [0] * SUB_WINDOWS)
-    unsampled_row: RowKey | None = None
-
-    def add(self, other: Stratum) -> None:
-        self.times.add_times(other.times)
-        add_windows(self.unsampled_windows, other.unsampled_windows)
-        self.unsampled_row = self.unsampled_row or other.unsampled_row
+    times: WaitTimes
+    unsampled_windows: list[int]
+    unsampled_row: CoreRowKey | None
 
 
 def add_windows(into: list[int], windows: list[int]) -> None:
     """Add sub-windows' times into others', window by window."""
     into[:] = [mine + theirs for mine, theirs in zip(into, windows, strict=True)]
-
-
-def stratum_of(row: RowKey) -> StratumKey:
-    tid, _, state, waker = row
-    return tid, state, waker[:3] if waker else None
 
 
 @dataclass
@@ -101,7 +91,7 @@ def apportion(total: int, parts: list[int]) -> list[int]:
     return shares
 
 
-def scale_to_strata(rows: SampledRows, strata: dict[StratumKey, Stratum], key_of: Callable[[RowKey], MergedKey],
+def scale_to_strata(rows: SampledRows, strata: dict[StratumKey, Stratum], key_of: Callable[[CoreRowKey], MergedKey],
                     stratum_key: Callable[[MergedKey], StratumKey]) -> dict[MergedKey, float]:
     """Scale each stratum's weighted rows to its exact times, and give a stratum without one a
     row of its own (see the module's doc); returns how much each weighted row's off-CPU

@@ -1,13 +1,12 @@
 """The scheduler events a capture holds, as every reader hands them to the engine.
 
-A reader (perf script's text, or perf.data read directly) decodes a capture
-into batches of events (Events), in time order, handed to an EventSink one
-batch at a time, and knows how to turn the call chains it handed over into
-frames afterwards. A batch is a set of columns, one entry per event: a capture
-holds millions of events, and batches let the native reader hand over records in
-bulk (lists made in the compiled core) and the engine loop over them with its state at hand, where a
-method call per event cost more than the engine's own work on the commonest
-events.
+A reader (perf script's text, BPF records, or perf.data read directly) decodes a
+capture into batches of events (Events), in time order, handed to an EventSink one
+batch at a time; has them paired by the compiled core (offcpu.pairing: the native
+reader's never leave the core); and knows how to turn the call chains into frames
+afterwards. A batch is a set of columns, one entry per event: a capture holds millions
+of events, and columns travel in bulk where a call per event would cost more than the
+work on it.
 
 Call chains travel as opaque, hashable keys (the raw text perf script printed,
 or the raw addresses of perf.data): the engine counts time per chain first,
@@ -19,11 +18,14 @@ Times are CLOCK_MONOTONIC nanoseconds (perf.data's clock); a pid is a process
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from offcpu.stacks import Stack
+
+if TYPE_CHECKING:
+    from offcpu.pairing import Paired
 
 Chain = Hashable  # a call chain as its reader keeps it; () or "" when the event has none
 UNKNOWN_CPU = -1  # the CPU of a record perf wrote without one (a task-bound recording without --sample-cpu)
@@ -110,6 +112,14 @@ class CaptureReader(Protocol):
 
     name: str
     skipped: int  # how many events (records) could not be decoded, left out and counted
+
+    def pair(self, slices: list[tuple[int, int]], window: tuple[int, int], at_start: list[tuple[int, str, str]],
+             counted: tuple[int, int], switch_cost_ns: int,
+             on_done: Callable[[int], None] | None = None) -> Paired:
+        """The events of each of `slices` (first, last ns, both included) paired in the core,
+        and the slices joined: the tally of the `counted` part of `window`. `at_start`: the
+        target's threads when recording began (tid, comm, state); `on_done(slices done)` as
+        they are."""
 
     def read(self, sink: EventSink, time_slice: tuple[int, int] | None = None) -> None:
         """Every event in time order into `sink`; with `time_slice` (first, last ns, both

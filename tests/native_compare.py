@@ -99,7 +99,7 @@ def model_difference(capture: Path, slices: int) -> str | None:
     """None when both readers give the same model of a capture, read in `slices` slices
     (folded lines, thread totals, wakers, links), else the first thing that differs."""
     from offcpu.capture import load
-    from offcpu.engine import merge, read_slice, threads_at_start, to_model
+    from offcpu.engine import threads_at_start, to_model
     from offcpu.model_cache import choose_reader
     from offcpu.stackview import StackView, folded
     from offcpu.summaries import waker_pairs
@@ -114,10 +114,9 @@ def model_difference(capture: Path, slices: int) -> str | None:
         # name them from this machine's alike
         reader = (ShownAsPerfShowsMissing(cast(NativeReader, choose_reader(capture, info, name)[0]))
                   if name == "native" else PerfScriptReader(require_perf(), capture / "perf.data"))
-        pieces = [read_slice(reader, first, last, window, info.switch_cost_ns or 0)
-                  for first, last in reader.time_slices(*window, slices)]
-        totals, skipped = merge(pieces, *window, threads_at_start(info), window)
-        model = to_model(totals, reader, info, *window, skipped)
+        paired = reader.pair(reader.time_slices(*window, slices), window, threads_at_start(info), window,
+                             info.switch_cost_ns or 0)
+        model = to_model(paired, reader, info, *window)
         links = sorted((tuple(model.rows[link.waiter_row].__dict__.values()),
                         tuple(model.rows[link.waker_row].__dict__.values()),
                         link.overlap_us, link.count) for link in model.links)

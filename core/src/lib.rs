@@ -2,12 +2,17 @@
 //!
 //! It records the scheduler in the kernel (`recorder`): the BPF programs of
 //! src/bpf/offcpu.bpf.c loaded with libbpf, their records drained from the ring
-//! buffer to the capture by a thread of its own, without Python's lock. And it
-//! reads perf.data (`perf_reader`, on `perf_file` and `tracing_formats`): the
-//! scheduler's events in time order, handed to Python in batches of columns.
+//! buffer to the capture by a thread of its own, without Python's lock. It reads
+//! perf.data (`perf_reader`, on `perf_file` and `tracing_formats`): the scheduler's
+//! events in time order. And it pairs them into off-CPU intervals and adds them up
+//! (`pairing`), for every reader: perf.data's in a thread per time slice, the events
+//! other readers decode in Python handed over as columns (`model_inputs`).
 
+mod model_inputs;
+mod pairing;
 mod perf_file;
 mod perf_reader;
+mod quick;
 mod recorder;
 mod tracing_formats;
 pub mod unwind;
@@ -37,6 +42,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<perf_reader::PerfData>()?;
     m.add("PerfDataError", m.py().get_type::<PerfDataError>())?;
     m.add_function(wrap_pyfunction!(perf_reader::prev_state_name, m)?)?;
+    m.add_class::<model_inputs::Slice>()?;
+    m.add_class::<model_inputs::Tally>()?;
+    m.add_function(wrap_pyfunction!(model_inputs::merge, m)?)?;
+    m.add("NAMES", pairing::NAMES)?;
+    m.add("STATES", pairing::STATES)?;
+    m.add("SEEDED_CHAINS", pairing::SEEDED_CHAINS)?;
+    m.add("TIMELINE_WAITS", pairing::TIMELINE_WAITS)?;
     m.add("RECORD_SIZE", recorder::RECORD_SIZE)?;
     m.add("NOT_TAKEN", recorder::NOT_TAKEN)?;
     Ok(())

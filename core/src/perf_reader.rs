@@ -8,21 +8,30 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hash;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Duration;
 
 use byteorder::LittleEndian;
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use linux_perf_event_reader::{RawEventRecord, SampleRecord};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
+use crate::model_inputs::Tally;
+use crate::pairing::{
+    self, Event, Id, SliceBuilder, SliceResult, NO_CHAIN, NO_TEXT, SCHED_SWITCH, SCHED_WAKING,
+    SWITCH_IN, SWITCH_OUT, THREAD_COMM, THREAD_EXIT, THREAD_FORK,
+};
 use crate::perf_file::{
     self, FileError, Index, Opened, Shape, Task, TaskKind, COMM, EXIT, FORK, HEADER_SIZE, SAMPLE,
 };
+use crate::quick::{QuickMap, QUICK};
 use crate::tracing_formats::{self, Field, StateNames, Tracepoint};
 use crate::unwind::{Unwinder, UserRegs};
 use crate::PerfDataError;
@@ -57,18 +66,9 @@ const MISC_SWITCH_OUT_PREEMPT: u16 = 1 << 14;
 
 const CONTEXT_USER: u64 = 0xFFFF_FFFF_FFFF_FE00;
 
-// The kinds of event, as offcpu.sched_events numbers them.
-const SCHED_SWITCH: i64 = 0;
-const SCHED_WAKING: i64 = 1;
-const SWITCH_IN: i64 = 2;
-const SWITCH_OUT: i64 = 3;
-const THREAD_FORK: i64 = 4;
-const THREAD_EXIT: i64 = 5;
-const THREAD_COMM: i64 = 6;
-const UNKNOWN_CPU: i64 = -1;
 const IDLE_COMM: &str = "swapper"; // perf's name for the idle task (tid 0)
 
-/// Events handed to Python at a time.
+/// Events decoded before the engine takes them.
 const BATCH: usize = 1 << 16;
 const READ_BUFFER: usize = 1 << 20;
 
@@ -361,57 +361,285 @@ impl PerfData {
     }
 
     /// Every event in time order, `take(kinds, times, cpus, pids, tids, others, names, states,
-    /// chains)` a batch at a time; with `time_slice` (first, last ns), from the round that may
-    /// hold its first record to its last. Returns how many records could not be decoded.
+    /// chains)` a batch at a time, as Python objects (offcpu.sched_events.Events): what the
+    /// engine is handed, for comparing with perf script. With `time_slice` (first, last ns),
+    /// from the round that may hold its first record to its last. Returns how many records
+    /// could not be decoded.
     #[pyo3(signature = (take, time_slice=None))]
     fn read(
         &self,
         py: Python<'_>,
         take: Bound<'_, PyAny>,
-        time_slice: Option<(u64, u64)>,
+        time_slice: Option<(i64, i64)>,
     ) -> PyResult<u64> {
         let (opened, index) = self.index()?;
-        let first_round = time_slice.map_or(0, |(first, _)| round_for_time(index, first));
+        let keys = Mutex::new(Keys::new());
+        let mut objects = Objects::default();
+        self.decode(opened, index, &keys, time_slice, |events| -> PyResult<()> {
+            objects.update(py, &locked(&keys))?;
+            objects.hand_over(py, events, &take)?;
+            py.check_signals()
+        })
+    }
+
+    /// The model's inputs: each of `slices` (first, last ns, both included; of the window,
+    /// in time order) decoded and paired in a thread of its own, from the round that may
+    /// hold its first record, then joined (offcpu.engine.build_model). `at_start`: the
+    /// target's threads when recording began (tid, name, state); `on_done(slices done)`
+    /// as they are. Returns the tally, how many records could not be decoded, and the
+    /// names, states and call chains its ids stand for (the chains from SEEDED_CHAINS on:
+    /// the raw bytes of their u64 addresses, with the process and its exec generation
+    /// when they hold user addresses).
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (slices, window, at_start, counted, switch_cost_ns, on_done=None))]
+    fn pair<'py>(
+        &self,
+        py: Python<'py>,
+        slices: Vec<(i64, i64)>,
+        window: (i64, i64),
+        at_start: Vec<(i32, String, String)>,
+        counted: (i64, i64),
+        switch_cost_ns: i64,
+        on_done: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Paired<'py>> {
+        let (opened, index) = self.index()?;
+        let keys = Mutex::new(Keys::new());
+        let threads_at_start = {
+            let mut keys = locked(&keys);
+            at_start
+                .into_iter()
+                .map(|(tid, name, state)| (tid, keys.names.id(&name), keys.states.id(&state)))
+                .collect()
+        };
+        let stop = AtomicBool::new(false);
+        let done = AtomicUsize::new(0);
+        let results =
+            std::thread::scope(|scope| -> PyResult<Vec<Result<SliceResult, FileError>>> {
+                let threads: Vec<_> = slices
+                    .iter()
+                    .map(|&(first, last)| {
+                        let (keys, stop, done) = (&keys, &stop, &done);
+                        scope.spawn(move || {
+                            let result = self.pair_slice(
+                                opened,
+                                index,
+                                keys,
+                                (first, last),
+                                counted,
+                                switch_cost_ns,
+                                stop,
+                            );
+                            done.fetch_add(1, Ordering::Relaxed);
+                            result
+                        })
+                    })
+                    .collect();
+                let mut reported = 0;
+                while threads.iter().any(|thread| !thread.is_finished()) {
+                    py.detach(|| std::thread::sleep(POLL));
+                    if let Err(interrupt) = py.check_signals() {
+                        stop.store(true, Ordering::Relaxed);
+                        return Err(interrupt); // the scope waits for the threads, which stop soon
+                    }
+                    reported = report(&on_done, &done, reported)?;
+                }
+                report(&on_done, &done, reported)?;
+                threads
+                    .into_iter()
+                    .map(|thread| {
+                        thread
+                            .join()
+                            .map_err(|_| PyRuntimeError::new_err("a slice's reader failed"))
+                    })
+                    .collect()
+            })?;
+        let results = results
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(error)?;
+        let (tally, skipped) = pairing::merge(
+            results,
+            window,
+            &pairing::at_start(threads_at_start),
+            Some(counted),
+        );
+        let keys = keys.into_inner().unwrap_or_else(PoisonError::into_inner);
+        let chains = keys
+            .chains
+            .keys
+            .iter()
+            .map(|chain| chain_object(py, chain))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok((
+            Tally { tally },
+            skipped,
+            keys.names.keys,
+            keys.states.keys,
+            chains,
+        ))
+    }
+}
+
+/// What PerfData.pair returns.
+type Paired<'py> = (Tally, u64, Vec<String>, Vec<String>, Vec<Bound<'py, PyAny>>);
+
+/// How often the thread that waits for the slices looks for Ctrl-C and progress.
+const POLL: Duration = Duration::from_millis(20);
+
+fn report(
+    on_done: &Option<Bound<'_, PyAny>>,
+    done: &AtomicUsize,
+    reported: usize,
+) -> PyResult<usize> {
+    let now = done.load(Ordering::Relaxed);
+    if let Some(on_done) = on_done.as_ref().filter(|_| now != reported) {
+        on_done.call1((now,))?;
+    }
+    Ok(now)
+}
+
+/// A chain as Python keeps it: bytes, or (pid, generation, bytes) when it holds user addresses.
+fn chain_object<'py>(py: Python<'py>, chain: &ChainKey) -> PyResult<Bound<'py, PyAny>> {
+    let raw: Vec<u8> = chain
+        .addresses
+        .iter()
+        .flat_map(|address| address.to_le_bytes())
+        .collect();
+    let bytes = PyBytes::new(py, &raw).into_any();
+    if chain.pid == -1 {
+        return Ok(bytes);
+    }
+    Ok((chain.pid, chain.generation, bytes)
+        .into_pyobject(py)?
+        .into_any())
+}
+
+impl From<FileError> for PyErr {
+    fn from(failure: FileError) -> Self {
+        error(failure)
+    }
+}
+
+impl PerfData {
+    /// One slice decoded and paired; stops early once `stop` is set.
+    #[allow(clippy::too_many_arguments)]
+    fn pair_slice(
+        &self,
+        opened: &Opened,
+        index: &Index,
+        keys: &Mutex<Keys>,
+        (first, last): (i64, i64),
+        counted: (i64, i64),
+        switch_cost_ns: i64,
+        stop: &AtomicBool,
+    ) -> Result<SliceResult, FileError> {
+        let mut builder = SliceBuilder::new(first, last, Some(counted), switch_cost_ns);
+        let skipped = self.decode(opened, index, keys, Some((first, last)), |events| {
+            builder.take(events);
+            match stop.load(Ordering::Relaxed) {
+                true => Err(FileError::Io("interrupted".into())),
+                false => Ok(()),
+            }
+        })?;
+        Ok(builder.finish(skipped))
+    }
+
+    /// The events of `time_slice` (first, last ns; None: all), from the round that may hold
+    /// its first record, to `take` a batch at a time; returns how many records could not be
+    /// decoded.
+    fn decode<E: From<FileError>>(
+        &self,
+        opened: &Opened,
+        index: &Index,
+        keys: &Mutex<Keys>,
+        time_slice: Option<(i64, i64)>,
+        mut take: impl FnMut(&[Event]) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        let first = time_slice.map_or(0, |(first, _)| u64::try_from(first).unwrap_or(0));
         let start = index
             .rounds
-            .get(first_round)
+            .get(round_for_time(index, first))
             .map_or(opened.data_end, |round| round.0);
-        let mut decoder = Decoder::new(py, self, opened)?;
+        let mut decoder = Decoder::new(self, opened, keys);
         for task in index.tasks.iter().filter(|task| task.offset < start) {
-            decoder.replay(py, &task.kind);
+            decoder.replay(&task.kind);
         }
-        let source = FromRound::new(&self.path, opened, start).map_err(error)?;
+        let source = FromRound::new(&self.path, opened, start)?;
+        let damaged = |e: linux_perf_data::Error| FileError::Damaged(e.to_string());
         let PerfFileReader {
             mut perf_file,
             mut record_iter,
         } = PerfFileReader::parse_file(BufReader::with_capacity(READ_BUFFER, source))
-            .map_err(|e| error(FileError::Damaged(e.to_string())))?;
-        let last = time_slice.map(|(_, last)| last);
-        loop {
-            let record = record_iter
-                .next_record(&mut perf_file)
-                .map_err(|e| error(FileError::Damaged(e.to_string())))?;
-            let Some(PerfFileRecord::EventRecord { attr_index, record }) = record else {
-                match record {
-                    Some(_) => continue,
-                    None => break,
-                }
+            .map_err(damaged)?;
+        let last = time_slice.map_or(i128::MAX, |(_, last)| i128::from(last));
+        while let Some(record) = record_iter.next_record(&mut perf_file).map_err(damaged)? {
+            let PerfFileRecord::EventRecord { attr_index, record } = record else {
+                continue;
             };
             let Some(time) = record.timestamp() else {
                 continue;
             };
-            if last.is_some_and(|last| time > last) {
+            if i128::from(time) > last {
                 break;
             }
             decoder.follow(&index.tasks, time);
-            decoder.decode(py, attr_index, &record, time);
-            if decoder.columns.kinds.len() >= BATCH {
-                decoder.hand_over(py, &take)?;
-                py.check_signals()?;
+            decoder.decode(attr_index, &record, time);
+            if decoder.events.len() >= BATCH {
+                take(&decoder.events)?;
+                decoder.events.clear();
             }
         }
-        decoder.hand_over(py, &take)?;
+        take(&decoder.events)?;
         Ok(decoder.skipped)
+    }
+}
+
+/// The Python objects of a reading's ids, made once each.
+#[derive(Default)]
+struct Objects {
+    names: Vec<Py<PyAny>>,
+    states: Vec<Py<PyAny>>,
+    chains: Vec<Py<PyAny>>,
+}
+
+impl Objects {
+    /// Objects for the ids `keys` has given out since the last call.
+    fn update(&mut self, py: Python<'_>, keys: &Keys) -> PyResult<()> {
+        let text = |text: &String| PyString::new(py, text).into_any().unbind();
+        self.names
+            .extend(keys.names.keys[self.names.len()..].iter().map(text));
+        self.states
+            .extend(keys.states.keys[self.states.len()..].iter().map(text));
+        if self.chains.is_empty() {
+            self.chains
+                .extend((0..pairing::SEEDED_CHAINS).map(|_| py.None()));
+        }
+        for chain in &keys.chains.keys[self.chains.len() - pairing::SEEDED_CHAINS..] {
+            self.chains.push(chain_object(py, chain)?.unbind());
+        }
+        Ok(())
+    }
+
+    /// A batch of events to Python, as nine lists.
+    fn hand_over(&self, py: Python<'_>, events: &[Event], take: &Bound<'_, PyAny>) -> PyResult<()> {
+        let column = |value: fn(&Event) -> i64| PyList::new(py, events.iter().map(value));
+        let object = |table: &Vec<Py<PyAny>>, id: Id| {
+            table
+                .get(id as usize)
+                .map_or_else(|| py.None(), |object| object.clone_ref(py))
+        };
+        take.call1((
+            column(|e| e.kind.into())?,
+            column(|e| e.time)?,
+            column(|e| e.cpu.into())?,
+            column(|e| e.pid.into())?,
+            column(|e| e.tid.into())?,
+            column(|e| e.other.into())?,
+            PyList::new(py, events.iter().map(|e| object(&self.names, e.name)))?,
+            PyList::new(py, events.iter().map(|e| object(&self.states, e.state)))?,
+            PyList::new(py, events.iter().map(|e| object(&self.chains, e.chain)))?,
+        ))?;
+        Ok(())
     }
 }
 
@@ -496,98 +724,95 @@ enum SampleEvent {
     Other,
 }
 
-/// The events of a batch, as Python objects where they are text or keys.
-#[derive(Default)]
-struct Columns {
-    kinds: Vec<i64>,
-    times: Vec<u64>,
-    cpus: Vec<i64>,
-    pids: Vec<i64>,
-    tids: Vec<i64>,
-    others: Vec<i64>,
-    names: Vec<Py<PyAny>>,
-    states: Vec<Py<PyAny>>,
-    chains: Vec<Py<PyAny>>,
-}
-
-/// A hasher for the decoder's keys (thread ids, states, names of 16 bytes, chains' own
-/// hashes): a multiply and rotate per word, several times faster than the default SipHash on
-/// millions of look-ups, and no keys from outside the file.
-#[derive(Default)]
-struct Quick(u64);
-
-const QUICK: u64 = 0x517C_C1B7_2722_0A95;
-
-impl Hasher for Quick {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(QUICK);
-    }
-
-    fn write_i32(&mut self, word: i32) {
-        self.write_u64(word as u64);
-    }
-
-    fn write_i64(&mut self, word: i64) {
-        self.write_u64(word as u64);
-    }
-
-    fn write_usize(&mut self, word: usize) {
-        self.write_u64(word as u64);
-    }
-}
-
-type QuickMap<K, V> = HashMap<K, V, BuildHasherDefault<Quick>>;
-
-/// A call chain handed out: its process and exec generation (-1 when it holds no user
-/// address), its addresses, and its key.
-struct KnownChain {
+/// A call chain as the engine's key: its process and exec generation (-1 when it holds no
+/// user address: kernel addresses mean the same in every process), and its addresses. An
+/// event that takes no chain has the empty one.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct ChainKey {
     pid: i64,
     generation: i64,
     addresses: Box<[u64]>,
-    key: Py<PyAny>,
+}
+
+/// Keys numbered in the order they were first seen.
+struct Interned<K> {
+    ids: QuickMap<K, Id>,
+    keys: Vec<K>,
+}
+
+impl<K: Clone + Eq + Hash> Interned<K> {
+    fn of(seeds: impl IntoIterator<Item = K>) -> Self {
+        let mut interned = Interned {
+            ids: QuickMap::default(),
+            keys: Vec::new(),
+        };
+        for seed in seeds {
+            interned.id(&seed);
+        }
+        interned
+    }
+
+    fn id(&mut self, key: &K) -> Id {
+        if let Some(&id) = self.ids.get(key) {
+            return id;
+        }
+        let id = self.keys.len() as Id;
+        self.ids.insert(key.clone(), id);
+        self.keys.push(key.clone());
+        id
+    }
+}
+
+/// The names, states and call chains of a reading, as the engine's ids: shared by the
+/// decoders of all its slices, each of which keeps the ids it has looked up.
+struct Keys {
+    names: Interned<String>,
+    states: Interned<String>,
+    chains: Interned<ChainKey>, // a chain's id is its number here after the engine's own
+}
+
+impl Keys {
+    fn new() -> Self {
+        Keys {
+            names: Interned::of(pairing::NAMES.map(String::from)),
+            states: Interned::of(pairing::STATES.map(String::from)),
+            chains: Interned::of([]),
+        }
+    }
+}
+
+fn locked(keys: &Mutex<Keys>) -> MutexGuard<'_, Keys> {
+    keys.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The state perf keeps while it reads records in order: each thread's name (perf names a
 /// thread after its last COMM, a new thread after its parent's, and one it never saw ':tid')
-/// and each process's exec generation; and the Python objects made once each.
-struct Decoder {
-    events: Vec<SampleEvent>,
+/// and each process's exec generation; the ids of what it has looked up; and the events
+/// decoded since the engine last took them.
+struct Decoder<'a> {
+    sample_events: Vec<SampleEvent>,
     chained: Vec<bool>,
     states: Option<StateNames>,
-    columns: Columns,
-    comms: QuickMap<i32, Py<PyAny>>,
-    unnamed: QuickMap<i32, Py<PyAny>>,
+    keys: &'a Mutex<Keys>,
+    events: Vec<Event>,
+    comms: QuickMap<i32, Id>,
+    unnamed: QuickMap<i32, Id>,
     generations: QuickMap<i32, i64>,
-    prev_comms: QuickMap<Vec<u8>, Py<PyAny>>,
-    state_names: QuickMap<i64, Py<PyAny>>,
-    chains: QuickMap<u64, Vec<KnownChain>>,
+    prev_comms: QuickMap<Vec<u8>, Id>,
+    state_names: QuickMap<i64, Id>,
+    chains: QuickMap<u64, Vec<(ChainKey, Id)>>,
     addresses: Vec<u64>,
     /// The user stacks of --call-graph dwarf samples, unwound from their registers and
     /// stack copies (None when no event copies them), and how many of the file's task
     /// records (Index.tasks, in time order) it has followed.
     unwinder: Option<Unwinder>,
     followed: usize,
-    empty_text: Py<PyAny>,
-    no_chain: Py<PyAny>,
-    none: Py<PyAny>,
     skipped: u64,
 }
 
-impl Decoder {
-    fn new(py: Python<'_>, data: &PerfData, opened: &Opened) -> PyResult<Self> {
-        let mut events = Vec::new();
+impl<'a> Decoder<'a> {
+    fn new(data: &PerfData, opened: &Opened, keys: &'a Mutex<Keys>) -> Self {
+        let mut sample_events = Vec::new();
         let mut states = None;
         for attr in &opened.attrs {
             let tracepoint = attr.tracepoint.and_then(|id| data.tracepoints.get(&id));
@@ -618,19 +843,20 @@ impl Decoder {
                 },
                 _ => SampleEvent::Other,
             };
-            events.push(event);
+            sample_events.push(event);
         }
         let mut comms = QuickMap::default();
-        comms.insert(0, PyString::new(py, IDLE_COMM).into_any().unbind());
-        Ok(Decoder {
-            events,
+        comms.insert(0, locked(keys).names.id(&IDLE_COMM.to_string()));
+        Decoder {
+            sample_events,
             chained: opened
                 .attrs
                 .iter()
                 .map(|attr| attr.sample_type & SAMPLE_CALLCHAIN != 0)
                 .collect(),
             states,
-            columns: Columns::default(),
+            keys,
+            events: Vec::with_capacity(BATCH),
             comms,
             unnamed: QuickMap::default(),
             generations: QuickMap::default(),
@@ -644,11 +870,12 @@ impl Decoder {
                 .any(|attr| attr.sample_type & SAMPLE_STACK_USER != 0)
                 .then(Unwinder::new),
             followed: 0,
-            empty_text: PyString::new(py, "").into_any().unbind(),
-            no_chain: PyBytes::new(py, b"").into_any().unbind(),
-            none: py.None(),
             skipped: 0,
-        })
+        }
+    }
+
+    fn name_id(&self, name: &str) -> Id {
+        locked(self.keys).names.id(&name.to_string())
     }
 
     /// The processes' memory maps as of `time`, for the unwinder: the task records up to it.
@@ -716,7 +943,7 @@ impl Decoder {
     }
 
     /// A task record before the part read: names and generations as of the part's start.
-    fn replay(&mut self, py: Python<'_>, task: &TaskKind) {
+    fn replay(&mut self, task: &TaskKind) {
         match task {
             TaskKind::Comm {
                 pid,
@@ -724,33 +951,33 @@ impl Decoder {
                 name,
                 exec,
             } => {
-                self.comm(py, *pid, *tid, name, *exec);
+                self.comm(*pid, *tid, name, *exec);
             }
             TaskKind::Fork {
                 pid,
                 ppid,
                 tid,
                 ptid,
-            } => self.fork(py, *pid, *ppid, *tid, *ptid),
+            } => self.fork(*pid, *ppid, *tid, *ptid),
             _ => {}
         }
     }
 
-    fn comm(&mut self, py: Python<'_>, pid: i32, tid: i32, name: &str, exec: bool) -> Py<PyAny> {
-        let name = PyString::new(py, name).into_any().unbind();
-        self.comms.insert(tid, name.clone_ref(py));
+    fn comm(&mut self, pid: i32, tid: i32, name: &str, exec: bool) -> Id {
+        let name = self.name_id(name);
+        self.comms.insert(tid, name);
         if exec {
             *self.generations.entry(pid).or_insert(0) += 1;
         }
         name
     }
 
-    fn fork(&mut self, py: Python<'_>, pid: i32, ppid: i32, tid: i32, ptid: i32) {
+    fn fork(&mut self, pid: i32, ppid: i32, tid: i32, ptid: i32) {
         // perf drops a thread it knew by this tid (the tid was reused), then names the new
         // one after its parent when the parent's name was ever set
         self.comms.remove(&tid);
         if ptid != 0 {
-            if let Some(parent) = self.comms.get(&ptid).map(|name| name.clone_ref(py)) {
+            if let Some(&parent) = self.comms.get(&ptid) {
                 self.comms.insert(tid, parent);
             }
         }
@@ -759,106 +986,76 @@ impl Decoder {
         }
     }
 
-    fn comm_of(&mut self, py: Python<'_>, tid: i32) -> Py<PyAny> {
-        if let Some(name) = self.comms.get(&tid) {
-            return name.clone_ref(py);
+    fn comm_of(&mut self, tid: i32) -> Id {
+        if let Some(&name) = self.comms.get(&tid) {
+            return name;
         }
-        self.unnamed
-            .entry(tid)
-            .or_insert_with(|| PyString::new(py, &format!(":{tid}")).into_any().unbind())
-            .clone_ref(py)
+        if let Some(&name) = self.unnamed.get(&tid) {
+            return name;
+        }
+        let name = self.name_id(&format!(":{tid}"));
+        self.unnamed.insert(tid, name);
+        name
     }
 
     /// An event with no name, state or chain (a switch-out record, a fork, an exit).
-    #[allow(clippy::too_many_arguments)]
-    fn push_bare(
-        &mut self,
-        py: Python<'_>,
-        kind: i64,
-        time: u64,
-        cpu: i64,
-        pid: i64,
-        tid: i64,
-        other: i64,
-    ) {
-        self.push(py, kind, time, cpu, pid, tid, other, None, None, None);
+    fn push_bare(&mut self, kind: u8, time: u64, cpu: i32, pid: i32, tid: i32, other: i32) {
+        self.push(kind, time, cpu, pid, tid, other, NO_TEXT, NO_TEXT, NO_CHAIN);
     }
 
     #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
-        py: Python<'_>,
-        kind: i64,
+        kind: u8,
         time: u64,
-        cpu: i64,
-        pid: i64,
-        tid: i64,
-        other: i64,
-        name: Option<Py<PyAny>>,
-        state: Option<Py<PyAny>>,
-        chain: Option<Py<PyAny>>,
+        cpu: i32,
+        pid: i32,
+        tid: i32,
+        other: i32,
+        name: Id,
+        state: Id,
+        chain: Id,
     ) {
-        let columns = &mut self.columns;
-        columns.kinds.push(kind);
-        columns.times.push(time);
-        columns.cpus.push(cpu);
-        columns.pids.push(pid);
-        columns.tids.push(tid);
-        columns.others.push(other);
-        columns
-            .names
-            .push(name.unwrap_or_else(|| self.empty_text.clone_ref(py)));
-        columns
-            .states
-            .push(state.unwrap_or_else(|| self.empty_text.clone_ref(py)));
-        columns
-            .chains
-            .push(chain.unwrap_or_else(|| self.none.clone_ref(py)));
+        self.events.push(Event {
+            kind,
+            time: i64::try_from(time).unwrap_or(i64::MAX),
+            cpu,
+            pid,
+            tid,
+            other,
+            name,
+            state,
+            chain,
+            weight: 1,
+        });
     }
 
-    fn decode(
-        &mut self,
-        py: Python<'_>,
-        attr_index: usize,
-        record: &RawEventRecord<'_>,
-        time: u64,
-    ) {
+    fn decode(&mut self, attr_index: usize, record: &RawEventRecord<'_>, time: u64) {
         match record.record_type.0 {
-            SAMPLE => self.sample(py, attr_index, record, time),
+            SAMPLE => self.sample(attr_index, record, time),
             SWITCH | SWITCH_CPU_WIDE => {
                 let Some((pid, tid, cpu)) = self.trailer(record) else {
                     return;
                 };
                 if record.misc & MISC_SWITCH_OUT != 0 {
-                    let preempted = i64::from(record.misc & MISC_SWITCH_OUT_PREEMPT != 0);
-                    self.push_bare(py, SWITCH_OUT, time, cpu, pid.into(), tid.into(), preempted);
+                    let preempted = i32::from(record.misc & MISC_SWITCH_OUT_PREEMPT != 0);
+                    self.push_bare(SWITCH_OUT, time, cpu, pid, tid, preempted);
                 } else {
-                    let name = self.comm_of(py, tid);
-                    self.push(
-                        py,
-                        SWITCH_IN,
-                        time,
-                        cpu,
-                        pid.into(),
-                        tid.into(),
-                        0,
-                        Some(name),
-                        None,
-                        None,
-                    );
+                    let name = self.comm_of(tid);
+                    self.push(SWITCH_IN, time, cpu, pid, tid, 0, name, NO_TEXT, NO_CHAIN);
                 }
             }
-            COMM | FORK | EXIT => self.task(py, record, time),
+            COMM | FORK | EXIT => self.task(record, time),
             _ => {}
         }
     }
 
     /// The pid, tid and CPU of a record other than a sample, from its sample_id; None
     /// (counted as skipped) when it has none.
-    fn trailer(&mut self, record: &RawEventRecord<'_>) -> Option<(i32, i32, i64)> {
+    fn trailer(&mut self, record: &RawEventRecord<'_>) -> Option<(i32, i32, i32)> {
         let common = record.common_data().ok();
         match common.as_ref().and_then(|c| Some((c.pid?, c.tid?, c.cpu))) {
-            Some((pid, tid, cpu)) => Some((pid, tid, cpu.map_or(UNKNOWN_CPU, i64::from))),
+            Some((pid, tid, cpu)) => Some((pid, tid, cpu_number(cpu))),
             None => {
                 self.skipped += 1;
                 None
@@ -867,62 +1064,40 @@ impl Decoder {
     }
 
     /// A FORK, EXIT or COMM record, in its place: names and generations change from here on.
-    fn task(&mut self, py: Python<'_>, record: &RawEventRecord<'_>, time: u64) {
+    fn task(&mut self, record: &RawEventRecord<'_>, time: u64) {
         let Some((pid, tid, cpu)) = self.trailer(record) else {
             return;
         };
         match record.parse() {
             Ok(linux_perf_event_reader::EventRecord::Fork(fork)) => {
-                self.fork(py, fork.pid, fork.ppid, fork.tid, fork.ptid);
-                self.push_bare(
-                    py,
-                    THREAD_FORK,
-                    time,
-                    cpu,
-                    fork.pid.into(),
-                    fork.tid.into(),
-                    fork.ptid.into(),
-                );
+                self.fork(fork.pid, fork.ppid, fork.tid, fork.ptid);
+                self.push_bare(THREAD_FORK, time, cpu, fork.pid, fork.tid, fork.ptid);
             }
             Ok(linux_perf_event_reader::EventRecord::Exit(exit)) => {
-                self.push_bare(
-                    py,
-                    THREAD_EXIT,
-                    time,
-                    cpu,
-                    exit.pid.into(),
-                    exit.tid.into(),
-                    0,
-                );
+                self.push_bare(THREAD_EXIT, time, cpu, exit.pid, exit.tid, 0);
             }
             Ok(linux_perf_event_reader::EventRecord::Comm(comm)) => {
                 let name = perf_file::text(&comm.name.as_slice());
-                let name = self.comm(py, comm.pid, comm.tid, &name, comm.is_execve);
+                let name = self.comm(comm.pid, comm.tid, &name, comm.is_execve);
+                let exec = i32::from(comm.is_execve);
                 self.push(
-                    py,
                     THREAD_COMM,
                     time,
                     cpu,
-                    pid.into(),
-                    tid.into(),
-                    comm.is_execve.into(),
-                    Some(name),
-                    None,
-                    None,
+                    pid,
+                    tid,
+                    exec,
+                    name,
+                    NO_TEXT,
+                    NO_CHAIN,
                 );
             }
             _ => self.skipped += 1,
         }
     }
 
-    fn sample(
-        &mut self,
-        py: Python<'_>,
-        attr_index: usize,
-        record: &RawEventRecord<'_>,
-        time: u64,
-    ) {
-        let Some(event) = self.events.get(attr_index) else {
+    fn sample(&mut self, attr_index: usize, record: &RawEventRecord<'_>, time: u64) {
+        let Some(event) = self.sample_events.get(attr_index) else {
             return;
         };
         if matches!(event, SampleEvent::Other) {
@@ -936,7 +1111,7 @@ impl Decoder {
         };
         let raw = sample.raw.map(|raw| raw.as_slice()).unwrap_or_default();
         let (pid, tid) = (sample.pid.unwrap_or(-1), sample.tid.unwrap_or(-1));
-        let cpu = sample.cpu.map_or(UNKNOWN_CPU, i64::from);
+        let cpu = cpu_number(sample.cpu);
         let decoded = match *event {
             SampleEvent::Switch {
                 prev_comm,
@@ -954,21 +1129,16 @@ impl Decoder {
                     next_pid.integer(&raw),
                 ) {
                     (Some(comm), Some(prev), Some(state), Some(next)) => {
-                        let name = self.prev_comm(py, comm);
-                        let state = self.state_name(py, state);
-                        Some((SCHED_SWITCH, prev, next, name, Some(state)))
+                        let name = self.prev_comm(comm);
+                        let state = self.state_name(state);
+                        Some((SCHED_SWITCH, prev, next, name, state))
                     }
                     _ => None,
                 }
             }
             SampleEvent::Waking { pid: woken } => woken.integer(&raw).map(|woken| {
-                (
-                    SCHED_WAKING,
-                    i64::from(tid),
-                    woken,
-                    self.comm_of(py, tid),
-                    None,
-                )
+                let name = self.comm_of(tid);
+                (SCHED_WAKING, i64::from(tid), woken, name, NO_TEXT)
             }),
             SampleEvent::Other => None,
         };
@@ -976,76 +1146,62 @@ impl Decoder {
             self.skipped += 1;
             return;
         };
-        let chain = self.chain(py, attr_index, &sample, pid);
-        self.push(
-            py,
-            kind,
-            time,
-            cpu,
-            pid.into(),
-            thread,
-            other,
-            Some(name),
-            state,
-            Some(chain),
-        );
+        let (Ok(thread), Ok(other)) = (i32::try_from(thread), i32::try_from(other)) else {
+            self.skipped += 1;
+            return;
+        };
+        let chain = self.chain(attr_index, &sample, pid);
+        self.push(kind, time, cpu, pid, thread, other, name, state, chain);
     }
 
-    fn prev_comm(&mut self, py: Python<'_>, raw: &[u8]) -> Py<PyAny> {
-        if let Some(name) = self.prev_comms.get(raw) {
-            return name.clone_ref(py);
+    fn prev_comm(&mut self, raw: &[u8]) -> Id {
+        if let Some(&name) = self.prev_comms.get(raw) {
+            return name;
         }
-        let name = PyString::new(py, &perf_file::text(raw)).into_any().unbind();
-        self.prev_comms.insert(raw.to_vec(), name.clone_ref(py));
+        let name = self.name_id(&perf_file::text(raw));
+        self.prev_comms.insert(raw.to_vec(), name);
         name
     }
 
-    fn state_name(&mut self, py: Python<'_>, state: i64) -> Py<PyAny> {
-        let states = &self.states;
-        self.state_names
-            .entry(state)
-            .or_insert_with(|| {
-                let name = states
-                    .as_ref()
-                    .map(|names| names.name(state))
-                    .unwrap_or_default();
-                PyString::new(py, &name).into_any().unbind()
-            })
-            .clone_ref(py)
+    fn state_name(&mut self, state: i64) -> Id {
+        if let Some(&name) = self.state_names.get(&state) {
+            return name;
+        }
+        let text = self
+            .states
+            .as_ref()
+            .map(|names| names.name(state))
+            .unwrap_or_default();
+        let name = locked(self.keys).states.id(&text);
+        self.state_names.insert(state, name);
+        name
     }
 
-    /// The key of a sample's call chain (b"" when its event takes none). The sample's user
-    /// registers and stack copy (`sample.user_regs`, `sample.user_stack`, --call-graph
-    /// dwarf) are what an unwinder would extend the chain with.
-    fn chain(
-        &mut self,
-        py: Python<'_>,
-        attr_index: usize,
-        sample: &SampleRecord<'_>,
-        pid: i32,
-    ) -> Py<PyAny> {
-        let Some(callchain) = sample
+    /// The id of a sample's call chain (the empty chain when its event takes none),
+    /// extended by the user stack unwound from its registers and stack copy
+    /// (`sample.user_regs`, `sample.user_stack`, --call-graph dwarf).
+    fn chain(&mut self, attr_index: usize, sample: &SampleRecord<'_>, pid: i32) -> Id {
+        self.addresses.clear();
+        if let Some(callchain) = sample
             .callchain
             .as_ref()
             .filter(|_| self.chained.get(attr_index) == Some(&true))
-        else {
-            return self.no_chain.clone_ref(py);
-        };
-        self.addresses.clear();
-        self.addresses
-            .extend((0..callchain.len()).filter_map(|index| callchain.get(index)));
-        let unwound = self.unwound(sample, pid);
-        if !unwound.is_empty() {
-            // perf's chain ends at the kernel's part (or at the user ip): the unwound frames follow
-            if let Some(user_part) = self
-                .addresses
-                .iter()
-                .position(|&address| address == CONTEXT_USER)
-            {
-                self.addresses.truncate(user_part);
+        {
+            self.addresses
+                .extend((0..callchain.len()).filter_map(|index| callchain.get(index)));
+            let unwound = self.unwound(sample, pid);
+            if !unwound.is_empty() {
+                // perf's chain ends at the kernel's part (or at the user ip): the unwound frames follow
+                if let Some(user_part) = self
+                    .addresses
+                    .iter()
+                    .position(|&address| address == CONTEXT_USER)
+                {
+                    self.addresses.truncate(user_part);
+                }
+                self.addresses.push(CONTEXT_USER);
+                self.addresses.extend(unwound);
             }
-            self.addresses.push(CONTEXT_USER);
-            self.addresses.extend(unwound);
         }
         let user = self.addresses.contains(&CONTEXT_USER);
         let (pid, generation) = if user {
@@ -1062,56 +1218,27 @@ impl Decoder {
             hash = (hash.rotate_left(5) ^ address).wrapping_mul(QUICK);
         }
         let known = self.chains.entry(hash).or_default();
-        if let Some(chain) = known.iter().find(|chain| {
+        if let Some((_, id)) = known.iter().find(|(chain, _)| {
             chain.pid == pid
                 && chain.generation == generation
                 && *chain.addresses == *self.addresses
         }) {
-            return chain.key.clone_ref(py);
+            return *id;
         }
-        let raw: Vec<u8> = self
-            .addresses
-            .iter()
-            .flat_map(|address| address.to_le_bytes())
-            .collect();
-        let bytes = PyBytes::new(py, &raw).into_any();
-        let key = if user {
-            match (pid, generation, bytes).into_pyobject(py) {
-                Ok(tuple) => tuple.into_any().unbind(),
-                Err(_) => self.no_chain.clone_ref(py),
-            }
-        } else {
-            bytes.unbind()
-        };
-        known.push(KnownChain {
+        let key = ChainKey {
             pid,
             generation,
             addresses: self.addresses.clone().into_boxed_slice(),
-            key: key.clone_ref(py),
-        });
-        key
+        };
+        let id = (pairing::SEEDED_CHAINS as Id) + locked(self.keys).chains.id(&key);
+        known.push((key, id));
+        id
     }
+}
 
-    /// The batch so far to Python, as nine lists.
-    fn hand_over(&mut self, py: Python<'_>, take: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.columns.kinds.is_empty() {
-            return Ok(());
-        }
-        let columns = std::mem::take(&mut self.columns);
-        let lists = (
-            PyList::new(py, columns.kinds)?,
-            PyList::new(py, columns.times)?,
-            PyList::new(py, columns.cpus)?,
-            PyList::new(py, columns.pids)?,
-            PyList::new(py, columns.tids)?,
-            PyList::new(py, columns.others)?,
-            PyList::new(py, columns.names)?,
-            PyList::new(py, columns.states)?,
-            PyList::new(py, columns.chains)?,
-        );
-        take.call1(lists)?;
-        Ok(())
-    }
+fn cpu_number(cpu: Option<u32>) -> i32 {
+    cpu.and_then(|cpu| i32::try_from(cpu).ok())
+        .unwrap_or(pairing::UNKNOWN_CPU)
 }
 
 /// prev_state as perf prints it by this sched_switch print format (None: a format the

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from offcpu import engine
+from offcpu._core import TIMELINE_WAITS
 from offcpu.asleep import load as load_snapshot, with_asleep_stacks
-from offcpu.engine import TIMELINE_WAITS, SliceBuilder, merge, threads_at_start, to_model
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, SUB_WINDOWS
+from offcpu.engine import threads_at_start, to_model
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, SUB_WINDOWS, Model, TimedWait
+from offcpu.pairing import Decoded, pair_pieces
 from offcpu.perf_script import PerfScriptReader
 from tests.fixtures import HERE, capture_info, script_stream
 
@@ -26,11 +27,12 @@ def model_of(name: str, slices: int = 1, text: str | None = None):
     reader = PerfScriptReader("perf", Path("unused"))
     pieces = []
     for first, last in reader.time_slices(start, end, slices):
-        builder, skipped_before = SliceBuilder(first, last, (start, end)), reader.skipped
-        reader.decode(script_stream(name) if text is None else io.StringIO(text), builder)
-        pieces.append(builder.finish(reader.skipped - skipped_before))
-    totals, skipped = merge(pieces, start, end, threads_at_start(info), (start, end))
-    model = to_model(totals, reader, info, start, end, skipped)
+        piece, skipped_before = Decoded(first, last), reader.skipped
+        reader.decode(script_stream(name) if text is None else io.StringIO(text), piece)
+        piece.skipped = reader.skipped - skipped_before
+        pieces.append(piece)
+    paired = pair_pieces(pieces, (start, end), threads_at_start(info), (start, end), 0)
+    model = to_model(paired, reader, info, start, end)
     with_asleep_stacks(model, load_snapshot(HERE / name))  # as model_cache does
     return model
 
@@ -144,12 +146,26 @@ def test_the_timeline_holds_every_wait_when_they_fit_with_its_rows_times(name):
         assert sum(round((wait.back_ns - wait.since_ns) / 1000) for wait in waits) == row.offcpu_us
 
 
-def test_the_timeline_keeps_the_longest_waits_across_slices(monkeypatch):
-    # Given every wait of a fixture, read in one slice
-    every = model_of("futex_pid").timeline
-    longest = sorted((wait.back_ns - wait.since_ns for wait in every), reverse=True)[:100]
-    # when only 100 are kept, read in 3 slices
-    monkeypatch.setattr(engine, "TIMELINE_WAITS", 100)
-    kept = model_of("futex_pid", slices=3).timeline
-    # then they are the 100 longest
-    assert sorted((wait.back_ns - wait.since_ns for wait in kept), reverse=True) == longest
+def test_the_timeline_keeps_the_longest_waits_across_slices():
+    # Given a fixture with more waits than the timeline keeps, read in one slice and in three
+    model, sliced = model_of("rm_tree_all"), model_of("rm_tree_all", slices=3)
+    whole = model.timeline
+    assert len(whole) == TIMELINE_WAITS < sum(row.count for row in model.rows)
+
+    def times(of: Model) -> list[tuple]:
+        return sorted((wait.tid, wait.since_ns, wait.woken_ns, wait.back_ns,
+                       of.stacks[of.rows[wait.row].stack], of.rows[wait.row].state) for wait in of.timeline)
+
+    # then the slices keep the same waits, in the same rows (when a wait's thread came on CPU is
+    # known only within a slice)
+    assert times(sliced) == times(model)
+    # and those left out are no longer than the shortest kept: in each row, the time it counts
+    # beyond its kept waits' is at most as many of the shortest as it left out (to a µs each)
+    shortest_us = min(wait.back_ns - wait.since_ns for wait in whole) / 1000
+    kept: dict[int, list[TimedWait]] = defaultdict(list)
+    for wait in whole:
+        kept[wait.row].append(wait)
+    for index, row in enumerate(model.rows):
+        left_out = row.count - len(kept[index])
+        left_out_us = row.offcpu_us - sum(round((wait.back_ns - wait.since_ns) / 1000) for wait in kept[index])
+        assert left_out_us <= left_out * (shortest_us + 1)

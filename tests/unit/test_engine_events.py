@@ -11,8 +11,9 @@ import json
 from collections.abc import Iterable
 
 from offcpu.capture import CaptureInfo, Target
-from offcpu.engine import SliceBuilder, merge, to_model
+from offcpu.engine import to_model
 from offcpu.model import PREEMPTED, STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model
+from offcpu.pairing import Decoded, Paired, ThreadAtStart, pair_pieces
 from offcpu.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_EXIT, UNKNOWN_CPU, Chain, Events
 from offcpu.stacks import Stack
 
@@ -40,10 +41,12 @@ def info(switch_cost_ns: int | None = None) -> CaptureInfo:
 
 
 class Feed:
-    """A slice's engine, handed one event at a time."""
+    """A slice's events, handed over one at a time, for the core to pair; counting the part of
+    the window `counted` (None: all of it, unbounded)."""
 
     def __init__(self, switch_cost_us: int, counted: tuple[int, int] | None = None) -> None:
-        self.builder = SliceBuilder(0, WINDOW_US * US, counted, switch_cost_ns=switch_cost_us * US)
+        self.switch_cost_ns, self.counted = switch_cost_us * US, counted
+        self.builder = Decoded(0, WINDOW_US * US)
 
     def _one(self, *event: object, weight: int | None = None) -> None:
         """`weight`: the event's, as a sampling backend gives it (None: none, as perf's readers)."""
@@ -67,11 +70,14 @@ class Feed:
         self._one(THREAD_EXIT, time_ns, cpu, pid, tid, 0, "", "", None)
 
 
-def model(events: Feed, switch_cost_ns: int | None = None, counted: bool = False) -> Model:
-    """`counted`: the events' Feed counted the whole window, as build_model counts it."""
-    totals, skipped = merge([events.builder.finish(0)], 0, WINDOW_US * US, {},
-                            (0, WINDOW_US * US) if counted else None)
-    return to_model(totals, NamedChains(), info(switch_cost_ns), 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
+def paired(events: Feed, pieces: list[Decoded], at_start: list[ThreadAtStart] | None = None) -> Paired:
+    return pair_pieces(pieces, (0, WINDOW_US * US), at_start or [], events.counted, events.switch_cost_ns)
+
+
+def model(events: Feed, switch_cost_ns: int | None = None) -> Model:
+    """`switch_cost_ns`: the capture's, as capture.json says it."""
+    return to_model(paired(events, [events.builder]), NamedChains(), info(switch_cost_ns),  # type: ignore[arg-type]
+                    0, WINDOW_US * US)
 
 
 def builder(switch_cost_us: int = 0) -> Feed:
@@ -180,11 +186,11 @@ def test_a_wait_is_linked_to_what_its_waker_waited_for_meanwhile() -> None:
 def test_a_thread_with_no_event_is_of_the_process_it_was_of_at_the_start() -> None:
     events = builder()
     switch(events, 1000, 11, "S", 0, "futex_wait")  # 11 (of 10) sleeps; 13 never runs, 14 is unknown
-    at_start = {11: ("t11", "S"), 13: ("t13", "S"), 14: ("t14", "S")}
-    totals, skipped = merge([events.builder.finish(0)], 0, WINDOW_US * US, at_start)
+    at_start = [(11, "t11", "S"), (13, "t13", "S"), (14, "t14", "S")]
     capture = info()
     capture.processes_at_start = {"11": 10, "13": 10}  # 14 from a capture.json before the field: its own tid
-    result = to_model(totals, NamedChains(), capture, 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
+    result = to_model(paired(events, [events.builder], at_start), NamedChains(), capture,  # type: ignore[arg-type]
+                      0, WINDOW_US * US)
     assert {tid: thread.pid for tid, thread in result.threads.items()} == {11: 10, 13: 10, 14: 14}
     assert result.threads[13].offcpu_us == WINDOW_US
 
@@ -195,7 +201,7 @@ def test_a_waits_time_is_split_over_the_sub_windows_it_spans() -> None:
     switch(events, 1500, 11, "S", 12, "futex_wait")    # 11 waits from 1,500...
     switch(events, 3200, 12, "S", 11, "futex_wait")    # ...to 3,200; then 12 from 3,200...
     switch(events, 3700, 11, "R", 12, "preempt")       # ...to 3,700, in one sub-window; 11 from 3,700 to the end
-    result = model(events, counted=True)
+    result = model(events)
     # Then 11's 1,700 µs are 500 in the second sub-window, 1,000 in the third, 200 in the fourth
     assert row_of(result, 11, "futex_wait").windows == [0, 500, 1000, 200, 0, 0, 0, 0, 0, 0]
     assert row_of(result, 12, "futex_wait").windows == [0, 0, 0, 500, 0, 0, 0, 0, 0, 0]
@@ -325,7 +331,7 @@ def test_a_sampled_waits_sub_windows_are_scaled_with_it() -> None:
     events = Feed(0, counted=(0, WINDOW_US * US))
     switch(events, 1500, 11, "S", 12, "futex_wait", weight=3)  # 1,500 -> 3,200: 500, 1,000 and 200 µs
     switch(events, 3200, 12, "S", 11, "poll")
-    row = row_of(model(events, counted=True), 11, "futex_wait")
+    row = row_of(model(events), 11, "futex_wait")
     # counted 3 times (1,500, 3,000, 600), then scaled to its stratum's one wait
     assert row.windows == [0, 500, 1000, 200, 0, 0, 0, 0, 0, 0]
     assert row.offcpu_us == sum(row.windows) == 1700
@@ -365,12 +371,12 @@ def test_a_wakers_wait_without_a_stack_has_no_row_to_link_to() -> None:
 
 
 class Slices(Feed):
-    """Two slices' engines, 0 to 5000 µs and on, each handed every event (each keeps its own),
-    merged as build_model merges them."""
+    """Two slices, 0 to 5000 µs and on, each handed every event (each keeps its own), paired and
+    joined as build_model has them."""
 
     def __init__(self) -> None:
         super().__init__(0)
-        self.slices = [SliceBuilder(0, 5000 * US - 1), SliceBuilder(5000 * US, WINDOW_US * US)]
+        self.slices = [Decoded(0, 5000 * US - 1), Decoded(5000 * US, WINDOW_US * US)]
 
     def _one(self, *event: object, weight: int | None = None) -> None:
         for piece in self.slices:
@@ -378,8 +384,7 @@ class Slices(Feed):
             super()._one(*event, weight=weight)
 
     def model(self) -> Model:
-        totals, skipped = merge([piece.finish(0) for piece in self.slices], 0, WINDOW_US * US, {})
-        return to_model(totals, NamedChains(), info(), 0, WINDOW_US * US, skipped)  # type: ignore[arg-type]
+        return to_model(paired(self, self.slices), NamedChains(), info(), 0, WINDOW_US * US)  # type: ignore[arg-type]
 
 
 def waits_across_the_slices(events: Feed) -> None:
