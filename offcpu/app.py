@@ -9,11 +9,11 @@ import sys
 import click
 
 from offcpu import EXIT_INTERRUPTED, INTERRUPTED_MESSAGE, __version__
-from offcpu.commands import COMMANDS
+from offcpu.commands import COMMANDS, LazyGroup
 from offcpu.stdout import ClosedStdout, ReaderGone
 
 
-class _Group(click.Group):
+class _Group(LazyGroup):
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -21,7 +21,7 @@ class _Group(click.Group):
             raise ReaderGone from None
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Group, commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="offcpu")
 def cli() -> None:
     """Why are my threads not running?
@@ -37,10 +37,6 @@ def cli() -> None:
       offcpu report text CAPTURE      where its threads waited, and why
       offcpu check -- ./bench         a CI gate: exit 1 on contention
     """
-
-
-for command in COMMANDS:
-    cli.add_command(command)
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -20,7 +20,8 @@ from tests.conftest import OFFCPU
 
 ENTRY_POINTS = {"console script": [str(OFFCPU)], "python -m offcpu": [str(OFFCPU.parent / "python"), "-m", "offcpu"]}
 # From offcpu's entry module on: before it, Python itself is starting (its own site module).
-IMPORTED = ["offcpu.cli", "click.types", "click", "rich.console", "offcpu.commands.record", "offcpu.commands"]
+IMPORTED = ["offcpu.cli", "click.types", "click", "offcpu.commands", "offcpu.commands.report", "rich.console",
+            "offcpu.commands.report.diff"]
 
 
 def start_waiting(entry_point: list[str], fifo: Path) -> subprocess.Popen[str]:

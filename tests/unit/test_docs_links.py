@@ -83,8 +83,11 @@ def every_help() -> dict[str, str]:
     def visit(command: click.Command, parent: click.Context | None, path: str) -> None:
         context = click.Context(command, info_name=path.rpartition(" ")[2], parent=parent)
         helps[path] = command.get_help(context)
-        for name, sub in getattr(command, "commands", {}).items():
-            visit(sub, context, f"{path} {name}")
+        if isinstance(command, click.Group):
+            for name in command.list_commands(context):
+                sub = command.get_command(context, name)
+                assert sub is not None, name
+                visit(sub, context, f"{path} {name}")
 
     visit(cli, None, "offcpu")
     return helps

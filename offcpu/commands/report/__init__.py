@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import click
 
-from offcpu.commands.report.diff import diff
-from offcpu.commands.report.folded import folded
-from offcpu.commands.report.html import html_report
-from offcpu.commands.report.json import json_report
-from offcpu.commands.report.perfetto import perfetto
-from offcpu.commands.report.pprof import pprof
-from offcpu.commands.report.speedscope import speedscope
-from offcpu.commands.report.svg import svg
-from offcpu.commands.report.text import text
+from offcpu.commands import LazyGroup
 
-FORMATS = [text, svg, html_report, json_report, folded, speedscope, pprof, perfetto, diff]
+FORMATS = {
+    "text": "offcpu.commands.report.text:text",
+    "svg": "offcpu.commands.report.svg:svg",
+    "html": "offcpu.commands.report.html:html_report",
+    "json": "offcpu.commands.report.json:json_report",
+    "folded": "offcpu.commands.report.folded:folded",
+    "speedscope": "offcpu.commands.report.speedscope:speedscope",
+    "pprof": "offcpu.commands.report.pprof:pprof",
+    "perfetto": "offcpu.commands.report.perfetto:perfetto",
+    "diff": "offcpu.commands.report.diff:diff",
+}
 
 
-@click.group()
+@click.group(cls=LazyGroup, commands=FORMATS)
 def report() -> None:
     """Turn a capture into a report.
 
@@ -27,7 +29,3 @@ def report() -> None:
     be a perf.data that perf recorded alone (with sched:sched_switch and -g):
     each report then says what it lacks.
     """
-
-
-for command in FORMATS:
-    report.add_command(command)
