@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import cxxfilt
 from elftools.common.exceptions import ELFError
@@ -40,9 +39,6 @@ from offcpu.capture import KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError, more_in
 from offcpu.files import PRIVATE, write_whole
 from offcpu.stacks import UNKNOWN, Stack, without_tracing
-
-if TYPE_CHECKING:
-    import numpy as np
 
 # Call chain markers: entries at or above CONTEXT_MAX say whose addresses follow (the kernel's, the user's...).
 CONTEXT_USER = 0xFFFF_FFFF_FFFF_FE00
@@ -58,8 +54,6 @@ KERNEL_START = 0xFFFF_0000_0000_0000  # perf script prints these as 16 hex digit
 KERNEL_NOTES = Path("/sys/kernel/notes")
 PROC_KALLSYMS = Path("/proc/kallsyms")
 SAVED_BUILD_ID = re.compile(rb"# build-id ((?:[0-9a-f]{2})*)")  # the first line of a capture's kallsyms
-# NUMPY: numpy (0.1 s to import) is imported where symbol tables are made, not with this
-# module, which `offcpu record` and reports read through perf script import too.
 NT_GNU_BUILD_ID = 3
 PAGE = 4096
 # kallsyms types perf keeps (text, weak, data, bss; upper or lower case)
@@ -150,21 +144,18 @@ class SymbolTable:
     read only then (a kernel has ~150,000 symbols; a capture's stacks use a few thousand):
     `names` and `bindings` are indexed as `starts` and `ends` were given."""
 
-    def __init__(self, starts: np.ndarray, ends: np.ndarray, names: Sequence[str], bindings: Sequence[str],
+    def __init__(self, starts: list[int], ends: list[int], names: Sequence[str], bindings: Sequence[str],
                  kallsyms: bool) -> None:
-        import numpy as np  # see NUMPY
-        order = np.argsort(starts, kind="stable")  # equal starts keep their order
-        self.starts: list[int] = starts[order].tolist()  # for bisect: a look-up in a list is fastest
-        self.ends = ends[order]
+        order = sorted(range(len(starts)), key=starts.__getitem__)  # equal starts keep their order
+        self.starts = [starts[index] for index in order]  # for bisect: a look-up in a list is fastest
+        self.ends = [ends[index] for index in order]
         self.order = order
         self.names, self.bindings = names, bindings
         self.kallsyms = kallsyms
 
     @classmethod
     def of(cls, symbols: list[Symbol], kallsyms: bool = False) -> SymbolTable:
-        import numpy as np  # see NUMPY
-        return cls(np.array([symbol.start for symbol in symbols], dtype=np.uint64),
-                   np.array([symbol.end for symbol in symbols], dtype=np.uint64),
+        return cls([symbol.start for symbol in symbols], [symbol.end for symbol in symbols],
                    [symbol.name for symbol in symbols], [symbol.binding for symbol in symbols], kallsyms)
 
     def find(self, address: int) -> Symbol | None:
@@ -185,15 +176,15 @@ class SymbolTable:
 
     def _ended(self, index: int) -> Symbol:
         """The symbol at `index`, a symbol without a size ending where the next begins."""
-        start, end, name = self.starts[index], int(self.ends[index]), self.names[int(self.order[index])]
+        start, end, name = self.starts[index], self.ends[index], self.names[self.order[index]]
         if end == start:
             if index + 1 == len(self.starts):
                 end = start // PAGE * PAGE + 2 * PAGE if start % PAGE else start + PAGE
-            elif self.kallsyms and ("[" in name) != ("[" in self.names[int(self.order[index + 1])]):
+            elif self.kallsyms and ("[" in name) != ("[" in self.names[self.order[index + 1]]):
                 end = (end + PAGE + PAGE - 1) // PAGE * PAGE  # the last symbol of the kernel or a module
             else:
                 end = self.starts[index + 1]
-        return Symbol(start, end, name, self.bindings[int(self.order[index])])
+        return Symbol(start, end, name, self.bindings[self.order[index]])
 
 
 def _better(first: Symbol, second: Symbol) -> bool:
@@ -256,14 +247,13 @@ def kernel_symbols_for(saved: Path | None, recorded: bytes | None) -> SymbolTabl
     return None
 
 
-HEX_DIGITS = {digit: int(chr(digit), 16) for digit in b"0123456789abcdefABCDEF"}  # a character's value as a hex digit
-ADDRESS_DIGITS = 16  # at most: a 64-bit address
 
 
 class _KallsymsColumn(Sequence[str]):
     """Names or bindings of kallsyms' lines, each read from the text when looked up."""
 
-    def __init__(self, text: bytes, name_starts: np.ndarray, line_ends: np.ndarray, kinds: bytes, names: bool) -> None:
+    def __init__(self, text: bytes, name_starts: list[int], line_ends: list[int], kinds: list[int],
+                 names: bool) -> None:
         self.text, self.name_starts, self.line_ends, self.kinds, self.names = text, name_starts, line_ends, kinds, names
 
     def __len__(self) -> int:
@@ -279,37 +269,12 @@ class _KallsymsColumn(Sequence[str]):
 def _kallsyms(text: bytes) -> SymbolTable:
     """The symbols perf takes from kallsyms' "ADDRESS TYPE NAME" lines: text, weak, data and
     bss (a module's named with its "\t[module]" suffix, which find() leaves out). The lines
-    are split and the addresses read in numpy (a regular expression and int() over each of
-    the kernel's ~120,000 lines took 0.1 s and 40 MB); a name is read when it is looked up."""
-    import numpy as np  # see NUMPY
-    hex_digits = np.full(256, 255, np.uint8)  # 255: not a hex digit
-    hex_digits[list(HEX_DIGITS)] = list(HEX_DIGITS.values())
-    raw = np.frombuffer(text, dtype=np.uint8)
-    line_ends = np.append(np.flatnonzero(raw == ord("\n")), len(raw))
-    line_starts = np.append(0, line_ends[:-1] + 1)
-    spaces = np.flatnonzero(raw == ord(" "))
-    first_space = spaces[np.minimum(np.searchsorted(spaces, line_starts), len(spaces) - 1)] if len(spaces) \
-        else line_ends
-    digits = first_space - line_starts
-    kind_at = np.minimum(first_space + 1, max(len(raw) - 1, 0))
-    kept = ((first_space < line_ends) & (digits >= 1) & (digits <= ADDRESS_DIGITS) & (first_space + 3 < line_ends)
-            & np.isin(raw[kind_at] if len(raw) else kind_at, np.frombuffer(''.join(KALLSYMS_TYPES).encode(), np.uint8)))
-    kept[kept] &= raw[first_space[kept] + 2] == ord(" ")
-    rows = np.flatnonzero(kept)
-    addresses = np.zeros(len(rows), np.uint64)
-    hexadecimal = np.ones(len(rows), bool)
-    for place in range(ADDRESS_DIGITS, 0, -1):  # the address's digits, right-aligned before the space
-        at = first_space[rows] - place
-        in_address = at >= line_starts[rows]
-        digits = hex_digits[raw[np.where(in_address, at, 0)]]
-        hexadecimal &= ~in_address | (digits != 255)
-        addresses = (addresses << np.uint64(4)) | np.where(in_address, digits, 0).astype(np.uint64)
-    rows = rows[hexadecimal]
-    addresses = addresses[hexadecimal]
-    name_starts, ends = first_space[rows] + 3, line_ends[rows]
-    kinds = raw[first_space[rows] + 1].tobytes()
-    return SymbolTable(addresses, addresses, _KallsymsColumn(text, name_starts, ends, kinds, names=True),
-                       _KallsymsColumn(text, name_starts, ends, kinds, names=False), kallsyms=True)
+    are read in the core; a name is read when it is looked up."""
+    from offcpu import _core
+
+    addresses, name_starts, line_ends, kinds = _core.kallsyms_lines(text, "".join(sorted(KALLSYMS_TYPES)).encode())
+    return SymbolTable(addresses, addresses, _KallsymsColumn(text, name_starts, line_ends, kinds, names=True),
+                       _KallsymsColumn(text, name_starts, line_ends, kinds, names=False), kallsyms=True)
 
 
 # User space -------------------------------------------------------------------

@@ -8,6 +8,7 @@
 //! (`pairing`), for every reader: perf.data's in a thread per time slice, the events
 //! other readers decode in Python handed over as columns (`model_inputs`).
 
+mod kallsyms;
 mod model_inputs;
 mod pairing;
 mod perf_file;
@@ -42,6 +43,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<perf_reader::PerfData>()?;
     m.add("PerfDataError", m.py().get_type::<PerfDataError>())?;
     m.add_function(wrap_pyfunction!(perf_reader::prev_state_name, m)?)?;
+    m.add_function(wrap_pyfunction!(kallsyms::kallsyms_lines, m)?)?;
     m.add_class::<model_inputs::Slice>()?;
     m.add_class::<model_inputs::Tally>()?;
     m.add_function(wrap_pyfunction!(model_inputs::merge, m)?)?;
