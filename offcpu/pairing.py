@@ -15,15 +15,12 @@ import os
 import signal
 from array import array
 from collections.abc import Callable, Hashable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from typing import Protocol, cast
 
 from offcpu import _core
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, STACK_LOST, WAKER_NOT_RECORDED
 from offcpu.sched_events import Chain, Events, EventSink
-from offcpu.workers import end_with_parent
 
 # The stacks the engine stands in where none was recorded, by their ids (after None, no chain)
 SYNTHETIC_STACKS = (BEFORE_WINDOW, NEW_THREAD, WAKER_NOT_RECORDED, STACK_LOST)
@@ -142,6 +139,11 @@ def pair_decoded(reader: EventReader, slices: list[tuple[int, int]], window: tup
                  on_done: Callable[[int], None] | None = None) -> Paired:
     """Pair what `reader` decodes, a slice in each of forked workers (the last in this process:
     a process fewer to start), in the core."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed  # not for the native reader's reports
+    from multiprocessing import get_context
+
+    from offcpu.workers import end_with_parent
+
     decoded: dict[int, Decoded] = {}
 
     def done(index: int, result: Decoded) -> None:
