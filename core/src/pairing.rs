@@ -277,10 +277,6 @@ impl<K: Copy + Eq + Hash, V> Ordered<K, V> {
         self.index.get(key).map(|&at| &self.entries[at].1)
     }
 
-    fn get_mut(&mut self, key: &K) -> Option<&mut V> {
-        self.index.get(key).map(|&at| &mut self.entries[at].1)
-    }
-
     fn contains(&self, key: &K) -> bool {
         self.index.contains_key(key)
     }
@@ -356,6 +352,50 @@ impl<V> Queue<V> {
 /// A wait's off-CPU time in µs, rounded as Python rounds (to even).
 fn micros(ns: i64) -> i64 {
     (ns as f64 / 1000.0).round_ties_even() as i64
+}
+
+/// Add a wait's `offcpu` µs (since to until, within the `counted` part), `weight` times, to
+/// sub-windows of that part; each part rounded at the edges it crosses, so the parts add up to it.
+fn add_to_windows(
+    counted: (i64, i64),
+    windows: &mut Windows,
+    since: i64,
+    until: i64,
+    offcpu: i64,
+    weight: i64,
+) {
+    let start = counted.0;
+    let span = i128::from(counted.1) - i128::from(start);
+
+    let window_of = |ns: i64| -> usize {
+        if span > 0 {
+            let window = (i128::from(ns) - i128::from(start)) * SUB_WINDOWS as i128 / span;
+            window.clamp(0, SUB_WINDOWS as i128 - 1) as usize
+        } else {
+            0
+        }
+    };
+    let edge = |window: usize| -> i64 {
+        (i128::from(start) + span * (window as i128 + 1) / SUB_WINDOWS as i128) as i64
+    };
+    let first = window_of(since);
+    if first == SUB_WINDOWS - 1 || until <= edge(first) {
+        windows[first] += offcpu * weight;
+        return;
+    }
+    let mut done = 0;
+    for (window, part) in windows.iter_mut().enumerate().skip(first) {
+        let upto = if until <= edge(window) || window == SUB_WINDOWS - 1 {
+            offcpu
+        } else {
+            micros(edge(window) - since)
+        };
+        *part += (upto - done) * weight;
+        done = upto;
+        if done == offcpu {
+            return;
+        }
+    }
 }
 
 /// Everything that adds up across slices, of the time between `counted_from` and
@@ -471,49 +511,6 @@ impl Tally {
         number
     }
 
-    /// Add a wait's `offcpu` µs (since to until, within what is counted), `weight` times,
-    /// to sub-windows; each part rounded at the edges it crosses, so the parts add up to it.
-    fn add_to_windows(
-        &self,
-        windows: &mut Windows,
-        since: i64,
-        until: i64,
-        offcpu: i64,
-        weight: i64,
-    ) {
-        let start = self.counted_from;
-        let span = i128::from(self.counted_to) - i128::from(start);
-        let window_of = |ns: i64| -> usize {
-            if span > 0 {
-                let window = (i128::from(ns) - i128::from(start)) * SUB_WINDOWS as i128 / span;
-                window.clamp(0, SUB_WINDOWS as i128 - 1) as usize
-            } else {
-                0
-            }
-        };
-        let edge = |window: usize| -> i64 {
-            (i128::from(start) + span * (window as i128 + 1) / SUB_WINDOWS as i128) as i64
-        };
-        let first = window_of(since);
-        if first == SUB_WINDOWS - 1 || until <= edge(first) {
-            windows[first] += offcpu * weight;
-            return;
-        }
-        let mut done = 0;
-        for (window, part) in windows.iter_mut().enumerate().skip(first) {
-            let upto = if until <= edge(window) || window == SUB_WINDOWS - 1 {
-                offcpu
-            } else {
-                micros(edge(window) - since)
-            };
-            *part += (upto - done) * weight;
-            done = upto;
-            if done == offcpu {
-                return;
-            }
-        }
-    }
-
     /// Count one off-CPU interval, from the wait's start to `back` (when the thread came
     /// back, or, not `back_seen`, the end of the recording), as far as it is counted.
     pub fn add_wait(&mut self, tid: i32, wait: &Wait, back: i64, back_seen: bool) {
@@ -579,12 +576,11 @@ impl Tally {
             self.add_sampled(key, &counted, weight)
         } else {
             let number = self.row_number(key, false);
-            let mut windows = self.rows[number].3;
-            if let Some(windows) = windows.as_mut() {
-                self.add_to_windows(windows, since, until, offcpu, 1);
-            }
+            let counted_part = (from, to);
             let row = &mut self.rows[number];
-            row.3 = windows;
+            if let Some(windows) = row.3.as_mut() {
+                add_to_windows(counted_part, windows, since, until, offcpu, 1);
+            }
             row.2.offcpu_us += offcpu;
             row.2.blocked_us += blocked;
             row.2.runqueue_us += runqueue;
@@ -622,8 +618,8 @@ impl Tally {
     /// Count a wait of weight other than 1 once in its stratum; one without a stack
     /// (`unsampled`) also in what a stratum with none of them needs (see Stratum).
     fn count_in_stratum(&mut self, key: &RowKey, counted: &Counted, unsampled: bool) {
-        let bounded = self.bounded();
-        let mut stratum = *self
+        let (bounded, counted_part) = (self.bounded(), (self.counted_from, self.counted_to));
+        let stratum = self
             .strata
             .get_or_insert_with(StratumKey::of(key), Stratum::default);
         stratum.times.offcpu_us += counted.offcpu;
@@ -632,7 +628,8 @@ impl Tally {
         stratum.times.count += 1;
         if unsampled {
             if bounded && counted.offcpu != 0 {
-                self.add_to_windows(
+                add_to_windows(
+                    counted_part,
                     &mut stratum.unsampled_windows,
                     counted.since,
                     counted.until,
@@ -642,9 +639,6 @@ impl Tally {
             }
             stratum.unsampled_row = stratum.unsampled_row.or(Some(*key));
         }
-        if let Some(kept) = self.strata.get_mut(&StratumKey::of(key)) {
-            *kept = stratum;
-        }
     }
 
     /// Count a wait whose stack was taken with probability 1/`weight` `weight` times in its
@@ -652,9 +646,11 @@ impl Tally {
     fn add_sampled(&mut self, key: RowKey, counted: &Counted, weight: u32) -> usize {
         let number = self.row_number(key, true);
         let times_weight = i64::from(weight);
-        let mut windows = self.rows[number].3;
-        if let Some(windows) = windows.as_mut().filter(|_| counted.offcpu != 0) {
-            self.add_to_windows(
+        let counted_part = (self.counted_from, self.counted_to);
+        let row = &mut self.rows[number];
+        if let Some(windows) = row.3.as_mut().filter(|_| counted.offcpu != 0) {
+            add_to_windows(
+                counted_part,
                 windows,
                 counted.since,
                 counted.until,
@@ -662,8 +658,6 @@ impl Tally {
                 times_weight,
             );
         }
-        let row = &mut self.rows[number];
-        row.3 = windows;
         row.2.offcpu_us += counted.offcpu * times_weight;
         row.2.blocked_us += counted.blocked * times_weight;
         row.2.runqueue_us += (counted.offcpu - counted.blocked) * times_weight;
