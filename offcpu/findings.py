@@ -29,7 +29,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 
 from offcpu.claims import (
     DEADLOCK,
@@ -50,9 +49,10 @@ from offcpu.claims import (
     Claims,
     Root,
 )
-from offcpu.locktable import LockTable, load_table
+from offcpu.locktable import LockTable, default_table, lock_table
 from offcpu.model import BEFORE_WINDOW, SUB_WINDOWS, WAKER_STACK_NOT_TAKEN, WHOLE_WINDOW, Model, Row
 from offcpu.stacks import drawn_alone, reading
+from offcpu.stackview import StackView, of_threads
 from offcpu.summaries import runqueue_percentiles
 from offcpu.waits import CAUSE_WORDS, NEW, PEER, PREEMPTED_CAUSE, Waits
 
@@ -233,16 +233,6 @@ class Context:
         """What each peer-ended row's blocked time came down to (see _root_shares): the same
         for every finding, so worked out once."""
         return _root_shares(self)
-
-
-_DEFAULT_TABLE: list[LockTable] = []
-
-
-def default_table() -> LockTable:
-    """The package's lock table, read once."""
-    if not _DEFAULT_TABLE:
-        _DEFAULT_TABLE.append(load_table())
-    return _DEFAULT_TABLE[0]
 
 
 def share_uncertainty(parts: list[int], walls: list[float]) -> float:
@@ -897,12 +887,13 @@ def findings(model: Model, rules: tuple[Rule, ...] = RULES, table: LockTable | N
                                         -(f.blocked_us if f.id in LOCK_FINDINGS else f.offcpu_us)))
 
 
+def view_findings(model: Model, view: StackView) -> list[Finding]:
+    """The findings about the threads a report's filters keep, in every state."""
+    return findings(of_threads(model, view), table=lock_table(view.locks))
+
+
 def graded_us(finding_id: str, rows: list[Row]) -> int:
     """The time a finding is graded by: a lock's, the time blocked on it; the others', their
     whole time off CPU."""
     return blocked(rows) if finding_id in LOCK_FINDINGS else total(rows)
 
-
-def lock_table(path: Path | None) -> LockTable:
-    """The lock table a report or a check reads: the package's, after a user's entries."""
-    return load_table(path) if path is not None else default_table()

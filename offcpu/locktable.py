@@ -118,6 +118,21 @@ def load_table(path: Path | None = None) -> LockTable:
     return table_with(str(path), text, parse_toml(text, str(path), "read"))
 
 
+_DEFAULT_TABLE: list[LockTable] = []
+
+
+def default_table() -> LockTable:
+    """The package's lock table, read once."""
+    if not _DEFAULT_TABLE:
+        _DEFAULT_TABLE.append(load_table())
+    return _DEFAULT_TABLE[0]
+
+
+def lock_table(path: Path | None) -> LockTable:
+    """The lock table a report or a check reads: the package's, after a user's entries."""
+    return load_table(path) if path is not None else default_table()
+
+
 def table_with(source: str, text: str, data: dict) -> LockTable:
     """The package's table, after the [[lock]] entries of a file already read and parsed."""
     builtin = builtin_locks()

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
-from offcpu.findings import RULES, default_table
-from offcpu.locktable import LockTable, parse_toml, read_toml_text, table_with
+from offcpu.findings import RULES
+from offcpu.locktable import LockTable, default_table, parse_toml, read_toml_text, table_with
 
 RULE_IDS = tuple(rule.id for rule in RULES)
 # The finding of threads waiting for work: never a problem, so never gated by default

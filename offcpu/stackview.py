@@ -15,7 +15,6 @@ from pathlib import Path
 
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
-from offcpu.findings import Finding, findings, lock_table
 from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
 from offcpu.stacks import Runs, parts, reading, runs_said
 from offcpu.waits import cause_of_waker
@@ -43,10 +42,6 @@ class StackView:
     # offcpu's own lock table
     reader: str | None = None
     locks: Path | None = None
-
-    def findings(self, model: Model) -> list[Finding]:
-        """The findings about the threads the filters keep, in every state."""
-        return findings(of_threads(model, self), table=lock_table(self.locks))
 
     @property
     def filtered(self) -> bool:

@@ -10,8 +10,9 @@ from collections.abc import Iterable, Sequence
 from html import escape
 
 from offcpu.escaping import printable
-from offcpu.findings import Context, counted, lock_table
+from offcpu.findings import Context, counted, view_findings
 from offcpu.flamegraph import Renderer
+from offcpu.locktable import lock_table
 from offcpu.model import Model
 from offcpu.renderers.flame import FlameGraphSvg, title
 from offcpu.renderers.graph_svg import graph_svg
@@ -97,7 +98,7 @@ class HtmlReport:
         self.top = top
 
     def _findings(self, model: Model) -> str:
-        found = self.view.findings(model)
+        found = view_findings(model, self.view)
         blocks = []
         for finding in found:
             stacks = shorten_apart([(item.frames, item.kernel_frames) for item in finding.evidence], STACK_CHARS)

@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
+from offcpu.findings import view_findings
 from offcpu.model import Model
 from offcpu.stackview import StackView, chosen, selected
 from offcpu.summaries import (
@@ -50,7 +51,7 @@ class JsonReport:
             "stacks": [_estimate(asdict(stack), model.sampled) for stack in chosen(model, self.view)[: self.top]],
             "wakers": [asdict(pair) for pair in waker_pairs(shown)[: self.top]],
             "lifecycle": asdict(lifecycle(shown)),
-            "findings": [_finding(asdict(finding), model.sampled) for finding in self.view.findings(model)],
+            "findings": [_finding(asdict(finding), model.sampled) for finding in view_findings(model, self.view)],
             "counts": {"clipped_intervals": model.clipped_intervals, "unseen_wakeups": model.unseen_wakeups,
                        "unreadable_events": model.unreadable_events, "unreadable_share": model.unreadable_share},
         }

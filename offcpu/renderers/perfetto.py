@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from functools import cache
 
-from offcpu.findings import lock_table
+from offcpu.locktable import lock_table
 from offcpu.model import PREEMPTED, Model, Thread, TimedWait
 from offcpu.stacks import drawn_alone, shorten
 from offcpu.stackview import StackView, selected, woken_by

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from offcpu.escaping import printable
-from offcpu.findings import Evidence, Finding, counted, pct, us_text
+from offcpu.findings import Evidence, Finding, counted, pct, us_text, view_findings
 from offcpu.model import Model
 from offcpu.renderers.console import Column, fitted_table, printed, short_names
 from offcpu.stacks import shorten_apart
@@ -104,7 +104,7 @@ class TextReport:
 
     def _findings(self, model: Model) -> list[Text | Group]:
         """Worst first, each readable on its own: what, how much, the proof, the fix."""
-        found = self.view.findings(model)
+        found = view_findings(model, self.view)
         states = self.view.findings_note
         if not found:
             return [Text(f"Findings: nothing stands out in this recording{states}.")]

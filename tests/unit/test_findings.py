@@ -17,12 +17,12 @@ from offcpu.findings import (
     Finding,
     Match,
     Rule,
-    default_table,
     detect_mmap_lock,
     findings,
     severity_of,
     share_uncertainty,
 )
+from offcpu.locktable import default_table
 from offcpu.model import Model, Row, Thread
 from offcpu.stacks import Stack
 from tests.unit.test_engine import model_of

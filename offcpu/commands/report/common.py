@@ -16,7 +16,7 @@ from rich.console import Console
 from offcpu.capture import METADATA, is_file_of
 from offcpu.errors import OffcpuError
 from offcpu.files import write_whole
-from offcpu.findings import lock_table
+from offcpu.locktable import lock_table
 from offcpu.model import Model
 from offcpu.model_cache import READERS, build, cached_model
 from offcpu.stackview import StackView
