@@ -5,8 +5,9 @@ at record time (save_kernel_symbols), or from /proc/kallsyms itself when the
 running kernel is the one recorded (same build id). User addresses are named from
 the ELF symbol tables of the files the process had mapped (its MMAP2 records),
 found as perf finds them: by build id in /usr/lib/debug/.build-id and perf's cache
-~/.debug, else at their path when the build id matches. Where perf keeps several
-symbols at one address, the same one is kept (see _better).
+~/.debug, else at their path when the build id matches. The tables are read in the
+core (offcpu._core.KernelSymbols, ElfSymbols), with perf's rules: where perf keeps several
+symbols at one address, the same one is kept.
 
 A file that cannot be found with the recorded build id is said once (`missing`)
 and its frames are shown as [file+0xoffset]; perf script shows them as [unknown],
@@ -18,23 +19,17 @@ saved with the capture, else from this process's own when the kernel is the reco
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import struct
-from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import cxxfilt
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.relocation import RelocationSection
-from elftools.elf.sections import NoteSection, SymbolTableSection
 from rust_demangler import demangle as rust_demangle
 
+from offcpu._core import ElfSymbols, KernelSymbols
 from offcpu.capture import KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError, more_in
 from offcpu.files import PRIVATE, write_whole
@@ -55,17 +50,10 @@ KERNEL_NOTES = Path("/sys/kernel/notes")
 PROC_KALLSYMS = Path("/proc/kallsyms")
 SAVED_BUILD_ID = re.compile(rb"# build-id ((?:[0-9a-f]{2})*)")  # the first line of a capture's kallsyms
 NT_GNU_BUILD_ID = 3
-PAGE = 4096
 # kallsyms types perf keeps (text, weak, data, bss; upper or lower case)
-KALLSYMS_TYPES = frozenset("TtWwDdBb")
-DEBUG_DIRS = (Path("/usr/lib/debug/.build-id"),)
+KALLSYMS_TYPES = b"TtWwDdBb"
 # Mappings of memory that no file on disk holds: perf names nothing in them.
 ANONYMOUS_FILES = ("/memfd:", "//anon", "/dev/zero", "/anon_hugepage", "/SYSV")
-
-
-def perf_cache() -> Path:
-    """perf's build-id cache (perf record copies the files it saw samples in there)."""
-    return Path(os.environ.get("PERF_BUILDID_DIR") or Path.home() / ".debug")
 
 
 # Kernel -----------------------------------------------------------------------
@@ -129,83 +117,6 @@ def save_vdso(directory: Path) -> None:
         write_whole(directory / VDSO_IMAGE, image, mode=PRIVATE)
 
 
-@dataclass(frozen=True)
-class Symbol:
-    start: int
-    end: int
-    name: str
-    binding: str  # "global", "local" or "weak"
-
-
-class SymbolTable:
-    """Symbols sorted by address, with perf's fix-ups: a symbol without a size ends
-    where the next begins, and of symbols at one address only perf's choice is kept.
-    The fix-ups are made for the addresses looked up only, and names and bindings are
-    read only then (a kernel has ~150,000 symbols; a capture's stacks use a few thousand):
-    `names` and `bindings` are indexed as `starts` and `ends` were given."""
-
-    def __init__(self, starts: list[int], ends: list[int], names: Sequence[str], bindings: Sequence[str],
-                 kallsyms: bool) -> None:
-        order = sorted(range(len(starts)), key=starts.__getitem__)  # equal starts keep their order
-        self.starts = [starts[index] for index in order]  # for bisect: a look-up in a list is fastest
-        self.ends = [ends[index] for index in order]
-        self.order = order
-        self.names, self.bindings = names, bindings
-        self.kallsyms = kallsyms
-
-    @classmethod
-    def of(cls, symbols: list[Symbol], kallsyms: bool = False) -> SymbolTable:
-        return cls([symbol.start for symbol in symbols], [symbol.end for symbol in symbols],
-                   [symbol.name for symbol in symbols], [symbol.binding for symbol in symbols], kallsyms)
-
-    def find(self, address: int) -> Symbol | None:
-        last = bisect_right(self.starts, address) - 1
-        if last < 0:
-            return None
-        first = bisect_left(self.starts, self.starts[last])
-        kept = None
-        for index in range(first, last + 1):  # the symbols at this address: perf keeps one
-            symbol = self._ended(index)
-            if kept is None or not _better(kept, symbol):
-                kept = symbol
-        assert kept is not None
-        if not kept.start <= address < kept.end:
-            return None
-        return Symbol(kept.start, kept.end, kept.name.split("\t", 1)[0].strip(), kept.binding) if self.kallsyms \
-            else kept
-
-    def _ended(self, index: int) -> Symbol:
-        """The symbol at `index`, a symbol without a size ending where the next begins."""
-        start, end, name = self.starts[index], self.ends[index], self.names[self.order[index]]
-        if end == start:
-            if index + 1 == len(self.starts):
-                end = start // PAGE * PAGE + 2 * PAGE if start % PAGE else start + PAGE
-            elif self.kallsyms and ("[" in name) != ("[" in self.names[self.order[index + 1]]):
-                end = (end + PAGE + PAGE - 1) // PAGE * PAGE  # the last symbol of the kernel or a module
-            else:
-                end = self.starts[index + 1]
-        return Symbol(start, end, name, self.bindings[self.order[index]])
-
-
-def _better(first: Symbol, second: Symbol) -> bool:
-    """Whether perf keeps `first` over `second` at the same address: one with a size,
-    then not weak, then global, then fewer leading underscores, then the longer name,
-    then the first."""
-    for first_key, second_key in (
-            (first.end > first.start, second.end > second.start),
-            (first.binding != "weak", second.binding != "weak"),
-            (first.binding == "global", second.binding == "global"),
-            (-_underscores(first.name), -_underscores(second.name)),
-            (len(first.name), len(second.name))):
-        if first_key != second_key:
-            return first_key > second_key
-    return True
-
-
-def _underscores(name: str) -> int:
-    return len(name) - len(name.lstrip("_"))
-
-
 def recorded_kernel_build_id(build_ids: list[BuildId], mapped_build_id: bytes | None) -> bytes | None:
     """The recorded kernel's build id: from perf.data's BUILD_ID section, or from the kernel's
     MMAP2 record."""
@@ -225,7 +136,7 @@ def saved_kernel_build_id(saved: Path | None) -> bytes | None:
     return bytes.fromhex(header[1].decode()) if header and header[1] else None
 
 
-def kernel_symbols_for(saved: Path | None, recorded: bytes | None) -> SymbolTable | None:
+def kernel_symbols_for(saved: Path | None, recorded: bytes | None) -> KernelSymbols | None:
     """The kernel's symbols: the copy saved with the capture, else /proc/kallsyms when
     the running kernel is the `recorded` one (recorded_kernel_build_id, saved_kernel_build_id);
     None when neither can be trusted."""
@@ -235,46 +146,18 @@ def kernel_symbols_for(saved: Path | None, recorded: bytes | None) -> SymbolTabl
         # Without the line offcpu writes first (a copy of /proc/kallsyms, a damaged file), nothing
         # says which kernel the copy is of: it is left out, as the copy of another kernel is.
         if header and (recorded is None or not header[1] or bytes.fromhex(header[1].decode()) == recorded):
-            return _kallsyms(rest)
+            return KernelSymbols.kallsyms(rest, KALLSYMS_TYPES)
     running = running_kernel_build_id()
     if recorded is not None and running == recorded:
         try:
-            table = _kallsyms(PROC_KALLSYMS.read_bytes())
+            table = KernelSymbols.kallsyms(PROC_KALLSYMS.read_bytes(), KALLSYMS_TYPES)
         except OSError:
             return None
         # a user from whom kernel.kptr_restrict hides the addresses reads them all as 0
-        return table if table.starts and table.starts[-1] else None
+        return table if table.shows_addresses() else None
     return None
 
 
-
-
-class _KallsymsColumn(Sequence[str]):
-    """Names or bindings of kallsyms' lines, each read from the text when looked up."""
-
-    def __init__(self, text: bytes, name_starts: list[int], line_ends: list[int], kinds: list[int],
-                 names: bool) -> None:
-        self.text, self.name_starts, self.line_ends, self.kinds, self.names = text, name_starts, line_ends, kinds, names
-
-    def __len__(self) -> int:
-        return len(self.kinds)
-
-    def __getitem__(self, index: int) -> str:  # type: ignore[override]
-        if self.names:
-            return self.text[self.name_starts[index]:self.line_ends[index]].decode(errors="replace")
-        kind = chr(self.kinds[index])
-        return "weak" if kind in "Ww" else "global" if kind.isupper() else "local"
-
-
-def _kallsyms(text: bytes) -> SymbolTable:
-    """The symbols perf takes from kallsyms' "ADDRESS TYPE NAME" lines: text, weak, data and
-    bss (a module's named with its "\t[module]" suffix, which find() leaves out). The lines
-    are read in the core; a name is read when it is looked up."""
-    from offcpu import _core
-
-    addresses, name_starts, line_ends, kinds = _core.kallsyms_lines(text, "".join(sorted(KALLSYMS_TYPES)).encode())
-    return SymbolTable(addresses, addresses, _KallsymsColumn(text, name_starts, line_ends, kinds, names=True),
-                       _KallsymsColumn(text, name_starts, line_ends, kinds, names=False), kallsyms=True)
 
 
 # User space -------------------------------------------------------------------
@@ -330,116 +213,6 @@ class TaskHistory:
             if mapping.start <= address < mapping.end:
                 return mapping
         return None
-
-
-@dataclass
-class ElfSymbols:
-    """A file's function symbols and the segments that place them in the file."""
-
-    table: SymbolTable
-    segments: list[tuple[int, int, int]]  # file offset, size, virtual address of each PT_LOAD
-
-    def find(self, file_offset: int) -> Symbol | None:
-        for offset, size, address in self.segments:
-            if offset <= file_offset < offset + size:
-                return self.table.find(file_offset - offset + address)
-        return self.table.find(file_offset)
-
-
-def elf_build_id(elf: ELFFile) -> bytes | None:
-    for section in elf.iter_sections():
-        if isinstance(section, NoteSection):
-            for note in section.iter_notes():
-                # pyelftools decodes the desc of GNU's note only: another owner's note of type 3 is raw bytes
-                if note["n_type"] == "NT_GNU_BUILD_ID" and isinstance(note["n_desc"], str):
-                    return bytes.fromhex(note["n_desc"])
-    return None
-
-
-def _open_elf(path: Path) -> tuple[ELFFile, object] | None:
-    try:
-        stream = open(path, "rb")
-    except OSError:
-        return None
-    try:
-        return ELFFile(stream), stream
-    except (ELFError, OSError, ValueError, struct.error):
-        stream.close()
-        return None
-
-
-ELF64_SYMBOL = struct.Struct("<IBBHQQ")  # st_name, st_info, st_other, st_shndx, st_value, st_size
-ELF64_RELOCATION = struct.Struct("<QQq")  # r_offset, r_info (symbol << 32 | type), r_addend
-STT_NOTYPE, STT_FUNC, STT_GNU_IFUNC = 0, 2, 10
-STB_GLOBAL, STB_WEAK = 1, 2
-SHN_RESERVED = 0xFF00  # from here on, section indexes are special (absolute, common...)
-SHF_EXECINSTR = 0x4
-
-
-def _function_symbols(elf: ELFFile) -> list[Symbol] | None:
-    """What perf takes from .symtab, else .dynsym: functions, and labels (symbols without a
-    type, such as assembly entry points) in executable sections; None without either table.
-    pyelftools finds the tables; their entries are unpacked here in bulk (pyelftools parses
-    one symbol at a time: seconds for a libc's debug symbols)."""
-    if elf.elfclass != 64 or not elf.little_endian:
-        return None  # not what perf records on x86-64
-    for name in (".symtab", ".dynsym"):
-        table = elf.get_section_by_name(name)
-        if not isinstance(table, SymbolTableSection) or table["sh_type"] == "SHT_NOBITS":
-            continue
-        executable = {index for index, section in enumerate(elf.iter_sections())
-                      if section["sh_flags"] & SHF_EXECINSTR}
-        names = elf.get_section(table["sh_link"]).data()
-        symbols = []
-        for name_at, info, _, index, start, size in ELF64_SYMBOL.iter_unpack(table.data()):
-            kind = info & 0xF
-            if not name_at or not index or index >= SHN_RESERVED:  # unnamed, undefined or special
-                continue
-            if kind not in (STT_FUNC, STT_GNU_IFUNC) and not (kind == STT_NOTYPE and index in executable):
-                continue
-            bind = info >> 4
-            binding = "global" if bind == STB_GLOBAL else "weak" if bind == STB_WEAK else "local"
-            symbol_name = names[name_at:names.index(b"\0", name_at)].decode(errors="replace")
-            symbols.append(Symbol(start, start + size, symbol_name, binding))
-        return symbols
-    return None
-
-
-PLT_ENTRY = 16  # x86-64
-
-
-def _plt_symbols(elf: ELFFile) -> list[Symbol]:
-    """perf names each PLT stub after the function it jumps to ("name@plt"): the stubs of
-    .plt.sec, or those of .plt after its first (the resolver's), in .rela.plt's order. A stub
-    whose relocation names no symbol (an IFUNC's, R_X86_64_IRELATIVE) is "@plt" in perf 6.1."""
-    relocations = elf.get_section_by_name(".rela.plt")
-    secure = elf.get_section_by_name(".plt.sec")
-    plt = secure or elf.get_section_by_name(".plt")
-    if not isinstance(relocations, RelocationSection) or plt is None:
-        return []
-    dynamic = elf.get_section(relocations["sh_link"])
-    if not isinstance(dynamic, SymbolTableSection):
-        return []
-    if elf.elfclass != 64 or not elf.little_endian:
-        return []
-    first = plt["sh_addr"] + (0 if secure else PLT_ENTRY)
-    dynamic_entries, names = dynamic.data(), elf.get_section(dynamic["sh_link"]).data()
-    symbols = []
-    for number, (_, info, _) in enumerate(ELF64_RELOCATION.iter_unpack(relocations.data())):
-        entry = (info >> 32) * ELF64_SYMBOL.size  # the relocation's symbol, in .dynsym
-        if entry + ELF64_SYMBOL.size > len(dynamic_entries):
-            continue
-        name_at = ELF64_SYMBOL.unpack_from(dynamic_entries, entry)[0]
-        name = names[name_at:names.index(b"\0", name_at)].decode(errors="replace") if name_at else ""
-        start = first + number * PLT_ENTRY
-        if start + PLT_ENTRY <= plt["sh_addr"] + plt["sh_size"]:
-            symbols.append(Symbol(start, start + PLT_ENTRY, f"{name}@plt", "global"))
-    return symbols
-
-
-def _segments(elf: ELFFile) -> list[tuple[int, int, int]]:
-    return [(segment["p_offset"], segment["p_filesz"], segment["p_vaddr"]) for segment in elf.iter_segments()
-            if segment["p_type"] == "PT_LOAD" and segment["p_filesz"]]
 
 
 def demangle(name: str) -> str:
@@ -505,7 +278,7 @@ class Symbolizer:
     """Names the frames of call chains (raw ones of perf.data, see native_reader; a BPF
     capture's, see bpf_reader), once per address."""
 
-    def __init__(self, maps: TaskHistory, kernel: SymbolTable | None, recorded_here: bool,
+    def __init__(self, maps: TaskHistory, kernel: KernelSymbols | None, recorded_here: bool,
                  vdso: Path | None = None, build_ids: dict[str, bytes] | None = None) -> None:
         """`recorded_here`: this machine runs the recorded kernel; `build_ids`: of the mapped
         files by path, where the maps do not carry them (perf.data's BUILD_ID section)."""
@@ -608,10 +381,9 @@ class Symbolizer:
             if symbols is not None:
                 return symbols
         image = running_vdso() if self.recorded_here else None
-        if image is not None:
-            elf = ELFFile(io.BytesIO(image))
-            if build_id is None or elf_build_id(elf) == build_id:
-                return _elf_symbols(elf, build_id)
+        symbols = ElfSymbols.of_image(image, build_id) if image is not None else None
+        if symbols is not None:
+            return symbols
         return load_symbols(VDSO, build_id) if build_id else None
 
     def _missing_note(self, path: str, build_id: bytes | None) -> str:
@@ -646,59 +418,7 @@ def _another_file(mapping: Mapping) -> bool:
 
 @lru_cache(maxsize=256)
 def load_symbols(path: str, build_id: bytes | None) -> ElfSymbols | None:
-    """A file's symbols (once per process: a file's symbols do not change for its
-    build id): from a debug file by build id when there is one, placed by the
-    binary itself (at its path, or in perf's cache) whose build id matches."""
-    runtime = None
-    candidates = []
-    if build_id:  # perf's cache: a directory per build id, with a copy of the file
-        name = build_id.hex()
-        cached = perf_cache() / ".build-id" / name[:2] / name[2:]
-        candidates += [cached / "elf", cached / "vdso"]
-    if path.startswith("/"):
-        candidates.insert(0, Path(path))
-    for candidate in candidates:
-        opened = _open_elf(candidate)
-        if opened is None:
-            continue
-        elf, stream = opened
-        if build_id is None or elf_build_id(elf) == build_id:
-            runtime = (elf, stream)
-            break
-        stream.close()  # type: ignore[attr-defined]
-    if runtime is None:
-        return None
-    elf, stream = runtime
-    try:
-        return _elf_symbols(elf, build_id)
-    finally:
-        stream.close()  # type: ignore[attr-defined]
-
-
-def _elf_symbols(elf: ELFFile, build_id: bytes | None) -> ElfSymbols:
-    """An ELF file's function symbols, from its debug file by build id when there is one."""
-    segments = _segments(elf)
-    symbols = _debug_symbols(build_id or elf_build_id(elf))
-    if symbols is None:
-        symbols = _function_symbols(elf) or []
-    symbols += _plt_symbols(elf)
-    return ElfSymbols(SymbolTable.of(symbols), segments)
-
-def _debug_symbols(build_id: bytes | None) -> list[Symbol] | None:
-    if not build_id:
-        return None
-    name = build_id.hex()
-    for directory in (*DEBUG_DIRS, perf_cache() / ".build-id"):
-        path = directory / name[:2] / (name[2:] + ".debug") if directory in DEBUG_DIRS else \
-            directory / name[:2] / name[2:] / "debug"
-        opened = _open_elf(path)
-        if opened is None:
-            continue
-        elf, stream = opened
-        try:
-            symbols = _function_symbols(elf)
-        finally:
-            stream.close()  # type: ignore[attr-defined]
-        if symbols:
-            return symbols
-    return None
+    """A file's symbols (once per process: a file's symbols do not change for its build id):
+    from the first of its copies whose build id is the recorded one (at its path, or in
+    perf's cache), named by its debug file when there is one (see offcpu._core.ElfSymbols)."""
+    return ElfSymbols.load(path, build_id)

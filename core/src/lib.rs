@@ -8,13 +8,14 @@
 //! (`pairing`), for every reader: perf.data's in a thread per time slice, the events
 //! other readers decode in Python handed over as columns (`model_inputs`).
 
-mod kallsyms;
+mod elf_files;
 mod model_inputs;
 mod pairing;
 mod perf_file;
 mod perf_reader;
 mod quick;
 mod recorder;
+mod symbols;
 mod tracing_formats;
 pub mod unwind;
 
@@ -43,7 +44,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<perf_reader::PerfData>()?;
     m.add("PerfDataError", m.py().get_type::<PerfDataError>())?;
     m.add_function(wrap_pyfunction!(perf_reader::prev_state_name, m)?)?;
-    m.add_function(wrap_pyfunction!(kallsyms::kallsyms_lines, m)?)?;
+    m.add_class::<symbols::KernelSymbols>()?;
+    m.add_class::<symbols::ElfSymbols>()?;
+    m.add_class::<symbols::Symbol>()?;
+    m.add_function(wrap_pyfunction!(symbols::elf_build_id, m)?)?;
     m.add_class::<model_inputs::Slice>()?;
     m.add_class::<model_inputs::Tally>()?;
     m.add_function(wrap_pyfunction!(model_inputs::merge, m)?)?;

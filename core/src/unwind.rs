@@ -13,12 +13,14 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use object::{Object, ObjectSection, ObjectSegment, ReadCache, SectionKind};
+
+use crate::elf_files::{debug_files, perf_cache_copies, same_build_id};
 
 /// A guard against a stack that loops: perf's own limit (kernel.perf_event_max_stack) is 127.
 const MAX_FRAMES: usize = 1024;
@@ -345,54 +347,16 @@ fn section_bytes<'data, R: object::ReadRef<'data>>(
     (!data.is_empty()).then(|| Bytes::from(data.as_ref()))
 }
 
-/// The `.debug_frame` of a file's separate debug file (Debian's -dbg and -dbgsym
-/// packages, or perf's build-id cache), found by build id.
+/// The `.debug_frame` of a file's separate debug file, found by build id.
 fn debug_frame_elsewhere(build_id: &[u8]) -> Option<Bytes> {
-    let (dir, rest) = build_id_path(build_id)?;
-    let system = PathBuf::from(format!("/usr/lib/debug/.build-id/{dir}/{rest}.debug"));
-    let perf_cache = perf_build_id_dir(build_id).map(|dir| dir.join("debug"));
-    std::iter::once(system)
-        .chain(perf_cache)
-        .find_map(|candidate| {
-            let cache = ReadCache::new(File::open(candidate).ok()?);
-            let elf = object::File::parse(&cache).ok()?;
-            if !same_build_id(build_id, elf.build_id().ok()??) {
-                return None;
-            }
-            section_bytes(&elf, ".debug_frame")
-        })
-}
-
-/// The copies of a file perf keeps in its build-id cache: the ELF file, or the vdso.
-fn perf_cache_copies(build_id: &[u8]) -> Vec<PathBuf> {
-    perf_build_id_dir(build_id)
-        .map(|dir| vec![dir.join("elf"), dir.join("vdso")])
-        .unwrap_or_default()
-}
-
-/// perf's build-id cache entry, `~/.debug/.build-id/xx/rest` (a link to a folder).
-fn perf_build_id_dir(build_id: &[u8]) -> Option<PathBuf> {
-    let (dir, rest) = build_id_path(build_id)?;
-    let home = std::env::var_os("HOME")?;
-    Some(
-        Path::new(&home)
-            .join(".debug/.build-id")
-            .join(dir)
-            .join(rest),
-    )
-}
-
-/// A build id in hex split after its first byte, as the build-id folders name files.
-fn build_id_path(build_id: &[u8]) -> Option<(String, String)> {
-    let hex: String = build_id.iter().map(|byte| format!("{byte:02x}")).collect();
-    let rest = hex.get(2..).filter(|rest| !rest.is_empty())?;
-    Some((hex.get(..2)?.to_owned(), rest.to_owned()))
-}
-
-/// perf pads the build ids it records with zeros (to 20 bytes).
-fn same_build_id(recorded: &[u8], actual: &[u8]) -> bool {
-    let padding = recorded.get(actual.len()..).unwrap_or(&[1]);
-    recorded.starts_with(actual) && padding.iter().all(|&byte| byte == 0)
+    debug_files(build_id).into_iter().find_map(|candidate| {
+        let cache = ReadCache::new(File::open(candidate).ok()?);
+        let elf = object::File::parse(&cache).ok()?;
+        if !same_build_id(build_id, elf.build_id().ok()??) {
+            return None;
+        }
+        section_bytes(&elf, ".debug_frame")
+    })
 }
 
 #[cfg(test)]
@@ -417,20 +381,5 @@ mod tests {
             segments: vec![(0, 0x1000, 0), (0x1000, 0x2000, 0x1000)],
         };
         assert_eq!(plain.base_address(base + 0x1000, 0x1000), base);
-    }
-
-    #[test]
-    fn build_ids_match_through_perfs_padding() {
-        assert!(same_build_id(&[0xab, 0xcd, 0, 0], &[0xab, 0xcd]));
-        assert!(!same_build_id(&[0xab, 0xcd, 0, 1], &[0xab, 0xcd]));
-        assert!(!same_build_id(&[0xab], &[0xab, 0xcd]));
-        assert!(!same_build_id(&[0xab, 0xce], &[0xab, 0xcd]));
-    }
-
-    #[test]
-    fn build_id_paths_split_after_the_first_byte() {
-        let (dir, rest) = build_id_path(&[0x93, 0xac, 0x61]).expect("three bytes");
-        assert_eq!((dir.as_str(), rest.as_str()), ("93", "ac61"));
-        assert_eq!(build_id_path(&[0x93]), None);
     }
 }

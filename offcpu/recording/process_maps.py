@@ -21,12 +21,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
+from offcpu._core import elf_build_id
 from offcpu.capture import BPF_MAPS
 from offcpu.files import PRIVATE, write_whole
-from offcpu.symbols import Mapping, TaskHistory, elf_build_id
+from offcpu.symbols import Mapping, TaskHistory
 
 SCHEMA = "offcpu-process-maps/1"
 PROC = Path("/proc")
@@ -77,20 +75,11 @@ def read_maps(pid: int, build_ids: dict[Inode, bytes | None]) -> tuple[Mapping, 
         if path.startswith("/") and identity[2]:
             if identity not in build_ids:
                 # the file mapped, even if deleted or replaced since: map_files (root), else the path
-                build_ids[identity] = file_build_id(PROC / str(pid) / "map_files" / bounds) or \
-                    file_build_id(Path(path))
+                build_ids[identity] = elf_build_id(PROC / str(pid) / "map_files" / bounds) or \
+                    elf_build_id(Path(path))
             build_id = build_ids[identity]
         mappings.append(Mapping(start, end, int(offset, 16), path, build_id, identity if identity[2] else None))
     return tuple(mappings)
-
-
-def file_build_id(path: Path) -> bytes | None:
-    """The GNU build id in an ELF file's notes, or None (not ELF, none, unreadable)."""
-    try:
-        with open(path, "rb") as stream:
-            return elf_build_id(ELFFile(stream))
-    except (OSError, ELFError, ValueError):
-        return None
 
 
 @dataclass
