@@ -144,8 +144,10 @@ def to_model(paired: Paired, reader: CaptureReader, info: CaptureInfo, start_ns:
             pid = pid if pid is not None else info.processes_at_start.get(str(tid), tid)
             threads[tid] = Thread(tid, pid, names[comm], round(oncpu_ns / 1000), offcpu_us, blocked_us, runqueue_us,
                                   inside(created_ns), inside(exited_ns), round(observer_ns / 1000))
-    timeline = sorted(TimedWait(tid, row_index[row_of[number][0]], since_ns, woken_ns, back_ns, ran_ns)
-                      for _, since_ns, tid, woken_ns, back_ns, ran_ns, number in tally.longest())
+    # sorted as tuples, in TimedWait's order: its generated comparisons took 40 ms for 4,096 waits
+    timeline = [TimedWait(*wait) for wait in sorted(
+        (tid, row_index[row_of[number][0]], since_ns, woken_ns, back_ns, ran_ns)
+        for _, since_ns, tid, woken_ns, back_ns, ran_ns, number in tally.longest())]
     return Model(info, start_ns, end_ns, stacks, wakers, rows, threads, Counter(tally.runqueue_delays()),
                  [Link(waiter, waker, round(overlap_ns / 1000), count)
                   for (waiter, waker), (overlap_ns, count) in links.items()],

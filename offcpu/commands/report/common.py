@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 import os
 import stat
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
 from offcpu.capture import METADATA, is_file_of
 from offcpu.errors import OffcpuError
@@ -229,12 +229,13 @@ def load_with_progress(capture: Path, time: tuple[float, float] | None, reader: 
 
 
 def read_with_progress(capture: Path, time: tuple[float, float] | None, reader: str | None = None) -> Model:
-    """The capture's model, with a transient progress line while perf.data is read
-    (not when the saved model is used: that takes no time worth showing)."""
-    console = Console(stderr=True)
+    """The capture's model, with a transient progress line on a terminal while perf.data is
+    read (not when the saved model is used: that takes no time worth showing)."""
     model = cached_model(capture, time, reader)
-    if model is None and console.is_terminal:
-        with console.status("Reading perf.data...") as status:
+    if model is None and sys.stderr.isatty():
+        from rich.console import Console  # only where progress is drawn: 40 ms of a report's start
+
+        with Console(stderr=True).status("Reading perf.data...") as status:
             def show(done: int, total: int) -> None:
                 status.update(f"Reading perf.data: {done} of {total} time slices done...")
 
@@ -248,4 +249,4 @@ def warn_if_unread(model: Model) -> None:
     """A warning on stderr when part of perf.data could not be read (see summaries.unreadable_note)."""
     unread = unreadable_note(model)
     if unread:
-        Console(stderr=True).print(f"offcpu: warning: {unread}", highlight=False, soft_wrap=True, markup=False)
+        click.echo(f"offcpu: warning: {unread}", err=True)
