@@ -4,8 +4,9 @@ Kernel addresses are named from a copy of /proc/kallsyms saved beside the captur
 at record time (save_kernel_symbols), or from /proc/kallsyms itself when the
 running kernel is the one recorded (same build id). User addresses are named from
 the ELF symbol tables of the files the process had mapped (its MMAP2 records),
-found as perf finds them: by build id in /usr/lib/debug/.build-id and perf's cache
-~/.debug, else at their path when the build id matches. The tables are read in the
+found as perf finds them: at their path, else in perf's build-id cache ($PERF_BUILDID_DIR,
+else ~/.debug), with the recorded build id; named by their debug files by build id
+(/usr/lib/debug/.build-id, perf's cache) when there are some. The tables are read in the
 core (offcpu._core.KernelSymbols, ElfSymbols), with perf's rules: where perf keeps several
 symbols at one address, the same one is kept.
 
@@ -353,7 +354,7 @@ class Symbolizer:
         symbols = self._symbols(mapping)
         if symbols is None:
             return f"[{Path(mapping.path).name}+0x{file_offset:x}]"
-        symbol = symbols.find(file_offset)
+        symbol = symbols.find(file_offset) if file_offset < 1 << 64 else None  # (not past a damaged offset)
         return demangle(symbol.name) if symbol else UNKNOWN
 
     def _symbols(self, mapping: Mapping) -> ElfSymbols | None:

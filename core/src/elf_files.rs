@@ -2,7 +2,7 @@
 //! perf's build-id cache (`$PERF_BUILDID_DIR`, else `~/.debug`), and their separate debug
 //! files by build id (Debian's -dbg and -dbgsym packages, or perf's cache).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The copies of a file perf keeps in its build-id cache: the ELF file, or the vdso.
 pub fn perf_cache_copies(build_id: &[u8]) -> Vec<PathBuf> {
@@ -26,7 +26,7 @@ fn perf_build_id_dir(build_id: &[u8]) -> Option<PathBuf> {
     let (dir, rest) = build_id_path(build_id)?;
     let cache = match std::env::var_os("PERF_BUILDID_DIR").filter(|dir| !dir.is_empty()) {
         Some(cache) => PathBuf::from(cache),
-        None => Path::new(&std::env::var_os("HOME")?).join(".debug"),
+        None => std::env::home_dir()?.join(".debug"),
     };
     Some(cache.join(".build-id").join(dir).join(rest))
 }

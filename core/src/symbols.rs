@@ -16,7 +16,8 @@ use object::elf::{
     STT_GNU_IFUNC, STT_NOTYPE,
 };
 use object::read::elf::{ElfFile64, ProgramHeader, SectionHeader, Sym};
-use object::{Endian, Endianness, Object, ReadCache, ReadRef};
+use object::read::SectionIndex;
+use object::{Endian, Endianness, Object, ObjectSegment, ReadCache, ReadRef};
 use pyo3::prelude::*;
 
 use crate::elf_files::{debug_files, perf_cache_copies, same_build_id};
@@ -87,7 +88,6 @@ struct Ended<'a> {
 }
 
 /// Symbols sorted by address (equal addresses in the order given).
-#[derive(Default)]
 struct Table {
     entries: Vec<Entry>,
     names: Vec<u8>,
@@ -267,9 +267,10 @@ struct ElfFacts {
 
 #[pymethods]
 impl ElfSymbols {
-    /// A mapped file's symbols, from the first of its copies that is the file recorded
-    /// (at `path`, else in perf's build-id cache; any, without a build id), named by its
-    /// separate debug file when there is one. None when no copy can be read.
+    /// A mapped file's symbols, from the first of its copies (at `path`, else in perf's
+    /// build-id cache) that can be read and has the recorded build id (without one, the file
+    /// at `path`), named by its separate debug file when there is one. None when there is
+    /// no such copy.
     #[staticmethod]
     #[pyo3(signature = (path, build_id))]
     fn load(py: Python<'_>, path: PathBuf, build_id: Option<Vec<u8>>) -> Option<Self> {
@@ -306,18 +307,6 @@ impl ElfSymbols {
         };
         self.table.find(address)
     }
-
-    /// Every symbol's name.
-    fn names(&self) -> Vec<String> {
-        let names = self
-            .table
-            .entries
-            .iter()
-            .map(|entry| self.table.name(entry));
-        names
-            .map(|name| String::from_utf8_lossy(name).into_owned())
-            .collect()
-    }
 }
 
 impl ElfSymbols {
@@ -331,8 +320,11 @@ impl ElfSymbols {
                 return None;
             }
         }
-        let debug = recorded
-            .or(facts.build_id.as_deref())
+        // by the file's own build id: perf pads the ones it records, which no debug file is named by
+        let debug = facts
+            .build_id
+            .as_deref()
+            .or(recorded)
             .and_then(debug_functions);
         let (mut entries, mut names) = debug.or(facts.functions).unwrap_or_default();
         for (start, name) in facts.plt {
@@ -372,11 +364,11 @@ pub fn elf_build_id(py: Python<'_>, path: PathBuf) -> Option<Vec<u8>> {
 
 /// What perf reads of an ELF file for symbols (a 64-bit little-endian one: what it records on x86-64).
 fn elf_facts<'data, R: ReadRef<'data>>(data: R) -> Option<ElfFacts> {
-    let elf = ElfFile64::<Endianness, R>::parse(data).ok()?;
+    let elf = match ElfFile64::<Endianness, R>::parse(data) {
+        Ok(elf) if elf.endian().is_little_endian() => elf,
+        _ => return other_elf_facts(data),
+    };
     let endian = elf.endian();
-    if !endian.is_little_endian() {
-        return None;
-    }
     let segments = elf
         .elf_program_headers()
         .iter()
@@ -399,7 +391,48 @@ fn elf_facts<'data, R: ReadRef<'data>>(data: R) -> Option<ElfFacts> {
     })
 }
 
+/// Another kind of ELF file (32-bit, big-endian): its build id and segments, and no
+/// symbols (its frames are [unknown], as perf on x86-64 names none of them either).
+fn other_elf_facts<'data, R: ReadRef<'data>>(data: R) -> Option<ElfFacts> {
+    let elf = object::File::parse(data).ok()?;
+    if elf.format() != object::BinaryFormat::Elf {
+        return None;
+    }
+    let segments = elf
+        .segments()
+        .map(|segment| (segment.file_range(), segment.address()))
+        .filter(|((_, size), _)| *size != 0)
+        .map(|((offset, size), address)| (offset, size, address))
+        .collect();
+    Some(ElfFacts {
+        build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),
+        segments,
+        functions: None,
+        plt: vec![],
+    })
+}
+
 type Elf64 = object::elf::FileHeader64<Endianness>;
+
+/// The bytes of a string table, read whole: names are looked up in them, not one read
+/// each (object's reads through a file stop looking for a name's end after 4096 bytes,
+/// which a C++ template's name can pass).
+fn string_table<'data, R: ReadRef<'data>>(
+    elf: &ElfFile64<'data, Endianness, R>,
+    index: SectionIndex,
+) -> &'data [u8] {
+    let section = elf.elf_section_table().section(index).ok();
+    let data = section.and_then(|section| section.data(elf.endian(), elf.data()).ok());
+    data.unwrap_or_default()
+}
+
+/// The NUL-terminated name at `offset` in a string table.
+fn name_at(strings: &[u8], offset: u32) -> Option<&[u8]> {
+    let rest = strings.get(offset as usize..)?;
+    rest.iter()
+        .position(|&byte| byte == 0)
+        .map(|end| &rest[..end])
+}
 
 /// What perf takes from .symtab, else .dynsym: functions, and labels (symbols without a
 /// type, such as assembly entry points) in executable sections.
@@ -424,6 +457,7 @@ fn functions<'data, R: ReadRef<'data>>(
         .iter()
         .map(|section| section.sh_flags(endian) & u64::from(SHF_EXECINSTR) != 0)
         .collect();
+    let strings = string_table(elf, table.string_section());
     let (mut entries, mut names) = (vec![], vec![]);
     for symbol in table.iter() {
         let index = usize::from(symbol.st_shndx(endian));
@@ -435,7 +469,7 @@ fn functions<'data, R: ReadRef<'data>>(
         if kind != STT_FUNC && kind != STT_GNU_IFUNC && !label {
             continue;
         }
-        let Ok(name) = table.symbol_name(endian, symbol) else {
+        let Some(name) = name_at(strings, symbol.st_name(endian)) else {
             continue;
         };
         let at = names.len();
@@ -443,7 +477,7 @@ fn functions<'data, R: ReadRef<'data>>(
         let start = symbol.st_value(endian);
         entries.push(Entry {
             start,
-            end: start.wrapping_add(symbol.st_size(endian)),
+            end: start.saturating_add(symbol.st_size(endian)),
             name: at..names.len(),
             binding: Binding::of_elf(symbol.st_bind()),
         });
@@ -470,7 +504,10 @@ fn plt_stubs<'data, R: ReadRef<'data>>(
     let symbols =
         object::read::elf::SymbolTable::<Elf64, R>::parse(endian, data, sections, link, dynamic)
             .ok()?;
-    let first = plt.sh_addr(endian) + if secure.is_some() { 0 } else { PLT_ENTRY };
+    let strings = string_table(elf, symbols.string_section());
+    let first = plt
+        .sh_addr(endian)
+        .saturating_add(if secure.is_some() { 0 } else { PLT_ENTRY });
     let plt_end = plt.sh_addr(endian).saturating_add(plt.sh_size(endian));
     let mut stubs = vec![];
     for (number, relocation) in (0u64..).zip(relocations) {
@@ -479,12 +516,12 @@ fn plt_stubs<'data, R: ReadRef<'data>>(
             continue;
         };
         let name = match symbol.st_name(endian) {
-            0 => String::new(),
-            _ => String::from_utf8_lossy(symbols.symbol_name(endian, symbol).unwrap_or_default())
-                .into_owned(),
+            0 => &[][..],
+            offset => name_at(strings, offset).unwrap_or_default(),
         };
-        let start = first + number * PLT_ENTRY;
-        if start + PLT_ENTRY <= plt_end {
+        let name = String::from_utf8_lossy(name);
+        let start = first.saturating_add(number.saturating_mul(PLT_ENTRY));
+        if start.saturating_add(PLT_ENTRY) <= plt_end {
             stubs.push((start, format!("{name}@plt")));
         }
     }

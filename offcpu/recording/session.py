@@ -329,7 +329,7 @@ def _save_kernel_symbols(directory: Path) -> None:
     """The kernel's symbols travel with the capture, so that its kernel frames can be named
     on another machine or after a reboot; without them (kernel.kptr_restrict), they are
     named from this kernel's own when it is the same."""
-    from offcpu.symbols import save_kernel_symbols  # ELF and demangling come with it: not at start-up
+    from offcpu.symbols import save_kernel_symbols  # demangling comes with it: not at start-up
 
     try:
         save_kernel_symbols(directory)

@@ -238,3 +238,24 @@ def test_a_build_id_longer_than_perf_writes_is_a_counted_skip(tmp_path: Path) ->
     copy = tmp_path / "perf.data"
     copy.write_bytes(bytes(data))
     assert NativeReader(copy).skipped == NativeReader(source).skipped + 1
+
+
+def test_a_name_longer_than_a_page_is_read_whole(tmp_path: Path) -> None:
+    # Given a program with a function whose name is 5,000 characters (a C++ template's can pass 4,096)
+    name = "f" + "x" * 4999
+    source = tmp_path / "long.c"
+    source.write_text(f"void {name}(void) {{}}\nint main(void) {{ {name}(); return 0; }}\n")
+    binary = tmp_path / "long"
+    subprocess.run(["gcc", "-O0", "-o", str(binary), str(source)], check=True)
+    symbols_out = subprocess.run(["nm", str(binary)], capture_output=True, text=True, check=True).stdout
+    address = next(int(line.split()[0], 16) for line in symbols_out.splitlines() if line.split()[-1] == name)
+    segments = subprocess.run(["readelf", "-lW", str(binary)], capture_output=True, text=True, check=True).stdout
+    offset = next(address - int(fields[2], 16) + int(fields[1], 16)
+                  for fields in (line.split() for line in segments.splitlines() if line.strip().startswith("LOAD"))
+                  if int(fields[2], 16) <= address < int(fields[2], 16) + int(fields[4], 16))
+    # When it is looked up at its offset in the file
+    loaded = symbols.load_symbols(str(binary), None)
+    assert loaded is not None
+    found = loaded.find(offset)
+    # Then it has its whole name
+    assert found is not None and found.name == name
