@@ -45,6 +45,7 @@ CONTEXTS = frozenset({0xFFFF_FFFF_FFFF_FFE0, 0xFFFF_FFFF_FFFF_FF80, CONTEXT_USER
                       0xFFFF_FFFF_FFFF_F780, 0xFFFF_FFFF_FFFF_F600})
 # An entry of perf.data's BUILD_ID section (offcpu._core.PerfData.build_ids): pid, build id, file, the kernel's
 BuildId = tuple[int, bytes, str, bool]
+PLT_SUFFIX = "@plt"  # of the names the core gives PLT stubs
 VDSO = "[vdso]"  # how perf names the mapping of the kernel's vdso
 KERNEL_START = 0xFFFF_0000_0000_0000  # perf script prints these as 16 hex digits from ffff: kernel frames
 KERNEL_NOTES = Path("/sys/kernel/notes")
@@ -218,7 +219,10 @@ class TaskHistory:
 
 def demangle(name: str) -> str:
     """A symbol's name as perf 6.1 shows it: C++ and Rust names demangled without
-    their parameters (libiberty's cplus_demangle without DMGL_PARAMS), others as they are."""
+    their parameters (libiberty's cplus_demangle without DMGL_PARAMS), others as they are;
+    a PLT stub's as the function's, "@plt" after it."""
+    if name.endswith(PLT_SUFFIX):
+        return demangle(name.removesuffix(PLT_SUFFIX)) + PLT_SUFFIX
     if name.startswith("_R") or (name.startswith("_ZN") and re.search(r"17h[0-9a-f]{16}E$", name)):
         try:
             # a legacy name without its hash (::h and 16 hex digits), as perf shows it

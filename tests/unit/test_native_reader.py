@@ -80,6 +80,12 @@ def test_rust_names_lose_their_hash_as_perf_shows_them() -> None:
         "libbpf_rs::ringbuf::RingBufferBuilder::build"
 
 
+def test_a_plt_stub_is_named_after_its_function_demangled() -> None:
+    # (perf 6.1 showed rocksdb::DBImpl::WriteContext::~WriteContext@plt in RocksDB's writers)
+    assert demangle("_ZN7rocksdb6DBImpl12WriteContextD1Ev@plt") == "rocksdb::DBImpl::WriteContext::~WriteContext@plt"
+    assert demangle("@plt") == "@plt" and demangle("write@plt") == "write@plt"
+
+
 def test_plt_stubs_are_named_in_relocation_order_as_perf_61_names_them() -> None:
     # Given this process's libc, whose .rela.plt ends in IFUNC relocations that name no symbol:
     # perf 6.1 names the stub after .plt's first (the resolver's) by each relocation in turn,
