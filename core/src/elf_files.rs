@@ -4,8 +4,15 @@
 
 use std::path::PathBuf;
 
+/// The copies of a mapped file to read, in perf's order: the file at its path (when it is
+/// one on disk), then those in perf's build-id cache.
+pub fn copies(on_disk: Option<PathBuf>, build_id: Option<&[u8]>) -> Vec<PathBuf> {
+    let cached = build_id.map(perf_cache_copies).unwrap_or_default();
+    on_disk.into_iter().chain(cached).collect()
+}
+
 /// The copies of a file perf keeps in its build-id cache: the ELF file, or the vdso.
-pub fn perf_cache_copies(build_id: &[u8]) -> Vec<PathBuf> {
+fn perf_cache_copies(build_id: &[u8]) -> Vec<PathBuf> {
     perf_build_id_dir(build_id)
         .map(|dir| vec![dir.join("elf"), dir.join("vdso")])
         .unwrap_or_default()

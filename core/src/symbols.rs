@@ -15,12 +15,12 @@ use object::elf::{
     SHF_EXECINSTR, SHN_LORESERVE, SHT_DYNSYM, SHT_SYMTAB, STB_GLOBAL, STB_WEAK, STT_FUNC,
     STT_GNU_IFUNC, STT_NOTYPE,
 };
-use object::read::elf::{ElfFile64, ProgramHeader, SectionHeader, Sym};
+use object::read::elf::{ElfFile64, SectionHeader, Sym};
 use object::read::SectionIndex;
 use object::{Endian, Endianness, Object, ObjectSegment, ReadCache, ReadRef};
 use pyo3::prelude::*;
 
-use crate::elf_files::{debug_files, perf_cache_copies, same_build_id};
+use crate::elf_files::{copies, debug_files, same_build_id};
 
 const PAGE: u64 = 4096;
 /// The size of a PLT stub on x86-64
@@ -275,16 +275,14 @@ impl ElfSymbols {
     #[pyo3(signature = (path, build_id))]
     fn load(py: Python<'_>, path: PathBuf, build_id: Option<Vec<u8>>) -> Option<Self> {
         py.detach(|| {
-            let at_path = path.is_absolute().then_some(path);
-            let cached = build_id
-                .as_deref()
-                .map(perf_cache_copies)
-                .unwrap_or_default();
-            at_path.into_iter().chain(cached).find_map(|candidate| {
-                let file = File::open(candidate).ok()?;
-                let facts = elf_facts(&ReadCache::new(file))?;
-                Self::of_recorded(facts, build_id.as_deref())
-            })
+            let on_disk = path.is_absolute().then_some(path);
+            copies(on_disk, build_id.as_deref())
+                .into_iter()
+                .find_map(|candidate| {
+                    let file = File::open(candidate).ok()?;
+                    let facts = elf_facts(&ReadCache::new(file))?;
+                    Self::of_recorded(facts, build_id.as_deref())
+                })
         })
     }
 
@@ -368,27 +366,23 @@ fn elf_facts<'data, R: ReadRef<'data>>(data: R) -> Option<ElfFacts> {
         Ok(elf) if elf.endian().is_little_endian() => elf,
         _ => return other_elf_facts(data),
     };
-    let endian = elf.endian();
-    let segments = elf
-        .elf_program_headers()
-        .iter()
-        .filter(|segment| {
-            segment.p_type(endian) == object::elf::PT_LOAD && segment.p_filesz(endian) != 0
-        })
-        .map(|segment| {
-            (
-                segment.p_offset(endian),
-                segment.p_filesz(endian),
-                segment.p_vaddr(endian),
-            )
-        })
-        .collect();
     Some(ElfFacts {
         build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),
-        segments,
+        segments: loaded_segments(&elf),
         functions: functions(&elf),
         plt: plt_stubs(&elf).unwrap_or_default(),
     })
+}
+
+/// Each PT_LOAD segment with bytes in the file: (file offset, size, address).
+fn loaded_segments<'data>(elf: &impl Object<'data>) -> Vec<(u64, u64, u64)> {
+    let ranges = elf
+        .segments()
+        .map(|segment| (segment.file_range(), segment.address()));
+    ranges
+        .filter(|((_, size), _)| *size != 0)
+        .map(|((offset, size), address)| (offset, size, address))
+        .collect()
 }
 
 /// Another kind of ELF file (32-bit, big-endian): its build id and segments, and no
@@ -398,15 +392,9 @@ fn other_elf_facts<'data, R: ReadRef<'data>>(data: R) -> Option<ElfFacts> {
     if elf.format() != object::BinaryFormat::Elf {
         return None;
     }
-    let segments = elf
-        .segments()
-        .map(|segment| (segment.file_range(), segment.address()))
-        .filter(|((_, size), _)| *size != 0)
-        .map(|((offset, size), address)| (offset, size, address))
-        .collect();
     Some(ElfFacts {
         build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),
-        segments,
+        segments: loaded_segments(&elf),
         functions: None,
         plt: vec![],
     })

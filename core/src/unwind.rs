@@ -20,7 +20,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use object::{Object, ObjectSection, ObjectSegment, ReadCache, SectionKind};
 
-use crate::elf_files::{debug_files, perf_cache_copies, same_build_id};
+use crate::elf_files::{copies, debug_files, same_build_id};
 
 /// A guard against a stack that loops: perf's own limit (kernel.perf_event_max_stack) is 127.
 const MAX_FRAMES: usize = 1024;
@@ -272,12 +272,8 @@ fn read_u64(stack: &[u8], offset: u64) -> Result<u64, ()> {
 /// is the recorded one, else perf's copy in its build-id cache; its `.debug_frame`,
 /// from it or from its separate debug file, when it has one.
 fn read_tables(path: &[u8], build_id: Option<&[u8]>) -> Option<UnwindTables> {
-    let candidates = build_id
-        .map(perf_cache_copies)
-        .unwrap_or_default()
-        .into_iter();
     let on_disk = is_file(path).then(|| PathBuf::from(OsStr::from_bytes(path)));
-    for candidate in on_disk.into_iter().chain(candidates) {
+    for candidate in copies(on_disk, build_id) {
         let Ok(file) = File::open(&candidate) else {
             continue;
         };
