@@ -7,7 +7,8 @@ judged by what that peer did meanwhile (the wake-up links): waiting for work or 
 itself, it handed work over (idle); on CPU, or waiting on a disk or a lock, it held
 the waiter back. Held back, threads that take turns (their pool runs on fewer CPUs
 than it has threads with work and CPUs to run them) or wait behind a peer's disk or
-lock are serialized; otherwise they hand work to each other.
+lock, or behind a peer in line itself, are serialized; otherwise they hand work to each
+other.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ CEILING_FROM = 0.5
 CEILING_BELOW = 0.5
 # A thread has work when it is not waiting for work or time for at least this much of its time.
 WITH_WORK = 0.5
+# Passes over the waits on peers at most: a wait in line makes the waits behind it in line, one
+# link of a queue a pass (a queue of its threads' length at most, in practice).
+MAX_PASSES = 16
 # glibc's own lock, when its callers do not show: during thread churn, most likely the stack cache's.
 GLIBC_INTERNAL_LOCK = "glibc internal lock"
 
@@ -129,17 +133,19 @@ class Root:
     idle_us: int = 0  # the waker waited for work or time
     io_us: int = 0  # ... for a disk
     lock_us: int = 0  # ... for a lock
-    peer_us: int = 0  # ... for a peer of its own
+    queued_us: int = 0  # ... for a peer of its own, in line itself (its wait serialized)
+    peer_us: int = 0  # ... for a peer of its own, otherwise
     busy_us: int = 0  # the waker was on CPU (or runnable)
 
     @property
     def idle_share(self) -> float:
-        whole = self.idle_us + self.io_us + self.lock_us + self.peer_us + self.busy_us
+        whole = self.idle_us + self.io_us + self.lock_us + self.queued_us + self.peer_us + self.busy_us
         return self.idle_us / whole if whole else 0.0
 
     @property
-    def behind_io_or_lock(self) -> bool:
-        return self.io_us + self.lock_us > self.busy_us + self.idle_us + self.peer_us
+    def held_back(self) -> bool:
+        """Whether its waker was mostly held back itself: at a disk, at a lock, or in line."""
+        return self.io_us + self.lock_us + self.queued_us > self.busy_us + self.idle_us + self.peer_us
 
 
 class Claims:
@@ -154,9 +160,10 @@ class Claims:
         self.roots: dict[int, Root] = {}
         peers = [index for index, claim in enumerate(self.of_row)
                  if claim is None and waits.classes[index].cause == PEER]
-        # Twice: a peer's wait is judged by its waker's waits, which the first pass may
-        # find were turns taken rather than time waited for.
-        for _ in range(2):
+        # Until no claim changes: a peer's wait is judged by its waker's waits, which a pass
+        # may find were turns taken, or waits in line, rather than time waited for.
+        for _ in range(MAX_PASSES):
+            before = list(self.of_row)
             for index in peers:
                 self.roots[index] = self._root(index)
             for index in peers:
@@ -164,6 +171,8 @@ class Claims:
             for index, row in enumerate(model.rows):
                 if self._timed_out_taking_turns(index):
                     self.of_row[index] = Claim(SERIALIZATION, self.waits.pool_of(row.tid))
+            if self.of_row == before:
+                break
         self.pools = self._pools()  # with the turns found: threads taking them have work
         self._begun_like_the_rest()
 
@@ -304,6 +313,8 @@ class Claims:
                 root.io_us += overlap
             elif claim is not None and claim.finding in (MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION):
                 root.lock_us += overlap
+            elif claim is not None and claim.finding == SERIALIZATION:
+                root.queued_us += overlap
             elif cause == PEER:
                 root.peer_us += overlap
             else:
@@ -318,7 +329,7 @@ class Claims:
             return Claim(IDLE)  # the peer waited for work or time itself, then handed it over
         pool = self.pools[self.waits.pool_of(row.tid)]
         handoff_site = cls.site is not None and cls.site.lock.kind == "handoff"
-        if pool.held_to_fewer_cpus or root.behind_io_or_lock:
+        if pool.held_to_fewer_cpus or root.held_back:
             return Claim(HANDOFF if handoff_site else SERIALIZATION, pool.name)
         if self.mean_wait_us[row.stack] >= IDLE_MEAN_WAIT_US:
             return Claim(IDLE)

@@ -429,9 +429,11 @@ def detect_serialization(ctx: Context) -> list[Match]:
                    f"{len(pool.tids)} threads had work (were not waiting for work or time) and they ran on "
                    f"{pool.parallelism:.1f} CPUs of {pool.cpus}")
         root = _roots(ctx, rows)
-        if root.behind_io_or_lock:
-            behind = (root.io_us + root.lock_us) / max(blocked(rows), 1)
+        if root.held_back:
+            behind, queued = (root.io_us + root.lock_us) / max(blocked(rows), 1), root.queued_us / max(blocked(rows), 1)
             summary += f"; the threads that let them go were waiting for a disk or a lock {pct(behind)} of that time"
+            if queued:
+                summary += f", and in line behind another of them {pct(queued)}"
         elif pool.held_to_fewer_cpus:
             summary += ": they take turns, as on one lock"
         site = ctx.waits.sites[_heaviest_stack(rows)]
@@ -453,6 +455,7 @@ def _roots(ctx: Context, rows: list[Row]) -> Root:
             whole.idle_us += root.idle_us
             whole.io_us += root.io_us
             whole.lock_us += root.lock_us
+            whole.queued_us += root.queued_us
             whole.peer_us += root.peer_us
             whole.busy_us += root.busy_us
     return whole

@@ -172,6 +172,36 @@ def test_a_pool_mostly_waiting_for_clients_says_how_many_threads_had_work() -> N
     assert "ran on 0.3 CPUs of 2" in finding.summary, finding.summary
 
 
+def test_a_wait_behind_a_peer_in_line_itself_is_in_line() -> None:
+    # Given 13 waiting for the disk 1.2 -> 4 ms, then running 1 ms and letting 12 go, which had
+    # waited for it since 1.1 ms; 12 running 1 ms and letting 11 go, which had waited for 12
+    # since 1 ms (as RocksDB's writers wait for the write group's leader, the leader for the
+    # disk); then each waiting for a client, and the window ending at 10 ms
+    events = builder()
+    events.switch_in(0, 0, 10, 11, "app-11")
+    switch(events, 1000, 11, "S", 12, CONDITION)
+    switch(events, 1100, 12, "S", 13, CONDITION)
+    switch(events, 1200, 13, "D", 0, FSYNC)
+    events.sched_waking(4000 * US, 0, 0, "swapper/0", 13, DISK)
+    switch(events, 4000, 0, "R", 13, "", prev_pid=0)
+    events.sched_waking(5000 * US, 10, 13, "app-13", 12, WAKE)
+    switch(events, 5000, 13, "S", 12, EPOLL)
+    events.sched_waking(6000 * US, 10, 12, "app-12", 11, WAKE)
+    switch(events, 6000, 12, "S", 11, EPOLL)
+    switch(events, 6500, 11, "S", 0, EPOLL)
+    events.sched_waking(10_000 * US, 98, 99, "client", 11, CLIENT)
+    switch(events, 10_000, 0, "R", 11, "", prev_pid=0)
+    found = by_id(findings(model(events)))
+    # Then the pool, on CPU 1.5 + 1.1 + 1.1 = 3.7 ms of the 10 ms window (0.4 CPUs: not taking
+    # turns), waited in line: 12 for 3.9 ms behind 13's disk (2.8 ms of it) and 13 on CPU; 11
+    # for 5 ms behind 12, in line itself 3.9 ms of it (not handing work over, as when 12 ran)
+    finding = found["serialization"]
+    assert finding.blocked_us == 3900 + 5000
+    # 2,800 of the 8,900 us behind a disk, 3,900 behind a peer in line
+    assert "waiting for a disk or a lock 31% of that time, and in line behind another of them 44%" in finding.summary
+    assert "handoff" not in found
+
+
 @pytest.mark.parametrize(("chain", "parked"), [
     ("__schedule;schedule;worker_thread;kthread;ret_from_fork;ret_from_fork_asm", True),
     ("__schedule;schedule;smpboot_thread_fn;kthread;ret_from_fork;ret_from_fork_asm", True),
