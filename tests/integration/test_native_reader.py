@@ -164,8 +164,10 @@ def test_dwarf_stacks_are_unwound_by_the_core_as_far_as_by_perf_script(tmp_path:
         capture = cpp_capture
     elif program == "offcpu":
         # (its symbols bound at its start: a preemption in ld.so's lazy binding, which framehop cannot
-        # unwind, ends a stack short, and one that lands there during CPython's start is a share of it)
-        capture = _record(tmp_path / "cap", "--call-graph", "dwarf", "--", str(OFFCPU), "report", "folded",
+        # unwind, ends a stack short, and one that lands there during CPython's start is a share of it;
+        # 16 KiB of stack copied: from the sleep of the core's pair, whose frame is 3.5 KiB with the
+        # core's crates inlined, perf's default 8 KiB ends a frame or two short of _start)
+        capture = _record(tmp_path / "cap", "--call-graph", "dwarf,16384", "--", str(OFFCPU), "report", "folded",
                           "--reader", "native", "--time", "0,1", str(cpp_capture),
                           env={**os.environ, "LD_BIND_NOW": "1"}).parent
     else:
