@@ -10,10 +10,11 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::io::BufReader;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use crate::quick::QuickMap;
 use byteorder::LittleEndian;
 use linux_perf_data::{AttributeDescription, PerfFileReader, PerfFileRecord};
 use linux_perf_event_reader::{
@@ -136,7 +137,7 @@ pub struct Opened {
     pub attrs: Vec<Attr>,
     pub features: HashMap<u32, Vec<u8>>,
     ids: IdLayout,
-    id_to_attr: HashMap<u64, usize>,
+    id_to_attr: QuickMap<u64, usize>,
 }
 
 /// How a record's event is found (as the crate finds it): the only event, an id at the
@@ -499,6 +500,45 @@ pub struct Index {
 
 const WALK_BUFFER: usize = 1 << 20;
 
+/// A file's bytes up to `end`, read a chunk of WALK_BUFFER at a time and looked at where
+/// they were read to (a record is never copied out of its chunk).
+struct Chunks {
+    file: File,
+    end: u64,
+    start: u64,
+    buffer: Vec<u8>,
+}
+
+impl Chunks {
+    fn new(file: File, end: u64) -> Self {
+        Chunks {
+            file,
+            end,
+            start: 0,
+            buffer: Vec::with_capacity(WALK_BUFFER),
+        }
+    }
+
+    /// The `length` bytes at `position` (at most WALK_BUFFER); None when they run past the end.
+    fn at(&mut self, position: u64, length: u64) -> Result<Option<&[u8]>, FileError> {
+        let Some(until) = position
+            .checked_add(length)
+            .filter(|until| *until <= self.end)
+        else {
+            return Ok(None);
+        };
+        let held = self.start + self.buffer.len() as u64;
+        if position < self.start || until > held {
+            let wanted = (self.end - position).min(WALK_BUFFER as u64) as usize;
+            self.buffer.resize(wanted, 0);
+            self.file.read_exact_at(&mut self.buffer, position)?;
+            self.start = position;
+        }
+        let from = (position - self.start) as usize;
+        Ok(self.buffer.get(from..from + length as usize))
+    }
+}
+
 impl Opened {
     /// Walk every record header of the data section; an error when the sizes do not chain
     /// the records to its end.
@@ -506,19 +546,16 @@ impl Opened {
         if self.compressed() {
             return self.index_compressed(path);
         }
-        let mut reader = BufReader::with_capacity(WALK_BUFFER, File::open(path)?);
-        reader.seek(SeekFrom::Start(self.data_start))?;
+        let mut data = Chunks::new(File::open(path)?, self.data_end);
         let mut position = self.data_start;
         let mut rounds: Vec<(u64, Option<u64>)> = vec![(position, None)];
         let mut tasks = Vec::new();
         let mut unknown = 0u64;
         let mut sample_times: Option<(u64, u64)> = None;
-        let mut body = Vec::with_capacity(1 << 16);
         while position < self.data_end {
-            let mut head = [0u8; 8];
-            if position + 8 > self.data_end || reader.read_exact(&mut head).is_err() {
+            let Some(head) = data.at(position, 8)? else {
                 return Err(damaged(format!("a record at byte {position} is cut short")));
-            }
+            };
             let kind = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
             let misc = u16::from_le_bytes([head[4], head[5]]);
             let size = u16::from_le_bytes([head[6], head[7]]) as u64;
@@ -528,18 +565,17 @@ impl Opened {
                     "the record at byte {position} has size {size} and type {kind}"
                 )));
             }
-            if position + size > self.data_end {
+            let Some(record) = data.at(position, size)? else {
                 break;
-            }
-            body.resize((size - 8) as usize, 0);
-            reader.read_exact(&mut body)?;
+            };
+            let body = &record[8..];
             if let Some(last) = rounds.last_mut() {
                 if last.1.is_none() {
-                    last.1 = self.time_of(kind, &body);
+                    last.1 = self.time_of(kind, body);
                 }
             }
             if kind == SAMPLE {
-                if let Some(time) = self.time_of(kind, &body) {
+                if let Some(time) = self.time_of(kind, body) {
                     sample_times = Some(sample_times.map_or((time, time), |(first, last)| {
                         (first.min(time), last.max(time))
                     }));
@@ -547,7 +583,7 @@ impl Opened {
             }
             match kind {
                 FINISHED_ROUND => rounds.push((position + size, None)),
-                MMAP | COMM | EXIT | FORK | MMAP2 => match self.task(kind, misc, &body, position) {
+                MMAP | COMM | EXIT | FORK | MMAP2 => match self.task(kind, misc, body, position) {
                     Some(task) => tasks.push(task),
                     None => unknown += 1,
                 },
