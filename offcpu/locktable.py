@@ -42,16 +42,16 @@ class Lock:
     max_ms_per_s: float | None = None
 
     @cached_property
-    def _wait(self) -> re.Pattern[str]:
-        return _patterns(self.wait)
+    def _wait(self) -> Globs:
+        return Globs.of(self.wait)
 
     @cached_property
-    def _callers(self) -> re.Pattern[str] | None:
-        return _patterns(self.callers) if self.callers else None
+    def _callers(self) -> Globs | None:
+        return Globs.of(self.callers) if self.callers else None
 
     @cached_property
-    def _release(self) -> re.Pattern[str] | None:
-        return _patterns(self.release) if self.release else None
+    def _release(self) -> Globs | None:
+        return Globs.of(self.release) if self.release else None
 
     def waits_at(self, frames: tuple[str, ...]) -> int | None:
         """Where (an index into leaf-first normal frames) a stack waits at this site, if it does."""
@@ -69,8 +69,35 @@ class Lock:
         return next((index for index, frame in enumerate(frames) if self._release.match(frame)), None)
 
 
-def _patterns(globs: tuple[str, ...]) -> re.Pattern[str]:
-    return re.compile("|".join(fnmatch.translate(glob) for glob in globs))
+@dataclass(frozen=True)
+class Globs:
+    """Frame patterns (fnmatch's): names and names' beginnings are matched as strings, the
+    rest as one regular expression (compiling one for every entry was most of a first
+    report's diagnosis)."""
+
+    names: frozenset[str]
+    beginnings: tuple[str, ...]
+    others: re.Pattern[str] | None
+
+    @classmethod
+    def of(cls, globs: tuple[str, ...]) -> Globs:
+        names: set[str] = set()
+        beginnings: list[str] = []
+        others: list[str] = []
+        for glob in globs:
+            beginning = glob.removesuffix("*")
+            if any(character in beginning for character in "*?["):
+                others.append(glob)
+            elif beginning != glob:
+                beginnings.append(beginning)
+            else:
+                names.add(glob)
+        return cls(frozenset(names), tuple(beginnings),
+                   re.compile("|".join(fnmatch.translate(glob) for glob in others)) if others else None)
+
+    def match(self, frame: str) -> bool:
+        return (frame in self.names or frame.startswith(self.beginnings)
+                or (self.others is not None and self.others.match(frame) is not None))
 
 
 @dataclass(frozen=True)
