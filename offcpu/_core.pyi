@@ -55,6 +55,9 @@ class Slice:
 def merge(slices: list[Slice], window: tuple[int, int], at_start: list[tuple[int, int, int]],
           counted: tuple[int, int] | None = None) -> tuple[Tally, int]: ...
 
+def root_shares(rows: int, labels: int, own: list[tuple[int, int, float]], carried: list[tuple[int, int, float]],
+                rounds: int, settled: float) -> list[list[float]]: ...
+
 WakerIds = tuple[int, int, int, int]  # pid, tid, name, chain
 RowIds = tuple[int, int, int, WakerIds | None]  # tid, chain, state, waker
 Times = tuple[int, int, int, int, int]  # off CPU, blocked, run queue (µs), count, variance

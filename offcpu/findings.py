@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
+from offcpu import _core
 from offcpu.claims import (
     DEADLOCK,
     FUTEX_UNKNOWN,
@@ -783,8 +784,6 @@ def _root_shares(ctx: Context) -> dict[int, dict[str, float]]:
     for waits no peer ended), and a thread on CPU for the rest", reached round by round
     (each round follows the chains one waker further) until no share moves; what still
     goes round then is the rows' turns on one another (IN_TURNS)."""
-    import numpy as np  # see NUMPY in symbols
-
     peers = [number for number, cls in enumerate(ctx.waits.classes) if cls.cause == PEER]
     place = {number: at for at, number in enumerate(peers)}
     labels: dict[str, int] = {}
@@ -805,24 +804,8 @@ def _root_shares(ctx: Context) -> dict[int, dict[str, float]]:
                 own.append((at, labels.setdefault(_root_words(ctx, waker_row), len(labels)), part))
         if blocked_us > overlapped:
             own.append((at, labels.setdefault(ON_CPU, len(labels)), (blocked_us - overlapped) / blocked_us))
-    fixed = np.zeros((len(peers), len(labels)))
-    for at, label, share in own:
-        fixed[at, label] += share
-    # sorted by waiter, so that each round sums a waiter's links in one reduceat
-    carried.sort()
-    waiter = np.array([link[0] for link in carried], int)
-    waker = np.array([link[1] for link in carried], int)
-    carried_share = np.array([link[2] for link in carried])[:, None]
-    firsts = np.flatnonzero(np.r_[True, waiter[1:] != waiter[:-1]]) if carried else np.array([], int)
-    shares = fixed
-    for _ in range(ROOT_ROUNDS):
-        following = fixed.copy()
-        if carried:
-            following[waiter[firsts]] += np.add.reduceat(carried_share * shares[waker], firsts, axis=0)
-        settled = np.abs(following - shares).max(initial=0.0) <= ROOT_SETTLED
-        shares = following
-        if settled:
-            break
+    carried.sort()  # by waiter: the core sums each waiter's links together
+    shares = _core.root_shares(len(peers), len(labels), own, carried, ROOT_ROUNDS, ROOT_SETTLED)
     names = list(labels)
     result = {}
     for at, number in enumerate(peers):

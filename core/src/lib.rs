@@ -6,7 +6,8 @@
 //! perf.data (`perf_reader`, on `perf_file` and `tracing_formats`): the scheduler's
 //! events in time order. And it pairs them into off-CPU intervals and adds them up
 //! (`pairing`), for every reader: perf.data's in a thread per time slice, the events
-//! other readers decode in Python handed over as columns (`model_inputs`).
+//! other readers decode in Python handed over as columns (`model_inputs`). And it follows
+//! the wake-up links of the findings' chains to their roots (`root_shares`).
 
 mod elf_files;
 mod model_inputs;
@@ -15,6 +16,7 @@ mod perf_file;
 mod perf_reader;
 mod quick;
 mod recorder;
+mod root_shares;
 mod symbols;
 mod tracing_formats;
 pub mod unwind;
@@ -51,6 +53,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<model_inputs::Slice>()?;
     m.add_class::<model_inputs::Tally>()?;
     m.add_function(wrap_pyfunction!(model_inputs::merge, m)?)?;
+    m.add_function(wrap_pyfunction!(root_shares::root_shares, m)?)?;
     m.add("NAMES", pairing::NAMES)?;
     m.add("STATES", pairing::STATES)?;
     m.add("SEEDED_CHAINS", pairing::SEEDED_CHAINS)?;
