@@ -7,8 +7,8 @@ judged by what that peer did meanwhile (the wake-up links): waiting for work or 
 itself, it handed work over (idle); on CPU, or waiting on a disk or a lock, it held
 the waiter back. Held back, threads that take turns (their pool runs on fewer CPUs
 than it has threads with work and CPUs to run them) or wait behind a peer's disk or
-lock, or behind a peer in line itself, are serialized; otherwise they hand work to each
-other.
+lock, or behind a peer of their pool in line itself, are serialized; otherwise they hand
+work to each other.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class Root:
     idle_us: int = 0  # the waker waited for work or time
     io_us: int = 0  # ... for a disk
     lock_us: int = 0  # ... for a lock
-    queued_us: int = 0  # ... for a peer of its own, in line itself (its wait serialized)
+    queued_us: int = 0  # ... for a peer of its own, in line itself (its wait serialized, in the same pool)
     peer_us: int = 0  # ... for a peer of its own, otherwise
     busy_us: int = 0  # the waker was on CPU (or runnable)
 
@@ -301,6 +301,7 @@ class Claims:
         """What the waker did while this row's waits were blocked: its own rows that overlapped
         them, by their claims, and the rest of the time on CPU."""
         row = self.model.rows[index]
+        pool = self.waits.pool_of(row.tid)
         root = Root()
         overlapped = 0
         for waker_row, overlap in self.waits.links_by_waiter.get(index, ()):
@@ -313,8 +314,8 @@ class Claims:
                 root.io_us += overlap
             elif claim is not None and claim.finding in (MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION):
                 root.lock_us += overlap
-            elif claim is not None and claim.finding == SERIALIZATION:
-                root.queued_us += overlap
+            elif claim is not None and claim.finding == SERIALIZATION and claim.key == pool:
+                root.queued_us += overlap  # in the same line
             elif cause == PEER:
                 root.peer_us += overlap
             else:

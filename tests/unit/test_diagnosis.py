@@ -8,6 +8,9 @@ table reads them as it reads a stack's frames.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 import pytest
 
 from offcpu.findings import Finding, findings
@@ -22,11 +25,13 @@ WAKE = "try_to_wake_up;wake_up_q;futex_wake"
 
 
 def switch(events: Feed, at_us: int, prev: int, state: str, next_tid: int, chain: str,
-           cpu: int = 0, prev_pid: int = 10) -> None:
-    """sched_switch from `prev` to `next_tid`, and perf's record of `next_tid` being in."""
-    events.sched_switch(at_us * US, cpu, prev_pid if prev else 0, prev, f"app-{prev}", state, next_tid, chain)
+           cpu: int = 0, prev_pid: int = 10, names: Mapping[int, str] = MappingProxyType({})) -> None:
+    """sched_switch from `prev` to `next_tid`, and perf's record of `next_tid` being in (threads
+    named app-TID, or as `names` says)."""
+    events.sched_switch(at_us * US, cpu, prev_pid if prev else 0, prev, names.get(prev, f"app-{prev}"), state,
+                        next_tid, chain)
     if next_tid:
-        events.switch_in(at_us * US, cpu, 10, next_tid, f"app-{next_tid}")
+        events.switch_in(at_us * US, cpu, 10, next_tid, names.get(next_tid, f"app-{next_tid}"))
 
 
 def turns(chain: str) -> list[Finding]:
@@ -172,14 +177,15 @@ def test_a_pool_mostly_waiting_for_clients_says_how_many_threads_had_work() -> N
     assert "ran on 0.3 CPUs of 2" in finding.summary, finding.summary
 
 
-def test_a_wait_behind_a_peer_in_line_itself_is_in_line() -> None:
-    # Given 13 waiting for the disk 1.2 -> 4 ms, then running 1 ms and letting 12 go, which had
-    # waited for it since 1.1 ms; 12 running 1 ms and letting 11 go, which had waited for 12
-    # since 1 ms (as RocksDB's writers wait for the write group's leader, the leader for the
-    # disk); then each waiting for a client, and the window ending at 10 ms
+def queue_of_three(first: str) -> dict[str, Finding]:
+    """13 waiting for the disk 1.2 -> 4 ms, then running 1 ms and letting 12 go, which had
+    waited for it since 1.1 ms; 12 running 1 ms and letting 11 (named `first`) go, which had
+    waited for 12 since 1 ms (as RocksDB's writers wait for the write group's leader, the
+    leader for the disk); then each waiting for a client, and the window ending at 10 ms."""
+    names = {11: first}
     events = builder()
-    events.switch_in(0, 0, 10, 11, "app-11")
-    switch(events, 1000, 11, "S", 12, CONDITION)
+    events.switch_in(0, 0, 10, 11, first)
+    switch(events, 1000, 11, "S", 12, CONDITION, names=names)
     switch(events, 1100, 12, "S", 13, CONDITION)
     switch(events, 1200, 13, "D", 0, FSYNC)
     events.sched_waking(4000 * US, 0, 0, "swapper/0", 13, DISK)
@@ -187,11 +193,15 @@ def test_a_wait_behind_a_peer_in_line_itself_is_in_line() -> None:
     events.sched_waking(5000 * US, 10, 13, "app-13", 12, WAKE)
     switch(events, 5000, 13, "S", 12, EPOLL)
     events.sched_waking(6000 * US, 10, 12, "app-12", 11, WAKE)
-    switch(events, 6000, 12, "S", 11, EPOLL)
-    switch(events, 6500, 11, "S", 0, EPOLL)
+    switch(events, 6000, 12, "S", 11, EPOLL, names=names)
+    switch(events, 6500, 11, "S", 0, EPOLL, names=names)
     events.sched_waking(10_000 * US, 98, 99, "client", 11, CLIENT)
-    switch(events, 10_000, 0, "R", 11, "", prev_pid=0)
-    found = by_id(findings(model(events)))
+    switch(events, 10_000, 0, "R", 11, "", prev_pid=0, names=names)
+    return by_id(findings(model(events)))
+
+
+def test_a_wait_behind_a_peer_in_line_itself_is_in_line() -> None:
+    found = queue_of_three("app-11")
     # Then the pool, on CPU 1.5 + 1.1 + 1.1 = 3.7 ms of the 10 ms window (0.4 CPUs: not taking
     # turns), waited in line: 12 for 3.9 ms behind 13's disk (2.8 ms of it) and 13 on CPU; 11
     # for 5 ms behind 12, in line itself 3.9 ms of it (not handing work over, as when 12 ran)
@@ -200,6 +210,15 @@ def test_a_wait_behind_a_peer_in_line_itself_is_in_line() -> None:
     # 2,800 of the 8,900 us behind a disk, 3,900 behind a peer in line
     assert "waiting for a disk or a lock 31% of that time, and in line behind another of them 44%" in finding.summary
     assert "handoff" not in found
+
+
+def test_a_thread_of_another_pool_behind_one_in_line_is_not_in_its_line() -> None:
+    # Given the same, with 11 a thread of another name: not one of the pool waiting in line
+    found = queue_of_three("other")
+    # Then 12's 3.9 ms are in line (behind 13's disk), and 11's 5 ms were handed over by 12:
+    # 12 was off CPU 3.9 ms of it in a line 11 is not in, on CPU 1.1 ms
+    assert found["serialization"].blocked_us == 3900
+    assert found["handoff"].blocked_us == 5000
 
 
 @pytest.mark.parametrize(("chain", "parked"), [
