@@ -49,9 +49,9 @@ CEILING_FROM = 0.5
 CEILING_BELOW = 0.5
 # A thread has work when it is not waiting for work or time for at least this much of its time.
 WITH_WORK = 0.5
-# Passes over the waits on peers at most: a wait in line makes the waits behind it in line, one
-# link of a queue a pass (a queue of its threads' length at most, in practice).
-MAX_PASSES = 16
+# Passes over the waits on peers at most: a wait in line puts the waits behind it in line, one
+# link of a queue a pass (each link a thread's waits at one stack, ended by one waker).
+MAX_PASSES = 32
 # glibc's own lock, when its callers do not show: during thread churn, most likely the stack cache's.
 GLIBC_INTERNAL_LOCK = "glibc internal lock"
 
@@ -137,6 +137,10 @@ class Root:
     peer_us: int = 0  # ... for a peer of its own, otherwise
     busy_us: int = 0  # the waker was on CPU (or runnable)
 
+    def add(self, other: Root) -> None:
+        for name, us in vars(other).items():
+            setattr(self, name, getattr(self, name) + us)
+
     @property
     def idle_share(self) -> float:
         whole = self.idle_us + self.io_us + self.lock_us + self.queued_us + self.peer_us + self.busy_us
@@ -160,19 +164,24 @@ class Claims:
         self.roots: dict[int, Root] = {}
         peers = [index for index, claim in enumerate(self.of_row)
                  if claim is None and waits.classes[index].cause == PEER]
-        # Until no claim changes: a peer's wait is judged by its waker's waits, which a pass
-        # may find were turns taken, or waits in line, rather than time waited for.
-        for _ in range(MAX_PASSES):
+        # A peer's wait is judged by its waker's waits, which the first pass may find were turns
+        # taken rather than time waited for; after the second, a pass only puts more waits in
+        # line behind waits in line (so that the passes end: no claim goes back and forth).
+        for number in range(MAX_PASSES):
             before = list(self.of_row)
             for index in peers:
                 self.roots[index] = self._root(index)
             for index in peers:
-                self.of_row[index] = self._peer_claim(index)
+                claim = self._peer_claim(index)
+                if number < 2 or claim.finding == SERIALIZATION:
+                    self.of_row[index] = claim
             for index, row in enumerate(model.rows):
                 if self._timed_out_taking_turns(index):
                     self.of_row[index] = Claim(SERIALIZATION, self.waits.pool_of(row.tid))
-            if self.of_row == before:
+            if number >= 1 and self.of_row == before:
                 break
+        for index in peers:  # what the wakers did, by their final claims
+            self.roots[index] = self._root(index)
         self.pools = self._pools()  # with the turns found: threads taking them have work
         self._begun_like_the_rest()
 

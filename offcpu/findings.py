@@ -432,9 +432,10 @@ def detect_serialization(ctx: Context) -> list[Match]:
         root = _roots(ctx, rows)
         if root.held_back:
             behind, queued = (root.io_us + root.lock_us) / max(blocked(rows), 1), root.queued_us / max(blocked(rows), 1)
-            summary += f"; the threads that let them go were waiting for a disk or a lock {pct(behind)} of that time"
-            if queued:
-                summary += f", and in line behind another of them {pct(queued)}"
+            held = [f"waiting for a disk or a lock {pct(behind)}" if behind else "",
+                    f"in line behind another of them {pct(queued)}" if queued else ""]
+            held_text = ", and ".join(part for part in held if part)
+            summary += f"; the threads that let them go were {held_text} of that time"
         elif pool.held_to_fewer_cpus:
             summary += ": they take turns, as on one lock"
         site = ctx.waits.sites[_heaviest_stack(rows)]
@@ -453,12 +454,7 @@ def _roots(ctx: Context, rows: list[Row]) -> Root:
     for row in rows:
         root = ctx.claims.roots.get(index[id(row)])
         if root is not None:
-            whole.idle_us += root.idle_us
-            whole.io_us += root.io_us
-            whole.lock_us += root.lock_us
-            whole.queued_us += root.queued_us
-            whole.peer_us += root.peer_us
-            whole.busy_us += root.busy_us
+            whole.add(root)
     return whole
 
 

@@ -14,7 +14,6 @@ use std::io::BufReader;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use crate::quick::QuickMap;
 use byteorder::LittleEndian;
 use linux_perf_data::{AttributeDescription, PerfFileReader, PerfFileRecord};
 use linux_perf_event_reader::{
@@ -137,7 +136,7 @@ pub struct Opened {
     pub attrs: Vec<Attr>,
     pub features: HashMap<u32, Vec<u8>>,
     ids: IdLayout,
-    id_to_attr: QuickMap<u64, usize>,
+    id_to_attr: HashMap<u64, usize>,
 }
 
 /// How a record's event is found (as the crate finds it): the only event, an id at the
@@ -531,7 +530,15 @@ impl Chunks {
         if position < self.start || until > held {
             let wanted = (self.end - position).min(WALK_BUFFER as u64) as usize;
             self.buffer.resize(wanted, 0);
-            self.file.read_exact_at(&mut self.buffer, position)?;
+            self.file
+                .read_exact_at(&mut self.buffer, position)
+                .map_err(|error| match error.kind() {
+                    std::io::ErrorKind::UnexpectedEof => damaged(format!(
+                        "it ends before byte {}, its data section's end",
+                        self.end
+                    )),
+                    _ => FileError::from(error),
+                })?;
             self.start = position;
         }
         let from = (position - self.start) as usize;

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 /// Each row's shares by label (see fixed_point).
 #[pyfunction]
 pub fn root_shares(
+    py: Python<'_>,
     rows: usize,
     labels: usize,
     own: Vec<(usize, usize, f64)>,
@@ -15,7 +16,7 @@ pub fn root_shares(
     rounds: usize,
     settled: f64,
 ) -> PyResult<Vec<Vec<f64>>> {
-    fixed_point(rows, labels, &own, &carried, rounds, settled)
+    py.detach(|| fixed_point(rows, labels, &own, &carried, rounds, settled))
         .ok_or_else(|| PyValueError::new_err("a row or label number out of range"))
 }
 

@@ -208,7 +208,7 @@ def test_a_wait_behind_a_peer_in_line_itself_is_in_line() -> None:
     finding = found["serialization"]
     assert finding.blocked_us == 3900 + 5000
     # 2,800 of the 8,900 us behind a disk, 3,900 behind a peer in line
-    assert "waiting for a disk or a lock 31% of that time, and in line behind another of them 44%" in finding.summary
+    assert "waiting for a disk or a lock 31%, and in line behind another of them 44% of that time" in finding.summary
     assert "handoff" not in found
 
 
