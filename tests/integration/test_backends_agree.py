@@ -95,6 +95,12 @@ def assert_same_findings(by_perf: dict, by_bpf: dict) -> None:
     # 2.3 s wait was "futex_unknown" under perf, a hand-off under BPF, in one run of six)
     unseen_by_perf_us = max(0, uncompared_us(by_perf) - uncompared_us(by_bpf))
     for key in solid:
+        bpf_us = by_bpf[key]["offcpu_us"] if key in by_bpf else 0
+        if key not in by_perf and bpf_us and bpf_us <= unseen_by_perf_us + TIME_TOLERANCE * bpf_us:
+            # (all of it waits perf could not tell what ended: java_monitor's C2 compiler thread,
+            # 3.4 s of handoff under BPF, 5.5 s of "futex_unknown" under perf, in one run of four)
+            unseen_by_perf_us -= bpf_us
+            continue
         assert key in by_perf and key in by_bpf, (key, sorted(by_perf), sorted(by_bpf))
         perf_finding, bpf_finding = by_perf[key], by_bpf[key]
         # (or either says it is near the limit of its severity: it may fall either side in any run)
