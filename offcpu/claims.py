@@ -179,9 +179,10 @@ class Claims:
                 if self._timed_out_taking_turns(index):
                     self.of_row[index] = Claim(SERIALIZATION, self.waits.pool_of(row.tid))
             if number >= 1 and self.of_row == before:
-                break
-        for index in peers:  # what the wakers did, by their final claims
-            self.roots[index] = self._root(index)
+                break  # (the roots of this pass were read by the final claims)
+        else:  # the passes ran out: the roots by the final claims
+            for index in peers:
+                self.roots[index] = self._root(index)
         self.pools = self._pools()  # with the turns found: threads taking them have work
         self._begun_like_the_rest()
 

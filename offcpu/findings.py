@@ -431,11 +431,13 @@ def detect_serialization(ctx: Context) -> list[Match]:
                    f"{pool.parallelism:.1f} CPUs of {pool.cpus}")
         root = _roots(ctx, rows)
         if root.held_back:
-            behind, queued = (root.io_us + root.lock_us) / max(blocked(rows), 1), root.queued_us / max(blocked(rows), 1)
-            held = [f"waiting for a disk or a lock {pct(behind)}" if behind else "",
-                    f"in line behind another of them {pct(queued)}" if queued else ""]
-            held_text = ", and ".join(part for part in held if part)
-            summary += f"; the threads that let them go were {held_text} of that time"
+            blocked_us = max(blocked(rows), 1)
+            held = []
+            if root.io_us + root.lock_us:
+                held.append(f"waiting for a disk or a lock {pct((root.io_us + root.lock_us) / blocked_us)}")
+            if root.queued_us:
+                held.append(f"in line behind another of them {pct(root.queued_us / blocked_us)}")
+            summary += f"; the threads that let them go were {', and '.join(held)} of that time"
         elif pool.held_to_fewer_cpus:
             summary += ": they take turns, as on one lock"
         site = ctx.waits.sites[_heaviest_stack(rows)]

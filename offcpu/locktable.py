@@ -72,7 +72,7 @@ class Lock:
 @dataclass(frozen=True)
 class Globs:
     """Frame patterns (fnmatch's): names and names' beginnings are matched as strings, the
-    rest as one regular expression (compiling one for every entry was most of a first
+    rest as one regular expression (compiling one for every entry was a third of a first
     report's diagnosis)."""
 
     names: frozenset[str]
