@@ -17,14 +17,11 @@ from collections.abc import Callable
 from offcpu import _core
 from offcpu.capture import CaptureInfo
 from offcpu.model import WAKER_NOT_RECORDED, Link, Model, Row, Thread, TimedWait, WaitTimes, Waker
-from offcpu.pairing import SYNTHETIC_STACKS, Paired, ThreadAtStart
-from offcpu.sampling import MergedKey, SampledRows, Stratum, StratumKey, scale_to_strata
-from offcpu.sched_events import CaptureReader
+from offcpu.pairing import SYNTHETIC_STACKS, CaptureReader, Paired, ThreadAtStart
+from offcpu.sampling import CoreRowKey, MergedKey, SampledRows, Stratum, StratumKey, scale_to_strata
 from offcpu.stacks import Stack
 
 INTERRUPT_FRAMES = ("asm_sysvec_", "asm_common_interrupt", "handle_softirqs", "__irq_exit_rcu", "irq_exit")
-# A row's key as the core hands it over: tid, chain, state, waker (pid, tid, name, chain) or None, all by id
-CoreRowKey = tuple[int, int, int, "tuple[int, int, int, int] | None"]
 
 
 def waker_kind(tid: int, stack: Stack) -> str:

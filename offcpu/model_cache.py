@@ -32,9 +32,9 @@ from offcpu.events import SWITCH_TRACEPOINT
 from offcpu.files import PRIVATE, write_whole
 from offcpu.model import Model
 from offcpu.native_reader import NativeReader, open_perf_data, reading, unsupported
+from offcpu.pairing import CaptureReader
 from offcpu.perf_script import PerfScriptReader
 from offcpu.plain_perf_data import is_perf_data, lacks, name_target, plain_info
-from offcpu.sched_events import CaptureReader
 
 READERS = (NativeReader.name, PerfScriptReader.name)  # of perf.data; a BPF capture has one reader
 BPF_BACKEND = "bpf"  # capture.json's backend for a recording made with BPF (offcpu.bpf_reader)

@@ -14,13 +14,14 @@ import gc
 import os
 import signal
 from array import array
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from offcpu import _core
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, STACK_LOST, WAKER_NOT_RECORDED
 from offcpu.sched_events import Chain, Events, EventSink
+from offcpu.stacks import Stack
 
 # The stacks the engine stands in where none was recorded, by their ids (after None, no chain)
 SYNTHETIC_STACKS = (BEFORE_WINDOW, NEW_THREAD, WAKER_NOT_RECORDED, STACK_LOST)
@@ -41,6 +42,33 @@ class Paired:
     names: list[str]
     states: list[str]
     chains: list[Chain | None]
+
+
+class CaptureReader(Protocol):
+    """Decodes one perf.data. `name` says which reader it is ("native", "perf-script")."""
+
+    name: str
+    skipped: int  # how many events (records) could not be decoded, left out and counted
+
+    def pair(self, slices: list[tuple[int, int]], window: tuple[int, int], at_start: list[tuple[int, str, str]],
+             counted: tuple[int, int], switch_cost_ns: int,
+             on_done: Callable[[int], None] | None = None) -> Paired:
+        """The events of each of `slices` (first, last ns, both included) paired in the core,
+        and the slices joined: the tally of the `counted` part of `window`. `at_start`: the
+        target's threads when recording began (tid, comm, state); `on_done(slices done)` as
+        they are."""
+
+    def read(self, sink: EventSink, time_slice: tuple[int, int] | None = None) -> None:
+        """Every event in time order into `sink`; with `time_slice` (first, last ns, both
+        included), at least the samples in it: records outside it may come too, and the
+        sink leaves out what it does not want."""
+
+    def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
+        """`count` consecutive slices of start_ns..end_ns (both included) that hold about as
+        many events each, as far as the reader can tell, for workers to read in parallel."""
+
+    def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
+        """The frames of each chain handed to a sink, named once each."""
 
 
 class Table:
@@ -110,7 +138,7 @@ class Decoded:
 
 
 class EventReader(Protocol):
-    """A reader that decodes a capture into Events in Python (sched_events.CaptureReader)."""
+    """A reader that decodes a capture into Events in Python (CaptureReader)."""
 
     skipped: int
 

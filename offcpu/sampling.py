@@ -24,15 +24,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from offcpu.model import SUB_WINDOWS, WaitTimes
 
-if TYPE_CHECKING:
-    from offcpu.engine import CoreRowKey
-
 # A stratum: tid, state, and the waker's pid, tid and comm (None: not woken, such as preempted)
 StratumKey = tuple[int, str, tuple[int, int, str] | None]
+# A row's key as the core hands it over: tid, chain, state, waker (pid, tid, name, chain) or None, all by id
+CoreRowKey = tuple[int, int, int, "tuple[int, int, int, int] | None"]
 # A model row's key: tid, stack, state, waker (offcpu.model.Row)
 MergedKey = tuple[int, int, str, int | None]
 

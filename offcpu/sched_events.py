@@ -18,14 +18,9 @@ Times are CLOCK_MONOTONIC nanoseconds (perf.data's clock); a pid is a process
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
-
-from offcpu.stacks import Stack
-
-if TYPE_CHECKING:
-    from offcpu.pairing import Paired
+from typing import Protocol
 
 Chain = Hashable  # a call chain as its reader keeps it; () or "" when the event has none
 UNKNOWN_CPU = -1  # the CPU of a record perf wrote without one (a task-bound recording without --sample-cpu)
@@ -105,30 +100,3 @@ class EventSink(Protocol):
     def take(self, events: Events) -> None:
         """The next batch of events (a reader chooses how many: a round of perf.data, a
         chunk of perf script's text)."""
-
-
-class CaptureReader(Protocol):
-    """Decodes one perf.data. `name` says which reader it is ("native", "perf-script")."""
-
-    name: str
-    skipped: int  # how many events (records) could not be decoded, left out and counted
-
-    def pair(self, slices: list[tuple[int, int]], window: tuple[int, int], at_start: list[tuple[int, str, str]],
-             counted: tuple[int, int], switch_cost_ns: int,
-             on_done: Callable[[int], None] | None = None) -> Paired:
-        """The events of each of `slices` (first, last ns, both included) paired in the core,
-        and the slices joined: the tally of the `counted` part of `window`. `at_start`: the
-        target's threads when recording began (tid, comm, state); `on_done(slices done)` as
-        they are."""
-
-    def read(self, sink: EventSink, time_slice: tuple[int, int] | None = None) -> None:
-        """Every event in time order into `sink`; with `time_slice` (first, last ns, both
-        included), at least the samples in it: records outside it may come too, and the
-        sink leaves out what it does not want."""
-
-    def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
-        """`count` consecutive slices of start_ns..end_ns (both included) that hold about as
-        many events each, as far as the reader can tell, for workers to read in parallel."""
-
-    def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
-        """The frames of each chain handed to a sink, named once each."""

@@ -22,7 +22,7 @@ from offcpu.capture import Target
 from offcpu.errors import OffcpuError
 from offcpu.recording import backends
 from offcpu.recording.recorder import record
-from offcpu.recording.session import RecordRequest
+from offcpu.recording.request import RecordRequest
 
 ROUND_TRIPS = 50_000  # about 0.15 s of switching unrecorded, 0.35 s under perf
 # Runs of each kind, alternated; medians compared. One run of 5,000 round trips on a shared

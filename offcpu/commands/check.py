@@ -38,7 +38,7 @@ from offcpu.model import Model
 from offcpu.plain_perf_data import is_perf_data
 from offcpu.policy import Policy, load_policy
 from offcpu.recording.end_watch import PERF_SPINNING
-from offcpu.recording.session import RecordRequest
+from offcpu.recording.request import RecordRequest
 from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.verdict import (
     VerdictJson,

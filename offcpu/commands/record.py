@@ -29,7 +29,7 @@ from offcpu.recording.end_watch import SIZE, SIZE_UNITS
 from offcpu.recording.output_dir import output_taken
 from offcpu.recording.perf_process import COMMAND_GRACE_S
 from offcpu.recording.recorder import record as record_capture
-from offcpu.recording.session import RecordRequest
+from offcpu.recording.request import RecordRequest
 from offcpu.targets import Choice
 
 MAX_DURATION_S = 600.0

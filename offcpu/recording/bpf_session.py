@@ -27,8 +27,8 @@ from offcpu.recording.end_watch import size_in_bytes, wait_for_end
 from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
 from offcpu.recording.perf_process import end_group
 from offcpu.recording.process_maps import MapsRecorder
+from offcpu.recording.request import RecordRequest
 from offcpu.recording.session import (
-    RecordRequest,
     command_ended,
     discard,
     limits_of,

@@ -7,16 +7,13 @@ import math
 import re
 import resource
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from offcpu import system
 from offcpu.capture import PERF_DATA, Target
 from offcpu.errors import OffcpuError
 from offcpu.events import EventPlan
 from offcpu.recording.perf_process import CONTROL_PLACEHOLDER
-
-if TYPE_CHECKING:
-    from offcpu.recording.session import RecordRequest
+from offcpu.recording.request import RecordRequest
 
 CAPTURED_LINE = "Captured and wrote"  # perf record's last line, once perf.data is complete
 WRITTEN_LINE = re.compile(rf"{CAPTURED_LINE} ([\d.]+) MB")

@@ -10,7 +10,8 @@ from offcpu.capture import CaptureInfo
 from offcpu.errors import OffcpuError
 from offcpu.recording import backends
 from offcpu.recording.bpf_session import record_bpf
-from offcpu.recording.session import RecordRequest, record as record_perf
+from offcpu.recording.request import RecordRequest
+from offcpu.recording.session import record as record_perf
 
 
 def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureInfo:

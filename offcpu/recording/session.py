@@ -12,7 +12,7 @@ import shlex
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -36,23 +36,10 @@ from offcpu.recording.perf_command import (
     wakeups,
 )
 from offcpu.recording.perf_process import ACK_TIMEOUT_S, PerfProcess
+from offcpu.recording.request import RecordRequest
 from offcpu.recording.schedstats import schedstats_enabled
 
 START_ATTEMPTS = 3  # perf started anew when a process offcpu listed exited before perf began
-
-
-@dataclass(frozen=True)
-class RecordRequest:
-    target: Target
-    output: Path
-    duration_s: float
-    max_size: str
-    call_graph: str
-    mmap_pages: str | None
-    enable_schedstats: bool
-    snapshot: bool = True  # the stacks of threads asleep through the window, from the live process at its end
-    backend: str = "auto"  # "auto", "bpf" or "perf" (offcpu.recording.backends)
-    stack_budget: int = 0  # BPF: stacks taken per second per CPU at most (offcpu.recording.bpf_session)
 
 
 def record(request: RecordRequest, backend: Backend, on_tick: Callable[[float], None]) -> CaptureInfo:
