@@ -113,7 +113,7 @@ class CaptureInfo:
     events_skipped: list[dict]  # {"name", "why"}
     duration_requested_s: float
     schedstats: str  # as it was while recording: "absent", "off" or "on"
-    # offcpu.limits.LimitsSnapshot.to_json() at the start, of the target's process nearest its
+    # offcpu.machine.limits.LimitsSnapshot.to_json() at the start, of the target's process nearest its
     # limits (None for -a, and for a command: not started yet)
     limits: dict | None
     window_start_ns: int = 0  # CLOCK_MONOTONIC, the clock perf.data's timestamps use
@@ -324,7 +324,7 @@ def _typed(item: dict, fields: Fields) -> bool:
 
 
 def _limits_snapshot(snapshot: dict) -> bool:
-    """Whether `snapshot` is offcpu.limits.LimitsSnapshot.to_json(), as the findings read it."""
+    """Whether `snapshot` is offcpu.machine.limits.LimitsSnapshot.to_json(), as the findings read it."""
     limits = snapshot.get("limits")
     return isinstance(snapshot.get("threads"), int) and isinstance(limits, list) and all(
         isinstance(item, dict) and _typed(item, LIMIT_FIELDS) for item in limits)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
-from offcpu.system import tracepoint_exists
+from offcpu.machine.system import tracepoint_exists
 
 SWITCH_TRACEPOINT = "sched:sched_switch"
 WAKING_TRACEPOINTS = ("sched:sched_waking", "sched:sched_wakeup")

@@ -71,7 +71,7 @@ WAKERS = 3
 
 # thread_limits: a limit used this much is worth a finding, a warning, critical.
 LIMIT_INFO_FROM = 0.5
-LIMIT_WARNING_FROM = 0.8  # offcpu.limits.WARN_FROM, doctor's "near"
+LIMIT_WARNING_FROM = 0.8  # offcpu.machine.limits.WARN_FROM, doctor's "near"
 LIMIT_CRITICAL_FROM = 0.95
 
 DWARF_HINT = "record with --call-graph dwarf to see the callers"

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from offcpu import system
 from offcpu.asleep import load as load_snapshot, with_asleep_stacks
 from offcpu.capture import (
     BPF_RECORDS,
@@ -30,6 +29,7 @@ from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
 from offcpu.events import SWITCH_TRACEPOINT
 from offcpu.files import PRIVATE, write_whole
+from offcpu.machine import system
 from offcpu.model import Model
 from offcpu.native_reader import NativeReader, open_perf_data, reading, unsupported
 from offcpu.pairing import CaptureReader

@@ -15,11 +15,12 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from offcpu import _core, system
+from offcpu import _core
 from offcpu.capture import METADATA, CaptureInfo, Target
 from offcpu.describe import event_counts, first_events
 from offcpu.errors import OffcpuError
 from offcpu.events import SCHEDSTATS_TRACEPOINTS, SWITCH_TRACEPOINT, WAKING_TRACEPOINTS
+from offcpu.machine import system
 from offcpu.model import Model
 from offcpu.native_reader import open_perf_data, reading
 from offcpu.perf_script import PerfScriptReader

@@ -19,10 +19,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from offcpu import limits
 from offcpu.capture import Target
 from offcpu.errors import OffcpuError
-from offcpu.system import proc_text
+from offcpu.machine import limits
+from offcpu.machine.system import proc_text
 
 COMM_LENGTH = 15  # the kernel keeps this many bytes of a process's name
 MAX_ARGUMENT_BYTES = 128 * 1024  # the kernel's longest single argument (MAX_ARG_STRLEN): perf's --pid list

@@ -9,12 +9,22 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from offcpu import limits, system
 from offcpu.commands.record import DEFAULT_STACK_BUDGET
 from offcpu.errors import OffcpuError
-from offcpu.readiness import FAIL, INFO, OK, WARN, Check, can_record, frame_pointer_checks, limit_checks, machine_checks
+from offcpu.machine import limits, system
+from offcpu.machine.readiness import (
+    FAIL,
+    INFO,
+    OK,
+    WARN,
+    Check,
+    can_record,
+    frame_pointer_checks,
+    limit_checks,
+    machine_checks,
+)
+from offcpu.machine.selftest import RecordingCosts, recording_costs
 from offcpu.recording import backends
-from offcpu.selftest import RecordingCosts, recording_costs
 from offcpu.stdout import write_stdout
 
 STYLES = {OK: "green", WARN: "yellow", FAIL: "bold red"}

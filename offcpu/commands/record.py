@@ -18,12 +18,13 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
-from offcpu import system, targets
+from offcpu import targets
 from offcpu.asleep import load as load_snapshot
 from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.findings import counted
+from offcpu.machine import system
 from offcpu.recording.backends import BACKENDS
 from offcpu.recording.end_watch import SIZE, SIZE_UNITS
 from offcpu.recording.output_dir import output_taken

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from offcpu import system
 from offcpu.errors import OffcpuError
+from offcpu.machine import system
 
 BACKENDS = ("auto", "bpf", "perf")
 KERNEL_BTF = Path("/sys/kernel/btf/vmlinux")

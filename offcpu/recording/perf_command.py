@@ -8,10 +8,10 @@ import re
 import resource
 from collections.abc import Callable
 
-from offcpu import system
 from offcpu.capture import PERF_DATA, Target
 from offcpu.errors import OffcpuError
 from offcpu.events import EventPlan
+from offcpu.machine import system
 from offcpu.recording.perf_process import CONTROL_PLACEHOLDER
 from offcpu.recording.request import RecordRequest
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
-from offcpu.limits import read_stat
+from offcpu.machine.limits import read_stat
 from offcpu.workers import end_with_parent
 
 CONTROL_PLACEHOLDER = "{control}"  # in argv, becomes perf's --control=fd:CTL,ACK

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from offcpu import system
 from offcpu.capture import CaptureInfo
 from offcpu.errors import OffcpuError
+from offcpu.machine import system
 from offcpu.recording import backends
 from offcpu.recording.bpf_session import record_bpf
 from offcpu.recording.request import RecordRequest

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from offcpu import system
 from offcpu.errors import OffcpuError
+from offcpu.machine import system
 from offcpu.recording.interrupts import signals_ignored
 
 SYSCTL = Path("/proc/sys/kernel/sched_schedstats")

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from offcpu.asleep import AsleepThread, Snapshot
-from offcpu.system import proc_text
+from offcpu.machine.system import proc_text
 
 UNWINDER = "eu-stack"
 UNWINDER_TIMEOUT_S = 5.0  # for one process

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from offcpu.system import tracefs_mount, tracepoint_exists
+from offcpu.machine.system import tracefs_mount, tracepoint_exists
 from tests.conftest import assert_one_line_error, example, run_offcpu
 
 NO_WAKEUPS = "holds no wakeups"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from offcpu.framepointers import check_binary, libc_of
+from offcpu.machine.framepointers import check_binary, libc_of
 from tests.conftest import example
 
 

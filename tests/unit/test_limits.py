@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from offcpu import limits
+from offcpu.machine import limits
 
 
 def test_a_process_that_exits_while_its_files_are_read_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:

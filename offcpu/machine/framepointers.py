@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from offcpu.system import proc_text
+from offcpu.machine.system import proc_text
 
 X86_64 = 62
 SHT_SYMTAB, SHT_DYNSYM = 2, 11

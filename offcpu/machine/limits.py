@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from offcpu.errors import OffcpuError, more_in
-from offcpu.system import CAP_SYS_PTRACE, effective_capabilities, proc_text, read_int_sysctl
+from offcpu.machine.system import CAP_SYS_PTRACE, effective_capabilities, proc_text, read_int_sysctl
 
 WARN_FROM = 0.8
 PF_KTHREAD = 0x00200000  # in the flags of /proc/PID/stat: a kernel thread
