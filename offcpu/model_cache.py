@@ -27,7 +27,6 @@ from offcpu.capture import (
 )
 from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
-from offcpu.events import SWITCH_TRACEPOINT
 from offcpu.files import PRIVATE, write_whole
 from offcpu.machine import system
 from offcpu.model import Model
@@ -35,6 +34,7 @@ from offcpu.native_reader import NativeReader, open_perf_data, reading, unsuppor
 from offcpu.pairing import CaptureReader
 from offcpu.perf_script import PerfScriptReader
 from offcpu.plain_perf_data import is_perf_data, lacks, name_target, plain_info
+from offcpu.recording.events import SWITCH_TRACEPOINT
 
 READERS = (NativeReader.name, PerfScriptReader.name)  # of perf.data; a BPF capture has one reader
 BPF_BACKEND = "bpf"  # capture.json's backend for a recording made with BPF (offcpu.bpf_reader)

@@ -39,6 +39,7 @@ from offcpu.plain_perf_data import is_perf_data
 from offcpu.policy import Policy, load_policy
 from offcpu.recording.end_watch import PERF_SPINNING
 from offcpu.recording.request import RecordRequest
+from offcpu.recording.targets import Choice
 from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.verdict import (
     VerdictJson,
@@ -51,7 +52,6 @@ from offcpu.renderers.verdict import (
 )
 from offcpu.stdout import write_stdout
 from offcpu.summaries import unreadable_note, untrusted
-from offcpu.targets import Choice
 from offcpu.verdict import (
     Measurements,
     Verdict,

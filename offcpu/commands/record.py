@@ -18,20 +18,20 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
-from offcpu import targets
 from offcpu.asleep import load as load_snapshot
 from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.findings import counted
 from offcpu.machine import system
+from offcpu.recording import targets
 from offcpu.recording.backends import BACKENDS
 from offcpu.recording.end_watch import SIZE, SIZE_UNITS
 from offcpu.recording.output_dir import output_taken
 from offcpu.recording.perf_process import COMMAND_GRACE_S
 from offcpu.recording.recorder import record as record_capture
 from offcpu.recording.request import RecordRequest
-from offcpu.targets import Choice
+from offcpu.recording.targets import Choice
 
 MAX_DURATION_S = 600.0
 MAX_DWARF_BYTES = 65528  # perf record's largest user stack copy

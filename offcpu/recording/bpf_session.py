@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from offcpu import targets
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, CaptureInfo, Target
 from offcpu.escaping import printable
 from offcpu.machine import system
+from offcpu.recording import targets
 from offcpu.recording.backends import Backend, BpfRefused
 from offcpu.recording.end_watch import size_in_bytes, wait_for_end
 from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored

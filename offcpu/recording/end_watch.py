@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from offcpu import targets
 from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
 from offcpu.machine import limits
+from offcpu.recording import targets
 from offcpu.recording.perf_process import PerfProcess
 
 TICK_S = 0.1

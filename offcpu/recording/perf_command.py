@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from offcpu.capture import PERF_DATA, Target
 from offcpu.errors import OffcpuError
-from offcpu.events import EventPlan
 from offcpu.machine import system
+from offcpu.recording.events import EventPlan
 from offcpu.recording.perf_process import CONTROL_PLACEHOLDER
 from offcpu.recording.request import RecordRequest
 

@@ -16,17 +16,16 @@ from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from offcpu import targets
 from offcpu.asleep import save as save_snapshot
 from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, own_files, save
 from offcpu.describe import describe
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
-from offcpu.events import EventPlan, plan_events
 from offcpu.machine import limits, system
-from offcpu.recording import snapshot
+from offcpu.recording import snapshot, targets
 from offcpu.recording.backends import Backend
 from offcpu.recording.end_watch import COMMAND_EXITED, SpinWatch, wait_for_end
+from offcpu.recording.events import EventPlan, plan_events
 from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
 from offcpu.recording.perf_command import (
     CAPTURED_LINE,
