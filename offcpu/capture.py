@@ -22,10 +22,10 @@ METADATA = "capture.json"
 # Every file offcpu (or perf for it) writes in a capture directory, besides any
 # ending in PARTIAL; `offcpu record --force` deletes these and nothing else.
 MODEL_FILE = "model.json"  # the report's cache of the model (offcpu.model_cache)
-KERNEL_SYMBOLS = "kallsyms"  # the kernel's symbols when it was recorded (offcpu.symbols)
-VDSO_IMAGE = "vdso"  # the kernel's vdso when it was recorded (offcpu.symbols)
+KERNEL_SYMBOLS = "kallsyms"  # the kernel's symbols when it was recorded (offcpu.reading.symbols)
+VDSO_IMAGE = "vdso"  # the kernel's vdso when it was recorded (offcpu.reading.symbols)
 SNAPSHOT = "snapshot.json"  # the stacks of threads asleep through the recording (offcpu.asleep)
-# A recording made with BPF instead of perf (docs/capture.md; offcpu.bpf_reader):
+# A recording made with BPF instead of perf (docs/capture.md; offcpu.reading.bpf_reader):
 BPF_RECORDS = "bpf-records.bin"  # its waits, forks, exits and names
 BPF_STACKS = "bpf-stacks.bin"  # its stack table
 BPF_MAPS = "bpf-maps.json"  # the memory maps of its processes (offcpu.recording.process_maps)

@@ -168,7 +168,7 @@ class Model:
     mutex_owners: dict[int, int] = field(default_factory=dict)
     timeline: list[TimedWait] = field(default_factory=list)  # the longest waits, by their start
     # What a perf.data recorded by perf alone lacks that a capture has, in sentences
-    # (offcpu.plain_perf_data.lacks); empty for a capture
+    # (offcpu.reading.plain_perf_data.lacks); empty for a capture
     lacks: list[str] = field(default_factory=list)
     # How many waits the window holds, and how many of them carry a stack: all of them, unless
     # the stacks were sampled (then the rows' times and counts are estimates, weighted)

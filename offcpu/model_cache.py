@@ -30,14 +30,14 @@ from offcpu.errors import OffcpuError
 from offcpu.files import PRIVATE, write_whole
 from offcpu.machine import system
 from offcpu.model import Model
-from offcpu.native_reader import NativeReader, open_perf_data, reading, unsupported
-from offcpu.pairing import CaptureReader
-from offcpu.perf_script import PerfScriptReader
-from offcpu.plain_perf_data import is_perf_data, lacks, name_target, plain_info
+from offcpu.reading.native_reader import NativeReader, open_perf_data, reading, unsupported
+from offcpu.reading.pairing import CaptureReader
+from offcpu.reading.perf_script import PerfScriptReader
+from offcpu.reading.plain_perf_data import is_perf_data, lacks, name_target, plain_info
 from offcpu.recording.events import SWITCH_TRACEPOINT
 
 READERS = (NativeReader.name, PerfScriptReader.name)  # of perf.data; a BPF capture has one reader
-BPF_BACKEND = "bpf"  # capture.json's backend for a recording made with BPF (offcpu.bpf_reader)
+BPF_BACKEND = "bpf"  # capture.json's backend for a recording made with BPF (offcpu.reading.bpf_reader)
 BPF_READER_NOTE = "recorded with BPF"
 RECORD_AGAIN = "record it again with 'offcpu record'"
 # Less cannot be cut into one perf script --time slice per CPU, and would show nothing anyway.
@@ -85,7 +85,7 @@ def build(directory: Path, window_s: tuple[float, float] | None = None, reader: 
           on_progress: Callable[[int, int], None] | None = None) -> Model:
     """Read perf.data into the model (of `window_s` only, when given); the whole
     capture's is saved as model.json when the directory can be written. `directory`
-    may be a perf.data that perf recorded alone (offcpu.plain_perf_data)."""
+    may be a perf.data that perf recorded alone (offcpu.reading.plain_perf_data)."""
     plain = is_perf_data(directory)
     info = plain_info(directory) if plain else load(directory)
     if info.backend == BPF_BACKEND:
@@ -114,8 +114,8 @@ def build(directory: Path, window_s: tuple[float, float] | None = None, reader: 
 
 def _build_bpf(directory: Path, info: CaptureInfo, window_s: tuple[float, float] | None, reader: str | None,
                on_progress: Callable[[int, int], None] | None) -> Model:
-    """build() of a capture recorded with BPF: its records read by offcpu.bpf_reader."""
-    from offcpu.bpf_reader import BpfReader  # numpy: only when a BPF capture is read
+    """build() of a capture recorded with BPF: its records read by offcpu.reading.bpf_reader."""
+    from offcpu.reading.bpf_reader import BpfReader  # numpy: only when a BPF capture is read
 
     if reader is not None:
         raise OffcpuError(f"--reader {reader} reads a perf.data, and {directory} was recorded with BPF (it has "

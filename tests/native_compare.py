@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
-from offcpu.native_reader import NativeReader
-from offcpu.perf_script import PerfScriptReader, script_argv
-from offcpu.sched_events import KIND_NAMES, Chain, Events
+from offcpu.reading.native_reader import NativeReader
+from offcpu.reading.perf_script import PerfScriptReader, script_argv
+from offcpu.reading.sched_events import KIND_NAMES, Chain, Events
 from offcpu.stacks import Stack
 
 CHAINED = ("sched_switch", "sched_waking")  # the events whose last argument is a call chain

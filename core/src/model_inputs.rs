@@ -29,7 +29,7 @@ impl Slice {
         }
     }
 
-    /// The next events in time order, as columns (offcpu.sched_events.Events, names,
+    /// The next events in time order, as columns (offcpu.reading.sched_events.Events, names,
     /// states and chains as ids); `weights` empty when every event weighs 1.
     #[allow(clippy::too_many_arguments)]
     fn take(

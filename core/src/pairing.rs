@@ -26,7 +26,7 @@ use crate::quick::{QuickMap, QuickSet};
 /// A name, state or call chain, by its number in its caller's table.
 pub type Id = u32;
 
-// The kinds of event, as offcpu.sched_events numbers them.
+// The kinds of event, as offcpu.reading.sched_events numbers them.
 pub const SCHED_SWITCH: u8 = 0;
 pub const SCHED_WAKING: u8 = 1;
 pub const SWITCH_IN: u8 = 2;
@@ -70,7 +70,7 @@ const NO_ROW: i64 = -1;
 
 pub type Windows = [i64; SUB_WINDOWS];
 
-/// One event (offcpu.sched_events.Events says what each field means for each kind).
+/// One event (offcpu.reading.sched_events.Events says what each field means for each kind).
 #[derive(Clone, Copy, Debug)]
 pub struct Event {
     pub kind: u8,

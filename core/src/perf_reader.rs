@@ -361,7 +361,7 @@ impl PerfData {
     }
 
     /// Every event in time order, `take(kinds, times, cpus, pids, tids, others, names, states,
-    /// chains)` a batch at a time, as Python objects (offcpu.sched_events.Events): what the
+    /// chains)` a batch at a time, as Python objects (offcpu.reading.sched_events.Events): what the
     /// engine is handed, for comparing with perf script. With `time_slice` (first, last ns),
     /// from the round that may hold its first record to its last. Returns how many records
     /// could not be decoded.

@@ -35,8 +35,8 @@ from offcpu.commands.report.common import (
 from offcpu.errors import Interrupted, OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.model import Model
-from offcpu.plain_perf_data import is_perf_data
 from offcpu.policy import Policy, load_policy
+from offcpu.reading.plain_perf_data import is_perf_data
 from offcpu.recording.end_watch import PERF_SPINNING
 from offcpu.recording.request import RecordRequest
 from offcpu.recording.targets import Choice

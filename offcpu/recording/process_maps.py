@@ -9,7 +9,7 @@ a list of snapshots, one per read of a process whose executable mappings changed
 since its last, with when it was read (CLOCK_MONOTONIC, the records' clock).
 
 The reader (`load`, `history`) files each snapshot under the process's exec generation
-at the time it was read, which the records tell (offcpu.bpf_reader): a user stack is
+at the time it was read, which the records tell (offcpu.reading.bpf_reader): a user stack is
 named from the snapshots of its own process and generation, the latest first.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from offcpu._core import elf_build_id
 from offcpu.capture import BPF_MAPS
 from offcpu.files import PRIVATE, write_whole
-from offcpu.symbols import Mapping, TaskHistory
+from offcpu.reading.symbols import Mapping, TaskHistory
 
 SCHEMA = "offcpu-process-maps/1"
 PROC = Path("/proc")

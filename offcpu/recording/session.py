@@ -18,10 +18,10 @@ from pathlib import Path
 
 from offcpu.asleep import save as save_snapshot
 from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, own_files, save
-from offcpu.describe import describe
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.machine import limits, system
+from offcpu.reading.describe import describe
 from offcpu.recording import snapshot, targets
 from offcpu.recording.backends import Backend
 from offcpu.recording.end_watch import COMMAND_EXITED, SpinWatch, wait_for_end
@@ -306,7 +306,7 @@ def save_kernel_files(directory: Path) -> None:
 def _save_vdso(directory: Path) -> None:
     """The kernel's vdso travels with the capture too (8 KiB): perf.data names it without a
     build id, and a report elsewhere would have only its own kernel's."""
-    from offcpu.symbols import save_vdso
+    from offcpu.reading.symbols import save_vdso
 
     with contextlib.suppress(OSError):
         save_vdso(directory)
@@ -316,7 +316,7 @@ def _save_kernel_symbols(directory: Path) -> None:
     """The kernel's symbols travel with the capture, so that its kernel frames can be named
     on another machine or after a reboot; without them (kernel.kptr_restrict), they are
     named from this kernel's own when it is the same."""
-    from offcpu.symbols import save_kernel_symbols  # demangling comes with it: not at start-up
+    from offcpu.reading.symbols import save_kernel_symbols  # demangling comes with it: not at start-up
 
     try:
         save_kernel_symbols(directory)

@@ -22,7 +22,11 @@ import numpy as np
 import pytest
 
 from offcpu import capture
-from offcpu.bpf_reader import (
+from offcpu.capture import CaptureInfo, Target
+from offcpu.errors import OffcpuError
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, Model
+from offcpu.model_cache import build, load_model
+from offcpu.reading.bpf_reader import (
     RECORD as RECORD_READ,
     STACK_NOT_TAKEN,
     WAKER_STACK_NOT_TAKEN,
@@ -30,16 +34,20 @@ from offcpu.bpf_reader import (
     Generations,
     state_letter,
 )
-from offcpu.capture import CaptureInfo, Target
-from offcpu.errors import OffcpuError
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, Model
-from offcpu.model_cache import build, load_model
+from offcpu.reading.sched_events import (
+    SCHED_SWITCH,
+    SCHED_WAKING,
+    SWITCH_IN,
+    THREAD_COMM,
+    THREAD_EXIT,
+    THREAD_FORK,
+    Events,
+)
+from offcpu.reading.symbols import save_kernel_symbols
 from offcpu.recording import process_maps
 from offcpu.recording.process_maps import MapsRecorder
 from offcpu.renderers.text import TextReport
-from offcpu.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_COMM, THREAD_EXIT, THREAD_FORK, Events
 from offcpu.stackview import StackView
-from offcpu.symbols import save_kernel_symbols
 
 # struct record: u32 kind, cpu, pid, tid; u64 since_ns, woken_ns, back_ns; s32 kernel_stack,
 # user_stack, waker_kernel_stack, waker_user_stack; u32 waker_pid, waker_tid, state, exit_state;

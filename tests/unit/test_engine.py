@@ -13,8 +13,8 @@ from offcpu._core import TIMELINE_WAITS
 from offcpu.asleep import load as load_snapshot, with_asleep_stacks
 from offcpu.engine import threads_at_start, to_model
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, SUB_WINDOWS, Model, TimedWait
-from offcpu.pairing import Decoded, pair_pieces
-from offcpu.perf_script import PerfScriptReader
+from offcpu.reading.pairing import Decoded, pair_pieces
+from offcpu.reading.perf_script import PerfScriptReader
 from tests.fixtures import HERE, capture_info, script_stream
 
 FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]

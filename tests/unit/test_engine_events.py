@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from offcpu.capture import CaptureInfo, Target
 from offcpu.engine import to_model
 from offcpu.model import PREEMPTED, STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model
-from offcpu.pairing import Decoded, Paired, ThreadAtStart, pair_pieces
-from offcpu.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_EXIT, UNKNOWN_CPU, Chain, Events
+from offcpu.reading.pairing import Decoded, Paired, ThreadAtStart, pair_pieces
+from offcpu.reading.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_EXIT, UNKNOWN_CPU, Chain, Events
 from offcpu.stacks import Stack
 
 US = 1000

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from offcpu import symbols
 from offcpu._core import prev_state_name
 from offcpu.errors import OffcpuError
-from offcpu.native_reader import NativeReader, open_perf_data, unsupported
-from offcpu.symbols import demangle, without_parameters
+from offcpu.reading import symbols
+from offcpu.reading.native_reader import NativeReader, open_perf_data, unsupported
+from offcpu.reading.symbols import demangle, without_parameters
 from tests.native_compare import KeepingSink, first_difference, native_events
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from offcpu.perf_script import (
+from offcpu.reading.perf_script import (
     SAMPLES,
     SWITCH_RECORD,
     SWITCH_SAMPLE,

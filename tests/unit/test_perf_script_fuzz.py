@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from offcpu.perf_script import PerfScriptReader, text_of, time_ns
+from offcpu.reading.perf_script import PerfScriptReader, text_of, time_ns
 from tests.fixtures import CallRecorder, script_text
 
 FIXTURES = ["futex_pid", "churn_pid", "mmap_all", "churn_dwarf_pid", "dsync_command"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from offcpu.plain_perf_data import _target
+from offcpu.reading.plain_perf_data import _target
 
 
 def test_the_target_is_read_from_any_command_line() -> None:

@@ -27,7 +27,7 @@ from offcpu.diffing import (
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.flamegraph import render_svg, require_renderer
-from offcpu.plain_perf_data import is_perf_data
+from offcpu.reading.plain_perf_data import is_perf_data
 from offcpu.renderers.console import Column, fitted_table, printed, short_names, stdout_layout
 from offcpu.renderers.text import ms
 from offcpu.stacks import shorten_apart

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import IO
 
 from offcpu.errors import OffcpuError
-from offcpu.native_reader import open_perf_data, reading
-from offcpu.pairing import Paired, ThreadAtStart, pair_decoded
-from offcpu.sched_events import (
+from offcpu.reading.native_reader import open_perf_data, reading
+from offcpu.reading.pairing import Paired, ThreadAtStart, pair_decoded
+from offcpu.reading.sched_events import (
     SCHED_SWITCH,
     SCHED_WAKING,
     SWITCH_IN,

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from offcpu import _core
 from offcpu.capture import METADATA, CaptureInfo, Target
-from offcpu.describe import event_counts, first_events
 from offcpu.errors import OffcpuError
 from offcpu.machine import system
 from offcpu.model import Model
-from offcpu.native_reader import open_perf_data, reading
-from offcpu.perf_script import PerfScriptReader
+from offcpu.reading.describe import event_counts, first_events
+from offcpu.reading.native_reader import open_perf_data, reading
+from offcpu.reading.perf_script import PerfScriptReader
 from offcpu.recording.events import SCHEDSTATS_TRACEPOINTS, SWITCH_TRACEPOINT, WAKING_TRACEPOINTS
 
 # perf.data's feature sections (perf's HEADER_* bits) read here

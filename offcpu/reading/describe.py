@@ -13,8 +13,8 @@ from pathlib import Path
 
 from offcpu.capture import CaptureInfo
 from offcpu.errors import OffcpuError
-from offcpu.perf_script import PerfScriptReader
-from offcpu.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, Chain, Events
+from offcpu.reading.perf_script import PerfScriptReader
+from offcpu.reading.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, Chain, Events
 from offcpu.stacks import looks_truncated
 
 STACKS_TO_JUDGE = 2000  # switch-out stacks read to judge whether user stacks are truncated

@@ -27,9 +27,8 @@ import numpy as np
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError
 from offcpu.model import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN
-from offcpu.pairing import Paired, ThreadAtStart, pair_decoded
-from offcpu.recording import process_maps
-from offcpu.sched_events import (
+from offcpu.reading.pairing import Paired, ThreadAtStart, pair_decoded
+from offcpu.reading.sched_events import (
     SCHED_SWITCH,
     SCHED_WAKING,
     SWITCH_IN,
@@ -41,10 +40,11 @@ from offcpu.sched_events import (
     Events,
     EventSink,
 )
+from offcpu.recording import process_maps
 from offcpu.stacks import Stack, without_tracing
 
 if TYPE_CHECKING:
-    from offcpu.symbols import Symbolizer
+    from offcpu.reading.symbols import Symbolizer
 
 # struct record, little-endian, 112 bytes
 RECORD = np.dtype([
@@ -258,7 +258,12 @@ class BpfReader:
         return [(first, after - 1) for first, after in zip(bounds, bounds[1:], strict=False)]
 
     def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
-        from offcpu.symbols import Symbolizer, kernel_symbols_for, running_kernel_build_id, saved_kernel_build_id
+        from offcpu.reading.symbols import (
+            Symbolizer,
+            kernel_symbols_for,
+            running_kernel_build_id,
+            saved_kernel_build_id,
+        )
 
         table = read_stack_table(self.directory / BPF_STACKS)
         snapshots = process_maps.load(self.directory)

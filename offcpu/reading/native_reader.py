@@ -1,6 +1,6 @@
 """Reading perf.data directly, in the compiled core (offcpu._core.PerfData, core/src/perf_reader.rs):
 its records decoded in the order and with the values `perf script` shows
-(offcpu.perf_script.script_argv), and paired there, a time slice in each of the core's threads,
+(offcpu.reading.perf_script.script_argv), and paired there, a time slice in each of the core's threads,
 with no event handed to Python (read() hands them over, to compare with perf script).
 
 A call chain is the raw bytes of its u64 addresses, with the process and its exec generation
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from offcpu import _core
 from offcpu.errors import OffcpuError
-from offcpu.pairing import SYNTHETIC_STACKS, Paired, ThreadAtStart
-from offcpu.sched_events import Chain, Events, EventSink
+from offcpu.reading.pairing import SYNTHETIC_STACKS, Paired, ThreadAtStart
+from offcpu.reading.sched_events import Chain, Events, EventSink
 from offcpu.stacks import Stack
 
 
@@ -89,7 +89,7 @@ class NativeReader:
             return self.data.time_slices(start_ns, end_ns, count)
 
     def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
-        from offcpu.symbols import Symbolizer, TaskHistory  # ELF and demangling: only when chains are named
+        from offcpu.reading.symbols import Symbolizer, TaskHistory  # ELF and demangling: only when chains are named
 
         with reading(self.path):
             history = TaskHistory.replay(self.data.task_records())

@@ -20,7 +20,7 @@ from typing import Protocol, cast
 
 from offcpu import _core
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, STACK_LOST, WAKER_NOT_RECORDED
-from offcpu.sched_events import Chain, Events, EventSink
+from offcpu.reading.sched_events import Chain, Events, EventSink
 from offcpu.stacks import Stack
 
 # The stacks the engine stands in where none was recorded, by their ids (after None, no chain)
