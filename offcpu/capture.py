@@ -21,10 +21,10 @@ PERF_DATA = "perf.data"
 METADATA = "capture.json"
 # Every file offcpu (or perf for it) writes in a capture directory, besides any
 # ending in PARTIAL; `offcpu record --force` deletes these and nothing else.
-MODEL_FILE = "model.json"  # the report's cache of the model (offcpu.model_cache)
+MODEL_FILE = "model.json"  # the report's cache of the model (offcpu.model.loading)
 KERNEL_SYMBOLS = "kallsyms"  # the kernel's symbols when it was recorded (offcpu.reading.symbols)
 VDSO_IMAGE = "vdso"  # the kernel's vdso when it was recorded (offcpu.reading.symbols)
-SNAPSHOT = "snapshot.json"  # the stacks of threads asleep through the recording (offcpu.asleep)
+SNAPSHOT = "snapshot.json"  # the stacks of threads asleep through the recording (offcpu.model.asleep)
 # A recording made with BPF instead of perf (docs/capture.md; offcpu.reading.bpf_reader):
 BPF_RECORDS = "bpf-records.bin"  # its waits, forks, exits and names
 BPF_STACKS = "bpf-stacks.bin"  # its stack table

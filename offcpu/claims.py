@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, WHOLE_WINDOW, Model, Row
-from offcpu.summaries import Lifecycle, lifecycle
+from offcpu.model.summaries import Lifecycle, lifecycle
 from offcpu.waits import (
     DEVICE,
     INTERRUPT,

@@ -52,9 +52,9 @@ from offcpu.claims import (
 )
 from offcpu.locktable import LockTable, default_table, lock_table
 from offcpu.model import BEFORE_WINDOW, SUB_WINDOWS, WAKER_STACK_NOT_TAKEN, WHOLE_WINDOW, Model, Row
+from offcpu.model.stackview import StackView, of_threads
+from offcpu.model.summaries import runqueue_percentiles
 from offcpu.stacks import drawn_alone, reading
-from offcpu.stackview import StackView, of_threads
-from offcpu.summaries import runqueue_percentiles
 from offcpu.waits import CAUSE_WORDS, NEW, PEER, PREEMPTED_CAUSE, Waits
 
 # Severity from share_of_wall. On the examples (2 CPUs, 1 s): the pathologies'

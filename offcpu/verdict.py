@@ -18,8 +18,8 @@ from offcpu.claims import LOCK_CONTENTION, MMAP_LOCK, STACK_CACHE_LOCK
 from offcpu.findings import SEVERITIES, Context, Finding, findings
 from offcpu.locktable import Lock, LockTable
 from offcpu.model import Model
+from offcpu.model.summaries import lifecycle, runqueue_percentiles, totals
 from offcpu.policy import BLOCKED, EXTRA_KEYS, NOT_GATED_BY_DEFAULT, WAITS_FOR_WORK, Policy
-from offcpu.summaries import lifecycle, runqueue_percentiles, totals
 
 
 @dataclass(frozen=True)

@@ -99,11 +99,11 @@ def model_difference(capture: Path, slices: int) -> str | None:
     """None when both readers give the same model of a capture, read in `slices` slices
     (folded lines, thread totals, wakers, links), else the first thing that differs."""
     from offcpu.capture import load
-    from offcpu.engine import threads_at_start, to_model
     from offcpu.machine.system import require_perf
-    from offcpu.model_cache import choose_reader
-    from offcpu.stackview import StackView, folded
-    from offcpu.summaries import waker_pairs
+    from offcpu.model.engine import threads_at_start, to_model
+    from offcpu.model.loading import choose_reader
+    from offcpu.model.stackview import StackView, folded
+    from offcpu.model.summaries import waker_pairs
 
     info = load(capture)
     window = (info.window_start_ns, info.window_end_ns)

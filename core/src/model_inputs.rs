@@ -120,7 +120,7 @@ pub fn merge(
     Ok((Tally { tally }, skipped))
 }
 
-/// What the slices add up to (offcpu.engine.to_model makes the model of it).
+/// What the slices add up to (offcpu.model.engine.to_model makes the model of it).
 #[pyclass(frozen, module = "offcpu._core")]
 pub struct Tally {
     pub tally: pairing::Tally,

@@ -384,7 +384,7 @@ impl PerfData {
 
     /// The model's inputs: each of `slices` (first, last ns, both included; of the window,
     /// in time order) decoded and paired in a thread of its own, from the round that may
-    /// hold its first record, then joined (offcpu.engine.build_model). `at_start`: the
+    /// hold its first record, then joined (offcpu.model.engine.build_model). `at_start`: the
     /// target's threads when recording began (tid, name, state); `on_done(slices done)`
     /// as they are. Returns the tally, how many records could not be decoded, and the
     /// names, states and call chains its ids stand for (the chains from SEEDED_CHAINS on:

@@ -35,6 +35,7 @@ from offcpu.commands.report.common import (
 from offcpu.errors import Interrupted, OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.model import Model
+from offcpu.model.summaries import unreadable_note, untrusted
 from offcpu.policy import Policy, load_policy
 from offcpu.reading.plain_perf_data import is_perf_data
 from offcpu.recording.end_watch import PERF_SPINNING
@@ -51,7 +52,6 @@ from offcpu.renderers.verdict import (
     github_error,
 )
 from offcpu.stdout import write_stdout
-from offcpu.summaries import unreadable_note, untrusted
 from offcpu.verdict import (
     Measurements,
     Verdict,

@@ -18,12 +18,12 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
-from offcpu.asleep import load as load_snapshot
 from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.findings import counted
 from offcpu.machine import system
+from offcpu.model.asleep import load as load_snapshot
 from offcpu.recording import targets
 from offcpu.recording.backends import BACKENDS
 from offcpu.recording.end_watch import SIZE, SIZE_UNITS

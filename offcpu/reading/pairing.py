@@ -1,7 +1,7 @@
 """The engine's pairing, in the compiled core (core/src/pairing.rs), for every reader.
 
 The core turns each time slice's events into off-CPU intervals and adds them up, then joins
-the slices: what it hands back (Paired) is the model's inputs, offcpu.engine.to_model makes
+the slices: what it hands back (Paired) is the model's inputs, offcpu.model.engine.to_model makes
 the model of them. It knows names, states and call chains by number (ids): the native
 reader's are numbered in the core as it decodes perf.data; the readers that decode in Python
 (perf script's text, BPF records) number theirs here (Keys), in forked workers a slice each,

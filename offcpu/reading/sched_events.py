@@ -60,7 +60,7 @@ class Events:
     takes the stacks of a sample of waits gives one entry per event, of which only a
     SCHED_SWITCH's means something: the weight of the wait it begins. w >= 1: the wait's
     stack was taken with probability 1/w, and its stack's times count it w times before
-    they are scaled to its stratum's (offcpu.sampling); 0: its stack was not taken, and
+    they are scaled to its stratum's (offcpu.model.sampling); 0: its stack was not taken, and
     the wait counts in its thread's totals (which stay exact) and its stratum's.
     """
 

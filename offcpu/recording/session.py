@@ -16,11 +16,11 @@ from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from offcpu.asleep import save as save_snapshot
 from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, own_files, save
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.machine import limits, system
+from offcpu.model.asleep import save as save_snapshot
 from offcpu.reading.describe import describe
 from offcpu.recording import snapshot, targets
 from offcpu.recording.backends import Backend

@@ -21,8 +21,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 
-from offcpu.asleep import AsleepThread, Snapshot
 from offcpu.machine.system import proc_text
+from offcpu.model.asleep import AsleepThread, Snapshot
 
 UNWINDER = "eu-stack"
 UNWINDER_TIMEOUT_S = 5.0  # for one process

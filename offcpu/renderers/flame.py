@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from offcpu.flamegraph import Renderer, render_svg
 from offcpu.model import Model
-from offcpu.stackview import StackView, chosen, lines_of
-from offcpu.summaries import totals
+from offcpu.model.stackview import StackView, chosen, lines_of
+from offcpu.model.summaries import totals
 
 
 def stack_lines(model: Model, view: StackView) -> list[str]:

@@ -14,12 +14,8 @@ from offcpu.findings import Context, counted, view_findings
 from offcpu.flamegraph import Renderer
 from offcpu.locktable import lock_table
 from offcpu.model import Model
-from offcpu.renderers.flame import FlameGraphSvg, title
-from offcpu.renderers.graph_svg import graph_svg
-from offcpu.renderers.text import STATE_NAMES, cause_lines, ms, ms_estimate, share, waker_name
-from offcpu.stacks import shorten_apart
-from offcpu.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
-from offcpu.summaries import (
+from offcpu.model.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
+from offcpu.model.summaries import (
     by_state,
     caveats,
     lifecycle,
@@ -32,6 +28,10 @@ from offcpu.summaries import (
     untrusted,
     waker_pairs,
 )
+from offcpu.renderers.flame import FlameGraphSvg, title
+from offcpu.renderers.graph_svg import graph_svg
+from offcpu.renderers.text import STATE_NAMES, cause_lines, ms, ms_estimate, share, waker_name
+from offcpu.stacks import shorten_apart
 from offcpu.waitgraph import wait_graph
 
 STACK_CHARS = 110  # a stack cell shows about this much; its tooltip has every frame

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from offcpu.findings import view_findings
 from offcpu.model import Model
-from offcpu.stackview import StackView, chosen, selected
-from offcpu.summaries import (
+from offcpu.model.stackview import StackView, chosen, selected
+from offcpu.model.summaries import (
     by_state,
     caveats,
     lifecycle,

@@ -16,9 +16,9 @@ from functools import cache
 
 from offcpu.locktable import lock_table
 from offcpu.model import PREEMPTED, Model, Thread, TimedWait
+from offcpu.model.stackview import StackView, selected, woken_by
+from offcpu.model.summaries import sampling_note
 from offcpu.stacks import drawn_alone, shorten
-from offcpu.stackview import StackView, selected, woken_by
-from offcpu.summaries import sampling_note
 
 SITE_CHARS = 80  # a blocked slice's name: the lock it waits for, or its stack shortened to this
 RUNNING, BLOCKED, RUNQUEUE, WAKEUP = "running", "blocked", "waiting for a CPU", "wakeup"

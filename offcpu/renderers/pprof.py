@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from offcpu.model import Model, Row
-from offcpu.stackview import SEPARATOR, StackView, row_frames, selected, woken_by
-from offcpu.summaries import sampling_note
+from offcpu.model.stackview import SEPARATOR, StackView, row_frames, selected, woken_by
+from offcpu.model.summaries import sampling_note
 
 SAMPLE_TYPES = ("off_cpu", "blocked", "runqueue")
 UNIT = "nanoseconds"

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from offcpu import __version__
 from offcpu.model import Model, Thread
-from offcpu.stackview import StackView, row_frames, selected
-from offcpu.summaries import sampling_note
+from offcpu.model.stackview import StackView, row_frames, selected
+from offcpu.model.summaries import sampling_note
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 

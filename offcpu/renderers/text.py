@@ -14,10 +14,8 @@ from rich.text import Text
 from offcpu.escaping import printable
 from offcpu.findings import Evidence, Finding, counted, pct, us_text, view_findings
 from offcpu.model import Model
-from offcpu.renderers.console import Column, fitted_table, printed, short_names
-from offcpu.stacks import shorten_apart
-from offcpu.stackview import StackView, chosen, listed, selected
-from offcpu.summaries import (
+from offcpu.model.stackview import StackView, chosen, listed, selected
+from offcpu.model.summaries import (
     WakerPair,
     by_state,
     caveats,
@@ -31,6 +29,8 @@ from offcpu.summaries import (
     untrusted,
     waker_pairs,
 )
+from offcpu.renderers.console import Column, fitted_table, printed, short_names
+from offcpu.stacks import shorten_apart
 
 STATE_NAMES = {"S": "sleeping", "D": "uninterruptible (locks, I/O)", "R": "preempted while runnable",
                "I": "idle kernel thread", "?": "since before the recording", "T": "stopped", "t": "traced"}

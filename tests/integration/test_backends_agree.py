@@ -23,7 +23,7 @@ SECONDS = 5
 MARGIN_NS = 300_000_000  # the compared part starts and ends this far inside both windows
 # Also when stacks are sampled: every wait is timed, so each stratum's time (a thread's waits in
 # one state, ended by one waker) is exact, and only how it divides among stacks is estimated
-# (offcpu.sampling). Before that, a finding of few long waits among many short ones
+# (offcpu.model.sampling). Before that, a finding of few long waits among many short ones
 # (futex_contention's preemptions, 1-4 ms among waits of microseconds) came out up to 26% off.
 TIME_TOLERANCE = 0.10
 # Findings below this share of the threads' time off CPU are small enough that what one backend

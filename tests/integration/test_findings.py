@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from offcpu.findings import Finding, findings
-from offcpu.model_cache import load_model
+from offcpu.model.loading import load_model
 from tests.conftest import example, run_offcpu, wait_for_exec, wait_for_threads
 
 CHURN = {"stack_cache_lock", "thread_churn"}

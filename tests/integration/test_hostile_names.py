@@ -12,7 +12,7 @@ import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from offcpu.model_cache import READERS
+from offcpu.model.loading import READERS
 from tests.conftest import example, run_offcpu
 from tests.fixtures import HOSTILE_NAMES
 

@@ -25,7 +25,8 @@ from offcpu import capture
 from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, Model
-from offcpu.model_cache import build, load_model
+from offcpu.model.loading import build, load_model
+from offcpu.model.stackview import StackView
 from offcpu.reading.bpf_reader import (
     RECORD as RECORD_READ,
     STACK_NOT_TAKEN,
@@ -47,7 +48,6 @@ from offcpu.reading.symbols import save_kernel_symbols
 from offcpu.recording import process_maps
 from offcpu.recording.process_maps import MapsRecorder
 from offcpu.renderers.text import TextReport
-from offcpu.stackview import StackView
 
 # struct record: u32 kind, cpu, pid, tid; u64 since_ns, woken_ns, back_ns; s32 kernel_stack,
 # user_stack, waker_kernel_stack, waker_user_stack; u32 waker_pid, waker_tid, state, exit_state;

@@ -7,7 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from offcpu.diffing import (
+from offcpu.errors import OffcpuError
+from offcpu.flamegraph import safe_title
+from offcpu.model.diffing import (
     SCHEDULER_LEAF,
     Side,
     compare,
@@ -19,11 +21,9 @@ from offcpu.diffing import (
     title,
     without_scheduler_leaf,
 )
-from offcpu.errors import OffcpuError
-from offcpu.flamegraph import safe_title
+from offcpu.model.stackview import SEPARATOR, StackView, drawn, folded
 from offcpu.renderers.flame import stack_lines
 from offcpu.stacks import shorten, shorten_apart
-from offcpu.stackview import SEPARATOR, StackView, drawn, folded
 from tests.unit.test_engine import model_of
 
 MUNMAP_WAIT = ("mmap_contention;start_thread;__munmap;entry_SYSCALL_64_after_hwframe;do_syscall_64;__x64_sys_munmap;"

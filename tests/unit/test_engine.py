@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from offcpu._core import TIMELINE_WAITS
-from offcpu.asleep import load as load_snapshot, with_asleep_stacks
-from offcpu.engine import threads_at_start, to_model
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, SUB_WINDOWS, Model, TimedWait
+from offcpu.model.asleep import load as load_snapshot, with_asleep_stacks
+from offcpu.model.engine import threads_at_start, to_model
 from offcpu.reading.pairing import Decoded, pair_pieces
 from offcpu.reading.perf_script import PerfScriptReader
 from tests.fixtures import HERE, capture_info, script_stream
@@ -33,7 +33,7 @@ def model_of(name: str, slices: int = 1, text: str | None = None):
         pieces.append(piece)
     paired = pair_pieces(pieces, (start, end), threads_at_start(info), (start, end), 0)
     model = to_model(paired, reader, info, start, end)
-    with_asleep_stacks(model, load_snapshot(HERE / name))  # as model_cache does
+    with_asleep_stacks(model, load_snapshot(HERE / name))  # as offcpu.model.loading does
     return model
 
 
@@ -115,8 +115,8 @@ def test_waits_cut_by_the_window_are_kept_and_counted():
 
 
 def test_a_semicolon_in_a_name_does_not_split_a_frame():
+    from offcpu.model.stackview import StackView, folded
     from offcpu.stacks import Stack
-    from offcpu.stackview import StackView, folded
 
     # Given a model whose busiest stack has a frame name holding ';' (as a symbol may)
     model = model_of("futex_pid")

@@ -11,8 +11,8 @@ import json
 from collections.abc import Iterable
 
 from offcpu.capture import CaptureInfo, Target
-from offcpu.engine import to_model
 from offcpu.model import PREEMPTED, STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model
+from offcpu.model.engine import to_model
 from offcpu.reading.pairing import Decoded, Paired, ThreadAtStart, pair_pieces
 from offcpu.reading.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_EXIT, UNKNOWN_CPU, Chain, Events
 from offcpu.stacks import Stack
@@ -214,7 +214,7 @@ def test_a_waits_time_is_split_over_the_sub_windows_it_spans() -> None:
 # Sampled stacks (a backend that takes the stacks of a sample of waits, Events.weights): a wait
 # of weight w > 1 counts w times in its row, one of weight 0 in no row; every wait of weight
 # other than 1 counts once in its stratum (a thread's waits in one state, ended by one waker),
-# and each stratum's weighted rows are scaled to its exact times (offcpu.sampling).
+# and each stratum's weighted rows are scaled to its exact times (offcpu.model.sampling).
 
 def three_sampled_waits(events: Feed, stacks: tuple[str, str] = ("futex_wait", "futex_wait"),
                         first_waker: int = 12) -> None:

@@ -7,10 +7,10 @@ import json
 import re
 
 from offcpu.escaping import printable
+from offcpu.model.stackview import StackView, folded
 from offcpu.renderers.flame import title
 from offcpu.renderers.json import JsonReport
 from offcpu.renderers.text import TextReport
-from offcpu.stackview import StackView, folded
 from tests.fixtures import HOSTILE_NAMES
 from tests.unit.test_engine import model_of
 

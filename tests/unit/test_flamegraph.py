@@ -19,7 +19,7 @@ from offcpu.flamegraph import (
     render_svg,
     require_renderer,
 )
-from offcpu.stackview import StackView, folded
+from offcpu.model.stackview import StackView, folded
 from tests.unit.test_engine import model_of
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -11,8 +11,8 @@ from collections import defaultdict
 import pytest
 
 from offcpu.model import PREEMPTED
+from offcpu.model.stackview import StackView
 from offcpu.renderers.perfetto import BLOCKED, RUNNING, RUNQUEUE, WAKEUP, Bounds, PerfettoTrace
-from offcpu.stackview import StackView
 from tests.unit.test_engine import model_of
 
 COMPLETE_FIELDS = {"name", "cat", "ph", "ts", "dur", "pid", "tid"}

@@ -28,6 +28,8 @@ from html import escape
 
 from offcpu.flamegraph import require_renderer
 from offcpu.model import Model
+from offcpu.model.stackview import StackView, drawn, selected
+from offcpu.model.summaries import sampling_note
 from offcpu.renderers.flame import title
 from offcpu.renderers.html import HtmlReport
 from offcpu.renderers.json import JsonReport
@@ -35,8 +37,6 @@ from offcpu.renderers.perfetto import Bounds, PerfettoTrace
 from offcpu.renderers.pprof import PprofProfile
 from offcpu.renderers.speedscope import SpeedscopeProfile
 from offcpu.renderers.text import TextReport
-from offcpu.stackview import StackView, drawn, selected
-from offcpu.summaries import sampling_note
 from tests.unit.test_engine_events import US, builder, model, switch
 
 NOTE = ("stacks of 6 of 7 waits (sampled under the cost budget); times per stack are estimates, ± one standard "

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from offcpu.model.stackview import StackView
 from offcpu.renderers.speedscope import SCHEMA, SpeedscopeProfile
-from offcpu.stackview import StackView
 from tests.unit.test_engine import model_of
 
 # The spec's required fields of a File and of a SampledProfile, and its units.

@@ -14,8 +14,8 @@ import pytest
 
 from offcpu.findings import findings
 from offcpu.flamegraph import find_renderer
+from offcpu.model.stackview import SEPARATOR, StackView, drawn, folded
 from offcpu.stacks import Stack
-from offcpu.stackview import SEPARATOR, StackView, drawn, folded
 from tests.unit.test_engine import model_of
 
 FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]

@@ -8,9 +8,17 @@ from dataclasses import replace
 import pytest
 
 from offcpu.model import Model
+from offcpu.model.stackview import StackView, drawn
+from offcpu.model.summaries import (
+    by_state,
+    lifecycle,
+    observer,
+    runqueue_percentiles,
+    thread_names,
+    totals,
+    waker_pairs,
+)
 from offcpu.renderers.text import TextReport, waker_name
-from offcpu.stackview import StackView, drawn
-from offcpu.summaries import by_state, lifecycle, observer, runqueue_percentiles, thread_names, totals, waker_pairs
 from tests.unit.test_engine import model_of
 from tests.unit.test_engine_events import US, builder, model, switch
 

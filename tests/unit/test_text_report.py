@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from offcpu.model import Model
+from offcpu.model.stackview import StackView, drawn, listed
+from offcpu.model.summaries import by_state, waker_pairs
 from offcpu.renderers.console import MAX_WIDTH, MIN_WIDTH, stdout_layout
 from offcpu.renderers.text import TextReport
-from offcpu.stackview import StackView, drawn, listed
-from offcpu.summaries import by_state, waker_pairs
 from tests.unit.test_engine import model_of
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import re
 
+from offcpu.model.stackview import StackView
+from offcpu.model.summaries import untrusted
 from offcpu.renderers.json import JsonReport
 from offcpu.renderers.text import TextReport
-from offcpu.stackview import StackView
-from offcpu.summaries import untrusted
 from tests.fixtures import script_text
 from tests.unit.test_engine import model_of
 

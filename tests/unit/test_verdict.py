@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from offcpu.findings import RULES, Context
+from offcpu.model.stackview import StackView
 from offcpu.policy import BLOCKED, Limits, Policy, Regression, Tolerance
 from offcpu.renderers.json import JsonReport
 from offcpu.renderers.verdict import (
@@ -22,7 +23,6 @@ from offcpu.renderers.verdict import (
     github_annotations,
     github_error,
 )
-from offcpu.stackview import StackView
 from offcpu.verdict import (
     FindingFigures,
     Measurements,

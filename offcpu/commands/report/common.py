@@ -18,10 +18,10 @@ from offcpu.errors import OffcpuError
 from offcpu.files import write_whole
 from offcpu.locktable import lock_table
 from offcpu.model import Model
-from offcpu.model_cache import READERS, build, cached_model
-from offcpu.stackview import StackView
+from offcpu.model.loading import READERS, build, cached_model
+from offcpu.model.stackview import StackView
+from offcpu.model.summaries import unreadable_note
 from offcpu.stdout import write_stdout
-from offcpu.summaries import unreadable_note
 
 # Not click's readable check: loading the capture says what cannot be read, and how to read it.
 capture_argument = click.argument("capture", type=click.Path(path_type=Path, readable=False))

@@ -14,7 +14,10 @@ from offcpu.commands.report.common import (
     renderer_option,
     view_options,
 )
-from offcpu.diffing import (
+from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
+from offcpu.flamegraph import render_svg, require_renderer
+from offcpu.model.diffing import (
     Diff,
     Side,
     compare,
@@ -24,14 +27,11 @@ from offcpu.diffing import (
     split_stack,
     title,
 )
-from offcpu.errors import OffcpuError
-from offcpu.escaping import printable
-from offcpu.flamegraph import render_svg, require_renderer
+from offcpu.model.stackview import StackView
 from offcpu.reading.plain_perf_data import is_perf_data
 from offcpu.renderers.console import Column, fitted_table, printed, short_names, stdout_layout
 from offcpu.renderers.text import ms
 from offcpu.stacks import shorten_apart
-from offcpu.stackview import StackView
 from offcpu.stdout import write_stdout
 
 

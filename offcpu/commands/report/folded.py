@@ -7,10 +7,10 @@ from pathlib import Path
 import click
 
 from offcpu.commands.report.common import capture_argument, load_with_progress, view_options
+from offcpu.model.stackview import StackView
+from offcpu.model.summaries import sampling_note
 from offcpu.renderers.flame import stack_lines
-from offcpu.stackview import StackView
 from offcpu.stdout import write_stdout
-from offcpu.summaries import sampling_note
 
 
 @click.command()

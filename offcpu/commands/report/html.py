@@ -15,8 +15,8 @@ from offcpu.commands.report.common import (
     view_options,
 )
 from offcpu.flamegraph import require_renderer
+from offcpu.model.stackview import StackView
 from offcpu.renderers.html import HtmlReport
-from offcpu.stackview import StackView
 
 
 @click.command("html")

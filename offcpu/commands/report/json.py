@@ -14,8 +14,8 @@ from offcpu.commands.report.common import (
     print_or_write,
     view_options,
 )
+from offcpu.model.stackview import StackView
 from offcpu.renderers.json import JsonReport
-from offcpu.stackview import StackView
 
 
 @click.command("json")

@@ -13,8 +13,8 @@ from offcpu.commands.report.common import (
     output_path,
     view_options,
 )
+from offcpu.model.stackview import StackView
 from offcpu.renderers.perfetto import Bounds, PerfettoTrace
-from offcpu.stackview import StackView
 
 
 @click.command()

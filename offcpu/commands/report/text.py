@@ -14,9 +14,9 @@ from offcpu.commands.report.common import (
     print_or_write,
     view_options,
 )
+from offcpu.model.stackview import StackView
 from offcpu.renderers.console import stdout_layout
 from offcpu.renderers.text import TextReport
-from offcpu.stackview import StackView
 
 
 @click.command()

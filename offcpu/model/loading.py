@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from offcpu.asleep import load as load_snapshot, with_asleep_stacks
 from offcpu.capture import (
     BPF_RECORDS,
     BPF_STACKS,
@@ -25,11 +24,12 @@ from offcpu.capture import (
     CaptureInfo,
     load,
 )
-from offcpu.engine import build_model
 from offcpu.errors import OffcpuError
 from offcpu.files import PRIVATE, write_whole
 from offcpu.machine import system
 from offcpu.model import Model
+from offcpu.model.asleep import load as load_snapshot, with_asleep_stacks
+from offcpu.model.engine import build_model
 from offcpu.reading.native_reader import NativeReader, open_perf_data, reading, unsupported
 from offcpu.reading.pairing import CaptureReader
 from offcpu.reading.perf_script import PerfScriptReader

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from offcpu.errors import OffcpuError
 from offcpu.model import Model
+from offcpu.model.stackview import SEPARATOR, StackView, folded
 from offcpu.stacks import PLUMBING
-from offcpu.stackview import SEPARATOR, StackView, folded
 
 # Root-most frames of the kernel's part of a stack (system call, fault, interrupt,
 # kernel thread; x86-64 and arm64): a folded line does not say where the kernel

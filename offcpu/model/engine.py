@@ -5,7 +5,7 @@ between into blocked time and run-queue delay at the wakeup, and adds it all up
 (core/src/pairing.rs says how, and offcpu.reading.pairing how each reader hands it the events).
 This module runs it over the window in time slices, then makes the model of what it counted:
 the reader names each distinct call chain once, and a sampling backend's weighted rows are
-scaled to their strata (offcpu.sampling).
+scaled to their strata (offcpu.model.sampling).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Callable
 from offcpu import _core
 from offcpu.capture import CaptureInfo
 from offcpu.model import WAKER_NOT_RECORDED, Link, Model, Row, Thread, TimedWait, WaitTimes, Waker
+from offcpu.model.sampling import CoreRowKey, MergedKey, SampledRows, Stratum, StratumKey, scale_to_strata
 from offcpu.reading.pairing import SYNTHETIC_STACKS, CaptureReader, Paired, ThreadAtStart
-from offcpu.sampling import CoreRowKey, MergedKey, SampledRows, Stratum, StratumKey, scale_to_strata
 from offcpu.stacks import Stack
 
 INTERRUPT_FRAMES = ("asm_sysvec_", "asm_common_interrupt", "handle_softirqs", "__irq_exit_rcu", "irq_exit")
@@ -60,7 +60,7 @@ def build_model(reader: CaptureReader, info: CaptureInfo, window: tuple[int, int
 def to_model(paired: Paired, reader: CaptureReader, info: CaptureInfo, start_ns: int, end_ns: int) -> Model:
     """Number the distinct stacks and wakers; the reader names each call chain once. Chains
     that differ only in addresses (other call sites in the same functions) are one stack.
-    A sampling backend's weighted rows are then scaled to their strata (offcpu.sampling)."""
+    A sampling backend's weighted rows are then scaled to their strata (offcpu.model.sampling)."""
     tally, names, states, chains = paired.tally, paired.names, paired.states, paired.chains
     keys = tally.rows()
     strata: dict[StratumKey, Stratum] = {

@@ -4,6 +4,9 @@ Times are integer microseconds, rounded once per off-CPU interval, so every
 sum (per stack, per thread, per state, in total) adds up exactly. A capture
 whose stacks were taken for a sample of its waits (sampled) keeps its threads'
 times exact, and its rows' times are estimates of them, each with its variance.
+
+The model is defined here; the package's modules make it (loading: from model.json or by the
+engine, from what a reader paired) and read it (summaries, stackview, diffing).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ STACK_LOST = "[switch-out's stack lost]"
 STACK_NOT_TAKEN = "[stack not sampled]"
 WAKER_STACK_NOT_TAKEN = "[waker's stack not sampled]"
 # The outermost frame of a stack read from the live process at the end of the recording (a
-# thread that never ran in it: offcpu.asleep), so that a flame graph tells it from perf's
+# thread that never ran in it: offcpu.model.asleep), so that a flame graph tells it from perf's
 ASLEEP_ALL_WINDOW = "[asleep all the recording]"
 WAKER_KINDS = ("thread", "interrupt", "idle", "unrecorded")
 # A row's off-CPU time is also kept in this many equal parts of the window, so that a
@@ -86,7 +89,7 @@ class Row:
     # offcpu_us in each of SUB_WINDOWS equal parts of the window, in order (empty: not known)
     windows: list[int] = field(default_factory=list)
     # The variance of offcpu_us as an estimate (µs²), when its waits' stacks were sampled
-    # (offcpu.sampling: of its share of its stratum); 0 when all were taken
+    # (offcpu.model.sampling: of its share of its stratum); 0 when all were taken
     variance: int = 0
 
     @property
@@ -158,7 +161,7 @@ class Model:
     # Switches of which perf lost one record (the sched_switch or the record of being in),
     # placed by the other
     half_recorded_switches: int = 0
-    perf_data: dict = field(default_factory=dict)  # the perf.data it was built from (model_cache._identity)
+    perf_data: dict = field(default_factory=dict)  # the perf.data it was built from (loading._identity)
     reader: str = ""  # which read perf.data: "native" or "perf-script"
     reader_note: str = ""  # why that one
     binary_notes: list[str] = field(default_factory=list)  # what the reader says of the mapped files (Symbolizer.notes)
@@ -227,7 +230,7 @@ class Model:
     @classmethod
     def from_json(cls, data: dict) -> Model:
         """The model model.json holds. ValueError, KeyError or TypeError (mostly) when it
-        is not one: from another version of offcpu, or damaged; model_cache builds it again."""
+        is not one: from another version of offcpu, or damaged; offcpu.model.loading builds it again."""
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             schema = data.get("schema") if isinstance(data, dict) else type(data).__name__
             raise ValueError(f"model schema {schema!r} is not {SCHEMA!r}")
