@@ -19,7 +19,7 @@ only in the keys it sets.
     [regression.blocked]              # blocked time, waits for work left out
     max_relative_growth = 1
 
-    [[lock]]                          # the lock table's entries (offcpu.locktable): a lock
+    [[lock]]                          # the lock table's entries (offcpu.diagnosis.locktable): a lock
     name = "Ruby GVL"                 # of offcpu's, or one of yours, with limits on its waits
     max_share = 0.1
 """
@@ -33,9 +33,9 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from offcpu.diagnosis.findings import RULES
+from offcpu.diagnosis.locktable import LockTable, default_table, parse_toml, read_toml_text, table_with
 from offcpu.errors import OffcpuError
-from offcpu.findings import RULES
-from offcpu.locktable import LockTable, default_table, parse_toml, read_toml_text, table_with
 
 RULE_IDS = tuple(rule.id for rule in RULES)
 # The finding of threads waiting for work: never a problem, so never gated by default
@@ -156,7 +156,7 @@ class _Reader:
                 policy = replace(policy, regression=self.regression(self.table((key,), value)))
             elif key in RULE_IDS:
                 limits[key] = self.limits(key, self.table((key,), value))
-            elif key != "lock":  # [[lock]] entries: offcpu.locktable reads them
+            elif key != "lock":  # [[lock]] entries: offcpu.diagnosis.locktable reads them
                 raise self.error((key,), f"is not a policy key; use finding ids ({', '.join(RULE_IDS)}), "
                                          "fail_above_info, strict, [regression] or [[lock]]")
         return replace(policy, limits=limits)

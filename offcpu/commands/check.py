@@ -13,7 +13,6 @@ from typing import Any
 import click
 
 from offcpu.capture import CaptureInfo, Target, load
-from offcpu.claims import DEADLOCK, STUCK
 from offcpu.commands.record import (
     Settings,
     default_output,
@@ -32,6 +31,7 @@ from offcpu.commands.report.common import (
     same_file,
     warn_if_unread,
 )
+from offcpu.diagnosis.claims import DEADLOCK, STUCK
 from offcpu.errors import Interrupted, OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.model import Model

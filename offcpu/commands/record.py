@@ -19,9 +19,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
 from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target
+from offcpu.diagnosis.findings import counted
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
-from offcpu.findings import counted
 from offcpu.machine import system
 from offcpu.model.asleep import load as load_snapshot
 from offcpu.recording import targets

@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from offcpu.diagnosis.waits import cause_of_waker
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
 from offcpu.stacks import Runs, parts, reading, runs_said
-from offcpu.waits import cause_of_waker
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
 # flamegraph.pl and inferno read a line whose last frame ends in blanks and a number

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from html import escape
 
+from offcpu.diagnosis.findings import counted, us_text
+from offcpu.diagnosis.waitgraph import Node, WaitGraph
 from offcpu.escaping import printable
-from offcpu.findings import counted, us_text
-from offcpu.waitgraph import Node, WaitGraph
 
 WIDTH, HEIGHT = 720, 460
 NODE_WIDTH, NODE_HEIGHT = 190, 40

@@ -9,10 +9,11 @@ import shlex
 from collections.abc import Iterable, Sequence
 from html import escape
 
+from offcpu.diagnosis.findings import Context, counted, view_findings
+from offcpu.diagnosis.locktable import lock_table
+from offcpu.diagnosis.waitgraph import wait_graph
 from offcpu.escaping import printable
-from offcpu.findings import Context, counted, view_findings
 from offcpu.flamegraph import Renderer
-from offcpu.locktable import lock_table
 from offcpu.model import Model
 from offcpu.model.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
 from offcpu.model.summaries import (
@@ -32,7 +33,6 @@ from offcpu.renderers.flame import FlameGraphSvg, title
 from offcpu.renderers.graph_svg import graph_svg
 from offcpu.renderers.text import STATE_NAMES, cause_lines, ms, ms_estimate, share, waker_name
 from offcpu.stacks import shorten_apart
-from offcpu.waitgraph import wait_graph
 
 STACK_CHARS = 110  # a stack cell shows about this much; its tooltip has every frame
 # The browser fetches nothing for the page, and says so if asked to. The flame graph's data: frame

@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
-from offcpu.findings import view_findings
+from offcpu.diagnosis.findings import view_findings
 from offcpu.model import Model
 from offcpu.model.stackview import StackView, chosen, selected
 from offcpu.model.summaries import (

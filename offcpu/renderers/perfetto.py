@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from functools import cache
 
-from offcpu.locktable import lock_table
+from offcpu.diagnosis.locktable import lock_table
 from offcpu.model import PREEMPTED, Model, Thread, TimedWait
 from offcpu.model.stackview import StackView, selected, woken_by
 from offcpu.model.summaries import sampling_note

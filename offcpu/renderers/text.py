@@ -11,8 +11,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from offcpu.diagnosis.findings import Evidence, Finding, counted, pct, us_text, view_findings
 from offcpu.escaping import printable
-from offcpu.findings import Evidence, Finding, counted, pct, us_text, view_findings
 from offcpu.model import Model
 from offcpu.model.stackview import StackView, chosen, listed, selected
 from offcpu.model.summaries import (

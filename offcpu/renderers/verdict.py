@@ -12,8 +12,8 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from offcpu.diagnosis.findings import counted
 from offcpu.escaping import printable
-from offcpu.findings import counted
 from offcpu.policy import NOT_GATED_BY_DEFAULT, RULE_IDS
 from offcpu.renderers.console import printed
 from offcpu.verdict import Check, Measurements, Verdict

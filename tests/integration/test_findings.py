@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from offcpu.findings import Finding, findings
+from offcpu.diagnosis.findings import Finding, findings
 from offcpu.model.loading import load_model
 from tests.conftest import example, run_offcpu, wait_for_exec, wait_for_threads
 

@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 import pytest
 
-from offcpu.findings import Finding, findings
+from offcpu.diagnosis.findings import Finding, findings
 from tests.unit.test_engine_events import US, Feed, builder, model
 
 FUTEX = "__schedule;schedule;futex_do_wait;futex_wait;__lll_lock_wait"  # a pthread mutex

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from offcpu.capture import CaptureInfo, Target
-from offcpu.findings import (
+from offcpu.diagnosis.findings import (
     RULES,
     SEVERITIES,
     Context,
@@ -22,7 +22,7 @@ from offcpu.findings import (
     severity_of,
     share_uncertainty,
 )
-from offcpu.locktable import default_table
+from offcpu.diagnosis.locktable import default_table
 from offcpu.model import Model, Row, Thread
 from offcpu.stacks import Stack
 from tests.unit.test_engine import model_of

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from offcpu.diagnosis.findings import RULES
 from offcpu.errors import OffcpuError
-from offcpu.findings import RULES
 from offcpu.policy import (
     BLOCKED,
     COMPARED,

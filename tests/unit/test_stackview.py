@@ -12,7 +12,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from offcpu.findings import findings
+from offcpu.diagnosis.findings import findings
 from offcpu.flamegraph import find_renderer
 from offcpu.model.stackview import SEPARATOR, StackView, drawn, folded
 from offcpu.stacks import Stack

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from offcpu.findings import RULES, Context
+from offcpu.diagnosis.findings import RULES, Context
 from offcpu.model.stackview import StackView
 from offcpu.policy import BLOCKED, Limits, Policy, Regression, Tolerance
 from offcpu.renderers.json import JsonReport

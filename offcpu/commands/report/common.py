@@ -14,9 +14,9 @@ from typing import Any
 import click
 
 from offcpu.capture import METADATA, is_file_of
+from offcpu.diagnosis.locktable import lock_table
 from offcpu.errors import OffcpuError
 from offcpu.files import write_whole
-from offcpu.locktable import lock_table
 from offcpu.model import Model
 from offcpu.model.loading import READERS, build, cached_model
 from offcpu.model.stackview import StackView

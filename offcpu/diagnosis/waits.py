@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from offcpu.locktable import LockTable, Site
+from offcpu.diagnosis.locktable import LockTable, Site
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, STACK_LOST, Model, Row, Waker
 from offcpu.stacks import THREAD_ROOTS, UNKNOWN, Stack, normal
 

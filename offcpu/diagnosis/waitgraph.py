@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from offcpu.findings import Context
-from offcpu.waits import CAUSE_WORDS, DEVICE, OUTSIDE, PEER, TIMER, UNRECORDED, UNWOKEN, WaitClass
+from offcpu.diagnosis.findings import Context
+from offcpu.diagnosis.waits import CAUSE_WORDS, DEVICE, OUTSIDE, PEER, TIMER, UNRECORDED, UNWOKEN, WaitClass
 
 MIN_EDGE_SHARE = 0.01  # edges under this share of all blocked time are left out, as noise
 

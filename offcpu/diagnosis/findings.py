@@ -1,7 +1,7 @@
 """Findings: what holds a model's threads back, named, with its evidence and its fix.
 
 Pure functions over the model. Every wait is first classified by what ended it and
-where it waited (offcpu.waits), then claimed by at most one finding (offcpu.claims):
+where it waited (offcpu.diagnosis.waits), then claimed by at most one finding (offcpu.diagnosis.claims):
 no microsecond is in two findings. Each rule is data (id, title, remedy) plus a
 function that turns its claimed waits into matches; `findings` runs every rule in
 RULES and ranks what they found, worst first.
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from offcpu import _core
-from offcpu.claims import (
+from offcpu.diagnosis.claims import (
     DEADLOCK,
     FUTEX_UNKNOWN,
     HANDOFF,
@@ -50,12 +50,12 @@ from offcpu.claims import (
     Claims,
     Root,
 )
-from offcpu.locktable import LockTable, default_table, lock_table
+from offcpu.diagnosis.locktable import LockTable, default_table, lock_table
+from offcpu.diagnosis.waits import CAUSE_WORDS, NEW, PEER, PREEMPTED_CAUSE, Waits
 from offcpu.model import BEFORE_WINDOW, SUB_WINDOWS, WAKER_STACK_NOT_TAKEN, WHOLE_WINDOW, Model, Row
 from offcpu.model.stackview import StackView, of_threads
 from offcpu.model.summaries import runqueue_percentiles
 from offcpu.stacks import drawn_alone, reading
-from offcpu.waits import CAUSE_WORDS, NEW, PEER, PREEMPTED_CAUSE, Waits
 
 # Severity from share_of_wall. On the examples (2 CPUs, 1 s): the pathologies'
 # findings carry 20-80% of their threads' time, the same programs' secondary
