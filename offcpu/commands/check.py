@@ -34,9 +34,19 @@ from offcpu.commands.report.common import (
 from offcpu.diagnosis.claims import DEADLOCK, STUCK
 from offcpu.errors import Interrupted, OffcpuError, more_in
 from offcpu.escaping import printable
+from offcpu.gate.policy import Policy, load_policy
+from offcpu.gate.verdict import (
+    Measurements,
+    Verdict,
+    allowed_loss,
+    evaluate,
+    measure,
+    measurements_from_report,
+    too_lossy,
+    unrecorded,
+)
 from offcpu.model import Model
 from offcpu.model.summaries import unreadable_note, untrusted
-from offcpu.policy import Policy, load_policy
 from offcpu.reading.plain_perf_data import is_perf_data
 from offcpu.recording.end_watch import PERF_SPINNING
 from offcpu.recording.request import RecordRequest
@@ -52,16 +62,6 @@ from offcpu.renderers.verdict import (
     github_error,
 )
 from offcpu.stdout import write_stdout
-from offcpu.verdict import (
-    Measurements,
-    Verdict,
-    allowed_loss,
-    evaluate,
-    measure,
-    measurements_from_report,
-    too_lossy,
-    unrecorded,
-)
 
 EXIT_VIOLATED = 1
 COULD_NOT_CHECK_PREFIX = "could not check: "

@@ -14,9 +14,9 @@ from rich.text import Text
 
 from offcpu.diagnosis.findings import counted
 from offcpu.escaping import printable
-from offcpu.policy import NOT_GATED_BY_DEFAULT, RULE_IDS
+from offcpu.gate.policy import NOT_GATED_BY_DEFAULT, RULE_IDS
+from offcpu.gate.verdict import Check, Measurements, Verdict
 from offcpu.renderers.console import printed
-from offcpu.verdict import Check, Measurements, Verdict
 
 SCHEMA = "offcpu-check/1"
 MAX_ANNOTATIONS = 10
@@ -139,7 +139,7 @@ class VerdictJunit:
             if failed:
                 failure = ET.SubElement(case, "failure", message="; ".join(printable(check.sentence)
                                                                            for check in failed),
-                                        type="offcpu.policy")
+                                        type="offcpu.gate.policy")
                 failure.text = details
             else:
                 ET.SubElement(case, "system-out").text = details or unchecked

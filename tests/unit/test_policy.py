@@ -6,7 +6,7 @@ import pytest
 
 from offcpu.diagnosis.findings import RULES
 from offcpu.errors import OffcpuError
-from offcpu.policy import (
+from offcpu.gate.policy import (
     BLOCKED,
     COMPARED,
     DEFAULT_FAIL_ABOVE_INFO,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from offcpu.errors import OffcpuError
-from offcpu.policy import Policy, load_policy
+from offcpu.gate.policy import Policy, load_policy
 
 FUZZ_SECONDS = 3.0
 SEED = 20261122  # fixed, so that a failure is the same on every run

@@ -10,8 +10,17 @@ from dataclasses import replace
 import pytest
 
 from offcpu.diagnosis.findings import RULES, Context
+from offcpu.gate.policy import BLOCKED, Limits, Policy, Regression, Tolerance
+from offcpu.gate.verdict import (
+    FindingFigures,
+    Measurements,
+    evaluate,
+    measure,
+    measurements_from_report,
+    too_lossy,
+    unrecorded,
+)
 from offcpu.model.stackview import StackView
-from offcpu.policy import BLOCKED, Limits, Policy, Regression, Tolerance
 from offcpu.renderers.json import JsonReport
 from offcpu.renderers.verdict import (
     MAX_ANNOTATIONS,
@@ -22,15 +31,6 @@ from offcpu.renderers.verdict import (
     could_not_check_markdown,
     github_annotations,
     github_error,
-)
-from offcpu.verdict import (
-    FindingFigures,
-    Measurements,
-    evaluate,
-    measure,
-    measurements_from_report,
-    too_lossy,
-    unrecorded,
 )
 from tests.unit.test_engine import model_of
 

@@ -17,9 +17,9 @@ from offcpu.capture import CaptureInfo
 from offcpu.diagnosis.claims import LOCK_CONTENTION, MMAP_LOCK, STACK_CACHE_LOCK
 from offcpu.diagnosis.findings import SEVERITIES, Context, Finding, findings
 from offcpu.diagnosis.locktable import Lock, LockTable
+from offcpu.gate.policy import BLOCKED, EXTRA_KEYS, NOT_GATED_BY_DEFAULT, WAITS_FOR_WORK, Policy
 from offcpu.model import Model
 from offcpu.model.summaries import lifecycle, runqueue_percentiles, totals
-from offcpu.policy import BLOCKED, EXTRA_KEYS, NOT_GATED_BY_DEFAULT, WAITS_FOR_WORK, Policy
 
 
 @dataclass(frozen=True)
