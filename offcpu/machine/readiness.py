@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offcpu.errors import OffcpuError, more_in
-from offcpu.flamegraph import HOW_TO_GET_ONE, find_renderer
 from offcpu.machine import system
 from offcpu.machine.framepointers import check_binary, libc_of
 from offcpu.machine.limits import LimitsSnapshot, is_kernel_thread, not_permitted
 from offcpu.recording import events
 from offcpu.recording.snapshot import UNWINDER
+from offcpu.renderers.flamegraph_tool import HOW_TO_GET_ONE, find_renderer
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from offcpu.flamegraph import Renderer, render_svg
 from offcpu.model import Model
 from offcpu.model.stackview import StackView, chosen, lines_of
 from offcpu.model.summaries import totals
+from offcpu.renderers.flamegraph_tool import Renderer, render_svg
 
 
 def stack_lines(model: Model, view: StackView) -> list[str]:

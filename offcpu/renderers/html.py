@@ -13,7 +13,6 @@ from offcpu.diagnosis.findings import Context, counted, view_findings
 from offcpu.diagnosis.locktable import lock_table
 from offcpu.diagnosis.waitgraph import wait_graph
 from offcpu.escaping import printable
-from offcpu.flamegraph import Renderer
 from offcpu.model import Model
 from offcpu.model.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
 from offcpu.model.summaries import (
@@ -30,6 +29,7 @@ from offcpu.model.summaries import (
     waker_pairs,
 )
 from offcpu.renderers.flame import FlameGraphSvg, title
+from offcpu.renderers.flamegraph_tool import Renderer
 from offcpu.renderers.graph_svg import graph_svg
 from offcpu.renderers.text import STATE_NAMES, cause_lines, ms, ms_estimate, share, waker_name
 from offcpu.stacks import shorten_apart

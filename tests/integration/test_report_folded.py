@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from offcpu.flamegraph import find_renderer
 from offcpu.model import ASLEEP_ALL_WINDOW, BEFORE_WINDOW, NEW_THREAD, STACK_LOST
+from offcpu.renderers.flamegraph_tool import find_renderer
 from tests.conftest import assert_one_line_error, run_offcpu
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from offcpu.flamegraph import DEBIAN_NYTPROF_COPY, TITLE_CHARS
+from offcpu.renderers.flamegraph_tool import DEBIAN_NYTPROF_COPY, TITLE_CHARS
 from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -8,7 +8,6 @@ from dataclasses import replace
 import pytest
 
 from offcpu.errors import OffcpuError
-from offcpu.flamegraph import safe_title
 from offcpu.model.diffing import (
     SCHEDULER_LEAF,
     Side,
@@ -23,6 +22,7 @@ from offcpu.model.diffing import (
 )
 from offcpu.model.stackview import SEPARATOR, StackView, drawn, folded
 from offcpu.renderers.flame import stack_lines
+from offcpu.renderers.flamegraph_tool import safe_title
 from offcpu.stacks import shorten, shorten_apart
 from tests.unit.test_engine import model_of
 

@@ -11,7 +11,8 @@ from xml.etree import ElementTree
 import pytest
 
 from offcpu.errors import OffcpuError
-from offcpu.flamegraph import (
+from offcpu.model.stackview import StackView, folded
+from offcpu.renderers.flamegraph_tool import (
     DEBIAN_NYTPROF_COPY,
     TITLE_CHARS,
     find_renderer,
@@ -19,7 +20,6 @@ from offcpu.flamegraph import (
     render_svg,
     require_renderer,
 )
-from offcpu.model.stackview import StackView, folded
 from tests.unit.test_engine import model_of
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -26,11 +26,11 @@ import gzip
 import json
 from html import escape
 
-from offcpu.flamegraph import require_renderer
 from offcpu.model import Model
 from offcpu.model.stackview import StackView, drawn, selected
 from offcpu.model.summaries import sampling_note
 from offcpu.renderers.flame import title
+from offcpu.renderers.flamegraph_tool import require_renderer
 from offcpu.renderers.html import HtmlReport
 from offcpu.renderers.json import JsonReport
 from offcpu.renderers.perfetto import Bounds, PerfettoTrace

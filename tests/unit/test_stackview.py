@@ -13,8 +13,8 @@ from xml.etree import ElementTree
 import pytest
 
 from offcpu.diagnosis.findings import findings
-from offcpu.flamegraph import find_renderer
 from offcpu.model.stackview import SEPARATOR, StackView, drawn, folded
+from offcpu.renderers.flamegraph_tool import find_renderer
 from offcpu.stacks import Stack
 from tests.unit.test_engine import model_of
 

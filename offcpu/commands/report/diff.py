@@ -16,7 +16,6 @@ from offcpu.commands.report.common import (
 )
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
-from offcpu.flamegraph import render_svg, require_renderer
 from offcpu.model.diffing import (
     Diff,
     Side,
@@ -30,6 +29,7 @@ from offcpu.model.diffing import (
 from offcpu.model.stackview import StackView
 from offcpu.reading.plain_perf_data import is_perf_data
 from offcpu.renderers.console import Column, fitted_table, printed, short_names, stdout_layout
+from offcpu.renderers.flamegraph_tool import render_svg, require_renderer
 from offcpu.renderers.text import ms
 from offcpu.stacks import shorten_apart
 from offcpu.stdout import write_stdout

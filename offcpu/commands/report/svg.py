@@ -14,9 +14,9 @@ from offcpu.commands.report.common import (
     renderer_option,
     view_options,
 )
-from offcpu.flamegraph import require_renderer
 from offcpu.model.stackview import StackView
 from offcpu.renderers.flame import FlameGraphSvg
+from offcpu.renderers.flamegraph_tool import require_renderer
 
 
 @click.command()
