@@ -232,7 +232,9 @@ def _kb(fields: dict[str, str], name: str) -> int:
 def _stages(capture: Path) -> dict[str, float]:
     """CPU seconds of each stage of a cold report, one after the other in this process."""
     from offcpu.capture import load
-    from offcpu.diagnosis.findings import Context, default_table, findings
+    from offcpu.diagnosis.context import Context
+    from offcpu.diagnosis.findings import findings
+    from offcpu.diagnosis.locktable import default_table
     from offcpu.diagnosis.waitgraph import wait_graph
     from offcpu.model.engine import threads_at_start, to_model
     from offcpu.model.loading import choose_reader  # offcpu's own modules, in this process: see the docstring

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
 from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target
-from offcpu.diagnosis.findings import counted
+from offcpu.diagnosis.wording import counted
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.machine import system

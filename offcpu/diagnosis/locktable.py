@@ -23,6 +23,7 @@ FINDINGS = ("mmap_lock", "stack_cache_lock", "lock_contention", "io_wait", "idle
 LIMITS = ("max_share", "max_ms_per_s")
 KEYS = ("name", "kind", "finding", "wait", "callers", "release", "retry", "what", "remedy", *LIMITS)
 MAX_FILE_BYTES = 1 << 20
+GENERIC_FUTEX = "futex"  # the name of the entry for a futex its stack says nothing more of (locks.toml)
 
 
 @dataclass(frozen=True)

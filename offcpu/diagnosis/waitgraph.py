@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from offcpu.diagnosis.findings import Context
+from offcpu.diagnosis.context import Context
 from offcpu.diagnosis.waits import CAUSE_WORDS, DEVICE, OUTSIDE, PEER, TIMER, UNRECORDED, UNWOKEN, WaitClass
 
 MIN_EDGE_SHARE = 0.01  # edges under this share of all blocked time are left out, as noise

@@ -33,8 +33,8 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from offcpu.diagnosis.findings import RULES
 from offcpu.diagnosis.locktable import LockTable, default_table, parse_toml, read_toml_text, table_with
+from offcpu.diagnosis.rules import RULES
 from offcpu.errors import OffcpuError
 
 RULE_IDS = tuple(rule.id for rule in RULES)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from offcpu.capture import CaptureInfo
 from offcpu.diagnosis.claims import LOCK_CONTENTION, MMAP_LOCK, STACK_CACHE_LOCK
-from offcpu.diagnosis.findings import SEVERITIES, Context, Finding, findings
+from offcpu.diagnosis.context import Context
+from offcpu.diagnosis.findings import SEVERITIES, Finding, findings
 from offcpu.diagnosis.locktable import Lock, LockTable
 from offcpu.gate.policy import BLOCKED, EXTRA_KEYS, NOT_GATED_BY_DEFAULT, WAITS_FOR_WORK, Policy
 from offcpu.model import Model

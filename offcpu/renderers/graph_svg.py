@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from html import escape
 
-from offcpu.diagnosis.findings import counted, us_text
 from offcpu.diagnosis.waitgraph import Node, WaitGraph
+from offcpu.diagnosis.wording import counted, us_text
 from offcpu.escaping import printable
 
 WIDTH, HEIGHT = 720, 460

@@ -9,9 +9,11 @@ import shlex
 from collections.abc import Iterable, Sequence
 from html import escape
 
-from offcpu.diagnosis.findings import Context, counted, view_findings
+from offcpu.diagnosis.context import Context
+from offcpu.diagnosis.findings import view_findings
 from offcpu.diagnosis.locktable import lock_table
 from offcpu.diagnosis.waitgraph import wait_graph
+from offcpu.diagnosis.wording import counted
 from offcpu.escaping import printable
 from offcpu.model import Model
 from offcpu.model.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected

@@ -11,7 +11,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from offcpu.diagnosis.findings import Evidence, Finding, counted, pct, us_text, view_findings
+from offcpu.diagnosis.evidence import Evidence
+from offcpu.diagnosis.findings import Finding, view_findings
+from offcpu.diagnosis.wording import counted, pct, us_text
 from offcpu.escaping import printable
 from offcpu.model import Model
 from offcpu.model.stackview import StackView, chosen, listed, selected

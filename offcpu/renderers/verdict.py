@@ -12,7 +12,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from offcpu.diagnosis.findings import counted
+from offcpu.diagnosis.wording import counted
 from offcpu.escaping import printable
 from offcpu.gate.policy import NOT_GATED_BY_DEFAULT, RULE_IDS
 from offcpu.gate.verdict import Check, Measurements, Verdict

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from offcpu.diagnosis.findings import RULES
+from offcpu.diagnosis.rules import RULES
 from tests.conftest import OFFCPU, assert_one_line_error, example, processes_with_arguments, run_offcpu
 
 # program -> the default policy's checks its pathology must fail, and its fixed twin

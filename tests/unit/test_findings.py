@@ -10,19 +10,10 @@ from collections import Counter
 import pytest
 
 from offcpu.capture import CaptureInfo, Target
-from offcpu.diagnosis.findings import (
-    RULES,
-    SEVERITIES,
-    Context,
-    Finding,
-    Match,
-    Rule,
-    detect_mmap_lock,
-    findings,
-    severity_of,
-    share_uncertainty,
-)
+from offcpu.diagnosis.context import Context, share_uncertainty
+from offcpu.diagnosis.findings import SEVERITIES, Finding, findings, severity_of
 from offcpu.diagnosis.locktable import default_table
+from offcpu.diagnosis.rules import RULES, Match, Rule, detect_mmap_lock
 from offcpu.model import Model, Row, Thread
 from offcpu.stacks import Stack
 from tests.unit.test_engine import model_of

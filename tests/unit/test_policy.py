@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from offcpu.diagnosis.findings import RULES
+from offcpu.diagnosis.rules import RULES
 from offcpu.errors import OffcpuError
 from offcpu.gate.policy import (
     BLOCKED,

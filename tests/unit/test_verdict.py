@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from offcpu.diagnosis.findings import RULES, Context
+from offcpu.diagnosis.context import Context
+from offcpu.diagnosis.rules import RULES
 from offcpu.gate.policy import BLOCKED, Limits, Policy, Regression, Tolerance
 from offcpu.gate.verdict import (
     FindingFigures,

@@ -1,0 +1,98 @@
+"""What every rule and every finding reads of a model, computed once: the waits' classes and
+claims, the threads' wall time, and the sums and shares over rows."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from functools import cached_property
+
+from offcpu.diagnosis.chains import root_shares
+from offcpu.diagnosis.claims import IDLE, Claims
+from offcpu.diagnosis.locktable import LockTable, default_table
+from offcpu.diagnosis.waits import Waits
+from offcpu.model import SUB_WINDOWS, Model, Row
+
+
+def total(rows: Iterable[Row]) -> int:
+    return sum(row.offcpu_us for row in rows)
+
+def blocked(rows: Iterable[Row]) -> int:
+    return sum(row.blocked_us for row in rows)
+
+def tids(rows: Iterable[Row]) -> int:
+    return len({row.tid for row in rows})
+
+
+class Context:
+    """The model with what every rule needs computed once: classes, claims, totals."""
+
+    def __init__(self, model: Model, table: LockTable | None = None) -> None:
+        self.model = model
+        self.waits = Waits(model, table or default_table())
+        self.claims = Claims(model, self.waits)
+        self.wall_by_tid = {tid: t.oncpu_us + t.offcpu_us for tid, t in model.threads.items()}
+        self.offcpu_us = sum(t.offcpu_us for t in model.threads.values())
+        self.idle_rows = self.claims.rows(IDLE)
+        self.idle_us = total(self.idle_rows)
+
+    def share_of_wall(self, us: int, rows: list[Row]) -> float:
+        """`us` over the wall time of the threads of `rows`, at least one whole window."""
+        wall = max(sum(self.wall_by_tid[tid] for tid in {row.tid for row in rows}), self.model.wall_us)
+        return us / wall if wall > 0 else 0.0
+
+    def share_uncertainty(self, rows: list[Row]) -> float:
+        """The standard error of share_of_wall(total(rows), rows), from how the share spreads
+        over the model's sub-windows (see share_uncertainty); 0 when the rows do not say."""
+        if not rows or any(len(row.windows) != SUB_WINDOWS for row in rows):
+            return 0.0
+        parts = [sum(row.windows[window] for row in rows) for window in range(SUB_WINDOWS)]
+        walls = [0.0] * SUB_WINDOWS
+        for tid in {row.tid for row in rows}:
+            for window, presence in enumerate(self.presence[tid]):
+                walls[window] += self.wall_by_tid[tid] * presence
+        # as share_of_wall, of at least one whole window
+        present, whole = sum(walls), max(sum(walls), self.model.wall_us)
+        walls = [wall * whole / present for wall in walls] if present else [whole / SUB_WINDOWS] * SUB_WINDOWS
+        return share_uncertainty(parts, walls)
+
+    @cached_property
+    def presence(self) -> dict[int, list[float]]:
+        """Each thread's time in the window, as the share of it in each sub-window: spread evenly
+        from its creation (or the window's start) to its exit (or the window's end)."""
+        start, end = self.model.window_start_ns, self.model.window_end_ns
+        edges = [start + (end - start) * window // SUB_WINDOWS for window in range(SUB_WINDOWS + 1)]
+        found = {}
+        for tid, thread in self.model.threads.items():
+            born, gone = thread.created_ns or start, thread.exited_ns or end
+            spans = [max(0, min(gone, edges[window + 1]) - max(born, edges[window])) for window in range(SUB_WINDOWS)]
+            found[tid] = [span / sum(spans) for span in spans] if sum(spans) else [1 / SUB_WINDOWS] * SUB_WINDOWS
+        return found
+
+    def truncated(self) -> bool:
+        return bool(self.model.capture.user_stacks_truncated)
+
+    @cached_property
+    def row_number(self) -> dict[int, int]:
+        """Each row's number in the model, by the row's id (rows are dataclasses, not hashable)."""
+        return {id(row): number for number, row in enumerate(self.model.rows)}
+
+    @cached_property
+    def root_shares(self) -> dict[int, dict[str, float]]:
+        """What each peer-ended row's blocked time came down to (see chains.root_shares): the same
+        for every finding, so worked out once."""
+        return root_shares(self.model, self.waits, self.claims)
+
+
+def share_uncertainty(parts: list[int], walls: list[float]) -> float:
+    """The standard error of a share sum(parts) / sum(walls) measured in sub-windows (a part
+    and the wall time it is of, in each), from the spread of the sub-windows: the ratio
+    estimator's, sqrt(n / (n - 1) * sum((part - share * wall)^2)) / sum(walls). With equal
+    walls it is the standard deviation of the sub-windows' shares over the square root of
+    their number."""
+    whole = sum(walls)
+    if len(parts) < 2 or whole <= 0:
+        return 0.0
+    share = sum(parts) / whole
+    spread = sum((part - share * wall) ** 2 for part, wall in zip(parts, walls, strict=True))
+    return math.sqrt(len(parts) / (len(parts) - 1) * spread) / whole

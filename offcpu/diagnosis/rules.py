@@ -1,0 +1,422 @@
+"""The rules: each is data (its id, title and remedy) and a function that turns the waits the
+claims gave it (offcpu.diagnosis.claims) into matches, each with its sentence."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from offcpu.diagnosis.claims import (
+    DEADLOCK,
+    FUTEX_UNKNOWN,
+    HANDOFF,
+    IDLE,
+    IDLE_MEAN_WAIT_US,
+    IO_WAIT,
+    LOCK_CONTENTION,
+    MMAP_LOCK,
+    PTHREAD_MUTEX,
+    RUNQUEUE,
+    SERIALIZATION,
+    STACK_CACHE_LOCK,
+    STUCK,
+    THREAD_CHURN,
+    Root,
+)
+from offcpu.diagnosis.context import Context, blocked, tids, total
+from offcpu.diagnosis.locktable import GENERIC_FUTEX
+from offcpu.diagnosis.wording import counted, pct, us_text
+from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Row
+from offcpu.model.summaries import runqueue_percentiles
+
+# thread_limits: a limit used this much is worth a finding, a warning, critical.
+LIMIT_INFO_FROM = 0.5
+LIMIT_WARNING_FROM = 0.8  # offcpu.machine.limits.WARN_FROM, doctor's "near"
+LIMIT_CRITICAL_FROM = 0.95
+
+DWARF_HINT = "record with --call-graph dwarf to see the callers"
+STACK_CACHE = "glibc stack cache lock"  # the lock table's name for it
+LOCK_REMEDY = ("Hold the lock for less time or less often: move work out of the critical section, split the data so "
+               "threads do not share one lock (per-thread or per-CPU state merged at the end, striped locks), or use "
+               "atomics for simple counters. The wait site shows who waits, the release site who held it.")
+
+
+
+@dataclass(frozen=True)
+class Match:
+    """What a rule found: the rows it is about and its sentence."""
+
+    rows: list[Row]
+    summary: str
+    confidence: str = "high"
+    confidence_reason: str = ""
+    floor: str = "info"  # lowest severity, whatever the share
+    cap: str = "critical"  # highest severity
+    threads: int | None = None  # counted from the rows unless given
+    subject: str = ""
+    title: str = ""  # instead of the rule's
+    remedy: str = ""  # instead of the rule's
+
+def threads_text(rows: Iterable[Row]) -> str:
+    return counted(tids(rows), "thread")
+
+def spent_text(rows: list[Row], ctx: Context) -> str:
+    """'spent 5.7 s (64% of their time; 2.1 s until woken, 3.6 s more waiting for a CPU)'."""
+    us = total(rows)
+    woken = blocked(rows)
+    split = f"; {us_text(woken)} until woken, {us_text(us - woken)} more waiting for a CPU" if us - woken else ""
+    return f"spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of {their(rows)} time{split})"
+
+def spent_on_a_lock_text(rows: list[Row], ctx: Context) -> str:
+    """'spent 5.7 s (2.1 s until woken, 24% of their time; 3.6 s more waiting for a CPU)': a
+    lock's share is of the time blocked on it (see LOCK_FINDINGS)."""
+    us = total(rows)
+    woken = blocked(rows)
+    share = f"{pct(ctx.share_of_wall(woken, rows))} of {their(rows)} time"
+    if us == woken:
+        return f"spent {us_text(us)} ({share})"
+    return f"spent {us_text(us)} ({us_text(woken)} until woken, {share}; {us_text(us - woken)} more waiting for a CPU)"
+
+def their(rows: Iterable[Row]) -> str:
+    return "its" if tids(rows) == 1 else "their"
+
+def times_text(rows: Iterable[Row]) -> str:
+    n = sum(row.count for row in rows)
+    return "once" if n == 1 else f"{n:,} times"
+
+
+# -- the rules ------------------------------------------------------------------------
+
+def detect_mmap_lock(ctx: Context) -> list[Match]:
+    rows = ctx.claims.rows(MMAP_LOCK)
+    if not rows:
+        return []
+    return [Match(rows, f"{threads_text(rows)} {spent_on_a_lock_text(rows, ctx)} waiting {times_text(rows)} for the "
+                        f"process's memory-map lock (mmap_lock), which mmap, munmap, mprotect, madvise and page "
+                        f"faults all take.", subject="mmap_lock")]
+
+def detect_stack_cache_lock(ctx: Context) -> list[Match]:
+    rows = ctx.claims.rows(STACK_CACHE_LOCK)
+    if not rows:
+        return []
+    summary = (f"{threads_text(rows)} {spent_on_a_lock_text(rows, ctx)} waiting {times_text(rows)} for glibc's stack "
+               f"cache lock, which every thread creation and exit takes.")
+    guessed = ctx.claims.guessed(STACK_CACHE_LOCK)
+    if total(guessed) * 2 > total(rows):
+        life = ctx.claims.lifecycle
+        return [Match(rows, summary.replace("for glibc's stack cache lock", "for a glibc-internal lock, most "
+                                            "likely its stack cache lock"),
+                      confidence="low",
+                      confidence_reason=f"the stacks stop at __lll_lock_wait_private (user stacks truncated); with "
+                                        f"{life.created_per_s:,.0f} threads created a second it is most likely the "
+                                        f"stack cache lock: {DWARF_HINT}", subject=STACK_CACHE)]
+    return [Match(rows, summary, subject=STACK_CACHE)]
+
+def detect_lock_contention(ctx: Context) -> list[Match]:
+    """A finding per lock the lock table names (glibc's mutexes, a runtime's or a server's)."""
+    matches = []
+    for name in ctx.claims.keys(LOCK_CONTENTION):
+        rows = ctx.claims.rows(LOCK_CONTENTION, name)
+        lock = next(site.lock for site in ctx.waits.sites if site is not None and site.lock.name == name)
+        what = lock.what or name
+        summary = f"{threads_text(rows)} {spent_on_a_lock_text(rows, ctx)} waiting {times_text(rows)} for {what}"
+        if lock.retry:
+            summary += (": they sleep and try again, so a timer ends their waits, not the holder; meanwhile "
+                        f"{_holders(ctx, rows)}")
+        matches.append(Match(rows, summary + ".", subject=name, title=f"Threads wait for a lock: {name}",
+                             remedy=lock.remedy or LOCK_REMEDY,
+                             confidence_reason=f"which lock is not shown (user stacks truncated): {DWARF_HINT}"
+                             if ctx.truncated() and name == PTHREAD_MUTEX else ""))
+    return matches
+
+def detect_deadlock(ctx: Context) -> list[Match]:
+    """A finding per cycle of threads asleep all the window, each waiting for a mutex the
+    next holds (glibc's owner of each, read at the window's end)."""
+    matches = []
+    for deadlock in ctx.claims.deadlocks:
+        tids_of = set(deadlock.cycle + deadlock.behind)
+        rows = [row for row in ctx.claims.rows(DEADLOCK) if row.tid in tids_of]
+        if not rows:
+            continue
+        first, *others = deadlock.cycle
+        holder = ctx.claims.mutex_owners
+        links = [f"{_thread_words(ctx, first)} waits for a mutex "
+                 + (f"held by {_thread_words(ctx, holder[first])}" if others else "it holds itself")]
+        links += [f"which waits for one held by {_thread_words(ctx, holder[tid])}" for tid in others]
+        behind = (f"; {counted(len(deadlock.behind), 'more thread')} wait{'s' * (len(deadlock.behind) == 1)} "
+                  f"behind them ({', '.join(_thread_words(ctx, tid) for tid in deadlock.behind)})"
+                  if deadlock.behind else "")
+        summary = (f"{threads_text(rows)} waited all {us_text(ctx.model.wall_us)} of the recording and none of "
+                   f"them ran: {', '.join(links)}{behind}.")
+        matches.append(Match(rows, summary, floor="critical", subject=_thread_words(ctx, deadlock.cycle[0])))
+    return matches
+
+def detect_stuck(ctx: Context) -> list[Match]:
+    """A finding per lock that threads waited for all the window, never woken (no deadlock shown)."""
+    matches = []
+    for name in ctx.claims.keys(STUCK):
+        rows = ctx.claims.rows(STUCK, name)
+        lock = next(site.lock for site in ctx.waits.sites if site is not None and site.lock.name == name)
+        owners = ctx.claims.mutex_owners
+        holders = sorted({owners[row.tid] for row in rows if row.tid in owners})
+        held = f", held by {', '.join(_holder_words(ctx, tid) for tid in holders)}" if holders else ""
+        summary = (f"{threads_text(rows)} waited all {us_text(ctx.model.wall_us)} of the recording for "
+                   f"{lock.what or name}{held}, and made no progress.")
+        matches.append(Match(rows, summary, floor="warning", subject=name, title=f"Threads stuck on a lock: {name}"))
+    return matches
+
+def _holder_words(ctx: Context, tid: int) -> str:
+    """'left (13107), itself asleep all the recording (a sleep: ...)', or 'left (13107), which ran 3.0 ms
+    meanwhile'."""
+    thread = ctx.model.threads.get(tid)
+    if thread is None:
+        return _thread_words(ctx, tid)
+    whole = [index for index, row in enumerate(ctx.model.rows)
+             if row.tid == tid and row.waker is None and row.offcpu_us >= WHOLE_WINDOW * ctx.model.wall_us]
+    site = ctx.waits.sites[ctx.model.rows[whole[0]].stack] if whole else None
+    if whole:
+        where = f" ({site.lock.what or site.lock.name})" if site else ""
+        return f"{_thread_words(ctx, tid)}, itself asleep all the recording{where}"
+    return f"{_thread_words(ctx, tid)}, which ran {us_text(thread.oncpu_us)} meanwhile"
+
+def _thread_words(ctx: Context, tid: int) -> str:
+    """'right (30467)', or the tid alone for a thread the model does not know."""
+    thread = ctx.model.threads.get(tid)
+    return f"{thread.comm} ({tid})" if thread else f"thread {tid}"
+
+def _holders(ctx: Context, rows: list[Row]) -> str:
+    """What the other threads of the waiters' pools did while those retried: they held the lock."""
+    pools = {ctx.waits.pool_of(row.tid) for row in rows}
+    tids_of = {tid for pool in pools for tid in ctx.claims.pools[pool].tids}
+    oncpu = sum(ctx.model.threads[tid].oncpu_us for tid in tids_of)
+    io = total(row for row in ctx.claims.rows(IO_WAIT) if row.tid in tids_of)
+    return (f"their pool{'s' if len(pools) > 1 else ''} ({', '.join(sorted(pools))}) ran {us_text(oncpu)} on CPU "
+            f"and waited {us_text(io)} for disk I/O, holding it")
+
+def detect_serialization(ctx: Context) -> list[Match]:
+    """A finding per pool whose threads take turns, or wait behind one another's disk or lock."""
+    matches = []
+    for name in ctx.claims.keys(SERIALIZATION):
+        rows = ctx.claims.rows(SERIALIZATION, name)
+        pool = ctx.claims.pools[name]
+        summary = (f"{threads_text(rows)} of {name} {spent_text(rows, ctx)} waiting {times_text(rows)} for each "
+                   f"other (each wait ended by another of them); on average {pool.busy_threads:.1f} of its "
+                   f"{len(pool.tids)} threads had work (were not waiting for work or time) and they ran on "
+                   f"{pool.parallelism:.1f} CPUs of {pool.cpus}")
+        root = _roots(ctx, rows)
+        if root.held_back:
+            blocked_us = max(blocked(rows), 1)
+            held = []
+            if root.io_us + root.lock_us:
+                held.append(f"waiting for a disk or a lock {pct((root.io_us + root.lock_us) / blocked_us)}")
+            if root.queued_us:
+                held.append(f"in line behind another of them {pct(root.queued_us / blocked_us)}")
+            summary += f"; the threads that let them go were {', and '.join(held)} of that time"
+        elif pool.held_to_fewer_cpus:
+            summary += ": they take turns, as on one lock"
+        site = ctx.waits.sites[_heaviest_stack(rows)]
+        site_words = f" at {site.lock.name}" if site is not None and site.lock.name != GENERIC_FUTEX else ""
+        matches.append(Match(rows, summary + ".", subject=name, title=f"Threads take turns{site_words}: {name}",
+                             confidence="low" if ctx.truncated() and site is None else "high",
+                             confidence_reason=f"the stacks do not show which lock or queue (user stacks truncated): "
+                                               f"{DWARF_HINT}" if ctx.truncated() and site is None else ""))
+    return matches
+
+def _roots(ctx: Context, rows: list[Row]) -> Root:
+    """What the wakers of these rows' waits did meanwhile, all together."""
+    index = ctx.row_number
+    whole = Root()
+    for row in rows:
+        root = ctx.claims.roots.get(index[id(row)])
+        if root is not None:
+            whole.add(root)
+    return whole
+
+def _heaviest_stack(rows: list[Row]) -> int:
+    by_stack: dict[int, int] = defaultdict(int)
+    for row in rows:
+        by_stack[row.stack] += row.offcpu_us
+    return max(by_stack, key=by_stack.__getitem__)
+
+def detect_handoff(ctx: Context) -> list[Match]:
+    matches = []
+    for name in ctx.claims.keys(HANDOFF):
+        rows = ctx.claims.rows(HANDOFF, name)
+        pool = ctx.claims.pools[name]
+        rate = sum(row.count for row in rows) / max(ctx.model.wall_us / 1e6, 1e-9)
+        site = ctx.waits.sites[_heaviest_stack(rows)]
+        through = f" through a {site.lock.name}" if site is not None and site.lock.kind == "handoff" else ""
+        turns = (f"; they take turns, on {pool.parallelism:.1f} CPUs of {pool.cpus}" if pool.held_to_fewer_cpus
+                 else "")
+        matches.append(Match(rows, f"{threads_text(rows)} of {name} handed work to each other{through} "
+                                   f"{rate:,.0f} times a second and {spent_text(rows, ctx)} waiting for it{turns}: "
+                                   f"this is how the program is built, not a lock; at high rates its cost is the "
+                                   f"switches.", subject=name, cap="info"))
+    return matches
+
+def detect_thread_churn(ctx: Context) -> list[Match]:
+    life = ctx.claims.lifecycle
+    if not ctx.claims.churning or life.median_life_us is None:
+        return []
+    rows = ctx.claims.rows(THREAD_CHURN)
+    us = total(rows)
+    busy = ctx.offcpu_us - ctx.idle_us
+    paths = "waiting for their first run, and in creating and ending them" if ctx.truncated() else \
+        "waiting for their first run, and in creating, joining and ending them"
+    return [Match(rows, f"{counted(life.created, 'thread')} were created ({life.created_per_s:,.0f} a second) and "
+                        f"lived {us_text(life.median_life_us)} (median); they spent {us_text(us)} off CPU {paths} "
+                        f"({pct(us / busy if busy > 0 else 0.0)} of the off-CPU time that was not waiting for work; "
+                        f"waits for the stack cache lock aside), and more on CPU setting up and tearing down each "
+                        f"thread.",
+                  floor="warning", threads=life.created,
+                  confidence="low" if ctx.truncated() else "high",
+                  confidence_reason=f"waits in pthread_join are not told apart from other futex waits (user stacks "
+                                    f"truncated): {DWARF_HINT}" if ctx.truncated() else "")]
+
+def detect_futex_unknown(ctx: Context) -> list[Match]:
+    unknown = ctx.claims.rows(FUTEX_UNKNOWN)
+    if not unknown:
+        return []
+    return [Match(unknown, f"{threads_text(unknown)} {spent_text(unknown, ctx)} in "
+                           f"{counted(sum(row.count for row in unknown), 'futex wait')} that no recorded thread ended, "
+                           f"and whose stacks stop in libc: they may be waits for a lock or for work (a condition "
+                           f"variable, a join, a semaphore), so they are neither counted as contention nor as waits "
+                           f"for work.",
+                  cap="info", confidence="low",
+                  confidence_reason="user stacks stop at libc's futex wrapper (glibc built without frame "
+                                    f"pointers): {DWARF_HINT}")]
+
+def detect_runqueue(ctx: Context) -> list[Match]:
+    rows = ctx.claims.rows(RUNQUEUE)
+    if not rows:
+        return []
+    us = total(rows)
+    delay = runqueue_percentiles(ctx.model)
+    after_wakeup = (f"; after their wakeups, threads waited {us_text(delay[50])} (median), {us_text(delay[99])} "
+                    f"(p99), up to {us_text(delay[100])} for a CPU, which the findings of the waits they were "
+                    f"woken from count" if delay else "")
+    waiting = sum(row.runqueue_us for row in ctx.model.rows) / max(ctx.model.wall_us, 1)
+    were, they = ("was", "it") if tids(rows) == 1 else ("were", "they")
+    return [Match(rows, f"{threads_text(rows)} {were} preempted while {they} still had work for {us_text(us)} "
+                        f"({pct(ctx.share_of_wall(us, rows))} of {their(rows)} time){after_wakeup}; on average "
+                        f"{waiting:.1f} runnable threads waited for the {ctx.model.capture.cpus} CPUs.")]
+
+def detect_io_wait(ctx: Context) -> list[Match]:
+    rows = ctx.claims.rows(IO_WAIT)
+    if not rows:
+        return []
+    return [Match(rows, f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for disk I/O "
+                        f"(reads, writeback, fsync or the journal).")]
+
+def detect_thread_limits(ctx: Context) -> list[Match]:
+    capture = ctx.model.capture
+    snapshots = [("at the start of the recording", capture.limits), ("during the recording", capture.limits_peak)]
+    when, snapshot = max(((when, snapshot) for when, snapshot in snapshots if snapshot),
+                         key=lambda item: _highest_share(item[1]), default=("", None))
+    limits = [item for item in (snapshot or {}).get("limits", [])
+              if item.get("share") is not None and item["share"] >= LIMIT_INFO_FROM]
+    if not snapshot or not limits:
+        return []
+    worst = max(item["share"] for item in limits)
+    floor = "critical" if worst >= LIMIT_CRITICAL_FROM else "warning" if worst >= LIMIT_WARNING_FROM else "info"
+    used = "; ".join(f"{item['used']:,} of {item['limit']:,} {item['what']} ({item['name']}, {item['share']:.0%})"
+                     for item in sorted(limits, key=lambda item: -item["share"]))
+    return [Match([], f"{when.capitalize()} the process was near the limits on threads and memory maps: {used}; "
+                      f"at the limit, creating a thread fails with 'Resource temporarily unavailable'.",
+                  floor=floor, cap=floor, threads=snapshot.get("threads", 0))]
+
+def _highest_share(snapshot: dict) -> float:
+    return max((item["share"] for item in snapshot.get("limits", []) if item.get("share") is not None), default=0.0)
+
+def detect_idle(ctx: Context) -> list[Match]:
+    rows = ctx.idle_rows
+    if not rows:
+        return []
+    us = total(rows)
+    quiet = tids(row for row in rows if ctx.model.stacks[row.stack].frames == (BEFORE_WINDOW,))
+    unwoken = "" if not quiet else " (not woken at all: idle, or stuck, which looks the same)" \
+        if quiet == tids(rows) else f" ({quiet:,} of them not woken at all: idle, or stuck, which looks the same)"
+    return [Match(rows, f"{threads_text(rows)}{unwoken} spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of "
+                        f"{their(rows)} time) waiting for work or for time to pass: woken by a timer, the network, "
+                        f"a thread outside their service, or a peer that was itself waiting for work (or handing it "
+                        f"over less than {1_000_000 // IDLE_MEAN_WAIT_US} times a second); this is not contention "
+                        f"and is left out of the other findings' shares.",
+                  cap="info")]
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    remedy: str
+    detect: Callable[[Context], list[Match]]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(DEADLOCK, "Threads are deadlocked",
+         "Threads that each hold a mutex another of them waits for never go on. Take locks in one order "
+         "everywhere (or all at once: std::scoped_lock, std::lock), or take the second with a timeout "
+         "(pthread_mutex_timedlock) and back off. The stacks show where each thread waits; `gdb -p PID` and "
+         "`thread apply all bt full` show which locks each holds.",
+         detect_deadlock),
+    Rule(STUCK, "Threads stuck on a lock",
+         "A thread that waits for a lock for the whole recording makes no progress. Find what the holder does "
+         "while holding it (its stack, here or with `eu-stack -p PID`): it may sleep, wait for I/O or a network "
+         "reply, or wait for another lock. Hold locks across no blocking call, and give waits a timeout that "
+         "says which lock was not released.",
+         detect_stuck),
+    Rule(MMAP_LOCK, "Threads wait for the process's memory-map lock (mmap_lock)",
+         "Stop mapping and unmapping memory on the hot path: allocate buffers once per thread (or from a pool) and "
+         "reuse them, read files with read()/pread() into a reused buffer instead of mmap() per request, and keep "
+         "the allocator from returning memory to the kernel all the time (glibc: raise M_MMAP_THRESHOLD and "
+         "M_TRIM_THRESHOLD, or use jemalloc/tcmalloc). In the MemSQL case, read() instead of mmap() per query "
+         "nearly doubled throughput.",
+         detect_mmap_lock),
+    Rule(STACK_CACHE_LOCK, "Thread creation and exit wait for glibc's stack cache lock",
+         "Stop creating a thread per task: run tasks on a fixed pool of threads created once. glibc serializes "
+         "every thread creation and exit on one lock, held while thread stacks are mapped and unmapped, so the "
+         "cost of starting a thread grows with how many start and exit at the same time. If threads must come "
+         "and go, give them smaller stacks (pthread_attr_setstacksize) so freed stacks stay in glibc's stack "
+         "cache (40 MiB by default, GLIBC_TUNABLES=glibc.pthread.stack_cache_size).",
+         detect_stack_cache_lock),
+    Rule(LOCK_CONTENTION, "Threads wait for a lock another thread holds", LOCK_REMEDY, detect_lock_contention),
+    Rule(SERIALIZATION, "Threads take turns: they wait on each other",
+         "The threads wait for one another far more than they run: one lock, queue or resource lets one of them "
+         "through at a time. The wait site shows where they wait and the release site which code lets them go; "
+         "make that section shorter or split what it guards so that several can go at once, or use fewer "
+         "threads (they add waiting, not throughput). When the threads that let them go were waiting for a disk "
+         "or a lock themselves (the chain), fix that first.",
+         detect_serialization),
+    Rule(HANDOFF, "Threads hand work to each other",
+         "Nothing is held here: the threads wait for each other's data by design (a pipe, a queue, a request and "
+         "its reply). At high rates the cost is the switches: hand over work in batches, or keep both sides on "
+         "one thread.",
+         detect_handoff),
+    Rule(THREAD_CHURN, "Threads are created and destroyed at a high rate",
+         "Use a thread pool sized to the CPUs and the work, fed by a bounded queue, instead of a thread per task "
+         "or request: each new thread costs a clone, a stack mapping and its guard page, and an unmapping at exit, "
+         "all under process-wide locks.",
+         detect_thread_churn),
+    Rule(FUTEX_UNKNOWN, "Futex waits of unknown kind",
+         "Record again with --call-graph dwarf: the full user stacks tell lock waits (pthread_mutex_lock, rwlocks) "
+         "from waits for work (pthread_cond_wait, pthread_join, sem_wait), and these waits become "
+         "lock_contention or idle.",
+         detect_futex_unknown),
+    Rule(RUNQUEUE, "Threads wait for a CPU (CPU saturation)",
+         "The threads had work but no CPU to run it on: run no more busy threads than there are CPUs (size pools "
+         "to the CPU count), remove or throttle other CPU-heavy work on the machine, or give it more CPUs. This is "
+         "not a lock: making critical sections shorter will not help.",
+         detect_runqueue),
+    Rule(IO_WAIT, "Threads wait for disk I/O",
+         "Find which files and devices are slow (iostat -x, biolatency); batch fsync/fdatasync calls, move writes "
+         "and flushes off the request path, read ahead or cache hot data, or use faster storage.",
+         detect_io_wait),
+    Rule("thread_limits", "The process is near the limits on threads or memory maps",
+         "Bound the number of threads: a fixed pool with a bounded queue that pushes back on the producer. "
+         "Raising ulimit -u (RLIMIT_NPROC), kernel.threads-max, kernel.pid_max or vm.max_map_count only postpones "
+         "the 'Resource temporarily unavailable' failures.",
+         detect_thread_limits),
+    Rule(IDLE, "Threads wait for work (idle)",
+         "Nothing to fix: threads blocked waiting for work cost almost nothing. Look at the other findings.",
+         detect_idle),
+)
