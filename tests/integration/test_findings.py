@@ -5,7 +5,7 @@ Every program is recorded once (1.5 s, frame-pointer stacks, the default a user
 gets) and exits by itself after 1 s. thread_churn and thread_per_request are
 recorded with fp too: their user stacks stop at __lll_lock_wait_private, so the
 stack cache lock is named with low confidence from the thread churn beside it
-(tests/unit/test_findings.py checks the DWARF case on a fixture: a DWARF
+(tests/unit/diagnosis/test_findings.py checks the DWARF case on a fixture: a DWARF
 recording of the same 1.5 s is ~150 MB and takes longer to read than all of this).
 """
 

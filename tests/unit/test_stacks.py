@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from offcpu.stacks import PLUMBING, looks_truncated, shorten, shorten_apart, user_stack_complete
-from tests.unit.test_engine import model_of
+from tests.unit.model.test_engine import model_of
 
 
 def test_stack_reaching_clone3_is_complete():

@@ -37,7 +37,7 @@ from offcpu.renderers.perfetto import Bounds, PerfettoTrace
 from offcpu.renderers.pprof import PprofProfile
 from offcpu.renderers.speedscope import SpeedscopeProfile
 from offcpu.renderers.text import TextReport
-from tests.unit.test_engine_events import US, builder, model, switch
+from tests.unit.model.test_engine_events import US, builder, model, switch
 
 NOTE = ("stacks of 6 of 7 waits (sampled under the cost budget); times per stack are estimates, ± one standard "
         "error; threads' times are exact")

@@ -1,7 +1,7 @@
 """The text report, plain at a fixed width, against golden files made from the fixtures.
 
-When the report changes on purpose: UPDATE_GOLDEN=1 scripts/test tests/unit/test_text_report.py,
-then read the diff of tests/unit/golden/ before committing it."""
+When the report changes on purpose: UPDATE_GOLDEN=1 scripts/test tests/unit/renderers/test_text_report.py,
+then read the diff of tests/unit/renderers/golden/ before committing it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from offcpu.model.stackview import StackView, drawn, listed
 from offcpu.model.summaries import by_state, waker_pairs
 from offcpu.renderers.console import MAX_WIDTH, MIN_WIDTH, stdout_layout
 from offcpu.renderers.text import TextReport
-from tests.unit.test_engine import model_of
+from tests.unit.model.test_engine import model_of
 
 GOLDEN = Path(__file__).parent / "golden"
 ESCAPE = re.compile(r"\x1b\[[0-9;]*m")

@@ -13,7 +13,7 @@ from offcpu.model.summaries import untrusted
 from offcpu.renderers.json import JsonReport
 from offcpu.renderers.text import TextReport
 from tests.fixtures import script_text
-from tests.unit.test_engine import model_of
+from tests.unit.model.test_engine import model_of
 
 PREV_STATE_FIELD = re.compile(r"(sched:sched_switch: .*?) prev_state=")
 

@@ -16,20 +16,20 @@ from offcpu.errors import OffcpuError
 from offcpu.reading import symbols
 from offcpu.reading.native_reader import NativeReader, open_perf_data, unsupported
 from offcpu.reading.symbols import demangle, without_parameters
+from tests.fixtures import HERE
 from tests.native_compare import KeepingSink, first_difference, native_events
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 NATIVE_FIXTURES = ("native_futex_pid", "native_cpp_command")
 FUZZ_SECONDS = 3.0
 
 
 @pytest.mark.parametrize("name", NATIVE_FIXTURES)
 def test_events_equal_perf_script(perf: str, name: str) -> None:
-    assert first_difference(perf, FIXTURES / name / "perf.data") is None
+    assert first_difference(perf, HERE / name / "perf.data") is None
 
 
 def test_a_fixture_has_every_kind_of_event() -> None:
-    events, _ = native_events(FIXTURES / "native_cpp_command" / "perf.data")
+    events, _ = native_events(HERE / "native_cpp_command" / "perf.data")
     kinds = {event[0] for event in events}
     assert kinds >= {"sched_switch", "sched_waking", "switch_in", "switch_out", "fork", "exit", "comm"}
 
@@ -38,7 +38,7 @@ def test_an_exited_threads_last_switch_is_read_as_its_own() -> None:
     # Given a whole machine's capture while a program's threads exit: perf gives an exited
     # thread's last sched_switch the tid -1 (perf script shows ":-1  20592/-1 ...
     # prev_pid=2453 ... prev_state=X" at 604.482865821)
-    events, reader = native_events(FIXTURES / "exits_all" / "perf.data")
+    events, reader = native_events(HERE / "exits_all" / "perf.data")
     switches = {(event[1], event[4]): event for event in events if event[0] == "sched_switch"}
     # Then it is the exited thread's, read whole
     assert reader.skipped == 0
@@ -110,7 +110,7 @@ def test_plt_stubs_are_named_in_relocation_order_as_perf_61_names_them() -> None
 
 def test_a_file_of_the_other_byte_order_is_unsupported(tmp_path: Path) -> None:
     copy = tmp_path / "perf.data"
-    data = bytearray((FIXTURES / "native_futex_pid" / "perf.data").read_bytes())
+    data = bytearray((HERE / "native_futex_pid" / "perf.data").read_bytes())
     data[:8] = data[:8][::-1]
     copy.write_bytes(bytes(data))
     reason = unsupported(copy)
@@ -130,7 +130,7 @@ def test_what_is_not_perf_data_is_one_error(tmp_path: Path, content: bytes) -> N
 
 
 def test_a_cut_file_is_one_error(tmp_path: Path) -> None:
-    original = (FIXTURES / "native_futex_pid" / "perf.data").read_bytes()
+    original = (HERE / "native_futex_pid" / "perf.data").read_bytes()
     for cut in (100, 1000, len(original) // 2, len(original) - 9):
         path = tmp_path / "perf.data"
         path.write_bytes(original[:cut])
@@ -151,7 +151,7 @@ def _read_damaged(path: Path) -> None:
 
 def test_fuzzed_files_raise_nothing_but_offcpu_errors(tmp_path: Path) -> None:
     """Random cuts and bit flips of a capture, and random bytes, for a few seconds: no other exception."""
-    original = (FIXTURES / "native_futex_pid" / "perf.data").read_bytes()
+    original = (HERE / "native_futex_pid" / "perf.data").read_bytes()
     chooser = random.Random(13)
     path = tmp_path / "perf.data"
     deadline = time.monotonic() + FUZZ_SECONDS
@@ -184,7 +184,7 @@ def _record_offsets(data: bytes, record_type: int) -> list[int]:
 
 def test_unknown_record_types_are_counted(tmp_path: Path) -> None:
     """A record of a type no perf writes (its header rewritten) is skipped and counted."""
-    source = FIXTURES / "native_cpp_command" / "perf.data"
+    source = HERE / "native_cpp_command" / "perf.data"
     reader = NativeReader(source)
     data = bytearray(source.read_bytes())
     exit_record = _record_offsets(bytes(data), 4)[0]  # an EXIT record
@@ -201,7 +201,7 @@ def test_unknown_record_types_are_counted(tmp_path: Path) -> None:
 def test_kallsyms_hidden_by_kptr_restrict_names_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A user from whom kernel.kptr_restrict hides kernel addresses reads /proc/kallsyms with
     every address 0: the kernel's frames stay unnamed (the scan of 0-address symbols took a minute)."""
-    data = open_perf_data(FIXTURES / "native_futex_pid" / "perf.data")
+    data = open_perf_data(HERE / "native_futex_pid" / "perf.data")
     recorded = next(build_id for _, build_id, _, kernel in data.build_ids() if kernel)
     hidden = tmp_path / "kallsyms"
     hidden.write_text("0000000000000000 T _text\n0000000000000000 t do_one_initcall\n0000000000000000 T schedule\n")
@@ -221,7 +221,7 @@ def test_kallsyms_hidden_by_kptr_restrict_names_nothing(tmp_path: Path, monkeypa
 def test_a_saved_kallsyms_without_its_build_id_line_is_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                  first_line: bytes) -> None:
     # Given a saved kallsyms whose first line is not '# build-id HEX', and a running kernel other than the recorded
-    data = open_perf_data(FIXTURES / "native_futex_pid" / "perf.data")
+    data = open_perf_data(HERE / "native_futex_pid" / "perf.data")
     recorded = next(build_id for _, build_id, _, kernel in data.build_ids() if kernel)
     monkeypatch.setattr(symbols, "running_kernel_build_id", lambda: b"another kernel")
     saved = tmp_path / "kallsyms"
@@ -236,7 +236,7 @@ def test_a_saved_kallsyms_without_its_build_id_line_is_left_out(tmp_path: Path, 
 
 def test_a_build_id_longer_than_perf_writes_is_a_counted_skip(tmp_path: Path) -> None:
     """An MMAP2 record whose build id says it has more than 20 bytes is damaged: counted, not a crash."""
-    source = FIXTURES / "exits_all" / "perf.data"  # recorded with build ids in its MMAP2 records
+    source = HERE / "exits_all" / "perf.data"  # recorded with build ids in its MMAP2 records
     data = bytearray(source.read_bytes())
     with_build_id = [at for at in _record_offsets(bytes(data), 10)
                      if struct.unpack_from("<H", data, at + 4)[0] & 1 << 14]  # misc: PERF_RECORD_MISC_MMAP_BUILD_ID

@@ -13,10 +13,11 @@ import pytest
 
 from offcpu.errors import OffcpuError
 from offcpu.gate.policy import Policy, load_policy
+from tests.conftest import ROOT
 
 FUZZ_SECONDS = 3.0
 SEED = 20261122  # fixed, so that a failure is the same on every run
-POLICY_DOC = Path(__file__).resolve().parents[2] / "docs" / "check.md"
+POLICY_DOC = ROOT / "docs" / "check.md"
 SEEDS = [
     "fail_above_info = []\n",
     "mmap_lock.max_share = 0.05\nrunqueue.max_p99_ms = 1\n",
