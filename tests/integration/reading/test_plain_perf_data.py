@@ -13,6 +13,7 @@ import pytest
 
 from offcpu.machine.system import tracefs_mount, tracepoint_exists
 from tests.conftest import assert_one_line_error, example, run_offcpu
+from tests.fixtures import HERE
 
 NO_WAKEUPS = "holds no wakeups"
 NO_SWITCH_RECORDS = "holds no switch records"
@@ -142,7 +143,7 @@ def test_a_captures_perf_data_read_alone(tmp_path: Path) -> None:
     # enabled late (perf's --control), so its first rounds hold no sample, and perf left its
     # header's sample times 0 (--buildid-mmap)
     alone = tmp_path / "copied.data"
-    alone.write_bytes((Path(__file__).resolve().parent.parent / "fixtures" / "exits_all" / "perf.data").read_bytes())
+    alone.write_bytes((HERE / "exits_all" / "perf.data").read_bytes())
     # Then it is read as a perf.data of its own: a report, and a check (which may pass or fail)
     reported = report(alone)
     assert reported["totals"]["offcpu_us"] > 0

@@ -18,9 +18,10 @@ import pytest
 
 from tests import programs
 from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
+from tests.fixtures import HERE
 
 # perf's recording is what these tests hold (perf.data, its command line, its complaints);
-# tests/integration/test_bpf_recording.py holds the BPF backend's
+# tests/integration/recording/test_bpf_recording.py holds the BPF backend's
 RECORD = ("record", "--backend", "perf")
 
 
@@ -212,7 +213,7 @@ def test_capture_json_that_is_not_an_object(tmp_path, content):
 ])
 def test_a_damaged_capture_json_is_said_to_be_damaged(tmp_path, damage, words):
     # Given a real capture.json with one field damaged, and a perf.data beside it
-    data = json.loads((Path(__file__).parent.parent / "fixtures" / "futex_pid" / "capture.json").read_text())
+    data = json.loads((HERE / "futex_pid" / "capture.json").read_text())
     data.update(damage)
     capture = tmp_path / "cap"
     capture.mkdir()

@@ -19,11 +19,11 @@ import pytest
 
 from tests import programs
 from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
+from tests.integration.recording.test_record import perf_processes_writing
 from tests.integration.test_programs import started
-from tests.integration.test_record import perf_processes_writing
 
 # perf's recording is what these tests hold (perf.data, its command line, its complaints);
-# tests/integration/test_bpf_recording.py holds the BPF backend's
+# tests/integration/recording/test_bpf_recording.py holds the BPF backend's
 RECORD = ("record", "--backend", "perf")
 
 RECORD_S = "1"

@@ -20,7 +20,7 @@ from tests.conftest import OFFCPU, assert_one_line_error, example, processes_wit
 from tests.perf_data import event_counts, lost_records, script_events
 
 # perf's recording is what these tests hold (perf.data, its command line, its complaints);
-# tests/integration/test_bpf_recording.py holds the BPF backend's
+# tests/integration/recording/test_bpf_recording.py holds the BPF backend's
 RECORD = ("record", "--backend", "perf")
 
 
