@@ -139,7 +139,7 @@ class VerdictJunit:
             if failed:
                 failure = ET.SubElement(case, "failure", message="; ".join(printable(check.sentence)
                                                                            for check in failed),
-                                        type="offcpu.gate.policy")
+                                        type="offcpu.policy")
                 failure.text = details
             else:
                 ET.SubElement(case, "system-out").text = details or unchecked
