@@ -1,5 +1,5 @@
 //! What the waits that peers ended came down to, followed along the wake-up links: the
-//! fixed point of offcpu.diagnosis.chains.root_shares, reached here because it may take
+//! fixed point of offcpu.diagnosis.roots.root_shares, reached here because it may take
 //! thousands of rounds over every link.
 
 use pyo3::exceptions::PyValueError;

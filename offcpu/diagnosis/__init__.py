@@ -1,3 +1,5 @@
-"""The diagnosis: what each wait was (waits), which finding claims it (claims), who waited
-for whom (waitgraph), and the findings named with their evidence and fix; the lock table
-(locks.toml) tells the waits' frames apart (locktable)."""
+"""The diagnosis: what each wait was (waits), which finding claims it (claims), and the
+findings: the rules that turn their claimed waits into sentences (rules), with their evidence
+(evidence) and what the chains of wakeups came down to (roots), graded and ranked (findings);
+and who waited for whom (waitgraph). The lock table (locks.toml, locktable) tells the waits'
+frames apart."""

@@ -17,7 +17,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from offcpu.diagnosis.waits import (
+from offcpu.diagnosis.waits import WaitClass, Waits
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, WHOLE_WINDOW, Model, Row
+from offcpu.model.summaries import Lifecycle, lifecycle
+from offcpu.model.wakeups import (
     DEVICE,
     INTERRUPT,
     KERNEL,
@@ -29,11 +32,7 @@ from offcpu.diagnosis.waits import (
     TIMER,
     UNRECORDED,
     UNWOKEN,
-    WaitClass,
-    Waits,
 )
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, WHOLE_WINDOW, Model, Row
-from offcpu.model.summaries import Lifecycle, lifecycle
 
 # Thread churn: this many threads created a second, living this long or less (median).
 CHURN_RATE_PER_S = 100.0
@@ -55,7 +54,7 @@ MAX_PASSES = 32
 # glibc's own lock, when its callers do not show: during thread churn, most likely the stack cache's.
 GLIBC_INTERNAL_LOCK = "glibc internal lock"
 
-# The findings claims go to (offcpu.diagnosis.findings has a rule for each).
+# The findings claims go to (offcpu.diagnosis.rules has a rule for each).
 MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION = "mmap_lock", "stack_cache_lock", "lock_contention"
 # The findings that name a lock: graded by the time their waiters were blocked on it. The wait
 # for a CPU after the lock was let go is the machine's (on a saturated machine, most of it).

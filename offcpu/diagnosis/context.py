@@ -7,9 +7,9 @@ import math
 from collections.abc import Iterable
 from functools import cached_property
 
-from offcpu.diagnosis.chains import root_shares
 from offcpu.diagnosis.claims import IDLE, Claims
 from offcpu.diagnosis.locktable import LockTable, default_table
+from offcpu.diagnosis.roots import root_shares
 from offcpu.diagnosis.waits import Waits
 from offcpu.model import SUB_WINDOWS, Model, Row
 
@@ -17,8 +17,10 @@ from offcpu.model import SUB_WINDOWS, Model, Row
 def total(rows: Iterable[Row]) -> int:
     return sum(row.offcpu_us for row in rows)
 
+
 def blocked(rows: Iterable[Row]) -> int:
     return sum(row.blocked_us for row in rows)
+
 
 def tids(rows: Iterable[Row]) -> int:
     return len({row.tid for row in rows})
@@ -79,7 +81,7 @@ class Context:
 
     @cached_property
     def root_shares(self) -> dict[int, dict[str, float]]:
-        """What each peer-ended row's blocked time came down to (see chains.root_shares): the same
+        """What each peer-ended row's blocked time came down to (see roots.root_shares): the same
         for every finding, so worked out once."""
         return root_shares(self.model, self.waits, self.claims)
 

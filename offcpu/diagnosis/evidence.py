@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from offcpu.diagnosis.chains import root_words
 from offcpu.diagnosis.claims import RUNQUEUE
 from offcpu.diagnosis.context import Context
-from offcpu.diagnosis.waits import CAUSE_WORDS, PEER
+from offcpu.diagnosis.roots import root_words
 from offcpu.model import WAKER_STACK_NOT_TAKEN, Model, Row
+from offcpu.model.wakeups import CAUSE_WORDS, PEER
 from offcpu.stacks import drawn_alone, reading
 
 EVIDENCE_STACKS = 3
@@ -29,6 +29,7 @@ class Evidence:
     count: int
     variance: int = 0  # of offcpu_us when it is an estimate (Row.variance; µs²); 0 for a release site
 
+
 @dataclass(frozen=True)
 class WakerShare:
     """Who let a finding's waits go: a pool of threads, or what else ended them."""
@@ -36,6 +37,7 @@ class WakerShare:
     who: str
     wakeups: int
     blocked_us: int
+
 
 @dataclass(frozen=True)
 class ChainStep:
@@ -45,6 +47,7 @@ class ChainStep:
     what: str
     us: int
     share: float  # of the finding's blocked time that peers ended
+
 
 @dataclass(frozen=True)
 class RootShare:
@@ -56,11 +59,13 @@ class RootShare:
     us: int
     share: float  # of the finding's blocked time that peers ended
 
+
 def evidence(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
     """The stacks (with their state) that carry most of the rows' off-CPU time, grouped
     as the stack tables group them: stacks that read the same (they differ only in frames
     perf could not name or in the scheduler's own) are one."""
     return _heaviest(model, [(row.stack, row.state, row.offcpu_us, row.count, row.variance) for row in rows])
+
 
 def release_sites(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
     """The wakers' stacks at the wakeups that ended the rows' waits, weighted by how long
@@ -68,6 +73,7 @@ def release_sites(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
     return _heaviest(model, [(model.wakers[row.waker].stack, "", row.blocked_us, row.count, 0) for row in rows
                              if row.waker is not None and model.wakers[row.waker].kind in ("thread", "interrupt")
                              and model.stacks[model.wakers[row.waker].stack].frames != (WAKER_STACK_NOT_TAKEN,)])
+
 
 def _heaviest(model: Model, weighted: list[tuple[int, str, int, int, int]]) -> tuple[Evidence, ...]:
     """(stack, state, µs, count, variance) grouped by how the stack reads, heaviest first."""
@@ -86,6 +92,7 @@ def _heaviest(model: Model, weighted: list[tuple[int, str, int, int, int]]) -> t
                              sum(count for _, _, count, _ in group), sum(variance for *_, variance in group)))
     return tuple(sorted(said, key=lambda item: -item.offcpu_us)[:EVIDENCE_STACKS])
 
+
 def waker_shares(ctx: Context, rows: list[Row]) -> tuple[WakerShare, ...]:
     """Who ended the rows' waits: the wakers' pools, or what else it was."""
     shares: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -103,6 +110,7 @@ def waker_shares(ctx: Context, rows: list[Row]) -> tuple[WakerShare, ...]:
         shares[who][1] += row.blocked_us
     ranked = sorted(shares.items(), key=lambda item: -item[1][1])
     return tuple(WakerShare(who, wakeups, us) for who, (wakeups, us) in ranked[:WAKERS] if us)
+
 
 def chain(ctx: Context, rows: list[Row]) -> tuple[ChainStep, ...]:
     """What the threads that ended the rows' waits were doing meanwhile: their waits that

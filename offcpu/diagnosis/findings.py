@@ -78,8 +78,10 @@ class Finding:
     # in another run
     settled_severity: str = "info"
 
+
 def severity_of(share: float) -> str:
     return "critical" if share >= CRITICAL_FROM else "warning" if share >= WARNING_FROM else "info"
+
 
 def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
     us = total(match.rows)
@@ -113,6 +115,7 @@ def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
         share_uncertainty=uncertainty, settled_severity=severity_at(share_of_wall - uncertainty),
     )
 
+
 def findings(model: Model, rules: tuple[Rule, ...] = RULES, table: LockTable | None = None) -> list[Finding]:
     """What every rule found in the model, worst first: by severity, then waits with a
     cause in the program before waits for a CPU (which the machine's other load shares),
@@ -123,9 +126,11 @@ def findings(model: Model, rules: tuple[Rule, ...] = RULES, table: LockTable | N
     return sorted(found, key=lambda f: (-SEVERITIES.index(f.severity), f.id == RUNQUEUE,
                                         -(f.blocked_us if f.id in LOCK_FINDINGS else f.offcpu_us)))
 
+
 def view_findings(model: Model, view: StackView) -> list[Finding]:
     """The findings about the threads a report's filters keep, in every state."""
     return findings(of_threads(model, view), table=lock_table(view.locks))
+
 
 def graded_us(finding_id: str, rows: list[Row]) -> int:
     """The time a finding is graded by: a lock's, the time blocked on it; the others', their

@@ -18,7 +18,7 @@ from offcpu.stacks import Stack, normal
 KINDS = ("lock", "condition", "handoff", "io", "sleep", "work", "join")
 # The finding a kind feeds when an entry does not say; the others go by what ended each wait.
 DEFAULT_FINDINGS = {"lock": "lock_contention", "io": "io_wait", "sleep": "idle", "work": "idle"}
-# The findings an entry may feed (offcpu.diagnosis.findings checks that it has them all).
+# The findings an entry may feed (offcpu.diagnosis.rules has a rule for each).
 FINDINGS = ("mmap_lock", "stack_cache_lock", "lock_contention", "io_wait", "idle")
 LIMITS = ("max_share", "max_ms_per_s")
 KEYS = ("name", "kind", "finding", "wait", "callers", "release", "retry", "what", "remedy", *LIMITS)

@@ -7,8 +7,9 @@ from __future__ import annotations
 from offcpu import _core
 from offcpu.diagnosis.claims import RUNQUEUE, Claims
 from offcpu.diagnosis.locktable import GENERIC_FUTEX
-from offcpu.diagnosis.waits import CAUSE_WORDS, NEW, PEER, PREEMPTED_CAUSE, Waits
+from offcpu.diagnosis.waits import Waits
 from offcpu.model import Model
+from offcpu.model.wakeups import CAUSE_WORDS, NEW, PEER, PREEMPTED_CAUSE
 
 ON_CPU = "a thread on CPU (or waiting for one)"
 # What is left going round: rows whose waits were ended by peers that were themselves waiting

@@ -42,7 +42,6 @@ LOCK_REMEDY = ("Hold the lock for less time or less often: move work out of the 
                "atomics for simple counters. The wait site shows who waits, the release site who held it.")
 
 
-
 @dataclass(frozen=True)
 class Match:
     """What a rule found: the rows it is about and its sentence."""
@@ -58,8 +57,10 @@ class Match:
     title: str = ""  # instead of the rule's
     remedy: str = ""  # instead of the rule's
 
+
 def threads_text(rows: Iterable[Row]) -> str:
     return counted(tids(rows), "thread")
+
 
 def spent_text(rows: list[Row], ctx: Context) -> str:
     """'spent 5.7 s (64% of their time; 2.1 s until woken, 3.6 s more waiting for a CPU)'."""
@@ -67,6 +68,7 @@ def spent_text(rows: list[Row], ctx: Context) -> str:
     woken = blocked(rows)
     split = f"; {us_text(woken)} until woken, {us_text(us - woken)} more waiting for a CPU" if us - woken else ""
     return f"spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of {their(rows)} time{split})"
+
 
 def spent_on_a_lock_text(rows: list[Row], ctx: Context) -> str:
     """'spent 5.7 s (2.1 s until woken, 24% of their time; 3.6 s more waiting for a CPU)': a
@@ -78,8 +80,10 @@ def spent_on_a_lock_text(rows: list[Row], ctx: Context) -> str:
         return f"spent {us_text(us)} ({share})"
     return f"spent {us_text(us)} ({us_text(woken)} until woken, {share}; {us_text(us - woken)} more waiting for a CPU)"
 
+
 def their(rows: Iterable[Row]) -> str:
     return "its" if tids(rows) == 1 else "their"
+
 
 def times_text(rows: Iterable[Row]) -> str:
     n = sum(row.count for row in rows)
@@ -95,6 +99,7 @@ def detect_mmap_lock(ctx: Context) -> list[Match]:
     return [Match(rows, f"{threads_text(rows)} {spent_on_a_lock_text(rows, ctx)} waiting {times_text(rows)} for the "
                         f"process's memory-map lock (mmap_lock), which mmap, munmap, mprotect, madvise and page "
                         f"faults all take.", subject="mmap_lock")]
+
 
 def detect_stack_cache_lock(ctx: Context) -> list[Match]:
     rows = ctx.claims.rows(STACK_CACHE_LOCK)
@@ -113,6 +118,7 @@ def detect_stack_cache_lock(ctx: Context) -> list[Match]:
                                         f"stack cache lock: {DWARF_HINT}", subject=STACK_CACHE)]
     return [Match(rows, summary, subject=STACK_CACHE)]
 
+
 def detect_lock_contention(ctx: Context) -> list[Match]:
     """A finding per lock the lock table names (glibc's mutexes, a runtime's or a server's)."""
     matches = []
@@ -129,6 +135,7 @@ def detect_lock_contention(ctx: Context) -> list[Match]:
                              confidence_reason=f"which lock is not shown (user stacks truncated): {DWARF_HINT}"
                              if ctx.truncated() and name == PTHREAD_MUTEX else ""))
     return matches
+
 
 def detect_deadlock(ctx: Context) -> list[Match]:
     """A finding per cycle of threads asleep all the window, each waiting for a mutex the
@@ -152,6 +159,7 @@ def detect_deadlock(ctx: Context) -> list[Match]:
         matches.append(Match(rows, summary, floor="critical", subject=_thread_words(ctx, deadlock.cycle[0])))
     return matches
 
+
 def detect_stuck(ctx: Context) -> list[Match]:
     """A finding per lock that threads waited for all the window, never woken (no deadlock shown)."""
     matches = []
@@ -165,6 +173,7 @@ def detect_stuck(ctx: Context) -> list[Match]:
                    f"{lock.what or name}{held}, and made no progress.")
         matches.append(Match(rows, summary, floor="warning", subject=name, title=f"Threads stuck on a lock: {name}"))
     return matches
+
 
 def _holder_words(ctx: Context, tid: int) -> str:
     """'left (13107), itself asleep all the recording (a sleep: ...)', or 'left (13107), which ran 3.0 ms
@@ -180,10 +189,12 @@ def _holder_words(ctx: Context, tid: int) -> str:
         return f"{_thread_words(ctx, tid)}, itself asleep all the recording{where}"
     return f"{_thread_words(ctx, tid)}, which ran {us_text(thread.oncpu_us)} meanwhile"
 
+
 def _thread_words(ctx: Context, tid: int) -> str:
     """'right (30467)', or the tid alone for a thread the model does not know."""
     thread = ctx.model.threads.get(tid)
     return f"{thread.comm} ({tid})" if thread else f"thread {tid}"
+
 
 def _holders(ctx: Context, rows: list[Row]) -> str:
     """What the other threads of the waiters' pools did while those retried: they held the lock."""
@@ -193,6 +204,7 @@ def _holders(ctx: Context, rows: list[Row]) -> str:
     io = total(row for row in ctx.claims.rows(IO_WAIT) if row.tid in tids_of)
     return (f"their pool{'s' if len(pools) > 1 else ''} ({', '.join(sorted(pools))}) ran {us_text(oncpu)} on CPU "
             f"and waited {us_text(io)} for disk I/O, holding it")
+
 
 def detect_serialization(ctx: Context) -> list[Match]:
     """A finding per pool whose threads take turns, or wait behind one another's disk or lock."""
@@ -223,6 +235,7 @@ def detect_serialization(ctx: Context) -> list[Match]:
                                                f"{DWARF_HINT}" if ctx.truncated() and site is None else ""))
     return matches
 
+
 def _roots(ctx: Context, rows: list[Row]) -> Root:
     """What the wakers of these rows' waits did meanwhile, all together."""
     index = ctx.row_number
@@ -233,11 +246,13 @@ def _roots(ctx: Context, rows: list[Row]) -> Root:
             whole.add(root)
     return whole
 
+
 def _heaviest_stack(rows: list[Row]) -> int:
     by_stack: dict[int, int] = defaultdict(int)
     for row in rows:
         by_stack[row.stack] += row.offcpu_us
     return max(by_stack, key=by_stack.__getitem__)
+
 
 def detect_handoff(ctx: Context) -> list[Match]:
     matches = []
@@ -254,6 +269,7 @@ def detect_handoff(ctx: Context) -> list[Match]:
                                    f"this is how the program is built, not a lock; at high rates its cost is the "
                                    f"switches.", subject=name, cap="info"))
     return matches
+
 
 def detect_thread_churn(ctx: Context) -> list[Match]:
     life = ctx.claims.lifecycle
@@ -274,6 +290,7 @@ def detect_thread_churn(ctx: Context) -> list[Match]:
                   confidence_reason=f"waits in pthread_join are not told apart from other futex waits (user stacks "
                                     f"truncated): {DWARF_HINT}" if ctx.truncated() else "")]
 
+
 def detect_futex_unknown(ctx: Context) -> list[Match]:
     unknown = ctx.claims.rows(FUTEX_UNKNOWN)
     if not unknown:
@@ -286,6 +303,7 @@ def detect_futex_unknown(ctx: Context) -> list[Match]:
                   cap="info", confidence="low",
                   confidence_reason="user stacks stop at libc's futex wrapper (glibc built without frame "
                                     f"pointers): {DWARF_HINT}")]
+
 
 def detect_runqueue(ctx: Context) -> list[Match]:
     rows = ctx.claims.rows(RUNQUEUE)
@@ -302,12 +320,14 @@ def detect_runqueue(ctx: Context) -> list[Match]:
                         f"({pct(ctx.share_of_wall(us, rows))} of {their(rows)} time){after_wakeup}; on average "
                         f"{waiting:.1f} runnable threads waited for the {ctx.model.capture.cpus} CPUs.")]
 
+
 def detect_io_wait(ctx: Context) -> list[Match]:
     rows = ctx.claims.rows(IO_WAIT)
     if not rows:
         return []
     return [Match(rows, f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for disk I/O "
                         f"(reads, writeback, fsync or the journal).")]
+
 
 def detect_thread_limits(ctx: Context) -> list[Match]:
     capture = ctx.model.capture
@@ -326,8 +346,10 @@ def detect_thread_limits(ctx: Context) -> list[Match]:
                       f"at the limit, creating a thread fails with 'Resource temporarily unavailable'.",
                   floor=floor, cap=floor, threads=snapshot.get("threads", 0))]
 
+
 def _highest_share(snapshot: dict) -> float:
     return max((item["share"] for item in snapshot.get("limits", []) if item.get("share") is not None), default=0.0)
+
 
 def detect_idle(ctx: Context) -> list[Match]:
     rows = ctx.idle_rows
@@ -343,6 +365,7 @@ def detect_idle(ctx: Context) -> list[Match]:
                         f"over less than {1_000_000 // IDLE_MEAN_WAIT_US} times a second); this is not contention "
                         f"and is left out of the other findings' shares.",
                   cap="info")]
+
 
 @dataclass(frozen=True)
 class Rule:

@@ -12,7 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from offcpu.diagnosis.context import Context
-from offcpu.diagnosis.waits import CAUSE_WORDS, DEVICE, OUTSIDE, PEER, TIMER, UNRECORDED, UNWOKEN, WaitClass
+from offcpu.diagnosis.waits import WaitClass
+from offcpu.model.wakeups import CAUSE_WORDS, DEVICE, OUTSIDE, PEER, TIMER, UNRECORDED, UNWOKEN
 
 MIN_EDGE_SHARE = 0.01  # edges under this share of all blocked time are left out, as noise
 

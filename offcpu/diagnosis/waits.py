@@ -21,33 +21,15 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from offcpu.diagnosis.locktable import LockTable, Site
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, STACK_LOST, Model, Row, Waker
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, STACK_LOST, Model, Row
+from offcpu.model.wakeups import (
+    NEW,
+    PREEMPTED_CAUSE,
+    UNWOKEN,
+    cause_of_waker,
+)
 from offcpu.stacks import THREAD_ROOTS, UNKNOWN, Stack, normal
 
-# What ended a wait.
-PEER, TIMER, DEVICE, NETWORK, OUTSIDE, KERNEL = "peer", "timer", "device", "network", "outside", "kernel"
-INTERRUPT = "interrupt"  # another device, or an interrupt whose kind the stack does not show
-UNRECORDED = "unrecorded"  # it ended with no wakeup recorded (a waker outside the recording)
-UNWOKEN = "unwoken"  # not back in the window
-PREEMPTED_CAUSE, NEW = "preempted", "new thread"
-CAUSES = (PEER, TIMER, DEVICE, NETWORK, OUTSIDE, KERNEL, INTERRUPT, UNRECORDED, UNWOKEN, PREEMPTED_CAUSE, NEW)
-
-CAUSE_WORDS = {
-    PEER: "a thread of the same service", TIMER: "a timer", DEVICE: "a device (I/O done)",
-    NETWORK: "the network", OUTSIDE: "a thread outside the service", KERNEL: "a kernel thread",
-    INTERRUPT: "an interrupt", UNRECORDED: "something not recorded", UNWOKEN: "nothing (not back in the window)",
-    PREEMPTED_CAUSE: "preemption", NEW: "its creation",
-}
-
-_TIMER = re.compile(r"hrtimer_wakeup|__hrtimer_run_queues|hrtimer_interrupt|call_timer_fn|process_timeout|"
-                    r"it_real_fn|run_timer_softirq|tick_sched_|posix_timer_fn|alarmtimer_")
-_DEVICE = re.compile(r"blk_mq_|blk_update_request|bio_endio|scsi_|nvme_|virtblk_|ata_|ahci_|"
-                     r"folio_end_writeback|end_page_writeback|jbd2_|ext4_end_|xfs_end_|iomap_.*end")
-_NETWORK = re.compile(r"net_rx_action|napi_|netif_receive_skb|ip6?_rcv|ip6?_local_deliver|tcp_v[46]_rcv|"
-                      r"tcp_rcv_|udp[v6]?_rcv|__udp[46]_lib_rcv|sock_def_readable|sk_data_ready|virtnet_|"
-                      r"loopback_xmit|dev_queue_xmit|dev_hard_start_xmit")
-KERNEL_THREADS = re.compile(r"^(kworker|ksoftirqd|jbd2|kswapd|rcu_|migration|irq/|kcompactd|khugepaged|kthreadd|"
-                            r"watchdog|cpuhp|kauditd|writeback|kblockd|scsi_|nvme|loop\d|kdmflush|xfs|ext4)")
 # libc's futex wrappers: a user stack of these and nothing of the program's says a futex was
 # waited on, not why (glibc built without frame pointers cuts the walk there).
 LIBC_WRAPPERS = frozenset({
@@ -69,25 +51,10 @@ MAIN_LOOP_DEPTH = 2
 class WaitClass:
     """One row's waits: what ended them, and where they waited (None: no entry names it)."""
 
-    cause: str  # one of CAUSES
+    cause: str  # one of offcpu.model.wakeups.CAUSES
     site: Site | None
     truncated: bool  # the user stack stops at libc's futex wrapper, with no frame of the program
     parked: bool = False  # a kernel thread asleep in its main loop: it waits for work, whoever wakes it
-
-
-def cause_of_waker(waker: Waker, stack: Stack, same_service: bool) -> str:
-    """What a wakeup came from, by who made it and its stack."""
-    if waker.kind == "unrecorded":
-        return UNRECORDED
-    frames = [normal(frame) for frame in stack.frames[:stack.kernel_frames]]
-    for pattern, cause in ((_TIMER, TIMER), (_DEVICE, DEVICE), (_NETWORK, NETWORK)):
-        if any(pattern.match(frame) for frame in frames) and (waker.kind != "thread" or not same_service):
-            return cause
-    if waker.kind != "thread":
-        return INTERRUPT
-    if len(stack.frames) == stack.kernel_frames and KERNEL_THREADS.match(waker.comm):
-        return KERNEL
-    return PEER if same_service else OUTSIDE
 
 
 def in_main_loop(stack: Stack) -> bool:

@@ -10,8 +10,10 @@ def us_text(us: float) -> str:
         return f"{us / 1000:.1f} ms"
     return f"{us:.0f} µs"
 
+
 def pct(share: float) -> str:
     return f"{share:.0%}" if share >= 0.01 else f"{share:.1%}"
+
 
 def counted(n: int, noun: str) -> str:
     """'1 thread', '2,048 threads'."""

@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from offcpu.diagnosis.waits import cause_of_waker
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
+from offcpu.model.wakeups import cause_of_waker
 from offcpu.stacks import Runs, parts, reading, runs_said
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs

@@ -8,8 +8,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from offcpu.diagnosis.waits import cause_of_waker
 from offcpu.model import Model, Thread, WaitTimes
+from offcpu.model.wakeups import cause_of_waker
 
 PERCENTILES = (50, 90, 99)
 # Over this share of the events perf recorded left unread, no number can be trusted.

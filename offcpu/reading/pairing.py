@@ -5,7 +5,8 @@ the slices: what it hands back (Paired) is the model's inputs, offcpu.model.engi
 the model of them. It knows names, states and call chains by number (ids): the native
 reader's are numbered in the core as it decodes perf.data; the readers that decode in Python
 (perf script's text, BPF records) number theirs here (Keys), in forked workers a slice each,
-and the core pairs the slices' events once they are back.
+and the core pairs the slices' events once they are back. What every reader offers the engine
+is CaptureReader, here.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 A reader (perf script's text, BPF records, or perf.data read directly) decodes a
 capture into batches of events (Events), in time order, handed to an EventSink one
-batch at a time; has them paired by the compiled core (offcpu.reading.pairing: the native
-reader's never leave the core); and knows how to turn the call chains into frames
-afterwards. A batch is a set of columns, one entry per event: a capture holds millions
-of events, and columns travel in bulk where a call per event would cost more than the
-work on it.
+batch at a time; has them paired by the compiled core (offcpu.reading.pairing, whose
+CaptureReader says what a reader offers; the native reader's events never leave the core);
+and knows how to turn the call chains into frames afterwards. A batch is a set of columns,
+one entry per event: a capture holds millions of events, and columns travel in bulk where a
+call per event would cost more than the work on it.
 
 Call chains travel as opaque, hashable keys (the raw text perf script printed,
 or the raw addresses of perf.data): the engine counts time per chain first,

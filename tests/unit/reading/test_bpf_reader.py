@@ -24,13 +24,11 @@ import pytest
 from offcpu import capture
 from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, Model
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model
 from offcpu.model.loading import build, load_model
 from offcpu.model.stackview import StackView
 from offcpu.reading.bpf_reader import (
     RECORD as RECORD_READ,
-    STACK_NOT_TAKEN,
-    WAKER_STACK_NOT_TAKEN,
     BpfReader,
     Generations,
     state_letter,
