@@ -13,18 +13,36 @@ LAYOUT = ROOT / "docs" / "layout.md"
 PACKAGE = ROOT / "offcpu"
 CORE = ROOT / "core"
 ENTRY = re.compile(r"`([^`]+)`")
+FOLDER = re.compile(r"`([\w/]+/)`")
+# A path the page names anywhere: relative, starting at one of the repository's folders
+PATH = re.compile(r"`((?:offcpu|core|tests|scripts|examples|docs|benchmarks)/[\w./-]*)`")
 
 
-def named() -> dict[str, set[str]]:
-    """The paths in the first column of each table, by the section they are in ("package":
-    relative to offcpu/, "core": to the repository)."""
-    found: dict[str, set[str]] = {"package": set(), "core": set()}
-    section = ""
+def tables() -> list[tuple[str, str, list[str]]]:
+    """Each table's section ("package": its paths are relative to offcpu/, "core": to the
+    repository), the folder its heading names ("" for none), and the paths in its first column."""
+    found: list[tuple[str, str, list[str]]] = []
+    section, folder, in_table = "", "", False
     for line in LAYOUT.read_text().splitlines():
         if line.startswith("## "):
             section = "package" if "`offcpu/`" in line else "core" if "`core/`" in line else ""
-        elif section and line.startswith("| `"):
-            found[section].update(ENTRY.findall(line.split("|")[1]))
+            folder = "core/" if section == "core" else ""
+        elif line.startswith("**"):
+            folders = FOLDER.findall(line.split(".**")[0])
+            folder = folders[0] if folders else ""
+        if section and line.startswith("|") and not in_table:
+            found.append((section, folder, []))
+        if section and line.startswith("| `"):
+            found[-1][2].extend(ENTRY.findall(line.split("|")[1]))
+        in_table = line.startswith("|")
+    return found
+
+
+def named() -> dict[str, set[str]]:
+    """The paths in the first column of every table, by section."""
+    found: dict[str, set[str]] = {"package": set(), "core": set()}
+    for section, _, entries in tables():
+        found[section].update(entries)
     return found
 
 
@@ -54,6 +72,19 @@ def test_the_tables_name_the_files_that_exist():
     assert missing == []
 
 
+def test_each_table_holds_the_files_of_its_folder():
+    """A table whose heading names a folder holds that folder's files; the top's, none in a folder."""
+    misplaced = [(folder, entry) for _, folder, entries in tables() for entry in entries
+                 if not (entry.startswith(folder) if folder else "/" not in entry)]
+    assert len(tables()) >= 10 and misplaced == []
+
+
+def test_every_path_the_page_names_exists():
+    paths = PATH.findall(LAYOUT.read_text())
+    assert len(paths) > 10
+    assert [path for path in paths if not (ROOT / path).exists()] == []
+
+
 def test_every_module_is_in_the_tables():
     entries = named()
     unnamed = [path for path in package_files() if not is_named(path, entries["package"])]
@@ -69,11 +100,19 @@ def test_few_modules_are_left_at_the_top():
     assert len(top) <= 12, top
 
 
+def test_the_tests_folders_are_the_packages():
+    folders = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    for tests in (ROOT / "tests" / "unit", ROOT / "tests" / "integration"):
+        theirs = {path.name for path in tests.iterdir() if path.is_dir() and path.name not in ("__pycache__", "golden")}
+        assert theirs and theirs <= folders, tests
+
+
 def imports_of(module: Path) -> set[str]:
     """The offcpu modules a module imports, anywhere in it (in functions, and for type
     checking alone, too): `from offcpu.a import b` is offcpu.a.b when that is a module."""
     found = set()
     for node in ast.walk(ast.parse(module.read_text())):
+        assert not (isinstance(node, ast.ImportFrom) and node.level), f"{module}: a relative import"
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "offcpu":
             for alias in node.names:
                 submodule = f"{node.module}.{alias.name}"
@@ -96,8 +135,15 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def packages_above(name: str) -> set[str]:
+    """The packages whose __init__ runs before a module of theirs: offcpu.a.b.c imports offcpu.a.b
+    and offcpu.a (offcpu's own __init__ imports nothing)."""
+    parts = name.split(".")
+    return {".".join(parts[:end]) for end in range(2, len(parts))}
+
+
 def test_no_module_imports_one_that_imports_it_back():
-    graph = {module_name(path): imports_of(path) for path in PACKAGE.rglob("*.py")}
+    graph = {module_name(path): imports_of(path) | packages_above(module_name(path)) for path in PACKAGE.rglob("*.py")}
     assert len(graph) > 80  # the package was read
     cycles = []
     for start in graph:
