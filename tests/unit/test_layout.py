@@ -1,10 +1,12 @@
-"""docs/layout.md says where the code is, and the package keeps to it: every file its tables
-name exists, every module is named there, and no module imports one that imports it back."""
+"""docs/layout.md says where the code is, and the package keeps to it: every file the page
+names exists, every module is in the table of its folder, few are left at the top, the tests'
+folders are the package's, and no module imports one that imports it back."""
 
 from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.conftest import ROOT
@@ -18,10 +20,15 @@ FOLDER = re.compile(r"`([\w/]+/)`")
 PATH = re.compile(r"`((?:offcpu|core|tests|scripts|examples|docs|benchmarks)/[\w./-]*)`")
 
 
-def tables() -> list[tuple[str, str, list[str]]]:
-    """Each table's section ("package": its paths are relative to offcpu/, "core": to the
-    repository), the folder its heading names ("" for none), and the paths in its first column."""
-    found: list[tuple[str, str, list[str]]] = []
+@dataclass
+class Table:
+    section: str  # "package": its paths are relative to offcpu/; "core": to the repository
+    folder: str  # the folder its heading names ("" for none)
+    entries: list[str] = field(default_factory=list)  # the paths in its first column
+
+
+def tables() -> list[Table]:
+    found: list[Table] = []
     section, folder, in_table = "", "", False
     for line in LAYOUT.read_text().splitlines():
         if line.startswith("## "):
@@ -31,9 +38,9 @@ def tables() -> list[tuple[str, str, list[str]]]:
             folders = FOLDER.findall(line.split(".**")[0])
             folder = folders[0] if folders else ""
         if section and line.startswith("|") and not in_table:
-            found.append((section, folder, []))
+            found.append(Table(section, folder))
         if section and line.startswith("| `"):
-            found[-1][2].extend(ENTRY.findall(line.split("|")[1]))
+            found[-1].entries.extend(ENTRY.findall(line.split("|")[1]))
         in_table = line.startswith("|")
     return found
 
@@ -41,8 +48,8 @@ def tables() -> list[tuple[str, str, list[str]]]:
 def named() -> dict[str, set[str]]:
     """The paths in the first column of every table, by section."""
     found: dict[str, set[str]] = {"package": set(), "core": set()}
-    for section, _, entries in tables():
-        found[section].update(entries)
+    for table in tables():
+        found[table.section].update(table.entries)
     return found
 
 
@@ -74,8 +81,8 @@ def test_the_tables_name_the_files_that_exist():
 
 def test_each_table_holds_the_files_of_its_folder():
     """A table whose heading names a folder holds that folder's files; the top's, none in a folder."""
-    misplaced = [(folder, entry) for _, folder, entries in tables() for entry in entries
-                 if not (entry.startswith(folder) if folder else "/" not in entry)]
+    misplaced = [(table.folder, entry) for table in tables() for entry in table.entries
+                 if not (entry.startswith(table.folder) if table.folder else "/" not in entry)]
     assert len(tables()) >= 10 and misplaced == []
 
 
@@ -116,18 +123,15 @@ def imports_of(module: Path) -> set[str]:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "offcpu":
             for alias in node.names:
                 submodule = f"{node.module}.{alias.name}"
-                found.add(submodule if module_path(submodule) else node.module)
+                found.add(submodule if is_module(submodule) else node.module)
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "offcpu")
     return found
 
 
-def module_path(name: str) -> Path | None:
+def is_module(name: str) -> bool:
     path = ROOT.joinpath(*name.split("."))
-    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
-        if candidate.exists():
-            return candidate
-    return None
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
 def module_name(path: Path) -> str:
