@@ -112,11 +112,16 @@ def waker_shares(ctx: Context, rows: list[Row]) -> tuple[WakerShare, ...]:
     return tuple(WakerShare(who, wakeups, us) for who, (wakeups, us) in ranked[:WAKERS] if us)
 
 
+def _peer_ended(ctx: Context, rows: list[Row]) -> list[int]:
+    """The model's numbers of the rows whose waits a peer ended: what the chain and the roots follow."""
+    index = ctx.row_number
+    return [index[id(row)] for row in rows if ctx.waits.classes[index[id(row)]].cause == PEER]
+
+
 def chain(ctx: Context, rows: list[Row]) -> tuple[ChainStep, ...]:
     """What the threads that ended the rows' waits were doing meanwhile: their waits that
     overlapped them (by where they waited), and running for the rest."""
-    index = ctx.row_number
-    numbers = [index[id(row)] for row in rows if ctx.waits.classes[index[id(row)]].cause == PEER]
+    numbers = _peer_ended(ctx, rows)
     whole = sum(ctx.model.rows[number].blocked_us for number in numbers)
     if not whole:
         return ()
@@ -147,8 +152,7 @@ def roots(ctx: Context, rows: list[Row]) -> tuple[RootShare, ...]:
     roots (wPerf's cascaded redistribution): the time a waker was itself waiting for a peer
     goes to what that peer was doing, in proportion, and so on; the rest of each wait goes
     to the waker's own wait (a disk, a timer...) or to its being on CPU."""
-    index = ctx.row_number
-    numbers = [index[id(row)] for row in rows if ctx.waits.classes[index[id(row)]].cause == PEER]
+    numbers = _peer_ended(ctx, rows)
     whole = sum(ctx.model.rows[number].blocked_us for number in numbers)
     if not whole:
         return ()
