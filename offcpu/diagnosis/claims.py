@@ -53,6 +53,7 @@ WITH_WORK = 0.5
 MAX_PASSES = 32
 # glibc's own lock, when its callers do not show: during thread churn, most likely the stack cache's.
 GLIBC_INTERNAL_LOCK = "glibc internal lock"
+STACK_CACHE = "glibc stack cache lock"  # the lock table's name for it
 
 # The findings claims go to (offcpu.diagnosis.rules has a rule for each).
 MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION = "mmap_lock", "stack_cache_lock", "lock_contention"
@@ -244,7 +245,7 @@ class Claims:
             return Claim(IDLE) if asleep_all_window else None
         if site is not None and site.kind == "lock":
             if site.name == GLIBC_INTERNAL_LOCK and self.churning and not self._callers_shown(stack.frames):
-                return Claim(STACK_CACHE_LOCK, "glibc stack cache lock", guessed=True)
+                return Claim(STACK_CACHE_LOCK, STACK_CACHE, guessed=True)
             return Claim(site.finding or LOCK_CONTENTION, site.name)
         if (site is not None and site.kind == "io") or cls.cause == DEVICE:
             return Claim(IO_WAIT)
@@ -321,7 +322,7 @@ class Claims:
                 root.idle_us += overlap
             elif claim is not None and claim.finding == IO_WAIT:
                 root.io_us += overlap
-            elif claim is not None and claim.finding in (MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION):
+            elif claim is not None and claim.finding in LOCK_FINDINGS:
                 root.lock_us += overlap
             elif claim is not None and claim.finding == SERIALIZATION and claim.key == pool:
                 root.queued_us += overlap  # in the same line

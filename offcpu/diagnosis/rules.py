@@ -19,6 +19,7 @@ from offcpu.diagnosis.claims import (
     PTHREAD_MUTEX,
     RUNQUEUE,
     SERIALIZATION,
+    STACK_CACHE,
     STACK_CACHE_LOCK,
     STUCK,
     THREAD_CHURN,
@@ -36,7 +37,6 @@ LIMIT_WARNING_FROM = 0.8  # offcpu.machine.limits.WARN_FROM, doctor's "near"
 LIMIT_CRITICAL_FROM = 0.95
 
 DWARF_HINT = "record with --call-graph dwarf to see the callers"
-STACK_CACHE = "glibc stack cache lock"  # the lock table's name for it
 LOCK_REMEDY = ("Hold the lock for less time or less often: move work out of the critical section, split the data so "
                "threads do not share one lock (per-thread or per-CPU state merged at the end, striped locks), or use "
                "atomics for simple counters. The wait site shows who waits, the release site who held it.")
