@@ -440,11 +440,18 @@ static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned 
 		return;
 	}
 	__u64 runtime = prev->se.sum_exec_runtime;
+	// A wakeup seen while the thread was on CPU, on its way to sleep (see on_waking)
+	__u64 racing_wakeup = wait->since_ns ? 0 : wait->woken_ns;
 	if (wait->since_ns) {
 		// Its switch back in was not reported (the kernel did not fire the tracepoint, or
 		// ran this program elsewhere): it came back when it began the run it ends now.
 		__u64 ran = runtime - wait->runtime_ns;
 		__u64 back = now - wait->since_ns > ran ? now - ran : wait->since_ns;
+		// A wakeup after that came on its way to the sleep it begins now, not in the wait
+		if (wait->woken_ns > back) {
+			racing_wakeup = wait->woken_ns;
+			wait->woken_ns = 0;
+		}
 		wait->estimated |= ESTIMATED_BACK;
 		send_wait(prev, prev->pid, wait, back);
 		count(unseen_switches);
@@ -453,8 +460,7 @@ static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned 
 	wait->estimated = 0;
 	// A wakeup that came while the thread was on its way to sleep: it is runnable
 	// from then on (all of its wait is run-queue delay). Any other is stale.
-	if (wait->since_ns || now - wait->woken_ns >= RACING_WAKEUP_NS)
-		wait->woken_ns = 0;
+	wait->woken_ns = now - racing_wakeup < RACING_WAKEUP_NS ? racing_wakeup : 0;
 	wait->since_ns = now;
 	wait->state = prev_state;
 	wait->exit_state = prev->exit_state;
