@@ -7,13 +7,14 @@
 //! process on every path: `finish`, a Python exception, or SIGKILL.
 
 use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -36,6 +37,11 @@ pub const NOT_TAKEN: i32 = -10000;
 const OPEN_WAITS: &str = "dump_open_waits";
 const STACK_DEPTH: usize = 127;
 const POLL: Duration = Duration::from_millis(50);
+/// Where `struct record` holds its kind, its waker's user stack and its waker's pid.
+const KIND_AT: usize = 0;
+const WAKER_USER_STACK_AT: usize = 52;
+const WAKER_PID_AT: usize = 56;
+const RECORD_WAIT: u32 = 1;
 
 /// The counters of `struct counters` in offcpu.bpf.c, in their order.
 const COUNTERS: [&str; 8] = [
@@ -83,6 +89,7 @@ pub struct BpfRecording {
     records: PathBuf,
     stop: Arc<AtomicBool>,
     written: Arc<AtomicU64>,
+    wakers: Arc<Mutex<BTreeSet<u32>>>,
     drain: Option<JoinHandle<std::io::Result<()>>>,
 }
 
@@ -124,13 +131,15 @@ impl BpfRecording {
         let file = private_file(&records)?;
         let stop = Arc::new(AtomicBool::new(false));
         let written = Arc::new(AtomicU64::new(0));
+        let wakers = Arc::new(Mutex::new(BTreeSet::new()));
         let ring = MapHandle::try_from(&map(&object, "records")?)
             .map_err(|e| bpf_error("the ring buffer", e))?;
         let drain = {
-            let (stop, written) = (Arc::clone(&stop), Arc::clone(&written));
+            let (stop, written, wakers) =
+                (Arc::clone(&stop), Arc::clone(&written), Arc::clone(&wakers));
             std::thread::Builder::new()
                 .name("offcpu-drain".into())
-                .spawn(move || drain(ring, file, &stop, &written))
+                .spawn(move || drain(ring, file, &stop, &written, &wakers))
                 .map_err(|e| bpf_error("the ring buffer's reader", e))?
         };
         let mut recording = Self {
@@ -139,6 +148,7 @@ impl BpfRecording {
             records,
             stop,
             written,
+            wakers,
             drain: Some(drain),
         };
         for program in recording
@@ -166,6 +176,14 @@ impl BpfRecording {
         counts.set_item("missed_runs", missed_runs(&self.object))?;
         counts.set_item("bytes_written", self.written.load(Ordering::Relaxed))?;
         Ok(counts)
+    }
+
+    /// The processes whose user stacks were taken as wakers so far: those outside the
+    /// target too, whose memory maps the recording reads to name their frames.
+    fn wakers(&self) -> Vec<u32> {
+        self.wakers
+            .lock()
+            .map_or_else(|_| Vec::new(), |pids| pids.iter().copied().collect())
     }
 
     /// End the recording: detach the programs, drain what is left, write the waits still
@@ -245,12 +263,14 @@ fn fill_targets(object: &Object, processes: &[u32], cgroups: &[u64]) -> PyResult
     Ok(())
 }
 
-/// The ring buffer's records to `file` until `stop`, then what is left in it.
+/// The ring buffer's records to `file` until `stop`, then what is left in it; the
+/// processes whose user stacks were taken as wakers to `wakers`.
 fn drain(
     ring: MapHandle,
     file: File,
     stop: &AtomicBool,
     written: &AtomicU64,
+    wakers: &Mutex<BTreeSet<u32>>,
 ) -> std::io::Result<()> {
     let writer = RefCell::new(BufWriter::with_capacity(1 << 20, file));
     let failed = RefCell::new(None);
@@ -262,6 +282,7 @@ fn drain(
                 return -1;
             }
             written.fetch_add(record.len() as u64, Ordering::Relaxed);
+            note_waker(record, wakers);
             0
         })
         .map_err(std::io::Error::other)?;
@@ -283,6 +304,16 @@ fn drain(
         .into_inner()
         .map_err(|e| e.into_error())?
         .sync_data()
+}
+
+/// The waker of a wait record whose user stack was taken, added to `wakers`.
+fn note_waker(record: &[u8], wakers: &Mutex<BTreeSet<u32>>) {
+    let waker_user_stack = u32_at(record, WAKER_USER_STACK_AT) as i32;
+    if u32_at(record, KIND_AT) == RECORD_WAIT && waker_user_stack >= 0 {
+        if let Ok(mut pids) = wakers.lock() {
+            pids.insert(u32_at(record, WAKER_PID_AT));
+        }
+    }
 }
 
 /// How many times the kernel skipped one of our programs because one of them was already

@@ -70,11 +70,15 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
             except _core.BpfError as error:
                 raise BpfRefused(printable(str(error))) from None
             info.window_start_ns = time.monotonic_ns()
+            maps = MapsRecorder(request.output)
             if command is not None:
+                # Its maps before its exec are offcpu's, forked: they name the frames of its wait to go
+                with contextlib.suppress(OSError):
+                    maps.update([command.pid])
                 command.go()
                 info.target = replace(info.target, pid=command.pid) if info.target.kind == "command" else \
                     replace(info.target, command_pid=command.pid)
-            switches_at_start = _run(request, info, on_tick, interrupts)
+            switches_at_start = _run(request, info, on_tick, interrupts, maps, recording.wakers)
             info.bpf = {**recording.finish(str(stacks)), "stacks_per_second": request.stack_budget,
                         "long_wait_ns": LONG_WAIT_NS}
             if switches_at_start and not info.target_exited:
@@ -130,9 +134,11 @@ def _cgroup_ids(directory: Path) -> list[int]:
     return ids
 
 
-def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], None],
-         interrupts: Interrupts) -> dict[int, int]:
-    """Wait for the end; fills in the window, the threads at the start and how it ended.
+def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], None], interrupts: Interrupts,
+         maps: MapsRecorder, wakers: Callable[[], list[int]]) -> dict[int, int]:
+    """Wait for the end; fills in the window, the threads at the start and how it ended, and
+    keeps the maps of the processes recorded and of `wakers` (those whose stacks were taken as
+    wakers so far).
     Returns the context switch counts of the target's threads at the start, for the
     snapshot of those that never ran (taken once the programs are detached: eu-stack's
     stops of the process would be recorded)."""
@@ -147,12 +153,11 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
                 return "max size"
         return None
 
-    maps = MapsRecorder(request.output)
-
     def maps_now() -> None:
-        """The maps of the processes recorded now, while they live: user frames are named from them."""
+        """The maps of the processes recorded now and of the wakers seen, outside the target too, while
+        they live: user frames are named from them."""
         with contextlib.suppress(OSError):
-            maps.update(_recorded_processes(info.target))
+            maps.update(sorted({*_recorded_processes(info.target), *wakers()}))
 
     maps_now()
     try:

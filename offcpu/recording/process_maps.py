@@ -3,8 +3,9 @@
 A BPF recording keeps user stacks as bare addresses; what they mean depends on the
 files each process had mapped, and the process may be gone (or have exec'd another
 program) by the time the capture is read. So the recording reads /proc/PID/maps of
-its processes as it goes (`MapsRecorder.update`, as often as it likes and at the
-end), with the build id of each mapped ELF file, and keeps them in bpf-maps.json:
+its processes, and of the processes outside it whose stacks were taken as wakers, as it
+goes (`MapsRecorder.update`, as often as it likes and at the end), with the build id of
+each mapped ELF file, and keeps them in bpf-maps.json:
 a list of snapshots, one per read of a process whose executable mappings changed
 since its last, with when it was read (CLOCK_MONOTONIC, the records' clock).
 

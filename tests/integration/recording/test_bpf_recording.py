@@ -8,10 +8,12 @@ does not hide a mistake in the other."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -143,6 +145,37 @@ def test_every_distinct_stack_is_kept(tmp_path: Path) -> None:
     table = stack_table(capture)
     ids = set(taken["user_stack"].tolist())
     assert ids <= set(table) and len({table[stack_id] for stack_id in ids}) >= 4096
+
+
+# Writes a line into the pipe every 5 ms for about a second, from outside the recorded command
+PIPE_WRITER = """
+import sys, time
+with open(sys.argv[1], "w") as pipe:
+    for _ in range(150):
+        pipe.write("x\\n"); pipe.flush(); time.sleep(0.005)
+"""
+
+
+def test_a_wakers_frames_are_named_when_it_is_outside_the_target(tmp_path: Path) -> None:
+    # Given `cat` recorded as a command, reading a pipe that a Python process outside it writes to
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    writer = subprocess.Popen([sys.executable, "-c", PIPE_WRITER, str(pipe)])
+    try:
+        capture = tmp_path / "cap"
+        result = run_offcpu("record", "--backend", "bpf", "-o", str(capture), "--", "cat", str(pipe))
+        assert result.returncode == 0, result.stderr
+    finally:
+        writer.kill()
+        writer.wait()
+    report = json.loads(run_offcpu("report", "json", "--waker", str(capture)).stdout)
+    # Then the wait cat spends most in was ended by the writer, whose user frame is named from its
+    # memory maps (read while recording, as for the target's own processes): libc's write
+    read = max(report["stacks"], key=lambda stack: stack["offcpu_us"])
+    waker = read["waker"]
+    assert waker[-1] == Path(sys.executable).name[:15], waker
+    assert "write" in waker[waker.index("entry_SYSCALL_64_after_hwframe") + 1], waker
+    assert not [note for note in report["caveats"] if "memory maps" in note], report["caveats"]
 
 
 def test_a_small_budget_samples_stacks_and_says_how(tmp_path: Path) -> None:
