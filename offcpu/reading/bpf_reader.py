@@ -288,7 +288,8 @@ class BpfReader:
         if not unseen:
             return []
         switches = "switch" if unseen == 1 else "switches"
-        return [f"{unseen:,} {switches} the kernel did not report to the recording were placed by the threads' time "
+        were = "was" if unseen == 1 else "were"
+        return [f"{unseen:,} {switches} the kernel did not report to the recording {were} placed by the threads' time "
                 "on CPU as the kernel counts it"]
 
     def _unreadable_note(self, table: dict[int, tuple[int, ...]]) -> list[str]:
