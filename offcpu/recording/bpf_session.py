@@ -159,10 +159,22 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
         with contextlib.suppress(OSError):
             maps.update(sorted({*_recorded_processes(info.target), *wakers()}))
 
+    wakers_read: set[int] = set()
+
+    def tick(elapsed_s: float) -> None:
+        """Progress, and the maps of the wakers first seen since the last tick: read at once, as a
+        waker outside the target may not live until the next look."""
+        on_tick(elapsed_s)
+        new = set(wakers()) - wakers_read
+        if new:
+            wakers_read.update(new)
+            with contextlib.suppress(OSError):
+                maps.update(sorted(new))
+
     maps_now()
     try:
         switches_at_start = note_threads_at_start(request, info)
-        info.ended_by = wait_for_end(full, request.duration_s, info, on_tick, on_look=maps_now)
+        info.ended_by = wait_for_end(full, request.duration_s, info, tick, on_look=maps_now)
     except Terminated as terminated:
         info.ended_by = terminated.signal_name
     except KeyboardInterrupt:
