@@ -14,7 +14,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -181,9 +181,8 @@ impl BpfRecording {
     /// The processes whose user stacks were taken as wakers so far: those outside the
     /// target too, whose memory maps the recording reads to name their frames.
     fn wakers(&self) -> Vec<u32> {
-        self.wakers
-            .lock()
-            .map_or_else(|_| Vec::new(), |pids| pids.iter().copied().collect())
+        let pids = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        pids.iter().copied().collect()
     }
 
     /// End the recording: detach the programs, drain what is left, write the waits still
@@ -309,10 +308,12 @@ fn drain(
 /// The waker of a wait record whose user stack was taken, added to `wakers`.
 fn note_waker(record: &[u8], wakers: &Mutex<BTreeSet<u32>>) {
     let waker_user_stack = u32_at(record, WAKER_USER_STACK_AT) as i32;
-    if u32_at(record, KIND_AT) == RECORD_WAIT && waker_user_stack >= 0 {
-        if let Ok(mut pids) = wakers.lock() {
-            pids.insert(u32_at(record, WAKER_PID_AT));
-        }
+    if record.len() >= RECORD_SIZE
+        && u32_at(record, KIND_AT) == RECORD_WAIT
+        && waker_user_stack >= 0
+    {
+        let mut pids = wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        pids.insert(u32_at(record, WAKER_PID_AT));
     }
 }
 

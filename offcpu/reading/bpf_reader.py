@@ -6,7 +6,8 @@ docs/capture.md) one after another, in the order the ring buffer gave them: a wa
 written when it ends, so they are not in time order. Each wait becomes a sched_switch
 at its start (the thread's stack and state), a wakeup when it was woken (the waker's
 stack) and a switch-in at its end. The kernel took all three times at the switch and
-the wakeup themselves: no switch-in is estimated, and no observer's cost is counted.
+the wakeup themselves, but for a switch the tracepoint did not report, placed by the
+thread's run time as the kernel counts it (`estimated`); no observer's cost is counted.
 
 Stacks were taken for a sample of the waits: a wait whose stacks were taken with
 probability 2^-s weighs 2^s (Events.weights), one whose stacks were not weighs 0 and

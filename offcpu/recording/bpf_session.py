@@ -72,7 +72,8 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
             info.window_start_ns = time.monotonic_ns()
             maps = MapsRecorder(request.output)
             if command is not None:
-                # Its maps before its exec are offcpu's, forked: they name the frames of its wait to go
+                # Its maps until its exec are offcpu's, forked: they name the frames of its waits between
+                # the word to go and the exec
                 with contextlib.suppress(OSError):
                     maps.update([command.pid])
                 command.go()
@@ -81,6 +82,8 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
             switches_at_start = _run(request, info, on_tick, interrupts, maps, recording.wakers)
             info.bpf = {**recording.finish(str(stacks)), "stacks_per_second": request.stack_budget,
                         "long_wait_ns": LONG_WAIT_NS}
+            with contextlib.suppress(OSError):  # and of the wakers in the records drained last
+                maps.update(recording.wakers())
             if switches_at_start and not info.target_exited:
                 save_snapshot_of(request.output, switches_at_start, info)
         except BaseException:

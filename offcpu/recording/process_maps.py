@@ -10,7 +10,8 @@ a list of snapshots, one per read of a process whose executable mappings changed
 since its last, with when it was read (CLOCK_MONOTONIC, the records' clock).
 
 The reader (`load`, `history`) files each snapshot under the process's exec generation
-at the time it was read, which the records tell (offcpu.reading.bpf_reader): a user stack is
+at the time it was read, which the records tell (offcpu.reading.bpf_reader; a process outside
+the target has no fork or exec records: one generation): a user stack is
 named from the snapshots of its own process and generation, the latest first.
 """
 

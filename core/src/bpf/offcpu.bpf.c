@@ -123,6 +123,10 @@ struct record {
 	char comm[TASK_COMM_LEN];        // the thread's name (wait: at switch-in)
 	char waker_comm[TASK_COMM_LEN];
 };
+// The drain (core/src/recorder.rs) reads these where they are
+_Static_assert(sizeof(struct record) == 112 && __builtin_offsetof(struct record, waker_user_stack) == 52 &&
+		       __builtin_offsetof(struct record, waker_pid) == 56,
+	       "struct record is laid out as recorder.rs and bpf_reader.py read it");
 
 // What the recording counts about itself, per CPU (summed by user space).
 struct counters {
@@ -447,10 +451,18 @@ static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned 
 		// ran this program elsewhere): it came back when it began the run it ends now.
 		__u64 ran = runtime - wait->runtime_ns;
 		__u64 back = now - wait->since_ns > ran ? now - ran : wait->since_ns;
-		// A wakeup after that came on its way to the sleep it begins now, not in the wait
 		if (wait->woken_ns > back) {
-			racing_wakeup = wait->woken_ns;
-			wait->woken_ns = 0;
+			if (wait->state == 0) {
+				// Runnable all along, it was not woken in the wait: the wakeup came on its
+				// way to the sleep it begins now
+				racing_wakeup = wait->woken_ns;
+				wait->woken_ns = 0;
+			} else {
+				// Its own wakeup: it came back after it (the kernel's count of the run,
+				// without steal, and from the wakeup when that preempted, can reach back
+				// before it)
+				back = wait->woken_ns < now ? wait->woken_ns : now;
+			}
 		}
 		wait->estimated |= ESTIMATED_BACK;
 		send_wait(prev, prev->pid, wait, back);

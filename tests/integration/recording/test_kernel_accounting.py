@@ -31,6 +31,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -39,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import STARTUP_TIMEOUT_S, example, run_offcpu
+from tests.conftest import STARTUP_TIMEOUT_S, example, missing, run_offcpu
 
 SAMPLE_EVERY_S = 0.005
 MAX_READ_NS = 500_000  # a sample that took longer to read was preempted: its time is unsure
@@ -175,6 +176,8 @@ BACKENDS = {"perf": ("--backend", "perf", "--mmap-pages", "1024"), "bpf": ("--ba
 
 def record_while_sampling(tmp_path: Path, backend: str, name: str, *args: str,
                           threads: int) -> tuple[Path, Sampler]:
+    if shutil.which("chrt") is None:
+        missing("chrt (util-linux) is not installed")
     # (SCHED_BATCH: see the module's docstring)
     program = subprocess.Popen(["chrt", "--batch", "0", str(example(name)), *args, "-s", "30"],
                                stdout=subprocess.DEVNULL)
