@@ -89,7 +89,8 @@ pub struct BpfRecording {
     records: PathBuf,
     stop: Arc<AtomicBool>,
     written: Arc<AtomicU64>,
-    wakers: Arc<Mutex<BTreeSet<u32>>>,
+    /// The wakers the drain saw first since `new_wakers` last took them
+    wakers: Arc<Mutex<Vec<u32>>>,
     drain: Option<JoinHandle<std::io::Result<()>>>,
 }
 
@@ -131,7 +132,7 @@ impl BpfRecording {
         let file = private_file(&records)?;
         let stop = Arc::new(AtomicBool::new(false));
         let written = Arc::new(AtomicU64::new(0));
-        let wakers = Arc::new(Mutex::new(BTreeSet::new()));
+        let wakers = Arc::new(Mutex::new(Vec::new()));
         let ring = MapHandle::try_from(&map(&object, "records")?)
             .map_err(|e| bpf_error("the ring buffer", e))?;
         let drain = {
@@ -178,11 +179,11 @@ impl BpfRecording {
         Ok(counts)
     }
 
-    /// The processes whose user stacks were taken as wakers so far: those outside the
-    /// target too, whose memory maps the recording reads to name their frames.
-    fn wakers(&self) -> Vec<u32> {
-        let pids = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
-        pids.iter().copied().collect()
+    /// The processes whose user stacks were taken as wakers, each once, since the last
+    /// call: those outside the target too, whose memory maps the recording reads to name
+    /// their frames.
+    fn new_wakers(&self) -> Vec<u32> {
+        std::mem::take(&mut *self.wakers.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// End the recording: detach the programs, drain what is left, write the waits still
@@ -262,17 +263,18 @@ fn fill_targets(object: &Object, processes: &[u32], cgroups: &[u64]) -> PyResult
     Ok(())
 }
 
-/// The ring buffer's records to `file` until `stop`, then what is left in it; the
-/// processes whose user stacks were taken as wakers to `wakers`.
+/// The ring buffer's records to `file` until `stop`, then what is left in it; each
+/// process whose user stack was taken as a waker to `wakers`, once.
 fn drain(
     ring: MapHandle,
     file: File,
     stop: &AtomicBool,
     written: &AtomicU64,
-    wakers: &Mutex<BTreeSet<u32>>,
+    wakers: &Mutex<Vec<u32>>,
 ) -> std::io::Result<()> {
     let writer = RefCell::new(BufWriter::with_capacity(1 << 20, file));
     let failed = RefCell::new(None);
+    let mut seen = BTreeSet::new();
     let mut builder = RingBufferBuilder::new();
     builder
         .add(&ring, |record: &[u8]| {
@@ -281,7 +283,14 @@ fn drain(
                 return -1;
             }
             written.fetch_add(record.len() as u64, Ordering::Relaxed);
-            note_waker(record, wakers);
+            if let Some(pid) = waker_with_user_stack(record) {
+                if seen.insert(pid) {
+                    wakers
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(pid);
+                }
+            }
             0
         })
         .map_err(std::io::Error::other)?;
@@ -305,16 +314,13 @@ fn drain(
         .sync_data()
 }
 
-/// The waker of a wait record whose user stack was taken, added to `wakers`.
-fn note_waker(record: &[u8], wakers: &Mutex<BTreeSet<u32>>) {
+/// The waker's process of a wait record whose waker's user stack was taken.
+fn waker_with_user_stack(record: &[u8]) -> Option<u32> {
     let waker_user_stack = u32_at(record, WAKER_USER_STACK_AT) as i32;
-    if record.len() >= RECORD_SIZE
+    let taken = record.len() >= RECORD_SIZE
         && u32_at(record, KIND_AT) == RECORD_WAIT
-        && waker_user_stack >= 0
-    {
-        let mut pids = wakers.lock().unwrap_or_else(PoisonError::into_inner);
-        pids.insert(u32_at(record, WAKER_PID_AT));
-    }
+        && waker_user_stack >= 0;
+    taken.then(|| u32_at(record, WAKER_PID_AT))
 }
 
 /// How many times the kernel skipped one of our programs because one of them was already

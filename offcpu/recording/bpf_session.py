@@ -79,11 +79,11 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
                 command.go()
                 info.target = replace(info.target, pid=command.pid) if info.target.kind == "command" else \
                     replace(info.target, command_pid=command.pid)
-            switches_at_start = _run(request, info, on_tick, interrupts, maps, recording.wakers)
+            switches_at_start = _run(request, info, on_tick, interrupts, maps, recording.new_wakers)
             info.bpf = {**recording.finish(str(stacks)), "stacks_per_second": request.stack_budget,
                         "long_wait_ns": LONG_WAIT_NS}
             with contextlib.suppress(OSError):  # and of the wakers in the records drained last
-                maps.update(recording.wakers())
+                maps.update(recording.new_wakers())
             if switches_at_start and not info.target_exited:
                 save_snapshot_of(request.output, switches_at_start, info)
         except BaseException:
@@ -138,10 +138,10 @@ def _cgroup_ids(directory: Path) -> list[int]:
 
 
 def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], None], interrupts: Interrupts,
-         maps: MapsRecorder, wakers: Callable[[], list[int]]) -> dict[int, int]:
+         maps: MapsRecorder, new_wakers: Callable[[], list[int]]) -> dict[int, int]:
     """Wait for the end; fills in the window, the threads at the start and how it ended, and
-    keeps the maps of the processes recorded and of `wakers` (those whose stacks were taken as
-    wakers so far).
+    keeps the maps of the processes recorded and of the wakers (`new_wakers`: those whose stacks
+    were first taken as wakers since it was last called).
     Returns the context switch counts of the target's threads at the start, for the
     snapshot of those that never ran (taken once the programs are detached: eu-stack's
     stops of the process would be recorded)."""
@@ -156,23 +156,23 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
                 return "max size"
         return None
 
+    wakers: set[int] = set()
+
     def maps_now() -> None:
         """The maps of the processes recorded now and of the wakers seen, outside the target too, while
         they live: user frames are named from them."""
         with contextlib.suppress(OSError):
-            maps.update(sorted({*_recorded_processes(info.target), *wakers()}))
-
-    wakers_read: set[int] = set()
+            maps.update(sorted({*_recorded_processes(info.target), *wakers}))
 
     def tick(elapsed_s: float) -> None:
         """Progress, and the maps of the wakers first seen since the last tick: read at once, as a
         waker outside the target may not live until the next look."""
         on_tick(elapsed_s)
-        new = set(wakers()) - wakers_read
+        new = new_wakers()
         if new:
-            wakers_read.update(new)
+            wakers.update(new)
             with contextlib.suppress(OSError):
-                maps.update(sorted(new))
+                maps.update(new)
 
     maps_now()
     try:
