@@ -458,9 +458,8 @@ static __always_inline void leave(void *ctx, struct task_struct *prev, unsigned 
 				racing_wakeup = wait->woken_ns;
 				wait->woken_ns = 0;
 			} else {
-				// Its own wakeup: it came back after it (the kernel's count of the run,
-				// without steal, and from the wakeup when that preempted, can reach back
-				// before it)
+				// Its own wakeup: it came back after it (the kernel counts a run from the
+				// wakeup when that preempted, so its count can reach back before it)
 				back = wait->woken_ns < now ? wait->woken_ns : now;
 			}
 		}
