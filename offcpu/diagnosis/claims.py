@@ -41,6 +41,9 @@ CHURN_LIFE_US = 100_000
 IDLE_ROOT = 0.5
 # Peer waits this long on average (fewer than 100 a second per waiting thread) are a pool
 # waiting for the work its peers hand it, unless their pool is held to fewer CPUs than it could use.
+# The average is the pool's own at the stack: where stacks stop in libc (a JVM's), every thread's
+# futex waits share one, and a compiler thread's waits of seconds would make a pool's of
+# milliseconds look like waits for work.
 IDLE_MEAN_WAIT_US = 10_000
 # A pool is held to fewer CPUs when it runs on at least this many on average, and at least
 # this many fewer than it has threads with work (and CPUs to run them).
@@ -342,19 +345,20 @@ class Claims:
         handoff_site = cls.site is not None and cls.site.lock.kind == "handoff"
         if pool.held_to_fewer_cpus or root.held_back:
             return Claim(HANDOFF if handoff_site else SERIALIZATION, pool.name)
-        if self.mean_wait_us[row.stack] >= IDLE_MEAN_WAIT_US:
+        if self.mean_wait_us[(pool.name, row.stack)] >= IDLE_MEAN_WAIT_US:
             return Claim(IDLE)
         return Claim(HANDOFF, pool.name)
 
     @cached_property
-    def mean_wait_us(self) -> dict[int, float]:
-        """Per stack, the average time off CPU of its waits that a peer ended."""
-        sums: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    def mean_wait_us(self) -> dict[tuple[str, int], float]:
+        """Per pool and stack, the average time off CPU of its waits that a peer ended."""
+        sums: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
         for row, cls in zip(self.model.rows, self.waits.classes, strict=True):
             if cls.cause == PEER:
-                sums[row.stack][0] += row.offcpu_us
-                sums[row.stack][1] += row.count
-        return {stack: us / max(count, 1) for stack, (us, count) in sums.items()}
+                pool_and_stack = sums[(self.waits.pool_of(row.tid), row.stack)]
+                pool_and_stack[0] += row.offcpu_us
+                pool_and_stack[1] += row.count
+        return {key: us / max(count, 1) for key, (us, count) in sums.items()}
 
     def _timed_out_taking_turns(self, index: int) -> bool:
         """A wait on a condition (not a sleep) that timed out, or that the recording's end

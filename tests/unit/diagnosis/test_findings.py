@@ -14,7 +14,7 @@ from offcpu.diagnosis.context import Context, share_uncertainty
 from offcpu.diagnosis.findings import SEVERITIES, Finding, findings, severity_of
 from offcpu.diagnosis.locktable import default_table
 from offcpu.diagnosis.rules import RULES, Match, Rule, detect_mmap_lock
-from offcpu.model import Model, Row, Thread
+from offcpu.model import Model, Row, Thread, Waker
 from offcpu.stacks import Stack
 from tests.unit.model.test_engine import model_of
 
@@ -247,6 +247,34 @@ def test_idle_pool_is_idle_not_contended():
     assert set(found) == {"idle"} and found["idle"].severity == "info"
     assert "not contention" in found["idle"].summary and "not woken at all" in found["idle"].summary
     assert "do_nanosleep" in {f for e in found["idle"].evidence for f in e.frames}
+
+
+def handoff_beside_a_long_waiter() -> Model:
+    """1 s on 2 CPUs of one process: two workers, on CPU 200 ms each, hand work to each other
+    100 times each (8 ms a wait); a compiler thread waits 900 ms once, until a worker wakes it. All
+    the waits stop at one libc frame, as a JVM's do (glibc has no frame pointers)."""
+    capture = CaptureInfo(target=Target("pid", "java", pid=10), perf_command=[], kernel_release="", perf_version="",
+                          cpus=2, call_graph="fp", events=[], events_skipped=[], duration_requested_s=1.0,
+                          schedstats="absent", limits=None, window_start_ns=0, window_end_ns=1_000_000_000)
+    stacks = [Stack(("__schedule", "futex_wait", "__futex_abstimed_wait_common"), 2),
+              Stack(("try_to_wake_up", "futex_wake", "__lll_unlock_wake"), 2)]
+    wakers = [Waker("thread", 10, 22, "worker-2", 1), Waker("thread", 10, 21, "worker-1", 1)]
+    rows = [Row(21, 0, "S", 0, 800_000, 800_000, 0, 100), Row(22, 0, "S", 1, 800_000, 800_000, 0, 100),
+            Row(31, 0, "S", 1, 900_000, 900_000, 0, 1)]
+    threads = {21: Thread(21, 10, "worker-1", oncpu_us=200_000, offcpu_us=800_000),
+               22: Thread(22, 10, "worker-2", oncpu_us=200_000, offcpu_us=800_000),
+               31: Thread(31, 10, "C2 CompilerThread0", oncpu_us=100_000, offcpu_us=900_000)}
+    return Model(capture, 0, 1_000_000_000, stacks, wakers, rows, threads, Counter())
+
+
+def test_a_pool_s_hand_offs_are_judged_by_its_own_waits_not_another_s_at_the_same_stack():
+    # The workers' waits average 8 ms: hand-offs (under IDLE_MEAN_WAIT_US, 10 ms), though with the
+    # compiler thread's 900 ms wait at the same frames the stack's average is 2.5 s / 201 = 12.4 ms;
+    # that thread's own wait, 900 ms, is one for work. (Their pool runs on 0.4 CPUs of 2, so it is
+    # not held to fewer than it could use: the averages decide.)
+    found = {(finding.id, finding.subject) for finding in findings(handoff_beside_a_long_waiter())}
+    assert ("handoff", "worker-1 (10): worker") in found, found  # (the process named by its first thread)
+    assert not any("C2" in subject for _, subject in found), found
 
 
 def test_shares_are_of_the_threads_a_finding_is_about():
