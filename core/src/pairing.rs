@@ -826,7 +826,7 @@ pub struct SliceBuilder {
     first_waits: QuickMap<i32, u64>, // by the wait's serial
     deferred: Vec<(i32, Wait, i64)>,
     incoming: QuickMap<i32, i64>, // tid -> the sched_switch that names it next, until it is in
-    cpu_switched: QuickMap<i32, i64>, // cpu -> the last switch recorded there
+    cpu_switched: QuickMap<i32, i64>, // cpu -> the last switch (or exit) recorded there
     /// CPUs whose last recorded thread exited (perf records nothing of it after its exit
     /// record): the next thread in pays no cost of perf's there -> since when
     after_exit: QuickMap<i32, i64>,
@@ -917,6 +917,8 @@ impl SliceBuilder {
                 self.exited(tid, time, pid);
                 if cpu != UNKNOWN_CPU {
                     self.after_exit.insert(cpu, time);
+                    // the exiting thread ran there until now: whoever comes in next came after
+                    self.cpu_switched.insert(cpu, time);
                 }
             }
             _ => {} // THREAD_COMM: names come with every switch and wakeup
@@ -954,7 +956,7 @@ impl SliceBuilder {
 
     /// A thread leaves a CPU while its last wait is open: perf recorded neither the switch
     /// that brought it back nor its record of being in (seen after a thread exits). It came
-    /// in after its wakeup, if one was seen, and after the last switch recorded on this CPU.
+    /// in after its wakeup, if one was seen, and after the last switch (or exit) recorded on this CPU.
     fn unseen_switch_in(&mut self, tid: i32, leave: i64, cpu: i32, pid: i32, comm: Id) {
         let Some(wait) = self.waiting.get(tid) else {
             return;

@@ -144,6 +144,18 @@ def test_a_switch_in_after_a_recorded_threads_exit_costs_perf_nothing() -> None:
     assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (1600, 1000, 600)
 
 
+def test_a_return_that_left_no_record_comes_after_an_exit_on_its_cpu() -> None:
+    events = builder(switch_cost_us=20)
+    switch(events, 1000, 11, "S", 0, "futex_wait")  # to the idle task, on CPU 0
+    events.exit(2400 * US, CPU, 10, 13)  # 13 exits on CPU 0; its last switch is not recorded
+    switch(events, 3000, 11, "S", 0, "do_nanosleep")  # 11 leaves CPU 0 again: its return left no record
+    result = model(events, switch_cost_ns=20 * US)
+    # no wakeup seen: back after the last thing recorded on CPU 0, 13's exit at 2400 (not the
+    # switch to idle at 1000): off 1000 to 2400, then on CPU 2400 to 3000 (and 0 to 1000)
+    assert row_of(result, 11, "futex_wait").offcpu_us == 1400
+    assert result.threads[11].oncpu_us == 1000 + 600 and result.estimated_switch_ins == 1
+
+
 def test_a_preempted_thread_only_waits_for_a_cpu() -> None:
     events = builder()
     switch(events, 1000, 11, "R", 12, "preempt_schedule")
