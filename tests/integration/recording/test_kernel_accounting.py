@@ -58,6 +58,9 @@ TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 # to 0.1 µs a switch short of schedstat under load. 0.3 µs is allowed for each of a thread's
 # switches, with BPF, when it comes out short.
 BPF_CLOCK_LEAD_NS = 300
+# A thread with this many sched_switch samples on a CPU and no record of a switch there lost
+# them in perf (see threads_missing_switch_records): its time on CPU there is not compared.
+MISSING_RECORDS_FROM = 20
 
 
 def scheduler_tick_ns() -> int:
@@ -205,6 +208,30 @@ def compared_part(capture: Path, sampler: Sampler) -> tuple[dict, Sample, Sample
     return json.loads(result.stdout), first, last
 
 
+def threads_missing_switch_records(perf: str, capture: Path) -> set[int]:
+    """Threads for which perf wrote sched_switch samples on a CPU but not one record of a switch
+    there. Recording thread_churn by pid (whose threads come and go while perf opens its events
+    for each), perf once left out all of a worker's switch records on one CPU (1,012 switches
+    there, no record, none counted lost; in one run of about twenty); its returns there were then
+    placed by the last switch recorded on that CPU, often one to the idle task, and it came out
+    62 ms (40%) over schedstat."""
+    script = subprocess.run([perf, "script", "-i", str(capture / "perf.data"), "--show-switch-events",
+                             "-F", "tid,cpu,event,trace"], capture_output=True, text=True, check=True).stdout
+    switches: dict[tuple[int, str], int] = {}
+    records: set[tuple[int, str]] = set()
+    for line in script.splitlines():
+        fields = line.split()
+        if len(fields) < 3 or not fields[0].isdigit():
+            continue
+        tid, cpu = int(fields[0]), fields[1]
+        if "PERF_RECORD_SWITCH" in line:
+            records.add((tid, cpu))
+        elif "sched:sched_switch:" in line and f"prev_pid={tid} " in line:
+            switches[(tid, cpu)] = switches.get((tid, cpu), 0) + 1
+    return {tid for (tid, cpu), count in switches.items()
+            if count >= MISSING_RECORDS_FROM and (tid, cpu) not in records}
+
+
 CASES = [
     pytest.param("futex_contention", ("-t", "4"), 5, id="mutex"),
     pytest.param("futex_contention_fixed", ("-t", "4"), 5, id="mutex-fixed"),
@@ -229,6 +256,7 @@ def test_time_on_cpu_is_the_kernels(tmp_path: Path, perf: str, backend: str, nam
     tolerance_ns = TOLERANCE_NS if sampler.schedstat else 2 * 1_000_000_000 // TICKS_PER_S
     tick_ns = scheduler_tick_ns()
     threads_seen = {thread["tid"]: thread for thread in report["threads"]}
+    unrecorded = threads_missing_switch_records(perf, capture) if backend == "perf" else set()
     compared = [tid for tid in first.oncpu_ns if tid in last.oncpu_ns and tid in threads_seen]
     assert len(compared) >= 4, (sorted(first.oncpu_ns), sorted(threads_seen))
     part_us = (last.time_ns - first.time_ns) / 1000
@@ -244,7 +272,7 @@ def test_time_on_cpu_is_the_kernels(tmp_path: Path, perf: str, backend: str, nam
         clock_lead_ns = BPF_CLOCK_LEAD_NS * switched if backend == "bpf" and offcpu_ns < kernel_ns else 0
         allowed_ns = (max(TOLERANCE * kernel_ns, tolerance_ns) + ends_running * tick_ns + estimated_ns
                       + first.read_ns + last.read_ns + (stolen_ns if offcpu_ns > kernel_ns else 0) + clock_lead_ns)
-        assert abs(offcpu_ns - kernel_ns) <= allowed_ns, \
+        assert abs(offcpu_ns - kernel_ns) <= allowed_ns or tid in unrecorded, \
             (tid, offcpu_ns / 1e6, kernel_ns / 1e6, ends_running, stolen_ns / 1e6, switched, report["observer"],
              report["capture"]["lost_events"])
         # and its time on CPU and off CPU is the whole part (to the rounding of each interval)
