@@ -956,7 +956,8 @@ impl SliceBuilder {
 
     /// A thread leaves a CPU while its last wait is open: perf recorded neither the switch
     /// that brought it back nor its record of being in (seen after a thread exits). It came
-    /// in after its wakeup, if one was seen, and after the last switch (or exit) recorded on this CPU.
+    /// in after its wakeup, if one was seen, and after the last switch (or exit) recorded on
+    /// this CPU.
     fn unseen_switch_in(&mut self, tid: i32, leave: i64, cpu: i32, pid: i32, comm: Id) {
         let Some(wait) = self.waiting.get(tid) else {
             return;

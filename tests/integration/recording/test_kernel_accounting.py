@@ -35,11 +35,13 @@ import shutil
 import subprocess
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from offcpu.capture import PERF_DATA
 from tests.conftest import STARTUP_TIMEOUT_S, example, missing, run_offcpu
 
 SAMPLE_EVERY_S = 0.005
@@ -215,9 +217,9 @@ def threads_missing_switch_records(perf: str, capture: Path) -> set[int]:
     there, no record, none counted lost; in one run of about twenty); its returns there were then
     placed by the last switch recorded on that CPU, often one to the idle task, and it came out
     62 ms (40%) over schedstat."""
-    script = subprocess.run([perf, "script", "-i", str(capture / "perf.data"), "--show-switch-events",
+    script = subprocess.run([perf, "script", "-i", str(capture / PERF_DATA), "--show-switch-events",
                              "-F", "tid,cpu,event,trace"], capture_output=True, text=True, check=True).stdout
-    switches: dict[tuple[int, str], int] = {}
+    switches: Counter[tuple[int, str]] = Counter()
     records: set[tuple[int, str]] = set()
     for line in script.splitlines():
         fields = line.split()
@@ -227,7 +229,7 @@ def threads_missing_switch_records(perf: str, capture: Path) -> set[int]:
         if "PERF_RECORD_SWITCH" in line:
             records.add((tid, cpu))
         elif "sched:sched_switch:" in line and f"prev_pid={tid} " in line:
-            switches[(tid, cpu)] = switches.get((tid, cpu), 0) + 1
+            switches[(tid, cpu)] += 1
     return {tid for (tid, cpu), count in switches.items()
             if count >= MISSING_RECORDS_FROM and (tid, cpu) not in records}
 
