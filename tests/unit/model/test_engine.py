@@ -139,11 +139,16 @@ def test_the_timeline_holds_every_wait_when_they_fit_with_its_rows_times(name):
         assert model.rows[wait.row].tid == wait.tid
         assert wait.since_ns <= wait.back_ns and (wait.ran_ns is None or wait.ran_ns <= wait.since_ns)
         per_row[wait.row].append(wait)
-    # and each row's waits are as many as it counts, as long (to a microsecond each) as its off-CPU time
+    # and each row's waits are as many as it counts, as long as its off-CPU time (to under a µs for
+    # each call chain made one stack in it: each chain's time is summed in ns, rounded once)
     for index, row in enumerate(model.rows):
         waits = per_row.get(index, [])
         assert len(waits) == row.count
-        assert sum(round((wait.back_ns - wait.since_ns) / 1000) for wait in waits) == row.offcpu_us
+        assert abs(sum(wait.back_ns - wait.since_ns for wait in waits) / 1000 - row.offcpu_us) < row.count
+    # and each thread's waits as long as its off-CPU time, rounded once
+    for tid, thread in model.threads.items():
+        waits_ns = sum(wait.back_ns - wait.since_ns for wait in model.timeline if wait.tid == tid)
+        assert abs(waits_ns / 1000 - thread.offcpu_us) <= 0.5
 
 
 def test_the_timeline_keeps_the_longest_waits_across_slices():
@@ -159,13 +164,14 @@ def test_the_timeline_keeps_the_longest_waits_across_slices():
     # then the slices keep the same waits, in the same rows (when a wait's thread came on CPU is
     # known only within a slice)
     assert times(sliced) == times(model)
-    # and those left out are no longer than the shortest kept: in each row, the time it counts
-    # beyond its kept waits' is at most as many of the shortest as it left out (to a µs each)
+    # and those left out are no longer than the shortest kept: of each thread, the time it counts
+    # beyond its kept waits' is at most as many of the shortest as it left out (its time is
+    # summed in ns and rounded once)
     shortest_us = min(wait.back_ns - wait.since_ns for wait in whole) / 1000
     kept: dict[int, list[TimedWait]] = defaultdict(list)
     for wait in whole:
-        kept[wait.row].append(wait)
-    for index, row in enumerate(model.rows):
-        left_out = row.count - len(kept[index])
-        left_out_us = row.offcpu_us - sum(round((wait.back_ns - wait.since_ns) / 1000) for wait in kept[index])
-        assert left_out_us <= left_out * (shortest_us + 1)
+        kept[wait.tid].append(wait)
+    for tid, thread in model.threads.items():
+        left_out = sum(row.count for row in model.rows if row.tid == tid) - len(kept[tid])
+        left_out_us = thread.offcpu_us - sum(wait.back_ns - wait.since_ns for wait in kept[tid]) / 1000
+        assert left_out_us <= left_out * shortest_us + 0.5

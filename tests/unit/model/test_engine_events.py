@@ -174,6 +174,29 @@ def test_a_wakeup_before_the_switch_out_makes_the_whole_gap_run_queue_delay() ->
     assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (300, 0, 300)
 
 
+
+def test_many_short_waits_add_up_in_nanoseconds_before_they_are_rounded() -> None:
+    # Given 1,000 waits of 11 of 1.4 µs each, woken 1.0 µs into each, 5 µs apart from 1,000 µs on
+    # (12 runs between, preempted in each)
+    events = builder()
+    for start_ns in range(1000 * US, 6000 * US, 5 * US):
+        events.sched_switch(start_ns, CPU, 10, 11, "t11", "S", 12, "futex_wait")
+        events.switch_in(start_ns, CPU, 10, 12, "t12")
+        events.sched_waking(start_ns + 1000, 10, 12, "t12", 11, "futex_wake")
+        events.sched_switch(start_ns + 1400, CPU, 10, 12, "t12", "R", 11, "preempt")
+        events.switch_in(start_ns + 1400, CPU, 10, 11, "t11")
+    result = model(events)
+    # Then its 1,000 waits are 1,400 µs off CPU: 1,000 until woken, 400 waiting for a CPU (each
+    # rounded to a µs first, they would be 1,000 µs, all of it blocked)
+    row = row_of(result, 11, "futex_wait")
+    assert (row.offcpu_us, row.blocked_us, row.runqueue_us, row.count) == (1400, 1000, 400, 1000)
+    thread = result.threads[11]
+    assert (thread.offcpu_us, thread.blocked_us, thread.runqueue_us) == (1400, 1000, 400)
+    # and 12's 999 preemptions of 3.6 µs and its last, from 5,996.4 µs to the window's end at 10,000
+    # (4,003.6), are 7,600 µs (rounded first, 8,000)
+    assert row_of(result, 12, "preempt").offcpu_us == 7600
+
+
 def test_a_wait_is_linked_to_what_its_waker_waited_for_meanwhile() -> None:
     events = builder()
     # 11 waits for a lock from 1000; 12, which holds it, waits for the disk from 2000 to 4000
