@@ -895,12 +895,21 @@ impl SliceBuilder {
                 self.created(tid, time, pid, parent); // it has its creator's name
             }
             THREAD_EXIT => {
-                self.exited(tid, time, pid);
+                // (perf's exits only: BPF's carry no CPU, and its switches are all placed)
                 if cpu != UNKNOWN_CPU {
+                    let unseen_return = self.waiting.contains(tid)
+                        && !self.running.contains_key(&tid)
+                        && !self.incoming.contains_key(&tid);
+                    if unseen_return {
+                        // its return left no record: it came back before its exit, not after
+                        let known = self.totals.thread(tid, Some(pid), NO_NAME).comm;
+                        self.unseen_switch_in(tid, time, cpu, pid, known);
+                    }
                     self.after_exit.insert(cpu, time);
                     // the exiting thread ran there until now: whoever comes in next came after
                     self.cpu_switched.insert(cpu, time);
                 }
+                self.exited(tid, time, pid);
             }
             _ => {} // THREAD_COMM: names come with every switch and wakeup
         }

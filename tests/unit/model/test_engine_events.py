@@ -156,6 +156,20 @@ def test_a_return_that_left_no_record_comes_after_an_exit_on_its_cpu() -> None:
     assert result.threads[11].oncpu_us == 1000 + 600 and result.estimated_switch_ins == 1
 
 
+def test_a_thread_whose_return_left_no_record_was_back_before_its_own_exit() -> None:
+    events = builder(switch_cost_us=20)
+    switch(events, 1000, 11, "S", 0, "futex_wait")  # to the idle task, on CPU 0
+    events.sched_waking(2000 * US, 10, 12, "waker", 11, "futex_wake")
+    events.exit(2400 * US, CPU, 10, 11)  # 11 exits on CPU 0: its return there left no record
+    switch(events, 2410, 11, "X", 0, "do_exit")  # its last switch
+    result = model(events, switch_cost_ns=20 * US)
+    # back after its wakeup at 2000 and the last switch recorded on CPU 0 (1000), not after its
+    # own exit: off 1000 to 2000, all of it blocked; on CPU 0 to 1000 and 2000 to its exit at 2400
+    row = row_of(result, 11, "futex_wait")
+    assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (1000, 1000, 0)
+    assert result.threads[11].oncpu_us == 1000 + 400 and result.estimated_switch_ins == 1
+
+
 def test_a_preempted_thread_only_waits_for_a_cpu() -> None:
     events = builder()
     switch(events, 1000, 11, "R", 12, "preempt_schedule")
