@@ -260,7 +260,7 @@ def test_time_on_cpu_is_the_kernels(tmp_path: Path, perf: str, backend: str, nam
     threads_seen = {thread["tid"]: thread for thread in report["threads"]}
     unrecorded = threads_missing_switch_records(perf, capture) if backend == "perf" else set()
     compared = [tid for tid in first.oncpu_ns if tid in last.oncpu_ns and tid in threads_seen]
-    assert len(compared) >= 4, (sorted(first.oncpu_ns), sorted(threads_seen))
+    assert len(set(compared) - unrecorded) >= 4, (sorted(first.oncpu_ns), sorted(threads_seen), unrecorded)
     part_us = (last.time_ns - first.time_ns) / 1000
     estimated_ns = ESTIMATED_SWITCH_IN_NS * report["observer"]["estimated_switch_ins"] // len(compared)
     # the steal counter moves by whole ticks: as much again may have gone unseen on each CPU
@@ -274,7 +274,8 @@ def test_time_on_cpu_is_the_kernels(tmp_path: Path, perf: str, backend: str, nam
         clock_lead_ns = BPF_CLOCK_LEAD_NS * switched if backend == "bpf" and offcpu_ns < kernel_ns else 0
         allowed_ns = (max(TOLERANCE * kernel_ns, tolerance_ns) + ends_running * tick_ns + estimated_ns
                       + first.read_ns + last.read_ns + (stolen_ns if offcpu_ns > kernel_ns else 0) + clock_lead_ns)
-        assert abs(offcpu_ns - kernel_ns) <= allowed_ns or tid in unrecorded, \
+        # (a thread whose switch records perf left out on a CPU comes out over, not under)
+        assert abs(offcpu_ns - kernel_ns) <= allowed_ns or (tid in unrecorded and offcpu_ns > kernel_ns), \
             (tid, offcpu_ns / 1e6, kernel_ns / 1e6, ends_running, stolen_ns / 1e6, switched, report["observer"],
              report["capture"]["lost_events"])
         # and its time on CPU and off CPU is the whole part (each summed in ns and rounded to a µs once)

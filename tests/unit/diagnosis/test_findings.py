@@ -272,9 +272,11 @@ def test_a_pool_s_hand_offs_are_judged_by_its_own_waits_not_another_s_at_the_sam
     # compiler thread's 900 ms wait at the same frames the stack's average is 2.5 s / 201 = 12.4 ms;
     # that thread's own wait, 900 ms, is one for work. (Their pool runs on 0.4 CPUs of 2, so it is
     # not held to fewer than it could use: the averages decide.)
-    found = {(finding.id, finding.subject) for finding in findings(handoff_beside_a_long_waiter())}
-    assert ("handoff", "worker-1 (10): worker") in found, found  # (the process named by its first thread)
-    assert not any("C2" in subject for _, subject in found), found
+    by_finding = {finding.id: finding for finding in findings(handoff_beside_a_long_waiter())}
+    handoff, idle = by_finding["handoff"], by_finding["idle"]
+    # (the process named by its first thread)
+    assert (handoff.subject, handoff.threads, handoff.offcpu_us) == ("worker-1 (10): worker", 2, 1_600_000)
+    assert (idle.threads, idle.offcpu_us) == (1, 900_000)
 
 
 def test_shares_are_of_the_threads_a_finding_is_about():
