@@ -147,36 +147,60 @@ fn part_in_us(from_ns: i64, part_ns: i64) -> i64 {
     micros(from_ns + part_ns) - micros(from_ns)
 }
 
-/// Sub-windows (ns) in µs, as consecutive parts of a running total that stood at `from_ns`.
-fn windows_in_us(from_ns: i64, windows: &Windows) -> Vec<i64> {
-    let mut total_ns = from_ns;
-    windows
+/// Waits' time off CPU, blocked and then waiting for a CPU (ns): what a thread's rows have added
+/// up to so far, or all of a thread's.
+#[derive(Clone, Copy, Debug, Default)]
+struct OffCpu {
+    blocked_ns: i64,
+    runqueue_ns: i64,
+}
+
+impl OffCpu {
+    fn of(offcpu_ns: i64, blocked_ns: i64) -> Self {
+        OffCpu {
+            blocked_ns,
+            runqueue_ns: offcpu_ns - blocked_ns,
+        }
+    }
+
+    fn add(&mut self, other: OffCpu) {
+        self.blocked_ns += other.blocked_ns;
+        self.runqueue_ns += other.runqueue_ns;
+    }
+
+    /// In µs, as parts of running totals that stood at `from`: off CPU (the sum of the other
+    /// two), blocked, run queue. Each is then within a µs or two of its ns, none below 0, and a
+    /// thread's rows add up to its totals (when each of its waits is in a row once: none sampled).
+    fn in_us(&self, from: OffCpu) -> (i64, i64, i64) {
+        let blocked = part_in_us(from.blocked_ns, self.blocked_ns);
+        let runqueue = part_in_us(from.runqueue_ns, self.runqueue_ns);
+        (blocked + runqueue, blocked, runqueue)
+    }
+}
+
+/// Waits' times in µs (see OffCpu::in_us), their count and variance.
+fn times_in_us(times: &WaitTimes, from: OffCpu) -> (i64, i64, i64, i64, i128) {
+    let (offcpu, blocked, runqueue) = OffCpu::of(times.offcpu_ns, times.blocked_ns).in_us(from);
+    (offcpu, blocked, runqueue, times.count, times.variance)
+}
+
+/// Sub-windows (ns) in µs that add up to `offcpu_us`, their row's: each rounded where their
+/// running sum ends, the µs or two that leaves given to the largest.
+fn windows_in_us(windows: &Windows, offcpu_us: i64) -> Vec<i64> {
+    let mut total_ns = 0;
+    let mut parts: Vec<i64> = windows
         .iter()
         .map(|window_ns| {
             let part = part_in_us(total_ns, *window_ns);
             total_ns += window_ns;
             part
         })
-        .collect()
-}
-
-/// Waits' times in µs: off CPU (a part of a running total that stood at `from_ns`), blocked (its
-/// share of that, so that it stays within it), run queue (what those two leave); their count
-/// and variance.
-fn times_in_us(times: &WaitTimes, from_ns: i64) -> (i64, i64, i64, i64, i128) {
-    let offcpu = part_in_us(from_ns, times.offcpu_ns);
-    let blocked = if times.offcpu_ns > 0 {
-        (offcpu as f64 * times.blocked_ns as f64 / times.offcpu_ns as f64).round() as i64
-    } else {
-        0
-    };
-    (
-        offcpu,
-        blocked,
-        offcpu - blocked,
-        times.count,
-        times.variance,
-    )
+        .collect();
+    let left = offcpu_us - parts.iter().sum::<i64>();
+    if let Some(largest) = parts.iter_mut().max_by_key(|part| **part) {
+        *largest += left;
+    }
+    parts
 }
 
 type RowTuple = (
@@ -210,23 +234,22 @@ impl Tally {
     /// None), whether it counts weighted waits, its times (off CPU, blocked, run queue in µs,
     /// count, variance), and its sub-windows (empty when what is counted is unbounded).
     fn rows(&self) -> Vec<RowTuple> {
-        // each thread's rows' off-CPU ns so far: a thread's rows add up to its total in µs,
-        // when every wait of its is in a row
-        let mut threads_ns: HashMap<i32, i64> = HashMap::new();
+        let mut threads_so_far: HashMap<i32, OffCpu> = HashMap::new();
         self.tally
             .rows
             .iter()
             .map(|(key, weighted, times, windows)| {
-                let so_far = threads_ns.entry(key.tid).or_default();
-                let from_ns = *so_far;
-                *so_far += times.offcpu_ns;
+                let so_far = threads_so_far.entry(key.tid).or_default();
+                let from = *so_far;
+                so_far.add(OffCpu::of(times.offcpu_ns, times.blocked_ns));
+                let times = times_in_us(times, from);
                 (
                     row_tuple(key),
                     *weighted,
-                    times_in_us(times, from_ns),
+                    times,
                     windows
                         .as_ref()
-                        .map(|windows| windows_in_us(from_ns, windows))
+                        .map(|windows| windows_in_us(windows, times.0))
                         .unwrap_or_default(),
                 )
             })
@@ -251,14 +274,16 @@ impl Tally {
             .entries
             .iter()
             .map(|(tid, t)| {
+                let (offcpu, blocked, runqueue) =
+                    OffCpu::of(t.offcpu_ns, t.blocked_ns).in_us(OffCpu::default());
                 (
                     *tid,
                     t.pid,
                     t.comm,
                     t.oncpu_ns,
-                    micros(t.offcpu_ns),
-                    micros(t.blocked_ns),
-                    micros(t.offcpu_ns) - micros(t.blocked_ns),
+                    offcpu,
+                    blocked,
+                    runqueue,
                     t.observer_ns,
                     t.created_ns,
                     t.exited_ns,
@@ -275,10 +300,18 @@ impl Tally {
             .entries
             .iter()
             .map(|(key, stratum)| {
+                let times = times_in_us(&stratum.times, OffCpu::default());
+                // (its stackless waits' sub-windows: all of its time when it has only those)
+                let windows_ns: i64 = stratum.unsampled_windows.iter().sum();
+                let windows_us = if windows_ns == stratum.times.offcpu_ns {
+                    times.0
+                } else {
+                    micros(windows_ns)
+                };
                 (
                     (key.tid, key.state, key.waker),
-                    times_in_us(&stratum.times, 0),
-                    windows_in_us(0, &stratum.unsampled_windows),
+                    times,
+                    windows_in_us(&stratum.unsampled_windows, windows_us),
                     stratum.unsampled_row.as_ref().map(row_tuple),
                 )
             })

@@ -278,6 +278,7 @@ def test_time_on_cpu_is_the_kernels(tmp_path: Path, perf: str, backend: str, nam
         assert abs(offcpu_ns - kernel_ns) <= allowed_ns or (tid in unrecorded and offcpu_ns > kernel_ns), \
             (tid, offcpu_ns / 1e6, kernel_ns / 1e6, ends_running, stolen_ns / 1e6, switched, report["observer"],
              report["capture"]["lost_events"])
-        # and its time on CPU and off CPU is the whole part (each summed in ns and rounded to a µs once)
+        # and its time on CPU and off CPU is the whole part (to 1.5 µs: its time on CPU, blocked and
+        # waiting for a CPU each summed in ns and rounded once)
         thread = threads_seen[tid]
-        assert abs(thread["oncpu_us"] + thread["offcpu_us"] - part_us) <= 1, thread
+        assert abs(thread["oncpu_us"] + thread["offcpu_us"] - part_us) <= 1.5, thread
