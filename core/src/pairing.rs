@@ -166,9 +166,12 @@ impl Wait {
         }
     }
 
-    /// The earliest it can have come back: its wakeup, else its start.
+    /// The earliest it can have come back: its wakeup, else its start (and not before its
+    /// start when the wakeup raced its switch-out).
     fn earliest(&self) -> i64 {
-        self.woken.filter(|&woken| woken != 0).unwrap_or(self.since)
+        self.woken
+            .filter(|&woken| woken != 0)
+            .map_or(self.since, |woken| woken.max(self.since))
     }
 }
 
@@ -768,6 +771,18 @@ struct Head {
     estimated: bool, // back is the record less the capture's switch cost
 }
 
+/// A thread whose first event in a slice is leaving a CPU (a switch-out or its exit), at
+/// `time` on `cpu`. If it was off CPU when the slice began, its return left no record: it came
+/// back at `switched_in`, the switch to it the slice recorded, if any; else after
+/// `last_switch`, the last switch or exit the slice recorded on that CPU before it.
+#[derive(Clone, Copy, Debug)]
+struct FirstLeave {
+    time: i64,
+    cpu: i32,
+    switched_in: Option<i64>,
+    last_switch: Option<i64>,
+}
+
 /// What a slice found, for the merge.
 #[derive(Debug)]
 pub struct SliceResult {
@@ -786,6 +801,8 @@ pub struct SliceResult {
     racing_at_end: QuickMap<i32, (i64, WakerKey)>,
     active: QuickSet<i32>, // threads that woke others before any switch of theirs in the slice
     incoming_at_end: QuickMap<i32, i64>, // switches to threads whose record of being in is later
+    first_leaves: QuickMap<i32, FirstLeave>, // counted on CPU from the slice's start
+    cpu_switched_at_end: QuickMap<i32, i64>,
     unreadable_events: u64,
 }
 
@@ -808,6 +825,7 @@ pub struct SliceBuilder {
     deferred: Vec<(i32, Wait, i64)>,
     incoming: QuickMap<i32, i64>, // tid -> the sched_switch that names it next, until it is in
     cpu_switched: QuickMap<i32, i64>, // cpu -> the last switch (or exit) recorded there
+    first_leaves: QuickMap<i32, FirstLeave>,
     /// CPUs whose last recorded thread exited (perf records nothing of it after its exit
     /// record): the next thread in pays no cost of perf's there -> since when
     after_exit: QuickMap<i32, i64>,
@@ -834,6 +852,7 @@ impl SliceBuilder {
             deferred: Vec::new(),
             incoming: QuickMap::default(),
             cpu_switched: QuickMap::default(),
+            first_leaves: QuickMap::default(),
             after_exit: QuickMap::default(),
             serial: 0,
         }
@@ -905,11 +924,13 @@ impl SliceBuilder {
                         let known = self.totals.thread(tid, Some(pid), NO_NAME).comm;
                         self.unseen_switch_in(tid, time, cpu, pid, known);
                     }
+                }
+                self.exited(tid, time, cpu, pid);
+                if cpu != UNKNOWN_CPU {
                     self.after_exit.insert(cpu, time);
                     // the exiting thread ran there until now: whoever comes in next came after
                     self.cpu_switched.insert(cpu, time);
                 }
-                self.exited(tid, time, pid);
             }
             _ => {} // THREAD_COMM: names come with every switch and wakeup
         }
@@ -972,7 +993,8 @@ impl SliceBuilder {
     ) {
         let known = self.totals.thread(tid, Some(pid), comm).comm;
         let comm_or_known = if comm == NO_NAME { known } else { comm };
-        if let Some(switched) = self.incoming.remove(&tid) {
+        let switched_in = self.incoming.remove(&tid);
+        if let Some(switched) = switched_in {
             if self
                 .waiting
                 .get(tid)
@@ -987,6 +1009,9 @@ impl SliceBuilder {
         }
         let first = !self.seen.contains(&tid);
         let ran = self.running.remove(&tid);
+        if first && ran.is_none() {
+            self.left_first(tid, time, cpu, switched_in);
+        }
         let since = ran.or(first.then_some(self.start)); // on CPU since the slice began
         if let Some(since) = since {
             self.totals.on_cpu(tid, since, time);
@@ -1091,14 +1116,30 @@ impl SliceBuilder {
 
     /// perf writes its exit record on CPU, in the exiting thread. Its last switch-out is not
     /// recorded for a task-bound recording, so its time on CPU ends here.
-    fn exited(&mut self, tid: i32, time: i64, pid: i32) {
+    fn exited(&mut self, tid: i32, time: i64, cpu: i32, pid: i32) {
         self.totals.thread(tid, Some(pid), NO_NAME).exited_ns = Some(time);
         if let Some(since) = self.running.remove(&tid) {
             self.totals.on_cpu(tid, since, time);
         } else if !self.seen.contains(&tid) {
+            self.left_first(tid, time, cpu, self.incoming.get(&tid).copied());
             self.totals.on_cpu(tid, self.start, time);
         }
         self.seen.insert(tid);
+    }
+
+    /// A thread's first event in the slice is leaving `cpu`: counted on CPU from the slice's
+    /// start, which the merge corrects if the thread was off CPU then (FirstLeave).
+    fn left_first(&mut self, tid: i32, time: i64, cpu: i32, switched_in: Option<i64>) {
+        let last_switch = self.cpu_switched.get(&cpu).copied();
+        self.first_leaves.insert(
+            tid,
+            FirstLeave {
+                time,
+                cpu,
+                switched_in,
+                last_switch,
+            },
+        );
     }
 
     /// What the slice found; `skipped`: what its reader could not decode.
@@ -1136,6 +1177,8 @@ impl SliceBuilder {
             racing_at_end: self.racing_wakeups,
             active: self.active,
             incoming_at_end: self.incoming,
+            first_leaves: self.first_leaves,
+            cpu_switched_at_end: self.cpu_switched,
             unreadable_events: skipped,
         }
     }
@@ -1167,6 +1210,7 @@ pub fn merge(
     let mut seen: QuickSet<i32> = QuickSet::default();
     let mut racing: QuickMap<i32, (i64, WakerKey)> = QuickMap::default(); // wakeups of threads on their way to sleep
     let mut incoming: QuickMap<i32, i64> = QuickMap::default(); // switches to threads not yet recorded as in
+    let mut cpu_switched: QuickMap<i32, i64> = QuickMap::default(); // the last switch recorded on each CPU
     let mut skipped = 0;
     for mut piece in slices {
         skipped += piece.unreadable_events;
@@ -1221,7 +1265,23 @@ pub fn merge(
             .collect();
         returns_lost.sort_unstable();
         for tid in returns_lost {
-            pending.remove(tid); // its return was lost: do not invent a wait longer than it was
+            let wait = pending.remove(tid);
+            if let (Some(wait), Some(leave)) = (wait, piece.first_leaves.get(&tid)) {
+                let switched = incoming
+                    .get(&tid)
+                    .copied()
+                    .filter(|&switched| switched >= wait.since);
+                let last_switch = leave.last_switch.or(cpu_switched.get(&leave.cpu).copied());
+                returned_unseen(
+                    &mut totals,
+                    tid,
+                    &wait,
+                    leave,
+                    switched,
+                    last_switch,
+                    piece.start,
+                );
+            }
         }
         for (tid, wait) in std::mem::take(&mut piece.tails) {
             pending.insert(tid, wait);
@@ -1233,12 +1293,47 @@ pub fn merge(
         racing.extend(piece.racing_at_end.iter().map(|(&t, &w)| (t, w)));
         incoming.retain(|tid, _| !piece.seen.contains(tid));
         incoming.extend(piece.incoming_at_end.iter().map(|(&t, &s)| (t, s)));
+        cpu_switched.extend(piece.cpu_switched_at_end.iter().map(|(&c, &s)| (c, s)));
     }
     for (tid, wait) in pending.into_ordered() {
         totals.add_wait(tid, &wait, window_end, false);
     }
     add_quiet_threads(&mut totals, at_start, &seen, window);
     (totals, skipped)
+}
+
+/// A thread off CPU when a slice began whose first event in it is leaving a CPU: its return
+/// left no record. It came back at the switch to it, if one was recorded (in this slice or, as
+/// `switched_before`, an earlier one); else after its wakeup and the last switch recorded on
+/// that CPU, as within a slice (SliceBuilder::unseen_switch_in). The slice counted it on CPU
+/// from its start: from its return instead.
+fn returned_unseen(
+    totals: &mut Tally,
+    tid: i32,
+    wait: &Wait,
+    leave: &FirstLeave,
+    switched_before: Option<i64>,
+    last_switch: Option<i64>,
+    slice_start: i64,
+) {
+    let back = match leave.switched_in.or(switched_before) {
+        Some(switched) => {
+            totals.half_recorded_switches += 1;
+            switched
+        }
+        None => {
+            totals.estimated_switch_ins += 1;
+            let after = last_switch.unwrap_or(wait.since);
+            wait.earliest().max(after).min(leave.time)
+        }
+    };
+    totals.add_wait(tid, wait, back, true);
+    if back > slice_start {
+        let counted = totals.counted(slice_start, back);
+        totals.thread(tid, None, NO_NAME).oncpu_ns -= counted;
+    } else {
+        totals.on_cpu(tid, back, slice_start);
+    }
 }
 
 /// Threads whose first event in the slice is perf's record of being in: they came back at

@@ -478,3 +478,47 @@ def test_a_sampled_models_json_keeps_its_variances_and_counts() -> None:
     assert again.rows == result.rows
     assert (row_of(again, 11, "futex_wait").variance, row_of(again, 11, "futex_wait").count) == (158, 1)
     assert (again.waits, again.stacked_waits, again.sampled) == (7, 6, True)
+
+
+def return_left_no_record_across_the_slices(events: Feed) -> None:
+    """11 sleeps on CPU 0 at 4000, to the idle task, and is woken at 4500; its return there left
+    no record; it sleeps again at 6000 (to 12), and is back at 6500."""
+    switch(events, 4000, 11, "S", 0, "futex_wait")
+    events.sched_waking(4500 * US, 10, 12, "t12", 11, "futex_wake")
+    switch(events, 6000, 11, "S", 12, "poll")
+    switch(events, 6500, 12, "S", 11, "poll")
+
+
+def test_a_return_that_left_no_record_in_the_next_slice_is_placed_as_in_one() -> None:
+    whole, sliced = builder(), Slices()
+    return_left_no_record_across_the_slices(whole)
+    return_left_no_record_across_the_slices(sliced)
+    for result in (model(whole), sliced.model()):
+        # back after its wakeup at 4500 (and the switch recorded on CPU 0 before, at 4000): off 4000
+        # to 4500, all of it blocked, and 6000 to 6500; on CPU 0 to 4000, 4500 to 6000, 6500 to the
+        # end: 4000 + 1500 + 3500, the window in all
+        row = row_of(result, 11, "futex_wait")
+        assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (500, 500, 0)
+        thread = result.threads[11]
+        assert (thread.oncpu_us, thread.offcpu_us) == (9000, 1000)
+        assert result.estimated_switch_ins == 1
+
+
+def exit_after_a_return_that_left_no_record(events: Feed) -> None:
+    """11 sleeps on CPU 0 at 4000, to the idle task, and is woken at 4500; its return there left
+    no record; it exits on CPU 0 at 5400, and leaves it for the last time at 5410."""
+    switch(events, 4000, 11, "S", 0, "futex_wait")
+    events.sched_waking(4500 * US, 10, 12, "t12", 11, "futex_wake")
+    events.exit(5400 * US, CPU, 10, 11)
+    switch(events, 5410, 11, "X", 0, "do_exit")
+
+
+def test_a_thread_exiting_in_the_next_slice_after_a_return_that_left_no_record_is_placed_as_in_one() -> None:
+    whole, sliced = builder(), Slices()
+    exit_after_a_return_that_left_no_record(whole)
+    exit_after_a_return_that_left_no_record(sliced)
+    for result in (model(whole), sliced.model()):
+        # back at its wakeup at 4500: off 4000 to 4500, on CPU 0 to 4000 and 4500 to its exit at 5400
+        row = row_of(result, 11, "futex_wait")
+        assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (500, 500, 0)
+        assert result.threads[11].oncpu_us == 4000 + 900 and result.estimated_switch_ins == 1
