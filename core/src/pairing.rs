@@ -914,18 +914,15 @@ impl SliceBuilder {
                 self.created(tid, time, pid, parent); // it has its creator's name
             }
             THREAD_EXIT => {
-                // (perf's exits only: BPF's carry no CPU, and its switches are all placed)
-                if cpu != UNKNOWN_CPU {
-                    let unseen_return = self.waiting.contains(tid)
-                        && !self.running.contains_key(&tid)
-                        && !self.incoming.contains_key(&tid);
-                    if unseen_return {
-                        // its return left no record: it came back before its exit, not after
-                        let known = self.totals.thread(tid, Some(pid), NO_NAME).comm;
-                        self.unseen_switch_in(tid, time, cpu, pid, known);
-                    }
-                }
-                self.exited(tid, time, cpu, pid);
+                // a return that left no record was before the exit, not after (perf's exits
+                // only: BPF's carry no CPU, and its switches are all placed)
+                let switched_in = if cpu != UNKNOWN_CPU {
+                    let known = self.totals.thread(tid, Some(pid), NO_NAME).comm;
+                    self.close_unseen_return(tid, time, cpu, pid, known)
+                } else {
+                    self.incoming.get(&tid).copied()
+                };
+                self.exited(tid, time, cpu, pid, switched_in);
                 if cpu != UNKNOWN_CPU {
                     self.after_exit.insert(cpu, time);
                     // the exiting thread ran there until now: whoever comes in next came after
@@ -979,6 +976,34 @@ impl SliceBuilder {
         self.back(tid, back, pid, comm, back, true);
     }
 
+    /// A thread leaves a CPU (switched out, or exiting) at `time`: a wait of its still open
+    /// was ended by a return that left no record, at the switch to it if one was recorded
+    /// (perf lost its record of being in), else placed (unseen_switch_in). Returns that
+    /// recorded switch to it, if any.
+    fn close_unseen_return(
+        &mut self,
+        tid: i32,
+        time: i64,
+        cpu: i32,
+        pid: i32,
+        comm: Id,
+    ) -> Option<i64> {
+        let switched_in = self.incoming.remove(&tid);
+        if let Some(switched) = switched_in {
+            if self
+                .waiting
+                .get(tid)
+                .is_some_and(|wait| switched >= wait.since)
+            {
+                self.totals.half_recorded_switches += 1;
+                self.back(tid, switched, pid, comm, switched, false);
+            }
+        } else if self.waiting.contains(tid) && !self.running.contains_key(&tid) {
+            self.unseen_switch_in(tid, time, cpu, pid, comm);
+        }
+        switched_in
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn leave(
         &mut self,
@@ -993,20 +1018,7 @@ impl SliceBuilder {
     ) {
         let known = self.totals.thread(tid, Some(pid), comm).comm;
         let comm_or_known = if comm == NO_NAME { known } else { comm };
-        let switched_in = self.incoming.remove(&tid);
-        if let Some(switched) = switched_in {
-            if self
-                .waiting
-                .get(tid)
-                .is_some_and(|wait| switched >= wait.since)
-            {
-                // back at the switch to it, whose record of it being in perf lost
-                self.totals.half_recorded_switches += 1;
-                self.back(tid, switched, pid, comm_or_known, switched, false);
-            }
-        } else if self.waiting.contains(tid) && !self.running.contains_key(&tid) {
-            self.unseen_switch_in(tid, time, cpu, pid, comm_or_known);
-        }
+        let switched_in = self.close_unseen_return(tid, time, cpu, pid, comm_or_known);
         let first = !self.seen.contains(&tid);
         let ran = self.running.remove(&tid);
         if first && ran.is_none() {
@@ -1116,12 +1128,13 @@ impl SliceBuilder {
 
     /// perf writes its exit record on CPU, in the exiting thread. Its last switch-out is not
     /// recorded for a task-bound recording, so its time on CPU ends here.
-    fn exited(&mut self, tid: i32, time: i64, cpu: i32, pid: i32) {
+    /// `switched_in`: the switch to it recorded before, if any (see FirstLeave).
+    fn exited(&mut self, tid: i32, time: i64, cpu: i32, pid: i32, switched_in: Option<i64>) {
         self.totals.thread(tid, Some(pid), NO_NAME).exited_ns = Some(time);
         if let Some(since) = self.running.remove(&tid) {
             self.totals.on_cpu(tid, since, time);
         } else if !self.seen.contains(&tid) {
-            self.left_first(tid, time, cpu, self.incoming.get(&tid).copied());
+            self.left_first(tid, time, cpu, switched_in);
             self.totals.on_cpu(tid, self.start, time);
         }
         self.seen.insert(tid);

@@ -170,6 +170,20 @@ def test_a_thread_whose_return_left_no_record_was_back_before_its_own_exit() -> 
     assert result.threads[11].oncpu_us == 1000 + 400 and result.estimated_switch_ins == 1
 
 
+def test_a_thread_that_exits_after_a_switch_to_it_with_no_record_of_being_in_came_back_at_the_switch() -> None:
+    events = builder()
+    switch(events, 1000, 11, "S", 12, "futex_wait")  # 11 sleeps on CPU 0; 12 comes in
+    events.sched_waking(2000 * US, 10, 12, "t12", 11, "futex_wake")
+    events.sched_switch(2500 * US, CPU, 10, 12, "t12", "S", 11, "poll")  # to 11: perf lost its record of being in
+    events.exit(3000 * US, CPU, 10, 11)  # and recorded no last switch of 11 (as for a thread-bound recording)
+    result = model(events)
+    # back at the switch to it, 2500: off 1000 to 2500 (1000 blocked, 500 waiting for a CPU); on CPU
+    # 0 to 1000 and 2500 to its exit at 3000 (not off CPU to the window's end)
+    row = row_of(result, 11, "futex_wait")
+    assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (1500, 1000, 500)
+    assert result.threads[11].oncpu_us == 1000 + 500 and result.half_recorded_switches == 1
+
+
 def test_a_preempted_thread_only_waits_for_a_cpu() -> None:
     events = builder()
     switch(events, 1000, 11, "R", 12, "preempt_schedule")
