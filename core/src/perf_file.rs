@@ -53,6 +53,8 @@ const LAST_KERNEL_TYPE: u32 = 21;
 const PERF_TYPES: std::ops::RangeInclusive<u32> = 64..=82;
 const LOST: u32 = 2;
 const LOST_SAMPLES: u32 = 13;
+const SWITCH: u32 = 14;
+const SWITCH_CPU_WIDE: u32 = 15;
 const MIN_LOST_SIZE: usize = 24;
 
 const MISC_CPUMODE_MASK: u16 = 0x7;
@@ -495,6 +497,39 @@ pub struct Index {
     pub unknown: u64,
     /// The times of the first and last samples.
     pub sample_times: Option<(u64, u64)>,
+    pub counts: RecordCounts,
+}
+
+/// How many samples and switch records a file holds, and how many events its records of
+/// losses say were lost.
+#[derive(Clone, Copy, Default)]
+pub struct RecordCounts {
+    pub samples: u64,
+    pub switches: u64,
+    /// What the LOST records carry: the events a ring buffer had no room for, written once
+    /// it had room again (a loss at the very end may never be written).
+    pub lost: u64,
+    /// What the LOST_SAMPLES records carry: each event's own count of what it lost, which
+    /// perf reads as recording ends.
+    pub lost_samples: u64,
+}
+
+impl RecordCounts {
+    fn count(&mut self, kind: u32, body: &[u8]) {
+        match kind {
+            SAMPLE => self.samples += 1,
+            SWITCH | SWITCH_CPU_WIDE => self.switches += 1,
+            LOST => self.lost += u64_at(body, 8).unwrap_or(0), // after the event's id
+            LOST_SAMPLES => self.lost_samples += u64_at(body, 0).unwrap_or(0),
+            _ => {}
+        }
+    }
+
+    /// The events lost: the two counts see the same losses from two sides, each of which
+    /// can miss some (the last loss of a buffer; a count perf did not read), so the larger.
+    pub fn lost_events(&self) -> u64 {
+        self.lost.max(self.lost_samples)
+    }
 }
 
 const WALK_BUFFER: usize = 1 << 20;
@@ -559,6 +594,7 @@ impl Opened {
         let mut tasks = Vec::new();
         let mut unknown = 0u64;
         let mut sample_times: Option<(u64, u64)> = None;
+        let mut counts = RecordCounts::default();
         while position < self.data_end {
             let Some(head) = data.at(position, 8)? else {
                 return Err(damaged(format!("a record at byte {position} is cut short")));
@@ -566,7 +602,7 @@ impl Opened {
             let kind = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
             let misc = u16::from_le_bytes([head[4], head[5]]);
             let size = u16::from_le_bytes([head[6], head[7]]) as u64;
-            let sampled = kind == SAMPLE || kind == 14 || kind == 15; // SWITCH, SWITCH_CPU_WIDE
+            let sampled = kind == SAMPLE || kind == SWITCH || kind == SWITCH_CPU_WIDE;
             if size < 8 || (!sampled && (!size.is_multiple_of(8) || kind > 0xffff)) {
                 return Err(damaged(format!(
                     "the record at byte {position} has size {size} and type {kind}"
@@ -576,6 +612,7 @@ impl Opened {
                 break;
             };
             let body = &record[8..];
+            counts.count(kind, body);
             if let Some(last) = rounds.last_mut() {
                 if last.1.is_none() {
                     last.1 = self.time_of(kind, body);
@@ -613,6 +650,7 @@ impl Opened {
             tasks,
             unknown,
             sample_times,
+            counts,
         })
     }
 
@@ -634,6 +672,7 @@ impl Opened {
         let mut tasks = Vec::new();
         let mut unknown = 0u64;
         let mut sample_times: Option<(u64, u64)> = None;
+        let mut counts = RecordCounts::default();
         while let Some(record) = record_iter.next_record(&mut perf_file).map_err(bad)? {
             let (kind, misc, body) = match &record {
                 PerfFileRecord::EventRecord { record, .. } => {
@@ -641,6 +680,7 @@ impl Opened {
                 }
                 PerfFileRecord::UserRecord(_) => continue, // perf's own: nothing offcpu reads
             };
+            counts.count(kind, &body);
             match kind {
                 SAMPLE => {
                     if let Some(time) = self.time_of(kind, &body) {
@@ -664,6 +704,7 @@ impl Opened {
             tasks,
             unknown,
             sample_times,
+            counts,
         })
     }
 

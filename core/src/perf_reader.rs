@@ -326,6 +326,17 @@ impl PerfData {
         Ok(records)
     }
 
+    /// How many samples and switch records it holds ("samples", "switch_records"), and how
+    /// many events perf lost ("lost_events").
+    fn record_counts(&self) -> PyResult<HashMap<&'static str, u64>> {
+        let counts = self.index()?.1.counts;
+        Ok(HashMap::from([
+            ("samples", counts.samples),
+            ("switch_records", counts.switches),
+            ("lost_events", counts.lost_events()),
+        ]))
+    }
+
     /// Records that could not be read (unknown types, too short for their fields).
     fn unknown_records(&self) -> PyResult<u64> {
         Ok(self.index()?.1.unknown)

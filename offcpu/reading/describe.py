@@ -5,30 +5,26 @@ look cut short, and what a recorded switch costs perf on this machine."""
 from __future__ import annotations
 
 import os
-import re
 import statistics
-import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from offcpu.capture import CaptureInfo
 from offcpu.errors import OffcpuError
+from offcpu.reading.native_reader import open_perf_data, reading
 from offcpu.reading.perf_script import PerfScriptReader
 from offcpu.reading.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, Chain, Events
 from offcpu.stacks import looks_truncated
 
 STACKS_TO_JUDGE = 2000  # switch-out stacks read to judge whether user stacks are truncated
 SWITCHES_TO_TIME = 2000  # switches read to measure perf's cost of one
-STATS_LINE = re.compile(r"^\s*(\w+) events:\s+(\d+)", re.MULTILINE)  # perf report --stats
 
 
 def describe(perf: str, perf_data: Path, info: CaptureInfo) -> None:
     """Fill in what capture.json says of perf.data once perf has finished it."""
     os.chmod(perf_data, 0o600)
     info.perf_data_bytes = perf_data.stat().st_size
-    counts, info.lost_events = event_counts(perf, perf_data)
-    info.samples = counts.get("SAMPLE", 0)
-    info.switch_records = counts.get("SWITCH", 0) + counts.get("SWITCH_CPU_WIDE", 0)
+    count_records(perf_data, info)
     first = first_events(PerfScriptReader(perf, perf_data))
     info.user_stacks_truncated = first.user_stacks_truncated
     info.switch_cost_ns = first.costs.median_ns
@@ -42,23 +38,15 @@ def describe(perf: str, perf_data: Path, info: CaptureInfo) -> None:
         info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
 
 
-def event_counts(perf: str, perf_data: Path) -> tuple[dict[str, int], int]:
-    """Record counts by type, and the number of events perf lost, from `perf
-    report --stats`; empty when perf report fails. The aggregated LOST counts
-    are records, each standing for many lost events: the per-event sections
-    after them sum what those records carry. perf report runs in its own
-    session, out of reach of a Ctrl-C at the terminal."""
-    try:
-        done = subprocess.run([perf, "report", "-i", str(perf_data), "--stats"], capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, start_new_session=True)
-    except OSError:
-        return {}, 0
-    aggregated, _, per_event = done.stdout.split("Aggregated stats:")[-1].partition(" stats:\n")
-    counts: dict[str, int] = {}
-    for match in STATS_LINE.finditer(aggregated):
-        counts.setdefault(match[1], int(match[2]))
-    lost = sum(int(match[2]) for match in STATS_LINE.finditer(per_event) if match[1] == "LOST_SAMPLES")
-    return counts, lost
+def count_records(perf_data: Path, info: CaptureInfo) -> None:
+    """Fill in how many samples and switch records perf.data holds and how many events
+    perf lost (what its LOST records carry, or its LOST_SAMPLES records if they say more),
+    from the core's one walk over its records."""
+    with reading(perf_data):
+        counts = open_perf_data(perf_data).record_counts()
+    info.samples = counts["samples"]
+    info.switch_records = counts["switch_records"]
+    info.lost_events = counts["lost_events"]
 
 
 @dataclass

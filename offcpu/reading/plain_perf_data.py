@@ -20,7 +20,7 @@ from offcpu.capture import METADATA, CaptureInfo, Target
 from offcpu.errors import OffcpuError
 from offcpu.machine import system
 from offcpu.model import Model
-from offcpu.reading.describe import event_counts, first_events
+from offcpu.reading.describe import count_records, first_events
 from offcpu.reading.native_reader import open_perf_data, reading
 from offcpu.reading.perf_script import PerfScriptReader
 from offcpu.recording.events import SCHEDSTATS_TRACEPOINTS, SWITCH_TRACEPOINT, WAKING_TRACEPOINTS
@@ -60,9 +60,7 @@ def plain_info(path: Path) -> CaptureInfo:
     perf = system.require_perf()
     with reading(path):
         info = _from_header(path, open_perf_data(path))
-    counts, info.lost_events = event_counts(perf, path)
-    info.samples = counts.get("SAMPLE", 0)
-    info.switch_records = counts.get("SWITCH", 0) + counts.get("SWITCH_CPU_WIDE", 0)
+    count_records(path, info)
     info.perf_data_bytes = path.stat().st_size
     first = first_events(PerfScriptReader(perf, path))
     info.user_stacks_truncated = first.user_stacks_truncated

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import struct
 import subprocess
@@ -26,6 +27,16 @@ FUZZ_SECONDS = 3.0
 @pytest.mark.parametrize("name", NATIVE_FIXTURES)
 def test_events_equal_perf_script(perf: str, name: str) -> None:
     assert first_difference(perf, HERE / name / "perf.data") is None
+
+
+@pytest.mark.parametrize("name", sorted(path.parent.name for path in HERE.glob("*/perf.data")))
+def test_records_are_counted_as_perf_counted_them(name: str) -> None:
+    # capture.json's counts were perf report --stats' when the fixture was recorded
+    recorded = json.loads((HERE / name / "capture.json").read_text())
+    counts = open_perf_data(HERE / name / "perf.data").record_counts()
+    assert counts["samples"] == recorded["samples"] > 0
+    assert counts["switch_records"] == recorded["switch_records"]
+    assert counts["lost_events"] == recorded["lost_events"]
 
 
 def test_a_fixture_has_every_kind_of_event() -> None:

@@ -30,7 +30,7 @@ def decoded(text: str) -> tuple[CallRecorder, int]:
 
 @pytest.mark.parametrize("name", [*FIXTURES, "hostile_command", "exits_all"])
 def test_every_event_perf_counted_is_read(name):
-    # capture.json's counts come from `perf report --stats`, independently of the reader
+    # capture.json's counts came from `perf report --stats` when it was recorded, independently of the reader
     info = capture_info(name)
     reader = EventReader()
     kinds = Counter(event.lastgroup for event in reader.events(script_stream(name)))
