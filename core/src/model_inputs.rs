@@ -185,7 +185,8 @@ fn times_in_us(times: &WaitTimes, from: OffCpu) -> (i64, i64, i64, i64, i128) {
 }
 
 /// Sub-windows (ns) in µs that add up to `offcpu_us`, their row's: each rounded where their
-/// running sum ends, the µs or two that leaves given to the largest.
+/// running sum ends, the µs or two that leaves given to the largest one at a time, so that
+/// none goes below 0.
 fn windows_in_us(windows: &Windows, offcpu_us: i64) -> Vec<i64> {
     let mut total_ns = 0;
     let mut parts: Vec<i64> = windows
@@ -196,9 +197,16 @@ fn windows_in_us(windows: &Windows, offcpu_us: i64) -> Vec<i64> {
             part
         })
         .collect();
-    let left = offcpu_us - parts.iter().sum::<i64>();
-    if let Some(largest) = parts.iter_mut().max_by_key(|part| **part) {
-        *largest += left;
+    let mut left = offcpu_us - parts.iter().sum::<i64>();
+    while left != 0 {
+        let Some(largest) = parts.iter_mut().max_by_key(|part| **part) else {
+            break;
+        };
+        if *largest + left.signum() < 0 {
+            break; // all at 0: the row's own µs is below 0, which rounding never gives
+        }
+        *largest += left.signum();
+        left -= left.signum();
     }
     parts
 }
@@ -347,5 +355,24 @@ impl Tally {
             counts.set_item(name, value)?;
         }
         Ok(counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::windows_in_us;
+    use crate::pairing::Windows;
+
+    #[test]
+    fn sub_windows_add_up_to_their_row_and_none_goes_below_zero() {
+        // 1.4, 0.4 and 0.4 µs round where their running sums end (1.4, 1.8, 2.2) to 1, 1 and 0
+        let mut windows: Windows = Default::default();
+        windows[..3].copy_from_slice(&[1400, 400, 400]);
+        let mut expected = vec![0; windows.len()];
+        // a row of 0 µs: the 2 µs too many come off the largest, one at a time
+        assert_eq!(windows_in_us(&windows, 0), expected);
+        // a row of 3 µs: the one missing goes to the largest (the last of equals)
+        expected[..3].copy_from_slice(&[1, 2, 0]);
+        assert_eq!(windows_in_us(&windows, 3), expected);
     }
 }
