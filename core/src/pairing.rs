@@ -773,14 +773,16 @@ struct Head {
 
 /// A thread whose first event in a slice is leaving a CPU (a switch-out or its exit), at
 /// `time` on `cpu`. If it was off CPU when the slice began, its return left no record: it came
-/// back at `switched_in`, the switch to it the slice recorded, if any; else after
-/// `last_switch`, the last switch or exit the slice recorded on that CPU before it.
+/// back at `switched_in`, the switch to it the slice recorded, if any; else after its wakeup
+/// `woken` and `last_switch`, the last switch or exit the slice recorded on that CPU before it.
+/// If it was on CPU, `woken` raced its switch-out: it is its next wait's.
 #[derive(Clone, Copy, Debug)]
 struct FirstLeave {
     time: i64,
     cpu: i32,
     switched_in: Option<i64>,
     last_switch: Option<i64>,
+    woken: Option<(i64, WakerKey)>,
 }
 
 /// What a slice found, for the merge.
@@ -914,14 +916,10 @@ impl SliceBuilder {
                 self.created(tid, time, pid, parent); // it has its creator's name
             }
             THREAD_EXIT => {
-                // a return that left no record was before the exit, not after (perf's exits
-                // only: BPF's carry no CPU, and its switches are all placed)
-                let switched_in = if cpu != UNKNOWN_CPU {
-                    let known = self.totals.thread(tid, Some(pid), NO_NAME).comm;
-                    self.close_unseen_return(tid, time, cpu, pid, known)
-                } else {
-                    self.incoming.get(&tid).copied()
-                };
+                // a return that left no record was before the exit, not after (an exit of no
+                // CPU, as BPF's, after the last switch anywhere: as a later slice places it)
+                let known = self.totals.thread(tid, Some(pid), NO_NAME).comm;
+                let switched_in = self.close_unseen_return(tid, time, cpu, pid, known);
                 self.exited(tid, time, cpu, pid, switched_in);
                 if cpu != UNKNOWN_CPU {
                     self.after_exit.insert(cpu, time);
@@ -1021,23 +1019,26 @@ impl SliceBuilder {
         let switched_in = self.close_unseen_return(tid, time, cpu, pid, comm_or_known);
         let first = !self.seen.contains(&tid);
         let ran = self.running.remove(&tid);
-        if first && ran.is_none() {
-            self.left_first(tid, time, cpu, switched_in);
-        }
-        let since = ran.or(first.then_some(self.start)); // on CPU since the slice began
-        if let Some(since) = since {
-            self.totals.on_cpu(tid, since, time);
-        }
         let mut racing = if self.racing_wakeups.is_empty() {
             None
         } else {
             self.racing_wakeups.remove(&tid)
         };
+        if first && ran.is_none() {
+            let woken = self.head_wakeups.remove(&tid);
+            if self.active.contains(&tid) {
+                racing = racing.or(woken); // it ran, waking others: on CPU when woken
+                self.left_first(tid, time, cpu, switched_in, None);
+            } else {
+                self.left_first(tid, time, cpu, switched_in, woken); // the merge knows which wait's
+            }
+        }
+        let since = ran.or(first.then_some(self.start)); // on CPU since the slice began
+        if let Some(since) = since {
+            self.totals.on_cpu(tid, since, time);
+        }
         if first {
             self.seen.insert(tid);
-            if racing.is_none() {
-                racing = self.head_wakeups.remove(&tid); // on CPU when woken: a racing wakeup too
-            }
         }
         if DEAD_STATES.contains(&state) {
             return; // its last switch: the thread is gone, not waiting
@@ -1134,7 +1135,8 @@ impl SliceBuilder {
         if let Some(since) = self.running.remove(&tid) {
             self.totals.on_cpu(tid, since, time);
         } else if !self.seen.contains(&tid) {
-            self.left_first(tid, time, cpu, switched_in);
+            let woken = self.head_wakeups.remove(&tid);
+            self.left_first(tid, time, cpu, switched_in, woken);
             self.totals.on_cpu(tid, self.start, time);
         }
         self.seen.insert(tid);
@@ -1142,7 +1144,14 @@ impl SliceBuilder {
 
     /// A thread's first event in the slice is leaving `cpu`: counted on CPU from the slice's
     /// start, which the merge corrects if the thread was off CPU then (FirstLeave).
-    fn left_first(&mut self, tid: i32, time: i64, cpu: i32, switched_in: Option<i64>) {
+    fn left_first(
+        &mut self,
+        tid: i32,
+        time: i64,
+        cpu: i32,
+        switched_in: Option<i64>,
+        woken: Option<(i64, WakerKey)>,
+    ) {
         let last_switch = self.cpu_switched.get(&cpu).copied();
         self.first_leaves.insert(
             tid,
@@ -1151,6 +1160,7 @@ impl SliceBuilder {
                 cpu,
                 switched_in,
                 last_switch,
+                woken,
             },
         );
     }
@@ -1251,15 +1261,24 @@ pub fn merge(
             }
             totals.add_wait(tid, &wait, head.back, true);
         }
+        // A first wait's wakeup that raced its switch-out: in an earlier slice, or in this one
+        // before it when the thread was on CPU then (it had no wait open)
+        let raced = |tid: i32| {
+            let before_leaving = piece.first_leaves.get(&tid).and_then(|leave| leave.woken);
+            racing
+                .get(&tid)
+                .copied()
+                .or(before_leaving.filter(|_| !pending.contains(tid)))
+        };
         for (tid, mut wait, back) in std::mem::take(&mut piece.deferred) {
-            if let Some(&(woken, waker)) = racing.get(&tid) {
+            if let Some((woken, waker)) = raced(tid) {
                 wait.woken(woken, waker);
             }
             totals.add_wait(tid, &wait, back, true);
         }
         for (tid, wait) in piece.tails.iter_mut() {
             if piece.first_tails.contains(tid) {
-                if let Some(&(woken, waker)) = racing.get(tid) {
+                if let Some((woken, waker)) = raced(*tid) {
                     wait.woken(woken, waker);
                 }
             }
@@ -1279,21 +1298,34 @@ pub fn merge(
         returns_lost.sort_unstable();
         for tid in returns_lost {
             let wait = pending.remove(tid);
-            if let (Some(wait), Some(leave)) = (wait, piece.first_leaves.get(&tid)) {
-                let switched = incoming
-                    .get(&tid)
-                    .copied()
-                    .filter(|&switched| switched >= wait.since);
-                let last_switch = leave.last_switch.or(cpu_switched.get(&leave.cpu).copied());
-                returned_unseen(
-                    &mut totals,
-                    tid,
-                    &wait,
-                    leave,
-                    switched,
-                    last_switch,
-                    piece.start,
-                );
+            let Some(leave) = piece.first_leaves.get(&tid) else {
+                continue;
+            };
+            match wait {
+                Some(mut wait) => {
+                    if let Some((woken, waker)) = leave.woken {
+                        wait.woken(woken, waker); // off CPU when woken: it ended this wait
+                    }
+                    let switched = incoming
+                        .get(&tid)
+                        .copied()
+                        .filter(|&switched| switched >= wait.since);
+                    let last_switch = leave.last_switch.or(cpu_switched.get(&leave.cpu).copied());
+                    returned_unseen(
+                        &mut totals,
+                        tid,
+                        &wait,
+                        leave,
+                        switched,
+                        last_switch,
+                        piece.start,
+                    );
+                }
+                // nothing of it before: on CPU from the window's start, as in one slice
+                None if !seen.contains(&tid) && !running.contains(&tid) => {
+                    totals.on_cpu(tid, window_start, piece.start);
+                }
+                None => {}
             }
         }
         for (tid, wait) in std::mem::take(&mut piece.tails) {

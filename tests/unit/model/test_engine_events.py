@@ -536,3 +536,81 @@ def test_a_thread_exiting_in_the_next_slice_after_a_return_that_left_no_record_i
         row = row_of(result, 11, "futex_wait")
         assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (500, 500, 0)
         assert result.threads[11].oncpu_us == 4000 + 900 and result.estimated_switch_ins == 1
+
+
+def woken_after_the_cut_before_leaving(events: Feed) -> None:
+    """11 sleeps on CPU 0 at 4000, to the idle task, and is woken at 5500, after the cut; its
+    return left no record; it sleeps again at 6000 (to 12, no wakeup), and is back at 6500."""
+    switch(events, 4000, 11, "S", 0, "futex_wait")
+    events.sched_waking(5500 * US, 10, 12, "t12", 11, "futex_wake")
+    switch(events, 6000, 11, "S", 12, "poll")
+    switch(events, 6500, 12, "S", 11, "poll")
+
+
+def test_a_wakeup_after_the_cut_ends_the_wait_from_before_it() -> None:
+    whole, sliced = builder(), Slices()
+    woken_after_the_cut_before_leaving(whole)
+    woken_after_the_cut_before_leaving(sliced)
+    for result in (model(whole), sliced.model()):
+        # the wakeup at 5500 ends the wait begun at 4000, not the next: off 4000 to 5500, all of
+        # it blocked; then 6000 to 6500, blocked (no wakeup); on CPU 4000 + 500 + 3500
+        futex = row_of(result, 11, "futex_wait")
+        assert (futex.offcpu_us, futex.blocked_us, futex.runqueue_us) == (1500, 1500, 0)
+        poll = row_of(result, 11, "poll")
+        assert (poll.offcpu_us, poll.blocked_us, poll.runqueue_us) == (500, 500, 0)
+        assert (result.threads[11].oncpu_us, result.threads[11].offcpu_us) == (8000, 2000)
+
+
+def woken_on_its_way_to_sleep_after_the_cut(events: Feed) -> None:
+    """11 runs on CPU 0 from 1000 (12 sleeps); 12 wakes it at 5500, after the cut, while it is
+    on its way to sleep; it sleeps at 6000 (to 12), and is back at 6500."""
+    switch(events, 1000, 12, "S", 11, "futex_wait")
+    events.sched_waking(5500 * US, 10, 12, "t12", 11, "futex_wake")
+    switch(events, 6000, 11, "S", 12, "poll")
+    switch(events, 6500, 12, "S", 11, "poll")
+
+
+def test_a_wakeup_after_the_cut_of_a_thread_on_cpu_races_its_next_wait() -> None:
+    whole, sliced = builder(), Slices()
+    woken_on_its_way_to_sleep_after_the_cut(whole)
+    woken_on_its_way_to_sleep_after_the_cut(sliced)
+    for result in (model(whole), sliced.model()):
+        # woken before it was off: its wait 6000 to 6500 is all run-queue delay
+        poll = row_of(result, 11, "poll")
+        assert (poll.offcpu_us, poll.blocked_us, poll.runqueue_us) == (500, 0, 500)
+        # off CPU from the window's start to 1000 too, on from 1000 to 6000 and 6500 to the end
+        assert (result.threads[11].oncpu_us, result.threads[11].offcpu_us) == (5000 + 3500, 1000 + 500)
+
+
+def first_seen_leaving_after_the_cut(events: Feed) -> None:
+    """13, of which nothing is recorded before, sleeps on CPU 1 at 6000 and is back at 7000."""
+    switch(events, 6000, 13, "S", 0, "nanosleep", cpu=1)
+    switch(events, 7000, 0, "R", 13, "", cpu=1)
+
+
+def test_a_thread_first_seen_leaving_after_the_cut_was_on_cpu_from_the_start() -> None:
+    whole, sliced = builder(), Slices()
+    first_seen_leaving_after_the_cut(whole)
+    first_seen_leaving_after_the_cut(sliced)
+    for result in (model(whole), sliced.model()):
+        # on CPU 0 to 6000 and 7000 to the end, off 6000 to 7000
+        assert (result.threads[13].oncpu_us, result.threads[13].offcpu_us) == (9000, 1000)
+
+
+def exit_of_no_cpu_while_waiting(events: Feed) -> None:
+    """11 sleeps on CPU 0 at 4000 and is woken at 4500; its return left no record; it exits at
+    6000, after the cut, in a record that names no CPU (as BPF's do)."""
+    switch(events, 4000, 11, "S", 0, "futex_wait")
+    events.sched_waking(4500 * US, 10, 12, "t12", 11, "futex_wake")
+    events.exit(6000 * US, UNKNOWN_CPU, 10, 11)
+
+
+def test_an_exit_of_no_cpu_ends_the_wait_before_it_as_in_one_slice() -> None:
+    whole, sliced = builder(), Slices()
+    exit_of_no_cpu_while_waiting(whole)
+    exit_of_no_cpu_while_waiting(sliced)
+    for result in (model(whole), sliced.model()):
+        # back at its wakeup: off 4000 to 4500, on CPU to 4000 and from 4500 to its exit
+        row = row_of(result, 11, "futex_wait")
+        assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (500, 500, 0)
+        assert (result.threads[11].oncpu_us, result.threads[11].offcpu_us) == (4000 + 1500, 500)
