@@ -475,6 +475,18 @@ impl Tally {
         self.thread(tid, None, NO_NAME).oncpu_ns += counted;
     }
 
+    /// A run of the thread's counted on CPU from `counted_from` began at `from` instead:
+    /// returns the time that adds (ns, below 0 when it began later).
+    fn run_began(&mut self, tid: i32, counted_from: i64, from: i64) -> i64 {
+        let gained = if from < counted_from {
+            self.counted(from, counted_from)
+        } else {
+            -self.counted(counted_from, from)
+        };
+        self.thread(tid, None, NO_NAME).oncpu_ns += gained;
+        gained
+    }
+
     /// perf's handling of a switch to a thread: on CPU for the kernel, the observer's cost.
     fn observed(&mut self, tid: i32, from: i64, to: i64) {
         let counted = self.counted(from, to);
@@ -1373,12 +1385,7 @@ fn returned_unseen(
         }
     };
     totals.add_wait(tid, wait, back, true);
-    if back > slice_start {
-        let counted = totals.counted(slice_start, back);
-        totals.thread(tid, None, NO_NAME).oncpu_ns -= counted;
-    } else {
-        totals.on_cpu(tid, back, slice_start);
-    }
+    totals.run_began(tid, slice_start, back);
 }
 
 /// Threads whose first event in the slice is perf's record of being in: they came back at
@@ -1396,8 +1403,8 @@ fn switched_before(
         totals.thread(tid, None, NO_NAME);
         if let Some(&switched) = incoming.get(&tid) {
             if switched < head.back && head.back <= head.record {
-                totals.on_cpu(tid, switched, head.back);
-                totals.observed(tid, switched, head.back);
+                let gained = totals.run_began(tid, head.back, switched);
+                totals.thread(tid, None, NO_NAME).observer_ns += gained; // perf's, from the switch
                 totals.estimated_switch_ins -= i64::from(head.estimated);
                 head.back = switched;
                 continue;
@@ -1406,10 +1413,8 @@ fn switched_before(
         if let Some(wait) = pending.get(tid) {
             let earliest = wait.earliest();
             if head.estimated && head.back < earliest {
-                let counted = totals.counted(head.back, earliest);
-                let thread = totals.thread(tid, None, NO_NAME);
-                thread.oncpu_ns -= counted;
-                thread.observer_ns -= counted;
+                let gained = totals.run_began(tid, head.back, earliest);
+                totals.thread(tid, None, NO_NAME).observer_ns += gained;
                 head.back = earliest;
             }
         }
