@@ -24,10 +24,21 @@ def event_counts(perf_data: Path) -> Counter[str]:
     return Counter(event for _, _, event in script_events(perf_data))
 
 
+def _raw_dump(perf_data: Path) -> str:
+    done = subprocess.run(["perf", "report", "-D", "-i", str(perf_data)], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
 def lost_records(perf_data: Path) -> tuple[int, int, int]:
     """From perf's raw dump of perf.data: how many PERF_RECORD_LOST records it holds, the
     events they say were lost, and the samples its PERF_RECORD_LOST_SAMPLES records say were."""
-    done = subprocess.run(["perf", "report", "-D", "-i", str(perf_data)], capture_output=True, text=True, check=True)
-    lost = [int(found) for found in re.findall(r"PERF_RECORD_LOST: .*lost:(\d+)", done.stdout)]
-    samples = sum(int(found) for found in re.findall(r"PERF_RECORD_LOST_SAMPLES: .*lost samples :(\d+)", done.stdout))
+    dump = _raw_dump(perf_data)
+    lost = [int(found) for found in re.findall(r"PERF_RECORD_LOST: .*lost:(\d+)", dump)]
+    samples = sum(int(found) for found in re.findall(r"PERF_RECORD_LOST_SAMPLES: .*lost samples :(\d+)", dump))
     return len(lost), sum(lost), samples
+
+
+def switch_records(perf_data: Path) -> int:
+    """From perf's raw dump of perf.data: how many switch records (PERF_RECORD_SWITCH, or
+    _CPU_WIDE) it holds."""
+    return len(re.findall(r"PERF_RECORD_SWITCH(?:_CPU_WIDE)? (?:IN|OUT)", _raw_dump(perf_data)))

@@ -55,7 +55,8 @@ const LOST: u32 = 2;
 const LOST_SAMPLES: u32 = 13;
 const SWITCH: u32 = 14;
 const SWITCH_CPU_WIDE: u32 = 15;
-const MIN_LOST_SIZE: usize = 24;
+/// A LOST_SAMPLES record of samples a BPF filter dropped (perf 6.4 on), not of lost ones.
+const MISC_LOST_SAMPLES_BPF: u16 = 1 << 15;
 
 const MISC_CPUMODE_MASK: u16 = 0x7;
 const MISC_KERNEL: u16 = 1;
@@ -497,6 +498,7 @@ pub struct Index {
     pub unknown: u64,
     /// The times of the first and last samples.
     pub sample_times: Option<(u64, u64)>,
+    /// How many records of some kinds, and what the records of losses say was lost.
     pub counts: RecordCounts,
 }
 
@@ -515,14 +517,23 @@ pub struct RecordCounts {
 }
 
 impl RecordCounts {
-    fn count(&mut self, kind: u32, body: &[u8]) {
+    /// Count one record; false for a record of losses too short to say how many.
+    fn count(&mut self, kind: u32, misc: u16, body: &[u8]) -> bool {
         match kind {
             SAMPLE => self.samples += 1,
             SWITCH | SWITCH_CPU_WIDE => self.switches += 1,
-            LOST => self.lost += u64_at(body, 8).unwrap_or(0), // after the event's id
-            LOST_SAMPLES => self.lost_samples += u64_at(body, 0).unwrap_or(0),
+            LOST => match u64_at(body, 8) {
+                Some(lost) => self.lost += lost, // after the event's id
+                None => return false,
+            },
+            LOST_SAMPLES => match u64_at(body, 0) {
+                Some(_) if misc & MISC_LOST_SAMPLES_BPF != 0 => {}
+                Some(lost) => self.lost_samples += lost,
+                None => return false,
+            },
             _ => {}
         }
+        true
     }
 
     /// The events lost: the two counts see the same losses from two sides, each of which
@@ -612,7 +623,7 @@ impl Opened {
                 break;
             };
             let body = &record[8..];
-            counts.count(kind, body);
+            let counted = counts.count(kind, misc, body);
             if let Some(last) = rounds.last_mut() {
                 if last.1.is_none() {
                     last.1 = self.time_of(kind, body);
@@ -631,7 +642,7 @@ impl Opened {
                     Some(task) => tasks.push(task),
                     None => unknown += 1,
                 },
-                LOST | LOST_SAMPLES => unknown += u64::from(body.len() + 8 < MIN_LOST_SIZE),
+                LOST | LOST_SAMPLES => unknown += u64::from(!counted),
                 _ if kind <= LAST_KERNEL_TYPE && kind > 0 => {}
                 _ if PERF_TYPES.contains(&kind) && kind != COMPRESSED => {}
                 _ => unknown += 1,
@@ -680,7 +691,7 @@ impl Opened {
                 }
                 PerfFileRecord::UserRecord(_) => continue, // perf's own: nothing offcpu reads
             };
-            counts.count(kind, &body);
+            let counted = counts.count(kind, misc, &body);
             match kind {
                 SAMPLE => {
                     if let Some(time) = self.time_of(kind, &body) {
@@ -693,7 +704,7 @@ impl Opened {
                     Some(task) => tasks.push(task),
                     None => unknown += 1,
                 },
-                LOST | LOST_SAMPLES => unknown += u64::from(body.len() + 8 < MIN_LOST_SIZE),
+                LOST | LOST_SAMPLES => unknown += u64::from(!counted),
                 _ if kind <= LAST_KERNEL_TYPE && kind > 0 => {}
                 _ => unknown += 1,
             }

@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from offcpu import _core
 from offcpu.capture import CaptureInfo
 from offcpu.errors import OffcpuError
 from offcpu.reading.native_reader import open_perf_data, reading
@@ -24,7 +25,11 @@ def describe(perf: str, perf_data: Path, info: CaptureInfo) -> None:
     """Fill in what capture.json says of perf.data once perf has finished it."""
     os.chmod(perf_data, 0o600)
     info.perf_data_bytes = perf_data.stat().st_size
-    count_records(perf_data, info)
+    try:
+        with reading(perf_data):
+            count_records(open_perf_data(perf_data), info)
+    except OffcpuError:  # kept all the same: reading it for a report says what is wrong
+        pass
     first = first_events(PerfScriptReader(perf, perf_data))
     info.user_stacks_truncated = first.user_stacks_truncated
     info.switch_cost_ns = first.costs.median_ns
@@ -38,12 +43,11 @@ def describe(perf: str, perf_data: Path, info: CaptureInfo) -> None:
         info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
 
 
-def count_records(perf_data: Path, info: CaptureInfo) -> None:
+def count_records(data: _core.PerfData, info: CaptureInfo) -> None:
     """Fill in how many samples and switch records perf.data holds and how many events
     perf lost (what its LOST records carry, or its LOST_SAMPLES records if they say more),
-    from the core's one walk over its records."""
-    with reading(perf_data):
-        counts = open_perf_data(perf_data).record_counts()
+    from the core's one walk over its records; in `reading` its errors."""
+    counts = data.record_counts()
     info.samples = counts["samples"]
     info.switch_records = counts["switch_records"]
     info.lost_events = counts["lost_events"]

@@ -59,8 +59,9 @@ def plain_info(path: Path) -> CaptureInfo:
     with call chains, with what to record instead."""
     perf = system.require_perf()
     with reading(path):
-        info = _from_header(path, open_perf_data(path))
-    count_records(path, info)
+        data = open_perf_data(path)
+        info = _from_header(path, data)
+        count_records(data, info)
     info.perf_data_bytes = path.stat().st_size
     first = first_events(PerfScriptReader(perf, path))
     info.user_stacks_truncated = first.user_stacks_truncated

@@ -74,7 +74,7 @@ def record(request: RecordRequest, backend: Backend, on_tick: Callable[[float], 
             discard(request.output)
             raise
         # perf left a complete perf.data: from here on the capture is kept, whatever arrives.
-        # SIG_IGN (not only held) so that perf report and perf script inherit it.
+        # SIG_IGN (not only held) so that perf script inherits it.
         with signals_ignored():
             info.command_exit_status = _command_exit_status(perf_process, info)
             info.process_titles |= targets.process_titles(info.target)  # as they end, those still there

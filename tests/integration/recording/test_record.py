@@ -119,7 +119,7 @@ def test_lost_events_are_counted_as_events_not_as_records(tmp_path):
     # two see the same losses, and either may miss some: once the LOST_SAMPLES said 41 fewer)
     info = load(capture)
     records, lost, lost_samples = lost_records(capture / "perf.data")
-    assert records < lost and info["lost_events"] == max(lost, lost_samples)
+    assert 0 < records <= lost and info["lost_events"] == max(lost, lost_samples)
     assert f"perf lost {info['lost_events']:,} events" in result.stderr and "--mmap-pages" in result.stderr
 
 
