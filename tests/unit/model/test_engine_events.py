@@ -7,8 +7,9 @@ nanoseconds). Thread 11 and 12 are threads of process 10; tid 0 is the idle task
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from offcpu.capture import CaptureInfo, Target
 from offcpu.model import PREEMPTED, STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model
@@ -450,6 +451,14 @@ class Slices(Feed):
         return to_model(paired(self, self.slices), NamedChains(), info(), 0, WINDOW_US * US)  # type: ignore[arg-type]
 
 
+def in_one_and_two_slices(events: Callable[[Feed], None]) -> tuple[Model, Model]:
+    """The model of `events` read in one slice, and in two (cut at 5000 µs)."""
+    whole, sliced = builder(), Slices()
+    events(whole)
+    events(sliced)
+    return model(whole), sliced.model()
+
+
 def waits_across_the_slices(events: Feed) -> None:
     """11 waits (weight 4) from 1000 to 6500, woken at 6000; 13 (weight 0) from 2000 to 7000, on
     another CPU, woken at 6100."""
@@ -462,10 +471,7 @@ def waits_across_the_slices(events: Feed) -> None:
 
 
 def test_sampled_waits_across_slices_count_as_in_one_slice() -> None:
-    whole, sliced = builder(), Slices()
-    waits_across_the_slices(whole)
-    waits_across_the_slices(sliced)
-    one, two = model(whole), sliced.model()
+    one, two = in_one_and_two_slices(waits_across_the_slices)
     for result in (one, two):
         # 11's first wait, across the slices, alone in its stratum (woken by 12): 5500 µs, blocked 5000
         row = row_of(result, 11, "futex_wait")
@@ -494,20 +500,17 @@ def test_a_sampled_models_json_keeps_its_variances_and_counts() -> None:
     assert (again.waits, again.stacked_waits, again.sampled) == (7, 6, True)
 
 
-def return_left_no_record_across_the_slices(events: Feed) -> None:
-    """11 sleeps on CPU 0 at 4000, to the idle task, and is woken at 4500; its return there left
-    no record; it sleeps again at 6000 (to 12), and is back at 6500."""
+def sleeps_twice_on_cpu_0(events: Feed, woken_us: int) -> None:
+    """11 sleeps on CPU 0 at 4000, to the idle task, and is woken at `woken_us`; its return there
+    left no record; it sleeps again at 6000 (to 12, no wakeup), and is back at 6500."""
     switch(events, 4000, 11, "S", 0, "futex_wait")
-    events.sched_waking(4500 * US, 10, 12, "t12", 11, "futex_wake")
+    events.sched_waking(woken_us * US, 10, 12, "t12", 11, "futex_wake")
     switch(events, 6000, 11, "S", 12, "poll")
     switch(events, 6500, 12, "S", 11, "poll")
 
 
 def test_a_return_that_left_no_record_in_the_next_slice_is_placed_as_in_one() -> None:
-    whole, sliced = builder(), Slices()
-    return_left_no_record_across_the_slices(whole)
-    return_left_no_record_across_the_slices(sliced)
-    for result in (model(whole), sliced.model()):
+    for result in in_one_and_two_slices(functools.partial(sleeps_twice_on_cpu_0, woken_us=4500)):
         # back after its wakeup at 4500 (and the switch recorded on CPU 0 before, at 4000): off 4000
         # to 4500, all of it blocked, and 6000 to 6500; on CPU 0 to 4000, 4500 to 6000, 6500 to the
         # end: 4000 + 1500 + 3500, the window in all
@@ -528,30 +531,16 @@ def exit_after_a_return_that_left_no_record(events: Feed) -> None:
 
 
 def test_a_thread_exiting_in_the_next_slice_after_a_return_that_left_no_record_is_placed_as_in_one() -> None:
-    whole, sliced = builder(), Slices()
-    exit_after_a_return_that_left_no_record(whole)
-    exit_after_a_return_that_left_no_record(sliced)
-    for result in (model(whole), sliced.model()):
+    for result in in_one_and_two_slices(exit_after_a_return_that_left_no_record):
         # back at its wakeup at 4500: off 4000 to 4500, on CPU 0 to 4000 and 4500 to its exit at 5400
         row = row_of(result, 11, "futex_wait")
         assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (500, 500, 0)
         assert result.threads[11].oncpu_us == 4000 + 900 and result.estimated_switch_ins == 1
 
 
-def woken_after_the_cut_before_leaving(events: Feed) -> None:
-    """11 sleeps on CPU 0 at 4000, to the idle task, and is woken at 5500, after the cut; its
-    return left no record; it sleeps again at 6000 (to 12, no wakeup), and is back at 6500."""
-    switch(events, 4000, 11, "S", 0, "futex_wait")
-    events.sched_waking(5500 * US, 10, 12, "t12", 11, "futex_wake")
-    switch(events, 6000, 11, "S", 12, "poll")
-    switch(events, 6500, 12, "S", 11, "poll")
-
-
 def test_a_wakeup_after_the_cut_ends_the_wait_from_before_it() -> None:
-    whole, sliced = builder(), Slices()
-    woken_after_the_cut_before_leaving(whole)
-    woken_after_the_cut_before_leaving(sliced)
-    for result in (model(whole), sliced.model()):
+    # woken at 5500, after the cut, before it leaves a CPU again
+    for result in in_one_and_two_slices(functools.partial(sleeps_twice_on_cpu_0, woken_us=5500)):
         # the wakeup at 5500 ends the wait begun at 4000, not the next: off 4000 to 5500, all of
         # it blocked; then 6000 to 6500, blocked (no wakeup); on CPU 4000 + 500 + 3500
         futex = row_of(result, 11, "futex_wait")
@@ -571,10 +560,7 @@ def woken_on_its_way_to_sleep_after_the_cut(events: Feed) -> None:
 
 
 def test_a_wakeup_after_the_cut_of_a_thread_on_cpu_races_its_next_wait() -> None:
-    whole, sliced = builder(), Slices()
-    woken_on_its_way_to_sleep_after_the_cut(whole)
-    woken_on_its_way_to_sleep_after_the_cut(sliced)
-    for result in (model(whole), sliced.model()):
+    for result in in_one_and_two_slices(woken_on_its_way_to_sleep_after_the_cut):
         # woken before it was off: its wait 6000 to 6500 is all run-queue delay
         poll = row_of(result, 11, "poll")
         assert (poll.offcpu_us, poll.blocked_us, poll.runqueue_us) == (500, 0, 500)
@@ -589,10 +575,7 @@ def first_seen_leaving_after_the_cut(events: Feed) -> None:
 
 
 def test_a_thread_first_seen_leaving_after_the_cut_was_on_cpu_from_the_start() -> None:
-    whole, sliced = builder(), Slices()
-    first_seen_leaving_after_the_cut(whole)
-    first_seen_leaving_after_the_cut(sliced)
-    for result in (model(whole), sliced.model()):
+    for result in in_one_and_two_slices(first_seen_leaving_after_the_cut):
         # on CPU 0 to 6000 and 7000 to the end, off 6000 to 7000
         assert (result.threads[13].oncpu_us, result.threads[13].offcpu_us) == (9000, 1000)
 
@@ -606,10 +589,7 @@ def exit_of_no_cpu_while_waiting(events: Feed) -> None:
 
 
 def test_an_exit_of_no_cpu_ends_the_wait_before_it_as_in_one_slice() -> None:
-    whole, sliced = builder(), Slices()
-    exit_of_no_cpu_while_waiting(whole)
-    exit_of_no_cpu_while_waiting(sliced)
-    for result in (model(whole), sliced.model()):
+    for result in in_one_and_two_slices(exit_of_no_cpu_while_waiting):
         # back at its wakeup: off 4000 to 4500, on CPU to 4000 and from 4500 to its exit
         row = row_of(result, 11, "futex_wait")
         assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (500, 500, 0)
