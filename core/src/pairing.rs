@@ -166,6 +166,15 @@ impl Wait {
         }
     }
 
+    /// A wakeup that raced its switch-out, found when slices are joined: it came before any
+    /// wakeup the wait had of its own, which it replaces.
+    fn raced(&mut self, time: i64, waker: WakerKey) {
+        if self.woken.is_some_and(|woken| woken > time) {
+            self.woken = None;
+        }
+        self.woken(time, waker);
+    }
+
     /// The earliest it can have come back: its wakeup, else its start (and not before its
     /// start when the wakeup raced its switch-out).
     fn earliest(&self) -> i64 {
@@ -1082,7 +1091,13 @@ impl SliceBuilder {
         if let Some(wait) = self.waiting.remove(tid) {
             let first =
                 !self.first_waits.is_empty() && self.first_waits.remove(&tid) == Some(wait.serial);
-            if first && wait.waker.is_none() {
+            // a wakeup before its switch-out may yet be found to have raced it (FirstLeave)
+            let may_have_raced = wait.waker.is_none()
+                || self
+                    .first_leaves
+                    .get(&tid)
+                    .is_some_and(|leave| leave.woken.is_some());
+            if first && may_have_raced {
                 self.deferred.push((tid, wait, time));
             } else {
                 self.totals.add_wait(tid, &wait, time, true);
@@ -1246,6 +1261,7 @@ pub fn merge(
     let mut racing: QuickMap<i32, (i64, WakerKey)> = QuickMap::default(); // wakeups of threads on their way to sleep
     let mut incoming: QuickMap<i32, i64> = QuickMap::default(); // switches to threads not yet recorded as in
     let mut cpu_switched: QuickMap<i32, i64> = QuickMap::default(); // the last switch recorded on each CPU
+    let mut unseen_wakeups: QuickMap<i32, (i64, WakerKey)> = QuickMap::default(); // of threads with no other event yet
     let mut skipped = 0;
     for mut piece in slices {
         skipped += piece.unreadable_events;
@@ -1268,30 +1284,33 @@ pub fn merge(
                 let state = at_start.get(&tid).map_or(UNKNOWN_STATE, |start| start.1);
                 Wait::new(window_start, BEFORE_WINDOW, state)
             });
-            if let Some((woken, waker)) = head.woken {
+            if let Some((woken, waker)) = unseen_wakeups.get(&tid).copied().or(head.woken) {
                 wait.woken(woken, waker);
             }
             totals.add_wait(tid, &wait, head.back, true);
         }
         // A first wait's wakeup that raced its switch-out: in an earlier slice, or in this one
         // before it when the thread was on CPU then (it had no wait open)
-        let raced = |tid: i32| {
-            let before_leaving = piece.first_leaves.get(&tid).and_then(|leave| leave.woken);
+        let racing_of = |tid: i32| {
+            let before_leaving = unseen_wakeups
+                .get(&tid)
+                .copied()
+                .or(piece.first_leaves.get(&tid).and_then(|leave| leave.woken));
             racing
                 .get(&tid)
                 .copied()
                 .or(before_leaving.filter(|_| !pending.contains(tid)))
         };
         for (tid, mut wait, back) in std::mem::take(&mut piece.deferred) {
-            if let Some((woken, waker)) = raced(tid) {
-                wait.woken(woken, waker);
+            if let Some((woken, waker)) = racing_of(tid) {
+                wait.raced(woken, waker);
             }
             totals.add_wait(tid, &wait, back, true);
         }
         for (tid, wait) in piece.tails.iter_mut() {
             if piece.first_tails.contains(tid) {
-                if let Some((woken, waker)) = raced(*tid) {
-                    wait.woken(woken, waker);
+                if let Some((woken, waker)) = racing_of(*tid) {
+                    wait.raced(woken, waker);
                 }
             }
         }
@@ -1351,6 +1370,12 @@ pub fn merge(
         incoming.retain(|tid, _| !piece.seen.contains(tid));
         incoming.extend(piece.incoming_at_end.iter().map(|(&t, &s)| (t, s)));
         cpu_switched.extend(piece.cpu_switched_at_end.iter().map(|(&c, &s)| (c, s)));
+        unseen_wakeups.retain(|tid, _| !piece.seen.contains(tid));
+        for (&tid, &wakeup) in &piece.early_wakeups {
+            if !seen.contains(&tid) && !running.contains(&tid) && !pending.contains(tid) {
+                unseen_wakeups.entry(tid).or_insert(wakeup);
+            }
+        }
     }
     for (tid, wait) in pending.into_ordered() {
         totals.add_wait(tid, &wait, window_end, false);

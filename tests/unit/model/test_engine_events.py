@@ -594,3 +594,49 @@ def test_an_exit_of_no_cpu_ends_the_wait_before_it_as_in_one_slice() -> None:
         row = row_of(result, 11, "futex_wait")
         assert (row.offcpu_us, row.blocked_us, row.runqueue_us) == (500, 500, 0)
         assert (result.threads[11].oncpu_us, result.threads[11].offcpu_us) == (4000 + 1500, 500)
+
+
+def woken_twice_across_its_switch_out_after_the_cut(events: Feed) -> None:
+    """11 runs on CPU 0 from 1000 (12 sleeps); 13 wakes it at 5100, after the cut, on its way to
+    sleep at 5200; 14 wakes it again at 5300 (a wakeup perf recorded twice); it is back at 5400."""
+    switch(events, 1000, 12, "S", 11, "futex_wait")
+    events.sched_waking(5100 * US, 10, 13, "t13", 11, "futex_wake")
+    switch(events, 5200, 11, "S", 0, "poll")
+    events.sched_waking(5300 * US, 10, 14, "t14", 11, "pipe_write")
+    switch(events, 5400, 0, "R", 11, "")
+
+
+def test_the_first_of_two_wakeups_after_the_cut_ends_the_wait() -> None:
+    for result in in_one_and_two_slices(woken_twice_across_its_switch_out_after_the_cut):
+        # 13's wakeup raced the switch-out: 5200 to 5400 is all run-queue delay, and 13's
+        poll = row_of(result, 11, "poll")
+        assert (poll.offcpu_us, poll.blocked_us, poll.runqueue_us) == (200, 0, 200)
+        assert poll.waker is not None and result.wakers[poll.waker].tid == 13
+
+
+def woken_before_the_cut_then(events: Feed, leaves: bool) -> None:
+    """11, of which nothing is recorded before, is woken by 13 at 4900, before the cut; it is back
+    on CPU 0 at 5100; or, `leaves`, it leaves CPU 0 at 5200 and is back at 5600."""
+    events.sched_waking(4900 * US, 10, 13, "t13", 11, "futex_wake")
+    if leaves:
+        switch(events, 5200, 11, "S", 0, "poll")
+        switch(events, 5600, 0, "R", 11, "")
+    else:
+        switch(events, 5100, 0, "R", 11, "")
+
+
+def test_a_wakeup_before_the_cut_of_a_thread_off_cpu_since_before_the_window_ends_that_wait() -> None:
+    for result in in_one_and_two_slices(functools.partial(woken_before_the_cut_then, leaves=False)):
+        # off CPU from the window's start to 5100: blocked until 4900, then 200 waiting for a CPU
+        thread = result.threads[11]
+        assert (thread.offcpu_us, thread.blocked_us, thread.runqueue_us) == (5100, 4900, 200)
+
+
+def test_a_wakeup_before_the_cut_of_a_thread_first_seen_leaving_after_it_races_that_switch_out() -> None:
+    for result in in_one_and_two_slices(functools.partial(woken_before_the_cut_then, leaves=True)):
+        # on CPU from the window's start (it was woken on its way to sleep): 5200 to 5600 is all
+        # run-queue delay, 13's; on CPU 5200 + 4400
+        poll = row_of(result, 11, "poll")
+        assert (poll.offcpu_us, poll.blocked_us, poll.runqueue_us) == (400, 0, 400)
+        assert poll.waker is not None and result.wakers[poll.waker].tid == 13
+        assert (result.threads[11].oncpu_us, result.threads[11].offcpu_us) == (9600, 400)
