@@ -166,15 +166,6 @@ impl Wait {
         }
     }
 
-    /// A wakeup that raced its switch-out, found when slices are joined: it came before any
-    /// wakeup the wait had of its own, which it replaces.
-    fn raced(&mut self, time: i64, waker: WakerKey) {
-        if self.woken.is_some_and(|woken| woken > time) {
-            self.woken = None;
-        }
-        self.woken(time, waker);
-    }
-
     /// The earliest it can have come back: its wakeup, else its start (and not before its
     /// start when the wakeup raced its switch-out).
     fn earliest(&self) -> i64 {
@@ -1091,13 +1082,7 @@ impl SliceBuilder {
         if let Some(wait) = self.waiting.remove(tid) {
             let first =
                 !self.first_waits.is_empty() && self.first_waits.remove(&tid) == Some(wait.serial);
-            // a wakeup before its switch-out may yet be found to have raced it (FirstLeave)
-            let may_have_raced = wait.waker.is_none()
-                || self
-                    .first_leaves
-                    .get(&tid)
-                    .is_some_and(|leave| leave.woken.is_some());
-            if first && may_have_raced {
+            if first && wait.waker.is_none() {
                 self.deferred.push((tid, wait, time));
             } else {
                 self.totals.add_wait(tid, &wait, time, true);
@@ -1261,11 +1246,19 @@ pub fn merge(
     let mut racing: QuickMap<i32, (i64, WakerKey)> = QuickMap::default(); // wakeups of threads on their way to sleep
     let mut incoming: QuickMap<i32, i64> = QuickMap::default(); // switches to threads not yet recorded as in
     let mut cpu_switched: QuickMap<i32, i64> = QuickMap::default(); // the last switch recorded on each CPU
-    let mut unseen_wakeups: QuickMap<i32, (i64, WakerKey)> = QuickMap::default(); // of threads with no other event yet
+    let mut carried_wakeups: QuickMap<i32, (i64, WakerKey)> = QuickMap::default(); // of threads with no other event yet
     let mut skipped = 0;
     for mut piece in slices {
         skipped += piece.unreadable_events;
-        switched_before(&mut piece, &incoming, &pending, &mut totals);
+        // one that woke others in this slice ran after its wakeup: that wakeup ended no wait
+        carried_wakeups.retain(|tid, _| !piece.active.contains(tid));
+        switched_before(
+            &mut piece,
+            &incoming,
+            &pending,
+            &carried_wakeups,
+            &mut totals,
+        );
         for (tid, (woken, waker)) in &piece.early_wakeups {
             if let Some(wait) = pending.get_mut(*tid) {
                 wait.woken(*woken, *waker);
@@ -1284,7 +1277,7 @@ pub fn merge(
                 let state = at_start.get(&tid).map_or(UNKNOWN_STATE, |start| start.1);
                 Wait::new(window_start, BEFORE_WINDOW, state)
             });
-            if let Some((woken, waker)) = unseen_wakeups.get(&tid).copied().or(head.woken) {
+            if let Some((woken, waker)) = carried_wakeups.get(&tid).copied().or(head.woken) {
                 wait.woken(woken, waker);
             }
             totals.add_wait(tid, &wait, head.back, true);
@@ -1292,7 +1285,7 @@ pub fn merge(
         // A first wait's wakeup that raced its switch-out: in an earlier slice, or in this one
         // before it when the thread was on CPU then (it had no wait open)
         let racing_of = |tid: i32| {
-            let before_leaving = unseen_wakeups
+            let before_leaving = carried_wakeups
                 .get(&tid)
                 .copied()
                 .or(piece.first_leaves.get(&tid).and_then(|leave| leave.woken));
@@ -1303,14 +1296,14 @@ pub fn merge(
         };
         for (tid, mut wait, back) in std::mem::take(&mut piece.deferred) {
             if let Some((woken, waker)) = racing_of(tid) {
-                wait.raced(woken, waker);
+                wait.woken(woken, waker);
             }
             totals.add_wait(tid, &wait, back, true);
         }
         for (tid, wait) in piece.tails.iter_mut() {
             if piece.first_tails.contains(tid) {
                 if let Some((woken, waker)) = racing_of(*tid) {
-                    wait.raced(woken, waker);
+                    wait.woken(woken, waker);
                 }
             }
         }
@@ -1370,10 +1363,10 @@ pub fn merge(
         incoming.retain(|tid, _| !piece.seen.contains(tid));
         incoming.extend(piece.incoming_at_end.iter().map(|(&t, &s)| (t, s)));
         cpu_switched.extend(piece.cpu_switched_at_end.iter().map(|(&c, &s)| (c, s)));
-        unseen_wakeups.retain(|tid, _| !piece.seen.contains(tid));
+        carried_wakeups.retain(|tid, _| !piece.seen.contains(tid));
         for (&tid, &wakeup) in &piece.early_wakeups {
             if !seen.contains(&tid) && !running.contains(&tid) && !pending.contains(tid) {
-                unseen_wakeups.entry(tid).or_insert(wakeup);
+                carried_wakeups.entry(tid).or_insert(wakeup);
             }
         }
     }
@@ -1415,12 +1408,13 @@ fn returned_unseen(
 
 /// Threads whose first event in the slice is perf's record of being in: they came back at
 /// the switch to them in an earlier slice, when there was one; else no earlier than their
-/// wait in an earlier slice began, or their wakeup, when their return was placed by the
-/// switch cost.
+/// wait in an earlier slice began, or their wakeup (also one carried from an earlier slice),
+/// when their return was placed by the switch cost.
 fn switched_before(
     piece: &mut SliceResult,
     incoming: &QuickMap<i32, i64>,
     pending: &Queue<Wait>,
+    carried_wakeups: &QuickMap<i32, (i64, WakerKey)>,
     totals: &mut Tally,
 ) {
     for (tid, head) in piece.heads.entries.iter_mut() {
@@ -1435,13 +1429,15 @@ fn switched_before(
                 continue;
             }
         }
-        if let Some(wait) = pending.get(tid) {
-            let earliest = wait.earliest();
-            if head.estimated && head.back < earliest {
-                let gained = totals.run_began(tid, head.back, earliest);
-                totals.thread(tid, None, NO_NAME).observer_ns += gained;
-                head.back = earliest;
-            }
+        let earliest = match pending.get(tid) {
+            Some(wait) => Some(wait.earliest()),
+            None => carried_wakeups.get(&tid).map(|(woken, _)| *woken),
+        };
+        if let Some(earliest) = earliest.filter(|&earliest| head.estimated && head.back < earliest)
+        {
+            let gained = totals.run_began(tid, head.back, earliest);
+            totals.thread(tid, None, NO_NAME).observer_ns += gained;
+            head.back = earliest;
         }
     }
 }

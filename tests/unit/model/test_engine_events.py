@@ -438,8 +438,8 @@ class Slices(Feed):
     """Two slices, 0 to 5000 µs and on, each handed every event (each keeps its own), paired and
     joined as build_model has them."""
 
-    def __init__(self) -> None:
-        super().__init__(0)
+    def __init__(self, switch_cost_us: int = 0) -> None:
+        super().__init__(switch_cost_us)
         self.slices = [Decoded(0, 5000 * US - 1), Decoded(5000 * US, WINDOW_US * US)]
 
     def _one(self, *event: object, weight: int | None = None) -> None:
@@ -451,9 +451,9 @@ class Slices(Feed):
         return to_model(paired(self, self.slices), NamedChains(), info(), 0, WINDOW_US * US)  # type: ignore[arg-type]
 
 
-def in_one_and_two_slices(events: Callable[[Feed], None]) -> tuple[Model, Model]:
+def in_one_and_two_slices(events: Callable[[Feed], None], switch_cost_us: int = 0) -> tuple[Model, Model]:
     """The model of `events` read in one slice, and in two (cut at 5000 µs)."""
-    whole, sliced = builder(), Slices()
+    whole, sliced = builder(switch_cost_us), Slices(switch_cost_us)
     events(whole)
     events(sliced)
     return model(whole), sliced.model()
@@ -596,24 +596,6 @@ def test_an_exit_of_no_cpu_ends_the_wait_before_it_as_in_one_slice() -> None:
         assert (result.threads[11].oncpu_us, result.threads[11].offcpu_us) == (4000 + 1500, 500)
 
 
-def woken_twice_across_its_switch_out_after_the_cut(events: Feed) -> None:
-    """11 runs on CPU 0 from 1000 (12 sleeps); 13 wakes it at 5100, after the cut, on its way to
-    sleep at 5200; 14 wakes it again at 5300 (a wakeup perf recorded twice); it is back at 5400."""
-    switch(events, 1000, 12, "S", 11, "futex_wait")
-    events.sched_waking(5100 * US, 10, 13, "t13", 11, "futex_wake")
-    switch(events, 5200, 11, "S", 0, "poll")
-    events.sched_waking(5300 * US, 10, 14, "t14", 11, "pipe_write")
-    switch(events, 5400, 0, "R", 11, "")
-
-
-def test_the_first_of_two_wakeups_after_the_cut_ends_the_wait() -> None:
-    for result in in_one_and_two_slices(woken_twice_across_its_switch_out_after_the_cut):
-        # 13's wakeup raced the switch-out: 5200 to 5400 is all run-queue delay, and 13's
-        poll = row_of(result, 11, "poll")
-        assert (poll.offcpu_us, poll.blocked_us, poll.runqueue_us) == (200, 0, 200)
-        assert poll.waker is not None and result.wakers[poll.waker].tid == 13
-
-
 def woken_before_the_cut_then(events: Feed, leaves: bool) -> None:
     """11, of which nothing is recorded before, is woken by 13 at 4900, before the cut; it is back
     on CPU 0 at 5100; or, `leaves`, it leaves CPU 0 at 5200 and is back at 5600."""
@@ -640,3 +622,32 @@ def test_a_wakeup_before_the_cut_of_a_thread_first_seen_leaving_after_it_races_t
         assert (poll.offcpu_us, poll.blocked_us, poll.runqueue_us) == (400, 0, 400)
         assert poll.waker is not None and result.wakers[poll.waker].tid == 13
         assert (result.threads[11].oncpu_us, result.threads[11].offcpu_us) == (9600, 400)
+
+
+def woken_before_the_cut_then_waking_another(events: Feed) -> None:
+    """11, of which nothing is recorded before, is woken by 13 at 4900, before the cut; it wakes
+    12 at 5050 (so it ran after that wakeup), and is back on CPU 0 at 5100."""
+    events.sched_waking(4900 * US, 10, 13, "t13", 11, "futex_wake")
+    events.sched_waking(5050 * US, 10, 11, "t11", 12, "futex_wake")
+    switch(events, 5100, 0, "R", 11, "")
+
+
+def test_a_wakeup_before_the_cut_of_a_thread_that_ran_after_it_is_not_its_waits() -> None:
+    for result in in_one_and_two_slices(woken_before_the_cut_then_waking_another):
+        # the wakeup is not of the wait that ended at 5100: all of it is blocked, with no waker
+        thread = result.threads[11]
+        assert (thread.offcpu_us, thread.blocked_us, thread.runqueue_us) == (5100, 5100, 0)
+
+
+def woken_before_the_cut_then_in_by_a_record_only(events: Feed) -> None:
+    """11, of which nothing is recorded before, is woken by 13 at 4995, before the cut; the only
+    record of its return is perf's of it being in, at 5001."""
+    events.sched_waking(4995 * US, 10, 13, "t13", 11, "futex_wake")
+    events.switch_in(5001 * US, CPU, 10, 11, "t11")
+
+
+def test_a_return_placed_by_the_switch_cost_is_not_before_a_wakeup_before_the_cut() -> None:
+    for result in in_one_and_two_slices(woken_before_the_cut_then_in_by_a_record_only, switch_cost_us=20):
+        # placed 20 µs before the record, at 4981, but not before the wakeup at 4995
+        thread = result.threads[11]
+        assert (thread.offcpu_us, thread.blocked_us, thread.runqueue_us) == (4995, 4995, 0)
