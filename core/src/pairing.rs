@@ -787,7 +787,6 @@ struct Head {
 /// `time` on `cpu`. If it was off CPU when the slice began, its return left no record: it came
 /// back at `switched_in`, the switch to it the slice recorded, if any; else after its wakeup
 /// `woken` and `last_switch`, the last switch or exit the slice recorded on that CPU before it.
-/// If it was on CPU, `woken` raced its switch-out: it is its next wait's.
 #[derive(Clone, Copy, Debug)]
 struct FirstLeave {
     time: i64,
@@ -1037,13 +1036,15 @@ impl SliceBuilder {
             self.racing_wakeups.remove(&tid)
         };
         if first && ran.is_none() {
+            // Woken before: on CPU then, most likely, so the wakeup raced this switch-out. If the
+            // thread was off CPU when the slice began (a return that left no record), it ended
+            // that wait too, which the merge knows (FirstLeave); this wait keeps it all the same
+            // (its blocked time counts as waiting for a CPU), so that it is settled here, with
+            // its links.
             let woken = self.head_wakeups.remove(&tid);
-            if self.active.contains(&tid) {
-                racing = racing.or(woken); // it ran, waking others: on CPU when woken
-                self.left_first(tid, time, cpu, switched_in, None);
-            } else {
-                self.left_first(tid, time, cpu, switched_in, woken); // the merge knows which wait's
-            }
+            racing = racing.or(woken);
+            let active = self.active.contains(&tid); // it ran, waking others: on CPU when woken
+            self.left_first(tid, time, cpu, switched_in, woken.filter(|_| !active));
         }
         let since = ran.or(first.then_some(self.start)); // on CPU since the slice began
         if let Some(since) = since {
@@ -1282,17 +1283,11 @@ pub fn merge(
             }
             totals.add_wait(tid, &wait, head.back, true);
         }
-        // A first wait's wakeup that raced its switch-out: in an earlier slice, or in this one
-        // before it when the thread was on CPU then (it had no wait open)
+        // A first wait with no waker: a wakeup that raced its switch-out may be in an earlier
+        // slice, of a thread on CPU there or of one with no other event there (carried)
         let racing_of = |tid: i32| {
-            let before_leaving = carried_wakeups
-                .get(&tid)
-                .copied()
-                .or(piece.first_leaves.get(&tid).and_then(|leave| leave.woken));
-            racing
-                .get(&tid)
-                .copied()
-                .or(before_leaving.filter(|_| !pending.contains(tid)))
+            let carried = carried_wakeups.get(&tid).copied();
+            racing.get(&tid).copied().or(carried)
         };
         for (tid, mut wait, back) in std::mem::take(&mut piece.deferred) {
             if let Some((woken, waker)) = racing_of(tid) {
