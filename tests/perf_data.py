@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -24,21 +25,19 @@ def event_counts(perf_data: Path) -> Counter[str]:
     return Counter(event for _, _, event in script_events(perf_data))
 
 
-def _raw_dump(perf_data: Path) -> str:
+@dataclass(frozen=True)
+class DumpedCounts:
+    """What perf's raw dump of a perf.data (perf report -D) shows of some of its records."""
+
+    lost_records: int  # PERF_RECORD_LOST records
+    lost: int  # the events they say were lost
+    lost_samples: int  # the samples its PERF_RECORD_LOST_SAMPLES records say were lost
+    switch_records: int  # PERF_RECORD_SWITCH and _CPU_WIDE records
+
+
+def dumped_counts(perf_data: Path) -> DumpedCounts:
     done = subprocess.run(["perf", "report", "-D", "-i", str(perf_data)], capture_output=True, text=True, check=True)
-    return done.stdout
-
-
-def lost_records(perf_data: Path) -> tuple[int, int, int]:
-    """From perf's raw dump of perf.data: how many PERF_RECORD_LOST records it holds, the
-    events they say were lost, and the samples its PERF_RECORD_LOST_SAMPLES records say were."""
-    dump = _raw_dump(perf_data)
-    lost = [int(found) for found in re.findall(r"PERF_RECORD_LOST: .*lost:(\d+)", dump)]
-    samples = sum(int(found) for found in re.findall(r"PERF_RECORD_LOST_SAMPLES: .*lost samples :(\d+)", dump))
-    return len(lost), sum(lost), samples
-
-
-def switch_records(perf_data: Path) -> int:
-    """From perf's raw dump of perf.data: how many switch records (PERF_RECORD_SWITCH, or
-    _CPU_WIDE) it holds."""
-    return len(re.findall(r"PERF_RECORD_SWITCH(?:_CPU_WIDE)? (?:IN|OUT)", _raw_dump(perf_data)))
+    lost = [int(found) for found in re.findall(r"PERF_RECORD_LOST: .*lost:(\d+)", done.stdout)]
+    samples = re.findall(r"PERF_RECORD_LOST_SAMPLES: .*lost samples :(\d+)", done.stdout)
+    switches = re.findall(r"PERF_RECORD_SWITCH(?:_CPU_WIDE)? (?:IN|OUT)", done.stdout)
+    return DumpedCounts(len(lost), sum(lost), sum(int(found) for found in samples), len(switches))

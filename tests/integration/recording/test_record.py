@@ -17,7 +17,7 @@ import pytest
 from offcpu.capture import Target
 from offcpu.commands.record import default_output
 from tests.conftest import OFFCPU, assert_one_line_error, example, processes_with_arguments, run_offcpu
-from tests.perf_data import event_counts, lost_records, script_events
+from tests.perf_data import dumped_counts, event_counts, script_events
 
 # perf's recording is what these tests hold (perf.data, its command line, its complaints);
 # tests/integration/recording/test_bpf_recording.py holds the BPF backend's
@@ -118,8 +118,8 @@ def test_lost_events_are_counted_as_events_not_as_records(tmp_path):
     # there are, or what its end-of-recording LOST_SAMPLES records carry when they say more (the
     # two see the same losses, and either may miss some: once the LOST_SAMPLES said 41 fewer)
     info = load(capture)
-    records, lost, lost_samples = lost_records(capture / "perf.data")
-    assert 0 < records <= lost and info["lost_events"] == max(lost, lost_samples)
+    dumped = dumped_counts(capture / "perf.data")
+    assert 0 < dumped.lost_records <= dumped.lost and info["lost_events"] == max(dumped.lost, dumped.lost_samples)
     assert f"perf lost {info['lost_events']:,} events" in result.stderr and "--mmap-pages" in result.stderr
 
 

@@ -18,7 +18,7 @@ from offcpu.reading.native_reader import NativeReader, open_perf_data, unsupport
 from offcpu.reading.symbols import demangle, without_parameters
 from tests.fixtures import HERE
 from tests.native_compare import KeepingSink, first_difference, native_events
-from tests.perf_data import event_counts, lost_records, switch_records
+from tests.perf_data import dumped_counts, event_counts
 
 NATIVE_FIXTURES = ("native_futex_pid", "native_cpp_command")
 FUZZ_SECONDS = 3.0
@@ -34,9 +34,9 @@ def test_records_are_counted_as_perf_counts_them(perf: str, name: str) -> None:
     path = HERE / name / "perf.data"
     counts = open_perf_data(path).record_counts()
     assert counts["samples"] == sum(event_counts(path).values()) > 0
-    assert counts["switch_records"] == switch_records(path)
-    _, lost, lost_samples = lost_records(path)
-    assert counts["lost_events"] == max(lost, lost_samples)
+    dumped = dumped_counts(path)
+    assert counts["switch_records"] == dumped.switch_records
+    assert counts["lost_events"] == max(dumped.lost, dumped.lost_samples)
 
 
 def test_a_fixture_has_every_kind_of_event() -> None:
@@ -223,7 +223,8 @@ def test_lost_events_are_what_the_records_of_losses_carry(perf: str, tmp_path: P
     struct.pack_into("<Q", data, second + 8, lost_samples)
     copy = tmp_path / "perf.data"
     copy.write_bytes(bytes(data))
-    assert lost_records(copy) == (1, lost, lost_samples)  # as perf reads them
+    dumped = dumped_counts(copy)
+    assert (dumped.lost_records, dumped.lost, dumped.lost_samples) == (1, lost, lost_samples)  # as perf reads them
     # Then the events lost are the larger of the two: each sees the same losses, and may miss some
     counts = open_perf_data(copy).record_counts()
     assert counts["lost_events"] == 1000
