@@ -1,30 +1,102 @@
-"""Files written whole: a reader sees the old file or the new one, never half of one."""
+"""Files offcpu writes and reads as root, where others may have put something first.
+
+Written whole: a reader sees the old file or the new one, never half of one, and a symbolic
+link at the name is replaced, never written through. Read only when regular: a pipe, a device
+or a directory planted where a capture names a file is refused, never waited on, and no read
+takes more than its format allows."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any, BinaryIO
 
 PARTIAL = ".partial"  # the suffix of a file being written, renamed to its name once whole
 PRIVATE = 0o600  # readable by its owner only, as everything in a capture
+# Opening never follows a link at the last component and never waits (a FIFO with no writer).
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def write_whole(path: Path, text: str | bytes, mode: int = 0o666) -> None:
-    """Write `text` (or bytes) to PATH.partial, then rename it over `path`. The file has at
-    most the permissions of `mode` (less what the umask takes away). OSError as raised; the
-    partial file is removed."""
+def not_regular(path: Path | str) -> OSError:
+    """The error for a name that leads to something other than a regular file."""
+    return OSError(errno.EINVAL, "not a regular file (a link, pipe, device or directory)", str(path))
+
+
+def too_large(path: Path | str, limit: int) -> OSError:
+    return OSError(errno.EFBIG, f"larger than {limit:,} bytes, more than such a file ever holds", str(path))
+
+
+def create_new(path: Path, mode: int = PRIVATE) -> int:
+    """A new file at `path`, opened for writing: FileExistsError if anything is there (a link
+    planted at the name included), so that nothing another user put there is written."""
+    return os.open(path, _NEW, mode)
+
+
+def write_whole(path: Path, text: str | bytes, mode: int = 0o666, replace: bool = True) -> None:
+    """Write `text` (or bytes) to a new PATH.partial, then rename it over `path`: a link at
+    `path` is replaced, not followed, and anything there but a regular file or a link is
+    refused. With `replace` False, FileExistsError if `path` exists when the file is whole. The
+    file has at most the permissions of `mode` (less the umask). OSError as raised; the partial
+    file is removed."""
     partial = path.with_name(path.name + PARTIAL)
+    with contextlib.suppress(FileNotFoundError):
+        partial.unlink()  # left by a run that was killed; unlinking a link never touches its target
+    fd = create_new(partial, mode)
     try:
-        # O_NOFOLLOW: a link planted at the partial name (in /tmp, say) is not written through.
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
         with open(fd, "wb" if isinstance(text, bytes) else "w") as file:
-            # a partial file left by an earlier run keeps its own mode otherwise
-            os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) & mode)
             file.write(text)
-        os.replace(partial, path)
+        _refuse_unless_regular_or_link(path)
+        if replace:
+            os.replace(partial, path)
+        else:
+            os.link(partial, path, follow_symlinks=False)  # EEXIST if it appeared meanwhile
+            partial.unlink()
     except BaseException:
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)
         raise
+
+
+def _refuse_unless_regular_or_link(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        kind = stat.S_IFMT(path.lstat().st_mode)
+        if kind not in (stat.S_IFREG, stat.S_IFLNK):
+            raise not_regular(path)
+
+
+def open_regular(path: Path | str) -> BinaryIO:
+    """`path` opened for reading if it is a regular file (a link to one is followed);
+    OSError otherwise, at once: a FIFO is never waited on, a device never read."""
+    fd = os.open(path, _READ)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise not_regular(path)
+        return open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: Path | str, limit: int) -> bytes:
+    """The whole of the regular file `path`, if it holds at most `limit` bytes (a sparse or
+    growing file is not read past it); OSError otherwise."""
+    with open_regular(path) as file:
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise too_large(path, limit)
+    return data
+
+
+def read_json(path: Path | str, limit: int) -> Any:
+    """The JSON value of the regular file `path` of at most `limit` bytes: OSError if it cannot
+    be read so, ValueError if it is not JSON (nested too deeply for Python included)."""
+    data = read_regular(path, limit)
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("nested too deeply to be offcpu's") from None
