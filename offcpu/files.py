@@ -31,6 +31,14 @@ def too_large(path: Path | str, limit: int) -> OSError:
     return OSError(errno.EFBIG, f"larger than {limit:,} bytes, more than such a file ever holds", str(path))
 
 
+def invoking_uid() -> int:
+    """The user who ran offcpu: under sudo, the one sudo names (SUDO_UID), not root."""
+    try:
+        return int(os.environ.get("SUDO_UID", ""))
+    except ValueError:
+        return os.getuid()
+
+
 def create_new(path: Path, mode: int = PRIVATE) -> int:
     """A new file at `path`, opened for writing: FileExistsError if anything is there (a link
     planted at the name included), so that nothing another user put there is written."""

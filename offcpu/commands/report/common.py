@@ -16,12 +16,12 @@ import click
 from offcpu.capture import METADATA, is_file_of
 from offcpu.diagnosis.locktable import lock_table
 from offcpu.errors import OffcpuError
-from offcpu.files import write_whole
+from offcpu.files import invoking_uid, write_whole
 from offcpu.model import Model
 from offcpu.model.loading import READERS, build, cached_model
 from offcpu.model.stackview import StackView
 from offcpu.model.summaries import unreadable_note
-from offcpu.stdout import write_stdout
+from offcpu.stdout import ReaderGone, write_stdout
 
 # Not click's readable check: loading the capture says what cannot be read, and how to read it.
 capture_argument = click.argument("capture", type=click.Path(path_type=Path, readable=False))
@@ -31,6 +31,12 @@ renderer_option = click.option(
     "--flamegraph", "flamegraph_path", metavar="PATH",
     help="Draw with this flamegraph.pl or inferno-flamegraph, or the one in this directory "
          "[default: see 'svg --help'].")
+
+
+# What an output that is not a file is, said in a refusal.
+_NOT_FILES = {stat.S_IFBLK: "a block device (a disk)", stat.S_IFSOCK: "a socket",
+              stat.S_IFCHR: "a terminal or device another user owns",
+              stat.S_IFIFO: "a pipe (FIFO) another user owns"}
 
 
 def output_options(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -49,21 +55,39 @@ class ReportFile:
     path: Path
     option: str  # how it was given: -o, --json, --junit
     reading: tuple[Path, ...]  # what it is made from: captures, baselines, folded files
+    force: bool  # an existing file may be replaced
 
     def write(self, content: str | bytes) -> None:
-        """Write whole or not at all, then say where. A regular file, or the one a symbolic
-        link leads to, is replaced in one rename, and is no more readable than what it was made
-        from (a capture is its owner's alone); a character device or a pipe is written to."""
+        """Write whole or not at all, then say where. A new file is made beside the name and
+        renamed over it, so that a symbolic link there is replaced, never written through, and
+        a file that appeared since the check is replaced only with --force; it is no more
+        readable than what it was made from (a capture is its owner's alone). offcpu's own
+        stdout and stderr, and a pipe or terminal of the user's, are written to."""
         try:
-            if _kind_of(self.path) in (stat.S_IFCHR, stat.S_IFIFO, stat.S_IFSOCK):
-                with open(self.path, "wb" if isinstance(content, bytes) else "w") as stream:
-                    stream.write(content)
+            if _is_users_stream(self.path):
+                self._write_stream(content)
             else:
-                write_whole(self.path.resolve(), content, mode=_permissions_of(self.reading))
+                write_whole(self.path, content, mode=_permissions_of(self.reading), replace=self.force)
+        except FileExistsError:
+            raise OffcpuError(f"{self.path} appeared while the report was made; pass --force to replace it or "
+                              f"choose another file with {self.option}") from None
         except OSError as error:
             raise OffcpuError(f"cannot write {self.path} ({error.strerror}); choose another place with "
                               f"{self.option}") from None
         click.echo(f"Wrote {self.path}", err=True)
+
+    def _write_stream(self, content: str | bytes) -> None:
+        """Through offcpu's own descriptor when the path names one (so that `-o /dev/stdout >
+        FILE` appends as the shell set it up, and never truncates), else opened anew."""
+        descriptor = _own_descriptor(self.path)
+        flags = os.O_WRONLY | os.O_CLOEXEC | (0 if descriptor is not None else os.O_NOFOLLOW)
+        fd = os.dup(descriptor) if descriptor is not None else os.open(self.path, flags)
+        data = content.encode() if isinstance(content, str) else content
+        try:
+            with open(fd, "wb") as stream:
+                stream.write(data)
+        except BrokenPipeError:
+            raise ReaderGone from None  # `-o /dev/stdout | head`: ends as `| head` always does
 
 
 def output_path(capture: Path, output: Path | None, suffix: str, force: bool,
@@ -77,20 +101,26 @@ def output_path(capture: Path, output: Path | None, suffix: str, force: bool,
 
 
 def checked_output(path: Path, force: bool, reading: tuple[Path, ...], option: str = "-o") -> ReportFile:
-    """Checked before any work: never one of the files it is made from (`reading`), and an
-    existing file is replaced only with --force. A character device or a pipe (/dev/null,
-    /dev/stdout, a FIFO) holds nothing to lose: it is written to, never replaced. `option`
-    names where the path was given."""
+    """Checked before any work: never one of the files it is made from (`reading`); an existing
+    file or symbolic link is replaced only with --force, anything else there is refused but
+    offcpu's own stdout and stderr, and a pipe or terminal that root or the user owns (/dev/null,
+    a FIFO), which hold nothing to lose and are written to. `option` names where the path was
+    given."""
     refuse_to_overwrite(path, reading, option)
-    if path.is_dir():
+    if _is_users_stream(path):
+        return ReportFile(path, option, reading, force)
+    try:
+        kind = stat.S_IFMT(path.lstat().st_mode)
+    except OSError:
+        return ReportFile(path, option, reading, force)  # nothing there yet, or said when written
+    if kind == stat.S_IFDIR:
         raise OffcpuError(f"{path} is a directory; give a file name with {option}")
-    kind = _kind_of(path)
-    if kind == stat.S_IFBLK:
-        raise OffcpuError(f"{path} is a block device (a disk), which a report would overwrite; give a file "
-                          f"name with {option}")
-    if kind == stat.S_IFREG and not force:
+    if kind not in (stat.S_IFREG, stat.S_IFLNK):
+        raise OffcpuError(f"{path} is {_NOT_FILES.get(kind, 'not a regular file')}, which offcpu never writes "
+                          f"to; give a file name with {option}")
+    if not force:
         raise OffcpuError(f"{path} exists; pass --force to replace it or choose another file with {option}")
-    return ReportFile(path, option, reading)
+    return ReportFile(path, option, reading, force)
 
 
 def refuse_to_overwrite(output: Path, reading: tuple[Path, ...], option: str) -> None:
@@ -105,12 +135,32 @@ def refuse_to_overwrite(output: Path, reading: tuple[Path, ...], option: str) ->
                               f"leave unreadable; choose a file outside it with {option}")
 
 
-def _kind_of(path: Path) -> int | None:
-    """What `path` leads to (stat.S_IFREG, S_IFCHR, ...; symbolic links followed); None if nothing."""
+def _is_users_stream(path: Path) -> bool:
+    """Whether `path` is a stream to write to rather than a file to replace: offcpu's own
+    standard output or error (/dev/stdout, /proc/self/fd/2: links to its descriptors), or a
+    character device or pipe that root or the user running offcpu owns (/dev/null, a FIFO made
+    for it). Another user's FIFO in /tmp is no place for a report of root's."""
+    if path.is_symlink():
+        return _own_descriptor(path) is not None
     try:
-        return stat.S_IFMT(path.stat().st_mode)
+        status = path.lstat()
     except OSError:
+        return False
+    stream = stat.S_ISCHR(status.st_mode) or stat.S_ISFIFO(status.st_mode)
+    return stream and status.st_uid in (0, os.getuid(), invoking_uid())
+
+
+def _own_descriptor(path: Path) -> int | None:
+    """1 or 2 if `path` is a symbolic link to offcpu's stdout or stderr, such as /dev/stdout."""
+    if not path.is_symlink():
         return None
+    for fd in (1, 2):
+        try:
+            if os.path.samestat(path.stat(), os.fstat(fd)):
+                return fd
+        except OSError:
+            continue
+    return None
 
 
 def _permissions_of(reading: tuple[Path, ...]) -> int:

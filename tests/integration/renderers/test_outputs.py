@@ -1,7 +1,7 @@
 """Where reports and verdicts are written: -o, --junit and --json onto devices, pipes and
-symbolic links (only regular files are replaced; a device or a pipe is written to, a
-symbolic link is followed, and a disk is never written), and a stdout that is full, closed
-or has lost its reader."""
+symbolic links (only regular files and links are replaced, the link itself and never where it
+leads; root's or the user's device or pipe is written to, another user's is refused, and a disk
+is never written), and a stdout that is full, closed or has lost its reader."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tests.conftest import OFFCPU, assert_one_line_error, example, run_offcpu
 
 NULL_DEVICE = os.makedev(1, 3)  # what /dev/null is
 UNUSED_BLOCK_DEVICE = os.makedev(240, 0)  # major 240: "local/experimental use", no driver behind it
+NOBODY = 65534  # a user other than root and the one running the tests
 
 
 def device_node(path: Path, kind: int, number: int) -> Path:
@@ -76,39 +77,64 @@ def test_a_link_to_stdout_writes_to_stdout(mmap_capture, tmp_path):
     assert stdout.is_symlink() and os.readlink(stdout) == "/proc/self/fd/1"
 
 
-def test_a_symbolic_link_to_a_file_is_written_through(mmap_capture, tmp_path):
-    real = tmp_path / "real.json"
-    real.write_text("old")
+def test_a_symbolic_link_is_replaced_never_written_through(mmap_capture, tmp_path):
+    # Given a link planted where root writes a report, leading to a file root can write
+    victim = tmp_path / "victim"
+    victim.write_text("old")
     link = tmp_path / "link.json"
-    link.symlink_to(real)
-    # Without --force the file it leads to is kept, as any existing file
+    link.symlink_to(victim)
+    # Without --force it is an existing output, kept
     assert_one_line_error(run_offcpu("report", "json", str(mmap_capture), "-o", str(link)), "exists", "--force")
-    assert real.read_text() == "old"
-    # With it, the file is replaced and the link still leads to it
+    # With it, the link itself is replaced by the report; what it led to is untouched
     result = run_offcpu("report", "json", str(mmap_capture), "-o", str(link), "--force")
     assert result.returncode == 0, result.stderr
-    assert link.is_symlink() and link.resolve() == real
-    assert json.loads(real.read_text())["schema"] == "offcpu/1"
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["link.json", "real.json"]
+    assert not link.is_symlink() and json.loads(link.read_text())["schema"] == "offcpu/1"
+    assert victim.read_text() == "old"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["link.json", "victim"]
 
 
-def test_a_dangling_symbolic_link_makes_the_file_it_names(mmap_capture, tmp_path):
+def test_a_dangling_symbolic_link_makes_no_file_where_it_leads(mmap_capture, tmp_path):
     link = tmp_path / "link.txt"
     link.symlink_to(tmp_path / "new.txt")
-    result = run_offcpu("report", "text", str(mmap_capture), "-o", str(link))
+    assert_one_line_error(run_offcpu("report", "text", str(mmap_capture), "-o", str(link)), "exists", "--force")
+    result = run_offcpu("report", "text", str(mmap_capture), "-o", str(link), "--force")
     assert result.returncode == 0, result.stderr
-    assert link.is_symlink() and (tmp_path / "new.txt").read_text().startswith("Off-CPU time of mmap_contention")
+    assert not link.is_symlink() and link.read_text().startswith("Off-CPU time of mmap_contention")
+    assert not (tmp_path / "new.txt").exists()
 
 
-def test_check_writes_its_verdicts_through_devices_and_links(example_capture, tmp_path):
+def test_the_default_output_beside_the_capture_is_not_written_through_a_link(mmap_capture, tmp_path):
+    capture = tmp_path / "cap"
+    shutil.copytree(mmap_capture, capture)
+    victim = tmp_path / "victim"
+    victim.write_text("old")
+    (tmp_path / "cap.html").symlink_to(victim)
+    assert_one_line_error(run_offcpu("report", "html", str(capture)), "cap.html", "exists", "--force")
+    assert victim.read_text() == "old"
+
+
+def test_a_pipe_another_user_owns_is_refused(mmap_capture, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    os.chown(fifo, NOBODY, NOBODY)
+    result = run_offcpu("report", "json", str(mmap_capture), "-o", str(fifo), "--force")
+    assert_one_line_error(result, str(fifo), "another user owns", "-o")
+
+
+def test_check_writes_its_verdicts_to_devices_and_replaces_links(example_capture, tmp_path):
     null = device_node(tmp_path / "null", stat.S_IFCHR, NULL_DEVICE)
-    real = tmp_path / "verdict.xml"
+    victim = tmp_path / "victim"
+    victim.write_text("old")
     link = tmp_path / "link.xml"
-    link.symlink_to(real)
-    result = run_offcpu("check", "--junit", str(link), "--json", str(null), str(example_capture("idle_pool")))
+    link.symlink_to(victim)
+    capture = str(example_capture("idle_pool"))
+    refused = run_offcpu("check", "--junit", str(link), "--json", str(null), capture)
+    assert_one_line_error(refused, str(link), "exists", "--force")
+    result = run_offcpu("check", "--junit", str(link), "--json", str(null), "--force", capture)
     assert result.returncode == 0, result.stderr
     assert_still_device(null, stat.S_IFCHR, NULL_DEVICE)
-    assert link.is_symlink() and ElementTree.parse(real).getroot().tag == "testsuites"
+    assert not link.is_symlink() and ElementTree.parse(link).getroot().tag == "testsuites"
+    assert victim.read_text() == "old"
 
 
 @pytest.fixture
@@ -161,6 +187,17 @@ def test_a_reader_that_went_away_ends_offcpu_quietly(example_capture):
         stderr = process.communicate(timeout=120)[1]
         # Then it stops as a program killed by SIGPIPE would (the shell's 141), saying nothing
         assert process.returncode == 128 + signal.SIGPIPE and stderr == "", (args, process.returncode, stderr)
+
+
+def test_a_report_to_dev_stdout_whose_reader_went_away_ends_quietly(example_capture):
+    # Given 'report html -o /dev/stdout | head -c 10' once head has gone: the report goes to
+    # stdout through its link
+    process = subprocess.Popen([str(OFFCPU), "report", "html", str(example_capture("idle_pool")), "-o", "/dev/stdout"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    process.stdout.close()
+    stderr = process.communicate(timeout=120)[1]
+    # Then offcpu ends as cat would: 141, saying nothing
+    assert process.returncode == 128 + signal.SIGPIPE and stderr == b"", (process.returncode, stderr)
 
 
 def test_a_closed_stdout_is_one_line(example_capture):
