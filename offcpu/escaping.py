@@ -15,3 +15,24 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
+
+
+# flamegraph.pl (a Perl script: Debian's copy, an older checkout) writes a frame's name into
+# the SVG with only some of XML's characters escaped, and into a JavaScript string in an
+# attribute, onmouseover="s('NAME ...')", with ' escaped but not \: a name ending in \ ends
+# the string early, and what follows runs as script. Every character that has a meaning there
+# becomes a look-alike that no version of it changes, for names and the title alike.
+SCRIPT_RENDERER_LOOKALIKES = str.maketrans({
+    "\\": "\u29f5", "'": "\u2019", '"': "\uff02", "<": "\u2039", ">": "\u203a", "&": "\uff06",  # ⧵ ’ ＂ ‹ › ＆
+})
+
+
+def for_flame_graph(text: str, escapes_markup: bool) -> str:
+    """`text` (a frame's name, a title) as a flame graph renderer can draw it into an SVG and
+    still be XML that runs none of it as script: printable(), and, for a renderer that does
+    not escape what XML and JavaScript give a meaning to (`escapes_markup` false: flamegraph.pl),
+    those characters as look-alikes. inferno-flamegraph escapes them itself (through its XML
+    writer), and keeps names out of its script (which reads them from each frame's <title>),
+    so there they stay as they are."""
+    shown = printable(text)
+    return shown if escapes_markup else shown.translate(SCRIPT_RENDERER_LOOKALIKES)

@@ -5,31 +5,26 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
-from offcpu.escaping import printable
+from offcpu.escaping import for_flame_graph
+from offcpu.workers import child_environment, find_program
 
 DEBIAN_NYTPROF_COPY = Path("/usr/share/perl5/Devel/NYTProf/flamegraph.pl")
-CHECKOUTS = (Path.home() / "FlameGraph", Path("/opt/FlameGraph"))
+# As root, not one in $HOME: sudo may keep the user's, and the user's checkout would run as root
+# (--flamegraph and $FLAMEGRAPH_DIR still name any).
+CHECKOUTS = (*(() if os.geteuid() == 0 else (Path.home() / "FlameGraph",)), Path("/opt/FlameGraph"))
 HOW_TO_GET_ONE = (
     "install one: 'apt-get install libdevel-nytprof-perl' (Debian's copy of flamegraph.pl), "
     "'cargo install inferno', or 'git clone' Brendan Gregg's FlameGraph into ~/FlameGraph; "
     "or point --flamegraph (or $FLAMEGRAPH_DIR) at one"
 )
-# flamegraph.pl writes --title into the SVG as it is and inferno-flamegraph escapes
-# it, so escaping here would show "&amp;" in inferno's graphs. Instead, what XML
-# gives a meaning to becomes a look-alike that neither renderer changes.
-TITLE_LOOKALIKES = str.maketrans({"&": "\uff06", "<": "\u2039", ">": "\u203a", '"': "''"})  # ＆ ‹ › ''
 RENDERERS = ("inferno-flamegraph", "flamegraph.pl")  # the names a renderer goes by, the faster first
-# Older flamegraph.pl, Debian's copy among them, turns < and > in frame names into ( and ) with
-# this line of its source; inferno and a current flamegraph.pl escape them.
-ANGLE_BRACKETS_TO_PARENTHESES = b"tr/<>/()/"
-NAME_LOOKALIKES = str.maketrans({"<": "\u2039", ">": "\u203a"})  # ‹ ›
+ELF_MAGIC = b"\x7fELF"
 # What a title holds: both renderers centre it in 17 px Verdana on a 1200 px image, and cut
 # a longer one at both ends.
 TITLE_CHARS = 110
@@ -40,18 +35,19 @@ SUBJECT_CHARS = 24  # the fewest characters of what a title names, when it is cu
 class Renderer:
     command: tuple[str, ...]  # argv that takes folded stacks on stdin
     found_by: str  # which rule of the search found it
-    angle_brackets_as_parentheses: bool = False  # draws < > in frame names as ( ): C++ templates need look-alikes
+    escapes_markup: bool = False  # escapes what XML and JavaScript give a meaning to in names (see escaping)
 
     @classmethod
     def of(cls, command: tuple[str, ...], found_by: str) -> Renderer:
-        return cls(command, found_by, _draws_angle_brackets_as_parentheses(Path(command[-1])))
+        return cls(command, found_by, _compiled(Path(command[-1])))
 
 
-def _draws_angle_brackets_as_parentheses(program: Path) -> bool:
-    """Whether a renderer is a flamegraph.pl that turns < > in names into ( ): its source says so."""
+def _compiled(program: Path) -> bool:
+    """Whether a renderer is a compiled program (inferno-flamegraph, whatever its name), not a
+    script (flamegraph.pl, some version of it, which may not escape names)."""
     try:
         with program.open("rb") as file:
-            return file.read(2) == b"#!" and ANGLE_BRACKETS_TO_PARENTHESES in file.read()
+            return file.read(len(ELF_MAGIC)) == ELF_MAGIC
     except OSError:
         return False
 
@@ -83,7 +79,7 @@ def find_renderer(explicit: str | None = None) -> Renderer | None:
                                   f"holding one; {HOW_TO_GET_ONE}")
             return Renderer.of(command, found_by)
     for name in RENDERERS:
-        found = shutil.which(name)
+        found = find_program(name)
         if found:
             return Renderer.of((found,), f"{name} on PATH")
     for path, found_by in ((DEBIAN_NYTPROF_COPY, "Debian's libdevel-nytprof-perl"),
@@ -102,10 +98,11 @@ def require_renderer(explicit: str | None = None) -> Renderer:
 
 
 def safe_title(title: str) -> str:
-    """`title` as either renderer can put it into an SVG unescaped and still be XML: & < >
-    and " as look-alikes (＆ ‹ › ''), and what does not print (controls, which XML does not
-    allow, non-characters, lone surrogates) escaped (see escaping.printable)."""
-    return printable(title).translate(TITLE_LOOKALIKES)
+    """`title` as either renderer can draw it: flamegraph.pl writes --title into the SVG as it
+    is and inferno-flamegraph escapes it, so escaping here would show "&amp;" in inferno's
+    graphs. Instead, what XML gives a meaning to becomes a look-alike that neither renderer
+    changes, and what does not print is written out (see escaping.for_flame_graph)."""
+    return for_flame_graph(title, escapes_markup=False)
 
 
 def fitted_title(title: str, subjects: Sequence[str]) -> str:
@@ -126,21 +123,18 @@ def render_svg(renderer: Renderer, lines: Iterable[str], title: str, inverted: b
     """An off-CPU flame graph of folded lines ("frames count" or, for a differential
     graph, "frames before after"), with only the options both renderers share.
     Any title and names will do: the title is fitted to the image (see fitted_title: `subjects`
-    are the parts of it to cut first), and it and the names are made safe for the SVG here (see
-    safe_title, escaping.printable). For a
-    renderer that would draw C++'s `Basket<std::pair<int, long> >` as
-    `Basket(std::pair(int, long) )`, < and > in names become ‹ and ›."""
+    are the parts of it to cut first), and it and the names are made safe for the SVG, and for
+    the script in it, here (see safe_title, escaping.for_flame_graph)."""
     shown = fitted_title(safe_title(title), [safe_title(subject) for subject in subjects])
     argv = [*renderer.command, "--title", shown, "--countname", "us", "--colors", "io"]
     if inverted:
         argv.append("--inverted")
-    text = "".join(f"{printable(line)}\n" for line in lines)  # a folded file's names too (report diff)
-    if renderer.angle_brackets_as_parentheses:
-        text = text.translate(NAME_LOOKALIKES)
+    # a folded file's names too (report diff); a line's counts are digits, which no escaping changes
+    text = "".join(f"{for_flame_graph(line, renderer.escapes_markup)}\n" for line in lines)
     # flamegraph.pl cuts labels to fit their frames: with PERL_UNICODE it reads its input and
     # arguments as UTF-8 and cuts between characters, not inside one (inferno ignores it).
     done = subprocess.run(argv, input=text, capture_output=True, encoding="utf-8", errors="replace",
-                          env={**os.environ, "PERL_UNICODE": "SA"})
+                          env={**child_environment(), "PERL_UNICODE": "SA"})
     if done.returncode != 0 or "<svg" not in done.stdout:
         reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise OffcpuError(f"{' '.join(renderer.command)} failed: {reason}")

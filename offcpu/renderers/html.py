@@ -37,6 +37,9 @@ from offcpu.renderers.text import STATE_NAMES, cause_lines, ms, ms_estimate, sha
 from offcpu.stacks import shorten_apart
 
 STACK_CHARS = 110  # a stack cell shows about this much; its tooltip has every frame
+# The flame graph's frame runs its own script (zoom, and search, which asks for the term with
+# prompt()) and nothing more: no access to the page, no navigation, no pop-ups, no forms.
+FLAME_SANDBOX = "allow-scripts allow-modals"
 # The browser fetches nothing for the page, and says so if asked to. The flame graph's data: frame
 # inherits this policy: its own script and onclick handlers are what 'unsafe-inline' allows.
 POLICY = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; frame-src data:"
@@ -152,7 +155,7 @@ class HtmlReport:
         return ('<section id="flame">\n<p class="note">Click a frame to zoom in; Reset Zoom (top left) zooms out; '
                 'Search (top right) highlights frames by name.</p>\n'
                 f'<div class="flame"><iframe id="flamegraph" title="Off-CPU flame graph" src="{source}" '
-                f'width="{width}" height="{height}"></iframe></div>\n</section>')
+                f'sandbox="{FLAME_SANDBOX}" width="{width}" height="{height}"></iframe></div>\n</section>')
 
     def _wait_graph(self, model: Model) -> str:
         svg = graph_svg(wait_graph(Context(of_threads(model, self.view), lock_table(self.view.locks))))

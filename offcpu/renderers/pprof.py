@@ -15,6 +15,7 @@ import gzip
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from offcpu.escaping import printable
 from offcpu.model import Model, Row
 from offcpu.model.stackview import SEPARATOR, StackView, row_frames, selected, woken_by
 from offcpu.model.summaries import sampling_note
@@ -52,12 +53,13 @@ def packed(field_number: int, values: list[int]) -> bytes:
 
 @dataclass
 class Strings:
-    """The profile's string table: "" first, each string once."""
+    """The profile's string table: "" first, each string once, as it prints (escaping.printable):
+    `go tool pprof` prints the names, labels and comments in it to a terminal as they are."""
 
     numbers: dict[str, int] = field(default_factory=lambda: {"": 0})
 
     def __call__(self, text: str) -> int:
-        return self.numbers.setdefault(text, len(self.numbers))
+        return self.numbers.setdefault(printable(text), len(self.numbers))
 
     def encoded(self) -> bytes:
         return b"".join(nested(6, text.encode()) for text in self.numbers)

@@ -11,6 +11,7 @@ from xml.etree import ElementTree
 import pytest
 
 from offcpu.errors import OffcpuError
+from offcpu.escaping import SCRIPT_RENDERER_LOOKALIKES as LOOKALIKES
 from offcpu.model.stackview import StackView, folded
 from offcpu.renderers.flamegraph_tool import (
     DEBIAN_NYTPROF_COPY,
@@ -79,17 +80,41 @@ def test_flamegraph_wins_over_flamegraph_dir(tmp_path, monkeypatch):
 
 
 @debian_copy
-def test_debians_copy_is_known_to_draw_angle_brackets_as_parentheses(tmp_path):
-    # Debian's copy found anywhere: in its place, through a link, or copied
-    copy = tmp_path / "flamegraph.pl"
+def test_a_script_is_given_look_alikes_and_a_compiled_renderer_names_as_they_are(tmp_path):
+    # Debian's copy found anywhere, under either name: in its place, through a link, or copied
+    copy = tmp_path / "inferno-flamegraph"
     copy.write_bytes(DEBIAN_NYTPROF_COPY.read_bytes())
+    copy.chmod(0o755)
     for given in (str(DEBIAN_NYTPROF_COPY), str(copy), str(tmp_path)):
-        assert find_renderer(given).angle_brackets_as_parentheses, given
-    # a copy without that line (as a current flamegraph.pl, which escapes < and >) is left alone
+        assert not find_renderer(given).escapes_markup, given
+    # a compiled program (what inferno-flamegraph is; here any ELF executable stands in for it) escapes itself
     (tmp_path / "elsewhere").mkdir()
-    other = tmp_path / "elsewhere" / "flamegraph.pl"
-    other.write_bytes(DEBIAN_NYTPROF_COPY.read_bytes().replace(b"tr/<>/()/", b""))
-    assert not find_renderer(str(other)).angle_brackets_as_parentheses
+    compiled = tmp_path / "elsewhere" / "inferno-flamegraph"
+    compiled.write_bytes(Path("/bin/true").read_bytes())
+    compiled.chmod(0o755)
+    assert find_renderer(str(compiled)).escapes_markup
+
+
+@debian_copy
+@pytest.mark.parametrize("name", ["\\'),alert(1)//", "\\", "a\\", "\" onload=\"alert(1)", "</title><script>x()</script>",
+                                  "a&b", "it's", "\x1b[2J\x07"])
+def test_debians_copy_draws_any_name_as_text(name):
+    # Given a name that Debian's flamegraph.pl would put into onmouseover="s('NAME ...')" as script,
+    # or into the SVG as markup
+    lines = [f"main;{name};leaf 1000", "main;other 10"]  # (';' separates frames: the folded lines escape it)
+    # When it draws it
+    svg = render_svg(find_renderer(str(DEBIAN_NYTPROF_COPY)), lines, name)
+    root = ElementTree.fromstring(svg)  # XML
+    # Then every handler is its own script with the frame's name in one string literal, which holds no
+    # backslash and no quote that would end it; the name is the frame's title, as look-alikes
+    handlers = [g.get("onmouseover") or "" for g in root.iter(f"{SVG}g") if g.get("onmouseover", "").startswith("s(")]
+    assert len(handlers) == 5  # all, main, the name, leaf, other
+    for handler in handlers:
+        literal = handler.removeprefix("s('").removesuffix("')")
+        assert handler == f"s('{literal}')" and "\\" not in literal and "'" not in literal.replace("\\'", ""), handler
+    titles = {title.text or "" for title in root.iter(f"{SVG}title")}
+    shown = name.replace("\x1b", "\\x1b").replace("\x07", "\\x07").translate(LOOKALIKES)
+    assert any(title.startswith(f"{shown} (") for title in titles), titles
 
 
 @debian_copy
