@@ -23,6 +23,7 @@ from offcpu.errors import OffcpuError
 from offcpu.recording import backends
 from offcpu.recording.recorder import record
 from offcpu.recording.request import RecordRequest
+from offcpu.workers import child_environment
 
 ROUND_TRIPS = 50_000  # about 0.15 s of switching unrecorded, 0.35 s under perf
 # Runs of each kind, alternated; medians compared. One run of 5,000 round trips on a shared
@@ -111,7 +112,7 @@ def _round_trip_ns(command: tuple[str, ...], report: Path) -> float:
     report.unlink(missing_ok=True)
     try:
         ran = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                             timeout=RUN_TIMEOUT_S)
+                             timeout=RUN_TIMEOUT_S, env=child_environment())
     except subprocess.TimeoutExpired:
         raise OffcpuError(f"the self-test's ping-pong did not end within {RUN_TIMEOUT_S:.0f} s") from None
     if ran.returncode != 0:

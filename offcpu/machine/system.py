@@ -11,12 +11,12 @@ import os
 import platform
 import re
 import resource
-import shutil
 import struct
 import subprocess
 from pathlib import Path
 
 from offcpu.errors import OffcpuError, more_in
+from offcpu.workers import child_environment, find_program
 
 TRACEFS_MOUNT_POINTS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 TRACEFS_ANCHOR = "tracefs-is-not-mounted-or-not-readable"  # in docs/troubleshooting.md
@@ -33,7 +33,7 @@ PERF_INSTALL_HINT = (
 
 
 def find_perf() -> str | None:
-    return shutil.which("perf")
+    return find_program("perf")
 
 
 def require_perf() -> str:
@@ -47,7 +47,8 @@ def perf_version(perf: str) -> str | None:
     """'6.1.187' from 'perf version 6.1.187', or None when perf cannot run
     (Ubuntu's wrapper fails this way when the kernel's tools are missing)."""
     try:
-        done = subprocess.run([perf, "--version"], capture_output=True, text=True, timeout=10)
+        done = subprocess.run([perf, "--version"], capture_output=True, text=True, timeout=10,
+                              env=child_environment())
     except OSError:
         return None
     words = done.stdout.split()
@@ -115,7 +116,7 @@ def ensure_tracefs() -> Path:
     if os.geteuid() != 0:
         raise OffcpuError(f"tracefs is not mounted and only root can mount it; run '{how}' as root"
                           + more_in(TRACEFS_ANCHOR))
-    done = subprocess.run(how.split(), capture_output=True, text=True)
+    done = subprocess.run(how.split(), capture_output=True, text=True, env=child_environment())
     if done.returncode != 0:
         raise OffcpuError(f"tracefs is not mounted and '{how}' failed: {done.stderr.strip()}" + more_in(TRACEFS_ANCHOR))
     return target
@@ -260,4 +261,4 @@ def btf_present() -> bool:
 
 
 def find_bpftrace() -> str | None:
-    return shutil.which("bpftrace")
+    return find_program("bpftrace")

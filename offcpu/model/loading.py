@@ -35,6 +35,7 @@ from offcpu.reading.pairing import CaptureReader
 from offcpu.reading.perf_script import PerfScriptReader
 from offcpu.reading.plain_perf_data import is_perf_data, lacks, name_target, plain_info
 from offcpu.recording.events import SWITCH_TRACEPOINT
+from offcpu.workers import child_environment
 
 READERS = (NativeReader.name, PerfScriptReader.name)  # of perf.data; a BPF capture has one reader
 BPF_BACKEND = "bpf"  # capture.json's backend for a recording made with BPF (offcpu.reading.bpf_reader)
@@ -234,7 +235,7 @@ def _check_readable(perf: str, perf_data: Path, info: CaptureInfo) -> None:
             f"{system.kernel_release()}: perf would name its kernel frames wrongly; report it on the "
             "machine that recorded it (the model it saves there travels with the capture)")
     done = subprocess.run([perf, "report", "--header-only", "-i", str(perf_data)], capture_output=True,
-                          encoding="utf-8", errors="replace")
+                          encoding="utf-8", errors="replace", env=child_environment())
     if done.returncode != 0:
         reason = (done.stderr.strip().splitlines() or ["unreadable"])[-1]
         raise OffcpuError(f"perf cannot read {perf_data} ({reason}): it is truncated or not a perf.data; "

@@ -45,6 +45,7 @@ from offcpu.reading.sched_events import (
     EventSink,
 )
 from offcpu.stacks import Stack, without_tracing
+from offcpu.workers import child_environment
 
 FIELDS = "comm,pid,tid,cpu,time,event,trace,ip,sym"
 KERNEL_ADDRESS_DIGITS = 16  # x86-64 kernel text is at 0xffff...: 16 hex digits
@@ -149,7 +150,7 @@ def script_output(perf: str, perf_data: Path, time_slice: tuple[int, int] | None
     with tempfile.TemporaryFile("w+") as errors:
         process = subprocess.Popen(
             script_argv(perf, perf_data, time_slice), stdout=subprocess.PIPE, stderr=errors,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, env=child_environment(),
         )
         assert process.stdout is not None
         stream = text_of(process.stdout)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from offcpu.errors import OffcpuError
 from offcpu.machine.limits import read_stat
-from offcpu.workers import end_with_parent
+from offcpu.workers import child_environment, end_with_parent
 
 CONTROL_PLACEHOLDER = "{control}"  # in argv, becomes perf's --control=fd:CTL,ACK
 READY_LINE = "Events disabled"
@@ -63,6 +63,7 @@ class PerfProcess:
             self._process = subprocess.Popen(
                 argv, stdin=None if has_command else subprocess.DEVNULL, stderr=self._errors,
                 pass_fds=(control_read, ack_write, self._control), start_new_session=True,
+                env=_environment(has_command),
                 # if offcpu dies, even by SIGKILL, perf gets SIGINT, finishes its file and exits
                 preexec_fn=lambda: end_with_parent(parent, signal.SIGINT),
             )
@@ -305,3 +306,12 @@ def _arguments(pid: int) -> bytes | None:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return None
+
+
+def _environment(has_command: bool) -> dict[str, str]:
+    """perf's environment: a child's (workers.child_environment), but when perf runs the user's
+    command, which inherits it: the command runs as the user asked, in their environment (as
+    the BPF backend runs it), all but what steers perf itself (PERF_CONFIG and the like)."""
+    if not has_command:
+        return child_environment()
+    return {name: value for name, value in os.environ.items() if not name.startswith("PERF_")}

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from offcpu.machine.system import proc_text
 from offcpu.model.asleep import AsleepThread, Snapshot
+from offcpu.workers import child_environment
 
 UNWINDER = "eu-stack"
 UNWINDER_TIMEOUT_S = 5.0  # for one process
@@ -126,7 +127,7 @@ def _user_stacks(unwinder: str, pid: int, timeout_s: float) -> dict[int, tuple[s
     brief ptrace stop); empty when it cannot."""
     try:
         done = subprocess.run([unwinder, "-p", str(pid)], capture_output=True, text=True, errors="replace",
-                              timeout=timeout_s, stdin=subprocess.DEVNULL)
+                              timeout=timeout_s, stdin=subprocess.DEVNULL, env=child_environment())
     except (OSError, subprocess.TimeoutExpired):
         return {}
     stacks: dict[int, list[str]] = {}

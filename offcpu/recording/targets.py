@@ -23,6 +23,7 @@ from offcpu.capture import Target
 from offcpu.errors import OffcpuError
 from offcpu.machine import limits
 from offcpu.machine.system import proc_text
+from offcpu.workers import child_environment, find_program
 
 COMM_LENGTH = 15  # the kernel keeps this many bytes of a process's name
 MAX_ARGUMENT_BYTES = 128 * 1024  # the kernel's longest single argument (MAX_ARG_STRLEN): perf's --pid list
@@ -273,12 +274,12 @@ def unit_cgroup(unit: str) -> str:
     if not SYSTEMD_RUNNING.is_dir():
         raise OffcpuError(f"--unit {unit} needs systemd, which does not run on this machine (no {SYSTEMD_RUNNING}); "
                           "give the service's cgroup with --cgroup PATH, or its processes with --tree PID")
-    systemctl = shutil.which("systemctl")
+    systemctl = find_program("systemctl")
     if systemctl is None:
         raise OffcpuError(f"--unit {unit} asks systemd through systemctl, which is not on PATH; give the service's "
                           "cgroup with --cgroup PATH")
     done = subprocess.run([systemctl, "show", "--property=LoadState,ControlGroup", "--", unit], capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL)
+                          text=True, stdin=subprocess.DEVNULL, env=child_environment())
     properties = dict(line.partition("=")[::2] for line in done.stdout.splitlines())
     if done.returncode != 0 or properties.get("LoadState") in (None, "not-found"):
         raise OffcpuError(f"systemd has no unit {unit}; see 'systemctl list-units --type=service'")
