@@ -7,13 +7,14 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from offcpu.capture import BPF_RECORDS, METADATA, PERF_DATA, RECORDING, is_capture, own_files
 from offcpu.errors import OffcpuError
-from offcpu.files import PARTIAL, PRIVATE, write_whole
+from offcpu.files import PARTIAL, PRIVATE, invoking_uid, write_whole
 
 MIN_FREE_BYTES = 32 << 20
 REPLACED = f"replaced{PARTIAL}"  # the capture `--force` replaces, kept aside until the new one has its perf.data
@@ -29,7 +30,8 @@ def output_taken(directory: Path, force: bool) -> Iterator[None]:
     until then they are kept aside (REPLACED), and put back when it fails. Any other
     directory must be empty. A directory made here and left empty is removed."""
     created = _made(directory)
-    with _locked(directory):
+    with _locked(directory) as fd:
+        _refuse_unless_private(directory, fd)
         if not created:
             _clear_for_capture(directory, force)
         marker = directory / RECORDING
@@ -37,7 +39,6 @@ def output_taken(directory: Path, force: bool) -> Iterator[None]:
         try:
             _check_free_space(directory)
             try:
-                directory.chmod(0o700)  # its files are the owner's alone too: capture.json holds the command line
                 # private as the capture is (it names offcpu's pid), and never written through a link
                 write_whole(marker, f"offcpu (pid {os.getpid()}) records here; once it ends this file goes, unless "
                                     "the recording was not finished\n", mode=PRIVATE)
@@ -71,8 +72,9 @@ def _made(directory: Path) -> bool:
 
 
 @contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """An exclusive lock on `directory` (the kernel releases it however offcpu ends)."""
+def _locked(directory: Path) -> Iterator[int]:
+    """An exclusive lock on `directory` (the kernel releases it however offcpu ends), and a
+    descriptor of it."""
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as error:
@@ -83,9 +85,30 @@ def _locked(directory: Path) -> Iterator[None]:
         except BlockingIOError:
             raise OffcpuError(f"another offcpu is recording into {directory}; wait for it to end or choose another "
                               "directory with -o") from None
-        yield
+        yield fd
     finally:
         os.close(fd)
+
+
+def _refuse_unless_private(directory: Path, fd: int) -> None:
+    """Root writes the capture by its names, so nobody else may rename, add or replace them: the
+    directory is root's or the invoking user's, as is each directory above it (or it is sticky,
+    as /tmp), and it is made the owner's alone before anything in it is looked at (a link
+    planted before that would be seen, one planted after cannot be). Its files are private too:
+    capture.json holds the command line."""
+    trusted = (0, os.getuid(), invoking_uid())
+    if os.fstat(fd).st_uid not in trusted:
+        raise OffcpuError(f"{directory} belongs to another user, who could replace the capture's files with links "
+                          "to root's; choose a directory of your own with -o")
+    for above in directory.resolve().parents:
+        status = above.stat()
+        if status.st_uid not in trusted or status.st_mode & (stat.S_IWOTH | stat.S_ISVTX) == stat.S_IWOTH:
+            raise OffcpuError(f"{above}, above {directory}, can be changed by another user, who could swap the "
+                              "capture for links to root's files; choose a directory of your own with -o")
+    try:
+        os.fchmod(fd, 0o700)
+    except OSError as error:
+        raise _not_writable(directory, error) from None
 
 
 def _not_writable(directory: Path, error: OSError) -> OffcpuError:

@@ -298,8 +298,9 @@ def test_a_capture_is_its_owner_s_alone(example_capture, tmp_path):
 
 
 def test_an_unfinished_recording_is_marked_privately(workload, tmp_path):
-    # Given a recording under way
-    program = workload("idle_pool", "-s", "60", threads=17)
+    # Given a recording under way, of threads that switch all the time (an idle pool need not
+    # switch at all in the window, and then records nothing)
+    program = workload("futex_contention", "-t", "4", "-s", "60", threads=5)
     capture = tmp_path / "cap"
     recording = subprocess.Popen([str(OFFCPU), *RECORD, "--pid", str(program.pid), "-d", "60", "-o", str(capture)],
                                  stderr=subprocess.PIPE, text=True)
@@ -372,8 +373,9 @@ def test_perf_ends_when_offcpu_is_killed(tmp_path):
 
 
 def test_a_second_recording_into_the_same_directory_fails(workload, tmp_path):
-    # Given a recording under way
-    program = workload("idle_pool", "-s", "60", threads=17)
+    # Given a recording under way, of threads that switch all the time (an idle pool need not
+    # switch at all in the window, and then records nothing)
+    program = workload("futex_contention", "-t", "4", "-s", "60", threads=5)
     capture = tmp_path / "cap"
     first = subprocess.Popen([str(OFFCPU), *RECORD, "--pid", str(program.pid), "-d", "60", "-o", str(capture)],
                              stderr=subprocess.PIPE, text=True)

@@ -7,6 +7,7 @@ import os
 import re
 import resource
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -141,9 +142,9 @@ def as_nobody(*args: str, capabilities: str = "") -> subprocess.CompletedProcess
 
 @pytest.fixture
 def open_directory():
-    """A directory anybody may write to."""
+    """A directory anybody may write to, sticky as /tmp is (so that none may rename another's files)."""
     path = Path(tempfile.mkdtemp(prefix="offcpu-open-"))
-    path.chmod(0o777)
+    path.chmod(0o1777)
     yield path
     shutil.rmtree(path)
 
@@ -188,6 +189,34 @@ def test_output_not_writable(small_mount):
     read_only = small_mount("ro,size=4m")
     result = run_offcpu(*RECORD, "-a", "-o", str(read_only / "cap"))
     assert_one_line_error(result, "cannot write", "choose another directory with -o")
+
+
+def test_a_directory_another_user_owns_is_refused(tmp_path):
+    # Given an empty directory that anybody may write to, made by another user ('mkdir -m777 /tmp/cap')
+    theirs = tmp_path / "cap"
+    theirs.mkdir()
+    theirs.chmod(0o777)
+    os.chown(theirs, 65534, 65534)
+    # Then root records nothing there: its owner could swap the capture's files for links
+    assert_one_line_error(run_offcpu(*RECORD, "-a", "-d", "0.2", "-o", str(theirs)), str(theirs), "another user", "-o")
+    assert list(theirs.iterdir()) == []
+
+
+def test_a_directory_under_one_another_user_owns_is_refused(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    result = run_offcpu(*RECORD, "-a", "-d", "0.2", "-o", str(theirs / "cap"))
+    assert_one_line_error(result, str(theirs), "another user", "-o")
+
+
+def test_roots_open_directory_is_made_private_before_it_is_recorded_into(tmp_path):
+    mine = tmp_path / "cap"
+    mine.mkdir()
+    mine.chmod(0o777)
+    result = run_offcpu(*RECORD, "-d", "0.2", "-o", str(mine), "--", "true")
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(mine.stat().st_mode) == 0o700
 
 
 def test_disk_full(small_mount):
