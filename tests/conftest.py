@@ -71,6 +71,12 @@ def run_offcpu(*args: str, env: dict[str, str] | None = None, cwd: Path | None =
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def said(output: str) -> str:
+    """What an output says, its words separated by single spaces: where the terminal's width
+    breaks a line depends on the paths in it (a clone's, a temporary directory's)."""
+    return " ".join(output.split())
+
+
 def processes_with_arguments(*argv: str) -> list[int]:
     """pids of the processes whose command line ends with `argv`."""
     wanted = "\0".join(argv).encode() + b"\0"
