@@ -178,3 +178,13 @@ def test_strict_is_off_unless_the_file_turns_it_on(tmp_path):
     assert not Policy().strict and not policy_from(tmp_path, "mmap_lock.max_share = 0.05\n").strict
     assert policy_from(tmp_path, "strict = true\n").strict
     assert policy_from(tmp_path, "strict = true\n").to_json()["strict"] is True
+
+
+@pytest.mark.parametrize("line", [" " * 15_000 + "# a comment", " " * 15_000 + "[ mmap_lock" + " " * 15_000 + "]"],
+                         ids=["spaces then a comment", "a header among spaces"])
+def test_a_long_line_of_spaces_is_read_at_once(tmp_path, line):
+    # Given a policy line that is neither a header nor a key (cubic time with the regular expressions
+    # it was read with: minutes at 15,000 spaces), then a key set wrongly
+    message = error_from(tmp_path, f"{line}\nmax_share = 5\n")
+    # Then the key is named with its line, well within the time the test runner allows
+    assert "line 2: " in message and "max_share" in message, message
