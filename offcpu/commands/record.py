@@ -44,6 +44,7 @@ UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._+-]")
 # Stacks per second per CPU that a BPF recording takes at most: nginx under wrk kept 0.93x
 # of its throughput at 4,000 and 0.87x at 20,000 (docs/benchmarks.md)
 DEFAULT_STACK_BUDGET = 5_000
+MAX_STACK_BUDGET = 1_000_000_000  # more than any CPU switches in a second: every stack (and within the core's u32)
 
 
 def _pid_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...]:
@@ -119,7 +120,7 @@ RECORDING_OPTIONS = (
                       "--stack-budget (a few percent of a busy server's throughput); perf records every event with "
                       "its stack (exact stacks of every wait, and --call-graph dwarf; it can halve a busy server's "
                       "throughput); auto is bpf where the kernel allows it, else perf."),
-    click.option("--stack-budget", type=click.IntRange(min=1), default=DEFAULT_STACK_BUDGET, show_default=True,
+    click.option("--stack-budget", type=click.IntRange(min=1, max=MAX_STACK_BUDGET), default=DEFAULT_STACK_BUDGET, show_default=True,
                  metavar="STACKS",
                  help="bpf: stacks to take per second on each CPU at most; above it, waits are sampled and the "
                       "time per stack is an estimate (reports say how many waits carry a stack, and the ±)."),

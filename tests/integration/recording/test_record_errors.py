@@ -64,6 +64,8 @@ def test_thread_given_as_pid(workload, tmp_path):
     (("-a", "--max-size", "1000"), ["--max-size", "'1000'", "B, K, M or G"]),
     (("-a", "--max-size", "10MB"), ["--max-size", "'10MB'", "B, K, M or G"]),
     (("-a", "--max-size", "17179869184G"), ["--max-size", "at most"]),
+    (("-a", "--stack-budget", "4294967296"), ["--stack-budget", "1<=x<=1000000000"]),
+    (("-a", "--stack-budget", "0"), ["--stack-budget", "1<=x<=1000000000"]),
     (("-a", "--call-graph", "lbr"), ["fp, dwarf"]),
     (("-a", "--call-graph", "dwarf,1000000"), ["65528"]),
     (("-a", "--max-size", "lots"), ["512M"]),
