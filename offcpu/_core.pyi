@@ -14,16 +14,22 @@ class BpfError(Exception):
     """The BPF recording could not be set up or read."""
 
 class BpfRecording:
-    """A recording in the kernel, from its start to finish()."""
+    """A recording in the kernel, from its start to finish(). A capture file that cannot be made
+    or written (the disk full, a name taken) raises OSError(errno, strerror, path)."""
 
     def __init__(self, records: str, filter: str, processes: list[int], cgroups: list[int], follow_forks: bool,
                  stacks_per_second: int, long_wait_ns: int) -> None: ...
     def counters(self) -> dict[str, int]: ...
+    def bytes_written(self) -> int: ...
+    def writing(self) -> bool: ...
     def new_wakers(self) -> list[int]: ...
     def finish(self, stacks: str) -> dict[str, int]: ...
 
 class PerfDataError(Exception):
     """perf.data could not be read: args are ("io" or "damaged", what is wrong)."""
+
+class PanicException(BaseException):
+    """A panic of the core (pyo3's): a bug, or a crate's assertion on input it did not expect."""
 
 class PerfData:
     """A perf.data, its header read; its records walked once when first needed."""

@@ -10,6 +10,7 @@
 //! the wake-up links of the findings' chains to their roots (`root_shares`).
 
 mod elf_files;
+mod files;
 mod model_inputs;
 mod pairing;
 mod perf_file;
@@ -23,6 +24,7 @@ pub mod unwind;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
+use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 
 create_exception!(
@@ -39,12 +41,36 @@ create_exception!(
     "perf.data could not be read: args are (\"io\" or \"damaged\", what is wrong)."
 );
 
+/// What a panic said, for the error it becomes.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
+        (Some(message), _) => (*message).to_owned(),
+        (_, Some(message)) => message.clone(),
+        _ => "a panic".to_owned(),
+    }
+}
+
+/// `read`, or None if it panics: a crate's assertion on a file it did not expect (an ELF file
+/// a profiled process maps is anyone's) costs that file's names, not the report.
+pub fn unless_panics<T>(read: impl FnOnce() -> Option<T>) -> Option<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read))
+        .ok()
+        .flatten()
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // A panic becomes the error it is caught as (PerfDataError, or pyo3's PanicException, which
+    // Python turns into one line): the default hook would print it on stderr too.
+    std::panic::set_hook(Box::new(|_| {}));
     m.add_class::<recorder::BpfRecording>()?;
     m.add("BpfError", m.py().get_type::<BpfError>())?;
     m.add_class::<perf_reader::PerfData>()?;
     m.add("PerfDataError", m.py().get_type::<PerfDataError>())?;
+    m.add("PanicException", m.py().get_type::<PanicException>())?;
     m.add_function(wrap_pyfunction!(perf_reader::prev_state_name, m)?)?;
     m.add_class::<symbols::KernelSymbols>()?;
     m.add_class::<symbols::ElfSymbols>()?;

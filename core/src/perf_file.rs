@@ -22,11 +22,19 @@ use linux_perf_event_reader::{
     RecordType, SampleFormat,
 };
 
+use crate::files::open_regular;
+
 pub const HEADER_SIZE: usize = 104;
 const PIPE_HEADER_SIZE: u64 = 16;
 const SECTION_SIZE: u64 = 16;
 const MIN_ATTR_SIZE: u64 = 64 + SECTION_SIZE;
 const MAX_ATTR_SIZE: u64 = 4096;
+/// What a perf.data's metadata is read whole by, bounded (a sparse file's size says nothing of
+/// what perf wrote): its events' attributes and ids, and its feature sections together. perf
+/// writes a few MB of them at most (the tracepoints' formats, a build id per file mapped).
+const MAX_ATTRS_BYTES: u64 = 16 << 20;
+const MAX_IDS_BYTES: u64 = 16 << 20;
+const MAX_FEATURES_BYTES: u64 = 256 << 20;
 /// Where the data section's offset and size are in the header.
 const DATA_SECTION_AT: usize = 40;
 const FEATURES_AT: usize = 72;
@@ -48,6 +56,8 @@ pub const FORK: u32 = 7;
 pub const SAMPLE: u32 = 9;
 pub const FINISHED_ROUND: u32 = 68;
 pub const COMPRESSED: u32 = 81;
+/// Followed by the AUX area's trace, of the size it says, which the crate would allocate as read.
+const AUXTRACE: u32 = 71;
 /// The kernel's record types that offcpu knows (1..=21), and perf's own (64..=82).
 const LAST_KERNEL_TYPE: u32 = 21;
 const PERF_TYPES: std::ops::RangeInclusive<u32> = 64..=82;
@@ -83,6 +93,10 @@ impl From<std::io::Error> for FileError {
 
 fn damaged(what: impl Into<String>) -> FileError {
     FileError::Damaged(what.into())
+}
+
+fn aux_trace(position: u64) -> FileError {
+    damaged(format!("the record at byte {position} holds an AUX area trace (perf record -e intel_pt// and the like), which offcpu does not read"))
 }
 
 fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
@@ -151,7 +165,7 @@ enum IdLayout {
 }
 
 pub fn open(path: &Path) -> Result<Shape, FileError> {
-    let file = File::open(path)?;
+    let file = open_regular(path)?;
     let file_size = file.metadata()?.len();
     if file_size == 0 {
         return Err(damaged("it is empty"));
@@ -186,7 +200,7 @@ pub fn open(path: &Path) -> Result<Shape, FileError> {
     if let Some(section) = features.get(&FEATURE_EVENT_DESC) {
         check_event_desc(section)?;
     }
-    let reader = PerfFileReader::parse_file(BufReader::new(File::open(path)?))
+    let reader = PerfFileReader::parse_file(BufReader::new(open_regular(path)?))
         .map_err(|error| damaged(format!("{error}")))?;
     let described = reader.perf_file.event_attributes();
     let attrs: Vec<Attr> = described.iter().map(attr_of).collect();
@@ -248,6 +262,7 @@ fn check_attrs(file: &File, header: &[u8], file_size: u64) -> Result<(), FileErr
     if !(MIN_ATTR_SIZE..=MAX_ATTR_SIZE).contains(&attr_size)
         || size % attr_size != 0
         || size == 0
+        || size > MAX_ATTRS_BYTES
         || offset.saturating_add(size) > file_size
     {
         return Err(damaged(
@@ -256,13 +271,18 @@ fn check_attrs(file: &File, header: &[u8], file_size: u64) -> Result<(), FileErr
     }
     let mut entries = vec![0u8; size as usize];
     file.read_exact_at(&mut entries, offset)?;
+    let mut ids_total = 0u64;
     for entry in entries.chunks_exact(attr_size as usize) {
         let at = entry.len() - SECTION_SIZE as usize;
         let (ids_offset, ids_size) = (
             u64_at(entry, at).unwrap_or(u64::MAX),
             u64_at(entry, at + 8).unwrap_or(u64::MAX),
         );
-        if ids_offset.saturating_add(ids_size) > file_size || ids_size % 8 != 0 {
+        ids_total = ids_total.saturating_add(ids_size);
+        if ids_offset.saturating_add(ids_size) > file_size
+            || ids_size % 8 != 0
+            || ids_total > MAX_IDS_BYTES
+        {
             return Err(damaged(
                 "the ids of its events are not where its header says",
             ));
@@ -280,6 +300,7 @@ fn feature_sections(
 ) -> Result<HashMap<u32, Vec<u8>>, FileError> {
     let mut sections = HashMap::new();
     let mut index = 0u64;
+    let mut total = 0u64;
     for bit in 0..256u32 {
         let word = u64_at(header, FEATURES_AT + (bit as usize / 64) * 8).unwrap_or(0);
         if word >> (bit % 64) & 1 == 0 {
@@ -298,6 +319,12 @@ fn feature_sections(
         );
         if start.saturating_add(size) > file_size {
             return Err(damaged("cut short after its data"));
+        }
+        total = total.saturating_add(size);
+        if total > MAX_FEATURES_BYTES {
+            return Err(damaged(format!(
+                "its header sections say {total} bytes, more than perf writes"
+            )));
         }
         let mut bytes = vec![0u8; size as usize];
         file.read_exact_at(&mut bytes, start)?;
@@ -599,7 +626,7 @@ impl Opened {
         if self.compressed() {
             return self.index_compressed(path);
         }
-        let mut data = Chunks::new(File::open(path)?, self.data_end);
+        let mut data = Chunks::new(open_regular(path)?, self.data_end);
         let mut position = self.data_start;
         let mut rounds: Vec<(u64, Option<u64>)> = vec![(position, None)];
         let mut tasks = Vec::new();
@@ -613,6 +640,9 @@ impl Opened {
             let kind = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
             let misc = u16::from_le_bytes([head[4], head[5]]);
             let size = u16::from_le_bytes([head[6], head[7]]) as u64;
+            if kind == AUXTRACE {
+                return Err(aux_trace(position));
+            }
             let sampled = kind == SAMPLE || kind == SWITCH || kind == SWITCH_CPU_WIDE;
             if size < 8 || (!sampled && (!size.is_multiple_of(8) || kind > 0xffff)) {
                 return Err(damaged(format!(
@@ -674,11 +704,12 @@ impl Opened {
     /// decompresses: one round (a time slice cannot start elsewhere), the task records found
     /// on the way (at no offset in the file: a read, from the start, replays none of them).
     fn index_compressed(&self, path: &Path) -> Result<Index, FileError> {
+        self.refuse_aux_traces(path)?;
         let bad = |error: linux_perf_data::Error| damaged(error.to_string());
         let PerfFileReader {
             mut perf_file,
             mut record_iter,
-        } = PerfFileReader::parse_file(BufReader::with_capacity(WALK_BUFFER, File::open(path)?))
+        } = PerfFileReader::parse_file(BufReader::with_capacity(WALK_BUFFER, open_regular(path)?))
             .map_err(bad)?;
         let mut tasks = Vec::new();
         let mut unknown = 0u64;
@@ -717,6 +748,27 @@ impl Opened {
             sample_times,
             counts,
         })
+    }
+
+    /// The records around the compressed ones walked by their headers before the crate reads
+    /// them: an AUXTRACE record would have it allocate what the record says.
+    fn refuse_aux_traces(&self, path: &Path) -> Result<(), FileError> {
+        let mut data = Chunks::new(open_regular(path)?, self.data_end);
+        let mut position = self.data_start;
+        while let Some(head) = data.at(position, 8)? {
+            let kind = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+            let size = u16::from_le_bytes([head[6], head[7]]) as u64;
+            if kind == AUXTRACE {
+                return Err(aux_trace(position));
+            }
+            if size < 8 {
+                return Err(damaged(format!(
+                    "the record at byte {position} has size {size}"
+                )));
+            }
+            position += size;
+        }
+        Ok(())
     }
 
     fn task(&self, kind: u32, misc: u16, body: &[u8], offset: u64) -> Option<Task> {

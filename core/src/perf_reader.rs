@@ -19,10 +19,10 @@ use std::time::Duration;
 use byteorder::LittleEndian;
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use linux_perf_event_reader::{RawEventRecord, SampleRecord};
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
+use crate::files::open_regular;
 use crate::model_inputs::Tally;
 use crate::pairing::{
     self, Event, Id, SliceBuilder, SliceResult, NO_CHAIN, NO_TEXT, SCHED_SWITCH, SCHED_WAKING,
@@ -458,9 +458,12 @@ impl PerfData {
                 threads
                     .into_iter()
                     .map(|thread| {
-                        thread
-                            .join()
-                            .map_err(|_| PyRuntimeError::new_err("a slice's reader failed"))
+                        thread.join().map_err(|panic| {
+                            error(FileError::Damaged(format!(
+                                "the reader failed on a time slice: {}",
+                                crate::panic_message(&*panic)
+                            )))
+                        })
                     })
                     .collect()
             })?;
@@ -686,7 +689,7 @@ impl FromRound {
         header[40..48].copy_from_slice(&start.to_le_bytes());
         header[48..56].copy_from_slice(&(opened.data_end - start).to_le_bytes());
         Ok(FromRound {
-            file: File::open(path)?,
+            file: open_regular(path)?,
             header,
             size: opened.file_size,
             position: 0,

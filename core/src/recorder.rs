@@ -8,10 +8,9 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,9 +21,11 @@ use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
 use libbpf_rs::{
     Iter, Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, Program, RingBufferBuilder,
 };
+use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::files::create_private;
 use crate::BpfError;
 
 static PROGRAMS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offcpu.bpf.o"));
@@ -81,6 +82,23 @@ fn bpf_error(what: &str, error: impl std::fmt::Display) -> PyErr {
     BpfError::new_err(format!("{what}: {error}"))
 }
 
+/// A file of the capture that could not be made or written (the disk full, a read-only file
+/// system, a name taken): OSError(errno, strerror, path), for the caller to say which.
+fn file_error(path: &Path, error: &std::io::Error) -> PyErr {
+    // io::Error's text ends with " (os error N)", which OSError says its own way
+    let text = error.to_string();
+    let strerror = text
+        .split(" (os error")
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    PyOSError::new_err((
+        error.raw_os_error().unwrap_or(0),
+        strerror,
+        path.to_path_buf(),
+    ))
+}
+
 /// A recording, from its start (`new`) to `finish`.
 #[pyclass(unsendable)]
 pub struct BpfRecording {
@@ -91,7 +109,8 @@ pub struct BpfRecording {
     written: Arc<AtomicU64>,
     /// The wakers the drain saw first since `new_wakers` last took them
     wakers: Arc<Mutex<Vec<u32>>>,
-    drain: Option<JoinHandle<std::io::Result<()>>>,
+    /// Ends with the records file, whole, for the waits still open to be appended
+    drain: Option<JoinHandle<std::io::Result<File>>>,
 }
 
 #[pymethods]
@@ -129,7 +148,7 @@ impl BpfRecording {
         };
         let object = load(&config)?;
         fill_targets(&object, &processes, &cgroups)?;
-        let file = private_file(&records)?;
+        let file = create_private(&records).map_err(|e| file_error(&records, &e))?;
         let stop = Arc::new(AtomicBool::new(false));
         let written = Arc::new(AtomicU64::new(0));
         let wakers = Arc::new(Mutex::new(Vec::new()));
@@ -179,6 +198,20 @@ impl BpfRecording {
         Ok(counts)
     }
 
+    /// The bytes of records written so far (kept in memory until written out, but counted):
+    /// cheap enough to ask at every tick, to hold the capture to its size.
+    fn bytes_written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    /// Whether records are still written: false once writing failed (the disk full), which
+    /// `finish` then raises, or once finished.
+    fn writing(&self) -> bool {
+        self.drain
+            .as_ref()
+            .is_some_and(|drain| !drain.is_finished())
+    }
+
     /// The processes whose user stacks were taken as wakers, each once, since the last
     /// call: those outside the target too, whose memory maps the recording reads to name
     /// their frames.
@@ -191,14 +224,14 @@ impl BpfRecording {
     fn finish<'py>(&mut self, py: Python<'py>, stacks: PathBuf) -> PyResult<Bound<'py, PyDict>> {
         self.links.clear();
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(drain) = self.drain.take() {
-            let drained = py.detach(|| drain.join());
-            match drained {
-                Ok(result) => result.map_err(|e| bpf_error("writing records", e))?,
-                Err(_) => return Err(bpf_error("writing records", "the reader thread failed")),
-            }
-        }
-        let open = write_open_waits(&self.object, &self.records)?;
+        let Some(drain) = self.drain.take() else {
+            return Err(bpf_error("writing records", "the recording has finished"));
+        };
+        let mut file = match py.detach(|| drain.join()) {
+            Ok(result) => result.map_err(|e| file_error(&self.records, &e))?,
+            Err(_) => return Err(bpf_error("writing records", "the reader thread failed")),
+        };
+        let open = write_open_waits(&self.object, &mut file, &self.records)?;
         self.written
             .fetch_add((open * RECORD_SIZE) as u64, Ordering::Relaxed);
         write_stacks(&self.object, &stacks)?;
@@ -271,7 +304,7 @@ fn drain(
     stop: &AtomicBool,
     written: &AtomicU64,
     wakers: &Mutex<Vec<u32>>,
-) -> std::io::Result<()> {
+) -> std::io::Result<File> {
     let writer = RefCell::new(BufWriter::with_capacity(1 << 20, file));
     let failed = RefCell::new(None);
     let mut seen = BTreeSet::new();
@@ -307,11 +340,12 @@ fn drain(
     if let Some(error) = failed.take() {
         return Err(error);
     }
-    writer
+    let file = writer
         .into_inner()
         .into_inner()
-        .map_err(|e| e.into_error())?
-        .sync_data()
+        .map_err(|e| e.into_error())?;
+    file.sync_data()?;
+    Ok(file)
 }
 
 /// The waker's process of a wait record whose waker's user stack was taken.
@@ -351,17 +385,6 @@ fn sum_counters(object: &Object) -> PyResult<Vec<u64>> {
     Ok(sums)
 }
 
-/// A new file only its owner may read: a capture shows what the machine's threads did.
-fn private_file(path: &Path) -> PyResult<File> {
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| bpf_error(&path.display().to_string(), e))
-}
-
 fn u32_at(bytes: &[u8], offset: usize) -> u32 {
     bytes
         .get(offset..offset + 4)
@@ -371,7 +394,7 @@ fn u32_at(bytes: &[u8], offset: usize) -> u32 {
 
 /// The waits the recording ended in the middle of, appended to the records as waits
 /// with no switch-in (back_ns 0), by the task iterator `dump_open_waits`. Returns how many.
-fn write_open_waits(object: &Object, records: &Path) -> PyResult<usize> {
+fn write_open_waits(object: &Object, file: &mut File, records: &Path) -> PyResult<usize> {
     let failed = |e: &dyn std::fmt::Display| bpf_error("reading the waits still open", e);
     let program = object
         .progs_mut()
@@ -383,12 +406,9 @@ fn write_open_waits(object: &Object, records: &Path) -> PyResult<usize> {
         .map_err(|e| failed(&e))?
         .read_to_end(&mut open)
         .map_err(|e| failed(&e))?;
-    let mut file = OpenOptions::new()
-        .append(true)
-        .open(records)
-        .map_err(|e| bpf_error(&records.display().to_string(), e))?;
     file.write_all(&open)
-        .map_err(|e| bpf_error("writing records", e))?;
+        .and_then(|()| file.sync_data())
+        .map_err(|e| file_error(records, &e))?;
     Ok(open.len() / RECORD_SIZE)
 }
 
@@ -397,8 +417,8 @@ fn write_open_waits(object: &Object, records: &Path) -> PyResult<usize> {
 fn write_stacks(object: &Object, path: &Path) -> PyResult<()> {
     let ids = map(object, "stack_ids")?;
     let stacks = map(object, "stacks")?;
-    let file = private_file(path)?;
-    let mut writer = BufWriter::new(file);
+    let failed = |e: std::io::Error| file_error(path, &e);
+    let mut writer = BufWriter::new(create_private(path).map_err(failed)?);
     for hash in ids.keys() {
         let Ok(Some(id)) = ids.lookup(&hash, MapFlags::ANY) else {
             continue;
@@ -418,11 +438,8 @@ fn write_stacks(object: &Object, path: &Path) -> PyResult<()> {
         for address in addresses {
             entry.extend_from_slice(&address.to_le_bytes());
         }
-        writer
-            .write_all(&entry)
-            .map_err(|e| bpf_error("writing the stack table", e))?;
+        writer.write_all(&entry).map_err(failed)?;
     }
-    writer
-        .flush()
-        .map_err(|e| bpf_error("writing the stack table", e))
+    let file = writer.into_inner().map_err(|e| failed(e.into_error()))?;
+    file.sync_data().map_err(failed)
 }

@@ -7,7 +7,6 @@
 //! address perf keeps one (see `better`). They are made for the addresses looked up
 //! only: a kernel has ~150,000 symbols, a capture's stacks use a few thousand.
 
-use std::fs::File;
 use std::ops::Range;
 use std::path::PathBuf;
 
@@ -21,6 +20,8 @@ use object::{Endian, Endianness, Object, ObjectSegment, ReadCache, ReadRef};
 use pyo3::prelude::*;
 
 use crate::elf_files::{copies, debug_files, same_build_id};
+use crate::files::open_regular;
+use crate::unless_panics;
 
 const PAGE: u64 = 4096;
 /// The size of a PLT stub on x86-64
@@ -279,7 +280,7 @@ impl ElfSymbols {
             copies(on_disk, build_id.as_deref())
                 .into_iter()
                 .find_map(|candidate| {
-                    let file = File::open(candidate).ok()?;
+                    let file = open_regular(&candidate).ok()?;
                     let facts = elf_facts(&ReadCache::new(file))?;
                     Self::of_recorded(facts, build_id.as_deref())
                 })
@@ -345,7 +346,7 @@ impl ElfSymbols {
 /// The function symbols of a file's separate debug file, if one has any.
 fn debug_functions(build_id: &[u8]) -> Option<(Vec<Entry>, Vec<u8>)> {
     debug_files(build_id).into_iter().find_map(|candidate| {
-        let facts = elf_facts(&ReadCache::new(File::open(candidate).ok()?))?;
+        let facts = elf_facts(&ReadCache::new(open_regular(&candidate).ok()?))?;
         facts.functions.filter(|(entries, _)| !entries.is_empty())
     })
 }
@@ -354,14 +355,21 @@ fn debug_functions(build_id: &[u8]) -> Option<(Vec<Entry>, Vec<u8>)> {
 #[pyfunction]
 pub fn elf_build_id(py: Python<'_>, path: PathBuf) -> Option<Vec<u8>> {
     py.detach(|| {
-        let cache = ReadCache::new(File::open(path).ok()?);
-        let elf = object::File::parse(&cache).ok()?;
-        Some(elf.build_id().ok()??.to_vec())
+        let cache = ReadCache::new(open_regular(&path).ok()?);
+        unless_panics(|| {
+            let elf = object::File::parse(&cache).ok()?;
+            Some(elf.build_id().ok()??.to_vec())
+        })
     })
 }
 
-/// What perf reads of an ELF file for symbols (a 64-bit little-endian one: what it records on x86-64).
+/// What perf reads of an ELF file for symbols (a 64-bit little-endian one: what it records on
+/// x86-64); None for a file the ELF reader fails on.
 fn elf_facts<'data, R: ReadRef<'data>>(data: R) -> Option<ElfFacts> {
+    unless_panics(|| read_elf_facts(data))
+}
+
+fn read_elf_facts<'data, R: ReadRef<'data>>(data: R) -> Option<ElfFacts> {
     let elf = match ElfFile64::<Endianness, R>::parse(data) {
         Ok(elf) if elf.endian().is_little_endian() => elf,
         _ => return other_elf_facts(data),

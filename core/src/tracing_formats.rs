@@ -272,7 +272,11 @@ fn literal(text: &str) -> Option<i128> {
 /// parentheses, by C's (and Python's) precedence; None for anything else.
 pub fn constant(expression: &str) -> Option<i128> {
     let tokens = tokens(expression)?;
-    let mut parser = Parser { tokens, at: 0 };
+    let mut parser = Parser {
+        tokens,
+        at: 0,
+        depth: 0,
+    };
     let value = parser.or()?;
     (parser.at == parser.tokens.len()).then_some(value)
 }
@@ -308,9 +312,16 @@ fn tokens(expression: &str) -> Option<Vec<Token>> {
     Some(tokens)
 }
 
+/// Parentheses nested deeper than this are not a constant of a print format (the kernel's
+/// nest a few deep): the parser recurses once for each, and a crafted format would overflow
+/// the stack.
+const MAX_DEPTH: usize = 64;
+
 struct Parser {
     tokens: Vec<Token>,
     at: usize,
+    /// how many parentheses the parser is inside
+    depth: usize,
 }
 
 impl Parser {
@@ -372,13 +383,29 @@ impl Parser {
                 self.at += 1;
                 Some(value)
             }
-            Some(Token::Op("(")) => {
+            Some(Token::Op("(")) if self.depth < MAX_DEPTH => {
                 self.at += 1;
+                self.depth += 1;
                 let value = self.or()?;
+                self.depth -= 1;
                 self.next_is(&[")"])?;
                 Some(value)
             }
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parentheses_nested_too_deeply_are_no_constant_and_no_overflow() {
+        assert_eq!(constant("((1 << 2)) | (((1))) + 1"), Some(6));
+        let deep = |depth: usize| format!("{}1{}", "(".repeat(depth), ")".repeat(depth));
+        assert_eq!(constant(&deep(MAX_DEPTH)), Some(1));
+        assert_eq!(constant(&deep(MAX_DEPTH + 1)), None);
+        assert_eq!(constant(&deep(1_000_000)), None);
     }
 }

@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::fs::File;
 use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -21,6 +20,8 @@ use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use object::{Object, ObjectSection, ObjectSegment, ReadCache, SectionKind};
 
 use crate::elf_files::{copies, debug_files, same_build_id};
+use crate::files::open_regular;
+use crate::unless_panics;
 
 /// A guard against a stack that loops: perf's own limit (kernel.perf_event_max_stack) is 127.
 const MAX_FRAMES: usize = 1024;
@@ -250,7 +251,7 @@ impl Unwinder {
         let key = (path.to_vec(), build_id.map(<[u8]>::to_vec));
         self.files
             .entry(key)
-            .or_insert_with(|| read_tables(path, build_id).map(Arc::new))
+            .or_insert_with(|| unless_panics(|| read_tables(path, build_id)).map(Arc::new))
             .clone()
     }
 }
@@ -274,7 +275,7 @@ fn read_u64(stack: &[u8], offset: u64) -> Result<u64, ()> {
 fn read_tables(path: &[u8], build_id: Option<&[u8]>) -> Option<UnwindTables> {
     let on_disk = is_file(path).then(|| PathBuf::from(OsStr::from_bytes(path)));
     for candidate in copies(on_disk, build_id) {
-        let Ok(file) = File::open(&candidate) else {
+        let Ok(file) = open_regular(&candidate) else {
             continue;
         };
         let cache = ReadCache::new(file);
@@ -346,7 +347,7 @@ fn section_bytes<'data, R: object::ReadRef<'data>>(
 /// The `.debug_frame` of a file's separate debug file, found by build id.
 fn debug_frame_elsewhere(build_id: &[u8]) -> Option<Bytes> {
     debug_files(build_id).into_iter().find_map(|candidate| {
-        let cache = ReadCache::new(File::open(candidate).ok()?);
+        let cache = ReadCache::new(open_regular(&candidate).ok()?);
         let elf = object::File::parse(&cache).ok()?;
         if !same_build_id(build_id, elf.build_id().ok()??) {
             return None;

@@ -31,12 +31,15 @@ def damaged(path: Path, what: str) -> OffcpuError:
 
 @contextmanager
 def reading(path: Path) -> Iterator[None]:
-    """The core's errors about `path` as one-line OffcpuErrors."""
+    """The core's errors about `path` as one-line OffcpuErrors; a panic of the core too (a crate's
+    assertion on a file it did not expect), which is no finding."""
     try:
         yield
     except _core.PerfDataError as error:
         kind, what = error.args
         raise (OffcpuError(f"cannot read {path}: {what}") if kind == "io" else damaged(path, what)) from None
+    except _core.PanicException as panic:
+        raise damaged(path, f"offcpu's reader failed on it: {panic}") from None
 
 
 def open_perf_data(path: Path) -> _core.PerfData:

@@ -13,13 +13,16 @@ leave with offcpu however it ends.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, CaptureInfo, Target
+from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.machine import system
 from offcpu.recording import targets
@@ -39,6 +42,9 @@ from offcpu.recording.session import (
     save_kernel_files,
     save_snapshot_of,
 )
+
+if TYPE_CHECKING:
+    from offcpu import _core
 
 # The tracepoints the programs attach to (tp_btf), for capture.json's events.
 TRACEPOINTS = ("sched:sched_switch", "sched:sched_waking", "sched:sched_process_fork", "sched:sched_process_exit",
@@ -69,6 +75,8 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
                                                LONG_WAIT_NS)
             except _core.BpfError as error:
                 raise BpfRefused(printable(str(error))) from None
+            except OSError as error:
+                raise _not_written(request.output, error) from None
             info.window_start_ns = time.monotonic_ns()
             maps = MapsRecorder(request.output)
             if command is not None:
@@ -79,9 +87,12 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
                 command.go()
                 info.target = replace(info.target, pid=command.pid) if info.target.kind == "command" else \
                     replace(info.target, command_pid=command.pid)
-            switches_at_start = _run(request, info, on_tick, interrupts, maps, recording.new_wakers)
-            info.bpf = {**recording.finish(str(stacks)), "stacks_per_second": request.stack_budget,
-                        "long_wait_ns": LONG_WAIT_NS}
+            switches_at_start = _run(request, info, on_tick, interrupts, maps, recording)
+            try:
+                counters = recording.finish(str(stacks))
+            except OSError as error:
+                raise _not_written(request.output, error) from None
+            info.bpf = {**counters, "stacks_per_second": request.stack_budget, "long_wait_ns": LONG_WAIT_NS}
             with contextlib.suppress(OSError):  # and of the wakers in the records drained last
                 maps.update(recording.new_wakers())
             if switches_at_start and not info.target_exited:
@@ -116,6 +127,22 @@ def _new_info(request: RecordRequest, backend: Backend) -> CaptureInfo:
     )
 
 
+def _not_written(output: Path, error: OSError) -> OffcpuError:
+    """A file of the capture that the core could not make or write, said in one line (no capture
+    comes of it: what was written is removed, as when perf cannot write perf.data)."""
+    where = printable(str(output))
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OffcpuError(f"the disk holding {where} is full ({error.strerror}); free space or record elsewhere "
+                           "with -o")
+    if error.errno == errno.EROFS:
+        return OffcpuError(f"{where} is on a read-only file system; choose another directory with -o")
+    name = printable(str(error.filename or output))
+    if error.errno == errno.EEXIST:
+        return OffcpuError(f"{name} appeared while offcpu recorded there (it is never written through); record "
+                           "into a directory only you can write, with -o")
+    return OffcpuError(f"cannot write {name} ({error.strerror}); choose another directory with -o")
+
+
 def _kernel_filter(target: Target, command: HeldCommand | None) -> tuple[str, list[int], list[int]]:
     """What the programs record: the filter's kind, its ids (processes or a thread) and cgroups."""
     if target.kind == "all":
@@ -138,23 +165,22 @@ def _cgroup_ids(directory: Path) -> list[int]:
 
 
 def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], None], interrupts: Interrupts,
-         maps: MapsRecorder, new_wakers: Callable[[], list[int]]) -> dict[int, int]:
+         maps: MapsRecorder, recording: _core.BpfRecording) -> dict[int, int]:
     """Wait for the end; fills in the window, the threads at the start and how it ended, and
-    keeps the maps of the processes recorded and of the wakers (`new_wakers`: those whose stacks
-    were first taken as wakers since it was last called).
+    keeps the maps of the processes recorded and of the wakers (those whose stacks the recording
+    first took as wakers since it was last asked). It ends when the records reach --max-size,
+    as perf's recording does, or when they can no longer be written (finish says why).
     Returns the context switch counts of the target's threads at the start, for the
     snapshot of those that never ran (taken once the programs are detached: eu-stack's
     stops of the process would be recorded)."""
     info.started_at = now_iso()
     switches_at_start: dict[int, int] = {}
     limit = size_in_bytes(request.max_size)
-    records = request.output / BPF_RECORDS
 
     def full() -> str | None:
-        with contextlib.suppress(OSError):
-            if records.stat().st_size >= limit:
-                return "max size"
-        return None
+        if recording.bytes_written() >= limit:
+            return "max size"
+        return None if recording.writing() else "writing failed"
 
     wakers: set[int] = set()
 
@@ -168,7 +194,7 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
         """Progress, and the maps of the wakers first seen since the last tick: read at once, as a
         waker outside the target may not live until the next look."""
         on_tick(elapsed_s)
-        new = new_wakers()
+        new = recording.new_wakers()
         if new:
             wakers.update(new)
             with contextlib.suppress(OSError):
