@@ -6,6 +6,7 @@ long after the recording and on another machine.
 
 from __future__ import annotations
 
+import errno
 import json
 import shlex
 from dataclasses import asdict, dataclass, field, fields
@@ -14,7 +15,7 @@ from typing import Any
 
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
-from offcpu.files import PARTIAL, PRIVATE, write_whole
+from offcpu.files import PARTIAL, PRIVATE, read_json, write_whole
 
 SCHEMA = "offcpu-capture/1"
 PERF_DATA = "perf.data"
@@ -33,6 +34,9 @@ OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS
              BPF_STACKS, BPF_MAPS)
 # In the directory while offcpu records into it; left there, it marks an unfinished recording.
 RECORDING = f"recording{PARTIAL}"
+# The most capture.json holds: a few KB, and about 100 bytes for each thread of the target at
+# its start (threads_at_start, processes_at_start): room for a million threads
+METADATA_MAX = 128 << 20
 # perf wakes to read at least a watermark of its buffer (kilobytes), a few hundred times a
 # second on a busy recording; spinning, tens of thousands of times, reading nothing (measured)
 SPINNING_WAKEUPS_PER_S = 1000
@@ -338,7 +342,7 @@ def save(directory: Path, info: CaptureInfo) -> None:
 def is_capture(directory: Path) -> bool:
     """Whether `directory` holds a capture.json that offcpu wrote (its schema)."""
     try:
-        data = json.loads((directory / METADATA).read_text())
+        data = read_json(directory / METADATA, METADATA_MAX)
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("schema") == SCHEMA
@@ -376,7 +380,12 @@ def _load(directory: Path) -> CaptureInfo:
         raise OffcpuError(f"{directory} has no {METADATA}: it was not made by 'offcpu record' "
                           "or the recording did not finish")
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, METADATA_MAX)
+    except OSError as error:
+        if error.errno in (errno.EACCES, errno.EPERM):
+            raise  # said by load()
+        raise OffcpuError(f"cannot read {path} ({error.strerror}); record it again") from None
+    try:
         if not isinstance(data, dict):
             raise TypeError(f"it holds a JSON {type(data).__name__}, not an object")
         if data.get("schema") != SCHEMA:

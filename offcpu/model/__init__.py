@@ -170,8 +170,9 @@ class Model:
     asleep_threads: int = 0
     mutex_owners: dict[int, int] = field(default_factory=dict)
     timeline: list[TimedWait] = field(default_factory=list)  # the longest waits, by their start
-    # What a perf.data recorded by perf alone lacks that a capture has, in sentences
-    # (offcpu.reading.plain_perf_data.lacks); empty for a capture
+    # What the recording lacks that a capture has, in sentences: a perf.data recorded by perf
+    # alone (offcpu.reading.plain_perf_data.lacks), a capture whose snapshot of the threads
+    # asleep failed (offcpu.model.asleep); empty for a whole capture
     lacks: list[str] = field(default_factory=list)
     # How many waits the window holds, and how many of them carry a stack: all of them, unless
     # the stacks were sampled (then the rows' times and counts are estimates, weighted)

@@ -9,15 +9,19 @@ for, as for any other wait.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from offcpu.capture import SNAPSHOT
-from offcpu.files import PRIVATE, write_whole
+from offcpu.files import PRIVATE, read_json, write_whole
 from offcpu.model import ASLEEP_ALL_WINDOW, BEFORE_WINDOW, WHOLE_WINDOW, Model
 from offcpu.stacks import Stack
 
 SCHEMA = "offcpu-snapshot/1"
+# The most snapshot.json is read of: a few KB for each thread asleep (its stacks), for
+# thousands of threads
+SNAPSHOT_MAX = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,18 @@ class AsleepThread:
 class Snapshot:
     threads: tuple[AsleepThread, ...] = ()
     user_stacks: str = ""  # what read the user stacks ("eu-stack"), or why none were read
+    # Why no snapshot could be taken at the end of the recording (empty when one was): the
+    # recording is kept all the same, and its reports say that this is missing
+    failed: str = ""
     schema: str = field(default=SCHEMA)
+
+    @property
+    def failed_note(self) -> str | None:
+        """What a capture whose snapshot failed lacks, in a sentence (None when it did not fail)."""
+        if not self.failed:
+            return None
+        return (f"the stacks of threads that did not run during the recording could not be read at its end "
+                f"({self.failed}): such threads are shown off CPU all the recording, with no stack")
 
 
 def save(directory: Path, snapshot: Snapshot) -> None:
@@ -59,25 +74,41 @@ def load(directory: Path) -> Snapshot:
     """The capture's snapshot; an empty one when there is none or it cannot be read (a
     capture made with --no-snapshot, or before snapshots, or damaged)."""
     try:
-        data = json.loads((directory / SNAPSHOT).read_text())
-        if data.get("schema") != SCHEMA:
+        data = read_json(directory / SNAPSHOT, SNAPSHOT_MAX)
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("threads"), list):
             return Snapshot()
-        names = {item.name for item in fields(AsleepThread)}
-        threads = tuple(AsleepThread(**{**{key: value for key, value in thread.items() if key in names},
-                                        "kernel_frames": tuple(map(str, thread["kernel_frames"])),
-                                        "user_frames": tuple(map(str, thread["user_frames"]))})
-                        for thread in data["threads"])
-        if not all(isinstance(thread.tid, int) and isinstance(thread.state, str) for thread in threads):
+        said = [data.get(name, "") for name in ("user_stacks", "failed")]
+        if not all(isinstance(words, str) for words in said):
             return Snapshot()
-        return Snapshot(threads, str(data.get("user_stacks", "")))
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return Snapshot(tuple(_thread(item) for item in data["threads"]), *said)
+    except (OSError, ValueError):
         return Snapshot()
+
+
+# The JSON type of each field of AsleepThread (JSON's true is no number: see _typed)
+THREAD_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "tid": int, "pid": int, "comm": str, "state": str, "wchan": str, "syscall": str, "kernel_frames": list,
+    "user_frames": list, "mutex_owner": (int, type(None))}
+
+
+def _thread(item: Any) -> AsleepThread:
+    """A thread of snapshot.json; ValueError unless each field has its type (a damaged file)."""
+    if not isinstance(item, dict) or not all(
+            isinstance(item.get(name), kind) and not isinstance(item.get(name), bool)
+            for name, kind in THREAD_FIELDS.items()):
+        raise ValueError("a thread of the snapshot is not one as offcpu writes it")
+    frames = {name: tuple(item[name]) for name in ("kernel_frames", "user_frames")}
+    if not all(isinstance(frame, str) for stack in frames.values() for frame in stack):
+        raise ValueError("a stack of the snapshot holds something other than frames")
+    return AsleepThread(**{**{name: item[name] for name in THREAD_FIELDS}, **frames})
 
 
 def with_asleep_stacks(model: Model, snapshot: Snapshot) -> None:
     """Give each thread of the snapshot that the model has off CPU all the window, with
     no stack (it never switched), the stack it was asleep in, and the owner of the mutex
-    it waited for."""
+    it waited for; or, when the snapshot failed, that the model lacks it."""
+    if snapshot.failed_note:
+        model.lacks.append(snapshot.failed_note)
     asleep = {thread.tid: thread for thread in snapshot.threads}
     stack_index = {stack: index for index, stack in enumerate(model.stacks)}
     for index, row in enumerate(model.rows):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import struct
 import subprocess
@@ -25,7 +26,7 @@ from offcpu.capture import (
     load,
 )
 from offcpu.errors import OffcpuError
-from offcpu.files import PRIVATE, write_whole
+from offcpu.files import PRIVATE, open_regular, read_json, write_whole
 from offcpu.machine import system
 from offcpu.model import Model
 from offcpu.model.asleep import load as load_snapshot, with_asleep_stacks
@@ -48,6 +49,9 @@ MIN_WINDOW_NS = 1_000_000
 PERF_MAGIC = b"PERFILE2"
 PERF_HEADER = struct.Struct("<8sQQQQQQ")
 HASHED_MAX = 1 << 20  # of perf.data's header, and of its features: never more than this of each
+# The most model.json is read of: a model of hundreds of thousands of stacks (a larger one is
+# built again, as a stale one is)
+MODEL_MAX = 256 << 20
 # `perf report --header-only`: one line per event.
 EVENT_NAME = re.compile(r"^# event : name = ([^,]+),", re.MULTILINE)
 
@@ -156,8 +160,8 @@ def _identity(perf_data: Path) -> dict:
     its features: the command line, the time of its first and last sample...), a few KB
     whatever its size. Not its modification time: a copy is the same recording."""
     try:
-        size = perf_data.stat().st_size
-        with perf_data.open("rb") as file:
+        with open_regular(perf_data) as file:
+            size = os.fstat(file.fileno()).st_size
             header = file.read(PERF_HEADER.size)
             digest = hashlib.sha256(header)
             if len(header) == PERF_HEADER.size and header.startswith(PERF_MAGIC):
@@ -177,15 +181,14 @@ def _identity(perf_data: Path) -> dict:
 def _bpf_identity(directory: Path) -> dict:
     """What ties a saved model to a BPF recording: the size of its records and a hash of their
     first and last bytes and of its stack table, a few MB at most whatever its size."""
-    records = directory / BPF_RECORDS
     try:
-        size = records.stat().st_size
         digest = hashlib.sha256()
-        with records.open("rb") as file:
+        with open_regular(directory / BPF_RECORDS) as file:
+            size = os.fstat(file.fileno()).st_size
             digest.update(file.read(HASHED_MAX))
             file.seek(max(size - HASHED_MAX, 0))
             digest.update(file.read(HASHED_MAX))
-        with (directory / BPF_STACKS).open("rb") as file:
+        with open_regular(directory / BPF_STACKS) as file:
             digest.update(file.read(HASHED_MAX))
     except FileNotFoundError as error:
         raise OffcpuError(f"{error.filename} is missing; {RECORD_AGAIN}") from None
@@ -196,7 +199,7 @@ def _bpf_identity(directory: Path) -> dict:
 
 def _read_cache(path: Path) -> Model | None:
     try:
-        return Model.from_json(json.loads(path.read_text()))
+        return Model.from_json(read_json(path, MODEL_MAX))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError):
         return None  # unreadable, from another version of offcpu, or damaged: build it again
 

@@ -18,6 +18,8 @@ in bpf-maps.json (offcpu.recording.process_maps) by symbols.Symbolizer.
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -27,6 +29,7 @@ import numpy as np
 
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError
+from offcpu.files import open_regular, read_regular
 from offcpu.model import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN
 from offcpu.reading.pairing import Paired, ThreadAtStart, pair_decoded
 from offcpu.reading.sched_events import (
@@ -62,6 +65,18 @@ WAIT, FORK, EXIT, COMM = 1, 2, 3, 4  # record kinds
 ESTIMATED_SINCE, ESTIMATED_BACK = 1, 2
 TASK_EVENTS = np.array([-1, -1, THREAD_FORK, THREAD_EXIT, THREAD_COMM])  # by record kind
 STACK_ENTRY = struct.Struct("<II")  # bpf-stacks.bin: id, depth, then depth u64 addresses
+# The BPF program's stack table: at most MAX_STACKS stacks of MAX_STACK_DEPTH addresses each
+MAX_STACKS, MAX_STACK_DEPTH = 16384, 127
+STACKS_MAX = MAX_STACKS * (STACK_ENTRY.size + 8 * MAX_STACK_DEPTH)  # the most bpf-stacks.bin holds
+# The most bpf-records.bin is read of: 38 million records, a minute of the busiest recording
+# (twice the default --max-size, and more than a report holds in memory on most machines)
+RECORDS_MAX = 4 << 30
+# What a record's fields can be, the kernel's limits: a pid or tid at most PID_MAX_LIMIT, a CPU's
+# number below NR_CPUS (8,192 at most: this leaves room), a weight of 2^MAX_SHIFT at most
+# (the BPF program's), a time of CLOCK_MONOTONIC in nanoseconds (an int64)
+PID_MAX_LIMIT = 1 << 22
+CPUS_MAX = 1 << 16
+MAX_WEIGHT_SHIFT = 20
 NO_STACK = -10000  # a stack id: not taken (not sampled); other negative ids are -errno of a failed walk
 EFAULT = 14  # a user stack's walk that found no user frames: a kernel thread has none
 E2BIG = 7  # a stack that found the stack table full
@@ -97,21 +112,49 @@ def read_stack_table(path: Path) -> dict[int, tuple[int, ...]]:
     """bpf-stacks.bin: each stack id's addresses, innermost first. A stack cut short at the
     end of the file is left out (its waits' stacks could not be read)."""
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, STACKS_MAX)
     except FileNotFoundError:
         return {}
     except OSError as error:
-        raise OffcpuError(f"cannot read {path} ({error.strerror}); report as the user who recorded it") from None
+        raise _unreadable(path, error) from None
     table = {}
     at = 0
     while at + STACK_ENTRY.size <= len(raw):
         stack_id, depth = STACK_ENTRY.unpack_from(raw, at)
         at += STACK_ENTRY.size
+        if depth > MAX_STACK_DEPTH:
+            raise damaged(path, f"a stack of {depth:,} frames, more than the {MAX_STACK_DEPTH} the BPF program takes")
         if at + 8 * depth > len(raw):
             break
         table[stack_id] = struct.unpack_from(f"<{depth}Q", raw, at)
         at += 8 * depth
     return table
+
+
+def damaged(path: Path, what: str) -> OffcpuError:
+    return OffcpuError(f"the capture is damaged: {path} holds {what}; record it again with "
+                       "'offcpu record --backend bpf'")
+
+
+def _unreadable(path: Path, error: OSError) -> OffcpuError:
+    """Why a file of the capture cannot be read, and what to do."""
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return OffcpuError(f"cannot read {path} ({error.strerror}); report as the user who recorded it")
+    return OffcpuError(f"cannot read {path} ({error.strerror}); record it again with 'offcpu record --backend bpf'")
+
+
+def _check_fields(path: Path, records: np.ndarray) -> None:
+    """An OffcpuError naming the first field of a record of a known kind that holds what the
+    kernel never gives (a damaged or crafted file), before any of it is read as a number."""
+    known = records[(records["kind"] >= WAIT) & (records["kind"] <= COMM)]
+    waits = known[known["kind"] == WAIT]
+    limits = [(known, name, PID_MAX_LIMIT) for name in ("pid", "tid", "waker_pid", "waker_tid")]
+    limits += [(known, "cpu", CPUS_MAX - 1), (waits, "weight_shift", MAX_WEIGHT_SHIFT),
+               (known[known["kind"] == COMM], "state", EXEC)]
+    limits += [(waits, name, (1 << 63) - 1) for name in ("since_ns", "woken_ns", "back_ns")]
+    for rows, name, most in limits:
+        if len(rows) and (largest := int(rows[name].max())) > most:
+            raise damaged(path, f"a record whose {name} is {largest:,}, more than the {most:,} it can be")
 
 
 class Generations:
@@ -154,16 +197,20 @@ class BpfReader:
         self.directory = directory
         self.path = directory / BPF_RECORDS
         try:
-            size = self.path.stat().st_size
+            with open_regular(self.path) as file:
+                size = os.fstat(file.fileno()).st_size
         except OSError as error:
-            raise OffcpuError(f"cannot read {self.path} ({error.strerror}); record it again with "
-                              "'offcpu record --backend bpf'") from None
+            raise _unreadable(self.path, error) from None
+        if size > RECORDS_MAX:
+            raise OffcpuError(f"{self.path} holds {size:,} bytes, more than the {RECORDS_MAX:,} a report reads; "
+                              "record for less time (--duration, --max-size)")
         self.count = size // RECORD.itemsize
         self.cut_short = size % RECORD.itemsize != 0  # a last record written in part
         self.skipped = 0
         self.binary_notes: list[str] = []  # what stacks() found of the stacks and the mapped files
         self.counting_slice: int | None = None  # the first time slice's start: it counts what was not read
         self._records: np.ndarray | None = None
+        _check_fields(self.path, self.records)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_records": None}  # a memory map does not travel; it is made again
@@ -171,9 +218,18 @@ class BpfReader:
     @property
     def records(self) -> np.ndarray:
         if self._records is None:
-            self._records = np.memmap(self.path, RECORD, "r", shape=(self.count,)) if self.count else \
-                np.zeros(0, RECORD)
+            self._records = self._mapped() if self.count else np.zeros(0, RECORD)
         return self._records
+
+    def _mapped(self) -> np.ndarray:
+        """The records, mapped from the regular file at the path (the map outlives the file's closing)."""
+        try:
+            with open_regular(self.path) as file:
+                return np.memmap(file, RECORD, "r", shape=(self.count,))
+        except OSError as error:
+            raise _unreadable(self.path, error) from None
+        except ValueError:  # shorter than when it was first opened
+            raise damaged(self.path, "fewer records than it did when the report began") from None
 
     def unreadable(self) -> int:
         """Records that could not be read: of a kind this offcpu does not know, or cut short."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from offcpu import _core
 from offcpu.capture import METADATA, CaptureInfo, Target
 from offcpu.errors import OffcpuError
+from offcpu.files import open_regular
 from offcpu.machine import system
 from offcpu.model import Model
 from offcpu.reading.describe import count_records, first_events
@@ -47,9 +48,9 @@ def is_perf_data(path: Path) -> bool:
     if (path.parent / METADATA).is_file():
         return False
     try:
-        with path.open("rb") as file:
+        with open_regular(path) as file:
             return file.read(len(MAGIC)) in (MAGIC, MAGIC_SWAPPED)
-    except OSError:  # a directory, or nothing there
+    except OSError:  # a directory, nothing there, or no regular file
         return False
 
 

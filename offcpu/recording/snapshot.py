@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 
+from offcpu.escaping import printable
 from offcpu.machine.system import proc_text
 from offcpu.model.asleep import AsleepThread, Snapshot
 from offcpu.workers import child_environment
@@ -36,7 +37,11 @@ FUTEX_LOCKS_PI = {6, 13}  # FUTEX_LOCK_PI, FUTEX_LOCK_PI2: the word holds the ow
 FUTEX_TID_MASK = 0x3FFFFFFF
 MUTEX_OWNER_OFFSET = 8  # glibc's struct __pthread_mutex_s: int __lock, unsigned __count, int __owner
 KERNEL_FRAME = re.compile(r"\[<[0-9a-f]+>\] ([^+\s]+)")
-FRAME = re.compile(r"^#\d+\s+0x[0-9a-f]+\s*(.*)$")
+# eu-stack's output: a line per thread, then one per frame, numbered from 0. A symbol's name is
+# printed as it is, newlines included: what follows one is no line of eu-stack's own.
+THREAD_LINE = re.compile(r"TID (\d+):")
+FRAME = re.compile(r"#(\d+)\s+0x[0-9a-f]+\s*(.*)")
+FAILED_WORDS = 200  # of why a snapshot failed, kept in the capture
 
 
 def switch_counts(tids: Iterable[int]) -> dict[int, int]:
@@ -53,7 +58,16 @@ def switch_counts(tids: Iterable[int]) -> dict[int, int]:
 
 
 def take(at_start: dict[int, int], process_of: dict[int, int]) -> Snapshot:
-    """The threads of `at_start` (switch counts) that have not switched since, with their stacks."""
+    """The threads of `at_start` (switch counts) that have not switched since, with their stacks.
+    It never fails: what it reads, the processes control (their names, their symbols), and a
+    snapshot that cannot be taken must not cost the recording; the snapshot then says why."""
+    try:
+        return _take(at_start, process_of)
+    except Exception as error:  # whatever a process made of it: the recording is kept without it
+        return Snapshot(failed=printable(f"{type(error).__name__}: {error}")[:FAILED_WORDS])
+
+
+def _take(at_start: dict[int, int], process_of: dict[int, int]) -> Snapshot:
     asleep = [tid for tid, count in switch_counts(at_start).items() if count == at_start[tid]]
     kernel_side = [thread for tid in asleep if (thread := _kernel_side(tid, process_of.get(tid, tid)))]
     by_process: dict[int, list[AsleepThread]] = defaultdict(list)
@@ -67,7 +81,8 @@ def take(at_start: dict[int, int], process_of: dict[int, int]) -> Snapshot:
     unwound = 0
     for pid, in_process in sorted(by_process.items()):
         within = unwound < MAX_PROCESSES and time.monotonic() < deadline
-        user = _user_stacks(unwinder, pid, min(UNWINDER_TIMEOUT_S, deadline - time.monotonic())) if within else {}
+        timeout_s = min(UNWINDER_TIMEOUT_S, deadline - time.monotonic())
+        user = _user_stacks(unwinder, pid, {thread.tid for thread in in_process}, timeout_s) if within else {}
         unwound += within
         threads += [replace(thread, user_frames=user.get(thread.tid, ())) for thread in in_process]
     said = UNWINDER if unwound == len(by_process) else (
@@ -122,19 +137,31 @@ def _read_int(pid: int, address: int) -> int | None:
     return struct.unpack("<i", raw)[0] if len(raw) == 4 else None
 
 
-def _user_stacks(unwinder: str, pid: int, timeout_s: float) -> dict[int, tuple[str, ...]]:
-    """Every thread's user stack, leaf first, as eu-stack unwinds it (DWARF, through a
-    brief ptrace stop); empty when it cannot."""
+def _user_stacks(unwinder: str, pid: int, tids: set[int], timeout_s: float) -> dict[int, tuple[str, ...]]:
+    """The user stacks of the threads `tids` of process `pid`, leaf first, as eu-stack unwinds
+    them (DWARF, through a brief ptrace stop); empty when it cannot."""
     try:
         done = subprocess.run([unwinder, "-p", str(pid)], capture_output=True, text=True, errors="replace",
                               timeout=timeout_s, stdin=subprocess.DEVNULL, env=child_environment())
     except (OSError, subprocess.TimeoutExpired):
         return {}
+    return parse_stacks(done.stdout, tids)
+
+
+def parse_stacks(text: str, tids: set[int]) -> dict[int, tuple[str, ...]]:
+    """eu-stack's stacks of the threads `tids`. A line that a symbol's name made (it holds a
+    newline) is left out, unless it reads as a line of eu-stack's own: then a thread heard of
+    twice, one not asked for, or a frame out of its order ends the stack it is in."""
     stacks: dict[int, list[str]] = {}
-    frames: list[str] = []
-    for line in done.stdout.splitlines():
-        if line.startswith("TID "):
-            frames = stacks.setdefault(int(line[4:].rstrip(":")), [])
-        elif found := FRAME.match(line):
-            frames.append(found[1].strip() or "[unknown]")
-    return {tid: tuple("[unknown]" if frame == "??" else frame for frame in found) for tid, found in stacks.items()}
+    frames: list[str] | None = None  # the stack being read, while its lines are in order
+    for line in text.splitlines():
+        if thread := THREAD_LINE.fullmatch(line):
+            tid = int(thread[1])
+            frames = stacks.setdefault(tid, []) if tid in tids and tid not in stacks else None
+        elif (frame := FRAME.fullmatch(line)) and frames is not None:
+            if int(frame[1]) != len(frames):
+                frames = None
+                continue
+            name = frame[2].strip()
+            frames.append("[unknown]" if name in ("", "??") else name)
+    return {tid: tuple(frames) for tid, frames in stacks.items()}
