@@ -38,8 +38,11 @@ pub const NOT_TAKEN: i32 = -10000;
 const OPEN_WAITS: &str = "dump_open_waits";
 const STACK_DEPTH: usize = 127;
 const POLL: Duration = Duration::from_millis(50);
-/// Where `struct record` holds its kind, its waker's user stack and its waker's pid.
+/// Where `struct record` holds its kind, the start and end of its wait, its waker's user stack
+/// and its waker's pid.
 const KIND_AT: usize = 0;
+const SINCE_AT: usize = 16;
+const BACK_AT: usize = 32;
 const WAKER_USER_STACK_AT: usize = 52;
 const WAKER_PID_AT: usize = 56;
 const RECORD_WAIT: u32 = 1;
@@ -106,7 +109,7 @@ pub struct BpfRecording {
     links: Vec<Link>,
     records: PathBuf,
     stop: Arc<AtomicBool>,
-    written: Arc<AtomicU64>,
+    size: Arc<Size>,
     /// The wakers the drain saw first since `new_wakers` last took them
     wakers: Arc<Mutex<Vec<u32>>>,
     /// Ends with the records file, whole, for the waits still open to be appended
@@ -150,16 +153,19 @@ impl BpfRecording {
         fill_targets(&object, &processes, &cgroups)?;
         let file = create_private(&records).map_err(|e| file_error(&records, &e))?;
         let stop = Arc::new(AtomicBool::new(false));
-        let written = Arc::new(AtomicU64::new(0));
+        let size = Arc::new(Size {
+            written: AtomicU64::new(0),
+            limit: AtomicU64::new(u64::MAX),
+            reached_ns: AtomicU64::new(0),
+        });
         let wakers = Arc::new(Mutex::new(Vec::new()));
         let ring = MapHandle::try_from(&map(&object, "records")?)
             .map_err(|e| bpf_error("the ring buffer", e))?;
         let drain = {
-            let (stop, written, wakers) =
-                (Arc::clone(&stop), Arc::clone(&written), Arc::clone(&wakers));
+            let (stop, size, wakers) = (Arc::clone(&stop), Arc::clone(&size), Arc::clone(&wakers));
             std::thread::Builder::new()
                 .name("offcpu-drain".into())
-                .spawn(move || drain(ring, file, &stop, &written, &wakers))
+                .spawn(move || drain(ring, file, &stop, &size, &wakers))
                 .map_err(|e| bpf_error("the ring buffer's reader", e))?
         };
         let mut recording = Self {
@@ -167,7 +173,7 @@ impl BpfRecording {
             links: Vec::new(),
             records,
             stop,
-            written,
+            size,
             wakers,
             drain: Some(drain),
         };
@@ -194,14 +200,20 @@ impl BpfRecording {
             counts.set_item(*name, value)?;
         }
         counts.set_item("missed_runs", missed_runs(&self.object))?;
-        counts.set_item("bytes_written", self.written.load(Ordering::Relaxed))?;
+        counts.set_item("bytes_written", self.size.written.load(Ordering::Relaxed))?;
         Ok(counts)
     }
 
-    /// The bytes of records written so far (kept in memory until written out, but counted):
-    /// cheap enough to ask at every tick, to hold the capture to its size.
-    fn bytes_written(&self) -> u64 {
-        self.written.load(Ordering::Relaxed)
+    /// Hold the records to `bytes` (--max-size, less the room the waits still open will take):
+    /// once they reach it, only the waits that began before go on being written.
+    fn set_size_limit(&self, bytes: u64) {
+        self.size.limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// When the records reached the size limit (CLOCK_MONOTONIC ns, as the programs' times),
+    /// the recording's end; None while they have not.
+    fn size_limit_reached_ns(&self) -> Option<u64> {
+        Some(self.size.reached_ns.load(Ordering::Relaxed)).filter(|&at| at != 0)
     }
 
     /// Whether records are still written: false once writing failed (the disk full), which
@@ -232,7 +244,8 @@ impl BpfRecording {
             Err(_) => return Err(bpf_error("writing records", "the reader thread failed")),
         };
         let open = write_open_waits(&self.object, &mut file, &self.records)?;
-        self.written
+        self.size
+            .written
             .fetch_add((open * RECORD_SIZE) as u64, Ordering::Relaxed);
         write_stacks(&self.object, &stacks)?;
         self.counters(py)
@@ -302,7 +315,7 @@ fn drain(
     ring: MapHandle,
     file: File,
     stop: &AtomicBool,
-    written: &AtomicU64,
+    size: &Size,
     wakers: &Mutex<Vec<u32>>,
 ) -> std::io::Result<File> {
     let writer = RefCell::new(BufWriter::with_capacity(1 << 20, file));
@@ -311,11 +324,15 @@ fn drain(
     let mut builder = RingBufferBuilder::new();
     builder
         .add(&ring, |record: &[u8]| {
+            if !size.keeps(record) {
+                return 0;
+            }
             if let Err(error) = writer.borrow_mut().write_all(record) {
                 failed.replace(Some(error));
                 return -1;
             }
-            written.fetch_add(record.len() as u64, Ordering::Relaxed);
+            size.written
+                .fetch_add(record.len() as u64, Ordering::Relaxed);
             if let Some(pid) = waker_with_user_stack(record) {
                 if seen.insert(pid) {
                     wakers
@@ -346,6 +363,49 @@ fn drain(
         .map_err(|e| e.into_error())?;
     file.sync_data()?;
     Ok(file)
+}
+
+/// The records written, and the size they are held to.
+struct Size {
+    written: AtomicU64,
+    limit: AtomicU64,
+    /// When the records reached `limit` (0: not yet)
+    reached_ns: AtomicU64,
+}
+
+impl Size {
+    /// Whether a record is written: every record until the records reach the limit; then the
+    /// waits that began before only (the reader cuts them at the recording's end), so that the
+    /// records pass the limit by the waits in flight at most, whatever their rate.
+    fn keeps(&self, record: &[u8]) -> bool {
+        let mut reached = self.reached_ns.load(Ordering::Relaxed);
+        if reached == 0 {
+            let after = self.written.load(Ordering::Relaxed) + record.len() as u64;
+            if after <= self.limit.load(Ordering::Relaxed) {
+                return true;
+            }
+            // The wait's end: the records still in the ring buffer before it are kept (their
+            // waits began earlier), those after are the waits then in flight, and no more
+            reached = match u32_at(record, KIND_AT) {
+                RECORD_WAIT => u64_at(record, BACK_AT),
+                _ => monotonic_ns(),
+            };
+            self.reached_ns.store(reached, Ordering::Relaxed);
+        }
+        u32_at(record, KIND_AT) == RECORD_WAIT && u64_at(record, SINCE_AT) < reached
+    }
+}
+
+/// CLOCK_MONOTONIC, the clock of the programs' times (bpf_ktime_get_ns) and of Python's
+/// time.monotonic_ns().
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64
 }
 
 /// The waker's process of a wait record whose waker's user stack was taken.
@@ -383,6 +443,13 @@ fn sum_counters(object: &Object) -> PyResult<Vec<u64>> {
         }
     }
     Ok(sums)
+}
+
+fn u64_at(bytes: &[u8], offset: usize) -> u64 {
+    bytes
+        .get(offset..offset + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_ne_bytes)
 }
 
 fn u32_at(bytes: &[u8], offset: usize) -> u32 {

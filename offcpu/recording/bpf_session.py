@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 # The tracepoints the programs attach to (tp_btf), for capture.json's events.
 TRACEPOINTS = ("sched:sched_switch", "sched:sched_waking", "sched:sched_process_fork", "sched:sched_process_exit",
                "sched:sched_process_exec", "task:task_rename")
+RECORD_SIZE = 112  # a record of bpf-records.bin (_core.RECORD_SIZE: the core is loaded only to record)
 # A wait blocked this long takes its waker's stack whatever the budget says: the waits
 # that hold threads back longest keep what ended them.
 LONG_WAIT_NS = 1_000_000
@@ -178,7 +179,7 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
     limit = size_in_bytes(request.max_size)
 
     def full() -> str | None:
-        if recording.bytes_written() >= limit:
+        if recording.size_limit_reached_ns() is not None:
             return "max size"
         return None if recording.writing() else "writing failed"
 
@@ -186,9 +187,13 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
 
     def maps_now() -> None:
         """The maps of the processes recorded now and of the wakers seen, outside the target too, while
-        they live: user frames are named from them."""
+        they live: user frames are named from them. The records are held to --max-size less the
+        room that the waits still open at the end take (a record for each thread recorded)."""
         with contextlib.suppress(OSError):
-            maps.update(sorted({*_recorded_processes(info.target), *wakers}))
+            recorded = _recorded_processes(info.target)
+            threads = 1 if info.target.kind == "tid" else _threads_of(recorded)
+            recording.set_size_limit(max(limit - RECORD_SIZE * threads, 0))
+            maps.update(sorted({*recorded, *wakers}))
 
     def tick(elapsed_s: float) -> None:
         """Progress, and the maps of the wakers first seen since the last tick: read at once, as a
@@ -210,7 +215,8 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
         info.ended_by = "SIGINT"
     finally:
         interrupts.hold()
-        info.window_end_ns = time.monotonic_ns()
+        reached = recording.size_limit_reached_ns()  # the records end there, if they reached --max-size
+        info.window_end_ns = time.monotonic_ns() if reached is None else reached
         info.ended_at = now_iso()
         maps_now()
     info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
@@ -225,6 +231,14 @@ def _recorded_processes(target: Target) -> list[int]:
         return list(table)
     roots = [target.pid] if target.kind == "tid" and target.pid else targets.processes_now(target)
     return sorted({pid for root in roots for pid in (root, *targets.descendants(root, table))})
+
+
+def _threads_of(processes: list[int]) -> int:
+    count = 0
+    for pid in processes:
+        with contextlib.suppress(OSError):
+            count += len(os.listdir(f"/proc/{pid}/task"))
+    return count
 
 
 def _count(info: CaptureInfo) -> None:
