@@ -31,6 +31,16 @@ static const char *const NAMES[] = {
     "z next_pid=1 \n",        /* ...and its last ones, then a new line */
     "carriage\rret",          /* a carriage return, which ends no line */
     "",                       /* no name at all */
+    /* ends a JavaScript string quoted with ' where only ' is escaped, then runs alert(1) */
+    "\\'),alert(1)//",
+    "\\",                     /* a lone backslash, which escapes whatever follows it */
+    "\"><b onclick=x>",      /* ends an HTML attribute, then opens an element */
+    "</title><b>&amp",        /* ends an SVG's <title>, an entity */
+    "`${alert(2)}`",          /* a JavaScript template literal */
+    "\x1b[2J\x1b]0;PWNED\x07",  /* clears a terminal, then sets its title, ended by BEL */
+    "\nTID 1: x",             /* looks like eu-stack's thread header, after a newline */
+    "\xe2\x80\xaegnp.exe",    /* U+202E RIGHT-TO-LEFT OVERRIDE: shows as "exe.png" */
+    "\xff\xfe not utf8",      /* bytes that are no UTF-8 at all */
 };
 #define NAME_COUNT (int)(sizeof(NAMES) / sizeof(NAMES[0]))
 #define ESCAPE_NAME 5         /* the main thread's, unless -m says */

@@ -21,9 +21,10 @@ def printable(text: str) -> str:
 # the SVG with only some of XML's characters escaped, and into a JavaScript string in an
 # attribute, onmouseover="s('NAME ...')", with ' escaped but not \: a name ending in \ ends
 # the string early, and what follows runs as script. Every character that has a meaning there
-# becomes a look-alike that no version of it changes, for names and the title alike.
+# becomes a look-alike that no version of it changes, for names and the title alike (in
+# characters that common fonts have, DejaVu's among them, but ＆).
 SCRIPT_RENDERER_LOOKALIKES = str.maketrans({
-    "\\": "\u29f5", "'": "\u2019", '"': "\uff02", "<": "\u2039", ">": "\u203a", "&": "\uff06",  # ⧵ ’ ＂ ‹ › ＆
+    "\\": "\u2216", "'": "\u2019", '"': "\u201d", "<": "\u2039", ">": "\u203a", "&": "\uff06",  # ∖ ’ ” ‹ › ＆
 })
 
 

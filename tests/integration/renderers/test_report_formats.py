@@ -132,7 +132,7 @@ def test_a_title_with_the_targets_command_line_is_xml(tmp_path):
     assert run_offcpu("report", "diff", str(capture), str(capture), "-o", str(diff)).returncode == 0
     # Then both are XML, their titles readable with look-alikes for what XML gives a meaning to
     for svg, title in ((graph, "Off-CPU time of command sh -c 'sleep 0.2 \uff06\uff06 true'"),
-                       (diff, "sh\uff06\uff06true \u2039''1''\u203a against")):
+                       (diff, "sh\uff06\uff06true \u2039\u201d1\u201d\u203a against")):
         texts = [element.text or "" for element in ElementTree.parse(svg).getroot().iter(f"{SVG}text")]
         [shown] = [text for text in texts if title in text]
         # and fitted to the image: captures' long paths are cut in their middles, not the title at both ends

@@ -96,8 +96,8 @@ def test_a_script_is_given_look_alikes_and_a_compiled_renderer_names_as_they_are
 
 
 @debian_copy
-@pytest.mark.parametrize("name", ["\\'),alert(1)//", "\\", "a\\", "\" onload=\"alert(1)", "</title><script>x()</script>",
-                                  "a&b", "it's", "\x1b[2J\x07"])
+@pytest.mark.parametrize("name", ["\\'),alert(1)//", "\\", "a\\", "\" onload=\"alert(1)",
+                                  "</title><script>x()</script>", "a&b", "it's", "\x1b[2J\x07"])
 def test_debians_copy_draws_any_name_as_text(name):
     # Given a name that Debian's flamegraph.pl would put into onmouseover="s('NAME ...')" as script,
     # or into the SVG as markup
