@@ -381,15 +381,14 @@ def _load(directory: Path) -> CaptureInfo:
                           "or the recording did not finish")
     try:
         data = read_json(path, METADATA_MAX)
-    except OSError as error:
-        if error.errno in (errno.EACCES, errno.EPERM):
-            raise  # said by load()
-        raise OffcpuError(f"cannot read {path} ({error.strerror}); record it again") from None
-    try:
         if not isinstance(data, dict):
             raise TypeError(f"it holds a JSON {type(data).__name__}, not an object")
         if data.get("schema") != SCHEMA:
             raise ValueError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
         return CaptureInfo.from_json(data)
+    except OSError as error:
+        if error.errno in (errno.EACCES, errno.EPERM):
+            raise  # said by load()
+        raise OffcpuError(f"cannot read {path} ({error.strerror}); record it again") from None
     except (ValueError, TypeError) as error:
         raise OffcpuError(f"{path} is not a capture description offcpu can read ({error}); record it again") from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from offcpu.commands.report.common import (
 from offcpu.diagnosis.claims import DEADLOCK, STUCK
 from offcpu.errors import Interrupted, OffcpuError, more_in
 from offcpu.escaping import printable
+from offcpu.files import read_json
 from offcpu.gate.policy import Policy, load_policy
 from offcpu.gate.verdict import (
     Measurements,
@@ -66,6 +66,7 @@ from offcpu.stdout import write_stdout
 EXIT_VIOLATED = 1
 COULD_NOT_CHECK_PREFIX = "could not check: "
 INTERRUPTED = ("SIGINT", "SIGTERM", "SIGHUP")
+BASELINE_MAX = 256 << 20  # the most of a JSON report read as a baseline: every stack of a large capture
 
 
 class _CheckCommand(click.Command):
@@ -263,7 +264,7 @@ def _baseline(path: Path, policy: Policy) -> tuple[Measurements, Target | None]:
         model = _readable_model(path)
         return measure(model, policy.locks), model.capture.target
     try:
-        report = json.loads(path.read_text())
+        report = read_json(path, BASELINE_MAX)
         measurements = measurements_from_report(report)
     except OSError as error:
         raise OffcpuError(f"cannot read the baseline {path} ({error.strerror}); give a capture directory or "

@@ -8,10 +8,12 @@ with frame pointers starts almost every function with `push %rbp; mov %rsp,%rbp`
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from offcpu.files import open_regular
 from offcpu.machine.system import proc_text
 
 X86_64 = 62
@@ -46,22 +48,30 @@ class _Section:
 
 
 def check_binary(path: str | Path) -> FramePointerCheck:
+    """What a regular file at `path` says, mapped rather than read (a binary may be of any
+    size); "unknown" when it is none, or no ELF file this can read (offsets past its end...)."""
     try:
-        data = Path(path).read_bytes()
+        with open_regular(path) as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _check(str(path), data)
     except OSError as error:
         return FramePointerCheck(str(path), "unknown", None, f"cannot read it: {error.strerror}")
+    except (struct.error, IndexError, ValueError):  # ValueError: an empty file, which has no map
+        return FramePointerCheck(str(path), "unknown", None, "cannot read it: a damaged or truncated ELF file")
+
+
+def _check(path: str, data: mmap.mmap) -> FramePointerCheck:
     if data[:4] != b"\x7fELF" or data[4] != 2 or struct.unpack_from("<H", data, 0x12)[0] != X86_64:
-        return FramePointerCheck(str(path), "unknown", None, "only x86-64 ELF files are checked")
+        return FramePointerCheck(path, "unknown", None, "only x86-64 ELF files are checked")
     starts = _function_starts(data)
     if not starts:
-        return FramePointerCheck(str(path), "unknown", None, "it has no function symbols")
+        return FramePointerCheck(path, "unknown", None, "it has no function symbols")
     with_frame = sum(_sets_up_frame(data, offset) for offset in starts)
     share = with_frame / len(starts)
     verdict = "kept" if share >= KEPT_FROM else "omitted"
-    return FramePointerCheck(str(path), verdict, share, f"{with_frame} of {len(starts)} functions set up %rbp")
+    return FramePointerCheck(path, verdict, share, f"{with_frame} of {len(starts)} functions set up %rbp")
 
 
-def _sections(data: bytes) -> list[_Section]:
+def _sections(data: mmap.mmap) -> list[_Section]:
     shoff = struct.unpack_from("<Q", data, 0x28)[0]
     entsize, count = struct.unpack_from("<HH", data, 0x3A)
     sections = []
@@ -71,7 +81,7 @@ def _sections(data: bytes) -> list[_Section]:
     return sections
 
 
-def _function_starts(data: bytes) -> list[int]:
+def _function_starts(data: mmap.mmap) -> list[int]:
     """File offsets of up to SAMPLE distinct functions, from .symtab, else .dynsym."""
     sections = _sections(data)
     tables = [s for s in sections if s.type == SHT_SYMTAB] or [s for s in sections if s.type == SHT_DYNSYM]
@@ -89,12 +99,15 @@ def _function_starts(data: bytes) -> list[int]:
     return sorted(starts)[:: max(1, len(starts) // SAMPLE)]
 
 
-def _name_at(data: bytes, strings: _Section, offset: int) -> bytes:
+def _name_at(data: mmap.mmap, strings: _Section, offset: int) -> bytes:
     start = strings.offset + offset
-    return data[start : data.index(b"\0", start)]
+    end = data.find(b"\0", start)
+    if end < 0:
+        raise ValueError("a symbol's name runs past the end of the file")
+    return data[start:end]
 
 
-def _sets_up_frame(data: bytes, offset: int) -> bool:
+def _sets_up_frame(data: mmap.mmap, offset: int) -> bool:
     if data[offset : offset + 4] == ENDBR64:
         offset += 4
     return data[offset] == PUSH_RBP and MOV_RSP_RBP in data[offset + 1 : offset + PROLOGUE_BYTES]

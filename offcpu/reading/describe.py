@@ -5,6 +5,7 @@ look cut short, and what a recorded switch costs perf on this machine."""
 from __future__ import annotations
 
 import os
+import stat
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 from offcpu import _core
 from offcpu.capture import CaptureInfo
 from offcpu.errors import OffcpuError
+from offcpu.files import PRIVATE
 from offcpu.reading.native_reader import open_perf_data, reading
 from offcpu.reading.perf_script import PerfScriptReader
 from offcpu.reading.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, Chain, Events
@@ -23,8 +25,7 @@ SWITCHES_TO_TIME = 2000  # switches read to measure perf's cost of one
 
 def describe(perf: str, perf_data: Path, info: CaptureInfo) -> None:
     """Fill in what capture.json says of perf.data once perf has finished it."""
-    os.chmod(perf_data, 0o600)
-    info.perf_data_bytes = perf_data.stat().st_size
+    info.perf_data_bytes = _made_private(perf_data)
     try:
         with reading(perf_data):
             count_records(open_perf_data(perf_data), info)
@@ -41,6 +42,25 @@ def describe(perf: str, perf_data: Path, info: CaptureInfo) -> None:
     if start_ns is not None and start_ns < info.window_start_ns:
         info.window_start_ns = start_ns
         info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
+
+
+def _made_private(perf_data: Path) -> int:
+    """Make perf.data its owner's alone (perf makes it readable by others), through the open file,
+    never a link put at its name while perf recorded; its size."""
+    try:
+        fd = os.open(perf_data, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise OffcpuError(f"cannot open {perf_data} ({error.strerror}): something replaced it while perf "
+                          "recorded; record again into a directory only you can change") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise OffcpuError(f"{perf_data} is no longer a regular file: something replaced it while perf "
+                              "recorded; record again into a directory only you can change")
+        os.fchmod(fd, PRIVATE)
+        return status.st_size
+    finally:
+        os.close(fd)
 
 
 def count_records(data: _core.PerfData, info: CaptureInfo) -> None:

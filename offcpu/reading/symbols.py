@@ -33,7 +33,7 @@ from rust_demangler import demangle as rust_demangle
 from offcpu._core import ElfSymbols, KernelSymbols
 from offcpu.capture import KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError, more_in
-from offcpu.files import PRIVATE, write_whole
+from offcpu.files import PRIVATE, open_regular, read_regular, write_whole
 from offcpu.stacks import UNKNOWN, Stack, without_tracing
 
 # Call chain markers: entries at or above CONTEXT_MAX say whose addresses follow (the kernel's, the user's...).
@@ -51,9 +51,14 @@ KERNEL_START = 0xFFFF_0000_0000_0000  # perf script prints these as 16 hex digit
 KERNEL_NOTES = Path("/sys/kernel/notes")
 PROC_KALLSYMS = Path("/proc/kallsyms")
 SAVED_BUILD_ID = re.compile(rb"# build-id ((?:[0-9a-f]{2})*)")  # the first line of a capture's kallsyms
+SAVED_HEADER_MAX = 256  # of that line: a build id is 20 bytes (notes allow more), in hex
 NT_GNU_BUILD_ID = 3
 # kallsyms types perf keeps (text, weak, data, bss; upper or lower case)
 KALLSYMS_TYPES = b"TtWwDdBb"
+# The most a capture's copies of the kernel's symbols and of its vdso are read of: /proc/kallsyms
+# holds a few hundred thousand lines, tens of MB with every module; a vdso is a few pages
+KALLSYMS_MAX = 256 << 20
+VDSO_MAX = 1 << 20
 # Mappings of memory that no file on disk holds: perf names nothing in them.
 ANONYMOUS_FILES = ("/memfd:", "//anon", "/dev/zero", "/anon_hugepage", "/SYSV")
 
@@ -119,6 +124,15 @@ def save_vdso(directory: Path) -> None:
         write_whole(directory / VDSO_IMAGE, image, mode=PRIVATE)
 
 
+def read_capture_file(path: Path, limit: int) -> bytes:
+    """A file of a capture, whole: an OffcpuError when it is no regular file, or larger than
+    `limit` (what such a file holds at most)."""
+    try:
+        return read_regular(path, limit)
+    except OSError as error:
+        raise OffcpuError(f"cannot read {path} ({error.strerror}): the capture is damaged; record it again") from None
+
+
 def recorded_kernel_build_id(build_ids: list[BuildId], mapped_build_id: bytes | None) -> bytes | None:
     """The recorded kernel's build id: from perf.data's BUILD_ID section, or from the kernel's
     MMAP2 record."""
@@ -131,8 +145,8 @@ def saved_kernel_build_id(saved: Path | None) -> bytes | None:
     if saved is None:
         return None
     try:
-        with open(saved, "rb") as file:
-            header = SAVED_BUILD_ID.fullmatch(file.readline().rstrip(b"\n"))
+        with open_regular(saved) as file:
+            header = SAVED_BUILD_ID.fullmatch(file.readline(SAVED_HEADER_MAX).rstrip(b"\n"))
     except OSError:
         return None
     return bytes.fromhex(header[1].decode()) if header and header[1] else None
@@ -143,7 +157,7 @@ def kernel_symbols_for(saved: Path | None, recorded: bytes | None) -> KernelSymb
     the running kernel is the `recorded` one (recorded_kernel_build_id, saved_kernel_build_id);
     None when neither can be trusted."""
     if saved is not None and saved.is_file():
-        first, _, rest = saved.read_bytes().partition(b"\n")
+        first, _, rest = read_capture_file(saved, KALLSYMS_MAX).partition(b"\n")
         header = SAVED_BUILD_ID.fullmatch(first)
         # Without the line offcpu writes first (a copy of /proc/kallsyms, a damaged file), nothing
         # says which kernel the copy is of: it is left out, as the copy of another kernel is.
@@ -382,7 +396,7 @@ class Symbolizer:
         process's own when the kernel that runs is the one recorded (as perf script
         does), else from perf's cache by build id."""
         if self.vdso is not None:
-            symbols = load_symbols(str(self.vdso), build_id)
+            symbols = ElfSymbols.of_image(read_capture_file(self.vdso, VDSO_MAX), build_id)
             if symbols is not None:
                 return symbols
         image = running_vdso() if self.recorded_here else None

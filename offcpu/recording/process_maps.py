@@ -22,15 +22,18 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from offcpu._core import elf_build_id
 from offcpu.capture import BPF_MAPS
-from offcpu.files import PRIVATE, write_whole
+from offcpu.files import PRIVATE, read_json, write_whole
 from offcpu.reading.symbols import Mapping, TaskHistory
 
 SCHEMA = "offcpu-process-maps/1"
 PROC = Path("/proc")
 Inode = tuple[int, int, int]  # device major, minor, inode number
+# The most bpf-maps.json is read of: a few hundred bytes a mapping, for thousands of processes
+MAPS_MAX = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -48,13 +51,29 @@ class Snapshot:
              "inode": list(mapping.inode) if mapping.inode else None} for mapping in self.mappings]}
 
     @classmethod
-    def from_json(cls, data: dict) -> Snapshot:
-        """KeyError, TypeError or ValueError when `data` is not a snapshot as written here."""
-        mappings = tuple(Mapping(int(item["start"]), int(item["end"]), int(item["offset"]), str(item["path"]),
-                                 bytes.fromhex(item["build_id"]) if item["build_id"] else None,
-                                 tuple(map(int, item["inode"])) if item["inode"] else None)  # type: ignore[arg-type]
-                         for item in data["maps"])
-        return cls(int(data["pid"]), int(data["read_ns"]), mappings)
+    def from_json(cls, data: Any) -> Snapshot:
+        """ValueError when `data` is not a snapshot as written here."""
+        if not isinstance(data, dict) or not isinstance(data.get("maps"), list):
+            raise ValueError("a snapshot of bpf-maps.json is not one as offcpu writes it")
+        return cls(_number(data.get("pid")), _number(data.get("read_ns")), tuple(map(_mapping, data["maps"])))
+
+
+def _number(value: Any) -> int:
+    """A count, an address or a time of bpf-maps.json: an integer of 64 bits (JSON's true is none)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 64:
+        raise ValueError(f"{json.dumps(value)[:40]} is not a number of bpf-maps.json")
+    return value
+
+
+def _mapping(item: Any) -> Mapping:
+    if not isinstance(item, dict) or not isinstance(item.get("path"), str) or \
+            not isinstance(item.get("build_id"), str | None) or not isinstance(item.get("inode"), list | None):
+        raise ValueError("a mapping of bpf-maps.json is not one as offcpu writes it")
+    inode = tuple(map(_number, item["inode"])) if item["inode"] else None
+    if inode is not None and len(inode) != 3:
+        raise ValueError("a mapping's inode is not a device's major and minor and a number")
+    return Mapping(_number(item.get("start")), _number(item.get("end")), _number(item.get("offset")), item["path"],
+                   bytes.fromhex(item["build_id"]) if item["build_id"] else None, inode)  # type: ignore[arg-type]
 
 
 def read_maps(pid: int, build_ids: dict[Inode, bytes | None]) -> tuple[Mapping, ...] | None:
@@ -121,11 +140,11 @@ def load(directory: Path) -> list[Snapshot] | None:
     """The snapshots of a capture's bpf-maps.json; None when it is missing or damaged (its
     user frames cannot be named: the reader says so)."""
     try:
-        data = json.loads((directory / BPF_MAPS).read_text())
-        if data.get("schema") != SCHEMA:
+        data = read_json(directory / BPF_MAPS, MAPS_MAX)
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("snapshots"), list):
             return None
         return [Snapshot.from_json(item) for item in data["snapshots"]]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError):
         return None
 
 

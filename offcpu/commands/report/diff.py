@@ -16,6 +16,7 @@ from offcpu.commands.report.common import (
 )
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
+from offcpu.files import read_regular
 from offcpu.model.diffing import (
     Diff,
     Side,
@@ -33,6 +34,8 @@ from offcpu.renderers.flamegraph_tool import render_svg, require_renderer
 from offcpu.renderers.text import ms
 from offcpu.stacks import shorten_apart
 from offcpu.stdout import write_stdout
+
+FOLDED_MAX = 256 << 20  # the most of a folded file read: hundreds of thousands of stacks
 
 
 @click.command()
@@ -104,7 +107,7 @@ def _side(path: Path, label: str, view: StackView) -> Side:
     if path.is_dir() or is_perf_data(path):
         return from_model(load_with_progress(path, view.time, view.reader), view, label)
     try:
-        text = path.read_text()
+        text = read_regular(path, FOLDED_MAX).decode()
     except (OSError, UnicodeDecodeError) as error:
         reason = error.strerror if isinstance(error, OSError) else "not text"
         raise OffcpuError(f"cannot read {path} ({reason}); give a capture directory, a perf.data or a folded "
