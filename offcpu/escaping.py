@@ -17,15 +17,15 @@ def printable(text: str) -> str:
     return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
 
 
-# flamegraph.pl (a Perl script: Debian's copy, an older checkout) writes a frame's name into
-# the SVG with only some of XML's characters escaped, and into a JavaScript string in an
-# attribute, onmouseover="s('NAME ...')", with ' escaped but not \: a name ending in \ ends
-# the string early, and what follows runs as script. Every character that has a meaning there
-# becomes a look-alike that no version of it changes, for names and the title alike (in
-# characters that common fonts have, DejaVu's among them, but ＆).
-SCRIPT_RENDERER_LOOKALIKES = str.maketrans({
-    "\\": "\u2216", "'": "\u2019", '"': "\u201d", "<": "\u2039", ">": "\u203a", "&": "\uff06",  # ∖ ’ ” ‹ › ＆
-})
+# flamegraph.pl (a Perl script: Debian's copy, an older checkout) writes the title into the SVG
+# as it is, a frame's name with only some of XML's characters escaped, and the name into a
+# JavaScript string in an attribute too, onmouseover="s('NAME ...')", with ' escaped but not \:
+# a name ending in \ ends the string early, and what follows runs as script. Each character
+# that has a meaning there becomes a look-alike that no version of it changes (one that common
+# fonts have, DejaVu's among them, but ＆).
+MARKUP = {'"': "\u201d", "<": "\u2039", ">": "\u203a", "&": "\uff06"}  # ” ‹ › ＆
+MARKUP_LOOKALIKES = str.maketrans(MARKUP)
+SCRIPT_RENDERER_LOOKALIKES = str.maketrans({**MARKUP, "\\": "\u2216", "'": "\u2019"})  # ∖ ’
 
 
 def for_flame_graph(text: str, escapes_markup: bool) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
-from offcpu.escaping import for_flame_graph
+from offcpu.escaping import MARKUP_LOOKALIKES, for_flame_graph, printable
 from offcpu.workers import child_environment, find_program
 
 DEBIAN_NYTPROF_COPY = Path("/usr/share/perl5/Devel/NYTProf/flamegraph.pl")
@@ -99,10 +99,10 @@ def require_renderer(explicit: str | None = None) -> Renderer:
 
 def safe_title(title: str) -> str:
     """`title` as either renderer can draw it: flamegraph.pl writes --title into the SVG as it
-    is and inferno-flamegraph escapes it, so escaping here would show "&amp;" in inferno's
-    graphs. Instead, what XML gives a meaning to becomes a look-alike that neither renderer
-    changes, and what does not print is written out (see escaping.for_flame_graph)."""
-    return for_flame_graph(title, escapes_markup=False)
+    is (as text, never into its script) and inferno-flamegraph escapes it, so escaping here
+    would show "&amp;" in inferno's graphs. Instead, what XML gives a meaning to becomes a
+    look-alike that neither renderer changes, and what does not print is written out."""
+    return printable(title).translate(MARKUP_LOOKALIKES)
 
 
 def fitted_title(title: str, subjects: Sequence[str]) -> str:
