@@ -20,7 +20,7 @@ DEBIAN_NYTPROF_COPY = Path("/usr/share/perl5/Devel/NYTProf/flamegraph.pl")
 CHECKOUTS = (*(() if os.geteuid() == 0 else (Path.home() / "FlameGraph",)), Path("/opt/FlameGraph"))
 HOW_TO_GET_ONE = (
     "install one: 'apt-get install libdevel-nytprof-perl' (Debian's copy of flamegraph.pl), "
-    "'cargo install inferno', or 'git clone' Brendan Gregg's FlameGraph into ~/FlameGraph; "
+    "'cargo install --root /usr/local inferno', or 'git clone' Brendan Gregg's FlameGraph into /opt/FlameGraph; "
     "or point --flamegraph (or $FLAMEGRAPH_DIR) at one"
 )
 RENDERERS = ("inferno-flamegraph", "flamegraph.pl")  # the names a renderer goes by, the faster first

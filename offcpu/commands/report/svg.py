@@ -32,10 +32,11 @@ def svg(capture: Path, view: StackView, inverted: bool,
 
     \b
     The renderer is the first found of: --flamegraph, $FLAMEGRAPH_DIR,
-    inferno-flamegraph or flamegraph.pl on PATH, Debian's copy in
-    libdevel-nytprof-perl, ~/FlameGraph, /opt/FlameGraph. --flamegraph and
-    $FLAMEGRAPH_DIR take either program or a directory holding one; when
-    they hold none, that is an error.
+    inferno-flamegraph or flamegraph.pl on PATH (as root, in the system's
+    directories only), Debian's copy in libdevel-nytprof-perl, ~/FlameGraph
+    (not as root), /opt/FlameGraph. --flamegraph and $FLAMEGRAPH_DIR take
+    either program or a directory holding one; when they hold none, that is
+    an error.
     """
     report_file = output_path(capture, output, ".svg", force)
     renderer = require_renderer(flamegraph_path)
