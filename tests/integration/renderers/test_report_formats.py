@@ -60,7 +60,7 @@ def test_svg_view_options_and_icicle(mmap_capture, tmp_path):
 def test_svg_without_a_renderer(mmap_capture, tmp_path):
     result = run_offcpu("report", "svg", str(mmap_capture), "--flamegraph", "/nonexistent/flamegraph.pl",
                         "-o", str(tmp_path / "x.svg"))
-    assert_one_line_error(result, "/nonexistent/flamegraph.pl", "libdevel-nytprof-perl", "cargo install inferno")
+    assert_one_line_error(result, "/nonexistent/flamegraph.pl", "libdevel-nytprof-perl", "inferno")
 
 
 def test_svg_through_flamegraph_dir(mmap_capture, tmp_path):
