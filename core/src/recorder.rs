@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -244,6 +245,7 @@ impl BpfRecording {
             Err(_) => return Err(bpf_error("writing records", "the reader thread failed")),
         };
         let open = write_open_waits(&self.object, &mut file, &self.records)?;
+        still_named(&file, &self.records).map_err(|e| file_error(&self.records, &e))?;
         self.size
             .written
             .fetch_add((open * RECORD_SIZE) as u64, Ordering::Relaxed);
@@ -363,6 +365,16 @@ fn drain(
         .map_err(|e| e.into_error())?;
     file.sync_data()?;
     Ok(file)
+}
+
+/// An error unless `path` still names `file` (its records went to the file made at the start,
+/// whatever was put at the name since: a capture whose name leads elsewhere is no capture).
+fn still_named(file: &File, path: &Path) -> std::io::Result<()> {
+    let (ours, named) = (file.metadata()?, std::fs::symlink_metadata(path));
+    match named {
+        Ok(named) if named.dev() == ours.dev() && named.ino() == ours.ino() => Ok(()),
+        _ => Err(std::io::Error::from_raw_os_error(libc::EEXIST)),
+    }
 }
 
 /// The records written, and the size they are held to.
