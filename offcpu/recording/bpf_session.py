@@ -139,8 +139,8 @@ def _not_written(output: Path, error: OSError) -> OffcpuError:
         return OffcpuError(f"{where} is on a read-only file system; choose another directory with -o")
     name = printable(str(error.filename or output))
     if error.errno == errno.EEXIST:
-        return OffcpuError(f"{name} appeared while offcpu recorded there (it is never written through); record "
-                           "into a directory only you can write, with -o")
+        return OffcpuError(f"{name} was made or replaced by something else while offcpu recorded there (offcpu never "
+                           "writes through it); record into a directory only you can write, with -o")
     return OffcpuError(f"cannot write {name} ({error.strerror}); choose another directory with -o")
 
 
