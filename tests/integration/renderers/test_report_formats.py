@@ -248,11 +248,12 @@ def test_names_carrying_markup_stay_text_in_the_flame_graph(cpp_capture, tmp_pat
     graph = tmp_path / "markup.svg"
     result = run_offcpu("report", "svg", str(copy), "--flamegraph", str(DEBIAN_NYTPROF_COPY), "-o", str(graph))
     assert result.returncode == 0, result.stderr
-    # Then the SVG is XML holding the names as text (< > as look-alikes), and no element of theirs
+    # Then the SVG is XML holding the names as text (< > & " as look-alikes: flamegraph.pl may not
+    # escape them), and no element of theirs
     root = ElementTree.parse(graph).getroot()
     assert {element.tag for element in root.iter()} <= {f"{SVG}{tag}" for tag in (
         "svg", "defs", "linearGradient", "stop", "style", "script", "rect", "text", "g", "title")}
-    look_alike = str.maketrans("<>", "\u2039\u203a")
+    look_alike = str.maketrans({"<": "\u2039", ">": "\u203a", "&": "\uff06", '"': "\u201d"})  # ‹ › ＆ ”
     frames = svg_frames(graph)
     assert any(frame.startswith(f"{function.translate(look_alike)} (") for frame in frames)
     assert any(frame.startswith(f"{comm.translate(look_alike)} (") for frame in frames)
