@@ -14,6 +14,8 @@ from typing import NoReturn
 
 import pytest
 
+from offcpu.workers import SYSTEM_PATH
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "bin"
 OFFCPU = Path(sys.executable).parent / "offcpu"
@@ -69,6 +71,19 @@ def run_offcpu(*args: str, env: dict[str, str] | None = None, cwd: Path | None =
     """The installed console script, as a user runs it."""
     return subprocess.run([str(OFFCPU), *args], capture_output=True, text=True, env=env, cwd=cwd,
                           timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def run_offcpu_without(programs: tuple[str, ...], *args: str, env: dict[str, str] | None = None,
+                       cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """offcpu run as by run_offcpu, on a machine where `programs` are not installed: in a mount
+    namespace where each is /dev/null in the system's directories (offcpu, as root, looks
+    nowhere else, whatever PATH says)."""
+    hidden = [f"{directory}/{name}" for directory in SYSTEM_PATH.split(":") for name in programs
+              if os.path.lexists(f"{directory}/{name}")]
+    script = "".join(f'mount --bind /dev/null "{path}" && ' for path in dict.fromkeys(map(os.path.realpath, hidden)))
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{script}exec "$@"', "sh",
+                           str(OFFCPU), *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120,
+                          stdin=subprocess.DEVNULL)
 
 
 def said(output: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -16,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from offcpu.diagnosis.rules import RULES
-from tests.conftest import OFFCPU, assert_one_line_error, example, processes_with_arguments, run_offcpu, said
+from tests.conftest import (
+    OFFCPU,
+    assert_one_line_error,
+    example,
+    processes_with_arguments,
+    run_offcpu,
+    run_offcpu_without,
+    said,
+)
 
 # program -> the default policy's checks its pathology must fail, and its fixed twin
 CASES = {
@@ -442,11 +449,8 @@ class TestCouldNotCheck:
         assert recorded_data(capture).exists()
 
     def test_recording_without_perf(self, tmp_path):
-        bare = tmp_path / "bin"
-        bare.mkdir()
-        (bare / "true").symlink_to(shutil.which("true"))
-        result = run_offcpu("check", "--backend", "perf", "-o", str(tmp_path / "cap"), "--", "true",
-                            env={**NO_GITHUB, "PATH": str(bare)})
+        result = run_offcpu_without(("perf",), "check", "--backend", "perf", "-o", str(tmp_path / "cap"), "--", "true",
+                                    env=NO_GITHUB)
         assert_one_line_error(result, "perf")
         assert not (tmp_path / "cap").exists()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
+from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu, run_offcpu_without
 
 
 def checks_by_name(output: str) -> dict[str, dict]:
@@ -109,8 +109,7 @@ def test_doctor_warns_near_a_limit(workload):
 
 
 def test_doctor_without_perf_cannot_record():
-    env = {**os.environ, "PATH": str(OFFCPU.parent)}
-    result = run_offcpu("doctor", "--json", env=env)
+    result = run_offcpu_without(("perf",), "doctor", "--json")
     assert result.returncode == 1
     assert checks_by_name(result.stdout)["perf"]["status"] == "fail"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests import programs
-from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
+from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu, run_offcpu_without
 from tests.fixtures import HERE
 
 # perf's recording is what these tests hold (perf.data, its command line, its complaints);
@@ -103,8 +103,7 @@ def test_output_to_stdout_is_refused(tmp_path):
 
 
 def test_perf_missing(tmp_path):
-    env = {**os.environ, "PATH": str(OFFCPU.parent)}
-    result = run_offcpu(*RECORD, "-a", "-o", str(tmp_path / "cap"), env=env)
+    result = run_offcpu_without(("perf",), *RECORD, "-a", "-o", str(tmp_path / "cap"))
     assert_one_line_error(result, "perf was not found", "apt-get install linux-perf", "dnf install perf")
 
 
