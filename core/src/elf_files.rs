@@ -2,7 +2,37 @@
 //! perf's build-id cache (`$PERF_BUILDID_DIR`, else `~/.debug`), and their separate debug
 //! files by build id (Debian's -dbg and -dbgsym packages, or perf's cache).
 
+use std::fs::File;
+use std::ops::Range;
 use std::path::PathBuf;
+
+use object::{ReadCache, ReadRef};
+
+/// The most of a mapped file read at once, or decompressed (a section: the largest symbol and unwind tables
+/// are tens of MB), for a sparse file's section headers may ask for any size its holes allow.
+pub const MAX_READ: u64 = 512 << 20;
+
+/// A mapped file, read through object's cache (which refuses what lies past the file's end)
+/// MAX_READ bytes at a time at most.
+#[derive(Clone, Copy)]
+pub struct Bounded<'a>(pub &'a ReadCache<File>);
+
+impl<'a> ReadRef<'a> for Bounded<'a> {
+    fn len(self) -> Result<u64, ()> {
+        self.0.len()
+    }
+
+    fn read_bytes_at(self, offset: u64, size: u64) -> Result<&'a [u8], ()> {
+        if size > MAX_READ {
+            return Err(());
+        }
+        self.0.read_bytes_at(offset, size)
+    }
+
+    fn read_bytes_at_until(self, range: Range<u64>, delimiter: u8) -> Result<&'a [u8], ()> {
+        self.0.read_bytes_at_until(range, delimiter) // object reads 4096 bytes at most
+    }
+}
 
 /// The copies of a mapped file to read, in perf's order: the file at its path (when it is
 /// one on disk), then those in perf's build-id cache.

@@ -19,7 +19,7 @@ use object::read::SectionIndex;
 use object::{Endian, Endianness, Object, ObjectSegment, ReadCache, ReadRef};
 use pyo3::prelude::*;
 
-use crate::elf_files::{copies, debug_files, same_build_id};
+use crate::elf_files::{copies, debug_files, same_build_id, Bounded};
 use crate::files::open_regular;
 use crate::unless_panics;
 
@@ -281,7 +281,7 @@ impl ElfSymbols {
                 .into_iter()
                 .find_map(|candidate| {
                     let file = open_regular(&candidate).ok()?;
-                    let facts = elf_facts(&ReadCache::new(file))?;
+                    let facts = elf_facts(Bounded(&ReadCache::new(file)))?;
                     Self::of_recorded(facts, build_id.as_deref())
                 })
         })
@@ -346,7 +346,7 @@ impl ElfSymbols {
 /// The function symbols of a file's separate debug file, if one has any.
 fn debug_functions(build_id: &[u8]) -> Option<(Vec<Entry>, Vec<u8>)> {
     debug_files(build_id).into_iter().find_map(|candidate| {
-        let facts = elf_facts(&ReadCache::new(open_regular(&candidate).ok()?))?;
+        let facts = elf_facts(Bounded(&ReadCache::new(open_regular(&candidate).ok()?)))?;
         facts.functions.filter(|(entries, _)| !entries.is_empty())
     })
 }
@@ -357,7 +357,7 @@ pub fn elf_build_id(py: Python<'_>, path: PathBuf) -> Option<Vec<u8>> {
     py.detach(|| {
         let cache = ReadCache::new(open_regular(&path).ok()?);
         unless_panics(|| {
-            let elf = object::File::parse(&cache).ok()?;
+            let elf = object::File::parse(Bounded(&cache)).ok()?;
             Some(elf.build_id().ok()??.to_vec())
         })
     })

@@ -19,7 +19,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use object::{Object, ObjectSection, ObjectSegment, ReadCache, SectionKind};
 
-use crate::elf_files::{copies, debug_files, same_build_id};
+use crate::elf_files::{copies, debug_files, same_build_id, Bounded, MAX_READ};
 use crate::files::open_regular;
 use crate::unless_panics;
 
@@ -279,7 +279,7 @@ fn read_tables(path: &[u8], build_id: Option<&[u8]>) -> Option<UnwindTables> {
             continue;
         };
         let cache = ReadCache::new(file);
-        let Ok(elf) = object::File::parse(&cache) else {
+        let Ok(elf) = object::File::parse(Bounded(&cache)) else {
             continue;
         };
         let actual = elf.build_id().ok().flatten();
@@ -340,6 +340,10 @@ fn section_bytes<'data, R: object::ReadRef<'data>>(
     if section.kind() == SectionKind::UninitializedData {
         return None;
     }
+    // a compressed section says the size it is allocated at
+    if section.compressed_file_range().ok()?.uncompressed_size > MAX_READ {
+        return None;
+    }
     let data = section.uncompressed_data().ok()?;
     (!data.is_empty()).then(|| Bytes::from(data.as_ref()))
 }
@@ -348,7 +352,7 @@ fn section_bytes<'data, R: object::ReadRef<'data>>(
 fn debug_frame_elsewhere(build_id: &[u8]) -> Option<Bytes> {
     debug_files(build_id).into_iter().find_map(|candidate| {
         let cache = ReadCache::new(open_regular(&candidate).ok()?);
-        let elf = object::File::parse(&cache).ok()?;
+        let elf = object::File::parse(Bounded(&cache)).ok()?;
         if !same_build_id(build_id, elf.build_id().ok()??) {
             return None;
         }
