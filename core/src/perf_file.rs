@@ -21,6 +21,7 @@ use linux_perf_event_reader::{
     Mmap2FileId, PerfEventType, RawData, RawEventRecord, RecordIdParseInfo, RecordParseInfo,
     RecordType, SampleFormat,
 };
+use zstd_safe::{DCtx, InBuffer, OutBuffer};
 
 use crate::files::open_regular;
 
@@ -56,6 +57,14 @@ pub const FORK: u32 = 7;
 pub const SAMPLE: u32 = 9;
 pub const FINISHED_ROUND: u32 = 68;
 pub const COMPRESSED: u32 = 81;
+/// A compressed record that says how long its compressed bytes are (perf 6.16 on).
+const COMPRESSED2: u32 = 83;
+/// Where the COMPRESSED feature says how much perf compressed at once (after version, type,
+/// level and ratio).
+const COMPRESSED_MMAP_LEN_AT: usize = 16;
+/// The most a compressed record may decompress to, whatever the file says.
+const MAX_DECOMPRESSED: u64 = 256 << 20;
+const DECOMPRESS_BUFFER: usize = 1 << 20;
 /// Followed by the AUX area's trace, of the size it says, which the crate would allocate as read.
 const AUXTRACE: u32 = 71;
 /// The kernel's record types that offcpu knows (1..=21), and perf's own (64..=82).
@@ -93,6 +102,33 @@ impl From<std::io::Error> for FileError {
 
 fn damaged(what: impl Into<String>) -> FileError {
     FileError::Damaged(what.into())
+}
+
+/// How many bytes `compressed` decompresses to (the stream goes on across records, as perf
+/// writes it), counted up to just past `limit`.
+fn decompressed_size(
+    zstd: &mut DCtx<'_>,
+    compressed: &[u8],
+    out: &mut [u8],
+    limit: u64,
+) -> Result<u64, FileError> {
+    let mut input = InBuffer::around(compressed);
+    let mut made = 0u64;
+    loop {
+        let mut output = OutBuffer::around(&mut *out);
+        zstd.decompress_stream(&mut output, &mut input)
+            .map_err(|code| {
+                damaged(format!(
+                    "a compressed record does not decompress ({})",
+                    zstd_safe::get_error_name(code)
+                ))
+            })?;
+        let written = output.pos();
+        made += written as u64;
+        if made > limit || (written < out.len() && input.pos() == compressed.len()) {
+            return Ok(made);
+        }
+    }
 }
 
 fn aux_trace(position: u64) -> FileError {
@@ -704,7 +740,7 @@ impl Opened {
     /// decompresses: one round (a time slice cannot start elsewhere), the task records found
     /// on the way (at no offset in the file: a read, from the start, replays none of them).
     fn index_compressed(&self, path: &Path) -> Result<Index, FileError> {
-        self.refuse_aux_traces(path)?;
+        self.check_before_the_crate(path)?;
         let bad = |error: linux_perf_data::Error| damaged(error.to_string());
         let PerfFileReader {
             mut perf_file,
@@ -751,8 +787,12 @@ impl Opened {
     }
 
     /// The records around the compressed ones walked by their headers before the crate reads
-    /// them: an AUXTRACE record would have it allocate what the record says.
-    fn refuse_aux_traces(&self, path: &Path) -> Result<(), FileError> {
+    /// them, for what it would allocate as it reads: an AUXTRACE record's trace, by the size it
+    /// says, and each compressed record's contents whole, however much they decompress to.
+    fn check_before_the_crate(&self, path: &Path) -> Result<(), FileError> {
+        let limit = self.decompressed_limit();
+        let mut zstd = DCtx::create();
+        let mut out = vec![0u8; DECOMPRESS_BUFFER];
         let mut data = Chunks::new(open_regular(path)?, self.data_end);
         let mut position = self.data_start;
         while let Some(head) = data.at(position, 8)? {
@@ -766,9 +806,37 @@ impl Opened {
                     "the record at byte {position} has size {size}"
                 )));
             }
+            if kind == COMPRESSED || kind == COMPRESSED2 {
+                let Some(record) = data.at(position, size)? else {
+                    break; // cut short: the crate says so
+                };
+                let compressed = match kind {
+                    COMPRESSED => record.get(8..),
+                    _ => u64_at(record, 8).and_then(|length| {
+                        record.get(16..16usize.checked_add(usize::try_from(length).ok()?)?)
+                    }),
+                };
+                let made =
+                    decompressed_size(&mut zstd, compressed.unwrap_or_default(), &mut out, limit)?;
+                if made > limit {
+                    return Err(damaged(format!("the compressed record at byte {position} holds more than the {limit} bytes perf compresses at once")));
+                }
+            }
             position += size;
         }
         Ok(())
+    }
+
+    /// The most one compressed record decompresses to: what perf compressed at once, its ring
+    /// buffer's size (the COMPRESSED feature's mmap_len, as perf reads it back), within reason.
+    fn decompressed_limit(&self) -> u64 {
+        let mmap_len = self
+            .features
+            .get(&FEATURE_COMPRESSED)
+            .and_then(|section| u32_at(section, COMPRESSED_MMAP_LEN_AT));
+        mmap_len.map_or(MAX_DECOMPRESSED, |length| {
+            u64::from(length).min(MAX_DECOMPRESSED)
+        })
     }
 
     fn task(&self, kind: u32, misc: u16, body: &[u8], offset: u64) -> Option<Task> {
@@ -835,5 +903,28 @@ impl Opened {
             _ => return None,
         };
         Some(Task { offset, time, kind })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_compressed_record_is_decompressed_only_up_to_its_limit() {
+        let zeros = vec![0u8; 64 << 20];
+        let mut bomb = vec![0u8; zstd_safe::compress_bound(zeros.len())];
+        let length = zstd_safe::compress(&mut bomb[..], &zeros, 19).expect("compressed");
+        bomb.truncate(length);
+        assert!(
+            bomb.len() < 64 << 10,
+            "{} bytes: more than a record holds",
+            bomb.len()
+        );
+        let mut out = vec![0u8; DECOMPRESS_BUFFER];
+        let made = decompressed_size(&mut DCtx::create(), &bomb, &mut out, 1 << 20);
+        assert!(matches!(made, Ok(made) if made > 1 << 20 && made <= 2 << 20));
+        let whole = decompressed_size(&mut DCtx::create(), &bomb, &mut out, u64::MAX);
+        assert!(matches!(whole, Ok(made) if made == zeros.len() as u64));
     }
 }
