@@ -42,6 +42,12 @@ UNKNOWN_STATE = "?"
 PREEMPTED = "R"  # switched out while runnable: all of the gap is run-queue delay
 
 
+def _integers(*values: object, or_none: bool = False) -> bool:
+    """Whether each value is an integer (JSON's true is none), or None where `or_none`."""
+    return all((isinstance(value, int) and not isinstance(value, bool)) or (or_none and value is None)
+               for value in values)
+
+
 @dataclass(frozen=True)
 class Waker:
     """Who ended a wait: a thread (with its stack at the wakeup), an interrupt, the idle task, or
@@ -275,9 +281,12 @@ class Model:
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < length:
                 raise ValueError(f"{what} {value!r} is not one of the model's {length}")
 
+        self._check_counts()
         for tid, thread in self.threads.items():
-            if not isinstance(thread.comm, str) or not isinstance(thread.pid, int):
-                raise ValueError(f"thread {tid} has no comm or pid")
+            if not isinstance(thread.comm, str) or not _integers(
+                    thread.pid, thread.oncpu_us, thread.offcpu_us, thread.blocked_us, thread.runqueue_us,
+                    thread.observer_us) or not _integers(thread.created_ns, thread.exited_ns, or_none=True):
+                raise ValueError(f"thread {tid} has no comm, pid or times")
         for stack in self.stacks:
             if not all(isinstance(frame, str) for frame in stack.frames) or not isinstance(stack.kernel_frames, int):
                 raise ValueError(f"stack {stack!r} is not frames and a count of kernel frames")
@@ -304,9 +313,20 @@ class Model:
             raise ValueError("the counts of waits and of those with a stack, or whether they were sampled, are missing")
         for wait in self.timeline:
             index(wait.row, len(self.rows), "timed wait's row")
-            if self.rows[wait.row].tid != wait.tid or not all(isinstance(value, int) for value in (
-                    wait.since_ns, wait.back_ns)):
+            if self.rows[wait.row].tid != wait.tid or not _integers(wait.since_ns, wait.back_ns) or \
+                    not _integers(wait.woken_ns, wait.ran_ns, or_none=True):
                 raise ValueError(f"timed wait {wait!r} is not of its row's thread or has no times")
         for link in self.links:
             index(link.waiter_row, len(self.rows), "link waiter row")
             index(link.waker_row, len(self.rows), "link waker row")
+            if not _integers(link.overlap_us, link.count):
+                raise ValueError(f"link {link!r} has no overlap or count")
+
+    def _check_counts(self) -> None:
+        """ValueError unless the model's own counts and words have their types."""
+        if not _integers(self.window_start_ns, self.window_end_ns, self.clipped_intervals, self.unseen_wakeups,
+                         self.unreadable_events, self.estimated_switch_ins, self.half_recorded_switches,
+                         self.asleep_threads, *self.runqueue_delays_us.keys(), *self.runqueue_delays_us.values()):
+            raise ValueError("the model's window, counts or run-queue delays are not integers")
+        if not all(isinstance(words, str) for words in (self.reader, self.reader_note, *self.binary_notes)):
+            raise ValueError("the model's reader or notes on the mapped files are not words")
