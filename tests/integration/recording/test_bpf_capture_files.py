@@ -77,6 +77,18 @@ def test_a_link_planted_at_the_stack_table_while_recording_is_not_written_throug
     assert secret.read_bytes() == SECRET and written_or_changed(secret) == before
 
 
+def test_a_link_planted_at_the_records_before_the_programs_start_is_refused(
+        recording_perf: str, tmp_path: Path, secret: Path) -> None:
+    from offcpu import _core
+
+    records = tmp_path / "bpf-records.bin"
+    records.symlink_to(secret)
+    before = written_or_changed(secret)
+    with pytest.raises(FileExistsError):
+        _core.BpfRecording(str(records), "thread", [os.getpid()], [], False, 100, 1_000_000)
+    assert secret.read_bytes() == SECRET and written_or_changed(secret) == before
+
+
 def test_a_link_put_over_the_records_while_recording_is_not_written_through(
         tmp_path: Path, secret: Path, busy: list[str]) -> None:
     output = tmp_path / "cap"
