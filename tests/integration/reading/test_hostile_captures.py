@@ -1,0 +1,149 @@
+"""Captures from anywhere: a file of a capture that is a FIFO, a link to a device or a sparse
+20 GB file, records whose fields are out of the kernel's range, JSON nested past any limit or
+of the wrong types. Each report ends at once with a report (what it could not read is left out
+and said) or with one line saying what is wrong (exit 2); never a hang, a traceback or exit 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from offcpu.errors import OffcpuError
+from offcpu.reading.bpf_reader import RECORD, WAIT
+from offcpu.reading.describe import describe
+from tests.conftest import assert_one_line_error, example, run_offcpu
+
+QUICK_S = 20  # a report of a small capture, whatever its files are
+SPARSE_BYTES = 20 << 30
+# The files a report cannot do without: anything but a regular file of their size there is an error
+NEEDED = {"capture.json", "bpf-records.bin", "bpf-stacks.bin", "perf.data"}
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """lock_chain recorded for 0.3 s with each backend, reported once (model.json saved)."""
+    made = {}
+    for backend in ("bpf", "perf"):
+        made[backend] = tmp_path_factory.mktemp(backend) / "cap"
+        recorded = run_offcpu("record", "--backend", backend, "-o", str(made[backend]), "-d", "0.3", "--",
+                              str(example("lock_chain")), "-t", "4", "-u", "1000", "-s", "0.2")
+        assert recorded.returncode == 0, recorded.stderr
+        assert run_offcpu("report", "text", str(made[backend])).returncode == 0
+    return made
+
+
+@pytest.fixture
+def copy(captures: dict[str, Path], tmp_path: Path):  # noqa: ANN201
+    def copied(backend: str) -> Path:
+        return Path(shutil.copytree(captures[backend], tmp_path / backend))
+
+    return copied
+
+
+def report(capture: Path):  # noqa: ANN201
+    return run_offcpu("report", "text", str(capture), timeout=QUICK_S)
+
+
+def fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def device(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def sparse(path: Path) -> None:
+    with open(path, "wb") as file:
+        file.truncate(SPARSE_BYTES)
+
+
+@pytest.mark.parametrize("plant", [fifo, device, sparse])
+@pytest.mark.parametrize(("backend", "name"), [
+    ("bpf", "capture.json"), ("bpf", "bpf-records.bin"), ("bpf", "bpf-stacks.bin"), ("bpf", "bpf-maps.json"),
+    ("bpf", "snapshot.json"), ("bpf", "kallsyms"), ("bpf", "vdso"), ("bpf", "model.json"), ("perf", "perf.data"),
+    ("perf", "snapshot.json"), ("perf", "model.json")])
+def test_a_file_that_is_no_regular_file_of_its_size_is_never_waited_on_nor_read(copy, backend, name, plant):
+    capture = copy(backend)
+    (capture / "model.json").unlink()  # every file is read
+    (capture / name).unlink(missing_ok=True)
+    plant(capture / name)
+    result = report(capture)
+    if name in NEEDED or (plant is sparse and name == "kallsyms"):
+        # what cannot be left out: said in one line (a FIFO or a device at capture.json: no capture there)
+        assert_one_line_error(result, "capture.json" if name == "capture.json" else name)
+    else:  # left out: snapshot.json, bpf-maps.json (said in the report), model.json (built again), the vdso
+        # (read only for a frame in it, and lock_chain waits in none)
+        assert result.returncode == 0, result.stderr
+        assert "Off-CPU time of" in result.stdout
+
+
+def test_a_fifo_given_as_the_capture_is_refused(tmp_path):
+    os.mkfifo(tmp_path / "perf.data")
+    assert_one_line_error(report(tmp_path / "perf.data"), "not a capture directory")
+
+
+@pytest.mark.parametrize(("field", "value"), [("cpu", 0xFFFFFFFF), ("waker_pid", 0x80000000), ("tid", 0xFFFFFFFF),
+                                              ("since_ns", 1 << 63), ("weight_shift", 0xFFFF)])
+def test_a_bpf_record_out_of_the_kernels_range_says_the_capture_is_damaged(copy, field, value):
+    capture = copy("bpf")
+    (capture / "model.json").unlink()
+    records = np.fromfile(capture / "bpf-records.bin", RECORD)
+    records[field][np.flatnonzero(records["kind"] == WAIT)[0]] = value
+    records.tofile(capture / "bpf-records.bin")
+    assert_one_line_error(report(capture), "the capture is damaged", field, f"{value:,}")
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def test_a_capture_json_nested_past_any_limit_is_refused_in_one_line(copy):
+    capture = copy("bpf")
+    (capture / "capture.json").write_text(nested(100_000))
+    assert_one_line_error(report(capture), "capture.json", "nested too deeply")
+
+
+@pytest.mark.parametrize("name", ["bpf-maps.json", "snapshot.json"])
+def test_a_nested_file_the_report_can_do_without_is_left_out(copy, name):
+    capture = copy("bpf")
+    (capture / "model.json").unlink()
+    (capture / name).write_text(nested(100_000))
+    result = report(capture)
+    assert result.returncode == 0, result.stderr
+    if name == "bpf-maps.json":
+        assert "no readable bpf-maps.json" in " ".join(result.stdout.split())
+
+
+@pytest.mark.parametrize("backend", ["bpf", "perf"])
+def test_a_model_json_of_wrong_types_is_built_again(copy, backend):
+    capture = copy(backend)
+    saved = json.loads((capture / "model.json").read_text())
+    expected = report(capture).stdout
+    for key, value in (("links", [[0, 0, None, "x"]]), ("threads", [{**saved["threads"][0], "oncpu_us": "x"}]),
+                       ("window_start_ns", "x"), ("runqueue_delays_us", [["x", 1]]),
+                       ("timeline", [[*saved["timeline"][0][:2], 1, "x", 2, None]])):
+        (capture / "model.json").write_text(json.dumps({**saved, key: value}))
+        result = report(capture)
+        assert result.returncode == 0 and result.stdout == expected, (key, result.stderr)
+        assert json.loads((capture / "model.json").read_text())[key] == saved[key]  # saved again, whole
+
+
+def test_perf_data_is_made_private_through_the_file_never_a_link_at_its_name(copy, tmp_path, perf):
+    """A link planted at perf.data while perf recorded: its target's mode is left as it was."""
+    capture = copy("perf")
+    victim = tmp_path / "victim"
+    victim.write_text("someone else's")
+    victim.chmod(0o644)
+    os.replace(capture / "perf.data", tmp_path / "perf.data")
+    (capture / "perf.data").symlink_to(victim)
+    from offcpu.capture import load
+
+    with pytest.raises(OffcpuError, match="replaced it while perf recorded"):
+        describe(perf, capture / "perf.data", load(capture))
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o644
