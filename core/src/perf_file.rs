@@ -39,6 +39,8 @@ const MAX_FEATURES_BYTES: u64 = 256 << 20;
 /// Where the data section's offset and size are in the header.
 const DATA_SECTION_AT: usize = 40;
 const FEATURES_AT: usize = 72;
+/// The size of the event_types section, which perf no longer writes.
+const EVENT_TYPES_SIZE_AT: usize = 64;
 
 pub const FEATURE_TRACING_DATA: u32 = 1;
 pub const FEATURE_BUILD_ID: u32 = 2;
@@ -233,8 +235,15 @@ pub fn open(path: &Path) -> Result<Shape, FileError> {
     }
     check_attrs(&file, &header, file_size)?;
     let features = feature_sections(&file, &header, data_end, file_size)?;
-    if let Some(section) = features.get(&FEATURE_EVENT_DESC) {
-        check_event_desc(section)?;
+    match features.get(&FEATURE_EVENT_DESC) {
+        Some(section) => check_event_desc(section)?,
+        // The crate would allocate by the sizes of the layout perf left in 2012, unchecked
+        None if field(EVENT_TYPES_SIZE_AT) != 0 => {
+            return Err(damaged(
+                "its events are described as perf did before 2012 (event_types), which offcpu does not read",
+            ))
+        }
+        None => {}
     }
     let reader = PerfFileReader::parse_file(BufReader::new(open_regular(path)?))
         .map_err(|error| damaged(format!("{error}")))?;

@@ -30,6 +30,8 @@ MAX_RSS_KB = 1 << 20  # 1 GiB: a report of a fixture takes ~100 MB; /dev/zero to
 DATA_SECTION_AT = 40  # the header's (offset, size) of the data section
 FEATURES_AT = 72  # the header's bitmap of the feature sections, 256 bits
 TRACING_DATA = 1  # the feature bit of the tracepoints' formats
+EVENT_DESC = 12  # the feature bit of the events' descriptions
+EVENT_TYPES_AT = 56  # the header's (offset, size) of the event_types section, which perf left in 2012
 AUXTRACE = 71
 MUTATIONS = 40
 SEED = 34
@@ -97,9 +99,13 @@ def feature_table_at(data: bytes | bytearray) -> int:
     return offset + size
 
 
+def feature_bits(data: bytes | bytearray) -> int:
+    return int.from_bytes(data[FEATURES_AT:FEATURES_AT + 32], "little")
+
+
 def feature_section_entry(data: bytes | bytearray, feature: int) -> int:
     """Where the (offset, size) of `feature`'s section is: one entry per bit set, in bit order."""
-    bits = int.from_bytes(data[FEATURES_AT:FEATURES_AT + 32], "little")
+    bits = feature_bits(data)
     assert bits >> feature & 1, f"no feature {feature} in this perf.data"
     before = bin(bits & ((1 << feature) - 1)).count("1")
     return feature_table_at(data) + 16 * before
@@ -117,6 +123,20 @@ def test_an_aux_area_record_asking_for_an_exabyte_is_refused(capture: Path) -> N
     struct.pack_into("<Q", data, first + 8, 1 << 60)
     path.write_bytes(data)
     assert_refused_promptly(capture, "perf.data", "AUX")
+
+
+def test_events_described_the_old_way_by_a_terabyte_are_refused(capture: Path) -> None:
+    """The events' descriptions (EVENT_DESC) taken out, and the event_types section, which the
+    crate reads instead, made 1 TB long."""
+    path = capture / "perf.data"
+    data = bytearray(path.read_bytes())
+    entry = feature_section_entry(data, EVENT_DESC)
+    table_end = feature_table_at(data) + 16 * bin(feature_bits(data)).count("1")
+    data[entry:table_end - 16] = data[entry + 16:table_end]  # the entries after it move up one
+    data[FEATURES_AT + EVENT_DESC // 8] &= ~(1 << EVENT_DESC % 8) & 0xff
+    struct.pack_into("<QQ", data, EVENT_TYPES_AT, 0, 1 << 40)
+    path.write_bytes(data)
+    assert_refused_promptly(capture, "perf.data", "event_types")
 
 
 def test_a_print_format_nested_past_any_stack_is_no_crash(capture: Path) -> None:
