@@ -55,7 +55,7 @@ def check_binary(path: str | Path) -> FramePointerCheck:
             return _check(str(path), data)
     except OSError as error:
         return FramePointerCheck(str(path), "unknown", None, f"cannot read it: {error.strerror}")
-    except (struct.error, IndexError, ValueError):  # ValueError: an empty file, which has no map
+    except (struct.error, IndexError, ValueError, OverflowError):  # offsets past its end; an empty file (no map)
         return FramePointerCheck(str(path), "unknown", None, "cannot read it: a damaged or truncated ELF file")
 
 
