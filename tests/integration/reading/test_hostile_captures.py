@@ -147,3 +147,14 @@ def test_perf_data_is_made_private_through_the_file_never_a_link_at_its_name(cop
     with pytest.raises(OffcpuError, match="replaced it while perf recorded"):
         describe(perf, capture / "perf.data", load(capture))
     assert stat.S_IMODE(victim.stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("plant", [fifo, device, sparse])
+def test_a_baseline_or_a_folded_file_that_is_no_regular_file_of_its_size_is_refused(captures, tmp_path, plant):
+    planted = tmp_path / "planted"
+    plant(planted)
+    checked = run_offcpu("check", str(captures["perf"]), "--baseline", str(planted), timeout=QUICK_S)
+    assert_one_line_error(checked, "cannot read the baseline", str(planted))
+    compared = run_offcpu("report", "diff", str(planted), str(captures["perf"]), "-o", str(tmp_path / "d.svg"),
+                          timeout=QUICK_S)
+    assert_one_line_error(compared, f"cannot read {planted}")
