@@ -146,14 +146,14 @@ def _unreadable(path: Path, error: OSError) -> OffcpuError:
 def _check_fields(path: Path, records: np.ndarray) -> None:
     """An OffcpuError naming the first field of a record of a known kind that holds what the
     kernel never gives (a damaged or crafted file), before any of it is read as a number."""
-    known = records[(records["kind"] >= WAIT) & (records["kind"] <= COMM)]
-    waits = known[known["kind"] == WAIT]
+    kinds = records["kind"]
+    known, waits = (kinds >= WAIT) & (kinds <= COMM), kinds == WAIT
     limits = [(known, name, PID_MAX_LIMIT) for name in ("pid", "tid", "waker_pid", "waker_tid")]
-    limits += [(known, "cpu", CPUS_MAX - 1), (waits, "weight_shift", MAX_WEIGHT_SHIFT),
-               (known[known["kind"] == COMM], "state", EXEC)]
+    limits += [(known, "cpu", CPUS_MAX - 1), (waits, "weight_shift", MAX_WEIGHT_SHIFT), (kinds == COMM, "state", EXEC)]
     limits += [(waits, name, (1 << 63) - 1) for name in ("since_ns", "woken_ns", "back_ns")]
     for rows, name, most in limits:
-        if len(rows) and (largest := int(rows[name].max())) > most:
+        values = records[name][rows]  # one column of the rows: not a copy of the records
+        if len(values) and (largest := int(values.max())) > most:
             raise damaged(path, f"a record whose {name} is {largest:,}, more than the {most:,} it can be")
 
 

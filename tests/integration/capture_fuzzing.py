@@ -63,8 +63,10 @@ def truncate(path: Path, rng: random.Random) -> str:
 def record_field(path: Path, rng: random.Random) -> str:
     """A field of one bpf-records.bin record set to an extreme, at its offset in RECORD."""
     index = rng.randrange(path.stat().st_size // RECORD.itemsize)
-    name = rng.choice([name for name in RECORD.names if RECORD.fields[name][0].kind != "S"])
-    kind, offset = RECORD.fields[name][:2]
+    fields = RECORD.fields
+    assert fields is not None
+    name = rng.choice([name for name, (kind, *_) in fields.items() if kind.kind != "S"])
+    kind, offset = fields[name][:2]
     value = extreme(rng, kind.itemsize)
     _write_at(path, index * RECORD.itemsize + offset, value)
     return f"{path.name}: record {index}'s {name} set to {value.hex()}"

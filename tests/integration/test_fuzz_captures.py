@@ -135,7 +135,7 @@ def test_mutated_captures_are_reported_or_refused_in_one_line(bases: dict[str, P
 
     rng = random.Random(SEED)
     said: dict[int, str] = {}
-    jobs = []
+    jobs: list[Job] = []
     for kind, base in bases.items():
         for number in range(MUTATIONS):
             index = len(jobs)
@@ -147,9 +147,10 @@ def test_mutated_captures_are_reported_or_refused_in_one_line(bases: dict[str, P
     started = time.monotonic()
     results = Children(jobs).run()
     failures = []
-    for index, _, work in jobs:
+    for index, _, output in jobs:
+        said_on = Path(output) / "stderr"
         code = results.get(index, "not run")
-        stderr = (Path(work) / "stderr").read_text(errors="replace") if (Path(work) / "stderr").exists() else ""
+        stderr = said_on.read_text(errors="replace") if said_on.exists() else ""
         lines = stderr.strip().splitlines()
         if code not in (0, 2) or (code == 2 and len(lines) != 1) or "Traceback" in stderr:
             failures.append(f"seed {SEED}, mutation {index} ({said[index]}): {code}; {stderr.strip()[-300:]}")
