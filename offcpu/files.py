@@ -94,7 +94,9 @@ def read_regular(path: Path | str, limit: int) -> bytes:
     """The whole of the regular file `path`, if it holds at most `limit` bytes (a sparse or
     growing file is not read past it); OSError otherwise."""
     with open_regular(path) as file:
-        data = file.read(limit + 1)
+        if os.fstat(file.fileno()).st_size > limit:  # a sparse file too, without reading its zeros
+            raise too_large(path, limit)
+        data = file.read(limit + 1)  # one that grows meanwhile, no further
     if len(data) > limit:
         raise too_large(path, limit)
     return data

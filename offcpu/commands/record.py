@@ -120,8 +120,8 @@ RECORDING_OPTIONS = (
                       "--stack-budget (a few percent of a busy server's throughput); perf records every event with "
                       "its stack (exact stacks of every wait, and --call-graph dwarf; it can halve a busy server's "
                       "throughput); auto is bpf where the kernel allows it, else perf."),
-    click.option("--stack-budget", type=click.IntRange(min=1, max=MAX_STACK_BUDGET), default=DEFAULT_STACK_BUDGET, show_default=True,
-                 metavar="STACKS",
+    click.option("--stack-budget", type=click.IntRange(min=1, max=MAX_STACK_BUDGET), default=DEFAULT_STACK_BUDGET,
+                 show_default=True, metavar="STACKS",
                  help="bpf: stacks to take per second on each CPU at most; above it, waits are sampled and the "
                       "time per stack is an estimate (reports say how many waits carry a stack, and the ±)."),
     click.option("--duration", "-d", "duration_s", type=float, default=5.0, show_default=True,

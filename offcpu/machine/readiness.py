@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from offcpu.machine.limits import LimitsSnapshot, is_kernel_thread, not_permitte
 from offcpu.recording import events
 from offcpu.recording.snapshot import UNWINDER
 from offcpu.renderers.flamegraph_tool import HOW_TO_GET_ONE, find_renderer
+from offcpu.workers import find_program
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 
@@ -50,7 +50,7 @@ def machine_checks() -> list[Check]:
 
 def _unwinder_check() -> Check:
     """What reads the user stacks of threads that do not run while recording (offcpu.recording.snapshot)."""
-    found = shutil.which(UNWINDER)
+    found = find_program(UNWINDER)
     if found is None:
         return Check("stacks of threads that never run", WARN,
                      f"{UNWINDER} not found ('apt-get install elfutils'): their kernel stacks only")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import platform
 import re
-import shutil
 import struct
 import subprocess
 import time
@@ -24,7 +23,7 @@ from dataclasses import replace
 from offcpu.escaping import printable
 from offcpu.machine.system import proc_text
 from offcpu.model.asleep import AsleepThread, Snapshot
-from offcpu.workers import child_environment
+from offcpu.workers import child_environment, find_program
 
 UNWINDER = "eu-stack"
 UNWINDER_TIMEOUT_S = 5.0  # for one process
@@ -73,7 +72,7 @@ def _take(at_start: dict[int, int], process_of: dict[int, int]) -> Snapshot:
     by_process: dict[int, list[AsleepThread]] = defaultdict(list)
     for thread in kernel_side:
         by_process[thread.pid].append(thread)
-    unwinder = shutil.which(UNWINDER)
+    unwinder = find_program(UNWINDER)
     if unwinder is None:
         return Snapshot(tuple(kernel_side), f"no user stacks: {UNWINDER} is not installed (Debian: elfutils)")
     threads = []
