@@ -398,10 +398,9 @@ impl Size {
             }
             // The wait's end: the records still in the ring buffer before it are kept (their
             // waits began earlier), those after are the waits then in flight, and no more
-            reached = match u32_at(record, KIND_AT) {
-                RECORD_WAIT => u64_at(record, BACK_AT),
-                _ => monotonic_ns(),
-            };
+            reached = Some(u64_at(record, BACK_AT))
+                .filter(|&back| back != 0 && u32_at(record, KIND_AT) == RECORD_WAIT)
+                .unwrap_or_else(monotonic_ns);
             self.reached_ns.store(reached, Ordering::Relaxed);
         }
         u32_at(record, KIND_AT) == RECORD_WAIT && u64_at(record, SINCE_AT) < reached
