@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 # The tracepoints the programs attach to (tp_btf), for capture.json's events.
 TRACEPOINTS = ("sched:sched_switch", "sched:sched_waking", "sched:sched_process_fork", "sched:sched_process_exit",
                "sched:sched_process_exec", "task:task_rename")
-RECORD_SIZE = 112  # a record of bpf-records.bin (_core.RECORD_SIZE: the core is loaded only to record)
 # A wait blocked this long takes its waker's stack whatever the budget says: the waits
 # that hold threads back longest keep what ended them.
 LONG_WAIT_NS = 1_000_000
@@ -174,6 +173,8 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
     Returns the context switch counts of the target's threads at the start, for the
     snapshot of those that never ran (taken once the programs are detached: eu-stack's
     stops of the process would be recorded)."""
+    from offcpu import _core
+
     info.started_at = now_iso()
     switches_at_start: dict[int, int] = {}
     limit = size_in_bytes(request.max_size)
@@ -192,7 +193,7 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
         with contextlib.suppress(OSError):
             recorded = _recorded_processes(info.target)
             threads = 1 if info.target.kind == "tid" else _threads_of(recorded)
-            recording.set_size_limit(max(limit - RECORD_SIZE * threads, 0))
+            recording.set_size_limit(max(limit - _core.RECORD_SIZE * threads, 0))
             maps.update(sorted({*recorded, *wakers}))
 
     def tick(elapsed_s: float) -> None:
