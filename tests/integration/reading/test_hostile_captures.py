@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import stat
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +20,10 @@ from offcpu.errors import OffcpuError
 from offcpu.reading.bpf_reader import RECORD, WAIT
 from offcpu.reading.describe import describe
 from tests.conftest import assert_one_line_error, example, run_offcpu
+from tests.hostile_files import PLANTS, sparse
 
 QUICK_S = 20  # a report of a small capture, whatever its files are
-SPARSE_BYTES = 20 << 30
+MAX_RSS_KB = 1 << 20  # 1 GiB: /dev/zero as bpf-stacks.bin took 3.4 GB before
 # The files a report cannot do without: anything but a regular file of their size there is an error
 NEEDED = {"capture.json", "bpf-records.bin", "bpf-stacks.bin", "perf.data"}
 
@@ -50,20 +53,7 @@ def report(capture: Path):  # noqa: ANN201
     return run_offcpu("report", "text", str(capture), timeout=QUICK_S)
 
 
-def fifo(path: Path) -> None:
-    os.mkfifo(path)
-
-
-def device(path: Path) -> None:
-    path.symlink_to("/dev/zero")
-
-
-def sparse(path: Path) -> None:
-    with open(path, "wb") as file:
-        file.truncate(SPARSE_BYTES)
-
-
-@pytest.mark.parametrize("plant", [fifo, device, sparse])
+@pytest.mark.parametrize("plant", PLANTS)
 @pytest.mark.parametrize(("backend", "name"), [
     ("bpf", "capture.json"), ("bpf", "bpf-records.bin"), ("bpf", "bpf-stacks.bin"), ("bpf", "bpf-maps.json"),
     ("bpf", "snapshot.json"), ("bpf", "kallsyms"), ("bpf", "vdso"), ("bpf", "model.json"), ("perf", "perf.data"),
@@ -73,7 +63,11 @@ def test_a_file_that_is_no_regular_file_of_its_size_is_never_waited_on_nor_read(
     (capture / "model.json").unlink()  # every file is read
     (capture / name).unlink(missing_ok=True)
     plant(capture / name)
+    started = time.monotonic()
     result = report(capture)
+    # at once, and in bounded memory (the largest child's so far: none of the others takes 1 GiB)
+    assert time.monotonic() - started < QUICK_S / 2
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < MAX_RSS_KB
     if name in NEEDED or (plant is sparse and name == "kallsyms"):
         # what cannot be left out: said in one line (a FIFO or a device at capture.json: no capture there)
         assert_one_line_error(result, name)
@@ -150,7 +144,7 @@ def test_perf_data_is_made_private_through_the_file_never_a_link_at_its_name(cop
     assert stat.S_IMODE(victim.stat().st_mode) == 0o644
 
 
-@pytest.mark.parametrize("plant", [fifo, device, sparse])
+@pytest.mark.parametrize("plant", PLANTS)
 def test_a_baseline_or_a_folded_file_that_is_no_regular_file_of_its_size_is_refused(captures, tmp_path, plant):
     planted = tmp_path / "planted"
     plant(planted)

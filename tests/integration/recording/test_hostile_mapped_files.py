@@ -7,15 +7,14 @@ own mounts what it likes at a directory of its user's): a FIFO, a link to a devi
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_offcpu
+from tests.hostile_files import PLANTS
 
 # Maps the first page of a file executable, says so, then switches until it is killed
 MAPPER = ("import mmap, sys, time\n"
@@ -28,20 +27,7 @@ DURATION_S = 0.5
 RECORDING_TIMEOUT_S = 30  # a recording of DURATION_S, with room for a loaded machine
 
 
-def fifo(path: Path) -> None:
-    os.mkfifo(path)
-
-
-def device(path: Path) -> None:
-    path.symlink_to("/dev/zero")
-
-
-def sparse(path: Path) -> None:
-    with open(path, "wb") as file:
-        file.truncate(20 << 30)
-
-
-@pytest.mark.parametrize("plant", [fifo, device, sparse])
+@pytest.mark.parametrize("plant", PLANTS)
 def test_a_mapped_file_whose_path_names_what_cannot_be_read_is_skipped(tmp_path, plant):
     mounted = tmp_path / "mnt"
     mounted.mkdir()
