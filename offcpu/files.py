@@ -20,6 +20,7 @@ PRIVATE = 0o600  # readable by its owner only, as everything in a capture
 # Opening never follows a link at the last component and never waits (a FIFO with no writer).
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def not_regular(path: Path | str) -> OSError:
@@ -45,36 +46,74 @@ def create_new(path: Path, mode: int = PRIVATE) -> int:
     return os.open(path, _NEW, mode)
 
 
-def write_whole(path: Path, text: str | bytes, mode: int = 0o666, replace: bool = True) -> None:
+def write_whole(path: Path, text: str | bytes, mode: int = 0o666, replace: bool = True,
+                directory: int | None = None) -> None:
     """Write `text` (or bytes) to a new PATH.partial, then rename it over `path`: a link at
     `path` is replaced, not followed, and anything there but a regular file or a link is
     refused. With `replace` False, FileExistsError if `path` exists when the file is whole. The
-    file has at most the permissions of `mode` (less the umask). OSError as raised; the partial
-    file is removed."""
-    partial = path.with_name(path.name + PARTIAL)
+    file has at most the permissions of `mode` (less the umask). `directory`: a descriptor of
+    the directory `path` is in, opened when the name was checked, so that the file goes there
+    even if a link on the way there has been changed since (else it is opened now). OSError as
+    raised; the partial file is removed."""
+    at = directory if directory is not None else os.open(path.parent, _DIRECTORY)
+    try:
+        _write_whole_at(at, path.name, text, mode, replace)
+    finally:
+        if directory is None:
+            os.close(at)
+
+
+def open_directory(path: Path) -> int:
+    """A descriptor of the directory `path` is in, for write_whole."""
+    return os.open(path.parent, _DIRECTORY)
+
+
+def _write_whole_at(directory: int, name: str, text: str | bytes, mode: int, replace: bool) -> None:
+    partial = name + PARTIAL
     with contextlib.suppress(FileNotFoundError):
-        partial.unlink()  # left by a run that was killed; unlinking a link never touches its target
-    fd = create_new(partial, mode)
+        os.unlink(partial, dir_fd=directory)  # left by a killed run; unlinking a link never touches its target
+    try:
+        fd = os.open(partial, _NEW, mode, dir_fd=directory)
+    except FileExistsError:  # planted again since the unlink: not the name the caller asked for
+        raise OSError(errno.EEXIST, "another process makes files of that name here", partial) from None
     try:
         with open(fd, "wb" if isinstance(text, bytes) else "w") as file:
             file.write(text)
-        _refuse_unless_regular_or_link(path)
+        kind = _kind_at(directory, name)
+        if kind not in (None, stat.S_IFREG, stat.S_IFLNK):
+            raise not_regular(name)
         if replace:
-            os.replace(partial, path)
+            os.replace(partial, name, src_dir_fd=directory, dst_dir_fd=directory)
         else:
-            os.link(partial, path, follow_symlinks=False)  # EEXIST if it appeared meanwhile
-            partial.unlink()
+            _link_unless_taken(directory, partial, name)
     except BaseException:
         with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
+            os.unlink(partial, dir_fd=directory)
         raise
 
 
-def _refuse_unless_regular_or_link(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        kind = stat.S_IFMT(path.lstat().st_mode)
-        if kind not in (stat.S_IFREG, stat.S_IFLNK):
-            raise not_regular(path)
+def _link_unless_taken(directory: int, partial: str, name: str) -> None:
+    """`partial` renamed to `name` unless something is there (FileExistsError): a hard link
+    fails if it is, at once; where the file system has no hard links (vfat), the name is
+    looked at first."""
+    try:
+        os.link(partial, name, src_dir_fd=directory, dst_dir_fd=directory, follow_symlinks=False)
+    except OSError as error:
+        if error.errno not in (errno.EPERM, errno.EOPNOTSUPP):
+            raise
+        if _kind_at(directory, name) is not None:
+            raise FileExistsError(errno.EEXIST, "File exists", name) from None
+        os.replace(partial, name, src_dir_fd=directory, dst_dir_fd=directory)
+    else:
+        os.unlink(partial, dir_fd=directory)
+
+
+def _kind_at(directory: int, name: str) -> int | None:
+    """What is at `name` (stat.S_IFREG, S_IFLNK, ...), links not followed; None if nothing."""
+    try:
+        return stat.S_IFMT(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return None
 
 
 def open_regular(path: Path | str) -> BinaryIO:

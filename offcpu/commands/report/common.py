@@ -16,7 +16,7 @@ import click
 from offcpu.capture import METADATA, is_file_of
 from offcpu.diagnosis.locktable import lock_table
 from offcpu.errors import OffcpuError
-from offcpu.files import invoking_uid, write_whole
+from offcpu.files import invoking_uid, not_regular, open_directory, write_whole
 from offcpu.model import Model
 from offcpu.model.loading import READERS, build, cached_model
 from offcpu.model.stackview import StackView
@@ -35,8 +35,10 @@ renderer_option = click.option(
 
 # What an output that is not a file is, said in a refusal.
 _NOT_FILES = {stat.S_IFBLK: "a block device (a disk)", stat.S_IFSOCK: "a socket",
-              stat.S_IFCHR: "a terminal or device another user owns",
+              stat.S_IFCHR: "a device other than a terminal or /dev/null",
               stat.S_IFIFO: "a pipe (FIFO) another user owns"}
+TERMINAL_MAJORS = frozenset({4, 5, *range(136, 144)})  # /dev/tty*, /dev/tty and /dev/console, /dev/pts/*
+_STREAM = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def output_options(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -56,18 +58,20 @@ class ReportFile:
     option: str  # how it was given: -o, --json, --junit
     reading: tuple[Path, ...]  # what it is made from: captures, baselines, folded files
     force: bool  # an existing file may be replaced
+    directory: int | None  # a descriptor of the directory it goes to, opened when checked; None for a stream
 
     def write(self, content: str | bytes) -> None:
-        """Write whole or not at all, then say where. A new file is made beside the name and
-        renamed over it, so that a symbolic link there is replaced, never written through, and
-        a file that appeared since the check is replaced only with --force; it is no more
-        readable than what it was made from (a capture is its owner's alone). offcpu's own
-        stdout and stderr, and a pipe or terminal of the user's, are written to."""
+        """Write whole or not at all, then say where. A new file is made in the directory that was
+        checked and renamed over the name, so that a symbolic link there is replaced, never
+        written through, and a file that appeared since the check is replaced only with --force;
+        it is no more readable than what it was made from (a capture is its owner's alone). A
+        stream (see _stream_kind) is written to."""
         try:
-            if _is_users_stream(self.path):
+            if self.directory is None:
                 self._write_stream(content)
             else:
-                write_whole(self.path, content, mode=_permissions_of(self.reading), replace=self.force)
+                write_whole(self.path, content, mode=_permissions_of(self.reading), replace=self.force,
+                            directory=self.directory)
         except FileExistsError:
             raise OffcpuError(f"{self.path} appeared while the report was made; pass --force to replace it or "
                               f"choose another file with {self.option}") from None
@@ -77,14 +81,15 @@ class ReportFile:
         click.echo(f"Wrote {self.path}", err=True)
 
     def _write_stream(self, content: str | bytes) -> None:
-        """Through offcpu's own descriptor when the path names one (so that `-o /dev/stdout >
-        FILE` appends as the shell set it up, and never truncates), else opened anew."""
+        """Through offcpu's own descriptor when the path leads to one (so that `-o /dev/stdout >
+        FILE` writes where the shell set it up, and never truncates), else opened anew."""
         descriptor = _own_descriptor(self.path)
-        flags = os.O_WRONLY | os.O_CLOEXEC | (0 if descriptor is not None else os.O_NOFOLLOW)
-        fd = os.dup(descriptor) if descriptor is not None else os.open(self.path, flags)
+        fd = os.dup(descriptor) if descriptor is not None else os.open(self.path, _STREAM)
         data = content.encode() if isinstance(content, str) else content
         try:
             with open(fd, "wb") as stream:
+                if descriptor is None and stat.S_IFMT(os.fstat(fd).st_mode) != _stream_kind(self.path):
+                    raise not_regular(self.path)  # swapped for a file since the check: never written into
                 stream.write(data)
         except BrokenPipeError:
             raise ReaderGone from None  # `-o /dev/stdout | head`: ends as `| head` always does
@@ -102,25 +107,30 @@ def output_path(capture: Path, output: Path | None, suffix: str, force: bool,
 
 def checked_output(path: Path, force: bool, reading: tuple[Path, ...], option: str = "-o") -> ReportFile:
     """Checked before any work: never one of the files it is made from (`reading`); an existing
-    file or symbolic link is replaced only with --force, anything else there is refused but
-    offcpu's own stdout and stderr, and a pipe or terminal that root or the user owns (/dev/null,
-    a FIFO), which hold nothing to lose and are written to. `option` names where the path was
-    given."""
+    file or symbolic link is replaced only with --force, and a stream (see _stream_kind) is
+    written to; anything else there, and any file in /dev or /proc, is refused. `option` names
+    where the path was given."""
     refuse_to_overwrite(path, reading, option)
-    if _is_users_stream(path):
-        return ReportFile(path, option, reading, force)
+    if _own_descriptor(path) is not None or _stream_kind(path) is not None:
+        return ReportFile(path, option, reading, force, None)
     try:
-        kind = stat.S_IFMT(path.lstat().st_mode)
+        kind: int | None = stat.S_IFMT(path.lstat().st_mode)
     except OSError:
-        return ReportFile(path, option, reading, force)  # nothing there yet, or said when written
+        kind = None  # nothing there yet, or said when written
     if kind == stat.S_IFDIR:
         raise OffcpuError(f"{path} is a directory; give a file name with {option}")
-    if kind not in (stat.S_IFREG, stat.S_IFLNK):
+    if kind not in (None, stat.S_IFREG, stat.S_IFLNK):
         raise OffcpuError(f"{path} is {_NOT_FILES.get(kind, 'not a regular file')}, which offcpu never writes "
                           f"to; give a file name with {option}")
-    if not force:
+    if Path(os.path.realpath(path.parent)).parts[1:2] in (("dev",), ("proc",)):
+        raise OffcpuError(f"{path} is no stream offcpu can write to (a closed descriptor?), and offcpu makes no file "
+                          f"in /dev or /proc; give a file name with {option}")
+    if kind is not None and not force:
         raise OffcpuError(f"{path} exists; pass --force to replace it or choose another file with {option}")
-    return ReportFile(path, option, reading, force)
+    try:
+        return ReportFile(path, option, reading, force, open_directory(path))
+    except OSError as error:
+        raise OffcpuError(f"cannot write {path} ({error.strerror}); choose another place with {option}") from None
 
 
 def refuse_to_overwrite(output: Path, reading: tuple[Path, ...], option: str) -> None:
@@ -135,31 +145,37 @@ def refuse_to_overwrite(output: Path, reading: tuple[Path, ...], option: str) ->
                               f"leave unreadable; choose a file outside it with {option}")
 
 
-def _is_users_stream(path: Path) -> bool:
-    """Whether `path` is a stream to write to rather than a file to replace: offcpu's own
-    standard output or error (/dev/stdout, /proc/self/fd/2: links to its descriptors), or a
-    character device or pipe that root or the user running offcpu owns (/dev/null, a FIFO made
-    for it). Another user's FIFO in /tmp is no place for a report of root's."""
-    if path.is_symlink():
-        return _own_descriptor(path) is not None
+def _own_descriptor(path: Path) -> int | None:
+    """The descriptor of offcpu's that `path`, a symbolic link, leads to: /dev/stdout, /dev/fd/3,
+    a shell's >(command)."""
+    if not path.is_symlink():
+        return None
+    try:
+        target = path.stat()
+    except OSError:
+        return None  # a closed descriptor, or a link to nothing
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.path.samestat(target, os.fstat(int(name))):
+                return int(name)
+        except OSError:
+            continue  # the directory's own descriptor, closed by now
+    return None
+
+
+def _stream_kind(path: Path) -> int | None:
+    """stat.S_IFIFO or S_IFCHR if `path` is a stream to write to rather than a file to replace:
+    a pipe that root or the user running offcpu owns (another user's FIFO is no place for a
+    report of root's), or /dev/null or a terminal (not any device: opening one may do something)."""
     try:
         status = path.lstat()
     except OSError:
-        return False
-    stream = stat.S_ISCHR(status.st_mode) or stat.S_ISFIFO(status.st_mode)
-    return stream and status.st_uid in (0, os.getuid(), invoking_uid())
-
-
-def _own_descriptor(path: Path) -> int | None:
-    """1 or 2 if `path` is a symbolic link to offcpu's stdout or stderr, such as /dev/stdout."""
-    if not path.is_symlink():
         return None
-    for fd in (1, 2):
-        try:
-            if os.path.samestat(path.stat(), os.fstat(fd)):
-                return fd
-        except OSError:
-            continue
+    if stat.S_ISFIFO(status.st_mode) and status.st_uid in (0, os.getuid(), invoking_uid()):
+        return stat.S_IFIFO
+    if stat.S_ISCHR(status.st_mode) and (status.st_rdev == os.stat(os.devnull).st_rdev
+                                         or os.major(status.st_rdev) in TERMINAL_MAJORS):
+        return stat.S_IFCHR
     return None
 
 

@@ -77,6 +77,24 @@ def test_a_link_to_stdout_writes_to_stdout(mmap_capture, tmp_path):
     assert stdout.is_symlink() and os.readlink(stdout) == "/proc/self/fd/1"
 
 
+def test_a_descriptor_given_as_dev_fd_is_written_to(mmap_capture, tmp_path):
+    # Given 'report json CAP -o /dev/fd/3 3>FILE', as a shell's >(command) hands one over
+    received = tmp_path / "received.json"
+    with received.open("w") as file:
+        result = subprocess.run([str(OFFCPU), "report", "json", str(mmap_capture), "-o", f"/dev/fd/{file.fileno()}"],
+                                capture_output=True, text=True, pass_fds=(file.fileno(),), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(received.read_text())["schema"] == "offcpu/1"
+
+
+def test_a_closed_stdout_named_as_dev_stdout_is_no_file_to_make(mmap_capture):
+    result = subprocess.run([str(OFFCPU), "report", "json", str(mmap_capture), "-o", "/dev/stdout", "--force"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
+                            preexec_fn=lambda: os.close(1))
+    assert_one_line_error(result, "/dev/stdout", "no file in /dev or /proc")
+    assert Path("/dev/stdout").is_symlink()
+
+
 def test_a_symbolic_link_is_replaced_never_written_through(mmap_capture, tmp_path):
     # Given a link planted where root writes a report, leading to a file root can write
     victim = tmp_path / "victim"
