@@ -8,7 +8,7 @@ import re
 import shlex
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -217,8 +217,8 @@ def record_into(request: RecordRequest, force: bool, suggest_report: bool = True
     """Record into request.output (replacing a capture there only with `force`),
     with a countdown on a terminal, and print the summary (with the report to run
     next, unless the caller goes on by itself)."""
-    with output_taken(request.output, force):
-        info = _record_with_progress(request)
+    with output_taken(request.output, force) as directory:
+        info = _record_with_progress(replace(request, output=directory))
     _print_summary(info, request, suggest_report)
     return info
 

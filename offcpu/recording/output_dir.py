@@ -14,6 +14,7 @@ from pathlib import Path
 
 from offcpu.capture import BPF_RECORDS, METADATA, PERF_DATA, RECORDING, is_capture, own_files
 from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
 from offcpu.files import PARTIAL, PRIVATE, invoking_uid, write_whole
 
 MIN_FREE_BYTES = 32 << 20
@@ -21,22 +22,26 @@ REPLACED = f"replaced{PARTIAL}"  # the capture `--force` replaces, kept aside un
 
 
 @contextmanager
-def output_taken(directory: Path, force: bool) -> Iterator[None]:
-    """Hold `directory` while offcpu records into it. It is locked, so that a second offcpu
-    fails (exit 2) instead of both writing one perf.data, and marked (RECORDING) until the
-    capture is whole, so that what an offcpu that was killed leaves is known for an
-    unfinished recording. An existing capture or unfinished recording is replaced only
-    with --force, and then only offcpu's files, once the new recording has left a perf.data:
-    until then they are kept aside (REPLACED), and put back when it fails. Any other
+def output_taken(given: Path, force: bool) -> Iterator[Path]:
+    """Hold the directory `given` while offcpu records into it; yields it as the path to record
+    into (resolved, so that no link another user may change is followed later). It is locked,
+    so that a second offcpu fails (exit 2) instead of both writing one perf.data, and marked
+    (RECORDING) until the capture is whole, so that what an offcpu that was killed leaves is
+    known for an unfinished recording. An existing capture or unfinished recording is replaced
+    only with --force, and then only offcpu's files, once the new recording has left a
+    perf.data: until then they are kept aside (REPLACED), and put back when it fails. Any other
     directory must be empty. A directory made here and left empty is removed."""
+    directory = given.resolve()
+    _refuse_unless_trusted_above(directory)
     created = _made(directory)
     with _locked(directory) as fd:
-        _refuse_unless_private(directory, fd)
+        _refuse_unless_owned(directory, fd)
         if not created:
             _clear_for_capture(directory, force)
         marker = directory / RECORDING
         replaced = directory / REPLACED
         try:
+            _make_private(directory, fd)
             _check_free_space(directory)
             try:
                 # private as the capture is (it names offcpu's pid), and never written through a link
@@ -44,7 +49,7 @@ def output_taken(directory: Path, force: bool) -> Iterator[None]:
                                     "the recording was not finished\n", mode=PRIVATE)
             except OSError as error:
                 raise _not_writable(directory, error) from None
-            yield
+            yield directory
         except BaseException:
             if not any((directory / name).exists() for name in (PERF_DATA, BPF_RECORDS)):
                 # nothing of a recording is left: nothing to mark
@@ -74,9 +79,9 @@ def _made(directory: Path) -> bool:
 @contextmanager
 def _locked(directory: Path) -> Iterator[int]:
     """An exclusive lock on `directory` (the kernel releases it however offcpu ends), and a
-    descriptor of it."""
+    descriptor of it (never of where a link put there meanwhile leads)."""
     try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
         raise _not_writable(directory, error) from None
     try:
@@ -90,25 +95,44 @@ def _locked(directory: Path) -> Iterator[int]:
         os.close(fd)
 
 
-def _refuse_unless_private(directory: Path, fd: int) -> None:
-    """Root writes the capture by its names, so nobody else may rename, add or replace them: the
-    directory is root's or the invoking user's, as is each directory above it (or it is sticky,
-    as /tmp), and it is made the owner's alone before anything in it is looked at (a link
-    planted before that would be seen, one planted after cannot be). Its files are private too:
-    capture.json holds the command line."""
-    trusted = (0, os.getuid(), invoking_uid())
-    if os.fstat(fd).st_uid not in trusted:
-        raise OffcpuError(f"{directory} belongs to another user, who could replace the capture's files with links "
-                          "to root's; choose a directory of your own with -o")
-    for above in directory.resolve().parents:
-        status = above.stat()
-        if status.st_uid not in trusted or status.st_mode & (stat.S_IWOTH | stat.S_ISVTX) == stat.S_IWOTH:
+# Root writes a capture's files by their names, so nobody else may rename, add or replace them.
+def _refuse_unless_trusted_above(directory: Path) -> None:
+    """Each directory above the capture's is root's or the invoking user's and writable by no
+    one else (but sticky, as /tmp is, where none may rename another's files)."""
+    for above in directory.parents:
+        try:
+            status = above.stat()
+        except FileNotFoundError:
+            continue  # made here, by root
+        shared = status.st_mode & stat.S_IWOTH or (status.st_mode & stat.S_IWGRP and status.st_gid != 0)
+        if status.st_uid not in _trusted_users() or (shared and not status.st_mode & stat.S_ISVTX):
             raise OffcpuError(f"{above}, above {directory}, can be changed by another user, who could swap the "
                               "capture for links to root's files; choose a directory of your own with -o")
+
+
+def _refuse_unless_owned(directory: Path, fd: int) -> None:
+    if os.fstat(fd).st_uid not in _trusted_users():
+        raise OffcpuError(f"{directory} belongs to another user, who could replace the capture's files with links "
+                          "to root's; choose a directory of your own with -o")
+
+
+def _make_private(directory: Path, fd: int) -> None:
+    """The directory made its owner's alone. If others could write to it, it must be empty now
+    (or hold only the capture kept aside): a link planted before is seen, none can be after.
+    Its files are private too: capture.json holds the command line."""
+    shared = stat.S_IMODE(os.fstat(fd).st_mode) & (stat.S_IWGRP | stat.S_IWOTH)
     try:
         os.fchmod(fd, 0o700)
     except OSError as error:
         raise _not_writable(directory, error) from None
+    planted = sorted(set(os.listdir(fd)) - {REPLACED}) if shared else []
+    if planted:
+        raise OffcpuError(f"{printable(planted[0])} appeared in {directory}, which others could write to, while "
+                          "offcpu made way for the capture; choose a directory only you can write to with -o")
+
+
+def _trusted_users() -> tuple[int, ...]:
+    return 0, os.getuid(), invoking_uid()
 
 
 def _not_writable(directory: Path, error: OSError) -> OffcpuError:

@@ -211,6 +211,27 @@ def test_a_directory_under_one_another_user_owns_is_refused(tmp_path):
     assert_one_line_error(result, str(theirs), "another user", "-o")
 
 
+def test_a_directory_that_is_refused_keeps_its_mode(tmp_path):
+    # Given a directory open to all, as /tmp is, holding another user's file ('-o /tmp')
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (shared / "theirs").write_text("x")
+    # Then it is no capture directory, and it is left as it was
+    result = run_offcpu(*RECORD, "-a", "-d", "0.2", "-o", str(shared))
+    assert_one_line_error(result, str(shared), "not a capture directory")
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+
+
+def test_a_directory_under_one_a_group_may_change_is_refused(tmp_path):
+    shared = tmp_path / "team"
+    shared.mkdir()
+    os.chown(shared, 0, 65534)
+    shared.chmod(0o2775)
+    result = run_offcpu(*RECORD, "-a", "-d", "0.2", "-o", str(shared / "cap"))
+    assert_one_line_error(result, str(shared), "another user", "-o")
+
+
 def test_roots_open_directory_is_made_private_before_it_is_recorded_into(tmp_path):
     mine = tmp_path / "cap"
     mine.mkdir()
