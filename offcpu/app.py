@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import traceback
 
 import click
 
@@ -59,7 +60,17 @@ def run(argv: list[str] | None = None) -> int:
     except ReaderGone:
         _discard_output()
         return 128 + signal.SIGPIPE  # what a shell shows for a program SIGPIPE ended, as it ends cat or grep
+    except Exception as error:  # a bug: one line and 2, never 1, which `check` means as a finding
+        click.echo(f"offcpu: error: offcpu failed ({_where(error)}: {type(error).__name__}: {error}); this is a bug "
+                   "in offcpu: please report it with the command that led to it", err=True)
+        return 2
     return code if isinstance(code, int) else 0
+
+
+def _where(error: Exception) -> str:
+    """The file and line of offcpu's where `error` was raised, for the report of a bug."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else "unknown"
 
 
 def _discard_output() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +34,7 @@ from offcpu.commands.report.common import (
 from offcpu.diagnosis.claims import DEADLOCK, STUCK
 from offcpu.errors import Interrupted, OffcpuError, more_in
 from offcpu.escaping import printable
-from offcpu.files import read_json
+from offcpu.files import not_regular, read_json
 from offcpu.gate.policy import Policy, load_policy
 from offcpu.gate.verdict import (
     Measurements,
@@ -324,7 +325,12 @@ def _append_step_summary(markdown: str) -> None:
     if not summary:
         return
     try:
-        with open(summary, "a") as file:
+        # appended to a regular file only, never through a link (CI's runner makes it; offcpu runs as root)
+        fd = os.open(summary, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o666)
+        with open(fd, "w") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise not_regular(summary)
             file.write(markdown)
     except OSError as error:
         click.echo(f"offcpu: warning: cannot append to GITHUB_STEP_SUMMARY {summary} ({error.strerror}), so the "

@@ -4,6 +4,7 @@ stacks. See locks.toml for what an entry says."""
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import re
 import tomllib
@@ -13,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
+from offcpu.files import read_regular
 from offcpu.stacks import Stack, normal
 
 KINDS = ("lock", "condition", "handoff", "io", "sleep", "work", "join")
@@ -185,14 +187,13 @@ def parse_toml(text: str, named: str, meant: str) -> dict:
 def read_toml_text(path: Path, what: str) -> str:
     """A TOML file's text, read with a size bound (a device or a huge file is refused)."""
     try:
-        if not path.is_file():
-            raise OffcpuError(f"the {what} file {path} is not a regular file; give a TOML file")
-        with path.open("rb") as file:
-            data = file.read(MAX_FILE_BYTES + 1)
+        data = read_regular(path, MAX_FILE_BYTES)
     except OSError as error:
+        if error.errno == errno.EFBIG:
+            raise OffcpuError(f"the {what} file {path} is over {MAX_FILE_BYTES >> 20} MiB; give a TOML file") from None
+        if error.errno == errno.EINVAL:
+            raise OffcpuError(f"the {what} file {path} is not a regular file; give a TOML file") from None
         raise OffcpuError(f"cannot read the {what} file {path} ({error.strerror}); give a TOML file") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise OffcpuError(f"the {what} file {path} is over {MAX_FILE_BYTES >> 20} MiB; give a TOML file")
     try:
         return data.decode()
     except UnicodeDecodeError:
