@@ -141,6 +141,22 @@ def read_regular(path: Path | str, limit: int) -> bytes:
     return data
 
 
+def read_given(path: Path | str, limit: int) -> bytes:
+    """A file the user named to be read, such as a folded file: a regular file as read_regular
+    reads it, or a pipe (a shell's <(command)), read to its end or `limit`; never a device."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # a FIFO waits for its writer, as the user asked
+    with open(fd, "rb") as file:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind not in (stat.S_IFREG, stat.S_IFIFO):
+            raise not_regular(path)
+        if kind == stat.S_IFREG and os.fstat(fd).st_size > limit:
+            raise too_large(path, limit)
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise too_large(path, limit)
+    return data
+
+
 def read_json(path: Path | str, limit: int) -> Any:
     """The JSON value of the regular file `path` of at most `limit` bytes: OSError if it cannot
     be read so, ValueError if it is not JSON (nested too deeply for Python included)."""

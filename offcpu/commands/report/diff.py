@@ -16,7 +16,7 @@ from offcpu.commands.report.common import (
 )
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
-from offcpu.files import read_regular
+from offcpu.files import read_given
 from offcpu.model.diffing import (
     Diff,
     Side,
@@ -107,7 +107,7 @@ def _side(path: Path, label: str, view: StackView) -> Side:
     if path.is_dir() or is_perf_data(path):
         return from_model(load_with_progress(path, view.time, view.reader), view, label)
     try:
-        text = read_regular(path, FOLDED_MAX).decode()
+        text = read_given(path, FOLDED_MAX).decode()
     except (OSError, UnicodeDecodeError) as error:
         reason = error.strerror if isinstance(error, OSError) else "not text"
         raise OffcpuError(f"cannot read {path} ({reason}); give a capture directory, a perf.data or a folded "

@@ -10,6 +10,7 @@ import os
 import resource
 import shutil
 import stat
+import threading
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from offcpu.errors import OffcpuError
 from offcpu.reading.bpf_reader import RECORD, WAIT
 from offcpu.reading.describe import describe
 from tests.conftest import assert_one_line_error, example, run_offcpu
-from tests.hostile_files import PLANTS, sparse
+from tests.hostile_files import PLANTS, device, sparse
 
 QUICK_S = 20  # a report of a small capture, whatever its files are
 MAX_RSS_KB = 1 << 20  # 1 GiB: /dev/zero as bpf-stacks.bin took 3.4 GB before
@@ -145,11 +146,31 @@ def test_perf_data_is_made_private_through_the_file_never_a_link_at_its_name(cop
 
 
 @pytest.mark.parametrize("plant", PLANTS)
-def test_a_baseline_or_a_folded_file_that_is_no_regular_file_of_its_size_is_refused(captures, tmp_path, plant):
+def test_a_baseline_that_is_no_regular_file_of_its_size_is_refused(captures, tmp_path, plant):
     planted = tmp_path / "planted"
     plant(planted)
     checked = run_offcpu("check", str(captures["perf"]), "--baseline", str(planted), timeout=QUICK_S)
     assert_one_line_error(checked, "cannot read the baseline", str(planted))
+
+
+@pytest.mark.parametrize("plant", [device, sparse])
+def test_a_folded_file_that_is_a_device_or_too_large_is_refused(captures, tmp_path, plant):
+    planted = tmp_path / "planted"
+    plant(planted)
     compared = run_offcpu("report", "diff", str(planted), str(captures["perf"]), "-o", str(tmp_path / "d.svg"),
                           timeout=QUICK_S)
     assert_one_line_error(compared, f"cannot read {planted}")
+
+
+def test_a_folded_file_from_a_pipe_is_read(captures, tmp_path):
+    # Given the folded stacks of a capture, written into a FIFO as a shell's <(command) would
+    folded = run_offcpu("report", "folded", str(captures["perf"]))
+    assert folded.returncode == 0, folded.stderr
+    pipe = tmp_path / "folded"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=lambda: pipe.write_text(folded.stdout))
+    writer.start()
+    # Then report diff reads it to its end, as it would a file
+    compared = run_offcpu("report", "diff", "--text", str(pipe), str(captures["perf"]), timeout=QUICK_S)
+    writer.join()
+    assert compared.returncode == 0, compared.stderr
