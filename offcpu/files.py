@@ -55,7 +55,7 @@ def write_whole(path: Path, text: str | bytes, mode: int = 0o666, replace: bool 
     the directory `path` is in, opened when the name was checked, so that the file goes there
     even if a link on the way there has been changed since (else it is opened now). OSError as
     raised; the partial file is removed."""
-    at = directory if directory is not None else os.open(path.parent, _DIRECTORY)
+    at = directory if directory is not None else open_directory(path)
     try:
         _write_whole_at(at, path.name, text, mode, replace)
     finally:
@@ -133,25 +133,25 @@ def read_regular(path: Path | str, limit: int) -> bytes:
     """The whole of the regular file `path`, if it holds at most `limit` bytes (a sparse or
     growing file is not read past it); OSError otherwise."""
     with open_regular(path) as file:
-        if os.fstat(file.fileno()).st_size > limit:  # a sparse file too, without reading its zeros
-            raise too_large(path, limit)
-        data = file.read(limit + 1)  # one that grows meanwhile, no further
-    if len(data) > limit:
-        raise too_large(path, limit)
-    return data
+        return _read_at_most(file, path, limit)
 
 
 def read_given(path: Path | str, limit: int) -> bytes:
     """A file the user named to be read, such as a folded file: a regular file as read_regular
     reads it, or a pipe (a shell's <(command)), read to its end or `limit`; never a device."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # a FIFO waits for its writer, as the user asked
-    with open(fd, "rb") as file:
-        kind = stat.S_IFMT(os.fstat(fd).st_mode)
-        if kind not in (stat.S_IFREG, stat.S_IFIFO):
+    with open(os.open(path, os.O_RDONLY | os.O_CLOEXEC), "rb") as file:  # a FIFO waits for its writer, as asked
+        if stat.S_IFMT(os.fstat(file.fileno()).st_mode) not in (stat.S_IFREG, stat.S_IFIFO):
             raise not_regular(path)
-        if kind == stat.S_IFREG and os.fstat(fd).st_size > limit:
-            raise too_large(path, limit)
-        data = file.read(limit + 1)
+        return _read_at_most(file, path, limit)
+
+
+def _read_at_most(file: BinaryIO, path: Path | str, limit: int) -> bytes:
+    """All of `file` if it holds at most `limit` bytes; a regular file larger than that is
+    refused by its size, without reading its zeros if sparse, and a stream or a file that grows
+    meanwhile is read no further than one byte past it."""
+    if os.fstat(file.fileno()).st_size > limit:  # a pipe's size is 0
+        raise too_large(path, limit)
+    data = file.read(limit + 1)
     if len(data) > limit:
         raise too_large(path, limit)
     return data
