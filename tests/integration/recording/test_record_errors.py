@@ -203,12 +203,15 @@ def test_a_directory_another_user_owns_is_refused(tmp_path):
     assert list(theirs.iterdir()) == []
 
 
-def test_a_directory_under_one_another_user_owns_is_refused(tmp_path):
-    theirs = tmp_path / "theirs"
-    theirs.mkdir()
-    os.chown(theirs, 65534, 65534)
-    result = run_offcpu(*RECORD, "-a", "-d", "0.2", "-o", str(theirs / "cap"))
-    assert_one_line_error(result, str(theirs), "another user", "-o")
+@pytest.mark.parametrize("owner, mode", [((65534, 65534), 0o755), ((0, 65534), 0o2775)],
+                         ids=["another user's", "a group's to change"])
+def test_a_directory_under_one_another_user_may_change_is_refused(tmp_path, owner, mode):
+    above = tmp_path / "above"
+    above.mkdir()
+    os.chown(above, *owner)
+    above.chmod(mode)
+    result = run_offcpu(*RECORD, "-a", "-d", "0.2", "-o", str(above / "cap"))
+    assert_one_line_error(result, str(above), "another user", "-o")
 
 
 def test_a_directory_that_is_refused_keeps_its_mode(tmp_path):
@@ -221,15 +224,6 @@ def test_a_directory_that_is_refused_keeps_its_mode(tmp_path):
     result = run_offcpu(*RECORD, "-a", "-d", "0.2", "-o", str(shared))
     assert_one_line_error(result, str(shared), "not a capture directory")
     assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
-
-
-def test_a_directory_under_one_a_group_may_change_is_refused(tmp_path):
-    shared = tmp_path / "team"
-    shared.mkdir()
-    os.chown(shared, 0, 65534)
-    shared.chmod(0o2775)
-    result = run_offcpu(*RECORD, "-a", "-d", "0.2", "-o", str(shared / "cap"))
-    assert_one_line_error(result, str(shared), "another user", "-o")
 
 
 def test_roots_open_directory_is_made_private_before_it_is_recorded_into(tmp_path):
