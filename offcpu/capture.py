@@ -16,6 +16,7 @@ from typing import Any
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.files import PARTIAL, PRIVATE, read_json, write_whole
+from offcpu.machine.cgroups import of_capture
 
 SCHEMA = "offcpu-capture/1"
 PERF_DATA = "perf.data"
@@ -152,6 +153,9 @@ class CaptureInfo:
     # showed it when the recording ended (or began, for those gone by then): a server's process
     # title (PostgreSQL's backends') tells its processes apart. Empty in older captures.
     process_titles: dict[str, str] = field(default_factory=dict)
+    # The recorded processes' cgroups (offcpu.machine.cgroups.Cgroup.to_json()), read at the start
+    # and the end: CPU limits and throttling, memory.high events, pids limits. Empty in older captures.
+    cgroups: list[dict] = field(default_factory=list)
     samples: int = 0
     switch_records: int = 0
     lost_events: int = 0
@@ -309,6 +313,7 @@ def _check_lists(info: CaptureInfo) -> None:
                                      ("events_skipped", info.events_skipped, SKIPPED_FIELDS)):
         if not all(isinstance(item, dict) and _typed(item, item_fields) for item in items):
             raise ValueError(f"{name} holds something other than events as offcpu writes them")
+    of_capture(info.cgroups)  # ValueError when they are not what offcpu wrote
     for name, snapshot in (("limits", info.limits), ("limits_peak", info.limits_peak)):
         if snapshot is not None and not _limits_snapshot(snapshot):
             raise ValueError(f"{name} is not a snapshot of the target's limits as offcpu writes it")

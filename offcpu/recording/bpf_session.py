@@ -36,6 +36,7 @@ from offcpu.recording.session import (
     command_ended,
     discard,
     limits_of,
+    note_cgroups_at_end,
     note_threads_at_start,
     now_iso,
     save_capture,
@@ -219,6 +220,7 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
         reached = recording.size_limit_reached_ns()  # the records end there, if they reached --max-size
         info.window_end_ns = time.monotonic_ns() if reached is None else reached
         info.ended_at = now_iso()
+        note_cgroups_at_end(info)
         maps_now()
     info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
     info.target_exited = info.ended_by == "target exited"

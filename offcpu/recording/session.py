@@ -19,7 +19,7 @@ from pathlib import Path
 from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, own_files, save
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
-from offcpu.machine import limits, system
+from offcpu.machine import cgroups, limits, system
 from offcpu.model.asleep import save as save_snapshot
 from offcpu.reading.describe import describe
 from offcpu.recording import snapshot, targets
@@ -39,6 +39,7 @@ from offcpu.recording.perf_process import ACK_TIMEOUT_S, PerfProcess
 from offcpu.recording.request import RecordRequest
 from offcpu.recording.schedstats import schedstats_enabled
 
+MOUNTS = "/proc/self/mounts"  # the cgroup hierarchies are where offcpu's mounts say
 START_ATTEMPTS = 3  # perf started anew when a process offcpu listed exited before perf began
 
 
@@ -170,6 +171,7 @@ def _run(perf_process: PerfProcess, request: RecordRequest, info: CaptureInfo,
         disabled_ns = None if gone else perf_process.command("disable")
         info.perf_cpu_s = perf_process.cpu_time_s()
         info.ended_at = now_iso()
+        note_cgroups_at_end(info)
     # Without perf's answer the events may have run on: the window ends where offcpu
     # decided to stop, and the engine leaves out whatever came after it.
     info.window_end_ns = disabled_ns or noticed_ns
@@ -187,9 +189,26 @@ def note_threads_at_start(request: RecordRequest, info: CaptureInfo) -> dict[int
     threads = targets.threads_now(info.target)
     info.threads_at_start, info.processes_at_start = threads.states, threads.processes
     info.process_titles = targets.process_titles(info.target)
+    note_cgroups_at_start(info)
     if request.snapshot and info.target.kind != "all":
         return snapshot.switch_counts(map(int, threads.states))
     return {}
+
+
+def note_cgroups_at_start(info: CaptureInfo) -> None:
+    """The cgroups of the target's processes (of every process, for the whole machine: the lowest
+    pids, up to cgroups.MAX_PROCESSES) with their limits and counters, as the recording starts."""
+    pids = targets.process_table() if info.target.kind == "all" else targets.processes_now(info.target)
+    with contextlib.suppress(OSError):  # no mounts to read: no cgroups to say
+        info.cgroups = [cgroup.to_json() for cgroup in cgroups.read_at_start(pids, system.proc_text(MOUNTS))]
+
+
+def note_cgroups_at_end(info: CaptureInfo) -> None:
+    """The counters of the cgroups read at the start, as the recording ends (what grew between is the
+    recording's)."""
+    with contextlib.suppress(OSError):
+        info.cgroups = [cgroup.to_json() for cgroup in
+                        cgroups.read_at_end(cgroups.of_capture(info.cgroups), system.proc_text(MOUNTS))]
 
 
 def command_ended(target: Target) -> str:
