@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from offcpu.diagnosis.waits import WaitClass, Waits
+from offcpu.machine.cgroups import Cgroup, cgroups_of, of_capture
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, WHOLE_WINDOW, Model, Row
 from offcpu.model.summaries import Lifecycle, lifecycle
 from offcpu.model.wakeups import (
@@ -65,6 +66,11 @@ MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION = "mmap_lock", "stack_cache_lock", 
 LOCK_FINDINGS = (MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION)
 SERIALIZATION, HANDOFF, THREAD_CHURN = "serialization", "handoff", "thread_churn"
 FUTEX_UNKNOWN, RUNQUEUE, IO_WAIT, IDLE = "futex_unknown", "runqueue", "io_wait", "idle"
+# Preempted waits of threads whose cgroup's CPU limit (quota) held them off: a cgroup whose
+# throttled time grew over the recording by at least THROTTLED_COVERS of its recorded threads'
+# preempted time takes those waits from runqueue (the quota, not other threads, kept them off a CPU).
+CPU_THROTTLING = "cpu_throttling"
+THROTTLED_COVERS = 0.5
 # Threads that waited at a lock all the window, never woken; of those, threads that wait for
 # each other's mutex (glibc's owner of each: the snapshot at the window's end), and threads behind them.
 STUCK, DEADLOCK = "stuck", "deadlock"
@@ -238,7 +244,10 @@ class Claims:
         if cls.cause == NEW:
             return Claim(THREAD_CHURN) if self.churning else None
         if cls.cause == PREEMPTED_CAUSE:  # a kernel thread preempted in its main loop had work too
-            return Claim(RUNQUEUE) if stack.frames != (BEFORE_WINDOW,) else None
+            if stack.frames == (BEFORE_WINDOW,):
+                return None
+            throttled = self.throttled.get(self._pid(row))
+            return Claim(CPU_THROTTLING, throttled.path) if throttled else Claim(RUNQUEUE)
         if cls.parked:
             return Claim(IDLE)  # a disk's interrupt that queues work wakes a kworker: still a wait for work
         if site is not None and site.kind == "lock" and self._waited_all_window(row, cls):
@@ -264,6 +273,30 @@ class Claims:
         if cls.cause == KERNEL:
             return None  # a kernel thread's doing: shown in the tables, not a finding of the program's
         return None  # a peer's: decided once every other wait is (see _peer_claim)
+
+    def _pid(self, row: Row) -> int | None:
+        thread = self.model.threads.get(row.tid)
+        return thread.pid if thread else None
+
+    @cached_property
+    def throttled(self) -> dict[int, Cgroup]:
+        """{pid: the cgroup whose CPU limit held its threads off} for the processes of each throttled
+        cgroup whose throttled time covers their preempted waits (THROTTLED_COVERS); of two such
+        cgroups of a process (one above the other), the one held off longer."""
+        cgroups = of_capture(self.model.capture.cgroups)
+        preempted_us: dict[int, int] = defaultdict(int)
+        for row, cls in zip(self.model.rows, self.waits.classes, strict=True):
+            pid = self._pid(row)
+            if cls.cause == PREEMPTED_CAUSE and pid is not None and \
+                    self.model.stacks[row.stack].frames != (BEFORE_WINDOW,):
+                preempted_us[pid] += row.offcpu_us
+        found: dict[int, Cgroup] = {}
+        for cgroup in sorted((cgroup for cgroup in cgroups if cgroup.throttled_ns), key=lambda c: c.throttled_ns):
+            pids = [pid for pid in preempted_us if cgroup in cgroups_of(pid, cgroups)]
+            waited_us = sum(preempted_us[pid] for pid in pids)
+            if waited_us and cgroup.throttled_ns / 1000 >= THROTTLED_COVERS * waited_us:
+                found.update(dict.fromkeys(pids, cgroup))  # held off longest last: it wins
+        return found
 
     def _waited_all_window(self, row: Row, cls: WaitClass) -> bool:
         return cls.cause == UNWOKEN and row.blocked_us >= WHOLE_WINDOW * self.model.wall_us

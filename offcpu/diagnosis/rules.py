@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from offcpu.diagnosis.claims import (
+    CPU_THROTTLING,
     DEADLOCK,
     FUTEX_UNKNOWN,
     HANDOFF,
@@ -321,6 +322,26 @@ def detect_runqueue(ctx: Context) -> list[Match]:
                         f"{waiting:.1f} runnable threads waited for the {ctx.model.capture.cpus} CPUs.")]
 
 
+def detect_cpu_throttling(ctx: Context) -> list[Match]:
+    """A finding per cgroup whose CPU limit held its threads off (see claims.THROTTLED_COVERS)."""
+    matches = []
+    for path in ctx.claims.keys(CPU_THROTTLING):
+        rows = ctx.claims.rows(CPU_THROTTLING, path)
+        cgroup = next(cgroup for cgroup in ctx.claims.throttled.values() if cgroup.path == path)
+        counters = cgroup.end or cgroup.start
+        limit = (f"its limit is {counters.cpus:.2f} CPUs (a quota of {us_text(counters.cpu_quota_us or 0)} of CPU time "
+                 f"per {us_text(counters.cpu_period_us or 0)} period), and " if counters and counters.cpus else "")
+        were, they = ("was", "it") if tids(rows) == 1 else ("were", "they")
+        us = total(rows)
+        matches.append(Match(rows, f"{threads_text(rows)} of cgroup {cgroup.describe()} {were} held off a CPU while "
+                                   f"{they} still had work for {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of "
+                                   f"{their(rows)} time) by the cgroup's CPU limit: {limit}the kernel throttled it in "
+                                   f"{cgroup.throttled_periods:,} of the {cgroup.periods:,} periods in which it ran "
+                                   f"while recorded, {us_text(cgroup.throttled_ns // 1000)} in all.",
+                             subject=path))
+    return matches
+
+
 def detect_io_wait(ctx: Context) -> list[Match]:
     rows = ctx.claims.rows(IO_WAIT)
     if not rows:
@@ -430,6 +451,13 @@ RULES: tuple[Rule, ...] = (
          "to the CPU count), remove or throttle other CPU-heavy work on the machine, or give it more CPUs. This is "
          "not a lock: making critical sections shorter will not help.",
          detect_runqueue),
+    Rule(CPU_THROTTLING, "Threads are throttled by their cgroup's CPU limit",
+         "The threads had work, but their cgroup had used its CPU time for the period (its quota), so the kernel "
+         "held them off until the next period: this is not CPU saturation, and fewer threads or shorter critical "
+         "sections will not help. Raise the limit (Kubernetes: the container's CPU limit, resources.limits.cpu; "
+         "systemd: CPUQuota=; Docker: --cpus), or use less CPU per period: less work per request, or fewer "
+         "threads running at once (together they spend the quota early in the period, then all wait).",
+         detect_cpu_throttling),
     Rule(IO_WAIT, "Threads wait for disk I/O",
          "Find which files and devices are slow (iostat -x, biolatency); batch fsync/fdatasync calls, move writes "
          "and flushes off the request path, read ahead or cache hot data, or use faster storage.",
