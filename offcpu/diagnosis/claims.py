@@ -246,7 +246,8 @@ class Claims:
         if cls.cause == PREEMPTED_CAUSE:  # a kernel thread preempted in its main loop had work too
             if stack.frames == (BEFORE_WINDOW,):
                 return None
-            throttled = self.throttled.get(self._pid(row))
+            pid = self._pid(row)
+            throttled = self.throttled.get(pid) if pid is not None else None
             return Claim(CPU_THROTTLING, throttled.path) if throttled else Claim(RUNQUEUE)
         if cls.parked:
             return Claim(IDLE)  # a disk's interrupt that queues work wakes a kworker: still a wait for work
