@@ -508,13 +508,22 @@ def nginx_under_wrk(loaded: bool = True, workers: int = NGINX_WORKERS) -> Iterat
                       load_command=functools.partial(wrk_command, port))
 
 
-@contextmanager
-def cgroup() -> Iterator[Path]:
+def _cgroup_mounts() -> list[list[str]]:
+    """The cgroup file systems' lines of /proc/mounts, split: point, type, options..."""
+    return [fields[1:] for fields in (line.split() for line in Path("/proc/mounts").read_text().splitlines())
+            if fields[2] in ("cgroup", "cgroup2")]
+
+
+def cgroup() -> AbstractContextManager[Path]:
     """A new cgroup v2, found where /proc/mounts says the v2 hierarchy is (beside v1 controllers, or
     alone), with a name of its own; whatever is still in it afterwards goes back to the root, and it is
     removed."""
-    mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
-    root = next(Path(fields[1]) for fields in mounts if fields[2] == "cgroup2")
+    return _new_cgroup(next(Path(point) for point, kind, *_ in _cgroup_mounts() if kind == "cgroup2"))
+
+
+@contextmanager
+def _new_cgroup(root: Path) -> Iterator[Path]:
+    """A new cgroup under the hierarchy mounted at `root`, as cgroup() says."""
     directory = Path(tempfile.mkdtemp(prefix="offcpu-test-", dir=root))  # mkdir makes a cgroup there
     try:
         yield directory
@@ -525,6 +534,58 @@ def cgroup() -> Iterator[Path]:
             except ProcessLookupError:
                 pass  # exited meanwhile
         directory.rmdir()
+
+
+QUOTA_PERIOD_US = 100_000  # the kernel's default CFS period
+
+
+@contextmanager
+def cpu_quota(quota_us: int) -> Iterator[Path]:
+    """A new cgroup whose processes may run `quota_us` of CPU time per 100 ms period, all CPUs
+    together (what a Kubernetes CPU limit sets): under the v1 cpu controller where /proc/mounts
+    names one, else in the v2 hierarchy when its root hands its cgroups the cpu controller
+    (WorkloadError otherwise). Removed as cgroup() says."""
+    mounts = _cgroup_mounts()
+    v1 = next((Path(point) for point, kind, options, *_ in mounts
+               if kind == "cgroup" and "cpu" in options.split(",")), None)
+    if v1 is not None:
+        with _new_cgroup(v1) as directory:
+            (directory / "cpu.cfs_period_us").write_text(str(QUOTA_PERIOD_US))
+            (directory / "cpu.cfs_quota_us").write_text(str(quota_us))
+            yield directory
+        return
+    v2 = next(Path(point) for point, kind, *_ in mounts if kind == "cgroup2")
+    if "cpu" not in (v2 / "cgroup.subtree_control").read_text().split():
+        raise WorkloadError(f"no cgroup v1 cpu controller, and the cgroup v2 root {v2} does not hand its cgroups "
+                            "the cpu controller (cgroup.subtree_control)")
+    with _new_cgroup(v2) as directory:
+        (directory / "cpu.max").write_text(f"{quota_us} {QUOTA_PERIOD_US}")
+        yield directory
+
+
+@dataclass(frozen=True)
+class Throttled:
+    """A CPU-bound program running in a cgroup of its own under a CPU quota."""
+
+    pid: int
+    cgroup: Path
+
+    def cpu_stat(self) -> dict[str, int]:
+        """The cgroup's cpu.stat now, as numbers (nr_periods, nr_throttled, and throttled_time in ns
+        under v1 or throttled_usec under v2)."""
+        return {name: int(value) for name, value in
+                (line.split() for line in (self.cgroup / "cpu.stat").read_text().splitlines())}
+
+
+@contextmanager
+def busy_under_cpu_quota(quota_us: int) -> Iterator[Throttled]:
+    """sha256sum of an endless /dev/zero (one thread, always on CPU when it may be) in a cgroup
+    whose CPU quota is `quota_us` per 100 ms period (cpu_quota): the quota throttles it however
+    idle the CPUs are. Returns once it is in the cgroup."""
+    with cpu_quota(quota_us) as directory, workspace() as work, process_groups(work) as groups:
+        process = groups.start("sha256sum", [need("sha256sum", "coreutils"), "/dev/zero"])
+        (directory / "cgroup.procs").write_text(str(process.pid))
+        yield Throttled(process.pid, directory)
 
 
 # -- the named workloads -----------------------------------------------------
