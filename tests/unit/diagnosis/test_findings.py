@@ -35,7 +35,7 @@ def rename_frames(model, names: dict[str, str]) -> None:
 
 def test_rules_are_one_table_with_unique_ids():
     ids = [rule.id for rule in RULES]
-    assert len(ids) == len(set(ids)) == 13
+    assert len(ids) == len(set(ids)) == 14
     assert all(rule.title and rule.remedy and callable(rule.detect) for rule in RULES)
 
 

@@ -40,7 +40,7 @@ def test_without_a_file_the_defaults():
     assert "runqueue" not in policy.fail_above_info and "idle" not in policy.fail_above_info
     assert set(DEFAULT_FAIL_ABOVE_INFO) == {"deadlock", "stuck", "mmap_lock", "stack_cache_lock", "thread_churn",
                                             "lock_contention",
-                                            "serialization", "io_wait", "thread_limits"}
+                                            "serialization", "io_wait", "thread_limits", "cpu_throttling"}
     assert policy.limits == {} and policy.regression == Regression(Tolerance(0.05, 0.5), {})
 
 
