@@ -65,7 +65,7 @@ def test_the_fixed_twin_passes(example_capture, tmp_path, program):
     _, twin = CASES[program]
     status, verdict = verdict_of(tmp_path, str(example_capture(twin)))
     assert status == 0 and verdict["verdict"] == "pass" and not failed(verdict), verdict["checks"]
-    assert verdict["policy"]["source"] == "defaults" and len(verdict["checks"]) == 9
+    assert verdict["policy"]["source"] == "defaults" and len(verdict["checks"]) == 10
 
 
 def test_an_idle_pool_passes(example_capture, tmp_path):

@@ -60,7 +60,7 @@ def test_the_default_policy_fails_lock_contention(futex):
 
 def test_the_fixed_program_passes_the_default_policy(fixed):
     verdict = evaluate(Policy(), fixed)
-    assert verdict.passed and len(verdict.checks) == 9
+    assert verdict.passed and len(verdict.checks) == 10
     assert all(check.measured in ("not found", "info") for check in verdict.checks)
 
 
@@ -261,7 +261,7 @@ def test_json_has_the_verdict_and_every_value(failing):
     assert data["schema"] == "offcpu-check/1" and data["verdict"] == "fail"
     assert data["measurements"]["findings"]["lock_contention"]["share"] > 0
     assert data["baseline_measurements"]["threads"] == failing.baseline.threads
-    assert len(data["checks"]) == 10 and data["policy"]["limits"] == {"runqueue": {"max_p99_ms": 1000}}
+    assert len(data["checks"]) == 11 and data["policy"]["limits"] == {"runqueue": {"max_p99_ms": 1000}}
 
 
 def test_markdown_summary(failing):
