@@ -19,7 +19,7 @@ from functools import cached_property
 
 from offcpu.diagnosis.waits import WaitClass, Waits
 from offcpu.machine.cgroups import Cgroup, cgroups_of, of_capture
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, WHOLE_WINDOW, Model, Row
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, STACK_NOT_TAKEN, WHOLE_WINDOW, Model, Row
 from offcpu.model.summaries import Lifecycle, lifecycle
 from offcpu.model.wakeups import (
     DEVICE,
@@ -196,15 +196,16 @@ class Claims:
         self._begun_like_the_rest()
 
     def _begun_like_the_rest(self) -> None:
-        """A wait under way when the recording began has no stack to say where it waited: ended
-        by a peer, it goes with the heaviest of its thread's (else its pool's) waits on peers."""
+        """A wait under way when the recording began, or one whose stack was not sampled (nor any of
+        its thread's in its state: offcpu.model.sampling), has no stack to say where it waited:
+        ended by a peer, it goes with the heaviest of its thread's (else its pool's) waits on peers."""
         by_thread: dict[int, dict[Claim, int]] = defaultdict(lambda: defaultdict(int))
         by_pool: dict[str, dict[Claim, int]] = defaultdict(lambda: defaultdict(int))
         begun = []
         for index, (row, claim) in enumerate(zip(self.model.rows, self.of_row, strict=True)):
             if self.waits.classes[index].cause != PEER or claim is None or claim.finding not in PEER_FINDINGS:
                 continue
-            if self.model.stacks[row.stack].frames == (BEFORE_WINDOW,):
+            if self.model.stacks[row.stack].frames in ((BEFORE_WINDOW,), (STACK_NOT_TAKEN,)):
                 begun.append(index)
             else:
                 by_thread[row.tid][claim] += row.blocked_us

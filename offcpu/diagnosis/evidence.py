@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from offcpu.diagnosis.claims import RUNQUEUE
 from offcpu.diagnosis.context import Context
 from offcpu.diagnosis.roots import root_words
-from offcpu.model import WAKER_STACK_NOT_TAKEN, Model, Row
+from offcpu.model import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model, Row
 from offcpu.model.wakeups import CAUSE_WORDS, PEER
 from offcpu.stacks import drawn_alone, reading
 
@@ -63,8 +63,11 @@ class RootShare:
 def evidence(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:
     """The stacks (with their state) that carry most of the rows' off-CPU time, grouped
     as the stack tables group them: stacks that read the same (they differ only in frames
-    perf could not name or in the scheduler's own) are one."""
-    return _heaviest(model, [(row.stack, row.state, row.offcpu_us, row.count, row.variance) for row in rows])
+    perf could not name or in the scheduler's own) are one. Waits whose stack was not sampled
+    (nor any of their thread's in that state: offcpu.model.sampling) count in the finding's
+    time, but say nothing of where it waited: they are none."""
+    return _heaviest(model, [(row.stack, row.state, row.offcpu_us, row.count, row.variance) for row in rows
+                             if model.stacks[row.stack].frames != (STACK_NOT_TAKEN,)])
 
 
 def release_sites(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:

@@ -21,9 +21,11 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from offcpu.diagnosis.locktable import LockTable, Site
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, STACK_LOST, Model, Row
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, STACK_LOST, STACK_NOT_TAKEN, Model, Row
 from offcpu.model.wakeups import (
+    DEVICE,
     NEW,
+    PEER,
     PREEMPTED_CAUSE,
     UNWOKEN,
     cause_of_waker,
@@ -41,6 +43,7 @@ STEM = re.compile(r"[-_.:# ]*\d+$")  # "worker-3" -> "worker", "GC Thread#0" -> 
 # that says what the thread waits for).
 SCHEDULER_FRAMES = re.compile(r"__schedule|schedule|schedule_timeout|schedule_hrtimeout(?:_range\w*)?|"
                               r"schedule_preempt_disabled|preempt_schedule\w*")
+UNINTERRUPTIBLE = "D"
 # How far from its thread function a kernel thread may sleep and still be in its main loop: in
 # the function itself (worker_thread, smpboot_thread_fn, kswapd), or in one helper of its loop
 # (rcu_gp_fqs_loop under rcu_gp_kthread, devtmpfs_work_loop under devtmpfsd).
@@ -118,13 +121,20 @@ class Waits:
         if row.state == PREEMPTED:
             return WaitClass(PREEMPTED_CAUSE, site, False)
         if row.waker is None:
-            return WaitClass(UNWOKEN, site, self.truncated[row.stack])
+            return WaitClass(self._unsampled_io(row, UNWOKEN), site, self.truncated[row.stack])
         waker = self.model.wakers[row.waker]
         waiter = self.model.threads[row.tid]
         same = self.service_of_pid(waker.pid, waker.comm) == self.service_of_pid(waiter.pid, waiter.comm) \
             and waker.tid != row.tid
-        cause = cause_of_waker(waker, self.model.stacks[waker.stack], same)
+        cause = self._unsampled_io(row, cause_of_waker(waker, self.model.stacks[waker.stack], same))
         return WaitClass(cause, site, self.truncated[row.stack], self.parked[row.stack])
+
+    def _unsampled_io(self, row: Row, cause: str) -> str:
+        """A wait in D with no stack, of its own or lent (offcpu.model.sampling), that no peer ended
+        waited for I/O, whoever ran when the device's interrupt came: an uninterruptible sleep
+        never waits for work."""
+        unsampled = self.model.stacks[row.stack].frames == (STACK_NOT_TAKEN,)
+        return DEVICE if unsampled and row.state == UNINTERRUPTIBLE and cause != PEER else cause
 
     def _parked_before_the_window(self, classes: list[WaitClass]) -> list[WaitClass]:
         """A wait under way when the recording began has no stack: a kernel thread's is taken

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from offcpu.capture import CaptureInfo
 from offcpu.stacks import Stack
 
-SCHEMA = "offcpu-model/11"  # a new engine or reader reads perf.data again
+SCHEMA = "offcpu-model/12"  # a new engine or reader reads perf.data again
 WHOLE_WINDOW = 0.99  # a wait of this share of the window or more lasted all of it
 # Synthetic frames for time whose stack perf could not have recorded.
 BEFORE_WINDOW = "[off CPU since before the recording]"

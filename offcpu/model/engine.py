@@ -17,7 +17,7 @@ from collections.abc import Callable
 from offcpu import _core
 from offcpu.capture import CaptureInfo
 from offcpu.model import WAKER_NOT_RECORDED, Link, Model, Row, Thread, TimedWait, WaitTimes, Waker
-from offcpu.model.sampling import CoreRowKey, MergedKey, SampledRows, Stratum, StratumKey, scale_to_strata
+from offcpu.model.sampling import CoreRowKey, MergedKey, Naming, SampledRows, Stratum, StratumKey, scale_to_strata
 from offcpu.reading.pairing import SYNTHETIC_STACKS, CaptureReader, Paired, ThreadAtStart
 from offcpu.stacks import Stack
 
@@ -112,7 +112,10 @@ def to_model(paired: Paired, reader: CaptureReader, info: CaptureInfo, start_ns:
         waits_counted += times[3]
     counts = tally.counts()
     stacked_waits = waits_counted - counts["stand_in_waits"]
-    factors = scale_to_strata(rows_by_kind, strata, merged_key, lambda key: (key[0], key[2], waker_identities[key[3]]))
+    synthetic = frozenset(stack_ids[stack] for stack in (Stack((frame,), 0) for frame in SYNTHETIC_STACKS)
+                          if stack in stack_ids)
+    factors = scale_to_strata(rows_by_kind, strata, Naming(
+        merged_key, lambda key: waker_id(key[3]), lambda key: (key[0], key[2], waker_identities[key[3]]), synthetic))
     merged, merged_windows = rows_by_kind.merged()
     row_index = {key: index for index, key in enumerate(merged)}
     rows = [Row(*key, times.offcpu_us, times.blocked_us, times.runqueue_us, times.count,

@@ -11,10 +11,12 @@ never how much time it holds. A preemption's time, or the time a thread waited f
 waker, is then exact however few of those waits were sampled. Rows of waits of weight 1
 (their stacks always taken) are exact and left as they are.
 
-A stratum none of whose waits carried a stack keeps its time, exactly, under `[stack not
-sampled]`, with its state and its waker. (Lending it the stacks of its thread's other waits in
-that state was tried: on thread_churn, whose waits are woken by thousands of short-lived
-threads, it made a row for each stack and waker, and a report took minutes.)
+A stratum none of whose waits carried a stack (its waker a thread that ended few of them: a
+short-lived peer, or whatever ran when a disk's interrupt came) is lent the stacks of its class:
+its thread's rows in that state whose waker is of the same process, else all its thread's rows
+in that state. Its exact times are divided among those stacks as a stratum's among its own, in
+rows that keep its waker. With nothing to lend (the thread has no other wait in that state with
+a stack), its time stays, exactly, under `[stack not sampled]`, with its state and its waker.
 
 docs/numbers.md#sampled-stacks says what the reports show of it.
 """
@@ -22,10 +24,11 @@ docs/numbers.md#sampled-stacks says what the reports show of it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from offcpu.model import SUB_WINDOWS, WaitTimes
+from offcpu.model import WaitTimes
 
 # A stratum: tid, state, and the waker's pid, tid and comm (None: not woken, such as preempted)
 StratumKey = tuple[int, str, tuple[int, int, str] | None]
@@ -33,6 +36,7 @@ StratumKey = tuple[int, str, tuple[int, int, str] | None]
 CoreRowKey = tuple[int, int, int, "tuple[int, int, int, int] | None"]
 # A model row's key: tid, stack, state, waker (offcpu.model.Row)
 MergedKey = tuple[int, int, str, int | None]
+Key = TypeVar("Key", bound=Hashable)
 
 
 @dataclass(slots=True)
@@ -46,9 +50,10 @@ class Stratum:
     unsampled_row: CoreRowKey | None
 
 
-def add_windows(into: list[int], windows: list[int]) -> None:
-    """Add sub-windows' times into others', window by window."""
-    into[:] = [mine + theirs for mine, theirs in zip(into, windows, strict=True)]
+def add_windows(table: dict[Key, list[int]], key: Key, windows: list[int]) -> None:
+    """Add sub-windows' times into those `table` keeps under `key` (a copy of them if none), window by window."""
+    kept = table.get(key)
+    table[key] = list(windows) if kept is None else [mine + theirs for mine, theirs in zip(kept, windows, strict=True)]
 
 
 @dataclass
@@ -63,7 +68,7 @@ class SampledRows:
     def add(self, key: MergedKey, weighted: bool, times: WaitTimes, windows: list[int]) -> None:
         (self.weighted if weighted else self.exact).setdefault(key, WaitTimes()).add_times(times)
         if windows:
-            add_windows(self.windows.setdefault((key, weighted), [0] * SUB_WINDOWS), windows)
+            add_windows(self.windows, (key, weighted), windows)
 
     def merged(self) -> tuple[dict[MergedKey, WaitTimes], dict[MergedKey, list[int]]]:
         """Both kinds of rows added up by key, exact ones first, and their sub-windows."""
@@ -74,7 +79,7 @@ class SampledRows:
                 merged.setdefault(key, WaitTimes()).add_times(times)
                 windows = self.windows.get((key, weighted))
                 if windows:
-                    add_windows(merged_windows.setdefault(key, [0] * SUB_WINDOWS), windows)
+                    add_windows(merged_windows, key, windows)
         return merged, merged_windows
 
 
@@ -89,25 +94,74 @@ def apportion(total: int, parts: list[int]) -> list[int]:
     return shares
 
 
-def scale_to_strata(rows: SampledRows, strata: dict[StratumKey, Stratum], key_of: Callable[[CoreRowKey], MergedKey],
-                    stratum_key: Callable[[MergedKey], StratumKey]) -> dict[MergedKey, float]:
-    """Scale each stratum's weighted rows to its exact times, and give a stratum without one a
-    row of its own (see the module's doc); returns how much each weighted row's off-CPU
-    time was scaled, for its links. `key_of` makes a tally's row key a model row's, and
-    `stratum_key` says which stratum a model row is in."""
+@dataclass(frozen=True)
+class Naming:
+    """How the engine names what the core counted: a tally's row key as a model row's, the
+    waker of a tally's row, and the stratum a model row is in; and the stacks that stand for
+    no call chain (before the window, a new thread's first run, a lost switch-out), which are
+    lent to no wait."""
+
+    row: Callable[[CoreRowKey], MergedKey]
+    waker: Callable[[CoreRowKey], int | None]
+    stratum: Callable[[MergedKey], StratumKey]
+    synthetic: frozenset[int]
+
+
+# A class of rows that lend their stacks: tid, state, and the waker's pid (None: not woken), or not
+LenderKey = tuple[int, str, int | None] | tuple[int, str]
+
+
+def scale_to_strata(rows: SampledRows, strata: dict[StratumKey, Stratum], naming: Naming) -> dict[MergedKey, float]:
+    """Scale each stratum's weighted rows to its exact times, and lend a stratum without one
+    the stacks of its class (see the module's doc); returns how much each weighted row's
+    off-CPU time was scaled, for its links."""
     in_stratum: dict[StratumKey, list[MergedKey]] = defaultdict(list)
     for row in rows.weighted:
-        in_stratum[stratum_key(row)].append(row)
+        in_stratum[naming.stratum(row)].append(row)
     factors: dict[MergedKey, float] = {}
+    unsampled: list[tuple[StratumKey, Stratum, CoreRowKey]] = []
     for key, stratum in strata.items():
         if key in in_stratum:
             factors.update(_scale(rows, in_stratum[key], stratum))
-        elif stratum.unsampled_row is not None:  # its time, under [stack not sampled], with its waker
+        elif stratum.unsampled_row is not None:
+            unsampled.append((key, stratum, stratum.unsampled_row))
+    lenders = _lenders(rows, naming)  # (before any is lent: a lent row lends nothing)
+    for (tid, state, identity), stratum, core_key in unsampled:
+        lent = lenders.get((tid, state, identity[0] if identity else None)) or lenders.get((tid, state))
+        if lent:
+            _lend(rows, lent, stratum, (tid, state, naming.waker(core_key)))
+        else:  # its time, under [stack not sampled], with its waker
             exact = stratum.times
-            rows.add(key_of(stratum.unsampled_row), True,
+            rows.add(naming.row(core_key), True,
                      WaitTimes(exact.offcpu_us, exact.blocked_us, exact.runqueue_us, exact.count),
                      list(stratum.unsampled_windows) if rows.windows else [])
     return factors
+
+
+def _lenders(rows: SampledRows, naming: Naming) -> dict[LenderKey, dict[int, WaitTimes]]:
+    """The times of each class's stacks, exact rows and scaled ones alike: by thread, state
+    and the waker's process, and by thread and state."""
+    lenders: dict[LenderKey, dict[int, WaitTimes]] = defaultdict(dict)
+    for kind in (rows.exact, rows.weighted):
+        for key, times in kind.items():
+            tid, stack, state, _ = key
+            if stack in naming.synthetic or not (times.offcpu_us or times.count):
+                continue
+            waker = naming.stratum(key)[2]
+            for lender in ((tid, state, waker[0] if waker else None), (tid, state)):
+                lenders[lender].setdefault(stack, WaitTimes()).add_times(times)
+    return lenders
+
+
+def _lend(rows: SampledRows, lent: dict[int, WaitTimes], stratum: Stratum, row: tuple[int, str, int | None]) -> None:
+    """A stratum's exact times divided among the stacks `lent` as among its own rows (_divide),
+    its sub-windows with them, in rows of its thread, state and waker (`row`)."""
+    stacks = list(lent)
+    for stack, times in zip(stacks, _divide([lent[stack] for stack in stacks], stratum.times), strict=True):
+        windows = stratum.unsampled_windows
+        profile = apportion(times.offcpu_us, windows) if rows.windows and any(windows) else []
+        tid, state, waker = row
+        rows.add((tid, stack, state, waker), True, times, profile)
 
 
 def _parts(preferred: list[int], fallback: list[int]) -> list[int]:
@@ -115,24 +169,10 @@ def _parts(preferred: list[int], fallback: list[int]) -> list[int]:
 
 
 def _scale(rows: SampledRows, keys: list[MergedKey], stratum: Stratum) -> dict[MergedKey, float]:
-    """Scale one stratum's weighted rows to its exact blocked and run-queue time (their sum the
-    off-CPU time) and count; returns each row's factor. A row's variance becomes that of its
-    share of the stratum as a ratio estimate, times the stratum's time, linearized:
-    f²(V(1 - 2p) + p²V_all), with f the stratum's exact time over its estimate."""
+    """Scale one stratum's weighted rows to its exact times (_divide); returns each row's factor."""
     estimates = [rows.weighted[key] for key in keys]
-    exact = stratum.times
-    estimated_us = sum(times.offcpu_us for times in estimates)
-    by_time = _parts([times.offcpu_us for times in estimates], [times.count for times in estimates])
-    blocked = apportion(exact.blocked_us, _parts([times.blocked_us for times in estimates], by_time))
-    runqueue = apportion(exact.runqueue_us, _parts([times.runqueue_us for times in estimates], by_time))
-    counts = apportion(exact.count, [times.count for times in estimates])
-    factor = exact.offcpu_us / estimated_us if estimated_us else 0.0
-    stratum_variance = sum(times.variance for times in estimates)
     factors = {}
-    for key, times, row_blocked, row_runqueue, count in zip(keys, estimates, blocked, runqueue, counts, strict=True):
-        share = times.offcpu_us / estimated_us if estimated_us else 0.0
-        variance = factor * factor * (times.variance * (1 - 2 * share) + share * share * stratum_variance)
-        scaled = WaitTimes(row_blocked + row_runqueue, row_blocked, row_runqueue, count, round(variance))
+    for key, times, scaled in zip(keys, estimates, _divide(estimates, stratum.times), strict=True):
         factors[key] = scaled.offcpu_us / times.offcpu_us if times.offcpu_us else 1.0
         windows = rows.windows.get((key, True))
         if windows:
@@ -140,3 +180,23 @@ def _scale(rows: SampledRows, keys: list[MergedKey], stratum: Stratum) -> dict[M
             rows.windows[(key, True)] = apportion(scaled.offcpu_us, profile) if any(profile) else windows
         rows.weighted[key] = scaled
     return factors
+
+
+def _divide(estimates: list[WaitTimes], exact: WaitTimes) -> list[WaitTimes]:
+    """`exact`'s blocked and run-queue time (their sum the off-CPU time) and count divided in
+    proportion to `estimates` (not all empty). A part's variance is that of its share of the
+    estimates as a ratio estimate, times the exact time, linearized: f²(V(1 - 2p) + p²V_all),
+    with f the exact time over the estimates'."""
+    estimated_us = sum(times.offcpu_us for times in estimates)
+    by_time = _parts([times.offcpu_us for times in estimates], [times.count for times in estimates])
+    blocked = apportion(exact.blocked_us, _parts([times.blocked_us for times in estimates], by_time))
+    runqueue = apportion(exact.runqueue_us, _parts([times.runqueue_us for times in estimates], by_time))
+    counts = apportion(exact.count, _parts([times.count for times in estimates], by_time))
+    factor = exact.offcpu_us / estimated_us if estimated_us else 0.0
+    all_variance = sum(times.variance for times in estimates)
+    parts = []
+    for times, part_blocked, part_runqueue, count in zip(estimates, blocked, runqueue, counts, strict=True):
+        share = times.offcpu_us / estimated_us if estimated_us else 0.0
+        variance = factor * factor * (times.variance * (1 - 2 * share) + share * share * all_variance)
+        parts.append(WaitTimes(part_blocked + part_runqueue, part_blocked, part_runqueue, count, round(variance)))
+    return parts

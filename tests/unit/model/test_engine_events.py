@@ -354,22 +354,29 @@ def woken_by(result: Model, row) -> int | None:  # type: ignore[no-untyped-def]
     return None if row.waker is None else result.wakers[row.waker].tid
 
 
-def test_a_stratum_none_of_whose_waits_has_a_stack_keeps_its_time_without_one() -> None:
+def test_a_stratum_none_of_whose_waits_has_a_stack_is_lent_its_threads_stacks() -> None:
     events = builder()
     three_sampled_waits(events, ("futex_wait", "pipe_read"), first_waker=13)
     result = model(events)
     # 11's waits woken by 12 are a stratum of 20 + 30 µs: blocked 15 + 25 = 40 shared as 30 : 100 (9.23 and
-    # 30.77: 9 and 31), run queue 10 as 10 : 20 (3.33 and 6.67: 3 and 7): futex_wait 12 µs, pipe_read 38
-    by_12 = sorted((result.stacks[row.stack].frames, row.offcpu_us, row.blocked_us, row.runqueue_us)
-                   for row in result.rows if row.tid == 11 and woken_by(result, row) == 12)
-    assert by_12 == [(("futex_wait",), 12, 9, 3), (("pipe_read",), 38, 31, 7)]
+    # 30.77: 9 and 31), run queue 10 as 10 : 20 (3.33 and 6.67: 3 and 7): futex_wait 12 µs, pipe_read 38;
+    # counts 2 as 2 : 4 (0.67 and 1.33: 1 and 1); variances as in the test above but with f = 50 / 160:
+    # 0.0977 × 1,125 = 110 each
+    by_12 = sorted((result.stacks[row.stack].frames, row.offcpu_us, row.blocked_us, row.runqueue_us, row.count,
+                    row.variance) for row in result.rows if row.tid == 11 and woken_by(result, row) == 12)
+    assert by_12 == [(("futex_wait",), 12, 9, 3, 1, 110), (("pipe_read",), 38, 31, 7, 1, 110)]
     # the one woken by 13 (10 µs: 5 blocked, 5 in the run queue) had no stack, nor had any other wait of its
-    # stratum: its time, exactly, without a stack, with 13 as its waker
-    [alone] = [row for row in result.rows if row.tid == 11 and woken_by(result, row) == 13]
-    assert (result.stacks[alone.stack].frames, alone.offcpu_us, alone.blocked_us, alone.count) == \
-        ((STACK_NOT_TAKEN,), 10, 5, 1)
-    # so that 11's rows still add up to its 60 µs
+    # stratum: it is lent 11's stacks in S woken by its waker's process (10), as they share their stratum:
+    # blocked 5 as 9 : 31 (1.13 and 3.88: 1 and 4), run queue 5 as 3 : 7 (1.5 and 3.5: 1 and 3, the µs left
+    # to the first of the equal remainders), its 1 wait as 1 : 1 (to the first); with 13 as its waker.
+    # Variances: f = 10 / 50, V = 110 each, V_all = 220, p = 12/50 and 38/50:
+    # 0.04 (110 (1 - 0.48) + 0.0576 × 220) = 2.79 and 0.04 (110 (1 - 1.52) + 0.5776 × 220) = 2.79
+    by_13 = sorted((result.stacks[row.stack].frames, row.offcpu_us, row.blocked_us, row.runqueue_us, row.count,
+                    row.variance) for row in result.rows if row.tid == 11 and woken_by(result, row) == 13)
+    assert by_13 == [(("futex_wait",), 3, 1, 2, 1, 3), (("pipe_read",), 7, 4, 3, 0, 3)]
+    # so that 11's rows still add up to its 60 µs, and none is without a stack
     assert sum(row.offcpu_us for row in result.rows if row.tid == 11) == result.threads[11].offcpu_us == 60
+    assert all(result.stacks[row.stack].frames != (STACK_NOT_TAKEN,) for row in result.rows)
 
 
 def test_a_preemption_none_of_whose_stratum_has_a_stack_keeps_its_time_without_one() -> None:
