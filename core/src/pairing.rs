@@ -1078,8 +1078,14 @@ impl SliceBuilder {
         if !self.racing_wakeups.is_empty() {
             self.racing_wakeups.remove(&tid);
         }
-        self.totals.thread(tid, Some(pid), comm);
+        // perf writes a thread's exit record before it lets go of its memory, which may wait: a
+        // CPU-wide recording sees it come back after its exit, and its last switch names no thread
+        // (its tid is gone by then). Back from no wait recorded (its switch-out came before perf's
+        // sched_switch was on there, as the recording began), it would stay on CPU to the end of
+        // the slice: its time on CPU ends at the exit record (see exited)
+        let exited = self.totals.thread(tid, Some(pid), comm).exited_ns.is_some();
         self.totals.observed(tid, time, record);
+        let gone = exited && !self.waiting.contains(tid);
         if let Some(wait) = self.waiting.remove(tid) {
             let first =
                 !self.first_waits.is_empty() && self.first_waits.remove(&tid) == Some(wait.serial);
@@ -1098,7 +1104,9 @@ impl SliceBuilder {
             });
         }
         self.seen.insert(tid);
-        self.running.insert(tid, time);
+        if !gone {
+            self.running.insert(tid, time);
+        }
     }
 
     fn waking(&mut self, comm: Id, pid: i32, tid: i32, woken: i32, chain: Id, time: i64) {
