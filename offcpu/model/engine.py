@@ -18,10 +18,9 @@ from offcpu import _core
 from offcpu.capture import CaptureInfo
 from offcpu.model import WAKER_NOT_RECORDED, Link, Model, Row, Thread, TimedWait, WaitTimes, Waker
 from offcpu.model.sampling import CoreRowKey, MergedKey, Naming, SampledRows, Stratum, StratumKey, scale_to_strata
+from offcpu.model.wakeups import from_interrupt
 from offcpu.reading.pairing import SYNTHETIC_STACKS, CaptureReader, Paired, ThreadAtStart
 from offcpu.stacks import Stack
-
-INTERRUPT_FRAMES = ("asm_sysvec_", "asm_common_interrupt", "handle_softirqs", "__irq_exit_rcu", "irq_exit")
 
 
 def waker_kind(tid: int, stack: Stack) -> str:
@@ -30,7 +29,7 @@ def waker_kind(tid: int, stack: Stack) -> str:
     recorded, else "thread"."""
     if stack.frames == (WAKER_NOT_RECORDED,):
         return "unrecorded"
-    if any(frame.startswith(INTERRUPT_FRAMES) for frame in stack.frames[:stack.kernel_frames]):
+    if from_interrupt(stack.frames[:stack.kernel_frames]):
         return "interrupt"
     return "idle" if tid == 0 else "thread"
 

@@ -32,6 +32,12 @@ _DEVICE = re.compile(r"blk_mq_|blk_update_request|bio_endio|scsi_|nvme_|virtblk_
 _NETWORK = re.compile(r"net_rx_action|napi_|netif_receive_skb|ip6?_rcv|ip6?_local_deliver|tcp_v[46]_rcv|"
                       r"tcp_rcv_|udp[v6]?_rcv|__udp[46]_lib_rcv|sock_def_readable|sk_data_ready|virtnet_|"
                       r"loopback_xmit|dev_queue_xmit|dev_hard_start_xmit")
+# An interrupt's entry (it runs in whatever thread it interrupted, or the idle task), softirqs
+# (run at an interrupt's end, by ksoftirqd, or in a system call that enabled them again), and a
+# thread's own system call.
+_IRQ_ENTRY = ("asm_sysvec_", "asm_common_interrupt", "__irq_exit_rcu", "irq_exit")
+_SOFTIRQ = ("handle_softirqs", "__do_softirq")
+_SYSCALL = ("do_syscall_64", "entry_SYSCALL_64", "__do_fast_syscall_")
 KERNEL_THREADS = re.compile(r"^(kworker|ksoftirqd|jbd2|kswapd|rcu_|migration|irq/|kcompactd|khugepaged|kthreadd|"
                             r"watchdog|cpuhp|kauditd|writeback|kblockd|scsi_|nvme|loop\d|kdmflush|xfs|ext4)")
 
@@ -41,6 +47,8 @@ def cause_of_waker(waker: Waker, stack: Stack, same_service: bool) -> str:
     if waker.kind == "unrecorded":
         return UNRECORDED
     frames = [normal(frame) for frame in stack.frames[:stack.kernel_frames]]
+    if waker.kind == "thread" and any(frame.startswith(_SYSCALL) for frame in frames):
+        return PEER if same_service else OUTSIDE  # its own doing: a write to a pipe or a local socket
     for pattern, cause in ((_TIMER, TIMER), (_DEVICE, DEVICE), (_NETWORK, NETWORK)):
         if any(pattern.match(frame) for frame in frames) and (waker.kind != "thread" or not same_service):
             return cause
@@ -49,3 +57,15 @@ def cause_of_waker(waker: Waker, stack: Stack, same_service: bool) -> str:
     if len(stack.frames) == stack.kernel_frames and KERNEL_THREADS.match(waker.comm):
         return KERNEL
     return PEER if same_service else OUTSIDE
+
+
+
+def from_interrupt(kernel_frames: tuple[str, ...]) -> bool:
+    """Whether a wakeup was made by an interrupt's handler, which runs in whatever thread it
+    interrupted: a hardware interrupt, or softirqs outside a system call. Softirqs run in a
+    system call (when it enables them again) are the caller's doing: a send over loopback
+    delivers the packet, and wakes its reader, right there."""
+    if any(frame.startswith(_IRQ_ENTRY) for frame in kernel_frames):
+        return True
+    return any(frame.startswith(_SOFTIRQ) for frame in kernel_frames) and \
+        not any(frame.startswith(_SYSCALL) for frame in kernel_frames)
