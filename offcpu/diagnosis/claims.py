@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from offcpu.diagnosis.locktable import Lock
 from offcpu.diagnosis.waits import WaitClass, Waits
 from offcpu.machine.cgroups import Cgroup, cgroups_of, of_capture
 from offcpu.model import BEFORE_WINDOW, NEW_THREAD, STACK_NOT_TAKEN, WHOLE_WINDOW, Model, Row
@@ -28,7 +29,6 @@ from offcpu.model.wakeups import (
     NETWORK,
     NEW,
     OUTSIDE,
-    PEER,
     PREEMPTED_CAUSE,
     TIMER,
     UNRECORDED,
@@ -65,6 +65,10 @@ MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION = "mmap_lock", "stack_cache_lock", 
 # for a CPU after the lock was let go is the machine's (on a saturated machine, most of it).
 LOCK_FINDINGS = (MMAP_LOCK, STACK_CACHE_LOCK, LOCK_CONTENTION)
 SERIALIZATION, HANDOFF, THREAD_CHURN = "serialization", "handoff", "thread_churn"
+# Threads held back by a thread of another pool or process that was busy (on CPU, or waiting
+# itself for a CPU, a disk or a lock) while they waited for it: a pipeline's slow stage, a local
+# server, a coordinator's workers.
+BUSY_PEER = "busy_peer"
 FUTEX_UNKNOWN, RUNQUEUE, IO_WAIT, IDLE = "futex_unknown", "runqueue", "io_wait", "idle"
 # Preempted waits of threads whose cgroup's CPU limit (quota) held them off: a cgroup whose
 # throttled time grew over the recording by at least THROTTLED_COVERS of its recorded threads'
@@ -75,8 +79,20 @@ THROTTLED_COVERS = 0.5
 # each other's mutex (glibc's owner of each: the snapshot at the window's end), and threads behind them.
 STUCK, DEADLOCK = "stuck", "deadlock"
 PTHREAD_MUTEX = "pthread mutex"  # the lock table's name for glibc's mutexes (locks.toml)
+# A semaphore posted by the threads that wait on it, in turns, is a lock: CPython's threading.Lock is one.
+SEMAPHORE = "semaphore"
+# A lock whose holders waited at sites of these kinds (locks.toml) for at least this share of a
+# wait for it was held while they waited for work: the waiters behind them wait for work too.
+WORK_KINDS = ("work", "handoff")
+HOLDER_AWAITED_WORK = 0.5
+# Threads of a pool that wait at one place in turns (each let go by one that waited there too)
+# queue there when more than one of them waits at a time on average (two threads handing work
+# back and forth wait one at a time: a hand-off); the one let through holds the rest back.
+QUEUE_FROM = 1.5
+QUEUE_THREADS = 3  # a queue and the one let through
 # The findings of waits on peers, which a wait under way when the recording began may join.
-PEER_FINDINGS = (LOCK_CONTENTION, SERIALIZATION, HANDOFF)
+PEER_FINDINGS = (LOCK_CONTENTION, SERIALIZATION, HANDOFF, BUSY_PEER)
+EXIT_FRAMES = frozenset({"do_exit", "mm_release", "exit_mm"})  # a thread's end, waking its joiner
 CHURN_FRAMES = frozenset({  # a thread being created, joined or exiting
     "kernel_clone", "copy_process", "__do_sys_clone", "__do_sys_clone3", "__x64_sys_clone", "__x64_sys_clone3",
     "do_exit", "do_group_exit", "__x64_sys_exit", "pthread_create", "__pthread_create_2_1", "pthread_join",
@@ -171,8 +187,7 @@ class Claims:
                                            for row, cls in zip(model.rows, waits.classes, strict=True)]
         self.pools = self._pools()
         self.roots: dict[int, Root] = {}
-        peers = [index for index, claim in enumerate(self.of_row)
-                 if claim is None and waits.classes[index].cause == PEER]
+        peers = [index for index, claim in enumerate(self.of_row) if claim is None and waits.followed[index]]
         # A peer's wait is judged by its waker's waits, which the first pass may find were turns
         # taken rather than time waited for; after the second, a pass only puts more waits in
         # line behind waits in line (so that the passes end: no claim goes back and forth).
@@ -203,7 +218,7 @@ class Claims:
         by_pool: dict[str, dict[Claim, int]] = defaultdict(lambda: defaultdict(int))
         begun = []
         for index, (row, claim) in enumerate(zip(self.model.rows, self.of_row, strict=True)):
-            if self.waits.classes[index].cause != PEER or claim is None or claim.finding not in PEER_FINDINGS:
+            if not self.waits.followed[index] or claim is None or claim.finding not in PEER_FINDINGS:
                 continue
             if self.model.stacks[row.stack].frames in ((BEFORE_WINDOW,), (STACK_NOT_TAKEN,)):
                 begun.append(index)
@@ -212,6 +227,8 @@ class Claims:
                 by_pool[self.waits.pool_of(row.tid)][claim] += row.blocked_us
         for index in begun:
             row = self.model.rows[index]
+            if self._released_lock(row) is not None:
+                continue  # its release says which lock
             claims = by_thread.get(row.tid) or by_pool.get(self.waits.pool_of(row.tid))
             if claims:
                 self.of_row[index] = max(claims, key=claims.__getitem__)
@@ -264,10 +281,13 @@ class Claims:
         if (site is not None and site.kind == "io") or cls.cause == DEVICE:
             return Claim(IO_WAIT)
         if self.churning and (site is not None and site.kind == "join" or
-                              CHURN_FRAMES.intersection(self.waits.normal_frames(row.stack))):
+                              CHURN_FRAMES.intersection(self.waits.normal_frames(row.stack)) or
+                              self._ended_by_an_exit(row)):
             return Claim(THREAD_CHURN)
         if site is not None and site.kind == "sleep":
             return Claim(IDLE)
+        if cls.cause == OUTSIDE and self.waits.waker_tid(row) in self.model.threads:
+            return None  # another process's: decided with the peers' (see _peer_claim)
         if cls.cause in (TIMER, NETWORK, OUTSIDE, UNWOKEN, INTERRUPT):
             return Claim(IDLE)
         if cls.cause == UNRECORDED:
@@ -299,6 +319,11 @@ class Claims:
             if waited_us and cgroup.throttled_ns / 1000 >= THROTTLED_COVERS * waited_us:
                 found.update(dict.fromkeys(pids, cgroup))  # held off longest last: it wins
         return found
+
+    def _ended_by_an_exit(self, row: Row) -> bool:
+        """Whether a thread's end let the wait go (a join, where the waiter's stack stops in libc)."""
+        return row.waker is not None and \
+            EXIT_FRAMES.intersection(self.waits.normal_frames(self.model.wakers[row.waker].stack)) != set()
 
     def _waited_all_window(self, row: Row, cls: WaitClass) -> bool:
         return cls.cause == UNWOKEN and row.blocked_us >= WHOLE_WINDOW * self.model.wall_us
@@ -355,7 +380,6 @@ class Claims:
         for waker_row, overlap in self.waits.links_by_waiter.get(index, ()):
             overlapped += overlap
             claim = self.of_row[waker_row]
-            cause = self.waits.classes[waker_row].cause
             if claim is not None and claim.finding == IDLE:
                 root.idle_us += overlap
             elif claim is not None and claim.finding == IO_WAIT:
@@ -364,7 +388,7 @@ class Claims:
                 root.lock_us += overlap
             elif claim is not None and claim.finding == SERIALIZATION and claim.key == pool:
                 root.queued_us += overlap  # in the same line
-            elif cause == PEER:
+            elif self.waits.followed[waker_row]:
                 root.peer_us += overlap
             else:
                 root.busy_us += overlap  # preempted, new, or a kernel wait: it had work
@@ -373,23 +397,82 @@ class Claims:
 
     def _peer_claim(self, index: int) -> Claim:
         row, cls = self.model.rows[index], self.waits.classes[index]
+        lock = self._released_lock(row)
+        if lock is not None and self._holder_awaited_work(index):
+            return Claim(HANDOFF, self.waits.pool_of(row.tid))  # a queue's lock, held while its holder waits for work
+        if lock is not None:
+            return self._lock_claim(lock)  # whatever the holder did while it held it (the reason)
+        pool_name = self.waits.pool_of(row.tid)
+        handoff_site = cls.site is not None and cls.site.lock.kind == "handoff"
+        if not handoff_site and self.turn_queues.get((pool_name, row.stack), 0.0) >= QUEUE_FROM:
+            # a queue forms where they take turns: something lets one through at a time, whatever
+            # the one let through does meanwhile (a sleep or a call under a monitor: the reason)
+            return Claim(SERIALIZATION, pool_name)
         root = self.roots[index]
         if root.idle_share >= IDLE_ROOT:
             return Claim(IDLE)  # the peer waited for work or time itself, then handed it over
-        pool = self.pools[self.waits.pool_of(row.tid)]
-        handoff_site = cls.site is not None and cls.site.lock.kind == "handoff"
-        if pool.held_to_fewer_cpus or root.held_back:
+        waker_pool = self.waits.waker_pool(row)
+        long_waits = self.mean_wait_us[(self.waits.pool_of(row.tid), row.stack)] >= IDLE_MEAN_WAIT_US
+        if waker_pool != self.waits.pool_of(row.tid):
+            # on CPU, or held back itself, while they waited for it; unless they waited for work
+            # it brings now and then (a JIT's compiler thread for its requests)
+            return Claim(IDLE) if long_waits else Claim(BUSY_PEER, waker_pool)
+        pool = self.pools[pool_name]
+        # Taking turns stands on a place they take in turns: the waker waited there for one of them too
+        if (pool.held_to_fewer_cpus and self.waits.in_turns(row)) or root.held_back:
             return Claim(HANDOFF if handoff_site else SERIALIZATION, pool.name)
-        if self.mean_wait_us[(pool.name, row.stack)] >= IDLE_MEAN_WAIT_US:
+        if long_waits:
             return Claim(IDLE)
         return Claim(HANDOFF, pool.name)
+
+    def _released_lock(self, row: Row) -> Lock | None:
+        """The lock a wait on a peer was at, told by what let it go: a lock's release (an unlock
+        ends only a wait for that lock), or a semaphore's post by a thread that waited at the
+        same place in turn. None when the release says no lock (a condition, a queue, a pipe)."""
+        released = self.waits.table.released(self.model.stacks[self.model.wakers[row.waker].stack]) \
+            if row.waker is not None else None
+        if released is None:
+            return None
+        if released.kind == "lock" or (released.name == SEMAPHORE and self.waits.in_turns(row)):
+            return released
+        return None
+
+    def _lock_claim(self, lock: Lock) -> Claim:
+        """A wait at a lock's claim, as the site's claim would be (see _direct)."""
+        if lock.name == GLIBC_INTERNAL_LOCK and self.churning:
+            return Claim(STACK_CACHE_LOCK, STACK_CACHE, guessed=True)
+        return Claim(lock.finding or LOCK_CONTENTION, lock.name)
+
+    def _holder_awaited_work(self, index: int) -> bool:
+        """Whether a lock's holder spent most of a wait for it waiting for work itself (a poll, a
+        pipe, a socket): a queue's reader lock held until the next item comes (Python's
+        multiprocessing queues), which hands the wait for work on to the threads behind it."""
+        row = self.model.rows[index]
+        awaiting = sum(overlap for waker_row, overlap in self.waits.links_by_waiter.get(index, ())
+                       if (site := self.waits.classes[waker_row].site) is not None
+                       and site.lock.kind in WORK_KINDS)
+        return awaiting >= HOLDER_AWAITED_WORK * row.blocked_us > 0
+
+    @cached_property
+    def turn_queues(self) -> dict[tuple[str, int], float]:
+        """Per pool and stack, how many of its threads waited there in turns at a time, on
+        average: the waits a thread ended that had waited at the same place itself (see
+        Waits.in_turns), over the window."""
+        queued: dict[tuple[str, int], int] = defaultdict(int)
+        waiting: dict[tuple[str, int], set[int]] = defaultdict(set)
+        for row, followed in zip(self.model.rows, self.waits.followed, strict=True):
+            if followed and self.waits.in_turns(row):
+                queued[(self.waits.pool_of(row.tid), row.stack)] += row.blocked_us
+                waiting[(self.waits.pool_of(row.tid), row.stack)].add(row.tid)
+        return {key: us / max(self.model.wall_us, 1) for key, us in queued.items()
+                if len(waiting[key]) >= QUEUE_THREADS}
 
     @cached_property
     def mean_wait_us(self) -> dict[tuple[str, int], float]:
         """Per pool and stack, the average time off CPU of its waits that a peer ended."""
         sums: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
-        for row, cls in zip(self.model.rows, self.waits.classes, strict=True):
-            if cls.cause == PEER:
+        for row, followed in zip(self.model.rows, self.waits.followed, strict=True):
+            if followed:
                 pool_and_stack = sums[(self.waits.pool_of(row.tid), row.stack)]
                 pool_and_stack[0] += row.offcpu_us
                 pool_and_stack[1] += row.count

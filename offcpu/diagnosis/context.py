@@ -11,7 +11,7 @@ from offcpu.diagnosis.claims import IDLE, Claims
 from offcpu.diagnosis.locktable import LockTable, default_table
 from offcpu.diagnosis.roots import root_shares
 from offcpu.diagnosis.waits import Waits
-from offcpu.model import SUB_WINDOWS, Model, Row
+from offcpu.model import NEW_THREAD, SUB_WINDOWS, Model, Row
 
 
 def total(rows: Iterable[Row]) -> int:
@@ -37,6 +37,13 @@ class Context:
         self.offcpu_us = sum(t.offcpu_us for t in model.threads.values())
         self.idle_rows = self.claims.rows(IDLE)
         self.idle_us = total(self.idle_rows)
+
+    def own_us(self, rows: Iterable[Row]) -> int:
+        """The time of these waits that is their own: until their wakeups, and all of a new
+        thread's wait for its first run (its creation's cost); the waits for a CPU after a
+        wakeup are CPU saturation's."""
+        return sum(row.offcpu_us if self.model.stacks[row.stack].frames == (NEW_THREAD,) else row.blocked_us
+                   for row in rows)
 
     def share_of_wall(self, us: int, rows: list[Row]) -> float:
         """`us` over the wall time of the threads of `rows`, at least one whole window."""

@@ -12,7 +12,7 @@ from offcpu.diagnosis.claims import RUNQUEUE
 from offcpu.diagnosis.context import Context
 from offcpu.diagnosis.roots import root_words
 from offcpu.model import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model, Row
-from offcpu.model.wakeups import CAUSE_WORDS, PEER
+from offcpu.model.wakeups import CAUSE_WORDS
 from offcpu.stacks import drawn_alone, reading
 
 EVIDENCE_STACKS = 3
@@ -116,9 +116,10 @@ def waker_shares(ctx: Context, rows: list[Row]) -> tuple[WakerShare, ...]:
 
 
 def _peer_ended(ctx: Context, rows: list[Row]) -> list[int]:
-    """The model's numbers of the rows whose waits a peer ended: what the chain and the roots follow."""
+    """The model's numbers of the rows whose waits a recorded thread ended: what the chain and
+    the roots follow."""
     index = ctx.row_number
-    return [index[id(row)] for row in rows if ctx.waits.classes[index[id(row)]].cause == PEER]
+    return [index[id(row)] for row in rows if ctx.waits.followed[index[id(row)]]]
 
 
 def chain(ctx: Context, rows: list[Row]) -> tuple[ChainStep, ...]:

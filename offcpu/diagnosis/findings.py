@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from offcpu.diagnosis.claims import IDLE, LOCK_FINDINGS, RUNQUEUE
+from offcpu.diagnosis.claims import IDLE, RUNQUEUE
 from offcpu.diagnosis.context import Context, blocked, tids, total
 from offcpu.diagnosis.evidence import (
     ChainStep,
@@ -38,7 +38,7 @@ from offcpu.diagnosis.evidence import (
 )
 from offcpu.diagnosis.locktable import LockTable, lock_table
 from offcpu.diagnosis.rules import RULES, Match, Rule
-from offcpu.model import Model, Row
+from offcpu.model import Model
 from offcpu.model.stackview import StackView, of_threads
 
 # Severity from share_of_wall. On the examples (2 CPUs, 1 s): the pathologies'
@@ -59,6 +59,9 @@ class Finding:
     summary: str
     offcpu_us: int
     blocked_us: int  # of offcpu_us, until the wakeups (the rest: waiting for a CPU after them)
+    # The time it is graded and ranked by: its waits' blocked time; CPU saturation's, every
+    # wait's time waiting for a CPU (preempted, and after the wakeups of the others' waits)
+    graded_us: int
     share_of_wall: float
     share_of_offcpu: float
     threads: int
@@ -86,12 +89,14 @@ def severity_of(share: float) -> str:
 def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
     us = total(match.rows)
     idle = rule.id == IDLE
-    graded = graded_us(rule.id, match.rows)
-    share_of_wall = ctx.share_of_wall(graded, match.rows) if match.rows else 0.0
+    graded = ctx.own_us(match.rows) if match.graded_us is None else match.graded_us
+    graded_rows = match.rows if match.graded_rows is None else match.graded_rows
+    share_of_wall = ctx.share_of_wall(graded, graded_rows) if graded_rows else 0.0
     offcpu = ctx.offcpu_us if idle else ctx.offcpu_us - ctx.idle_us
-    # The sub-windows keep off-CPU time: a lock's share, of its blocked part, spreads as much
-    # in proportion (its blocked part taken to be the same share of each sub-window's)
-    uncertainty = ctx.share_uncertainty(match.rows) * (graded / us if us else 1.0)
+    # The sub-windows keep off-CPU time: a share of its graded part spreads as much in
+    # proportion (its graded part taken to be the same share of each sub-window's)
+    graded_rows_us = total(graded_rows)
+    uncertainty = ctx.share_uncertainty(graded_rows) * (graded / graded_rows_us if graded_rows_us else 1.0)
     rank = SEVERITIES.index
 
     def severity_at(share: float) -> str:
@@ -103,7 +108,7 @@ def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
     peer_waits = rule.id not in (IDLE, RUNQUEUE, "thread_limits")
     return Finding(
         id=rule.id, severity=severity, title=match.title or rule.title, summary=match.summary, offcpu_us=us,
-        blocked_us=blocked(match.rows), share_of_wall=share_of_wall,
+        blocked_us=blocked(match.rows), graded_us=graded, share_of_wall=share_of_wall,
         share_of_offcpu=min(us / offcpu, 1.0) if offcpu > 0 else 0.0,
         threads=match.threads if match.threads is not None else tids(match.rows),
         evidence=evidence(ctx.model, match.rows), remedy=match.remedy or rule.remedy,
@@ -123,16 +128,10 @@ def findings(model: Model, rules: tuple[Rule, ...] = RULES, table: LockTable | N
     ctx = Context(model, table)
     found = [finding for rule in rules for match in rule.detect(ctx)
              if (finding := _finding(rule, ctx, match)) is not None]
-    return sorted(found, key=lambda f: (-SEVERITIES.index(f.severity), f.id == RUNQUEUE,
-                                        -(f.blocked_us if f.id in LOCK_FINDINGS else f.offcpu_us)))
+    return sorted(found, key=lambda f: (-SEVERITIES.index(f.severity), f.id == RUNQUEUE, -f.graded_us))
 
 
 def view_findings(model: Model, view: StackView) -> list[Finding]:
     """The findings about the threads a report's filters keep, in every state."""
     return findings(of_threads(model, view), table=lock_table(view.locks))
 
-
-def graded_us(finding_id: str, rows: list[Row]) -> int:
-    """The time a finding is graded by: a lock's, the time blocked on it; the others', their
-    whole time off CPU."""
-    return blocked(rows) if finding_id in LOCK_FINDINGS else total(rows)

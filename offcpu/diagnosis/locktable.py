@@ -71,6 +71,13 @@ class Lock:
             return None
         return next((index for index, frame in enumerate(frames) if self._release.match(frame)), None)
 
+    def releases(self, frames: tuple[str, ...]) -> bool:
+        """Whether a waker's leaf-first normal frames let this lock go: a release frame, under
+        one of its callers when it has them (the holder lets the mmap_lock go in madvise)."""
+        index = self.released_at(frames)
+        return index is not None and (self._callers is None or
+                                      any(self._callers.match(caller) for caller in frames[index + 1:]))
+
 
 @dataclass(frozen=True)
 class Globs:
@@ -117,6 +124,7 @@ class LockTable:
     def __init__(self, locks: list[Lock]) -> None:
         self.locks = locks
         self._sites: dict[tuple[str, ...], Site | None] = {}
+        self._releases: dict[tuple[str, ...], Lock | None] = {}
 
     def site(self, stack: Stack) -> Site | None:
         """The first entry whose wait site a stack is at (once per distinct stack)."""
@@ -125,6 +133,16 @@ class LockTable:
             self._sites[frames] = next((Site(lock, frames[index]) for lock in self.locks
                                         if (index := lock.waits_at(frames)) is not None), None)
         return self._sites[frames]
+
+    def released(self, stack: Stack) -> Lock | None:
+        """The first entry a waker's stack lets go (once per distinct stack)."""
+        frames = tuple(normal(frame) for frame in stack.frames)
+        if frames not in self._releases:
+            self._releases[frames] = next((lock for lock in self.locks if lock.releases(frames)), None)
+        return self._releases[frames]
+
+    def named(self, name: str) -> Lock | None:
+        return next((lock for lock in self.locks if lock.name == name), None)
 
     def names(self) -> list[str]:
         return list(dict.fromkeys(lock.name for lock in self.locks))

@@ -9,9 +9,10 @@ from offcpu.diagnosis.claims import RUNQUEUE, Claims
 from offcpu.diagnosis.locktable import GENERIC_FUTEX
 from offcpu.diagnosis.waits import Waits
 from offcpu.model import Model
-from offcpu.model.wakeups import CAUSE_WORDS, NEW, PEER, PREEMPTED_CAUSE
+from offcpu.model.wakeups import CAUSE_WORDS, NEW, PEER, PREEMPTED_CAUSE, TIMER
 
 ON_CPU = "a thread on CPU (or waiting for one)"
+TIMED = "a timer (a sleep or a timeout)"
 # What is left going round: rows whose waits were ended by peers that were themselves waiting
 # on the first rows. Counted by rows, the chains of a lock's queue close on themselves (in
 # time each goes back to a holder on CPU): wPerf calls such a cycle a knot, the threads taking
@@ -28,7 +29,7 @@ def root_shares(model: Model, waits: Waits, claims: Claims) -> dict[int, dict[st
     for waits no peer ended), and a thread on CPU for the rest", reached round by round
     (each round follows the chains one waker further) until no share moves; what still
     goes round then is the rows' turns on one another (IN_TURNS)."""
-    peers = [number for number, cls in enumerate(waits.classes) if cls.cause == PEER]
+    peers = [number for number, followed in enumerate(waits.followed) if followed]
     place = {number: at for at, number in enumerate(peers)}
     labels: dict[str, int] = {}
     own: list[tuple[int, int, float]] = []  # (row's place, label, share): the part no peer's wait carries
@@ -42,7 +43,7 @@ def root_shares(model: Model, waits: Waits, claims: Claims) -> dict[int, dict[st
         whole = max(blocked_us, overlapped)
         for waker_row, overlap in links:
             part = overlap / whole if whole else 0.0
-            if waits.classes[waker_row].cause == PEER:
+            if waits.followed[waker_row]:
                 carried.append((at, place[waker_row], part))
             else:
                 own.append((at, labels.setdefault(root_words(waits, claims, waker_row), len(labels)), part))
@@ -66,6 +67,8 @@ def root_words(waits: Waits, claims: Claims, number: int) -> str:
     cls, claim = waits.classes[number], claims.of_row[number]
     if (claim is not None and claim.finding == RUNQUEUE) or cls.cause in (PREEMPTED_CAUSE, NEW):
         return ON_CPU
+    if cls.cause == TIMER and (cls.site is None or cls.site.lock.kind in ("sleep", "condition")):
+        return TIMED  # a sleep, or a timed wait that ran out: a JVM's Thread.sleep is a futex's timeout
     if cls.site is not None:
         return "a futex of the program's" if cls.site.lock.name == GENERIC_FUTEX else cls.site.lock.name
     if cls.cause == PEER:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from offcpu.diagnosis.claims import (
+    BUSY_PEER,
     CPU_THROTTLING,
     DEADLOCK,
     FUTEX_UNKNOWN,
@@ -19,6 +20,7 @@ from offcpu.diagnosis.claims import (
     MMAP_LOCK,
     PTHREAD_MUTEX,
     RUNQUEUE,
+    SEMAPHORE,
     SERIALIZATION,
     STACK_CACHE,
     STACK_CACHE_LOCK,
@@ -27,9 +29,11 @@ from offcpu.diagnosis.claims import (
     Root,
 )
 from offcpu.diagnosis.context import Context, blocked, tids, total
+from offcpu.diagnosis.evidence import RootShare, chain, roots
 from offcpu.diagnosis.locktable import GENERIC_FUTEX
+from offcpu.diagnosis.roots import IN_TURNS, ON_CPU
 from offcpu.diagnosis.wording import counted, pct, us_text
-from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Row
+from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, WHOLE_WINDOW, Row
 from offcpu.model.summaries import runqueue_percentiles
 
 # thread_limits: a limit used this much is worth a finding, a warning, critical.
@@ -38,6 +42,16 @@ LIMIT_WARNING_FROM = 0.8  # offcpu.machine.limits.WARN_FROM, doctor's "near"
 LIMIT_CRITICAL_FROM = 0.95
 
 DWARF_HINT = "record with --call-graph dwarf to see the callers"
+# A lock's holders made a blocking call while holding it when one wait of theirs (a sleep, the
+# disk, the network, another thread) took at least this share of the time its waiters waited.
+BLOCKING_FROM = 0.5
+SEMAPHORE_AS_LOCK = ("a POSIX semaphore that the threads waiting on it post in turns: a lock (CPython's "
+                     "threading.Lock is one)")
+BLOCKING_CALL_REMEDY = ("Make no blocking call while holding the lock (or the monitor, or what the threads take "
+                        "turns at): every waiter waits for the call too. Do the sleep, the I/O or the request "
+                        "before taking the lock or after letting it go, and hold it only around the shared state it "
+                        "guards. The chain shows what the holders waited for, and the release site where they let "
+                        "it go.")
 LOCK_REMEDY = ("Hold the lock for less time or less often: move work out of the critical section, split the data so "
                "threads do not share one lock (per-thread or per-CPU state merged at the end, striped locks), or use "
                "atomics for simple counters. The wait site shows who waits, the release site who held it.")
@@ -52,6 +66,10 @@ class Match:
     confidence: str = "high"
     confidence_reason: str = ""
     floor: str = "info"  # lowest severity, whatever the share
+    # The time it is graded by, and the rows whose time that is part of, when not its rows' own
+    # time (CPU saturation: the run-queue time of every wait, not only of its rows)
+    graded_us: int | None = None
+    graded_rows: list[Row] | None = None
     cap: str = "critical"  # highest severity
     threads: int | None = None  # counted from the rows unless given
     subject: str = ""
@@ -64,16 +82,9 @@ def threads_text(rows: Iterable[Row]) -> str:
 
 
 def spent_text(rows: list[Row], ctx: Context) -> str:
-    """'spent 5.7 s (64% of their time; 2.1 s until woken, 3.6 s more waiting for a CPU)'."""
-    us = total(rows)
-    woken = blocked(rows)
-    split = f"; {us_text(woken)} until woken, {us_text(us - woken)} more waiting for a CPU" if us - woken else ""
-    return f"spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of {their(rows)} time{split})"
-
-
-def spent_on_a_lock_text(rows: list[Row], ctx: Context) -> str:
     """'spent 5.7 s (2.1 s until woken, 24% of their time; 3.6 s more waiting for a CPU)': a
-    lock's share is of the time blocked on it (see LOCK_FINDINGS)."""
+    finding's share is of the time its waits were blocked (the wait for a CPU after their
+    wakeups is CPU saturation's: offcpu.diagnosis.findings.graded_us)."""
     us = total(rows)
     woken = blocked(rows)
     share = f"{pct(ctx.share_of_wall(woken, rows))} of {their(rows)} time"
@@ -97,7 +108,7 @@ def detect_mmap_lock(ctx: Context) -> list[Match]:
     rows = ctx.claims.rows(MMAP_LOCK)
     if not rows:
         return []
-    return [Match(rows, f"{threads_text(rows)} {spent_on_a_lock_text(rows, ctx)} waiting {times_text(rows)} for the "
+    return [Match(rows, f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for the "
                         f"process's memory-map lock (mmap_lock), which mmap, munmap, mprotect, madvise and page "
                         f"faults all take.", subject="mmap_lock")]
 
@@ -106,7 +117,7 @@ def detect_stack_cache_lock(ctx: Context) -> list[Match]:
     rows = ctx.claims.rows(STACK_CACHE_LOCK)
     if not rows:
         return []
-    summary = (f"{threads_text(rows)} {spent_on_a_lock_text(rows, ctx)} waiting {times_text(rows)} for glibc's stack "
+    summary = (f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for glibc's stack "
                f"cache lock, which every thread creation and exit takes.")
     guessed = ctx.claims.guessed(STACK_CACHE_LOCK)
     if total(guessed) * 2 > total(rows):
@@ -121,18 +132,26 @@ def detect_stack_cache_lock(ctx: Context) -> list[Match]:
 
 
 def detect_lock_contention(ctx: Context) -> list[Match]:
-    """A finding per lock the lock table names (glibc's mutexes, a runtime's or a server's)."""
+    """A finding per lock, named by the lock table where the threads waited or where they were
+    let go (glibc's mutexes, a runtime's or a server's), with what its holders did while the
+    threads waited: a blocking call inside the critical section is the reason, and the fix."""
     matches = []
     for name in ctx.claims.keys(LOCK_CONTENTION):
         rows = ctx.claims.rows(LOCK_CONTENTION, name)
-        lock = next(site.lock for site in ctx.waits.sites if site is not None and site.lock.name == name)
-        what = lock.what or name
-        summary = f"{threads_text(rows)} {spent_on_a_lock_text(rows, ctx)} waiting {times_text(rows)} for {what}"
+        lock = ctx.waits.table.named(name)
+        assert lock is not None, "a claim names a lock of the table"
+        what = SEMAPHORE_AS_LOCK if name == SEMAPHORE else lock.what or name
+        summary = f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for {what}"
+        blocking = _blocking_call(ctx, rows)
         if lock.retry:
             summary += (": they sleep and try again, so a timer ends their waits, not the holder; meanwhile "
                         f"{_holders(ctx, rows)}")
+        elif blocking:
+            summary += (f"; {pct(blocking.share)} of that time came down to the holders waiting for "
+                        f"{blocking.what}: a blocking call inside the critical section")
         matches.append(Match(rows, summary + ".", subject=name, title=f"Threads wait for a lock: {name}",
-                             remedy=lock.remedy or LOCK_REMEDY,
+                             remedy=BLOCKING_CALL_REMEDY if blocking and not lock.retry else
+                             lock.remedy or LOCK_REMEDY,
                              confidence_reason=f"which lock is not shown (user stacks truncated): {DWARF_HINT}"
                              if ctx.truncated() and name == PTHREAD_MUTEX else ""))
     return matches
@@ -174,6 +193,15 @@ def detect_stuck(ctx: Context) -> list[Match]:
                    f"{lock.what or name}{held}, and made no progress.")
         matches.append(Match(rows, summary, floor="warning", subject=name, title=f"Threads stuck on a lock: {name}"))
     return matches
+
+
+def _blocking_call(ctx: Context, rows: list[Row]) -> RootShare | None:
+    """What a lock's waits mostly came down to, followed through its holders' own waits, when
+    that is a wait (a sleep, the disk, the network) and not threads running or taking turns:
+    a blocking call made while holding the lock."""
+    found = roots(ctx, rows)
+    top = found[0] if found else None
+    return top if top is not None and top.share >= BLOCKING_FROM and top.what not in (ON_CPU, IN_TURNS) else None
 
 
 def _holder_words(ctx: Context, tid: int) -> str:
@@ -218,6 +246,7 @@ def detect_serialization(ctx: Context) -> list[Match]:
                    f"{len(pool.tids)} threads had work (were not waiting for work or time) and they ran on "
                    f"{pool.parallelism:.1f} CPUs of {pool.cpus}")
         root = _roots(ctx, rows)
+        blocking = _blocking_call(ctx, rows)
         if root.held_back:
             blocked_us = max(blocked(rows), 1)
             held = []
@@ -226,11 +255,15 @@ def detect_serialization(ctx: Context) -> list[Match]:
             if root.queued_us:
                 held.append(f"in line behind another of them {pct(root.queued_us / blocked_us)}")
             summary += f"; the threads that let them go were {', and '.join(held)} of that time"
+        elif blocking:
+            summary += (f"; {pct(blocking.share)} of that time came down to the one let through waiting for "
+                        f"{blocking.what}: a blocking call while holding what they take turns at")
         elif pool.held_to_fewer_cpus:
             summary += ": they take turns, as on one lock"
         site = ctx.waits.sites[_heaviest_stack(rows)]
         site_words = f" at {site.lock.name}" if site is not None and site.lock.name != GENERIC_FUTEX else ""
         matches.append(Match(rows, summary + ".", subject=name, title=f"Threads take turns{site_words}: {name}",
+                             remedy=BLOCKING_CALL_REMEDY if blocking and not root.held_back else "",
                              confidence="low" if ctx.truncated() and site is None else "high",
                              confidence_reason=f"the stacks do not show which lock or queue (user stacks truncated): "
                                                f"{DWARF_HINT}" if ctx.truncated() and site is None else ""))
@@ -272,6 +305,25 @@ def detect_handoff(ctx: Context) -> list[Match]:
     return matches
 
 
+def detect_busy_peer(ctx: Context) -> list[Match]:
+    """A finding per busy peer (a pool of threads, or another process) that threads of another
+    pool waited for while it ran or was held back itself."""
+    matches = []
+    for name in ctx.claims.keys(BUSY_PEER):
+        rows = ctx.claims.rows(BUSY_PEER, name)
+        peer = ctx.claims.pools[name]
+        waiters = sorted({ctx.waits.pool_of(row.tid) for row in rows})
+        runqueue_us = sum(ctx.model.threads[tid].runqueue_us for tid in peer.tids)
+        meanwhile = ", ".join(f"{step.what} {pct(step.share)}" for step in chain(ctx, rows)[:2])
+        matches.append(Match(
+            rows, f"{threads_text(rows)} of {', '.join(waiters)} {spent_text(rows, ctx)} waiting {times_text(rows)} "
+                  f"for {name}, which ran {us_text(peer.oncpu_us)} on CPU in the {us_text(ctx.model.wall_us)} "
+                  f"recorded ({peer.parallelism:.1f} CPUs) and waited {us_text(runqueue_us)} for a CPU; while they "
+                  f"waited, it {meanwhile}: it sets their pace.",
+            subject=name, title=f"Threads wait for a busy peer: {name}"))
+    return matches
+
+
 def detect_thread_churn(ctx: Context) -> list[Match]:
     life = ctx.claims.lifecycle
     if not ctx.claims.churning or life.median_life_us is None:
@@ -307,19 +359,30 @@ def detect_futex_unknown(ctx: Context) -> list[Match]:
 
 
 def detect_runqueue(ctx: Context) -> list[Match]:
+    """CPU saturation, graded by every wait's time waiting for a CPU: preempted while it still
+    had work, and after its wakeup (the part of other findings' waits that is not theirs)."""
     rows = ctx.claims.rows(RUNQUEUE)
-    if not rows:
+    woken = [row for row in _woken_waiting_for_a_cpu(ctx) if ctx.model.threads[row.tid].pid not in ctx.claims.throttled]
+    preempted_us, after_us = total(rows), sum(row.runqueue_us for row in woken)
+    if not preempted_us + after_us:
         return []
-    us = total(rows)
     delay = runqueue_percentiles(ctx.model)
-    after_wakeup = (f"; after their wakeups, threads waited {us_text(delay[50])} (median), {us_text(delay[99])} "
-                    f"(p99), up to {us_text(delay[100])} for a CPU, which the findings of the waits they were "
-                    f"woken from count" if delay else "")
+    after_wakeup = (f", {us_text(after_us)} after their wakeups ({us_text(delay[50])} median, {us_text(delay[99])} "
+                    f"p99, up to {us_text(delay[100])})" if delay else "")
     waiting = sum(row.runqueue_us for row in ctx.model.rows) / max(ctx.model.wall_us, 1)
-    were, they = ("was", "it") if tids(rows) == 1 else ("were", "they")
-    return [Match(rows, f"{threads_text(rows)} {were} preempted while {they} still had work for {us_text(us)} "
-                        f"({pct(ctx.share_of_wall(us, rows))} of {their(rows)} time){after_wakeup}; on average "
-                        f"{waiting:.1f} runnable threads waited for the {ctx.model.capture.cpus} CPUs.")]
+    share = ctx.share_of_wall(preempted_us + after_us, rows + woken)
+    return [Match(rows, f"{threads_text(rows + woken)} waited {us_text(preempted_us + after_us)} for a CPU "
+                        f"({pct(share)} of their time): {us_text(preempted_us)} preempted while they still had "
+                        f"work{after_wakeup}; on average {waiting:.1f} runnable threads waited for the "
+                        f"{ctx.model.capture.cpus} CPUs.",
+                  graded_us=preempted_us + after_us, graded_rows=rows + woken, threads=tids(rows + woken))]
+
+
+def _woken_waiting_for_a_cpu(ctx: Context) -> list[Row]:
+    """The rows of waits that ended with a wakeup and then waited for a CPU (not a new thread's
+    first run: its creation's cost, see Context.own_us)."""
+    return [row for row in ctx.model.rows if row.state != PREEMPTED and row.runqueue_us > 0
+            and ctx.model.stacks[row.stack].frames != (NEW_THREAD,)]
 
 
 def detect_cpu_throttling(ctx: Context) -> list[Match]:
@@ -332,13 +395,19 @@ def detect_cpu_throttling(ctx: Context) -> list[Match]:
         limit = (f"its limit is {counters.cpus:.2f} CPUs (a quota of {us_text(counters.cpu_quota_us or 0)} of CPU time "
                  f"per {us_text(counters.cpu_period_us or 0)} period), and " if counters and counters.cpus else "")
         were, they = ("was", "it") if tids(rows) == 1 else ("were", "they")
-        us = total(rows)
+        # its threads' waits for a CPU after their wakeups are the limit's too, not CPU saturation's
+        woken = [row for row in _woken_waiting_for_a_cpu(ctx)
+                 if ctx.claims.throttled.get(ctx.model.threads[row.tid].pid) is cgroup]
+        after_us = sum(row.runqueue_us for row in woken)
+        us = total(rows) + after_us
+        after = f" ({us_text(after_us)} of it after their wakeups)" if after_us else ""
+        share = pct(ctx.share_of_wall(us, rows))
         matches.append(Match(rows, f"{threads_text(rows)} of cgroup {cgroup.describe()} {were} held off a CPU while "
-                                   f"{they} still had work for {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of "
-                                   f"{their(rows)} time) by the cgroup's CPU limit: {limit}the kernel throttled it in "
+                                   f"{they} still had work for {us_text(us)}{after} ({share} of {their(rows)} time) "
+                                   f"by the cgroup's CPU limit: {limit}the kernel throttled it in "
                                    f"{cgroup.throttled_periods:,} of the {cgroup.periods:,} periods in which it ran "
                                    f"while recorded, {us_text(cgroup.throttled_ns // 1000)} in all.",
-                             subject=path))
+                             subject=path, graded_us=us, graded_rows=rows + woken))
     return matches
 
 
@@ -436,6 +505,12 @@ RULES: tuple[Rule, ...] = (
          "its reply). At high rates the cost is the switches: hand over work in batches, or keep both sides on "
          "one thread.",
          detect_handoff),
+    Rule(BUSY_PEER, "Threads wait for a busy peer",
+         "The peer is the bottleneck: it was running (or held back itself) while these threads waited for it, so "
+         "it sets their pace. Profile it on CPU (perf record -g -p PID, perf top) and make its work cheaper, give it "
+         "more CPU or more parallelism (more workers or processes, a cheaper setting such as a lighter compression "
+         "level), or give it less work. The waiting threads cost nothing; speeding them up will not help.",
+         detect_busy_peer),
     Rule(THREAD_CHURN, "Threads are created and destroyed at a high rate",
          "Use a thread pool sized to the CPUs and the work, fed by a bounded queue, instead of a thread per task "
          "or request: each new thread costs a clone, a stack mapping and its guard page, and an unmapping at exit, "

@@ -25,6 +25,7 @@ from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, STACK_LOST, STACK
 from offcpu.model.wakeups import (
     DEVICE,
     NEW,
+    OUTSIDE,
     PEER,
     PREEMPTED_CAUSE,
     UNWOKEN,
@@ -104,6 +105,13 @@ class Waits:
         self.truncated = [truncated(stack) for stack in model.stacks]
         self.parked = [in_main_loop(stack) for stack in model.stacks]
         self.classes = self._parked_before_the_window([self._classify(row) for row in model.rows])
+        # The waits a recorded thread ended, of its own service or another process: judged by
+        # what that thread did meanwhile (from the links), not by who it was.
+        self.followed = [cls.cause == PEER or (cls.cause == OUTSIDE and self.waker_tid(row) in model.threads)
+                         for row, cls in zip(model.rows, self.classes, strict=True)]
+        # Where each thread waited for a recorded thread: the sites a lock or a turn passes through
+        self.waited_at = {(row.tid, row.stack) for row, followed in zip(model.rows, self.followed, strict=True)
+                          if followed}
 
     def service_of_pid(self, pid: int, comm: str) -> str:
         return self.service.get(pid, f"{comm} ({pid})")
@@ -112,6 +120,24 @@ class Waits:
         """Threads of one service whose names differ only in a trailing number are one pool."""
         thread = self.model.threads[tid]
         return f"{self.service_of_pid(thread.pid, thread.comm)}: {stem(thread.comm)}"
+
+    def waker_tid(self, row: Row) -> int | None:
+        """The thread that ended a row's waits (None: not a thread, or none)."""
+        if row.waker is None or self.model.wakers[row.waker].kind != "thread":
+            return None
+        return self.model.wakers[row.waker].tid
+
+    def waker_pool(self, row: Row) -> str:
+        """The pool of the recorded thread that ended a row's waits."""
+        tid = self.waker_tid(row)
+        assert tid is not None and tid in self.model.threads, "only for the rows a recorded thread ended"
+        return self.pool_of(tid)
+
+    def in_turns(self, row: Row) -> bool:
+        """Whether the thread that ended a row's waits waited at the same place for a recorded
+        thread itself: what lets one through at a time (a lock, an interpreter lock, a monitor)
+        is waited for, and let go, by each of the threads that take it."""
+        return (self.waker_tid(row), row.stack) in self.waited_at
 
     def _classify(self, row: Row) -> WaitClass:
         stack = self.model.stacks[row.stack]

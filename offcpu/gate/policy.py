@@ -49,6 +49,9 @@ NOT_GATED_BY_DEFAULT = {
     WAITS_FOR_WORK: "threads waiting for work are never a problem",
     "futex_unknown": "the kind of these waits cannot be told from the stacks (record with --call-graph dwarf)",
     "handoff": "threads handing work to each other (a pipe, a queue) is how a program is built, not a lock",
+    "busy_peer": "a stage that waits for a busier one (gzip behind tar, a client behind its server, a server behind "
+                 "its load generator) says which one sets the pace, which a benchmark's own load may do by design "
+                 "(gate it with fail_above_info)",
 }
 DEFAULT_FAIL_ABOVE_INFO = tuple(rule for rule in RULE_IDS if rule not in NOT_GATED_BY_DEFAULT)
 # The baseline comparison of blocked time, waits for work left out, beside the findings';

@@ -215,10 +215,12 @@ def test_a_wait_behind_a_peer_in_line_itself_is_in_line() -> None:
 def test_a_thread_of_another_pool_behind_one_in_line_is_not_in_its_line() -> None:
     # Given the same, with 11 a thread of another name: not one of the pool waiting in line
     found = queue_of_three("other")
-    # Then 12's 3.9 ms are in line (behind 13's disk), and 11's 5 ms were handed over by 12:
-    # 12 was off CPU 3.9 ms of it in a line 11 is not in, on CPU 1.1 ms
+    # Then 12's 3.9 ms are in line (behind 13's disk), and 11's 5 ms were held back by 12, a
+    # thread of another pool: 12 was off CPU 3.9 ms of it in a line 11 is not in, on CPU 1.1 ms
     assert found["serialization"].blocked_us == 3900
-    assert found["handoff"].blocked_us == 5000
+    assert found["busy_peer"].blocked_us == 5000
+    assert found["busy_peer"].subject == "other (10): app"
+    assert "handoff" not in found
 
 
 @pytest.mark.parametrize(("chain", "parked"), [

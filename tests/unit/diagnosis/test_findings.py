@@ -35,7 +35,7 @@ def rename_frames(model, names: dict[str, str]) -> None:
 
 def test_rules_are_one_table_with_unique_ids():
     ids = [rule.id for rule in RULES]
-    assert len(ids) == len(set(ids)) == 14
+    assert len(ids) == len(set(ids)) == 15
     assert all(rule.title and rule.remedy and callable(rule.detect) for rule in RULES)
 
 
@@ -49,8 +49,9 @@ def test_severity_thresholds():
 def test_findings_are_sorted_worst_first_and_well_formed(name):
     found = findings(model_of(name))
     assert found
-    # worst first; within a severity, waits with a cause in the program before waits for a CPU
-    keys = [(-SEVERITIES.index(f.severity), f.id == "runqueue", -f.offcpu_us) for f in found]
+    # worst first; within a severity, waits with a cause in the program before waits for a CPU,
+    # then by the time each is graded by
+    keys = [(-SEVERITIES.index(f.severity), f.id == "runqueue", -f.graded_us) for f in found]
     assert keys == sorted(keys)
     for finding in found:
         assert finding.severity in SEVERITIES and finding.confidence in ("high", "low")
@@ -98,8 +99,8 @@ def test_no_mmap_lock_without_a_memory_map_entry():
 def test_lock_contention_told_by_the_lock_leaf_even_in_truncated_stacks():
     model = model_of("futex_pid")
     assert model.capture.user_stacks_truncated
-    finding = top_busy(model)
-    assert (finding.id, finding.subject) == ("lock_contention", "pthread mutex")
+    finding = by_id(model)["lock_contention"]
+    assert finding.subject == "pthread mutex"
     assert finding.confidence == "high" and finding.severity == "warning"  # see test_a_lock_is_graded_by_...
     assert "__GI___lll_lock_wait" in finding.evidence[0].frames
     assert "--call-graph dwarf" in finding.confidence_reason  # which lock is not shown
@@ -341,8 +342,11 @@ def test_per_vma_lock_waits_alone_are_mmap_lock():
     rename_frames(model, {name: "some_other_wait" for name in slowpaths})
     # (a few ms, below the share a finding is reported from: the rule itself is asked)
     [match] = detect_mmap_lock(Context(model))
-    assert match.rows
-    assert all("__vma_start_write" in model.stacks[row.stack].frames for row in match.rows)
+    per_vma = [row for row in model.rows if "__vma_start_write" in model.stacks[row.stack].frames]
+    assert per_vma and all(any(row is claimed for claimed in match.rows) for row in per_vma)
+    # the renamed waits go by their release: the holders let the mmap_lock go in mmap, munmap...
+    wakers = [model.stacks[model.wakers[row.waker].stack].frames for row in match.rows if row not in per_vma]
+    assert wakers and all({"up_write", "up_read"} & set(frames) for frames in wakers)
 
 
 def test_thread_limits_near():
