@@ -10,14 +10,18 @@ program's process."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests import programs
-from tests.conftest import OFFCPU, run_offcpu
+from tests.conftest import OFFCPU, Workload, run_offcpu
 
 SECONDS = 5
 MARGIN_NS = 300_000_000  # the compared part starts and ends this far inside both windows
@@ -30,21 +34,29 @@ TIME_TOLERANCE = 0.10
 # sees of their wakeups and the other does not (see NOT_COMPARED) can make one or the other: only
 # those above it must be in both.
 SOLID_SHARE = 0.10
+PERF_OPTIONS = ("--mmap-pages", "1024")
+
+
+def start_recording(target: tuple[str, ...], capture: Path, backend: str, seconds: float,
+                    *options: str) -> subprocess.Popen[str]:
+    """`offcpu record` of the target (without the stacks of the threads that never ran, read at
+    the recording's end: two ends, two sets of such threads)."""
+    return subprocess.Popen([str(OFFCPU), "record", *target, "-d", str(seconds), "-o", str(capture), "--backend",
+                             backend, "--no-snapshot", *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, stdin=subprocess.DEVNULL)
+
+
+def finished(recordings: list[subprocess.Popen[str]], seconds: float) -> None:
+    for recording in recordings:
+        _, stderr = recording.communicate(timeout=seconds + 120)
+        assert recording.returncode == 0, stderr
 
 
 def record_both(target: tuple[str, ...], directory: Path, bpf_options: tuple[str, ...] = ()) -> tuple[Path, Path]:
-    """The same target recorded by perf and by BPF at the same time (without the stacks of the
-    threads that never ran, read at each recording's end: two ends, two sets of such threads)."""
+    """The same target recorded by perf and by BPF at the same time."""
     captures = directory / "perf", directory / "bpf"
-    recordings = [
-        subprocess.Popen([str(OFFCPU), "record", *target, "-d", str(SECONDS), "-o", str(capture), "--backend", backend,
-                          "--no-snapshot", *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         stdin=subprocess.DEVNULL)
-        for capture, backend, options in ((captures[0], "perf", ("--mmap-pages", "1024")),
-                                          (captures[1], "bpf", bpf_options))]
-    for recording in recordings:
-        _, stderr = recording.communicate(timeout=SECONDS + 120)
-        assert recording.returncode == 0, stderr
+    finished([start_recording(target, captures[0], "perf", SECONDS, *PERF_OPTIONS),
+              start_recording(target, captures[1], "bpf", SECONDS, *bpf_options)], SECONDS)
     return captures
 
 
@@ -53,20 +65,27 @@ def window(capture: Path) -> tuple[int, int]:
     return info["window_start_ns"], info["window_end_ns"]
 
 
-def findings_in_common_part(captures: tuple[Path, Path], *options: str) -> tuple[dict, dict]:
-    """Each capture's findings over the part of the run both windows hold, by id and subject."""
+def reports_of_common_part(captures: tuple[Path, Path], *options: str, margin_ns: int = MARGIN_NS,
+                           least_ns: int = 1_000_000_000) -> list[dict]:
+    """Each capture's JSON report of the part of the run both windows hold."""
     windows = [window(capture) for capture in captures]
-    start_ns = max(start for start, _ in windows) + MARGIN_NS
-    end_ns = min(end for _, end in windows) - MARGIN_NS
-    assert end_ns - start_ns > 1e9, windows
-    found = []
+    start_ns = max(start for start, _ in windows) + margin_ns
+    end_ns = min(end for _, end in windows) - margin_ns
+    assert end_ns - start_ns > least_ns, windows
+    reports = []
     for capture, (capture_start_ns, _) in zip(captures, windows, strict=True):
         part = f"{(start_ns - capture_start_ns) / 1e9:.9f},{(end_ns - capture_start_ns) / 1e9:.9f}"
         result = run_offcpu("report", "json", str(capture), "--time", part, *options)
         assert result.returncode == 0, result.stderr
-        report = json.loads(result.stdout)
-        found.append({(finding["id"], finding["subject"]): finding for finding in report["findings"]})
-    return found[0], found[1]
+        reports.append(json.loads(result.stdout))
+    return reports
+
+
+def findings_in_common_part(captures: tuple[Path, Path], *options: str) -> tuple[dict, dict]:
+    """Each capture's findings over the part of the run both windows hold, by id and subject."""
+    by_perf, by_bpf = ({(finding["id"], finding["subject"]): finding for finding in report["findings"]}
+                       for report in reports_of_common_part(captures, *options))
+    return by_perf, by_bpf
 
 
 # Waits for work, futex waits nothing recorded ended and waits for a disk are told apart by what
@@ -155,3 +174,76 @@ def test_real_programs(tmp_path: Path, name: str, bpf_options: tuple[str, ...]) 
     pids = ",".join(str(pid) for pid in running.service_pids)
     by_perf, by_bpf = findings_in_common_part(captures, "--pid", pids)
     assert_same_findings(by_perf, by_bpf)  # (a small budget samples only busy ones)
+
+
+# -- the leading finding, for every real program -------------------------------------------------
+
+LEAD_SECONDS = 1.2
+LEAD_MARGIN_NS = 100_000_000
+LEAD_LEAST_NS = 500_000_000  # of the part both windows hold
+PERF_LONGER_S = 1.0
+WORST = ("warning", "critical")
+
+
+@contextmanager
+def real_program(name: str) -> Iterator[tuple[int, ...]]:
+    """A real program of tests/programs.py running: its processes."""
+    with programs.WORKLOADS[name]() as running:
+        yield running.service_pids
+
+
+@contextmanager
+def example_program(name: str, *args: str) -> Iterator[tuple[int, ...]]:
+    """An example that creates and ends threads at a high rate, running (its thread count comes
+    and goes: ready once it runs)."""
+    running = Workload(name, *args, "-s", "60")
+    try:
+        yield (running.pid,)
+    finally:
+        running.stop()
+
+
+PROGRAMS: dict[str, Callable[[], AbstractContextManager[tuple[int, ...]]]] = {
+    **{name: functools.partial(real_program, name) for name in programs.WORKLOADS},
+    "thread_churn": functools.partial(example_program, "thread_churn", "-t", "8"),
+    "thread_per_request": functools.partial(example_program, "thread_per_request", "-n", "100000000"),
+}
+
+
+def record_aligned(directory: Path) -> tuple[Path, Path]:
+    """The whole machine recorded by perf and by BPF at once, BPF started once perf has made its
+    perf.data, perf recording for longer: started together, perf began 0.3 s after BPF (1.7 s
+    on a busy machine); started so, BPF began from 0.3 s before perf to 0.9 s after."""
+    captures = directory / "perf", directory / "bpf"
+    perf = start_recording(("-a",), captures[0], "perf", LEAD_SECONDS + PERF_LONGER_S, *PERF_OPTIONS)
+    deadline = time.monotonic() + 60
+    while not (captures[0] / "perf.data").exists() and perf.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    finished([perf, start_recording(("-a",), captures[1], "bpf", LEAD_SECONDS)], LEAD_SECONDS + PERF_LONGER_S)
+    return captures
+
+
+def leading(report: dict) -> tuple[str, bool] | None:
+    """The id of the report's first finding that is not waiting for work (findings come worst
+    first), and whether it is at warning or above; None when all it found was waiting for work."""
+    found = next((finding for finding in report["findings"] if finding["id"] != "idle"), None)
+    return None if found is None else (found["id"], found["severity"] in WORST)
+
+
+def listed(report: dict) -> list[tuple[str, str, str, int]]:
+    """Each finding's id, severity, subject and µs, worst first: what a failure needs said."""
+    return [(finding["id"], finding["severity"], finding["subject"], finding["offcpu_us"])
+            for finding in report["findings"]]
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_the_leading_finding(tmp_path: Path, name: str) -> None:
+    """The first thing a report says does not depend on the backend: each program recorded once
+    by both at once with the default stack budget. Both record the whole machine: a task-bound
+    perf makes every exiting thread wait for its events' teardown under a kernel mutex, which
+    BPF would see."""
+    with PROGRAMS[name]() as pids:
+        captures = record_aligned(tmp_path)
+    by_perf, by_bpf = reports_of_common_part(captures, "--pid", ",".join(map(str, pids)),
+                                             margin_ns=LEAD_MARGIN_NS, least_ns=LEAD_LEAST_NS)
+    assert leading(by_perf) == leading(by_bpf), (listed(by_perf), listed(by_bpf))
