@@ -249,7 +249,9 @@ def demangle(name: str) -> str:
         full = cxxfilt.demangle(name)
     except cxxfilt.InvalidName:
         return name
-    return without_parameters(full)
+    # a special name (a thunk, a guard variable, a vtable: _ZT..., _ZGV...) is printed whole,
+    # its function's parameters too, as c++filt -p and perf print it
+    return full if name.startswith(("_ZT", "_ZGV")) else without_parameters(full)
 
 
 def without_parameters(demangled: str) -> str:

@@ -85,6 +85,14 @@ def test_parameters_are_dropped_as_perf_drops_them() -> None:
     assert without_parameters("main::{lambda()#1}::operator()() const") == "main::{lambda()#1}::operator()"
 
 
+def test_a_thunk_keeps_its_parameters_as_perf_shows_it() -> None:
+    # perf 6.1 showed "non-virtual thunk to LIRGenerator::block_do(BlockBegin*)" in HotSpot's libjvm
+    # (fixture java_monitor_sleep_twin), as c++filt -p does: a special name is printed whole
+    assert demangle("_ZThn8_N12LIRGenerator8block_doEP10BlockBegin") == \
+        "non-virtual thunk to LIRGenerator::block_do(BlockBegin*)"
+    assert demangle("_ZN12LIRGenerator8block_doEP10BlockBegin") == "LIRGenerator::block_do"
+
+
 def test_rust_names_lose_their_hash_as_perf_shows_them() -> None:
     # (perf 6.1 printed libbpf_rs::ringbuf::RingBufferBuilder::build for offcpu's own core)
     assert demangle("_ZN9libbpf_rs7ringbuf17RingBufferBuilder5build17h0123456789abcdefE") == \
