@@ -38,8 +38,11 @@ from offcpu.model.wakeups import (
 # Thread churn: this many threads created a second, living this long or less (median).
 CHURN_RATE_PER_S = 100.0
 CHURN_LIFE_US = 100_000
-# A wait whose peer was itself waiting for work or time this much of it handed work over.
+# A wait whose peer was itself waiting for work or time this much of it handed work over; one
+# whose peer of another pool or process was running or held back itself this much of it was held
+# back by that peer (busy_peer).
 IDLE_ROOT = 0.5
+BUSY_ROOT = 0.5
 # Peer waits this long on average (fewer than 100 a second per waiting thread) are a pool
 # waiting for the work its peers hand it, unless their pool is held to fewer CPUs than it could use.
 # The average is the pool's own at the stack: where stacks stop in libc (a JVM's), every thread's
@@ -90,8 +93,9 @@ HOLDER_AWAITED_WORK = 0.5
 # back and forth wait one at a time: a hand-off); the one let through holds the rest back.
 QUEUE_FROM = 1.5
 QUEUE_THREADS = 3  # a queue and the one let through
-# The findings of waits on peers, which a wait under way when the recording began may join.
-PEER_FINDINGS = (LOCK_CONTENTION, SERIALIZATION, HANDOFF, BUSY_PEER)
+# The findings of waits on peers, which a wait under way when the recording began may join (not
+# busy_peer: such a wait's waker is known, and says which peer held it back, or none).
+PEER_FINDINGS = (LOCK_CONTENTION, SERIALIZATION, HANDOFF)
 EXIT_FRAMES = frozenset({"do_exit", "mm_release", "exit_mm"})  # a thread's end, waking its joiner
 CHURN_FRAMES = frozenset({  # a thread being created, joined or exiting
     "kernel_clone", "copy_process", "__do_sys_clone", "__do_sys_clone3", "__x64_sys_clone", "__x64_sys_clone3",
@@ -170,6 +174,13 @@ class Root:
     def idle_share(self) -> float:
         whole = self.idle_us + self.io_us + self.lock_us + self.queued_us + self.peer_us + self.busy_us
         return self.idle_us / whole if whole else 0.0
+
+    @property
+    def busy_share(self) -> float:
+        """The share of the time its waker was running, or held back itself: on CPU (or waiting
+        for one), at a disk, at a lock, or in line."""
+        whole = self.idle_us + self.io_us + self.lock_us + self.queued_us + self.peer_us + self.busy_us
+        return (self.busy_us + self.io_us + self.lock_us + self.queued_us) / whole if whole else 0.0
 
     @property
     def held_back(self) -> bool:
@@ -374,7 +385,6 @@ class Claims:
         """What the waker did while this row's waits were blocked: its own rows that overlapped
         them, by their claims, and the rest of the time on CPU."""
         row = self.model.rows[index]
-        pool = self.waits.pool_of(row.tid)
         root = Root()
         overlapped = 0
         for waker_row, overlap in self.waits.links_by_waiter.get(index, ()):
@@ -386,8 +396,10 @@ class Claims:
                 root.io_us += overlap
             elif claim is not None and claim.finding in LOCK_FINDINGS:
                 root.lock_us += overlap
-            elif claim is not None and claim.finding == SERIALIZATION and claim.key == pool:
-                root.queued_us += overlap  # in the same line
+            elif claim is not None and claim.finding == SERIALIZATION:
+                root.queued_us += overlap  # in line itself (a peer's: in the same line)
+            elif claim is not None and claim.finding == BUSY_PEER:
+                root.busy_us += overlap  # held back by a busy peer itself, down the chain
             elif self.waits.followed[waker_row]:
                 root.peer_us += overlap
             else:
@@ -404,7 +416,9 @@ class Claims:
             return self._lock_claim(lock)  # whatever the holder did while it held it (the reason)
         pool_name = self.waits.pool_of(row.tid)
         handoff_site = cls.site is not None and cls.site.lock.kind == "handoff"
-        if not handoff_site and self.turn_queues.get((pool_name, row.stack), 0.0) >= QUEUE_FROM:
+        turn_site = cls.site is None or cls.site.lock.kind in ("lock", "condition")
+        if turn_site and self.waits.in_turns(row) and \
+                self.turn_queues.get((pool_name, row.stack), 0.0) >= QUEUE_FROM:
             # a queue forms where they take turns: something lets one through at a time, whatever
             # the one let through does meanwhile (a sleep or a call under a monitor: the reason)
             return Claim(SERIALIZATION, pool_name)
@@ -415,15 +429,29 @@ class Claims:
         long_waits = self.mean_wait_us[(self.waits.pool_of(row.tid), row.stack)] >= IDLE_MEAN_WAIT_US
         if waker_pool != self.waits.pool_of(row.tid):
             # on CPU, or held back itself, while they waited for it; unless they waited for work
-            # it brings now and then (a JIT's compiler thread for its requests)
-            return Claim(IDLE) if long_waits else Claim(BUSY_PEER, waker_pool)
+            # it brings now and then (a JIT's compiler thread for its requests), or for what it
+            # waited for itself (another thread: the chain says whom)
+            return Claim(BUSY_PEER, waker_pool) if root.busy_share >= BUSY_ROOT and not long_waits else Claim(IDLE)
         pool = self.pools[pool_name]
         # Taking turns stands on a place they take in turns: the waker waited there for one of them too
+        if root.held_back and not self.waits.in_turns(row) and (behind := self._behind_a_lock(index)) is not None:
+            return behind  # waiting for threads that waited for a lock (joining them): the lock's
         if (pool.held_to_fewer_cpus and self.waits.in_turns(row)) or root.held_back:
             return Claim(HANDOFF if handoff_site else SERIALIZATION, pool.name)
         if long_waits:
             return Claim(IDLE)
         return Claim(HANDOFF, pool.name)
+
+    def _behind_a_lock(self, index: int) -> Claim | None:
+        """The lock a row's waker waited for most while the row waited, when that held it back
+        more than its disk or its line did (then the row is in line behind it: serialization)."""
+        behind: dict[Claim, int] = defaultdict(int)
+        for waker_row, overlap in self.waits.links_by_waiter.get(index, ()):
+            claim = self.of_row[waker_row]
+            if claim is not None and claim.finding in (*LOCK_FINDINGS, IO_WAIT, SERIALIZATION):
+                behind[claim] += overlap
+        most = max(behind, key=behind.__getitem__, default=None)
+        return most if most is not None and most.finding in LOCK_FINDINGS else None
 
     def _released_lock(self, row: Row) -> Lock | None:
         """The lock a wait on a peer was at, told by what let it go: a lock's release (an unlock

@@ -67,7 +67,8 @@ def root_words(waits: Waits, claims: Claims, number: int) -> str:
     cls, claim = waits.classes[number], claims.of_row[number]
     if (claim is not None and claim.finding == RUNQUEUE) or cls.cause in (PREEMPTED_CAUSE, NEW):
         return ON_CPU
-    if cls.cause == TIMER and (cls.site is None or cls.site.lock.kind in ("sleep", "condition")):
+    if (cls.site is not None and cls.site.lock.kind == "sleep") or \
+            (cls.cause == TIMER and (cls.site is None or cls.site.lock.kind == "condition")):
         return TIMED  # a sleep, or a timed wait that ran out: a JVM's Thread.sleep is a futex's timeout
     if cls.site is not None:
         return "a futex of the program's" if cls.site.lock.name == GENERIC_FUTEX else cls.site.lock.name

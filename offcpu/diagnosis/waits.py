@@ -109,9 +109,12 @@ class Waits:
         # what that thread did meanwhile (from the links), not by who it was.
         self.followed = [cls.cause == PEER or (cls.cause == OUTSIDE and self.waker_tid(row) in model.threads)
                          for row, cls in zip(model.rows, self.classes, strict=True)]
-        # Where each thread waited for a recorded thread: the sites a lock or a turn passes through
+        # Where each thread waited for a recorded thread, and where it let one go: the places a
+        # lock or a turn passes through
         self.waited_at = {(row.tid, row.stack) for row, followed in zip(model.rows, self.followed, strict=True)
                           if followed}
+        self.let_go_at = {(self.waker_tid(row), row.stack) for row, followed in
+                          zip(model.rows, self.followed, strict=True) if followed}
 
     def service_of_pid(self, pid: int, comm: str) -> str:
         return self.service.get(pid, f"{comm} ({pid})")
@@ -128,16 +131,23 @@ class Waits:
         return self.model.wakers[row.waker].tid
 
     def waker_pool(self, row: Row) -> str:
-        """The pool of the recorded thread that ended a row's waits."""
-        tid = self.waker_tid(row)
-        assert tid is not None and tid in self.model.threads, "only for the rows a recorded thread ended"
-        return self.pool_of(tid)
+        """The pool of the thread that ended a row's waits (one the model no longer holds, as a
+        thread that ended before the part of the recording a report is of, by its name)."""
+        assert row.waker is not None, "only for the rows a thread ended"
+        waker = self.model.wakers[row.waker]
+        if waker.tid in self.model.threads:
+            return self.pool_of(waker.tid)
+        return f"{self.service_of_pid(waker.pid, waker.comm)}: {stem(waker.comm)}"
 
     def in_turns(self, row: Row) -> bool:
-        """Whether the thread that ended a row's waits waited at the same place for a recorded
-        thread itself: what lets one through at a time (a lock, an interpreter lock, a monitor)
-        is waited for, and let go, by each of the threads that take it."""
-        return (self.waker_tid(row), row.stack) in self.waited_at
+        """Whether the thread that ended a row's waits, of the same pool, waited at the same place
+        itself, and the row's thread let another go there: what lets one through at a time (a
+        lock, an interpreter lock, a monitor) is waited for, and let go, by each of the threads
+        that take it (a thread joining others waits there, and lets none go; a client and its
+        server, both in epoll_wait, are not one pool)."""
+        waker = self.waker_tid(row)
+        return waker in self.model.threads and self.pool_of(waker) == self.pool_of(row.tid) and \
+            (waker, row.stack) in self.waited_at and (row.tid, row.stack) in self.let_go_at
 
     def _classify(self, row: Row) -> WaitClass:
         stack = self.model.stacks[row.stack]

@@ -346,7 +346,7 @@ def test_per_vma_lock_waits_alone_are_mmap_lock():
     assert per_vma and all(any(row is claimed for claimed in match.rows) for row in per_vma)
     # the renamed waits go by their release: the holders let the mmap_lock go in mmap, munmap...
     wakers = [model.stacks[model.wakers[row.waker].stack].frames for row in match.rows if row not in per_vma]
-    assert wakers and all({"up_write", "up_read"} & set(frames) for frames in wakers)
+    assert wakers and all({"up_write", "up_read", "downgrade_write"} & set(frames) for frames in wakers)
 
 
 def test_thread_limits_near():
