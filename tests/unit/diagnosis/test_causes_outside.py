@@ -13,6 +13,8 @@ from offcpu.model import Link, Model, Row, Thread, Waker
 from offcpu.model.engine import waker_kind
 from offcpu.model.wakeups import NETWORK, OUTSIDE, cause_of_waker
 from offcpu.stacks import Stack
+from tests.fixtures import program_summary
+from tests.unit.model.test_engine import model_of
 
 WALL_US = 1_000_000
 PIPE_WRITE = Stack(("__schedule", "schedule", "anon_pipe_write", "vfs_write", "ksys_write", "do_syscall_64"), 6)
@@ -176,3 +178,66 @@ def test_a_finding_is_graded_by_its_own_time_and_the_waits_for_a_cpu_after_it_by
     assert findings(disk_behind_busy_cpus())[0].id == "runqueue"
     assert "waited 850.0 ms for a CPU (85% of their time): 50.0 ms preempted while they still had work, " \
            "800.0 ms after their wakeups" in runqueue.summary
+
+
+# -- on recordings of programs nobody here wrote (tests/fixtures) ----------------------------
+
+def test_tar_behind_the_gzip_it_pipes_into_is_held_back_by_gzip():
+    # tar czf: tar's writes into the full pipe wait for gzip, which ran nearly all the time
+    model = model_of("tar_gzip_command")
+    top = findings(model)[0]
+    assert (top.id, top.severity) == ("busy_peer", "critical") and top.subject.startswith("gzip ("), top.summary
+    gzip = next(thread for thread in model.threads.values() if thread.comm == "gzip")
+    assert gzip.oncpu_us >= 0.8 * model.wall_us  # what makes it the bottleneck: it ran 558 of 617 ms
+    assert "anon_pipe_write" in top.evidence[0].frames and "it sets their pace" in top.summary
+
+
+def test_python_threads_sleeping_holding_a_lock_contend_for_it_and_the_twin_does_not():
+    # python_lock: 4 threads take one threading.Lock (a semaphore) in turns and sleep 10 ms holding it
+    found = by_id(model_of("python_lock"))
+    lock = found["lock_contention"]
+    assert (lock.subject, lock.severity) == ("semaphore", "critical")
+    assert "came down to the holders waiting for a timer (a sleep or a timeout): a blocking call inside the " \
+           "critical section" in lock.summary, lock.summary
+    assert "serialization" not in found and "handoff" not in found
+    # the program's own clock: 61 turns of 10 ms in 0.6 s, one at a time; the twin sleeps outside the
+    # lock and made 236
+    assert program_summary("python_lock")["ops"] == "61" and program_summary("python_lock_twin")["ops"] == "236"
+    twin = findings(model_of("python_lock_twin"))
+    assert [finding.id for finding in twin if finding.severity != "info"] == []
+
+
+def test_processes_fighting_for_two_cpus_are_cpu_saturation_not_turns():
+    # compileall -j 4 on 2 CPUs: 4 workers and the parent want more CPUs than there are
+    found = findings(model_of("compileall_command"))
+    assert (found[0].id, found[0].severity) == ("runqueue", "critical"), found[0].summary
+    assert not [finding for finding in found if finding.id == "serialization" and finding.severity != "info"]
+
+
+def test_disk_waits_are_graded_by_the_disk_and_the_cpu_wait_after_them_by_cpu_saturation():
+    # dd writing synchronously (niced) while three busy loops keep both CPUs busy, whole machine
+    model = model_of("dsync_loaded_command")
+    found = by_id(model)
+    io, runqueue = found["io_wait"], found["runqueue"]
+    dd = [row for row in io_rows(model) if model.threads[row.tid].comm == "dd"]
+    assert dd and sum(row.runqueue_us for row in dd) > sum(row.blocked_us for row in dd)  # mostly CPU waits
+    assert io.graded_us == io.blocked_us < io.offcpu_us  # the disk's own time, not the CPU wait after it
+    assert runqueue.graded_us >= runqueue.offcpu_us + sum(row.runqueue_us for row in dd)
+
+
+def io_rows(model: Model) -> list[Row]:
+    return [row for row in model.rows if row.state == "D" and row.runqueue_us]
+
+
+def test_java_threads_sleeping_inside_a_monitor_queue_on_it_and_the_twin_does_not():
+    # java_monitor_sleep: 4 threads sleep 10 ms inside one synchronized block; HotSpot lets the next
+    # one go through a condition variable, and the stacks stop in glibc: the queue says it
+    found = by_id(model_of("java_monitor_sleep"))
+    turns = found["serialization"]
+    assert turns.severity == "critical" and turns.subject.endswith(": worker"), turns.summary
+    assert "a blocking call while holding what they take turns at" in turns.summary
+    # its own clock: 103 turns of 10 ms in 1 s; the twin, sleeping outside the block, made 396
+    assert program_summary("java_monitor_sleep")["ops"] == "103"
+    assert program_summary("java_monitor_sleep_twin")["ops"] == "396"
+    twin = findings(model_of("java_monitor_sleep_twin"))
+    assert [finding.id for finding in twin if finding.severity != "info"] == []
