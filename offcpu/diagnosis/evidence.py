@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from offcpu.diagnosis.claims import RUNQUEUE
 from offcpu.diagnosis.context import Context
 from offcpu.diagnosis.roots import root_words
+from offcpu.machine.cgroups import V2, of_capture
 from offcpu.model import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model, Row
 from offcpu.model.wakeups import CAUSE_WORDS
 from offcpu.stacks import drawn_alone, reading
@@ -18,6 +19,7 @@ from offcpu.stacks import drawn_alone, reading
 EVIDENCE_STACKS = 3
 CHAIN_STEPS = 3  # the chain's and the roots' parts shown, the largest
 WAKERS = 3
+CGROUPS = 3  # the cgroups a finding's threads were in, the largest
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,30 @@ class RootShare:
     what: str
     us: int
     share: float  # of the finding's blocked time that peers ended
+
+
+@dataclass(frozen=True)
+class CgroupShare:
+    """A cgroup (a container, a systemd unit) some of a finding's threads were in."""
+
+    path: str
+    threads: int
+
+
+def cgroup_shares(model: Model, rows: list[Row]) -> tuple[CgroupShare, ...]:
+    """Of a recording of the whole machine, the cgroups the rows' threads were in, by how many:
+    each process's own, of the v2 hierarchy where it has one (systemd's units), else its deepest."""
+    if model.capture.target.kind != "all" or not model.capture.cgroups:
+        return ()
+    cgroups = of_capture(model.capture.cgroups)
+    threads: dict[str, int] = defaultdict(int)
+    for tid in {row.tid for row in rows}:
+        pid = model.threads[tid].pid
+        own = [cgroup for cgroup in cgroups if pid in cgroup.pids]
+        if own:
+            threads[max(own, key=lambda cgroup: (cgroup.controllers == V2, len(cgroup.path))).path] += 1
+    ranked = sorted(threads.items(), key=lambda item: (-item[1], item[0]))
+    return tuple(CgroupShare(path, count) for path, count in ranked[:CGROUPS])
 
 
 def evidence(model: Model, rows: list[Row]) -> tuple[Evidence, ...]:

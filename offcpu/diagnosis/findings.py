@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from offcpu.diagnosis.claims import IDLE, RUNQUEUE
 from offcpu.diagnosis.context import Context, blocked, tids, total
 from offcpu.diagnosis.evidence import (
+    CgroupShare,
     ChainStep,
     Evidence,
     RootShare,
     WakerShare,
+    cgroup_shares,
     chain,
     evidence,
     release_sites,
@@ -74,6 +76,7 @@ class Finding:
     wakers: tuple[WakerShare, ...] = ()
     chain: tuple[ChainStep, ...] = ()
     roots: tuple[RootShare, ...] = ()
+    cgroups: tuple[CgroupShare, ...] = ()  # of a recording of the whole machine: the cgroups of its threads
     # The standard error of share_of_wall, from its spread over the window's sub-windows
     share_uncertainty: float = 0.0
     # The severity the share reaches by more than its uncertainty (severity when it is 0):
@@ -117,6 +120,7 @@ def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
         wakers=waker_shares(ctx, match.rows) if peer_waits else (),
         chain=chain(ctx, match.rows) if peer_waits else (),
         roots=roots(ctx, match.rows) if peer_waits else (),
+        cgroups=cgroup_shares(ctx.model, match.rows),
         share_uncertainty=uncertainty, settled_severity=severity_at(share_of_wall - uncertainty),
     )
 

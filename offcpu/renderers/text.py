@@ -59,7 +59,8 @@ def share(part: int, whole: int) -> str:
 
 
 def cause_lines(finding: Finding) -> list[str]:
-    """Who let a finding's waits go, what they did meanwhile, and what that came down to."""
+    """Who let a finding's waits go, what they did meanwhile, what that came down to, and (of a
+    recording of the whole machine) which cgroups its threads were in."""
     lines = []
     if finding.wakers:
         lines.append("Let go by: " + "; ".join(f"{share.who} ({counted(share.wakeups, 'wakeup')})"
@@ -69,6 +70,9 @@ def cause_lines(finding: Finding) -> list[str]:
                                                                            for step in finding.chain))
     if finding.roots:
         lines.append("At the root: " + ", ".join(f"{root.what} {pct(root.share)}" for root in finding.roots))
+    if finding.cgroups:
+        lines.append("In cgroups: " + ", ".join(f"{share.path} ({counted(share.threads, 'thread')})"
+                                                for share in finding.cgroups))
     return lines
 
 

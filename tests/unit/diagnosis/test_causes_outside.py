@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections import Counter
 
 from offcpu.capture import CaptureInfo, Target
+from offcpu.diagnosis.evidence import CgroupShare
 from offcpu.diagnosis.findings import Finding, findings
+from offcpu.machine.cgroups import Cgroup
 from offcpu.model import Link, Model, Row, Thread, Waker
 from offcpu.model.engine import waker_kind
 from offcpu.model.wakeups import NETWORK, OUTSIDE, cause_of_waker
@@ -241,3 +243,17 @@ def test_java_threads_sleeping_inside_a_monitor_queue_on_it_and_the_twin_does_no
     assert program_summary("java_monitor_sleep_twin")["ops"] == "396"
     twin = findings(model_of("java_monitor_sleep_twin"))
     assert [finding.id for finding in twin if finding.severity != "info"] == []
+
+
+def test_a_whole_machine_recording_says_which_cgroups_a_findings_threads_were_in():
+    # the pipeline recorded with -a: tar (process 20) runs in a container's cgroup, v1 cpu and v2
+    # (the v2 one is named), gzip (30) in a systemd unit; tar's waits are the finding's
+    model = pipeline(consumer_waits_for_work=False)
+    model.capture.target = Target("all", "")
+    model.capture.cgroups = [Cgroup("cpu,cpuacct", "/docker/c1", (20,)).to_json(),
+                             Cgroup("", "/system.slice/docker-c1.scope", (20,)).to_json(),
+                             Cgroup("", "/system.slice/gzip.service", (30,)).to_json()]
+    finding = by_id(model)["busy_peer"]
+    assert finding.cgroups == (CgroupShare("/system.slice/docker-c1.scope", 1),)
+    # a recording of one target names none: it is the target's
+    assert by_id(pipeline(consumer_waits_for_work=False))["busy_peer"].cgroups == ()
