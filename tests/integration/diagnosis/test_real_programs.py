@@ -65,7 +65,7 @@ def test_uncontended_programs_and_servers_waiting_for_clients_are_quiet(perf: st
 
 
 @pytest.mark.parametrize(("options", "held_off_cpu", "tolerance"), [
-    (("-u", "2000"), "sleep", 0.1),  # the holder sleeps 2 ms under the lock
+    (("-u", "2000"), "a timer (a sleep or a timeout)", 0.1),  # the holder sleeps 2 ms under the lock
     # the holder calls fsync under the lock: the program cannot tell where in the call its time
     # on CPU falls (it takes it to come first; it is a third of the call here, in several parts
     # between the waits for the data, the journal and the flush), so its own clock is less sure:
