@@ -25,10 +25,17 @@ IMPORTED = ["offcpu.cli", "click.types", "click", "offcpu.commands", "offcpu.com
 
 
 def start_waiting(entry_point: list[str], fifo: Path) -> subprocess.Popen[str]:
-    """offcpu report diff reading a folded file from a FIFO: once started it waits there until interrupted."""
+    """offcpu report diff reading a folded file from a FIFO: once started it waits there until
+    interrupted. Ctrl-C does what it does to a terminal's foreground job, whatever the harness's
+    own SIGINT is (a suite started in the background by a shell without job control ignores it,
+    and so would offcpu, as Python leaves an ignored SIGINT ignored)."""
     return subprocess.Popen([*entry_point, "report", "diff", "--text", str(fifo), str(fifo)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+                            env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}, preexec_fn=default_sigint)
+
+
+def default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def open_for_writing(fifo: Path, timeout_s: float = 60) -> int:
