@@ -318,8 +318,8 @@ def detect_busy_peer(ctx: Context) -> list[Match]:
         matches.append(Match(
             rows, f"{threads_text(rows)} of {', '.join(waiters)} {spent_text(rows, ctx)} waiting {times_text(rows)} "
                   f"for {name}, which ran {us_text(peer.oncpu_us)} on CPU in the {us_text(ctx.model.wall_us)} "
-                  f"recorded ({peer.parallelism:.1f} CPUs) and waited {us_text(runqueue_us)} for a CPU; while they "
-                  f"waited, it {meanwhile}: it sets their pace.",
+                  f"recorded ({peer.parallelism:.1f} CPUs) and waited {us_text(runqueue_us)} for a CPU; while "
+                  f"{'it' if tids(rows) == 1 else 'they'} waited, it {meanwhile}: it sets {their(rows)} pace.",
             subject=name, title=f"Threads wait for a busy peer: {name}"))
     return matches
 
