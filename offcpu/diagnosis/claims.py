@@ -275,8 +275,7 @@ class Claims:
         if cls.cause == PREEMPTED_CAUSE:  # a kernel thread preempted in its main loop had work too
             if stack.frames == (BEFORE_WINDOW,):
                 return None
-            pid = self._pid(row)
-            throttled = self.throttled.get(pid) if pid is not None else None
+            throttled = self.throttled.get(self.model.threads[row.tid].pid)
             return Claim(CPU_THROTTLING, throttled.path) if throttled else Claim(RUNQUEUE)
         if cls.parked:
             return Claim(IDLE)  # a disk's interrupt that queues work wakes a kworker: still a wait for work
@@ -307,25 +306,25 @@ class Claims:
             return None  # a kernel thread's doing: shown in the tables, not a finding of the program's
         return None  # a peer's: decided once every other wait is (see _peer_claim)
 
-    def _pid(self, row: Row) -> int | None:
-        thread = self.model.threads.get(row.tid)
-        return thread.pid if thread else None
+    @cached_property
+    def cgroups(self) -> list[Cgroup]:
+        """The recorded processes' cgroups (capture.json's)."""
+        return of_capture(self.model.capture.cgroups)
 
     @cached_property
     def throttled(self) -> dict[int, Cgroup]:
         """{pid: the cgroup whose CPU limit held its threads off} for the processes of each throttled
         cgroup whose throttled time covers their preempted waits (THROTTLED_COVERS); of two such
         cgroups of a process (one above the other), the one held off longer."""
-        cgroups = of_capture(self.model.capture.cgroups)
         preempted_us: dict[int, int] = defaultdict(int)
         for row, cls in zip(self.model.rows, self.waits.classes, strict=True):
-            pid = self._pid(row)
-            if cls.cause == PREEMPTED_CAUSE and pid is not None and \
-                    self.model.stacks[row.stack].frames != (BEFORE_WINDOW,):
-                preempted_us[pid] += row.offcpu_us
+            if cls.cause == PREEMPTED_CAUSE and self.model.stacks[row.stack].frames != (BEFORE_WINDOW,):
+                preempted_us[self.model.threads[row.tid].pid] += row.offcpu_us
+        throttled = sorted((cgroup for cgroup in self.cgroups if cgroup.throttled_ns), key=lambda c: c.throttled_ns)
+        member_of = {pid: cgroups_of(pid, self.cgroups) for pid in preempted_us} if throttled else {}
         found: dict[int, Cgroup] = {}
-        for cgroup in sorted((cgroup for cgroup in cgroups if cgroup.throttled_ns), key=lambda c: c.throttled_ns):
-            pids = [pid for pid in preempted_us if cgroup in cgroups_of(pid, cgroups)]
+        for cgroup in throttled:
+            pids = [pid for pid in preempted_us if cgroup in member_of[pid]]
             waited_us = sum(preempted_us[pid] for pid in pids)
             if waited_us and cgroup.throttled_ns / 1000 >= THROTTLED_COVERS * waited_us:
                 found.update(dict.fromkeys(pids, cgroup))  # held off longest last: it wins

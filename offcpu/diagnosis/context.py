@@ -11,6 +11,7 @@ from offcpu.diagnosis.claims import IDLE, Claims
 from offcpu.diagnosis.locktable import LockTable, default_table
 from offcpu.diagnosis.roots import root_shares
 from offcpu.diagnosis.waits import Waits
+from offcpu.machine.cgroups import own_cgroup_paths
 from offcpu.model import NEW_THREAD, SUB_WINDOWS, Model, Row
 
 
@@ -85,6 +86,11 @@ class Context:
     def row_number(self) -> dict[int, int]:
         """Each row's number in the model, by the row's id (rows are dataclasses, not hashable)."""
         return {id(row): number for number, row in enumerate(self.model.rows)}
+
+    @cached_property
+    def cgroup_of_pid(self) -> dict[int, str]:
+        """Each recorded process's own cgroup (capture.json's cgroups), for the findings to say."""
+        return own_cgroup_paths(self.claims.cgroups)
 
     @cached_property
     def root_shares(self) -> dict[int, dict[str, float]]:

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from offcpu.diagnosis.claims import RUNQUEUE
 from offcpu.diagnosis.context import Context
 from offcpu.diagnosis.roots import root_words
-from offcpu.machine.cgroups import V2, of_capture
 from offcpu.model import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model, Row
 from offcpu.model.wakeups import CAUSE_WORDS
 from offcpu.stacks import drawn_alone, reading
@@ -70,18 +69,16 @@ class CgroupShare:
     threads: int
 
 
-def cgroup_shares(model: Model, rows: list[Row]) -> tuple[CgroupShare, ...]:
-    """Of a recording of the whole machine, the cgroups the rows' threads were in, by how many:
-    each process's own, of the v2 hierarchy where it has one (systemd's units), else its deepest."""
-    if model.capture.target.kind != "all" or not model.capture.cgroups:
+def cgroup_shares(ctx: Context, rows: list[Row]) -> tuple[CgroupShare, ...]:
+    """Of a recording of the whole machine, the cgroups the rows' threads were in, by how many
+    (each process's own: offcpu.machine.cgroups.own_cgroup_paths)."""
+    if ctx.model.capture.target.kind != "all":
         return ()
-    cgroups = of_capture(model.capture.cgroups)
     threads: dict[str, int] = defaultdict(int)
     for tid in {row.tid for row in rows}:
-        pid = model.threads[tid].pid
-        own = [cgroup for cgroup in cgroups if pid in cgroup.pids]
-        if own:
-            threads[max(own, key=lambda cgroup: (cgroup.controllers == V2, len(cgroup.path))).path] += 1
+        path = ctx.cgroup_of_pid.get(ctx.model.threads[tid].pid)
+        if path is not None:
+            threads[path] += 1
     ranked = sorted(threads.items(), key=lambda item: (-item[1], item[0]))
     return tuple(CgroupShare(path, count) for path, count in ranked[:CGROUPS])
 

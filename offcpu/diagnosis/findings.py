@@ -120,7 +120,7 @@ def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
         wakers=waker_shares(ctx, match.rows) if peer_waits else (),
         chain=chain(ctx, match.rows) if peer_waits else (),
         roots=roots(ctx, match.rows) if peer_waits else (),
-        cgroups=cgroup_shares(ctx.model, match.rows),
+        cgroups=cgroup_shares(ctx, match.rows),
         share_uncertainty=uncertainty, settled_severity=severity_at(share_of_wall - uncertainty),
     )
 

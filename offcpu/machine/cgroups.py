@@ -34,14 +34,6 @@ NO_LIMIT = ("max", "-1")  # how cpu.max, cpu.cfs_quota_us and pids.max say there
 
 
 @dataclass(frozen=True)
-class Hierarchy:
-    """A cgroup hierarchy: its controllers, as /proc/PID/cgroup names them, and where it is mounted."""
-
-    controllers: str
-    mount: Path
-
-
-@dataclass(frozen=True)
 class Counters:
     """What a cgroup's files said at one moment; None: the file is absent, or (a limit) there is none."""
 
@@ -129,6 +121,18 @@ def _grown(start: Counters | None, end: Counters | None, name: str) -> int:
 def of_capture(data: list[dict]) -> list[Cgroup]:
     """capture.json's cgroups (ValueError when they are not what offcpu wrote)."""
     return [Cgroup.from_json(item) for item in data]
+
+
+def own_cgroup_paths(cgroups: Iterable[Cgroup]) -> dict[int, str]:
+    """Each process's own cgroup, as a container or a systemd unit names it: of the v2 hierarchy
+    where it has one (systemd's units), else its deepest; in one pass over the cgroups."""
+    found: dict[int, Cgroup] = {}
+    for cgroup in cgroups:
+        for pid in cgroup.pids:
+            kept = found.get(pid)
+            if kept is None or (cgroup.controllers == V2, len(cgroup.path)) > (kept.controllers == V2, len(kept.path)):
+                found[pid] = cgroup
+    return {pid: cgroup.path for pid, cgroup in found.items()}
 
 
 def cgroups_of(pid: int, cgroups: Iterable[Cgroup]) -> list[Cgroup]:
