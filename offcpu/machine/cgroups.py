@@ -28,6 +28,7 @@ CGROUP_LIST_MAX = 64 << 10
 MAX_PROCESSES = 4096
 MAX_CGROUPS = 512
 V2 = ""  # the controllers /proc/PID/cgroup names for the v2 hierarchy
+MOUNTS = "/proc/self/mounts"  # the cgroup hierarchies are where offcpu's own mounts say
 # The v1 controllers whose files are read here (v1's memory controller has no memory.events)
 V1_CONTROLLERS = frozenset({"cpu", "pids"})
 NO_LIMIT = ("max", "-1")  # how cpu.max, cpu.cfs_quota_us and pids.max say there is none

@@ -39,7 +39,6 @@ from offcpu.recording.perf_process import ACK_TIMEOUT_S, PerfProcess
 from offcpu.recording.request import RecordRequest
 from offcpu.recording.schedstats import schedstats_enabled
 
-MOUNTS = "/proc/self/mounts"  # the cgroup hierarchies are where offcpu's mounts say
 START_ATTEMPTS = 3  # perf started anew when a process offcpu listed exited before perf began
 
 
@@ -200,7 +199,7 @@ def note_cgroups_at_start(info: CaptureInfo) -> None:
     pids, up to cgroups.MAX_PROCESSES) with their limits and counters, as the recording starts."""
     pids = targets.process_table() if info.target.kind == "all" else targets.processes_now(info.target)
     with contextlib.suppress(OSError):  # no mounts to read: no cgroups to say
-        info.cgroups = [cgroup.to_json() for cgroup in cgroups.read_at_start(pids, system.proc_text(MOUNTS))]
+        info.cgroups = [cgroup.to_json() for cgroup in cgroups.read_at_start(pids, system.proc_text(cgroups.MOUNTS))]
 
 
 def note_cgroups_at_end(info: CaptureInfo) -> None:
@@ -208,7 +207,7 @@ def note_cgroups_at_end(info: CaptureInfo) -> None:
     recording's)."""
     with contextlib.suppress(OSError):
         info.cgroups = [cgroup.to_json() for cgroup in
-                        cgroups.read_at_end(cgroups.of_capture(info.cgroups), system.proc_text(MOUNTS))]
+                        cgroups.read_at_end(cgroups.of_capture(info.cgroups), system.proc_text(cgroups.MOUNTS))]
 
 
 def command_ended(target: Target) -> str:

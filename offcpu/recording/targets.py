@@ -22,6 +22,7 @@ from pathlib import Path
 from offcpu.capture import Target
 from offcpu.errors import OffcpuError
 from offcpu.machine import limits
+from offcpu.machine.cgroups import MOUNTS, V2, cgroup_mounts, process_cgroups
 from offcpu.machine.system import proc_text
 from offcpu.workers import child_environment, find_program
 
@@ -97,10 +98,10 @@ def cgroup_of_only(pids: tuple[int, ...]) -> str:
     paths = set()
     for pid in pids:
         try:
-            lines = proc_text(f"/proc/{pid}/cgroup").splitlines()
+            text = proc_text(f"/proc/{pid}/cgroup")
         except OSError:
             return ""  # gone: perf will say so
-        paths.add(next((line[3:].strip("/") for line in lines if line.startswith("0::")), None))
+        paths.add(process_cgroups(text).get(V2, "").strip("/") or None)
     path = paths.pop() if len(paths) == 1 else None
     if not path:  # several, none (no cgroup v2), or the root, which holds every process
         return ""
@@ -210,27 +211,20 @@ def descendants(root: int, table: dict[int, Process]) -> list[int]:
 # -- cgroups --------------------------------------------------------------------
 
 
-def _mounts() -> list[tuple[str, str, str]]:
-    """(mount point, type, options) of each mount offcpu's process sees."""
-    return [(fields[1], fields[2], fields[3]) for fields in
-            (line.split() for line in proc_text("/proc/self/mounts").splitlines()) if len(fields) > 3]
-
-
 def cgroup2_mount() -> Path:
     """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified
     beside v1 controllers), as perf finds it: OffcpuError when perf would not filter by it."""
-    mounts = _mounts()
-    v1 = next((point for point, kind, options in mounts if kind == "cgroup" and "perf_event" in options.split(",")),
-              None)
+    mounts = cgroup_mounts(proc_text(MOUNTS))
+    v1 = next((mount.point for mount in mounts if not mount.v2 and "perf_event" in mount.options), None)
     if v1 is not None:
         raise OffcpuError(f"perf_event is a cgroup v1 controller here (mounted at {v1}), so perf filters by its v1 "
                           "groups, not by cgroup v2 paths; record the service's processes with --tree PID or "
                           "--comm NAME instead")
-    v2 = next((point for point, kind, _ in mounts if kind == "cgroup2"), None)
+    v2 = next((mount.point for mount in mounts if mount.v2), None)
     if v2 is None:
         raise OffcpuError("no cgroup v2 hierarchy is mounted here (only cgroup v1, if any), and perf's cgroup "
                           "filter needs one; record the service's processes with --tree PID or --comm NAME instead")
-    return Path(v2)
+    return v2
 
 
 def _cgroup_target(given: str, command: tuple[str, ...]) -> Target:
