@@ -171,16 +171,18 @@ class Root:
             setattr(self, name, getattr(self, name) + us)
 
     @property
+    def whole_us(self) -> int:
+        return self.idle_us + self.io_us + self.lock_us + self.queued_us + self.peer_us + self.busy_us
+
+    @property
     def idle_share(self) -> float:
-        whole = self.idle_us + self.io_us + self.lock_us + self.queued_us + self.peer_us + self.busy_us
-        return self.idle_us / whole if whole else 0.0
+        return self.idle_us / self.whole_us if self.whole_us else 0.0
 
     @property
     def busy_share(self) -> float:
         """The share of the time its waker was running, or held back itself: on CPU (or waiting
         for one), at a disk, at a lock, or in line."""
-        whole = self.idle_us + self.io_us + self.lock_us + self.queued_us + self.peer_us + self.busy_us
-        return (self.busy_us + self.io_us + self.lock_us + self.queued_us) / whole if whole else 0.0
+        return (self.busy_us + self.io_us + self.lock_us + self.queued_us) / self.whole_us if self.whole_us else 0.0
 
     @property
     def held_back(self) -> bool:
@@ -194,8 +196,8 @@ class Claims:
     def __init__(self, model: Model, waits: Waits) -> None:
         self.model = model
         self.waits = waits
-        self.of_row: list[Claim | None] = [self._direct(row, cls)
-                                           for row, cls in zip(model.rows, waits.classes, strict=True)]
+        self.of_row: list[Claim | None] = [self._direct(row, cls, followed) for row, cls, followed in
+                                           zip(model.rows, waits.classes, waits.followed, strict=True)]
         self.pools = self._pools()
         self.roots: dict[int, Root] = {}
         peers = [index for index, claim in enumerate(self.of_row) if claim is None and waits.followed[index]]
@@ -267,7 +269,7 @@ class Claims:
 
     # -- waits that go by their site or by what ended them --------------------------
 
-    def _direct(self, row: Row, cls: WaitClass) -> Claim | None:
+    def _direct(self, row: Row, cls: WaitClass, followed: bool) -> Claim | None:
         stack = self.model.stacks[row.stack]
         site = cls.site.lock if cls.site else None
         if cls.cause == NEW:
@@ -296,8 +298,8 @@ class Claims:
             return Claim(THREAD_CHURN)
         if site is not None and site.kind == "sleep":
             return Claim(IDLE)
-        if cls.cause == OUTSIDE and self.waits.waker_tid(row) in self.model.threads:
-            return None  # another process's: decided with the peers' (see _peer_claim)
+        if cls.cause == OUTSIDE and followed:
+            return None  # another recorded process's: decided with the peers' (see _peer_claim)
         if cls.cause in (TIMER, NETWORK, OUTSIDE, UNWOKEN, INTERRUPT):
             return Claim(IDLE)
         if cls.cause == UNRECORDED:
@@ -425,8 +427,8 @@ class Claims:
         if root.idle_share >= IDLE_ROOT:
             return Claim(IDLE)  # the peer waited for work or time itself, then handed it over
         waker_pool = self.waits.waker_pool(row)
-        long_waits = self.mean_wait_us[(self.waits.pool_of(row.tid), row.stack)] >= IDLE_MEAN_WAIT_US
-        if waker_pool != self.waits.pool_of(row.tid):
+        long_waits = self.mean_wait_us[(pool_name, row.stack)] >= IDLE_MEAN_WAIT_US
+        if waker_pool != pool_name:
             # on CPU, or held back itself, while they waited for it; unless they waited for work
             # it brings now and then (a JIT's compiler thread for its requests), or for what it
             # waited for itself (another thread: the chain says whom)

@@ -100,6 +100,9 @@ class Waits:
             same_name[name].add(pid)
         # a service: processes of one name when there are several, else a process
         self.service = {pid: name if len(same_name[name]) > 1 else f"{name} ({pid})" for pid, name in names.items()}
+        # (named once: the claims ask for a thread's pool a few times for each of its rows)
+        self.pool_by_tid = {tid: f"{self.service_of_pid(thread.pid, thread.comm)}: {stem(thread.comm)}"
+                            for tid, thread in model.threads.items()}
         self._normal: dict[tuple[str, ...], tuple[str, ...]] = {}
         self.sites = [table.site(stack) for stack in model.stacks]
         self.truncated = [truncated(stack) for stack in model.stacks]
@@ -121,8 +124,7 @@ class Waits:
 
     def pool_of(self, tid: int) -> str:
         """Threads of one service whose names differ only in a trailing number are one pool."""
-        thread = self.model.threads[tid]
-        return f"{self.service_of_pid(thread.pid, thread.comm)}: {stem(thread.comm)}"
+        return self.pool_by_tid[tid]
 
     def waker_tid(self, row: Row) -> int | None:
         """The thread that ended a row's waits (None: not a thread, or none)."""
