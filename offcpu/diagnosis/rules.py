@@ -84,7 +84,7 @@ def threads_text(rows: Iterable[Row]) -> str:
 def spent_text(rows: list[Row], ctx: Context) -> str:
     """'spent 5.7 s (2.1 s until woken, 24% of their time; 3.6 s more waiting for a CPU)': a
     finding's share is of the time its waits were blocked (the wait for a CPU after their
-    wakeups is CPU saturation's: offcpu.diagnosis.findings.graded_us)."""
+    wakeups is CPU saturation's: Context.own_us)."""
     us = total(rows)
     woken = blocked(rows)
     share = f"{pct(ctx.share_of_wall(woken, rows))} of {their(rows)} time"
@@ -401,7 +401,7 @@ def detect_cpu_throttling(ctx: Context) -> list[Match]:
         after_us = sum(row.runqueue_us for row in woken)
         us = total(rows) + after_us
         after = f" ({us_text(after_us)} of it after their wakeups)" if after_us else ""
-        share = pct(ctx.share_of_wall(us, rows))
+        share = pct(ctx.share_of_wall(us, rows + woken))  # (what it is graded by)
         matches.append(Match(rows, f"{threads_text(rows)} of cgroup {cgroup.describe()} {were} held off a CPU while "
                                    f"{they} still had work for {us_text(us)}{after} ({share} of {their(rows)} time) "
                                    f"by the cgroup's CPU limit: {limit}the kernel throttled it in "
