@@ -116,7 +116,7 @@ class Waits:
         # lock or a turn passes through
         self.waited_at = {(row.tid, row.stack) for row, followed in zip(model.rows, self.followed, strict=True)
                           if followed}
-        self.let_go_at = {(self.waker_tid(row), row.stack) for row, followed in
+        self.let_go_at = {(self.waker_tid(row), row.stack, self.release(row)) for row, followed in
                           zip(model.rows, self.followed, strict=True) if followed}
 
     def service_of_pid(self, pid: int, comm: str) -> str:
@@ -149,7 +149,16 @@ class Waits:
         server, both in epoll_wait, are not one pool)."""
         waker = self.waker_tid(row)
         return waker in self.model.threads and self.pool_of(waker) == self.pool_of(row.tid) and \
-            (waker, row.stack) in self.waited_at and (row.tid, row.stack) in self.let_go_at
+            (waker, row.stack) in self.waited_at and (row.tid, row.stack, self.release(row)) in self.let_go_at
+
+    def release(self, row: Row) -> str | None:
+        """The lock table's name for what let a row's waits go (a semaphore's post, a condition's
+        signal), by the waker's stack: threads take turns by one release, not by any (a thread
+        joining workers lets them go through the interpreter lock, and is let go by a post)."""
+        if row.waker is None:
+            return None
+        released = self.table.released(self.model.stacks[self.model.wakers[row.waker].stack])
+        return released.name if released else None
 
     def _classify(self, row: Row) -> WaitClass:
         stack = self.model.stacks[row.stack]
