@@ -7,12 +7,12 @@ import math
 from collections.abc import Iterable
 from functools import cached_property
 
-from offcpu.diagnosis.claims import IDLE, Claims
+from offcpu.diagnosis.claims import IDLE, LOCK_CONTENTION, MMAP_LOCK, STACK_CACHE_LOCK, Claims
 from offcpu.diagnosis.locktable import LockTable, default_table
 from offcpu.diagnosis.roots import root_shares
 from offcpu.diagnosis.waits import Waits
 from offcpu.machine.cgroups import own_cgroup_paths
-from offcpu.model import NEW_THREAD, SUB_WINDOWS, Model, Row
+from offcpu.model import NEW_THREAD, PREEMPTED, SUB_WINDOWS, Model, Row
 
 
 def total(rows: Iterable[Row]) -> int:
@@ -25,6 +25,12 @@ def blocked(rows: Iterable[Row]) -> int:
 
 def tids(rows: Iterable[Row]) -> int:
     return len({row.tid for row in rows})
+
+
+# A lock whose woken waiters make up this much of all the waiting for a CPU is a convoy: each
+# release wakes a waiter that queues for a CPU behind the lock's other woken waiters
+CONVOY_FROM = 0.5
+LOCKS = (LOCK_CONTENTION, MMAP_LOCK, STACK_CACHE_LOCK)
 
 
 class Context:
@@ -41,10 +47,30 @@ class Context:
 
     def own_us(self, rows: Iterable[Row]) -> int:
         """The time of these waits that is their own: until their wakeups, and all of a new
-        thread's wait for its first run (its creation's cost); the waits for a CPU after a
-        wakeup are CPU saturation's."""
-        return sum(row.offcpu_us if self.model.stacks[row.stack].frames == (NEW_THREAD,) else row.blocked_us
-                   for row in rows)
+        thread's wait for its first run (its creation's cost) or of a lock convoy's waiter's;
+        the other waits for a CPU after a wakeup are CPU saturation's."""
+        return sum(row.offcpu_us if self.model.stacks[row.stack].frames == (NEW_THREAD,) or id(row) in self.convoy
+                   else row.blocked_us for row in rows)
+
+    @cached_property
+    def woken_waiting_for_a_cpu(self) -> list[Row]:
+        """The rows of waits that ended with a wakeup and then waited for a CPU (not a new
+        thread's first run: its creation's cost)."""
+        return [row for row in self.model.rows if row.state != PREEMPTED and row.runqueue_us > 0
+                and self.model.stacks[row.stack].frames != (NEW_THREAD,)]
+
+    @cached_property
+    def convoy(self) -> frozenset[int]:
+        """The rows (by id) of the locks that were convoys (CONVOY_FROM): their waiters' wait for
+        a CPU after the release came from the lock's own handoffs, and is the lock's."""
+        waiting = sum(row.runqueue_us for row in self.model.rows)
+        convoys: set[int] = set()
+        for finding in LOCKS:
+            for key in self.claims.keys(finding):
+                rows = self.claims.rows(finding, key)
+                if waiting and sum(row.runqueue_us for row in rows) >= CONVOY_FROM * waiting:
+                    convoys.update(id(row) for row in rows)
+        return frozenset(convoys)
 
     def share_of_wall(self, us: int, rows: list[Row]) -> float:
         """`us` over the wall time of the threads of `rows`, at least one whole window."""

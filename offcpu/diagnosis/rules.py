@@ -33,7 +33,7 @@ from offcpu.diagnosis.evidence import RootShare, chain, roots
 from offcpu.diagnosis.locktable import GENERIC_FUTEX
 from offcpu.diagnosis.roots import IN_TURNS, ON_CPU
 from offcpu.diagnosis.wording import counted, pct, us_text
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, WHOLE_WINDOW, Row
+from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Row
 from offcpu.model.summaries import runqueue_percentiles
 
 # thread_limits: a limit used this much is worth a finding, a warning, critical.
@@ -84,12 +84,16 @@ def threads_text(rows: Iterable[Row]) -> str:
 def spent_text(rows: list[Row], ctx: Context) -> str:
     """'spent 5.7 s (2.1 s until woken, 24% of their time; 3.6 s more waiting for a CPU)': a
     finding's share is of the time its waits were blocked (the wait for a CPU after their
-    wakeups is CPU saturation's: Context.own_us)."""
+    wakeups is CPU saturation's, but for a lock convoy's: Context.own_us)."""
     us = total(rows)
     woken = blocked(rows)
-    share = f"{pct(ctx.share_of_wall(woken, rows))} of {their(rows)} time"
     if us == woken:
-        return f"spent {us_text(us)} ({share})"
+        return f"spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of {their(rows)} time)"
+    if all(id(row) in ctx.convoy for row in rows):
+        return (f"spent {us_text(us)} ({pct(ctx.share_of_wall(us, rows))} of {their(rows)} time: {us_text(woken)} "
+                f"until woken, {us_text(us - woken)} more waiting for a CPU in a line made mostly of the lock's own "
+                f"woken waiters: a convoy)")
+    share = f"{pct(ctx.share_of_wall(woken, rows))} of {their(rows)} time"
     return f"spent {us_text(us)} ({us_text(woken)} until woken, {share}; {us_text(us - woken)} more waiting for a CPU)"
 
 
@@ -360,15 +364,17 @@ def detect_futex_unknown(ctx: Context) -> list[Match]:
 
 def detect_runqueue(ctx: Context) -> list[Match]:
     """CPU saturation, graded by every wait's time waiting for a CPU: preempted while it still
-    had work, and after its wakeup (the part of other findings' waits that is not theirs)."""
+    had work, and after its wakeup (the part of other findings' waits that is not theirs, but
+    for a lock convoy's: Context.convoy)."""
     rows = ctx.claims.rows(RUNQUEUE)
-    woken = [row for row in _woken_waiting_for_a_cpu(ctx) if ctx.model.threads[row.tid].pid not in ctx.claims.throttled]
+    woken = [row for row in ctx.woken_waiting_for_a_cpu
+             if ctx.model.threads[row.tid].pid not in ctx.claims.throttled and id(row) not in ctx.convoy]
     preempted_us, after_us = total(rows), sum(row.runqueue_us for row in woken)
     if not preempted_us + after_us:
         return []
     delay = runqueue_percentiles(ctx.model)
     after_wakeup = (f", {us_text(after_us)} after their wakeups ({us_text(delay[50])} median, {us_text(delay[99])} "
-                    f"p99, up to {us_text(delay[100])})" if delay else "")
+                    f"p99, up to {us_text(delay[100])})" if delay and after_us else "")
     waiting = sum(row.runqueue_us for row in ctx.model.rows) / max(ctx.model.wall_us, 1)
     share = ctx.share_of_wall(preempted_us + after_us, rows + woken)
     return [Match(rows, f"{threads_text(rows + woken)} waited {us_text(preempted_us + after_us)} for a CPU "
@@ -376,13 +382,6 @@ def detect_runqueue(ctx: Context) -> list[Match]:
                         f"work{after_wakeup}; on average {waiting:.1f} runnable threads waited for the "
                         f"{ctx.model.capture.cpus} CPUs.",
                   graded_us=preempted_us + after_us, graded_rows=rows + woken, threads=tids(rows + woken))]
-
-
-def _woken_waiting_for_a_cpu(ctx: Context) -> list[Row]:
-    """The rows of waits that ended with a wakeup and then waited for a CPU (not a new thread's
-    first run: its creation's cost, see Context.own_us)."""
-    return [row for row in ctx.model.rows if row.state != PREEMPTED and row.runqueue_us > 0
-            and ctx.model.stacks[row.stack].frames != (NEW_THREAD,)]
 
 
 def detect_cpu_throttling(ctx: Context) -> list[Match]:
@@ -396,7 +395,7 @@ def detect_cpu_throttling(ctx: Context) -> list[Match]:
                  f"per {us_text(counters.cpu_period_us or 0)} period), and " if counters and counters.cpus else "")
         were, they = ("was", "it") if tids(rows) == 1 else ("were", "they")
         # its threads' waits for a CPU after their wakeups are the limit's too, not CPU saturation's
-        woken = [row for row in _woken_waiting_for_a_cpu(ctx)
+        woken = [row for row in ctx.woken_waiting_for_a_cpu
                  if ctx.claims.throttled.get(ctx.model.threads[row.tid].pid) is cgroup]
         after_us = sum(row.runqueue_us for row in woken)
         us = total(rows) + after_us

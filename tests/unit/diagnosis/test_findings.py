@@ -101,7 +101,7 @@ def test_lock_contention_told_by_the_lock_leaf_even_in_truncated_stacks():
     assert model.capture.user_stacks_truncated
     finding = by_id(model)["lock_contention"]
     assert finding.subject == "pthread mutex"
-    assert finding.confidence == "high" and finding.severity == "warning"  # see test_a_lock_is_graded_by_...
+    assert finding.confidence == "high" and finding.severity == "critical"  # see test_a_lock_convoy_is_graded_...
     assert "__GI___lll_lock_wait" in finding.evidence[0].frames
     assert "--call-graph dwarf" in finding.confidence_reason  # which lock is not shown
     assert finding.threads == 4
@@ -157,14 +157,21 @@ def test_stack_cache_lock_seen_with_dwarf_stacks():
         t.offcpu_us for t in model.threads.values())
 
 
-def test_a_lock_is_graded_by_the_time_blocked_on_it():
+def test_a_lock_convoy_is_graded_by_its_waiters_wait_for_a_cpu_too():
     # futex_pid: 4 threads on one mutex on 2 CPUs (the golden text report): 137.0 ms in the lock's
-    # waits, 63% of their 217 ms, but 110.5 ms of it waiting for a CPU after the wakeups, which
-    # 4 busy threads on 2 CPUs wait for lock or no lock; blocked on the lock, 26.4 ms: 12%, a warning
-    lock = by_id(model_of("futex_pid"))["lock_contention"]
+    # waits, 26.4 ms blocked on the lock and 110.5 ms waiting for a CPU after the releases woke
+    # them, which is most of all the waiting for a CPU: the run queue is the lock's woken waiters
+    # (a convoy), so the lock is graded by all 137.0 ms, 63% of their 217 ms
+    model = model_of("futex_pid")
+    assert sum(row.runqueue_us for row in model.rows) < 2 * 110_500
+    found = by_id(model)
+    lock = found["lock_contention"]
     assert (round(lock.offcpu_us, -2), round(lock.blocked_us, -2)) == (137_000, 26_400)
-    assert lock.share_of_wall == pytest.approx(0.12, abs=0.005) and lock.severity == "warning"
-    assert "(26.4 ms until woken, 12% of their time; 110.5 ms more waiting for a CPU)" in lock.summary
+    assert lock.graded_us == lock.offcpu_us and lock.share_of_wall == pytest.approx(0.63, abs=0.005)
+    assert "(63% of their time: 26.4 ms until woken, 110.5 ms more waiting for a CPU" in lock.summary
+    assert "convoy" in lock.summary
+    # and CPU saturation is left the rest
+    assert found["runqueue"].graded_us < sum(row.runqueue_us for row in model.rows) - 110_000
 
 
 def test_stack_cache_lock_guessed_with_low_confidence_from_truncated_stacks_and_churn():
@@ -190,7 +197,7 @@ def test_runqueue_is_preemption_not_new_threads():
     assert finding.severity == "critical" and all(e.state == "R" for e in finding.evidence)
     assert "2 CPUs" in finding.summary
     # the wakeup-to-run percentiles are of wakeups: the fixed twin's threads are only ever preempted
-    assert "p99" not in finding.summary and "p99" in by_id(model_of("futex_pid"))["runqueue"].summary
+    assert "p99" not in finding.summary and "p99" in by_id(model_of("churn_pid"))["runqueue"].summary
     assert not any("[new thread" in frame for e in by_id(model_of("churn_pid"))["runqueue"].evidence
                    for frame in e.frames)
 
@@ -288,7 +295,9 @@ def test_shares_are_of_the_threads_a_finding_is_about():
     tids = {tid for tid, thread in model.threads.items() if thread.comm.startswith("mmap_conten") and thread.offcpu_us}
     wall = sum(model.threads[tid].oncpu_us + model.threads[tid].offcpu_us for tid in tids)
     assert mmap.threads == len(tids) == 4
-    assert mmap.share_of_wall == pytest.approx(mmap.blocked_us / wall)  # a lock's: blocked on it
+    # a lock's: blocked on it, and the waiting for a CPU after, in a convoy (the woken waiters of the
+    # mmap_lock are most of the machine's run queue)
+    assert mmap.graded_us == mmap.offcpu_us and mmap.share_of_wall == pytest.approx(mmap.offcpu_us / wall)
     # and idle time is left out of the off-CPU shares of the others
     offcpu = sum(t.offcpu_us for t in model.threads.values())
     assert mmap.share_of_offcpu == pytest.approx(mmap.offcpu_us / (offcpu - found["idle"].offcpu_us))
