@@ -9,7 +9,8 @@ import subprocess
 from tests.conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "test-user-install"
-BUDGET_S = 120  # about 17 s here with pip's cache warm (scripts/setup warms it); more only if pip downloads
+BUDGET_S = 300  # a hang guard: 78 s on a quiet machine (the wheel built, doctor and the quick start recorded), over
+# 120 s in a full run beside other builds
 
 
 def test_the_readme_user_install_and_quick_start_work():
