@@ -49,6 +49,12 @@ UNKNOWN_RUN = "[unknown ×"  # how a drawn stack writes a run of them, "[unknown
 TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", "bpf_get_stack", "__bpf_get_stack")
 
 
+# How a frame of a runtime's own (read from the program's runtime, not walked in native code:
+# offcpu.reading.runtime_frames) ends, by runtime: `work (app.py:57) [py]`
+RUNTIME_MARKS = {"CPython": "[py]"}
+RUNTIME_MARK = "[runtime]"  # a runtime without a mark of its own
+
+
 def without_tracing(stack: Stack) -> Stack:
     """`stack` without the tracing machinery its kernel frames begin in (TRACING_FRAMES),
     nor the unnamed frames before it (a BPF program is not in kallsyms), so that every

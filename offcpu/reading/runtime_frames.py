@@ -31,12 +31,11 @@ import numpy as np
 
 from offcpu.capture import RUNTIME_STACKS
 from offcpu.files import read_json
+from offcpu.stacks import RUNTIME_MARK, RUNTIME_MARKS
 
 SCHEMA = "offcpu-runtime-stacks/1"
 RUNTIME_STACKS_MAX = 64 << 20  # the most runtime-stacks.json is read of
 NO_RUNTIME_STACK = -1  # a wait that no sample joined
-# How a runtime's frame is marked in a stack, so that people and renderers tell it from a native one
-RUNTIME_MARKS = {"CPython": "[py]"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class Frame:
     def name(self, runtime: str = "CPython") -> str:
         """The frame as a stack shows it: `work (app.py:57) [py]`."""
         where = f"{os.path.basename(self.file)}:{self.line}" if self.line > 0 else os.path.basename(self.file)
-        return f"{self.function} ({where}) {RUNTIME_MARKS.get(runtime, '[runtime]')}"
+        return f"{self.function} ({where}) {RUNTIME_MARKS.get(runtime, RUNTIME_MARK)}"
 
 
 @dataclass(frozen=True)
