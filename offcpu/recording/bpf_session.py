@@ -90,9 +90,8 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
                 command.go()
                 info.target = replace(info.target, pid=command.pid) if info.target.kind == "command" else \
                     replace(info.target, command_pid=command.pid)
-            # The runtimes' stacks (CPython's), read while their threads are off CPU
+            # The runtimes' stacks (CPython's), read while their threads are off CPU (from the window's start on)
             sampler = RuntimeSampler(request.output, lambda: _recorded_processes(info.target))
-            sampler.start()
             switches_at_start = _run(request, info, on_tick, interrupts, maps, recording, sampler)
             try:
                 counters = recording.finish(str(stacks))
@@ -102,7 +101,7 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
             with contextlib.suppress(OSError):  # and of the wakers in the records drained last
                 maps.update(recording.new_wakers())
             if switches_at_start and not info.target_exited:
-                save_snapshot_of(request.output, switches_at_start, info)
+                save_snapshot_of(request.output, switches_at_start, info, sampler.frames_by_thread())
         except BaseException:
             interrupts.hold()
             if sampler is not None:
@@ -217,6 +216,7 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
     maps_now()
     try:
         switches_at_start = note_threads_at_start(request, info)
+        sampler.start()
         info.ended_by = wait_for_end(full, request.duration_s, info, tick, on_look=maps_now)
     except Terminated as terminated:
         info.ended_by = terminated.signal_name
@@ -226,6 +226,7 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
         interrupts.hold()
         try:
             sampler.stop()
+            maps.add(sampler.reader_maps)
         except OSError as error:
             raise _not_written(request.output, error) from None
         reached = recording.size_limit_reached_ns()  # the records end there, if they reached --max-size

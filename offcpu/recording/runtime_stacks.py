@@ -34,6 +34,7 @@ from typing import cast
 from offcpu.capture import RUNTIME_STACKS
 from offcpu.files import PRIVATE, write_whole
 from offcpu.reading.runtime_frames import Frame, to_json
+from offcpu.recording.process_maps import Inode, Snapshot, read_maps
 from offcpu.workers import child_environment, end_with_parent
 
 INTERVAL_S = 0.2
@@ -97,6 +98,10 @@ class RuntimeSampler:
         self.not_runtime: set[int] = set()
         self.stacks: dict[tuple[Frame, ...], int] = {}
         self.samples: list[dict] = []
+        # py-spy's own maps, read as each dump starts: a timer that fires while it runs on a CPU wakes a
+        # recorded thread in its name (and with its stack), and it is gone before offcpu reads its wakers'
+        self.reader_maps: list[Snapshot] = []
+        self._build_ids: dict[Inode, bytes | None] = {}
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="offcpu-runtime-stacks", daemon=True)
         self._parent = os.getpid()
@@ -114,6 +119,12 @@ class RuntimeSampler:
             processes = [self.found[pid] for pid in sorted(self.found)]
             write_whole(self.directory / RUNTIME_STACKS,
                         to_json(int(INTERVAL_S * 1000), processes, list(self.stacks), self.samples), mode=PRIVATE)
+
+    def frames_by_thread(self) -> dict[int, tuple[str, ...]]:
+        """Each thread's last stack read, as frames are named in a stack (`work (app.py:57) [py]`)."""
+        stacks = {index: stack for stack, index in self.stacks.items()}
+        return {sample["tid"]: tuple(frame.name(self.found[sample["pid"]]["runtime"]) for frame in
+                                     stacks[sample["stack"]]) for sample in self.samples}
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -185,6 +196,9 @@ class RuntimeSampler:
                 preexec_fn=lambda: end_with_parent(parent, signal.SIGKILL))
         except OSError as error:
             return None, f"py-spy could not run ({error.strerror})"
+        mappings = read_maps(process.pid, self._build_ids)  # exec'd: Popen returns once it has
+        if mappings:
+            self.reader_maps.append(Snapshot(process.pid, time.monotonic_ns(), mappings))
         try:
             output, errors = process.communicate(timeout=DUMP_TIMEOUT_S)
         except subprocess.TimeoutExpired:

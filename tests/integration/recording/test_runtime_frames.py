@@ -95,6 +95,10 @@ def test_a_python_programs_waits_carry_its_functions_and_lines(tmp_path: Path,
         framed_us += int(microseconds) * (f";main.<locals>.{with_lock};" in stack)
     assert lock_us > 1_000_000, folded.stdout
     assert framed_us > 0.6 * lock_us, (framed_us, lock_us)
+    # the main thread, asleep in its join all the recording (its stack read at the end), carries its frames too
+    joining = f"main ({source.name}:{line_of(source, 'worker.join()')}) [py]"
+    [main] = [line for line in folded.stdout.splitlines() if line.startswith(f"python3-{python_lock.pid};")]
+    assert main.startswith(f"python3-{python_lock.pid};[asleep all the recording];<module> ") and joining in main, main
 
 
 def test_ctrl_c_ends_the_reads_and_leaves_no_py_spy(tmp_path: Path, python_lock: subprocess.Popen[str]) -> None:
