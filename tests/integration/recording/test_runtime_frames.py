@@ -120,3 +120,53 @@ def test_ctrl_c_ends_the_reads_and_leaves_no_py_spy(tmp_path: Path, python_lock:
     assert json.loads((capture / "capture.json").read_text())["ended_by"] == "SIGINT"
     assert py_spy_of(python_lock.pid) == []
     assert json.loads((capture / "runtime-stacks.json").read_text())["processes"][0]["pid"] == python_lock.pid
+
+
+SPINNER_AND_SLEEPER = """
+import threading, time
+lock = threading.Lock()
+lock.acquire()
+
+def blocked():
+    lock.acquire()  # off CPU until the process ends
+
+def spinning():
+    end = time.monotonic() + 60
+    while time.monotonic() < end:  # on CPU (or waiting for one) all the time
+        pass
+
+for target in (blocked, spinning):
+    threading.Thread(target=target, name=target.__name__, daemon=True).start()
+time.sleep(60)
+"""
+
+
+def test_a_threads_stack_is_kept_only_when_it_stayed_off_cpu_while_it_was_read(tmp_path: Path) -> None:
+    from offcpu.recording.runtime_stacks import RuntimeSampler, py_spy
+
+    if py_spy() is None:
+        pytest.fail("py-spy is not installed beside offcpu's Python (scripts/setup installs it)")
+    program = subprocess.Popen([PYTHON, "-c", SPINNER_AND_SLEEPER])
+    try:
+        wait_for_threads(program.pid, 3)
+        sampler = RuntimeSampler(tmp_path, lambda: [program.pid])
+        sampler.start()
+        time.sleep(1.5)
+        sampler.stop()
+    finally:
+        program.kill()
+        program.wait()
+    runtime = json.loads((tmp_path / "runtime-stacks.json").read_text())
+    [process] = runtime["processes"]
+    assert process["reads"] >= 3 and process["failed"] == 0
+    stacks = runtime["stacks"]
+    kept = {(sample["tid"], stacks[sample["stack"]][0]["function"], stacks[sample["stack"]][0]["line"])
+            for sample in runtime["samples"]}
+    functions = {function for _, function, _ in kept}
+    # the blocked thread and the main thread asleep are read at their lines; the spinning one never (it ran
+    # while it was read)
+    assert functions == {"blocked", "<module>"}, kept
+    lines = SPINNER_AND_SLEEPER.splitlines()
+    assert {(function, line) for _, function, line in kept} == {
+        ("blocked", lines.index("    lock.acquire()  # off CPU until the process ends") + 1),
+        ("<module>", lines.index("time.sleep(60)") + 1)}
