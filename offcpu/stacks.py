@@ -53,6 +53,12 @@ TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", 
 # offcpu.reading.runtime_frames) ends, by runtime: `work (app.py:57) [py]`
 RUNTIME_MARKS = {"CPython": "[py]"}
 RUNTIME_MARK = "[runtime]"  # a runtime without a mark of its own
+_RUNTIME_ENDINGS = tuple(f") {mark}" for mark in (*RUNTIME_MARKS.values(), RUNTIME_MARK))
+
+
+def runtime_frame(frame: str) -> bool:
+    """Whether a frame is a runtime's own (a Python function's, `work (app.py:57) [py]`), not a native one."""
+    return frame.endswith(_RUNTIME_ENDINGS)
 
 
 def without_tracing(stack: Stack) -> Stack:
@@ -127,7 +133,7 @@ def drawn_alone(stack: Stack) -> tuple[tuple[str, ...], int]:
 
 def user_stack_complete(user_frames: Sequence[str]) -> bool:
     """Whether a leaf-first user stack reaches a thread root after any junk."""
-    named = [frame for frame in user_frames if frame != UNKNOWN]
+    named = [frame for frame in user_frames if frame != UNKNOWN and not runtime_frame(frame)]
     return bool(named) and named[-1] in THREAD_ROOTS
 
 
@@ -173,7 +179,10 @@ def telling(kernel: Sequence[str]) -> list[str]:
 class _Shortened:
     """A root-first stack (its last `kernel_frames` the kernel's) as its user frames without
     the unnamed ones and its telling kernel frames, shown in part: the last `users` of the
-    one and the last `kernels` of the other, '…' for what is left out."""
+    one and the last `kernels` of the other, '…' for what is left out. Where a runtime's own
+    frames were joined to the stack (a Python program's), they say where the program waited:
+    its user frames are those (the native ones are the interpreter's machinery), and where
+    comes before why when both do not fit."""
 
     def __init__(self, frames: Sequence[str], kernel_frames: int) -> None:
         frames = [printable(frame) for frame in frames]  # shown to people
@@ -181,6 +190,10 @@ class _Shortened:
         self.kernel = telling(frames[split:]) if kernel_frames else []
         self.user = [frame for frame in frames[:split] if not unnamed(frame)] or (
             [] if self.kernel else list(frames[:split]))
+        runtime = [frame for frame in self.user if runtime_frame(frame)]
+        self.program_first = bool(runtime)
+        if runtime:
+            self.user = runtime
 
     def shown(self, users: int, kernels: int) -> str:
         users, kernels = min(users, len(self.user)), min(kernels, len(self.kernel))
@@ -198,8 +211,11 @@ class _Shortened:
         leaf-most frame, which says why it waited, then the program's nearest the kernel,
         which says where, and so on in turn while they fit."""
         users, kernels = min(1, len(self.user)), min(1, len(self.kernel))
-        if users and kernels and len(self.shown(users, kernels)) > limit:  # why it waited matters most
-            users = 0
+        if users and kernels and len(self.shown(users, kernels)) > limit:  # why it waited matters most,
+            if self.program_first:  # but for the line of the program's own that waited
+                kernels = 0
+            else:
+                users = 0
         while True:
             wider = [(users, kernels + 1)] * (kernels < len(self.kernel)) + [(users + 1, kernels)] * (
                 users < len(self.user))

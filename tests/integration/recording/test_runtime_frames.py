@@ -79,6 +79,11 @@ def test_a_python_programs_waits_carry_its_functions_and_lines(tmp_path: Path,
     frames = framed[0]["frames"]
     assert frames.index(next(frame for frame in frames if frame.endswith(with_lock))) < \
         frames.index("__futex_abstimed_wait_common")
+    # the lock's finding names the line in its evidence, and in the text report's words
+    [lock] = [finding for finding in report["findings"] if finding["id"] == "lock_contention"]
+    assert any(frame.endswith(with_lock) for frame in lock["evidence"][0]["frames"]), lock["evidence"]
+    text = run_offcpu("report", "text", str(capture)).stdout
+    assert f"waits (S): …;main.<locals>.{with_lock};…" in text, text
     assert any(f"frames of process {python_lock.pid} (CPython 3." in caveat and "read with py-spy dump" in caveat
                for caveat in report["caveats"]), report["caveats"]
 
