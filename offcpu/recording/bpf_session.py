@@ -91,7 +91,7 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
                 info.target = replace(info.target, pid=command.pid) if info.target.kind == "command" else \
                     replace(info.target, command_pid=command.pid)
             # The runtimes' stacks (CPython's), read while their threads are off CPU (from the window's start on)
-            sampler = RuntimeSampler(request.output, lambda: _recorded_processes(info.target))
+            sampler = RuntimeSampler(request.output)
             switches_at_start = _run(request, info, on_tick, interrupts, maps, recording, sampler)
             try:
                 counters = recording.finish(str(stacks))
@@ -202,6 +202,7 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
             threads = 1 if info.target.kind == "tid" else _threads_of(recorded)
             recording.set_size_limit(max(limit - _core.RECORD_SIZE * threads, 0))
             maps.update(sorted({*recorded, *wakers}))
+            sampler.offer(recorded)
 
     def tick(elapsed_s: float) -> None:
         """Progress, and the maps of the wakers first seen since the last tick: read at once, as a

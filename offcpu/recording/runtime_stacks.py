@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import cast
 
@@ -71,6 +71,16 @@ def cpython_version(pid: int) -> str | None:
     return None
 
 
+def _forked_by(pid: int, parent: int) -> bool:
+    """Whether process `pid` is offcpu (`parent`) forked, before its exec."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            ppid = int(file.read().rpartition(b")")[2].split()[1])
+        return ppid == parent and os.readlink(f"/proc/{pid}/exe") == os.readlink(f"/proc/{parent}/exe")
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def _thread_states(pid: int) -> dict[int, tuple[str, int]]:
     """Each thread's state letter and context switches so far."""
     states = {}
@@ -87,12 +97,13 @@ def _thread_states(pid: int) -> dict[int, tuple[str, int]]:
 
 
 class RuntimeSampler:
-    """Samples the runtime stacks of the processes `processes()` names until `stop`, then writes
+    """Samples the runtime stacks of the processes last `offer`ed (the recorded ones, as the
+    recording lists them: the sampler never scans /proc for them itself) until `stop`, then writes
     runtime-stacks.json into `directory` (when any runtime was found)."""
 
-    def __init__(self, directory: Path, processes: Callable[[], list[int]]) -> None:
+    def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.processes = processes
+        self.processes: tuple[int, ...] = ()
         self.binary = py_spy()
         self.found: dict[int, dict] = {}  # pid: what runtime-stacks.json says of it
         self.not_runtime: set[int] = set()
@@ -105,6 +116,10 @@ class RuntimeSampler:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="offcpu-runtime-stacks", daemon=True)
         self._parent = os.getpid()
+
+    def offer(self, processes: Iterable[int]) -> None:
+        """The processes recorded now (a new tuple: what the sampler's thread reads is always whole)."""
+        self.processes = tuple(processes)
 
     def start(self) -> None:
         self._thread.start()
@@ -136,12 +151,15 @@ class RuntimeSampler:
             self._stopping.wait(INTERVAL_S)
 
     def _pythons(self) -> list[int]:
-        """The recorded processes that run CPython, each looked at once."""
+        """The recorded processes that run CPython, each looked at once (a command offcpu forked is
+        looked at once it has left offcpu's program for its own)."""
         pythons = []
-        for pid in self.processes():
+        for pid in self.processes:
             if pid == self._parent or pid in self.not_runtime:
                 continue
             if pid not in self.found:
+                if _forked_by(pid, self._parent):
+                    continue  # not exec'd yet: offcpu's own Python, for now
                 version = cpython_version(pid)
                 if version is None:
                     self.not_runtime.add(pid)

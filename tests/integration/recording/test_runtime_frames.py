@@ -154,7 +154,8 @@ def test_a_threads_stack_is_kept_only_when_it_stayed_off_cpu_while_it_was_read(t
     program = subprocess.Popen([PYTHON, "-c", SPINNER_AND_SLEEPER])
     try:
         wait_for_threads(program.pid, 3)
-        sampler = RuntimeSampler(tmp_path, lambda: [program.pid])
+        sampler = RuntimeSampler(tmp_path)
+        sampler.offer([program.pid])
         sampler.start()
         time.sleep(1.5)
         sampler.stop()
