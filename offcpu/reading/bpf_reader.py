@@ -31,6 +31,7 @@ import numpy as np
 
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
 from offcpu.files import open_regular, read_regular
 from offcpu.model import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN
 from offcpu.reading import runtime_frames
@@ -366,17 +367,17 @@ class BpfReader:
         long_enough = taken & (since > 0) & ((back == 0) | (back - since >= RUNTIME_NOTED_NS))
         notes = []
         for process in self.runtime.processes:
-            runtime = f"{process.runtime} {process.version}" if process.version else process.runtime
+            runtime = printable(f"{process.runtime} {process.version}" if process.version else process.runtime)
+            error, reader = printable(process.error or ""), printable(process.reader)
             if process.error is not None and process.reads == process.failed:
                 notes.append(f"{runtime} was found in process {process.pid}, but its frames could not be read with "
-                             f"{process.reader}: {process.error}; its stacks are native only")
+                             f"{reader}: {error}; its stacks are native only")
                 continue
             mine = long_enough & (waits["pid"] == process.pid)
             carry = int(np.count_nonzero(mine & joined))
-            failed = (f" ({process.failed:,} of its {process.reads:,} reads failed: {process.error})"
-                      if process.failed else "")
-            notes.append(f"{process.runtime.removeprefix('C')} frames of process {process.pid} ({runtime}) were read "
-                         f"with {process.reader} every {self.runtime.interval_ms} ms{failed}: {carry:,} of "
+            failed = f" ({process.failed:,} of its {process.reads:,} reads failed: {error})" if process.failed else ""
+            notes.append(f"{printable(process.runtime.removeprefix('C'))} frames of process {process.pid} ({runtime}) "
+                         f"were read with {reader} every {self.runtime.interval_ms} ms{failed}: {carry:,} of "
                          f"{int(np.count_nonzero(mine)):,} waits of {RUNTIME_NOTED_NS // 1_000_000} ms or more carry "
                          "them; the others' stacks are native only")
         return notes

@@ -9,8 +9,8 @@ when the thread stayed off CPU the whole time it was read: its state S or D and 
 switch counts (/proc/PID/task/TID/status) the same before and after the dump. A process that
 runs no CPython costs nothing: it is never read.
 
-The cost is bounded: one dump at a time (py-spy takes ~20-70 ms of which ~25 ms of CPU for a
-process of a few threads), INTERVAL_S between the end of one round and the next, at most
+The cost is bounded: one dump at a time (py-spy takes ~20 ms, ~10 ms of CPU, for a process of
+a few threads), INTERVAL_S between the end of one round and the next, at most
 MAX_PROCESSES processes a round, DUMP_TIMEOUT_S a dump before it is killed. py-spy runs in a
 session of its own (a terminal's Ctrl-C is offcpu's to handle), ends with offcpu
 (workers.end_with_parent), and `stop` waits for the dump under way, so none is left behind.

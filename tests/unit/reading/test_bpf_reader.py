@@ -427,3 +427,18 @@ def test_runtime_frames_join_the_waits_that_cover_their_samples(tmp_path: Path) 
     # were taken, only the one still open at the end (from 8000, counted as long), which carries them
     assert f"Python frames of process {PID} (CPython 3.11) were read with py-spy dump every 200 ms: 1 of 1 waits " \
         "of 10 ms or more carry them; the others' stacks are native only" in model.binary_notes
+
+
+def test_a_runtime_found_but_not_read_is_said_with_why(tmp_path: Path) -> None:
+    from offcpu.reading.runtime_frames import to_json
+
+    story(tmp_path)
+    process = {"pid": PID, "runtime": "CPython", "version": None, "reader": "py-spy dump", "reads": 0, "failed": 0,
+               "error": "py-spy is not installed beside offcpu's Python\x1b[2J"}
+    (tmp_path / "runtime-stacks.json").write_text(to_json(200, [process], [], []))
+    model = build(tmp_path)
+    # the stacks are as without it; the note says what was found, and why it was not read (made printable)
+    row(model, WAITER, ("schedule", "futex_wait", "qsort"))
+    assert model.binary_notes[-1] == (f"CPython was found in process {PID}, but its frames could not be read with "
+                                      "py-spy dump: py-spy is not installed beside offcpu's Python\\x1b[2J; its stacks "
+                                      "are native only")
