@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from offcpu.reading.runtime_frames import NO_RUNTIME_STACK, Frame, join, load, to_json
+from tests.fixtures import HERE
 
 
 def joined(waits: list[tuple[int, int, int]], samples: list[tuple[int, int, int]]) -> list[int]:
@@ -66,3 +67,38 @@ def test_a_damaged_or_missing_file_is_no_runtime_stacks(tmp_path: Path) -> None:
     assert load(tmp_path) is None  # a sample naming a stack the file does not hold
     (tmp_path / "runtime-stacks.json").write_text("[1, 2")
     assert load(tmp_path) is None
+
+
+def test_a_recorded_python_lock_carries_its_lines_under_its_lock_waits(tmp_path: Path) -> None:
+    # tests/fixtures/python_lock_bpf: python_lock -t 4 -u 100000 (4 workers taking one lock and sleeping 100 ms
+    # holding it) recorded 1 s with BPF by `offcpu record --pid`; its kallsyms is cut to what its frames need,
+    # and its native user frames are named from this machine's files (elsewhere, as offsets): only the runtime's
+    # and the kernel's frames are held to here
+    import shutil
+
+    from offcpu.model.loading import build
+
+    shutil.copytree(HERE / "python_lock_bpf", tmp_path / "cap")
+    model = build(tmp_path / "cap")
+    pid = model.capture.target.pid
+    assert f"Python frames of process {pid} (CPython 3.11) were read with py-spy dump every 200 ms: 14 of 22 " \
+        "waits of 10 ms or more carry them; the others' stacks are native only" in model.binary_notes
+    with_lock, sleeping = "main.<locals>.work (python_lock:57) [py]", "main.<locals>.work (python_lock:58) [py]"
+    # the workers' futex waits (kernel frames: named anywhere), the lock's and the interpreter lock's short ones:
+    # 99% of their time is under the line that takes the lock, after the native frames
+    lock_us = framed_us = 0
+    for row in model.rows:
+        frames = model.stacks[row.stack].frames
+        if row.tid != pid and "futex_do_wait" in frames:
+            lock_us += row.offcpu_us
+            framed_us += row.offcpu_us * (with_lock in frames)
+            assert with_lock not in frames or frames.index(with_lock) >= model.stacks[row.stack].kernel_frames
+    assert lock_us > 2_000_000 and framed_us > 0.99 * lock_us, (framed_us, lock_us)
+    # the sleeps holding it, at the next line, some of them (100 ms each, half a read's interval)
+    assert any(sleeping in model.stacks[row.stack].frames and "do_nanosleep" in model.stacks[row.stack].frames
+               for row in model.rows)
+    # the main thread, asleep in its join all the recording: its frames from the snapshot, after the native ones
+    [main] = [model.stacks[row.stack].frames for row in model.rows if row.tid == pid]
+    assert main[-5:] == ("Thread._wait_for_tstate_lock (threading.py:1132) [py]",
+                         "Thread.join (threading.py:1112) [py]", "main (python_lock:65) [py]",
+                         "<module> (python_lock:71) [py]", "[asleep all the recording]")
