@@ -13,7 +13,9 @@ The cost is bounded: one dump at a time (py-spy takes ~20 ms, ~10 ms of CPU, for
 a few threads), INTERVAL_S between the end of one round and the next, at most
 MAX_PROCESSES processes a round, DUMP_TIMEOUT_S a dump before it is killed. py-spy runs in a
 session of its own (a terminal's Ctrl-C is offcpu's to handle), ends with offcpu
-(workers.end_with_parent), and `stop` waits for the dump under way, so none is left behind.
+(workers.end_with_parent: the signal comes when the thread that forked it ends, and the
+sampler's thread outlives every dump it starts, ending only with offcpu or after `stop`
+waited for the dump under way), so none is left behind.
 """
 
 from __future__ import annotations
