@@ -61,6 +61,15 @@ def runtime_frame(frame: str) -> bool:
     return frame.endswith(_RUNTIME_ENDINGS)
 
 
+_RUNTIME_PARTS = re.compile(r"(.*?) \((.*?)(?::([0-9]+))?\) \[[a-z]+\]", re.DOTALL)
+
+
+def runtime_parts(frame: str) -> tuple[str, str, int] | None:
+    """A runtime's frame as its function, file (its name) and line (0: none); None for a native frame."""
+    found = _RUNTIME_PARTS.fullmatch(frame) if runtime_frame(frame) else None
+    return (found[1], found[2], int(found[3] or 0)) if found else None
+
+
 def without_tracing(stack: Stack) -> Stack:
     """`stack` without the tracing machinery its kernel frames begin in (TRACING_FRAMES),
     nor the unnamed frames before it (a BPF program is not in kallsyms), so that every

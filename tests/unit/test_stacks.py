@@ -9,6 +9,7 @@ from offcpu.stacks import (
     looks_truncated,
     reading,
     runtime_frame,
+    runtime_parts,
     shorten,
     shorten_apart,
     user_stack_complete,
@@ -34,6 +35,10 @@ def test_a_programs_runtime_frames_after_the_root_leave_a_complete_stack_complet
     assert not user_stack_complete(["__futex_abstimed_wait_common", "work (app.py:57) [py]"])
     assert runtime_frame("main.<locals>.work (python_lock.py:57) [py]") and runtime_frame("f (x.rb:1) [runtime]")
     assert not runtime_frame("[py]") and not runtime_frame("operator()(int) const")
+    assert runtime_parts("main.<locals>.work (python_lock.py:57) [py]") == ("main.<locals>.work", "python_lock.py", 57)
+    assert runtime_parts("<module> (<string>) [py]") == ("<module>", "<string>", 0)
+    assert runtime_parts("f (a (b).py:3) [py]") == ("f", "a (b).py", 3)  # a function's name has no space, a file may
+    assert runtime_parts("futex_wait") is None
 
 
 def test_a_programs_runtime_frames_say_where_it_waited_for_the_interpreters_native_ones():
