@@ -43,6 +43,7 @@ INTERVAL_S = 0.2
 MAX_PROCESSES = 8  # read a round, at most
 DUMP_TIMEOUT_S = 2.0
 MAX_OUTPUT = 16 << 20  # the most of a dump's output that is read
+MAX_READER_MAPS = 3000  # py-spy's maps kept, one set a dump (a few hundred bytes each): 10 minutes' worth
 READER = "py-spy dump"
 # A CPython interpreter: the executable's name (python3.11) or a libpython it maps
 _PYTHON_EXE = re.compile(r"^python(\d+\.\d+)?$")
@@ -216,8 +217,8 @@ class RuntimeSampler:
                 preexec_fn=lambda: end_with_parent(parent, signal.SIGKILL))
         except OSError as error:
             return None, f"py-spy could not run ({error.strerror})"
-        mappings = read_maps(process.pid, self._build_ids)  # exec'd: Popen returns once it has
-        if mappings:
+        mappings = read_maps(process.pid, self._build_ids) if len(self.reader_maps) < MAX_READER_MAPS else None
+        if mappings:  # (exec'd: Popen returns once it has)
             self.reader_maps.append(Snapshot(process.pid, time.monotonic_ns(), mappings))
         try:
             output, errors = process.communicate(timeout=DUMP_TIMEOUT_S)
