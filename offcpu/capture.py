@@ -31,8 +31,9 @@ SNAPSHOT = "snapshot.json"  # the stacks of threads asleep through the recording
 BPF_RECORDS = "bpf-records.bin"  # its waits, forks, exits and names
 BPF_STACKS = "bpf-stacks.bin"  # its stack table
 BPF_MAPS = "bpf-maps.json"  # the memory maps of its processes (offcpu.recording.process_maps)
+RUNTIME_STACKS = "runtime-stacks.json"  # its runtimes' stacks read while recording (offcpu.reading.runtime_frames)
 OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS, VDSO_IMAGE, SNAPSHOT, BPF_RECORDS,
-             BPF_STACKS, BPF_MAPS)
+             BPF_STACKS, BPF_MAPS, RUNTIME_STACKS)
 # In the directory while offcpu records into it; left there, it marks an unfinished recording.
 RECORDING = f"recording{PARTIAL}"
 # The most capture.json holds: a few KB, and about 100 bytes for each thread of the target at

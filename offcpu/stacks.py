@@ -49,6 +49,27 @@ UNKNOWN_RUN = "[unknown ×"  # how a drawn stack writes a run of them, "[unknown
 TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", "bpf_get_stack", "__bpf_get_stack")
 
 
+# How a frame of a runtime's own (read from the program's runtime, not walked in native code:
+# offcpu.reading.runtime_frames) ends, by runtime: `work (app.py:57) [py]`
+RUNTIME_MARKS = {"CPython": "[py]"}
+RUNTIME_MARK = "[runtime]"  # a runtime without a mark of its own
+_RUNTIME_ENDINGS = tuple(f") {mark}" for mark in (*RUNTIME_MARKS.values(), RUNTIME_MARK))
+
+
+def runtime_frame(frame: str) -> bool:
+    """Whether a frame is a runtime's own (a Python function's, `work (app.py:57) [py]`), not a native one."""
+    return frame.endswith(_RUNTIME_ENDINGS)
+
+
+_RUNTIME_PARTS = re.compile(r"(.*?) \((.*?)(?::([0-9]+))?\) \[[a-z]+\]", re.DOTALL)
+
+
+def runtime_parts(frame: str) -> tuple[str, str, int] | None:
+    """A runtime's frame as its function, file (its name) and line (0: none); None for a native frame."""
+    found = _RUNTIME_PARTS.fullmatch(frame) if runtime_frame(frame) else None
+    return (found[1], found[2], int(found[3] or 0)) if found else None
+
+
 def without_tracing(stack: Stack) -> Stack:
     """`stack` without the tracing machinery its kernel frames begin in (TRACING_FRAMES),
     nor the unnamed frames before it (a BPF program is not in kallsyms), so that every
@@ -121,7 +142,7 @@ def drawn_alone(stack: Stack) -> tuple[tuple[str, ...], int]:
 
 def user_stack_complete(user_frames: Sequence[str]) -> bool:
     """Whether a leaf-first user stack reaches a thread root after any junk."""
-    named = [frame for frame in user_frames if frame != UNKNOWN]
+    named = [frame for frame in user_frames if frame != UNKNOWN and not runtime_frame(frame)]
     return bool(named) and named[-1] in THREAD_ROOTS
 
 
@@ -167,7 +188,10 @@ def telling(kernel: Sequence[str]) -> list[str]:
 class _Shortened:
     """A root-first stack (its last `kernel_frames` the kernel's) as its user frames without
     the unnamed ones and its telling kernel frames, shown in part: the last `users` of the
-    one and the last `kernels` of the other, '…' for what is left out."""
+    one and the last `kernels` of the other, '…' for what is left out. Where a runtime's own
+    frames were joined to the stack (a Python program's), they say where the program waited:
+    its user frames are those (the native ones are the interpreter's machinery), and where
+    comes before why when both do not fit."""
 
     def __init__(self, frames: Sequence[str], kernel_frames: int) -> None:
         frames = [printable(frame) for frame in frames]  # shown to people
@@ -175,6 +199,10 @@ class _Shortened:
         self.kernel = telling(frames[split:]) if kernel_frames else []
         self.user = [frame for frame in frames[:split] if not unnamed(frame)] or (
             [] if self.kernel else list(frames[:split]))
+        runtime = [frame for frame in self.user if runtime_frame(frame)]
+        self.program_first = bool(runtime)
+        if runtime:
+            self.user = runtime
 
     def shown(self, users: int, kernels: int) -> str:
         users, kernels = min(users, len(self.user)), min(kernels, len(self.kernel))
@@ -192,8 +220,11 @@ class _Shortened:
         leaf-most frame, which says why it waited, then the program's nearest the kernel,
         which says where, and so on in turn while they fit."""
         users, kernels = min(1, len(self.user)), min(1, len(self.kernel))
-        if users and kernels and len(self.shown(users, kernels)) > limit:  # why it waited matters most
-            users = 0
+        if users and kernels and len(self.shown(users, kernels)) > limit:  # why it waited matters most,
+            if self.program_first:  # but for the line of the program's own that waited
+                kernels = 0
+            else:
+                users = 0
         while True:
             wider = [(users, kernels + 1)] * (kernels < len(self.kernel)) + [(users + 1, kernels)] * (
                 users < len(self.user))

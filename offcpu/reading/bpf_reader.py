@@ -12,8 +12,10 @@ thread's run time as the kernel counts it (`estimated`); no observer's cost is c
 Stacks were taken for a sample of the waits: a wait whose stacks were taken with
 probability 2^-s weighs 2^s (Events.weights), one whose stacks were not weighs 0 and
 is counted under STACK_NOT_TAKEN. A call chain travels as (kernel stack id, user stack
-id, pid, exec generation), named from bpf-stacks.bin, the saved kallsyms and the maps
-in bpf-maps.json (offcpu.recording.process_maps) by symbols.Symbolizer.
+id, pid, exec generation, runtime stack id), named from bpf-stacks.bin, the saved kallsyms
+and the maps in bpf-maps.json (offcpu.recording.process_maps) by symbols.Symbolizer, and
+the runtime's frames that runtime-stacks.json joins to the wait (offcpu.reading.runtime_frames)
+after the native ones.
 """
 
 from __future__ import annotations
@@ -29,9 +31,12 @@ import numpy as np
 
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError
+from offcpu.escaping import printable
 from offcpu.files import open_regular, read_regular
 from offcpu.model import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN
+from offcpu.reading import runtime_frames
 from offcpu.reading.pairing import Paired, ThreadAtStart, pair_decoded
+from offcpu.reading.runtime_frames import NO_RUNTIME_STACK, RuntimeStacks
 from offcpu.reading.sched_events import (
     SCHED_SWITCH,
     SCHED_WAKING,
@@ -88,6 +93,7 @@ USER_STACK_UNREADABLE = "[user stack could not be read]"
 ORDER = np.zeros(7, np.int8)  # by kind: its rank at one time
 ORDER[[THREAD_FORK, SWITCH_IN, SCHED_SWITCH, SCHED_WAKING, THREAD_COMM, THREAD_EXIT]] = np.arange(6)
 BATCH = 1 << 16  # events handed to the sink at a time
+RUNTIME_NOTED_NS = 10_000_000  # the waits whose runtime frames the notes count: 10 ms or more
 
 # prev_state as perf prints it (the kernel's __trace_sched_switch_state and __task_state_index)
 STATE_LETTERS = "RSDTtXZPI"  # no bit, then one per bit of TASK_REPORT, then TASK_REPORT_IDLE
@@ -211,6 +217,7 @@ class BpfReader:
         self.counting_slice: int | None = None  # the first time slice's start: it counts what was not read
         self._records: np.ndarray | None = None
         _check_fields(self.path, self.records)
+        self.runtime: RuntimeStacks | None = runtime_frames.load(directory)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_records": None}  # a memory map does not travel; it is made again
@@ -251,20 +258,30 @@ class BpfReader:
         records = self.records
         waits = records[records["kind"] == WAIT]
         generations = Generations(records)
-        parts = [self._switches(waits, first, last, generations), self._wakeups(waits, first, last, generations),
+        parts = [self._switches(waits, self._runtime_stacks(waits), first, last, generations),
+                 self._wakeups(waits, first, last, generations),
                  self._switch_ins(waits, first, last), self._task_events(records, first, last)]
         columns = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
         order = np.lexsort((ORDER[columns["kind"]], columns["time"]))
         return {name: column[order] for name, column in columns.items()}
 
-    def _switches(self, waits: np.ndarray, first: int, last: int, generations: Generations) -> dict[str, np.ndarray]:
+    def _runtime_stacks(self, waits: np.ndarray) -> np.ndarray:
+        """Each wait's runtime stack id (NO_RUNTIME_STACK where no sample joined it)."""
+        if self.runtime is None:
+            return np.full(len(waits), NO_RUNTIME_STACK, np.int64)
+        return runtime_frames.join(waits["tid"], waits["since_ns"], waits["back_ns"], self.runtime.tids,
+                                   self.runtime.times, self.runtime.stack_ids)
+
+    def _switches(self, waits: np.ndarray, runtime: np.ndarray, first: int, last: int,
+                  generations: Generations) -> dict[str, np.ndarray]:
         """A sched_switch at each wait's start, when it began in the recording."""
         since = waits["since_ns"]
-        rows = waits[(since > 0) & (since >= first) & (since <= last)]
+        chosen = (since > 0) & (since >= first) & (since <= last)
+        rows = waits[chosen]
         kernel, user = rows["kernel_stack"], rows["user_stack"]
         taken = (kernel != NO_STACK) | (user != NO_STACK)
         weights = np.where(taken, np.left_shift(1, rows["weight_shift"].astype(np.int64)), 0)
-        chains = _chains(kernel, user, rows["pid"], rows["since_ns"], generations, STACK_NOT_TAKEN)
+        chains = _chains(kernel, user, rows["pid"], rows["since_ns"], generations, STACK_NOT_TAKEN, runtime[chosen])
         return _part(SCHED_SWITCH, rows["since_ns"], UNKNOWN_CPU, rows["pid"], rows["tid"], 0, _names(rows["comm"]),
                      _states(rows), chains, weights)
 
@@ -331,12 +348,39 @@ class BpfReader:
         vdso = self.directory / VDSO_IMAGE
         symbolizer = Symbolizer(maps, kernel_symbols_for(saved, recorded), recorded == running_kernel_build_id(),
                                 vdso if vdso.is_file() else None)
-        named = {chain: _stack(chain, table, symbolizer) for chain in chains}
+        named = {chain: _stack(chain, table, symbolizer, self.runtime) for chain in chains}
         with_user = (chain for chain in named if isinstance(chain, tuple) and chain[1] >= 0)
-        unmapped = {(pid, generation) for _, _, pid, generation in with_user} - maps.mappings.keys()
+        unmapped = {(pid, generation) for _, _, pid, generation, _ in with_user} - maps.mappings.keys()
         self.binary_notes = [*self._unreadable_note(table), *self._unseen_switches_note(),
-                             *_maps_note(snapshots, len(unmapped)), *symbolizer.notes]
+                             *_maps_note(snapshots, len(unmapped)), *symbolizer.notes, *self._runtime_notes()]
         return named
+
+    def _runtime_notes(self) -> list[str]:
+        """Which runtime was found in which process, how its frames were read, and how many of its
+        waits of RUNTIME_NOTED_NS or more (whose stacks were taken) carry them."""
+        if self.runtime is None:
+            return []
+        waits = self.records[self.records["kind"] == WAIT]
+        joined = self._runtime_stacks(waits) != NO_RUNTIME_STACK
+        since, back = waits["since_ns"].astype(np.int64), waits["back_ns"].astype(np.int64)
+        taken = (waits["kernel_stack"] != NO_STACK) | (waits["user_stack"] != NO_STACK)
+        long_enough = taken & (since > 0) & ((back == 0) | (back - since >= RUNTIME_NOTED_NS))
+        notes = []
+        for process in self.runtime.processes:
+            runtime = printable(f"{process.runtime} {process.version}" if process.version else process.runtime)
+            error, reader = printable(process.error or ""), printable(process.reader)
+            if process.error is not None and process.reads == process.failed:
+                notes.append(f"{runtime} was found in process {process.pid}, but its frames could not be read with "
+                             f"{reader}: {error}; its stacks are native only")
+                continue
+            mine = long_enough & (waits["pid"] == process.pid)
+            carry = int(np.count_nonzero(mine & joined))
+            failed = f" ({process.failed:,} of its {process.reads:,} reads failed: {error})" if process.failed else ""
+            notes.append(f"{printable(process.runtime.removeprefix('C'))} frames of process {process.pid} ({runtime}) "
+                         f"were read with {reader} every {self.runtime.interval_ms} ms{failed}: {carry:,} of "
+                         f"{int(np.count_nonzero(mine)):,} waits of {RUNTIME_NOTED_NS // 1_000_000} ms or more carry "
+                         "them; the others' stacks are native only")
+        return notes
 
     def _unseen_switches_note(self) -> list[str]:
         """How many switches the tracepoint did not report, in a sentence (none when none)."""
@@ -370,11 +414,13 @@ class BpfReader:
                 "be read]"]
 
 
-def _stack(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symbolizer) -> Stack:
-    """The frames of a chain: the kernel's, then the user's, innermost first."""
+def _stack(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symbolizer,
+           runtime: RuntimeStacks | None = None) -> Stack:
+    """The frames of a chain: the kernel's, then the user's (native, then the runtime's),
+    innermost first."""
     if isinstance(chain, str):
         return Stack((chain,), 0)  # STACK_NOT_TAKEN or WAKER_STACK_NOT_TAKEN
-    kernel, user, pid, generation = cast(tuple[int, int, int, int], chain)
+    kernel, user, pid, generation, runtime_stack = cast(tuple[int, int, int, int, int], chain)
     frames: list[str] = []
     if kernel in table:
         frames += [symbolizer.kernel_name(address) for address in table[kernel]]
@@ -385,6 +431,9 @@ def _stack(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symboliz
         frames += [symbolizer.user_name(pid, generation, address) for address in table[user]]
     elif user not in (NO_STACK, -EFAULT):
         frames.append(USER_STACK_UNREADABLE)
+    if runtime is not None and 0 <= runtime_stack < len(runtime.stacks):
+        name = runtime.runtime_of(pid)
+        frames += [frame.name(name) for frame in runtime.stacks[runtime_stack]]
     return without_tracing(Stack(tuple(frames), kernel_frames))
 
 
@@ -399,22 +448,23 @@ def _maps_note(snapshots: list | None, unmapped: int) -> list[str]:
 
 
 def _chains(kernel: np.ndarray, user: np.ndarray, pids: np.ndarray, times: np.ndarray, generations: Generations,
-            not_taken: str) -> np.ndarray:
-    """Each stack's chain (an object array): (kernel id, user id, pid, generation), the pid and
-    generation 0 without user frames (kernel addresses mean the same in every process);
-    `not_taken` where no stack was taken."""
+            not_taken: str, runtime: np.ndarray | None = None) -> np.ndarray:
+    """Each stack's chain (an object array): (kernel id, user id, pid, generation, runtime stack
+    id), the pid and generation 0 without user frames (kernel addresses mean the same in every
+    process) nor runtime frames; `not_taken` where no stack was taken."""
     chains = np.full(len(kernel), not_taken, object)
     taken = (kernel != NO_STACK) | (user != NO_STACK)
     if not taken.any():
         return chains
-    kernel, user, pids, times = kernel[taken], user[taken], pids[taken], times[taken]
-    has_user = user >= 0
+    runtime = np.full(len(kernel), NO_RUNTIME_STACK, np.int64) if runtime is None else runtime
+    kernel, user, pids, times, runtime = kernel[taken], user[taken], pids[taken], times[taken], runtime[taken]
+    has_user = (user >= 0) | (runtime != NO_RUNTIME_STACK)
     pids = np.where(has_user, pids, 0).astype(np.int64)
     generation = np.where(has_user, generations.of(pids, times), 0)
-    first, inverse = _distinct_rows(_pair(kernel, user), _pair(pids, generation))
+    first, inverse = _distinct_rows(_pair(kernel, user), _pair(pids, generation), runtime)
     table = np.empty(len(first), object)
     table[:] = list(zip(kernel[first].tolist(), user[first].tolist(), pids[first].tolist(),
-                        generation[first].tolist(), strict=True))
+                        generation[first].tolist(), runtime[first].tolist(), strict=True))
     chains[taken] = table[inverse]
     return chains
 

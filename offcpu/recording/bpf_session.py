@@ -32,6 +32,7 @@ from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
 from offcpu.recording.perf_process import end_group
 from offcpu.recording.process_maps import MapsRecorder
 from offcpu.recording.request import RecordRequest
+from offcpu.recording.runtime_stacks import RuntimeSampler
 from offcpu.recording.session import (
     command_ended,
     discard,
@@ -65,6 +66,7 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
     with Interrupts() as interrupts:
         command: HeldCommand | None = None
         recording = None
+        sampler: RuntimeSampler | None = None
         try:
             info = _new_info(request, backend)
             if request.target.command:
@@ -88,7 +90,9 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
                 command.go()
                 info.target = replace(info.target, pid=command.pid) if info.target.kind == "command" else \
                     replace(info.target, command_pid=command.pid)
-            switches_at_start = _run(request, info, on_tick, interrupts, maps, recording)
+            # The runtimes' stacks (CPython's), read while their threads are off CPU (from the window's start on)
+            sampler = RuntimeSampler(request.output)
+            switches_at_start = _run(request, info, on_tick, interrupts, maps, recording, sampler)
             try:
                 counters = recording.finish(str(stacks))
             except OSError as error:
@@ -97,9 +101,11 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
             with contextlib.suppress(OSError):  # and of the wakers in the records drained last
                 maps.update(recording.new_wakers())
             if switches_at_start and not info.target_exited:
-                save_snapshot_of(request.output, switches_at_start, info)
+                save_snapshot_of(request.output, switches_at_start, info, sampler.frames_by_thread())
         except BaseException:
             interrupts.hold()
+            if sampler is not None:
+                sampler.stop(write=False)
             if command is not None:
                 command.end()
             recording = None  # its programs detach as it goes
@@ -166,7 +172,7 @@ def _cgroup_ids(directory: Path) -> list[int]:
 
 
 def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], None], interrupts: Interrupts,
-         maps: MapsRecorder, recording: _core.BpfRecording) -> dict[int, int]:
+         maps: MapsRecorder, recording: _core.BpfRecording, sampler: RuntimeSampler) -> dict[int, int]:
     """Wait for the end; fills in the window, the threads at the start and how it ended, and
     keeps the maps of the processes recorded and of the wakers (those whose stacks the recording
     first took as wakers since it was last asked). It ends when the records reach --max-size,
@@ -196,6 +202,7 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
             threads = 1 if info.target.kind == "tid" else _threads_of(recorded)
             recording.set_size_limit(max(limit - _core.RECORD_SIZE * threads, 0))
             maps.update(sorted({*recorded, *wakers}))
+            sampler.offer(recorded)
 
     def tick(elapsed_s: float) -> None:
         """Progress, and the maps of the wakers first seen since the last tick: read at once, as a
@@ -210,6 +217,7 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
     maps_now()
     try:
         switches_at_start = note_threads_at_start(request, info)
+        sampler.start()
         info.ended_by = wait_for_end(full, request.duration_s, info, tick, on_look=maps_now)
     except Terminated as terminated:
         info.ended_by = terminated.signal_name
@@ -217,6 +225,11 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
         info.ended_by = "SIGINT"
     finally:
         interrupts.hold()
+        try:
+            sampler.stop()
+            maps.add(sampler.reader_maps)
+        except OSError as error:
+            raise _not_written(request.output, error) from None
         reached = recording.size_limit_reached_ns()  # the records end there, if they reached --max-size
         info.window_end_ns = time.monotonic_ns() if reached is None else reached
         info.ended_at = now_iso()

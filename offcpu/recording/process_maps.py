@@ -136,6 +136,14 @@ class MapsRecorder:
             write_whole(self.directory / BPF_MAPS, json.dumps(data, separators=(",", ":")), mode=PRIVATE)
 
 
+    def add(self, snapshots: Iterable[Snapshot]) -> None:
+        """Snapshots read elsewhere (of processes offcpu ran while recording), kept and written.
+        OSError as raised when the file cannot be written."""
+        self.snapshots += snapshots
+        data = {"schema": SCHEMA, "snapshots": [snapshot.to_json() for snapshot in self.snapshots]}
+        write_whole(self.directory / BPF_MAPS, json.dumps(data, separators=(",", ":")), mode=PRIVATE)
+
+
 def load(directory: Path) -> list[Snapshot] | None:
     """The snapshots of a capture's bpf-maps.json; None when it is missing or damaged (its
     user frames cannot be named: the reader says so)."""

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import re
+import zlib
+
 from offcpu.model import Model
 from offcpu.model.stackview import StackView, chosen, lines_of
 from offcpu.model.summaries import totals
 from offcpu.renderers.flamegraph_tool import Renderer, render_svg
+from offcpu.stacks import RUNTIME_MARK, RUNTIME_MARKS
+
+# A frame's rectangle in either renderer's SVG: its <title> (the frame's name, then its time in
+# parentheses), then its <rect> with its fill
+_RUNTIME_RECT = re.compile(r"(<title>[^<]*? (?:%s) \([^<]*</title>\s*<rect\b[^>]*?\bfill=\")rgb\([0-9, ]*\)"
+                           % "|".join(re.escape(mark) for mark in (*RUNTIME_MARKS.values(), RUNTIME_MARK)))
 
 
 def stack_lines(model: Model, view: StackView) -> list[str]:
@@ -34,5 +43,17 @@ class FlameGraphSvg:
         self.inverted = inverted
 
     def render(self, model: Model) -> str:
-        return render_svg(self.renderer, stack_lines(model, self.view), title(model, self.view, self.inverted),
-                          self.inverted, subjects=[model.capture.target.describe()])
+        return runtime_frames_coloured(render_svg(self.renderer, stack_lines(model, self.view),
+                                                  title(model, self.view, self.inverted), self.inverted,
+                                                  subjects=[model.capture.target.describe()]))
+
+
+def runtime_frames_coloured(svg: str) -> str:
+    """The graph with the frames of a runtime's own (a Python function's) in greens, the native
+    ones left in the renderer's blues: where the program's code waits stands out."""
+
+    def green(match: re.Match[str]) -> str:
+        shade = zlib.crc32(match.group(1).encode()) % 60  # the same frame, the same shade
+        return f"{match.group(1)}rgb({60 + shade},{170 + shade // 2},{70 + shade // 3})"
+
+    return _RUNTIME_RECT.sub(green, svg)

@@ -19,6 +19,7 @@ from offcpu.escaping import printable
 from offcpu.model import Model, Row
 from offcpu.model.stackview import SEPARATOR, StackView, row_frames, selected, woken_by
 from offcpu.model.summaries import sampling_note
+from offcpu.stacks import runtime_parts
 
 SAMPLE_TYPES = ("off_cpu", "blocked", "runqueue")
 UNIT = "nanoseconds"
@@ -91,10 +92,13 @@ class PprofProfile:
         target = model.capture.target
         for mapping_id, name in ((USER_MAPPING_ID, target.comm or "[user]"), (KERNEL_MAPPING_ID, KERNEL_MAPPING)):
             profile += nested(3, number(1, mapping_id) + number(5, strings(name)) + number(7, 1))
-        for (_, mapping_id), location_id in locations.items():
-            profile += nested(4, number(1, location_id) + number(2, mapping_id) + nested(4, number(1, location_id)))
-        for (frame, _), function_id in locations.items():
-            profile += nested(5, number(1, function_id) + number(2, strings(frame)) + number(3, strings(frame)))
+        # A runtime's frame (a Python function's) is its function, in its file, at its line
+        for (frame, mapping_id), location_id in locations.items():
+            name, file, line = runtime_parts(frame) or (frame, "", 0)
+            profile += nested(4, number(1, location_id) + number(2, mapping_id) +
+                              nested(4, number(1, location_id) + number(2, line)))
+            profile += nested(5, number(1, location_id) + number(2, strings(name)) + number(3, strings(name)) +
+                              number(4, strings(file)))
         duration_ns = model.window_end_ns - model.window_start_ns
         note = sampling_note(model)
         comments = [strings(f"Off-CPU time of {target.describe()}"), *([strings(note)] if note else [])]

@@ -12,6 +12,7 @@ from offcpu import __version__
 from offcpu.model import Model, Thread
 from offcpu.model.stackview import StackView, row_frames, selected
 from offcpu.model.summaries import sampling_note
+from offcpu.stacks import runtime_parts
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 
@@ -81,7 +82,16 @@ class SpeedscopeProfile:
             "name": f"Off-CPU time of {model.capture.target.describe()}" + (f" ({note})" if note else ""),
             "exporter": f"offcpu {__version__}",
             "activeProfileIndex": 0,
-            "shared": {"frames": [{"name": name} for name in frames.numbers]},
+            "shared": {"frames": [_frame(name) for name in frames.numbers]},
             "profiles": [profile.to_json(min_us) for profile in (*most_first, blocked, runqueue)],
         }
         return json.dumps(document, separators=(",", ":")) + "\n"
+
+
+def _frame(name: str) -> dict:
+    """A shared frame: its name, and a runtime's (a Python function's) file and line as speedscope shows them."""
+    parts = runtime_parts(name)
+    if parts is None:
+        return {"name": name}
+    function, file, line = parts
+    return {"name": name, "file": file, **({"line": line} if line else {})}

@@ -4,7 +4,16 @@ import sys
 
 import pytest
 
-from offcpu.stacks import PLUMBING, looks_truncated, shorten, shorten_apart, user_stack_complete
+from offcpu.stacks import (
+    PLUMBING,
+    looks_truncated,
+    reading,
+    runtime_frame,
+    runtime_parts,
+    shorten,
+    shorten_apart,
+    user_stack_complete,
+)
 from tests.unit.model.test_engine import model_of
 
 
@@ -18,6 +27,31 @@ def test_frame_pointer_walk_through_libc_is_truncated():
     assert not user_stack_complete(["__GI___lll_lock_wait", "start_thread"])
     assert not user_stack_complete(["__futex_abstimed_wait_common"])
     assert user_stack_complete(["clone3", "[unknown]", "[unknown]"])
+
+
+def test_a_programs_runtime_frames_after_the_root_leave_a_complete_stack_complete():
+    # the frames of a Python program joined after an unwound stack's root (a snapshot's), and after a cut one
+    assert user_stack_complete(["__futex_abstimed_wait_common", "_start", "main (app.py:3) [py]"])
+    assert not user_stack_complete(["__futex_abstimed_wait_common", "work (app.py:57) [py]"])
+    assert runtime_frame("main.<locals>.work (python_lock.py:57) [py]") and runtime_frame("f (x.rb:1) [runtime]")
+    assert not runtime_frame("[py]") and not runtime_frame("operator()(int) const")
+    assert runtime_parts("main.<locals>.work (python_lock.py:57) [py]") == ("main.<locals>.work", "python_lock.py", 57)
+    assert runtime_parts("<module> (<string>) [py]") == ("<module>", "<string>", 0)
+    assert runtime_parts("f (a (b).py:3) [py]") == ("f", "a (b).py", 3)  # a function's name has no space, a file may
+    assert runtime_parts("futex_wait") is None
+
+
+def test_a_programs_runtime_frames_say_where_it_waited_for_the_interpreters_native_ones():
+    # python_lock's wait for its lock as a BPF recording reads it with the program's frames (root first)
+    frames = ("Thread.run (threading.py:975) [py]", "main.<locals>.work (python_lock.py:57) [py]", "[unknown]",
+              "PyThread_acquire_lock_timed", "__futex_abstimed_wait_common", "entry_SYSCALL_64_after_hwframe",
+              "do_syscall_64", "__x64_sys_futex", "do_futex", "futex_wait", "schedule", "__schedule")
+    # why (the kernel's leaf), then where: the program's innermost function and line, not the interpreter's frames
+    assert shorten(frames, 7, 60) == "…;main.<locals>.work (python_lock.py:57) [py];…;futex_wait"
+    # where first when both do not fit: the program's line
+    assert shorten(frames, 7, 50) == "…;main.<locals>.work (python_lock.py:57) [py];…"
+    assert reading(frames, 7) == ("Thread.run (threading.py:975) [py];main.<locals>.work (python_lock.py:57) [py];"
+                                  "__x64_sys_futex;do_futex;futex_wait")
 
 
 def test_majority_decides():

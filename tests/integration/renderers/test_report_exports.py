@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import missing, run_offcpu
+from tests.fixtures import HERE
 
 GO_PLACES = (Path("/usr/local/go/bin/go"), Path("/usr/lib/go/bin/go"))
 SAMPLE_TYPES = ("off_cpu", "blocked", "runqueue")
@@ -100,3 +101,18 @@ def test_perfetto_trace_of_a_recording_has_the_threads_tracks_and_the_wakers_arr
     assert starts and starts == {event["id"] for event in events if event["ph"] == "f"}
     left_out = document["otherData"]["left_out"]
     assert "(--threads)" in left_out and f"the trace leaves out {left_out}" in result.stderr
+
+
+def test_go_tool_pprof_lists_a_python_programs_frames_by_function_file_and_line(tmp_path, go):
+    # Given a BPF capture of python_lock with its Python frames (tests/fixtures/python_lock_bpf) exported to pprof
+    shutil.copytree(HERE / "python_lock_bpf", tmp_path / "cap")
+    profile = exported(tmp_path / "cap", "pprof", tmp_path / "offcpu.pb.gz")
+    # then pprof reads each as its function at its file's line, the two lines of `work` apart, and as one function
+    lines = subprocess.run([go, "tool", "pprof", "-top", "-lines", "-unit=ms", str(profile)], capture_output=True,
+                           text=True, timeout=120)
+    assert lines.returncode == 0, lines.stderr
+    assert re.search(r" main\.<locals>\.work python_lock:57$", lines.stdout, re.MULTILINE), lines.stdout
+    assert re.search(r" main\.<locals>\.work python_lock:58$", lines.stdout, re.MULTILINE), lines.stdout
+    functions = subprocess.run([go, "tool", "pprof", "-top", "-unit=ms", str(profile)], capture_output=True,
+                               text=True, timeout=120)
+    assert len(re.findall(r" main\.<locals>\.work$", functions.stdout, re.MULTILINE)) == 1, functions.stdout

@@ -193,7 +193,7 @@ def test_records_become_the_events_the_engine_reads_in_time_order(tmp_path: Path
     sink = Collect()
     reader.read(sink)
     # kind, time, cpu, pid, tid, other, name, state, chain, weight (cpu -1: not known)
-    waiter_stack = (1, 2, PID, 0)  # the process and its exec generation with a user stack
+    waiter_stack = (1, 2, PID, 0, -1)  # the process and its exec generation with a user stack
     assert sink.events == [
         (SWITCH_IN, at(500), 0, PID, WAKER, 0, "t12", "", None, 1),
         (SCHED_SWITCH, at(1000), -1, PID, WAITER, 0, "t11", "S", waiter_stack, 4),
@@ -202,7 +202,7 @@ def test_records_become_the_events_the_engine_reads_in_time_order(tmp_path: Path
         (SWITCH_IN, at(2500), 1, PID, CHILD, 0, "renamed", "", None, 1),
         (THREAD_EXIT, at(3000), 1, PID, CHILD, 0, "renamed", "", None, 1),
         (SCHED_SWITCH, at(3001), -1, PID, CHILD, 0, "renamed", "X", STACK_NOT_TAKEN, 0),
-        (SCHED_WAKING, at(4000), -1, PID, WAKER, WAITER, "t12", "", (3, 4, PID, 0), 1),
+        (SCHED_WAKING, at(4000), -1, PID, WAKER, WAITER, "t12", "", (3, 4, PID, 0, -1), 1),
         (SWITCH_IN, at(4500), 1, PID, WAITER, 0, "t11", "", None, 1),
         (SCHED_SWITCH, at(4600), -1, PID, WAKER, 0, "t12", "R", STACK_NOT_TAKEN, 0),
         (SWITCH_IN, at(5000), 0, PID, WAKER, 0, "t12", "", None, 1),
@@ -211,7 +211,7 @@ def test_records_become_the_events_the_engine_reads_in_time_order(tmp_path: Path
         (SCHED_WAKING, at(6000), -1, PID, WAKER, WAITER, "t12", "", WAKER_STACK_NOT_TAKEN, 1),
         (SWITCH_IN, at(6200), 0, PID, WAITER, 0, "t11", "", None, 1),
         # without user frames, the chain is the same in every process: no pid
-        (SCHED_SWITCH, at(8000), -1, PID, WAITER, 0, "t11", "D", (5, -7, 0, 0), 1),
+        (SCHED_SWITCH, at(8000), -1, PID, WAITER, 0, "t11", "D", (5, -7, 0, 0, -1), 1),
     ]
     assert reader.skipped == 1  # the record of an unknown kind
 
@@ -399,3 +399,46 @@ def test_an_exec_adds_a_snapshot_of_the_new_program_and_a_gone_process_none(tmp_
     assert {"dash", "sh"} & programs[-2] and "sleep" not in programs[-2]
     assert "sleep" in programs[-1] and not {"dash", "sh"} & programs[-1]
     assert snapshots[-2].read_ns < snapshots[-1].read_ns
+
+
+def test_runtime_frames_join_the_waits_that_cover_their_samples(tmp_path: Path) -> None:
+    from offcpu.reading.runtime_frames import Frame, to_json
+
+    story(tmp_path)
+    work, run = Frame("work", "/srv/app.py", 57), Frame("Thread.run", "/usr/lib/python3.11/threading.py", 982)
+    process = {"pid": PID, "runtime": "CPython", "version": "3.11", "reader": "py-spy dump", "reads": 3, "failed": 0,
+               "error": None}
+    # WAITER's stack read at 2000 (in its wait 1000 -> 4500), at 7000 (on CPU 6200 -> 8000: joins nothing) and
+    # at 9000 (in its wait from 8000 to the end); WAKER's at 4800 (in its preemption, whose stack was not taken)
+    samples = [{"pid": PID, "tid": tid, "time_ns": at(us), "stack": stack}
+               for tid, us, stack in ((WAITER, 2000, 0), (WAITER, 7000, 1), (WAITER, 9000, 1), (WAKER, 4800, 0))]
+    (tmp_path / "runtime-stacks.json").write_text(to_json(200, [process], [(work, run), (run,)], samples))
+    model = build(tmp_path)
+    py_work, py_run = "work (app.py:57) [py]", "Thread.run (threading.py:982) [py]"
+    # the native frames first, then the runtime's, nearer the root; the times are those without them
+    first = row(model, WAITER, ("schedule", "futex_wait", "qsort", py_work, py_run))
+    assert (first.offcpu_us, first.blocked_us, first.runqueue_us, first.count) == (3700, 3000, 700, 2)
+    assert model.stacks[first.stack].kernel_frames == 2
+    last = row(model, WAITER, ("[kernel stack could not be read]", "[user stack could not be read]", py_run))
+    assert (last.offcpu_us, last.blocked_us) == (2000, 2000)
+    # a wait whose stack was not taken stays as it was: the weights are unchanged
+    assert row(model, WAKER, (STACK_NOT_TAKEN,)).runqueue_us == 400
+    # the notes say which runtime was found where and how it was read: of the waits of 10 ms or more whose stacks
+    # were taken, only the one still open at the end (from 8000, counted as long), which carries them
+    assert f"Python frames of process {PID} (CPython 3.11) were read with py-spy dump every 200 ms: 1 of 1 waits " \
+        "of 10 ms or more carry them; the others' stacks are native only" in model.binary_notes
+
+
+def test_a_runtime_found_but_not_read_is_said_with_why(tmp_path: Path) -> None:
+    from offcpu.reading.runtime_frames import to_json
+
+    story(tmp_path)
+    process = {"pid": PID, "runtime": "CPython", "version": None, "reader": "py-spy dump", "reads": 0, "failed": 0,
+               "error": "py-spy is not installed beside offcpu's Python\x1b[2J"}
+    (tmp_path / "runtime-stacks.json").write_text(to_json(200, [process], [], []))
+    model = build(tmp_path)
+    # the stacks are as without it; the note says what was found, and why it was not read (made printable)
+    row(model, WAITER, ("schedule", "futex_wait", "qsort"))
+    assert model.binary_notes[-1] == (f"CPython was found in process {PID}, but its frames could not be read with "
+                                      "py-spy dump: py-spy is not installed beside offcpu's Python\\x1b[2J; its stacks "
+                                      "are native only")

@@ -158,3 +158,33 @@ def test_both_sides_of_a_diff_are_cut_alike_and_the_rest_at_its_end():
     fitted = fitted_title(title, [new, base])
     assert len(fitted) <= TITLE_CHARS and " against " in fitted
     assert fitted.count("…") >= 2 and "fix against /srv/" in fitted and fitted.startswith("Off-CPU time of /srv/")
+
+
+def test_a_runtimes_frames_are_drawn_in_greens_and_native_ones_as_the_renderer_drew_them():
+    from offcpu.renderers.flame import runtime_frames_coloured
+
+    # Given a stack whose frames nearer the root are a Python program's own (as the reader names them)
+    lines = ["python3;Thread.run (threading.py:975) [py];work (app.py:57) [py];__futex_abstimed_wait_common;"
+             "futex_wait 1000", "python3;clock_nanosleep 500"]
+    svg = render_svg(require_renderer(None), lines, "t")
+
+    def fills_of(drawn: str) -> dict:
+        found = {}
+        for g in ElementTree.fromstring(drawn).iter(f"{SVG}g"):
+            title, rect = g.find(f"{SVG}title"), g.find(f"{SVG}rect")
+            if title is not None and rect is not None:
+                found[title.text] = rect.get("fill")
+        return found
+
+    fills = fills_of(svg)
+    # When its runtime's frames are coloured
+    coloured = fills_of(runtime_frames_coloured(svg))
+    # Then those are green (more green than red and blue), each name in a shade of its own, and the rest as they were
+    for name, fill in coloured.items():
+        assert name is not None and fill is not None
+        if " [py] (" in name:
+            red, green, blue = map(int, fill.removeprefix("rgb(").removesuffix(")").split(","))
+            assert green > red + 60 and green > blue + 60, (name, fill)
+        else:
+            assert fill == fills[name], name
+    assert sum(" [py] (" in name for name in coloured if name) == 2

@@ -69,3 +69,20 @@ def test_filters_choose_the_threads():
     check_format(document)
     assert len(document["profiles"]) == 3
     assert document["profiles"][0]["endValue"] == model.threads[tid].offcpu_us
+
+
+def test_a_python_programs_frames_carry_their_file_and_line(tmp_path):
+    # Given the BPF capture of python_lock with its Python frames (tests/fixtures/python_lock_bpf)
+    import shutil
+
+    from offcpu.model.loading import build
+    from tests.fixtures import HERE
+
+    shutil.copytree(HERE / "python_lock_bpf", tmp_path / "cap")
+    document = json.loads(SpeedscopeProfile(StackView(), False).render(build(tmp_path / "cap")))
+    check_format(document)
+    frames = {frame["name"]: frame for frame in document["shared"]["frames"]}
+    # then a Python frame says its file and line where speedscope shows them, and a native one says none
+    assert frames["main.<locals>.work (python_lock:57) [py]"] == {
+        "name": "main.<locals>.work (python_lock:57) [py]", "file": "python_lock", "line": 57}
+    assert frames["__schedule"] == {"name": "__schedule"}

@@ -1,0 +1,148 @@
+"""runtime-stacks.json: the stacks of a BPF recording's runtimes (CPython), read while it
+recorded (offcpu.recording.runtime_stacks), and how they join its waits.
+
+Each sample is one thread's runtime stack, read at a time (CLOCK_MONOTONIC, the records'
+clock) when the thread was off CPU the whole time the stack was read. A thread's runtime
+stack cannot change while it is off CPU, so a sample is the stack of the one wait of its
+thread that covers its time (`join`): that wait's stack takes the sample's frames after
+its native ones (nearer the root).
+
+```json
+{"schema": "offcpu-runtime-stacks/1", "interval_ms": 200,
+ "processes": [{"pid": 4242, "runtime": "CPython", "version": "3.11", "reader": "py-spy dump",
+                "reads": 25, "failed": 0, "error": null}],
+ "stacks": [[{"function": "work", "file": "/srv/app.py", "line": 57}, ...]],
+ "samples": [{"pid": 4242, "tid": 4250, "time_ns": 51234567890123, "stack": 0}]}
+```
+
+`stacks` holds each distinct stack once, innermost frame first; a sample names one by its
+index.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from offcpu.capture import RUNTIME_STACKS
+from offcpu.files import read_json
+from offcpu.stacks import RUNTIME_MARK, RUNTIME_MARKS
+
+SCHEMA = "offcpu-runtime-stacks/1"
+RUNTIME_STACKS_MAX = 64 << 20  # the most runtime-stacks.json is read of
+NO_RUNTIME_STACK = -1  # a wait that no sample joined
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    file: str
+    line: int
+
+    def name(self, runtime: str = "CPython") -> str:
+        """The frame as a stack shows it: `work (app.py:57) [py]`."""
+        where = f"{os.path.basename(self.file)}:{self.line}" if self.line > 0 else os.path.basename(self.file)
+        return f"{self.function} ({where}) {RUNTIME_MARKS.get(runtime, RUNTIME_MARK)}"
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    runtime: str
+    version: str | None
+    reader: str
+    reads: int  # how many times its stacks were read
+    failed: int  # of which the reader failed
+    error: str | None  # why it could not be read at all, or its last failure
+
+
+@dataclass(frozen=True)
+class RuntimeStacks:
+    interval_ms: int
+    processes: tuple[Process, ...]
+    stacks: tuple[tuple[Frame, ...], ...]
+    pids: np.ndarray  # the samples, by column
+    tids: np.ndarray
+    times: np.ndarray
+    stack_ids: np.ndarray
+
+    def runtime_of(self, pid: int) -> str:
+        return next((process.runtime for process in self.processes if process.pid == pid), "CPython")
+
+
+def to_json(interval_ms: int, processes: list[dict], stacks: list[tuple[Frame, ...]], samples: list[dict]) -> str:
+    return json.dumps({"schema": SCHEMA, "interval_ms": interval_ms, "processes": processes,
+                       "stacks": [[{"function": frame.function, "file": frame.file, "line": frame.line}
+                                   for frame in stack] for stack in stacks],
+                       "samples": samples}, separators=(",", ":"))
+
+
+def load(directory: Path) -> RuntimeStacks | None:
+    """A capture's runtime stacks; None when it has none (recorded without a runtime, or before
+    offcpu read them) or they cannot be read."""
+    try:
+        data = read_json(directory / RUNTIME_STACKS, RUNTIME_STACKS_MAX)
+        return _parse(data)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _number(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 63:
+        raise ValueError("not a number of runtime-stacks.json")
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("not a text of runtime-stacks.json")
+    return value
+
+
+def _parse(data: Any) -> RuntimeStacks:
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ValueError("not a runtime-stacks.json as offcpu writes it")
+    processes = tuple(Process(_number(item["pid"]), _text(item["runtime"]),
+                              None if item.get("version") is None else _text(item["version"]), _text(item["reader"]),
+                              _number(item.get("reads", 0)), _number(item.get("failed", 0)),
+                              None if item.get("error") is None else _text(item["error"]))
+                      for item in data["processes"])
+    stacks = tuple(tuple(Frame(_text(frame["function"]), _text(frame["file"]), _number(frame["line"]))
+                         for frame in stack) for stack in data["stacks"])
+    samples = data["samples"]
+    columns = [[_number(sample[name]) for sample in samples] for name in ("pid", "tid", "time_ns", "stack")]
+    if any(stack >= len(stacks) for stack in columns[3]):
+        raise ValueError("a sample names a stack runtime-stacks.json does not hold")
+    return RuntimeStacks(_number(data.get("interval_ms", 0)), processes, stacks,
+                         *(np.array(column, np.int64) for column in columns))
+
+
+def join(tids: np.ndarray, since: np.ndarray, back: np.ndarray, sample_tids: np.ndarray, sample_times: np.ndarray,
+         sample_stacks: np.ndarray) -> np.ndarray:
+    """Each wait's runtime stack (NO_RUNTIME_STACK where none): a wait of thread `tids[i]` from
+    `since[i]` to `back[i]` (0: still off CPU at the end) takes the stack of a sample of its
+    thread whose time is inside it. A thread's waits never overlap, so the wait that covers a
+    sample is its thread's last to begin at or before the sample; a wait whose start the
+    recording did not see (since 0) takes none. Where several samples fall in one wait (they
+    hold one stack), the first is kept."""
+    ids = np.full(len(tids), NO_RUNTIME_STACK, np.int64)
+    if not len(tids) or not len(sample_tids):
+        return ids
+    tids, since, back = (np.asarray(column, np.int64) for column in (tids, since, back))
+    order = np.lexsort((since, tids))
+    ordered_tids, ordered_since, ordered_back = tids[order], since[order], back[order]
+    for tid, time_ns, stack in sorted(zip(sample_tids.tolist(), sample_times.tolist(), sample_stacks.tolist(),
+                                          strict=True), key=lambda sample: sample[1], reverse=True):
+        low, high = np.searchsorted(ordered_tids, tid, "left"), np.searchsorted(ordered_tids, tid, "right")
+        at = low + int(np.searchsorted(ordered_since[low:high], time_ns, "right")) - 1
+        if at < low:
+            continue
+        began, ended = int(ordered_since[at]), int(ordered_back[at])
+        if 0 < began <= time_ns and (ended == 0 or time_ns < ended):
+            ids[order[at]] = stack  # the samples go latest first: the first in the wait is kept
+    return ids

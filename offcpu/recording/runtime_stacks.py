@@ -1,0 +1,232 @@
+"""The runtime stacks of a BPF recording's CPython processes, read while it records.
+
+A thread's Python stack cannot change while the thread is off CPU, so a stack read at any
+moment inside a wait is that wait's (offcpu.reading.runtime_frames joins them). A thread
+of its own reads, every INTERVAL_S, the stacks of the recorded processes that run CPython
+with `py-spy dump --json --nonblocking` (py-spy's binary, installed with offcpu beside its
+Python; it reads the process's memory without stopping it), and keeps a thread's stack only
+when the thread stayed off CPU the whole time it was read: its state S or D and its context
+switch counts (/proc/PID/task/TID/status) the same before and after the dump. A process that
+runs no CPython costs nothing: it is never read.
+
+The cost is bounded: one dump at a time (py-spy takes ~20 ms, ~10 ms of CPU, for a process of
+a few threads), INTERVAL_S between the end of one round and the next, at most
+MAX_PROCESSES processes a round, DUMP_TIMEOUT_S a dump before it is killed. py-spy runs in a
+session of its own (a terminal's Ctrl-C is offcpu's to handle), ends with offcpu
+(workers.end_with_parent: the signal comes when the thread that forked it ends, and the
+sampler's thread outlives every dump it starts, ending only with offcpu or after `stop`
+waited for the dump under way), so none is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import cast
+
+from offcpu.capture import RUNTIME_STACKS
+from offcpu.files import PRIVATE, write_whole
+from offcpu.reading.runtime_frames import Frame, to_json
+from offcpu.recording.process_maps import Inode, Snapshot, read_maps
+from offcpu.workers import child_environment, end_with_parent
+
+INTERVAL_S = 0.2
+MAX_PROCESSES = 8  # read a round, at most
+DUMP_TIMEOUT_S = 2.0
+MAX_OUTPUT = 16 << 20  # the most of a dump's output that is read
+MAX_READER_MAPS = 3000  # py-spy's maps kept, one set a dump (a few hundred bytes each): 10 minutes' worth
+READER = "py-spy dump"
+# A CPython interpreter: the executable's name (python3.11) or a libpython it maps
+_PYTHON_EXE = re.compile(r"^python(\d+\.\d+)?$")
+_LIBPYTHON = re.compile(r"/libpython(\d+\.\d+)[^/]*\.so")
+
+
+def py_spy() -> Path | None:
+    """py-spy's binary, beside offcpu's Python (never found on PATH: offcpu runs as root)."""
+    path = Path(sys.executable).parent / "py-spy"
+    return path if os.access(path, os.X_OK) else None
+
+
+def cpython_version(pid: int) -> str | None:
+    """The CPython version a process runs ('3.11', '' when it runs one of an unknown version),
+    or None when it runs none (or is gone)."""
+    try:
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        match = _PYTHON_EXE.match(exe.removesuffix(" (deleted)"))
+        if match:
+            return match.group(1) or ""
+        with open(f"/proc/{pid}/maps") as maps:
+            for line in maps:
+                found = _LIBPYTHON.search(line)
+                if found:
+                    return found.group(1)
+    except OSError:
+        return None
+    return None
+
+
+def _forked_by(pid: int, parent: int) -> bool:
+    """Whether process `pid` is offcpu (`parent`) forked, before its exec."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            ppid = int(file.read().rpartition(b")")[2].split()[1])
+        return ppid == parent and os.readlink(f"/proc/{pid}/exe") == os.readlink(f"/proc/{parent}/exe")
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _thread_states(pid: int) -> dict[int, tuple[str, int]]:
+    """Each thread's state letter and context switches so far."""
+    states = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{name}/status") as file:
+                    fields = dict(line.split(":", 1) for line in file if ":" in line)
+                switches = int(fields["voluntary_ctxt_switches"]) + int(fields["nonvoluntary_ctxt_switches"])
+                states[int(name)] = (fields["State"].strip()[:1], switches)
+            except (OSError, KeyError, ValueError):
+                continue
+    return states
+
+
+class RuntimeSampler:
+    """Samples the runtime stacks of the processes last `offer`ed (the recorded ones, as the
+    recording lists them: the sampler never scans /proc for them itself) until `stop`, then writes
+    runtime-stacks.json into `directory` (when any runtime was found)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.processes: tuple[int, ...] = ()
+        self.binary = py_spy()
+        self.found: dict[int, dict] = {}  # pid: what runtime-stacks.json says of it
+        self.not_runtime: set[int] = set()
+        self.stacks: dict[tuple[Frame, ...], int] = {}
+        self.samples: list[dict] = []
+        # py-spy's own maps, read as each dump starts: a timer that fires while it runs on a CPU wakes a
+        # recorded thread in its name (and with its stack), and it is gone before offcpu reads its wakers'
+        self.reader_maps: list[Snapshot] = []
+        self._build_ids: dict[Inode, bytes | None] = {}
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="offcpu-runtime-stacks", daemon=True)
+        self._parent = os.getpid()
+
+    def offer(self, processes: Iterable[int]) -> None:
+        """The processes recorded now (a new tuple: what the sampler's thread reads is always whole)."""
+        self.processes = tuple(processes)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, write: bool = True) -> None:
+        """End the sampling (the dump under way finishes or is killed) and write what was read.
+        OSError as raised when the file cannot be written."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if write and self.found:
+            processes = [self.found[pid] for pid in sorted(self.found)]
+            write_whole(self.directory / RUNTIME_STACKS,
+                        to_json(int(INTERVAL_S * 1000), processes, list(self.stacks), self.samples), mode=PRIVATE)
+
+    def frames_by_thread(self) -> dict[int, tuple[str, ...]]:
+        """Each thread's last stack read, as frames are named in a stack (`work (app.py:57) [py]`)."""
+        stacks = {index: stack for stack, index in self.stacks.items()}
+        return {sample["tid"]: tuple(frame.name(self.found[sample["pid"]]["runtime"]) for frame in
+                                     stacks[sample["stack"]]) for sample in self.samples}
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            with contextlib.suppress(OSError):
+                for pid in self._pythons()[:MAX_PROCESSES]:
+                    if self._stopping.is_set():
+                        break
+                    self._sample(pid)
+            self._stopping.wait(INTERVAL_S)
+
+    def _pythons(self) -> list[int]:
+        """The recorded processes that run CPython, each looked at once (a command offcpu forked is
+        looked at once it has left offcpu's program for its own)."""
+        pythons = []
+        for pid in self.processes:
+            if pid == self._parent or pid in self.not_runtime:
+                continue
+            if pid not in self.found:
+                if _forked_by(pid, self._parent):
+                    continue  # not exec'd yet: offcpu's own Python, for now
+                version = cpython_version(pid)
+                if version is None:
+                    self.not_runtime.add(pid)
+                    continue
+                self.found[pid] = {"pid": pid, "runtime": "CPython", "version": version or None, "reader": READER,
+                                   "reads": 0, "failed": 0,
+                                   "error": None if self.binary else "py-spy is not installed beside offcpu's Python"}
+            if self.binary is not None:
+                pythons.append(pid)
+        return pythons
+
+    def _sample(self, pid: int) -> None:
+        """One dump of a process: the stacks of its threads that stayed off CPU all the while."""
+        entry = self.found[pid]
+        before = _thread_states(pid)
+        start_ns = time.monotonic_ns()
+        output, error = self._dump(pid)
+        end_ns = time.monotonic_ns()
+        after = _thread_states(pid)
+        entry["reads"] += 1
+        if output is None:
+            entry["failed"] += 1
+            entry["error"] = error
+            return
+        try:
+            threads = json.loads(output)
+        except ValueError:
+            entry["failed"] += 1
+            entry["error"] = "py-spy's output is not JSON"
+            return
+        time_ns = (start_ns + end_ns) // 2
+        for thread in threads if isinstance(threads, list) else []:
+            tid = thread.get("os_thread_id") if isinstance(thread, dict) else None
+            state = before.get(tid) if isinstance(tid, int) else None
+            if state is None or state[0] not in "SD" or after.get(cast(int, tid)) != state:
+                continue  # it ran while its stack was read, or is gone: its stack may be of several waits
+            frames = tuple(Frame(str(frame.get("name", "?")), str(frame.get("filename", "?")),
+                                 int(frame.get("line") or 0))
+                           for frame in thread.get("frames") or [] if isinstance(frame, dict))
+            if not frames:
+                continue
+            stack = self.stacks.setdefault(frames, len(self.stacks))
+            self.samples.append({"pid": pid, "tid": tid, "time_ns": time_ns, "stack": stack})
+
+    def _dump(self, pid: int) -> tuple[bytes | None, str]:
+        """py-spy's JSON dump of the process, or None and why not."""
+        parent = self._parent
+        try:
+            process = subprocess.Popen(
+                [str(self.binary), "dump", "--pid", str(pid), "--json", "--nonblocking"], stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_environment(), start_new_session=True,
+                preexec_fn=lambda: end_with_parent(parent, signal.SIGKILL))
+        except OSError as error:
+            return None, f"py-spy could not run ({error.strerror})"
+        mappings = read_maps(process.pid, self._build_ids) if len(self.reader_maps) < MAX_READER_MAPS else None
+        if mappings:  # (exec'd: Popen returns once it has)
+            self.reader_maps.append(Snapshot(process.pid, time.monotonic_ns(), mappings))
+        try:
+            output, errors = process.communicate(timeout=DUMP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            return None, f"py-spy took more than {DUMP_TIMEOUT_S:g} s"
+        if process.returncode != 0:
+            said = errors.decode(errors="replace").strip().splitlines()
+            return None, (said[0][:200] if said else f"py-spy exited with status {process.returncode}")
+        return output[:MAX_OUTPUT], ""

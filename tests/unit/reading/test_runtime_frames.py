@@ -1,0 +1,104 @@
+"""runtime-stacks.json's samples joined to the waits that cover them, on waits and samples
+written here by hand, with the expected values worked out in the comments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from offcpu.reading.runtime_frames import NO_RUNTIME_STACK, Frame, join, load, to_json
+from tests.fixtures import HERE
+
+
+def joined(waits: list[tuple[int, int, int]], samples: list[tuple[int, int, int]]) -> list[int]:
+    tids, since, back = (np.array(column, np.int64) for column in zip(*waits, strict=True))
+    sample_tids, times, stacks = (np.array(column, np.int64) for column in zip(*samples, strict=True)) if samples \
+        else (np.zeros(0, np.int64),) * 3
+    return join(tids, since, back, sample_tids, times, stacks).tolist()
+
+
+def test_a_sample_joins_the_one_wait_of_its_thread_that_covers_it() -> None:
+    waits = [(1, 100, 200),   # 0: thread 1 off CPU from 100 to 200
+             (1, 300, 400),   # 1: and from 300 to 400
+             (2, 100, 400),   # 2: thread 2 from 100 to 400
+             (2, 500, 0)]     # 3: and from 500 to the end (still off CPU)
+    samples = [(1, 150, 7),   # inside wait 0
+               (1, 250, 8),   # thread 1 ran from 200 to 300: no wait
+               (2, 350, 9),   # inside wait 2 (thread 2's, not thread 1's wait 1 at the same time)
+               (2, 900, 5)]   # inside wait 3, which has not ended
+    assert joined(waits, samples) == [7, NO_RUNTIME_STACK, 9, 5]
+
+
+def test_bounds_a_wait_not_seen_to_begin_and_several_samples_in_one() -> None:
+    waits = [(1, 0, 100),     # 0: off CPU since before the recording: its start unseen, no switch to join
+             (1, 200, 300),   # 1: from 200 to 300
+             (3, 50, 60)]     # 2: thread 3, whose samples are none
+    samples = [(1, 50, 1),    # in wait 0, which takes none
+               (1, 300, 2),   # at the switch-in of wait 1: it was back on CPU, not in the wait
+               (1, 200, 3),   # at the switch-out of wait 1: in it (off CPU from then)
+               (1, 250, 4)]   # in wait 1 too, later: the first (3) is kept
+    assert joined(waits, samples) == [NO_RUNTIME_STACK, 3, NO_RUNTIME_STACK]
+    assert joined(waits, []) == [NO_RUNTIME_STACK] * 3
+
+
+def test_frames_are_named_by_function_file_and_line_and_the_file_round_trips(tmp_path: Path) -> None:
+    work = Frame("main.<locals>.work", "/srv/app/python_lock.py", 57)
+    run = Frame("Thread.run", "/usr/lib/python3.11/threading.py", 982)
+    assert work.name() == "main.<locals>.work (python_lock.py:57) [py]"
+    assert Frame("<module>", "<string>", 0).name() == "<module> (<string>) [py]"
+    process = {"pid": 42, "runtime": "CPython", "version": "3.11", "reader": "py-spy dump", "reads": 3, "failed": 1,
+               "error": "gone"}
+    (tmp_path / "runtime-stacks.json").write_text(
+        to_json(200, [process], [(work, run)], [{"pid": 42, "tid": 43, "time_ns": 1_000, "stack": 0}]))
+    stacks = load(tmp_path)
+    assert stacks is not None
+    assert stacks.interval_ms == 200 and stacks.stacks == ((work, run),)
+    assert stacks.tids.tolist() == [43] and stacks.times.tolist() == [1_000] and stacks.stack_ids.tolist() == [0]
+    assert stacks.processes[0].version == "3.11" and stacks.runtime_of(42) == "CPython"
+
+
+def test_a_damaged_or_missing_file_is_no_runtime_stacks(tmp_path: Path) -> None:
+    assert load(tmp_path) is None
+    (tmp_path / "runtime-stacks.json").write_text(json.dumps({"schema": "offcpu-runtime-stacks/1", "processes": [],
+                                                              "stacks": [], "samples": [
+                                                                  {"pid": 1, "tid": 1, "time_ns": 5, "stack": 0}]}))
+    assert load(tmp_path) is None  # a sample naming a stack the file does not hold
+    (tmp_path / "runtime-stacks.json").write_text("[1, 2")
+    assert load(tmp_path) is None
+
+
+def test_a_recorded_python_lock_carries_its_lines_under_its_lock_waits(tmp_path: Path) -> None:
+    # tests/fixtures/python_lock_bpf: python_lock -t 4 -u 100000 (4 workers taking one lock and sleeping 100 ms
+    # holding it) recorded 1 s with BPF by `offcpu record --pid`; its kallsyms is cut to what its frames need,
+    # and its native user frames are named from this machine's files (elsewhere, as offsets): only the runtime's
+    # and the kernel's frames are held to here
+    import shutil
+
+    from offcpu.model.loading import build
+
+    shutil.copytree(HERE / "python_lock_bpf", tmp_path / "cap")
+    model = build(tmp_path / "cap")
+    pid = model.capture.target.pid
+    assert f"Python frames of process {pid} (CPython 3.11) were read with py-spy dump every 200 ms: 14 of 22 " \
+        "waits of 10 ms or more carry them; the others' stacks are native only" in model.binary_notes
+    with_lock, sleeping = "main.<locals>.work (python_lock:57) [py]", "main.<locals>.work (python_lock:58) [py]"
+    # the workers' futex waits (kernel frames: named anywhere), the lock's and the interpreter lock's short ones:
+    # 99% of their time is under the line that takes the lock, after the native frames
+    lock_us = framed_us = 0
+    for row in model.rows:
+        frames = model.stacks[row.stack].frames
+        if row.tid != pid and "futex_do_wait" in frames:
+            lock_us += row.offcpu_us
+            framed_us += row.offcpu_us * (with_lock in frames)
+            assert with_lock not in frames or frames.index(with_lock) >= model.stacks[row.stack].kernel_frames
+    assert lock_us > 2_000_000 and framed_us > 0.99 * lock_us, (framed_us, lock_us)
+    # the sleeps holding it, at the next line, some of them (100 ms each, half a read's interval)
+    assert any(sleeping in model.stacks[row.stack].frames and "do_nanosleep" in model.stacks[row.stack].frames
+               for row in model.rows)
+    # the main thread, asleep in its join all the recording: its frames from the snapshot, after the native ones
+    [main] = [model.stacks[row.stack].frames for row in model.rows if row.tid == pid]
+    assert main[-5:] == ("Thread._wait_for_tstate_lock (threading.py:1132) [py]",
+                         "Thread.join (threading.py:1112) [py]", "main (python_lock:65) [py]",
+                         "<module> (python_lock:71) [py]", "[asleep all the recording]")
