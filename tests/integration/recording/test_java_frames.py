@@ -40,8 +40,12 @@ def monitor_sleep(recording_perf: str) -> Iterator[subprocess.Popen[str]]:
             time.sleep(0.05)
         yield program
     finally:
-        program.kill()
-        program.wait()
+        program.terminate()  # a JVM ended so removes its attach socket (one killed leaves it in /tmp)
+        try:
+            program.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            program.kill()
+            program.wait()
 
 
 def test_a_jvms_waits_carry_its_methods_and_lines(tmp_path: Path, monitor_sleep: subprocess.Popen[str]) -> None:
