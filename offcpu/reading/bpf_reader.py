@@ -93,6 +93,7 @@ USER_STACK_UNREADABLE = "[user stack could not be read]"
 ORDER = np.zeros(7, np.int8)  # by kind: its rank at one time
 ORDER[[THREAD_FORK, SWITCH_IN, SCHED_SWITCH, SCHED_WAKING, THREAD_COMM, THREAD_EXIT]] = np.arange(6)
 BATCH = 1 << 16  # events handed to the sink at a time
+LANGUAGES = {"CPython": "Python", "HotSpot": "Java"}  # whose frames a runtime's are
 RUNTIME_NOTED_NS = 10_000_000  # the waits whose runtime frames the notes count: 10 ms or more
 
 # prev_state as perf prints it (the kernel's __trace_sched_switch_state and __task_state_index)
@@ -376,10 +377,11 @@ class BpfReader:
             mine = long_enough & (waits["pid"] == process.pid)
             carry = int(np.count_nonzero(mine & joined))
             failed = f" ({process.failed:,} of its {process.reads:,} reads failed: {error})" if process.failed else ""
-            notes.append(f"{printable(process.runtime.removeprefix('C'))} frames of process {process.pid} ({runtime}) "
-                         f"were read with {reader} every {self.runtime.interval_ms} ms{failed}: {carry:,} of "
-                         f"{int(np.count_nonzero(mine)):,} waits of {RUNTIME_NOTED_NS // 1_000_000} ms or more carry "
-                         "them; the others' stacks are native only")
+            interval_ms = process.interval_ms or self.runtime.interval_ms
+            notes.append(f"{printable(LANGUAGES.get(process.runtime, process.runtime))} frames of process "
+                         f"{process.pid} ({runtime}) were read with {reader} every {interval_ms} ms{failed}: "
+                         f"{carry:,} of {int(np.count_nonzero(mine)):,} waits of {RUNTIME_NOTED_NS // 1_000_000} ms or "
+                         "more carry them; the others' stacks are native only")
         return notes
 
     def _unseen_switches_note(self) -> list[str]:

@@ -1,4 +1,4 @@
-"""runtime-stacks.json: the stacks of a BPF recording's runtimes (CPython), read while it
+"""runtime-stacks.json: the stacks of a BPF recording's runtimes (CPython, HotSpot), read while it
 recorded (offcpu.recording.runtime_stacks), and how they join its waits.
 
 Each sample is one thread's runtime stack, read at a time (CLOCK_MONOTONIC, the records'
@@ -10,13 +10,23 @@ its native ones (nearer the root).
 ```json
 {"schema": "offcpu-runtime-stacks/1", "interval_ms": 200,
  "processes": [{"pid": 4242, "runtime": "CPython", "version": "3.11", "reader": "py-spy dump",
-                "reads": 25, "failed": 0, "error": null}],
- "stacks": [[{"function": "work", "file": "/srv/app.py", "line": 57}, ...]],
- "samples": [{"pid": 4242, "tid": 4250, "time_ns": 51234567890123, "stack": 0}]}
+                "reads": 25, "failed": 0, "error": null},
+               {"pid": 4300, "runtime": "HotSpot", "version": "17.0.15+6-Debian-1deb12u1",
+                "reader": "HotSpot attach: threaddump", "interval_ms": 1000, "reads": 5, "failed": 0,
+                "error": null, "read_ms": 12.5}],
+ "stacks": [[{"function": "work", "file": "/srv/app.py", "line": 57}, ...],
+            [{"function": "MonitorSleep.lambda$main$0", "file": "MonitorSleep.java", "line": 25}, ...]],
+ "samples": [{"pid": 4242, "tid": 4250, "time_ns": 51234567890123, "stack": 0},
+             {"pid": 4300, "tid": 4310, "time_ns": 51234667890123, "stack": 1,
+              "state": "BLOCKED (on object monitor)",
+              "locks": [{"kind": "waiting to lock", "address": "0x000000069ec197c0",
+                         "class": "java.lang.Object", "frame": 0}]}]}
 ```
 
 `stacks` holds each distinct stack once, innermost frame first; a sample names one by its
-index.
+index. A process's `interval_ms`, where it has one, is its own reads' (a JVM's); a Java
+thread's sample keeps its state and the monitors its frames lock or wait for (`frame`: the
+index in its stack of the frame that does).
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ class Process:
     runtime: str
     version: str | None
     reader: str
+    interval_ms: int | None  # its reads' own interval, where not the file's
     reads: int  # how many times its stacks were read
     failed: int  # of which the reader failed
     error: str | None  # why it could not be read at all, or its last failure
@@ -109,6 +120,7 @@ def _parse(data: Any) -> RuntimeStacks:
         raise ValueError("not a runtime-stacks.json as offcpu writes it")
     processes = tuple(Process(_number(item["pid"]), _text(item["runtime"]),
                               None if item.get("version") is None else _text(item["version"]), _text(item["reader"]),
+                              None if item.get("interval_ms") is None else _number(item["interval_ms"]),
                               _number(item.get("reads", 0)), _number(item.get("failed", 0)),
                               None if item.get("error") is None else _text(item["error"]))
                       for item in data["processes"])

@@ -1,4 +1,5 @@
-"""The runtime stacks of a BPF recording's CPython processes, read while it records.
+"""The runtime stacks of a BPF recording's CPython and HotSpot (Java) processes, read while it
+records.
 
 A thread's Python stack cannot change while the thread is off CPU, so a stack read at any
 moment inside a wait is that wait's (offcpu.reading.runtime_frames joins them). A thread
@@ -7,7 +8,15 @@ with `py-spy dump --json --nonblocking` (py-spy's binary, installed with offcpu 
 Python; it reads the process's memory without stopping it), and keeps a thread's stack only
 when the thread stayed off CPU the whole time it was read: its state S or D and its context
 switch counts (/proc/PID/task/TID/status) the same before and after the dump. A process that
-runs no CPython costs nothing: it is never read.
+runs neither costs nothing: it is never read.
+
+A JVM (a process that maps libjvm.so) is read through HotSpot's attach mechanism by offcpu's
+own client (offcpu.recording.jvm_attach: its `threaddump` command, parsed by
+offcpu.recording.hotspot_dump), every JVM_INTERVAL_S: a thread dump stops the JVM at a
+safepoint for a moment, so it is read less often than a Python program, whose reads stop
+nothing. The same check keeps a thread's stack only when it stayed off CPU from just before
+the command was sent to the end of the reply; a sample of a Java thread also keeps its state
+and the monitors its frames lock or wait for (`locks`).
 
 The cost is bounded: one dump at a time (py-spy takes ~20 ms, ~10 ms of CPU, for a process of
 a few threads), INTERVAL_S between the end of one round and the next, at most
@@ -36,6 +45,8 @@ from typing import cast
 from offcpu.capture import RUNTIME_STACKS
 from offcpu.files import PRIVATE, write_whole
 from offcpu.reading.runtime_frames import Frame, to_json
+from offcpu.recording import hotspot_dump
+from offcpu.recording.jvm_attach import Attacher, AttachError, target_of
 from offcpu.recording.process_maps import Inode, Snapshot, read_maps
 from offcpu.workers import child_environment, end_with_parent
 
@@ -45,6 +56,9 @@ DUMP_TIMEOUT_S = 2.0
 MAX_OUTPUT = 16 << 20  # the most of a dump's output that is read
 MAX_READER_MAPS = 3000  # py-spy's maps kept, one set a dump (a few hundred bytes each): 10 minutes' worth
 READER = "py-spy dump"
+JVM_INTERVAL_S = 1.0  # a JVM's reads, one this long at least after the last
+JVM_READER = "HotSpot attach: threaddump"
+_LIBJVM = re.compile(r"/libjvm\.so$")
 # A CPython interpreter: the executable's name (python3.11) or a libpython it maps
 _PYTHON_EXE = re.compile(r"^python(\d+\.\d+)?$")
 _LIBPYTHON = re.compile(r"/libpython(\d+\.\d+)[^/]*\.so")
@@ -84,6 +98,29 @@ def _forked_by(pid: int, parent: int) -> bool:
         return False
 
 
+def is_hotspot(pid: int) -> bool:
+    """Whether the process runs a HotSpot JVM (maps libjvm.so)."""
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            return any(_LIBJVM.search(line.rstrip("\n").removesuffix(" (deleted)")) for line in maps)
+    except OSError:
+        return False
+
+
+def namespace_tids(pid: int) -> dict[int, int]:
+    """Each thread's tid as the process's own pid namespace numbers it: tid (the last of NSpid)."""
+    tids = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{name}/status") as file:
+                    nspid = next((line.split()[-1] for line in file if line.startswith("NSpid:")), name)
+                tids[int(nspid)] = int(name)
+            except (OSError, ValueError):
+                continue
+    return tids
+
+
 def _thread_states(pid: int) -> dict[int, tuple[str, int]]:
     """Each thread's state letter and context switches so far."""
     states = {}
@@ -111,6 +148,8 @@ class RuntimeSampler:
         self.found: dict[int, dict] = {}  # pid: what runtime-stacks.json says of it
         self.not_runtime: set[int] = set()
         self.stacks: dict[tuple[Frame, ...], int] = {}
+        self._attachers: dict[int, Attacher] = {}
+        self._last_read: dict[int, float] = {}  # a JVM's, by pid (time.monotonic)
         self.samples: list[dict] = []
         # py-spy's own maps, read as each dump starts: a timer that fires while it runs on a CPU wakes a
         # recorded thread in its name (and with its stack), and it is gone before offcpu reads its wakers'
@@ -147,16 +186,18 @@ class RuntimeSampler:
     def _run(self) -> None:
         while not self._stopping.is_set():
             with contextlib.suppress(OSError):
-                for pid in self._pythons()[:MAX_PROCESSES]:
+                for pid in self._due()[:MAX_PROCESSES]:
                     if self._stopping.is_set():
                         break
                     self._sample(pid)
             self._stopping.wait(INTERVAL_S)
 
-    def _pythons(self) -> list[int]:
-        """The recorded processes that run CPython, each looked at once (a command offcpu forked is
-        looked at once it has left offcpu's program for its own)."""
-        pythons = []
+    def _due(self) -> list[int]:
+        """The recorded processes that run CPython, and those that run a JVM not read for
+        JVM_INTERVAL_S, each looked at once (a command offcpu forked is looked at once it has
+        left offcpu's program for its own)."""
+        due = []
+        now = time.monotonic()
         for pid in self.processes:
             if pid == self._parent or pid in self.not_runtime:
                 continue
@@ -164,19 +205,30 @@ class RuntimeSampler:
                 if _forked_by(pid, self._parent):
                     continue  # not exec'd yet: offcpu's own Python, for now
                 version = cpython_version(pid)
-                if version is None:
+                if version is not None:
+                    self.found[pid] = {"pid": pid, "runtime": "CPython", "version": version or None, "reader": READER,
+                                       "reads": 0, "failed": 0, "error": None if self.binary else
+                                       "py-spy is not installed beside offcpu's Python"}
+                elif is_hotspot(pid):
+                    self.found[pid] = {"pid": pid, "runtime": "HotSpot", "version": None, "reader": JVM_READER,
+                                       "interval_ms": int(JVM_INTERVAL_S * 1000), "reads": 0, "failed": 0,
+                                       "error": None, "read_ms": 0.0}
+                else:
                     self.not_runtime.add(pid)
                     continue
-                self.found[pid] = {"pid": pid, "runtime": "CPython", "version": version or None, "reader": READER,
-                                   "reads": 0, "failed": 0,
-                                   "error": None if self.binary else "py-spy is not installed beside offcpu's Python"}
-            if self.binary is not None:
-                pythons.append(pid)
-        return pythons
+            if self.found[pid]["runtime"] == "HotSpot":
+                if now - self._last_read.get(pid, -JVM_INTERVAL_S) >= JVM_INTERVAL_S:
+                    due.append(pid)
+            elif self.binary is not None:
+                due.append(pid)
+        return due
 
     def _sample(self, pid: int) -> None:
         """One dump of a process: the stacks of its threads that stayed off CPU all the while."""
         entry = self.found[pid]
+        if entry["runtime"] == "HotSpot":
+            self._sample_hotspot(pid, entry)
+            return
         before = _thread_states(pid)
         start_ns = time.monotonic_ns()
         output, error = self._dump(pid)
@@ -206,6 +258,49 @@ class RuntimeSampler:
                 continue
             stack = self.stacks.setdefault(frames, len(self.stacks))
             self.samples.append({"pid": pid, "tid": tid, "time_ns": time_ns, "stack": stack})
+
+    def _sample_hotspot(self, pid: int, entry: dict) -> None:
+        """One thread dump of a JVM through its attach socket, its threads that stayed off CPU
+        from just before the command was sent to the end of the reply kept."""
+        self._last_read[pid] = time.monotonic()
+        entry["reads"] += 1
+        before: dict[int, tuple[str, int]] = {}
+        start_ns = 0
+
+        def just_before() -> None:
+            nonlocal before, start_ns
+            before = _thread_states(pid)
+            start_ns = time.monotonic_ns()
+
+        try:
+            attacher = self._attachers.get(pid)
+            if attacher is None:
+                attacher = self._attachers[pid] = Attacher(target_of(pid), self._parent)
+            text = attacher.command("threaddump", before=just_before)
+        except (AttachError, OSError) as error:
+            # Not read again: what kept it from being read holds for the rest of the recording, and a
+            # JVM that did not answer within the timeout would hold up every read that follows
+            entry["failed"] += 1
+            entry["error"] = str(error) if isinstance(error, AttachError) else "it is gone"
+            self.not_runtime.add(pid)
+            return
+        end_ns = time.monotonic_ns()
+        after = _thread_states(pid)
+        entry["read_ms"] = round(entry["read_ms"] + (end_ns - start_ns) / 1e6, 3)
+        dump = hotspot_dump.parse(text)
+        if dump.version is not None:
+            entry["version"] = dump.version
+        host = namespace_tids(pid) if attacher.target.nspid != pid else None
+        time_ns = (start_ns + end_ns) // 2
+        for thread in dump.threads:
+            tid = thread.tid if host is None else host.get(thread.tid)
+            state = before.get(tid) if tid is not None else None
+            if tid is None or state is None or state[0] not in "SD" or after.get(tid) != state or not thread.frames:
+                continue
+            stack = self.stacks.setdefault(thread.frames, len(self.stacks))
+            self.samples.append({"pid": pid, "tid": tid, "time_ns": time_ns, "stack": stack, "state": thread.state,
+                                 "locks": [{"kind": lock.kind, "address": lock.address, "class": lock.class_name,
+                                            "frame": lock.frame} for lock in thread.locks]})
 
     def _dump(self, pid: int) -> tuple[bytes | None, str]:
         """py-spy's JSON dump of the process, or None and why not."""

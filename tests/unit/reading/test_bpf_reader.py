@@ -442,3 +442,24 @@ def test_a_runtime_found_but_not_read_is_said_with_why(tmp_path: Path) -> None:
     assert model.binary_notes[-1] == (f"CPython was found in process {PID}, but its frames could not be read with "
                                       "py-spy dump: py-spy is not installed beside offcpu's Python\\x1b[2J; its stacks "
                                       "are native only")
+
+
+def test_a_jvms_frames_are_named_as_java_and_its_note_says_its_own_interval(tmp_path: Path) -> None:
+    from offcpu.reading.runtime_frames import Frame, to_json
+
+    story(tmp_path)
+    blocked = Frame("MonitorSleep.lambda$main$0", "MonitorSleep.java", 25)
+    process = {"pid": PID, "runtime": "HotSpot", "version": "17.0.15+6-Debian-1deb12u1",
+               "reader": "HotSpot attach: threaddump", "interval_ms": 1000, "reads": 2, "failed": 0, "error": None,
+               "read_ms": 3.5}
+    samples = [{"pid": PID, "tid": WAITER, "time_ns": at(2000), "stack": 0, "state": "BLOCKED (on object monitor)",
+                "locks": [{"kind": "waiting to lock", "address": "0x69ec197c0", "class": "java.lang.Object",
+                           "frame": 0}]}]
+    (tmp_path / "runtime-stacks.json").write_text(to_json(200, [process], [(blocked,)], samples))
+    model = build(tmp_path)
+    first = row(model, WAITER, ("schedule", "futex_wait", "qsort",
+                                "MonitorSleep.lambda$main$0 (MonitorSleep.java:25) [java]"))
+    assert first.count == 2
+    assert any(note.startswith(f"Java frames of process {PID} (HotSpot 17.0.15+6-Debian-1deb12u1) were read with "
+                               "HotSpot attach: threaddump every 1000 ms: ") for note in model.binary_notes), \
+        model.binary_notes
