@@ -28,7 +28,7 @@ while IFS= read -r path; do
     mount --bind "$COPIES/$number" "$path"
 done < "$LIST"
 stat -c '%d:%i' "$(head -n 1 "$LIST")"
-exec "$PYTHON" -m pytest -q -p no:cacheprovider tests/unit
+exec "$PYTHON" -m pytest -q -p no:cacheprovider -n auto tests/unit
 """
 
 
