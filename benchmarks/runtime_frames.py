@@ -1,7 +1,7 @@
 """A Python and a Java server's throughput recorded with BPF, with and without runtime frames; what reading them costs.
 
 The servers, on a free loopback port, each loaded by `wrk -t1 -c16` for
---seconds a run (after a run of WARM_UP_S that warms them up, not counted):
+--seconds a run (after a run that warms them up, not counted):
 - python: the examples' python_http, CPython's own http.server (a
   ThreadingHTTPServer, a thread a connection) on Debian's /usr/bin/python3,
   answering with a small page;
@@ -54,7 +54,9 @@ PYTHON = "/usr/bin/python3"
 JAVA_THREADS = 4
 DEFAULT_SECONDS = 3
 DEFAULT_ROUNDS = 2
-WARM_UP_S = 5  # a first wrk run, not counted: the JVM compiles the server's code meanwhile
+# A first wrk run, not counted: the JVM compiles the server's code meanwhile (its throughput still
+# doubled over the runs that followed a 5 s one)
+WARM_UP_S = {"python": 3, "java": 10}
 DURATION_S = 60  # the bound of each recording, ended as soon as its run is done
 TICKS = os.sysconf("SC_CLK_TCK")
 ATTACH_THREAD = "Attach Listener"  # the JVM's thread that answers its attach socket
@@ -151,9 +153,9 @@ def _alternate(server: Server, wrk: str, args: argparse.Namespace, workdir: Path
     kinds = ["sampler", "bpf"] + (["bpf-hidden"] if server.twin_pid is not None else [])
     print(f"== {server.name} server (pid {server.pid}) under wrk -t1 -c16 -d{args.seconds}s; {args.rounds} rounds of "
           f"{', '.join(kinds)}\n", flush=True)
-    _wrk(wrk, server.port, WARM_UP_S, "warm-up")
+    _wrk(wrk, server.port, WARM_UP_S[server.name], "warm-up")
     if server.twin_port is not None:
-        _wrk(wrk, server.twin_port, WARM_UP_S, "warm-up")
+        _wrk(wrk, server.twin_port, WARM_UP_S[server.name], "warm-up")
     print(f"{'run':>3}  {'kind':<10}  {'requests/s':>10}  CPU, share of one CPU over the run", flush=True)
     runs = [_show(1, _anchor(wrk, server.port, args.seconds))]
     for round_number in range(1, args.rounds + 1):
