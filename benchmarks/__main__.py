@@ -10,11 +10,12 @@ import argparse
 import sys
 from types import ModuleType
 
-from benchmarks import record_overhead, report_speed
+from benchmarks import record_overhead, report_speed, runtime_frames
 
 BENCHMARKS: dict[str, ModuleType] = {
     "record-overhead": record_overhead,
     "report-speed": report_speed,
+    "runtime-frames": runtime_frames,
 }
 
 
