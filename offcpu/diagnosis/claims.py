@@ -34,6 +34,7 @@ from offcpu.model.wakeups import (
     UNRECORDED,
     UNWOKEN,
 )
+from offcpu.stacks import RUNTIME_MARKS
 
 # Thread churn: this many threads created a second, living this long or less (median).
 CHURN_RATE_PER_S = 100.0
@@ -84,6 +85,12 @@ STUCK, DEADLOCK = "stuck", "deadlock"
 PTHREAD_MUTEX = "pthread mutex"  # the lock table's name for glibc's mutexes (locks.toml)
 # A semaphore posted by the threads that wait on it, in turns, is a lock: CPython's threading.Lock is one.
 SEMAPHORE = "semaphore"
+# Such a semaphore under Python frames is CPython's threading.Lock: the lock table's entry for it.
+PYTHON_LOCK = "Python threading lock"
+PYTHON_MARK = f") {RUNTIME_MARKS['CPython']}"
+# CPython's threading primitives are semaphores: what a CPython process's threads signal through a
+# condition variable, in turns, is its interpreter lock (take_gil waits in one, drop_gil signals it).
+CONDITION_VARIABLE, PYTHON_GIL = "condition variable", "CPython GIL"
 # A lock whose holders waited at sites of these kinds (locks.toml) for at least this share of a
 # wait for it was held while they waited for work: the waiters behind them wait for work too.
 WORK_KINDS = ("work", "handoff")
@@ -212,9 +219,12 @@ class Claims:
                 claim = self._peer_claim(index)
                 if number < 2 or claim.finding == SERIALIZATION:
                     self.of_row[index] = claim
+            gil_waited_at = self._gil_waited_at()
             for index, row in enumerate(model.rows):
                 if self._timed_out_taking_turns(index):
                     self.of_row[index] = Claim(SERIALIZATION, self.waits.pool_of(row.tid))
+                elif self._timed_out_at_the_gil(index, gil_waited_at):
+                    self.of_row[index] = Claim(LOCK_CONTENTION, PYTHON_GIL)
             if number >= 1 and self.of_row == before:
                 break  # (the roots of this pass were read by the final claims)
         else:  # the passes ran out: the roots by the final claims
@@ -457,14 +467,28 @@ class Claims:
     def _released_lock(self, row: Row) -> Lock | None:
         """The lock a wait on a peer was at, told by what let it go: a lock's release (an unlock
         ends only a wait for that lock), or a semaphore's post by a thread that waited at the
-        same place in turn. None when the release says no lock (a condition, a queue, a pipe)."""
+        same place in turn (in a CPython process: its threading.Lock). None when the release
+        says no lock (a condition, a queue, a pipe)."""
         released = self.waits.table.released(self.model.stacks[self.model.wakers[row.waker].stack]) \
             if row.waker is not None else None
         if released is None:
             return None
-        if released.kind == "lock" or (released.name == SEMAPHORE and self.waits.in_turns(row)):
+        if released.kind == "lock":
             return released
+        python = self.model.threads[row.tid].pid in self.python_pids
+        if released.name == SEMAPHORE and self.waits.in_turns(row):
+            return (python and self.waits.table.named(PYTHON_LOCK)) or released
+        if released.name == CONDITION_VARIABLE and python and self.waits.in_turns(row):
+            return self.waits.table.named(PYTHON_GIL)
         return None
+
+    @cached_property
+    def python_pids(self) -> set[int]:
+        """The processes some of whose waits carry Python frames: CPython's (its waits without one
+        are only those no read of its stacks fell in)."""
+        framed = {index for index, stack in enumerate(self.model.stacks)
+                  if any(frame.endswith(PYTHON_MARK) for frame in stack.frames)}
+        return {self.model.threads[row.tid].pid for row in self.model.rows if row.stack in framed}
 
     def _lock_claim(self, lock: Lock) -> Claim:
         """A wait at a lock's claim, as the site's claim would be (see _direct)."""
@@ -518,6 +542,21 @@ class Claims:
             return False
         pool = self.pools[self.waits.pool_of(self.model.rows[index].tid)]
         return pool.held_to_fewer_cpus and Claim(SERIALIZATION, pool.name) in self.of_row
+
+    def _timed_out_at_the_gil(self, index: int, gil_waited_at: set[tuple[int, int]]) -> bool:
+        """A condition's wait that timed out where its thread's other waits there were for the GIL:
+        take_gil's waiter wakes itself every switch interval (5 ms), asks the holder to drop it and
+        waits again, so all of its time there is the GIL's."""
+        row, cls, claim = self.model.rows[index], self.waits.classes[index], self.of_row[index]
+        if cls.cause != TIMER or claim is None or claim.finding != IDLE or \
+                (cls.site is not None and cls.site.lock.kind != "condition"):
+            return False
+        return (row.tid, row.stack) in gil_waited_at
+
+    def _gil_waited_at(self) -> set[tuple[int, int]]:
+        """Where each thread waited for the GIL: (tid, stack)."""
+        return {(row.tid, row.stack) for row, claim in zip(self.model.rows, self.of_row, strict=True)
+                if claim == Claim(LOCK_CONTENTION, PYTHON_GIL)}
 
     def _pools(self) -> dict[str, Pool]:
         """The pools, with how many CPUs they ran on and how many of their threads had work

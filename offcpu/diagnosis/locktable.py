@@ -15,7 +15,7 @@ from pathlib import Path
 
 from offcpu.errors import OffcpuError
 from offcpu.files import read_regular
-from offcpu.stacks import Stack, normal
+from offcpu.stacks import RUNTIME_MARKS, Stack, normal
 
 KINDS = ("lock", "condition", "handoff", "io", "sleep", "work", "join")
 # The finding a kind feeds when an entry does not say; the others go by what ended each wait.
@@ -94,7 +94,7 @@ class Globs:
         names: set[str] = set()
         beginnings: list[str] = []
         others: list[str] = []
-        for glob in globs:
+        for glob in map(_literal_mark, globs):
             beginning = glob.removesuffix("*")
             if any(character in beginning for character in "*?["):
                 others.append(glob)
@@ -108,6 +108,14 @@ class Globs:
     def match(self, frame: str) -> bool:
         return (frame in self.names or frame.startswith(self.beginnings)
                 or (self.others is not None and self.others.match(frame) is not None))
+
+
+def _literal_mark(glob: str) -> str:
+    """A pattern whose runtime mark (`work (app.py:*) [py]`) is the mark itself, not a set of characters."""
+    for mark in RUNTIME_MARKS.values():
+        if glob.endswith(f" {mark}"):
+            return f"{glob.removesuffix(mark)}[[]{mark[1:]}"
+    return glob
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from offcpu.diagnosis.claims import (
     LOCK_CONTENTION,
     MMAP_LOCK,
     PTHREAD_MUTEX,
+    PYTHON_GIL,
     RUNQUEUE,
     SEMAPHORE,
     SERIALIZATION,
@@ -35,6 +36,7 @@ from offcpu.diagnosis.roots import IN_TURNS, ON_CPU
 from offcpu.diagnosis.wording import counted, pct, us_text
 from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Row
 from offcpu.model.summaries import runqueue_percentiles
+from offcpu.stacks import runtime_frame
 
 # thread_limits: a limit used this much is worth a finding, a warning, critical.
 LIMIT_INFO_FROM = 0.5
@@ -45,8 +47,13 @@ DWARF_HINT = "record with --call-graph dwarf to see the callers"
 # A lock's holders made a blocking call while holding it when one wait of theirs (a sleep, the
 # disk, the network, another thread) took at least this share of the time its waiters waited.
 BLOCKING_FROM = 0.5
+PROGRAM_SITES = 2  # the program's own places a lock's finding names (the heaviest)
 SEMAPHORE_AS_LOCK = ("a POSIX semaphore that the threads waiting on it post in turns: a lock (CPython's "
                      "threading.Lock is one)")
+GIL_UNSEEN = ("take_gil is not in the stacks (libpython and glibc have no frame pointers): a condition variable "
+              "that a CPython process's threads signal to each other in turns is taken for its GIL (threading's "
+              "locks are semaphores), with the waits there that timed out (its 5 ms switch interval); "
+              f"{DWARF_HINT}")
 BLOCKING_CALL_REMEDY = ("Make no blocking call while holding the lock (or the monitor, or what the threads take "
                         "turns at): every waiter waits for the call too. Do the sleep, the I/O or the request "
                         "before taking the lock or after letting it go, and hold it only around the shared state it "
@@ -145,7 +152,8 @@ def detect_lock_contention(ctx: Context) -> list[Match]:
         lock = ctx.waits.table.named(name)
         assert lock is not None, "a claim names a lock of the table"
         what = SEMAPHORE_AS_LOCK if name == SEMAPHORE else lock.what or name
-        summary = f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for {what}"
+        summary = (f"{threads_text(rows)} {spent_text(rows, ctx)} waiting {times_text(rows)} for {what}"
+                   f"{_program_sites(ctx, rows)}")
         blocking = _blocking_call(ctx, rows)
         if lock.retry:
             summary += (": they sleep and try again, so a timer ends their waits, not the holder; meanwhile "
@@ -153,11 +161,15 @@ def detect_lock_contention(ctx: Context) -> list[Match]:
         elif blocking:
             summary += (f"; {pct(blocking.share)} of that time came down to the holders waiting for "
                         f"{blocking.what}: a blocking call inside the critical section")
+        reason = f"which lock is not shown (user stacks truncated): {DWARF_HINT}" \
+            if ctx.truncated() and name == PTHREAD_MUTEX else ""
+        gil_unseen = name == PYTHON_GIL and not any(lock.waits_at(ctx.waits.normal_frames(row.stack)) is not None
+                                                    for row in rows)
         matches.append(Match(rows, summary + ".", subject=name, title=f"Threads wait for a lock: {name}",
                              remedy=BLOCKING_CALL_REMEDY if blocking and not lock.retry else
                              lock.remedy or LOCK_REMEDY,
-                             confidence_reason=f"which lock is not shown (user stacks truncated): {DWARF_HINT}"
-                             if ctx.truncated() and name == PTHREAD_MUTEX else ""))
+                             confidence="low" if gil_unseen else "high",
+                             confidence_reason=GIL_UNSEEN if gil_unseen else reason))
     return matches
 
 
@@ -194,9 +206,23 @@ def detect_stuck(ctx: Context) -> list[Match]:
         holders = sorted({owners[row.tid] for row in rows if row.tid in owners})
         held = f", held by {', '.join(_holder_words(ctx, tid) for tid in holders)}" if holders else ""
         summary = (f"{threads_text(rows)} waited all {us_text(ctx.model.wall_us)} of the recording for "
-                   f"{lock.what or name}{held}, and made no progress.")
+                   f"{lock.what or name}{_program_sites(ctx, rows)}{held}, and made no progress.")
         matches.append(Match(rows, summary, floor="warning", subject=name, title=f"Threads stuck on a lock: {name}"))
     return matches
+
+
+def _program_sites(ctx: Context, rows: list[Row]) -> str:
+    """Where in the program's own code the waits were: the innermost runtime frame (a Python
+    function and line, read while recording) of each wait's stack, the two heaviest by time, with
+    their shares of all the rows' time (those without one count in the whole)."""
+    by_frame: dict[str, int] = defaultdict(int)
+    for row in rows:
+        innermost = next((frame for frame in ctx.model.stacks[row.stack].frames if runtime_frame(frame)), None)
+        if innermost is not None:
+            by_frame[innermost.rsplit(" [", 1)[0]] += row.offcpu_us
+    whole = sum(row.offcpu_us for row in rows)
+    heaviest = sorted(by_frame.items(), key=lambda item: (-item[1], item[0]))[:PROGRAM_SITES]
+    return (" at " + ", ".join(f"{frame} ({pct(us / whole)})" for frame, us in heaviest)) if heaviest else ""
 
 
 def _blocking_call(ctx: Context, rows: list[Row]) -> RootShare | None:

@@ -101,13 +101,17 @@ def test_a_send_over_loopback_wakes_the_reader_in_the_senders_own_call():
 
 # -- a lock held across a blocking call -------------------------------------------------------
 
-def lock_taken_in_turns(release: Stack, poster_waits_too: bool) -> Model:
+# The same wait with the Python frames the runtime sampler joined to it (after the native frames)
+PYTHON_FUTEX_WAIT = Stack((*FUTEX_WAIT.frames, "work (app.py:57) [py]", "Thread.run (threading.py:975) [py]"), 6)
+
+
+def lock_taken_in_turns(release: Stack, poster_waits_too: bool, waiting: Stack = FUTEX_WAIT) -> Model:
     """1 s on 2 CPUs of process 10 (python): threads 11-14 take a lock in turns and sleep holding
     it. Each waited 600 ms for it in 30 waits (ended by the next holder's release, `release`) and
     slept 200 ms in 20 sleeps (ended by a timer), of which 540 ms overlap its waiter's wait (90%).
     Without `poster_waits_too`, what lets them go is thread 15, which only ever sleeps (a producer
     posting work to a queue between sleeps)."""
-    stacks = [FUTEX_WAIT, release, NANOSLEEP, TIMER_FIRES]
+    stacks = [waiting, release, NANOSLEEP, TIMER_FIRES]
     tids = (11, 12, 13, 14)
     waker_of = {tid: (tids[(index + 1) % 4] if poster_waits_too else 15) for index, tid in enumerate(tids)}
     wakers = [Waker("thread", 10, waker_of[tid], "python", 1) for tid in tids] + \
@@ -132,6 +136,17 @@ def test_a_semaphore_posted_in_turns_by_its_waiters_is_a_lock_held_across_their_
            "call inside the critical section" in finding.summary
     assert finding.remedy.startswith("Make no blocking call while holding the lock")
     assert "serialization" not in found and "handoff" not in found
+
+
+def test_a_semaphore_posted_in_turns_under_python_frames_is_a_python_lock_at_its_line():
+    found = by_id(lock_taken_in_turns(SEM_POST, poster_waits_too=True, waiting=PYTHON_FUTEX_WAIT))
+    finding = found["lock_contention"]
+    assert (finding.subject, finding.title, finding.graded_us) == \
+           ("Python threading lock", "Threads wait for a lock: Python threading lock", 2_400_000)
+    # all 4 x 600 ms waited at the one stack whose innermost Python frame is work at app.py line 57
+    assert "for a Python threading lock (threading.Lock or RLock, a with block or acquire()) at " \
+           "work (app.py:57) (100%); 90% of that time came down to the holders waiting for a timer" in finding.summary
+    assert finding.remedy.startswith("Make no blocking call while holding the lock")
 
 
 def test_a_semaphore_a_sleeping_producer_posts_is_a_wait_for_work():

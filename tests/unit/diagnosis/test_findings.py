@@ -142,6 +142,16 @@ def test_the_lock_table_names_wait_sites_by_frames():
                 "gvl_acquire_common") == "Ruby GVL"
     assert site("__futex_abstimed_wait_common", "syscall", "mylatch::wait") == "futex"  # the program's own
     assert site("__new_sem_wait_slow64.constprop.0", "worker") == "semaphore"
+    # CPython's threading.Lock is a semaphore: the Python frames joined after the native ones tell
+    # a lock from a Condition's wait (Queue.get, Event.wait) and a join; a wrapper alone could be the GIL
+    sem = ("__futex_abstimed_wait_common", "__new_sem_wait_slow64.constprop.0", "PyThread_acquire_lock_timed")
+    assert site(*sem, "work (app.py:57) [py]", "Thread.run (threading.py:975) [py]") == "Python threading lock"
+    assert site(*sem, "Condition.wait (threading.py:320) [py]", "Queue.get (queue.py:171) [py]",
+                "work (app.py:40) [py]") == "Python Condition wait"
+    assert site(*sem, "Thread._wait_for_tstate_lock (threading.py:1132) [py]", "Thread.join (threading.py:1112) [py]",
+                "main (app.py:70) [py]") == "Python thread join"
+    assert site("__futex_abstimed_wait_common", "Condition.wait (threading.py:320) [py]") == "Python Condition wait"
+    assert site("__futex_abstimed_wait_common", "work (app.py:57) [py]") == "futex"
 
 
 def test_stack_cache_lock_seen_with_dwarf_stacks():
