@@ -149,6 +149,28 @@ def test_a_semaphore_posted_in_turns_under_python_frames_is_a_python_lock_at_its
     assert finding.remedy.startswith("Make no blocking call while holding the lock")
 
 
+def test_a_condition_variable_signalled_in_turns_in_a_python_process_is_its_gil():
+    # CPython's threading locks are semaphores: what its threads signal in turns through a
+    # condition variable is the interpreter lock, take_gil unseen (the stacks stop at the wrapper)
+    found = by_id(lock_taken_in_turns(COND_SIGNAL, poster_waits_too=True, waiting=PYTHON_FUTEX_WAIT))
+    finding = found["lock_contention"]
+    assert (finding.subject, finding.graded_us, finding.confidence) == ("CPython GIL", 2_400_000, "low")
+    assert finding.confidence_reason.startswith("take_gil is not in the stacks")
+    assert "serialization" not in found
+    # the same signals without Python frames anywhere: threads taking turns, no lock named
+    assert "lock_contention" not in by_id(lock_taken_in_turns(COND_SIGNAL, poster_waits_too=True))
+
+
+def test_a_python_threads_wait_that_timed_out_where_it_waits_for_the_gil_is_the_gils():
+    # take_gil wakes itself every 5 ms to ask for the GIL: thread 11 also waited 100 ms in 20 waits
+    # at the stack where it waits for the GIL, ended by the timer (waker 4); its sleeps stay idle
+    model = lock_taken_in_turns(COND_SIGNAL, poster_waits_too=True, waiting=PYTHON_FUTEX_WAIT)
+    model.rows.append(Row(11, 0, "S", 4, 100_000, 100_000, 0, 20))
+    found = by_id(model)
+    assert (found["lock_contention"].subject, found["lock_contention"].graded_us) == ("CPython GIL", 2_500_000)
+    assert found["idle"].blocked_us == 5 * 200_000
+
+
 def test_a_semaphore_a_sleeping_producer_posts_is_a_wait_for_work():
     # thread 15 posts between its sleeps, and never waits at the semaphore: the others wait for
     # what it hands them, and it waited on a timer 90% of their waits
