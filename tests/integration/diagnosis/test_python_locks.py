@@ -5,7 +5,8 @@ function and line where the threads wait, and each example's twin raises none of
 - python_lock: 4 workers take one threading.Lock and sleep 100 ms holding it;
 - python_gil: 4 workers count in pure Python, taking turns at the interpreter lock (-p: processes);
 - python_deadlock: two threads take two locks in opposite orders and wait for each other for good
-  (-o: in one order)."""
+  (-o: in one order);
+- python_queue: 4 workers wait in queue.Queue.get() for an item put every 50 ms: waits for work."""
 
 from __future__ import annotations
 
@@ -129,3 +130,14 @@ def test_two_python_threads_taking_the_locks_in_one_order_are_not_stuck(recordin
     with running("python_deadlock", "-o", "-r", "1000", threads=3) as program:
         found = findings(tmp_path, program.pid, seconds="2")
     assert not [finding for finding in found if finding["id"] in ("stuck", "deadlock")], found
+
+
+def test_python_workers_waiting_in_a_queue_wait_for_work_not_for_a_lock(recording_perf: str, tmp_path: Path) -> None:
+    with running("python_queue", "-t", str(WORKERS), "-s", "60", threads=WORKERS + 1) as program:
+        found = findings(tmp_path, program.pid)
+    # a Queue's get waits in a Condition (a semaphore under Condition.wait): judged by what ended it,
+    # the producer, itself asleep between items
+    assert [finding for finding in found if finding["severity"] != "info"] == [], found
+    [idle] = [finding for finding in found if finding["id"] == "idle"]
+    assert any("Condition.wait (threading.py:" in frame for evidence in idle["evidence"]
+               for frame in evidence["frames"]), idle["evidence"]
