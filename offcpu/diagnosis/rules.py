@@ -160,7 +160,7 @@ def detect_lock_contention(ctx: Context) -> list[Match]:
                         f"{_holders(ctx, rows)}")
         elif blocking:
             summary += (f"; {pct(blocking.share)} of that time came down to the holders waiting for "
-                        f"{blocking.what}: a blocking call inside the critical section")
+                        f"{blocking.what}: a blocking call inside the critical section{_holder_sites(ctx, rows, name)}")
         reason = f"which lock is not shown (user stacks truncated): {DWARF_HINT}" \
             if ctx.truncated() and name == PTHREAD_MUTEX else ""
         gil_unseen = name == PYTHON_GIL and not any(lock.waits_at(ctx.waits.normal_frames(row.stack)) is not None
@@ -217,12 +217,35 @@ def _program_sites(ctx: Context, rows: list[Row]) -> str:
     their shares of all the rows' time (those without one count in the whole)."""
     by_frame: dict[str, int] = defaultdict(int)
     for row in rows:
-        innermost = next((frame for frame in ctx.model.stacks[row.stack].frames if runtime_frame(frame)), None)
-        if innermost is not None:
-            by_frame[innermost.rsplit(" [", 1)[0]] += row.offcpu_us
-    whole = sum(row.offcpu_us for row in rows)
+        if (frame := _innermost_runtime(ctx, row)) is not None:
+            by_frame[frame] += row.offcpu_us
+    return _sites_text(" at ", by_frame, sum(row.offcpu_us for row in rows))
+
+
+def _holder_sites(ctx: Context, rows: list[Row], lock: str) -> str:
+    """Where in the program's own code the holders made the blocking call: a holder is on CPU when
+    it lets go, so its own stack carries no runtime frame, but its waits that overlapped the
+    waiters' (other than for the lock itself) do when a read of its stacks fell in them. The
+    innermost runtime frames of those, by the overlap, as shares of the overlap that has one."""
+    by_frame: dict[str, int] = defaultdict(int)
+    for row in rows:
+        for waker_row, overlap in ctx.waits.links_by_waiter.get(ctx.row_number[id(row)], ()):
+            claim = ctx.claims.of_row[waker_row]
+            if (claim is None or claim.key != lock) and \
+                    (frame := _innermost_runtime(ctx, ctx.model.rows[waker_row])) is not None:
+                by_frame[frame] += overlap
+    return _sites_text(", made at ", by_frame, sum(by_frame.values()))
+
+
+def _innermost_runtime(ctx: Context, row: Row) -> str | None:
+    """A wait's innermost runtime frame without its mark: `work (app.py:57)`."""
+    frame = next((frame for frame in ctx.model.stacks[row.stack].frames if runtime_frame(frame)), None)
+    return frame.rsplit(" [", 1)[0] if frame is not None else None
+
+
+def _sites_text(words: str, by_frame: dict[str, int], whole: int) -> str:
     heaviest = sorted(by_frame.items(), key=lambda item: (-item[1], item[0]))[:PROGRAM_SITES]
-    return (" at " + ", ".join(f"{frame} ({pct(us / whole)})" for frame, us in heaviest)) if heaviest else ""
+    return (words + ", ".join(f"{frame} ({pct(us / whole)})" for frame, us in heaviest)) if heaviest else ""
 
 
 def _blocking_call(ctx: Context, rows: list[Row]) -> RootShare | None:
