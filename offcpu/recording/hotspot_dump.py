@@ -30,6 +30,7 @@ _LOCK = re.compile(r"^\s+- (?P<kind>[a-z][a-z ()-]*?)\s+<(?P<address>[^>]*)>(?:\
 _VM = re.compile(r"^Full thread dump (?P<vm>.+?)\s*\((?P<version>[^ )]+)")
 # The lock lines kept (a frame's monitors, and what a parked thread waits for)
 LOCK_KINDS = ("waiting to lock", "locked", "parking to wait for", "waiting on", "waiting to re-lock in wait()")
+WAITS_TO_LOCK = ("waiting to lock", "waiting to re-lock in wait()")  # a monitor, whose owner `locked` it
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,16 @@ def frame_of(method: str, where: str) -> Frame:
     if file and line.isdigit():
         return Frame(method, file, int(line))
     return Frame(method, source, 0)
+
+
+def holders(dump: ThreadDump) -> dict[str, JavaThread]:
+    """The threads of a dump that hold a monitor, by its address: whose frames `locked` it, but
+    for a monitor Object.wait let go (the dump shows it `locked` by the frame that entered it,
+    under the wait's `waiting on` it, or `waiting to re-lock` it once notified)."""
+    return {lock.address: thread for thread in dump.threads for lock in thread.locks
+            if lock.kind == "locked" and lock.address is not None and not any(
+                other.address == lock.address and other.kind in ("waiting on", "waiting to re-lock in wait()")
+                for other in thread.locks)}
 
 
 def parse(text: str) -> ThreadDump:

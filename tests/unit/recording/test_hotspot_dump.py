@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from offcpu.reading.runtime_frames import Frame
-from offcpu.recording.hotspot_dump import Lock, frame_of, parse
+from offcpu.recording.hotspot_dump import Lock, frame_of, holders, parse
 
 DUMP = Path(__file__).parents[2] / "fixtures" / "hotspot" / "monitor_sleep.txt"
+DEADLOCK = DUMP.with_name("java_deadlock.txt")
 
 
 def test_the_workers_tids_states_frames_and_monitors() -> None:
@@ -65,3 +66,23 @@ def test_a_frames_file_and_line() -> None:
     assert frame_of("a.B.c", "java.base@17.0.15/Native Method") == Frame("a.B.c", "Native Method", 0)
     assert frame_of("a.B.c", "Unknown Source") == Frame("a.B.c", "Unknown Source", 0)
     assert frame_of("a.B.c", "B.kt") == Frame("a.B.c", "B.kt", 0)
+
+
+def test_a_monitors_holder_is_the_thread_whose_frame_locked_it() -> None:
+    # monitor_sleep.txt: worker-1 sleeps holding 0x…97c0, which the three others wait to lock; Finalizer and
+    # Common-Cleaner's frames locked a ReferenceQueue$Lock each too, but they are in Object.wait on it: let go
+    assert {address: thread.name for address, thread in holders(parse(DUMP.read_text())).items()} == \
+        {"0x000000069ec197c0": "worker-1"}
+    # java_deadlock.txt (jstack's dump of examples/JavaDeadlock.java): each worker holds the monitor the other
+    # waits for, in the same frame; the dump's "Java-level deadlock" section adds no thread of its own
+    dump = parse(DEADLOCK.read_text())
+    workers = [thread for thread in dump.threads if thread.name.startswith("worker-")]
+    assert [(thread.name, thread.frames[0], thread.locks) for thread in workers] == [
+        ("worker-0", Frame("JavaDeadlock.takeBoth", "JavaDeadlock.java", 58),
+         (Lock("waiting to lock", "0x000000069ec1a718", "java.lang.Object", 0),
+          Lock("locked", "0x000000069ec1a708", "java.lang.Object", 0))),
+        ("worker-1", Frame("JavaDeadlock.takeBoth", "JavaDeadlock.java", 58),
+         (Lock("waiting to lock", "0x000000069ec1a708", "java.lang.Object", 0),
+          Lock("locked", "0x000000069ec1a718", "java.lang.Object", 0)))]
+    assert {address: thread.name for address, thread in holders(dump).items()} == \
+        {"0x000000069ec1a708": "worker-0", "0x000000069ec1a718": "worker-1"}
