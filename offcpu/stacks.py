@@ -57,9 +57,31 @@ RUNTIME_MARK = "[runtime]"  # a runtime without a mark of its own
 _RUNTIME_ENDINGS = tuple(f") {mark}" for mark in (*RUNTIME_MARKS.values(), RUNTIME_MARK))
 
 
+# What a runtime says its thread waits for, as a frame innermost of its runtime frames
+# (offcpu.reading.runtime_frames): `[waiting to lock a java.lang.Object]`, and the thread
+# that held it then, `[held by worker-2: java.lang.Thread.sleep at MonitorSleep.pause (MonitorSleep.java:36)]`.
+# The lock table names the waits by them (locks.toml: Java monitor, ReentrantLock).
+_WAITED_FOR = re.compile(r"\[(?:waiting to lock|waiting to re-lock in wait\(\)|parking to wait for|waiting on) "
+                         r"(a .+)\]")
+HELD_BY = "[held by "
+
+
+def waited_for(frame: str) -> str | None:
+    """The object a runtime's wait frame names (`a java.lang.Object`); None for any other frame."""
+    found = _WAITED_FOR.fullmatch(frame)
+    return found[1] if found else None
+
+
+def held_by(frame: str) -> str | None:
+    """Who held what a runtime's thread waited for, from its holder frame
+    (`worker-2: java.lang.Thread.sleep at ...`); None for any other frame."""
+    return frame[len(HELD_BY):-1] if frame.startswith(HELD_BY) and frame.endswith("]") else None
+
+
 def runtime_frame(frame: str) -> bool:
-    """Whether a frame is a runtime's own (a Python function's, `work (app.py:57) [py]`), not a native one."""
-    return frame.endswith(_RUNTIME_ENDINGS)
+    """Whether a frame is a runtime's own (a Python function's, `work (app.py:57) [py]`, or what a
+    Java thread waits for, `[waiting to lock a java.lang.Object]`), not a native one."""
+    return frame.endswith(_RUNTIME_ENDINGS) or waited_for(frame) is not None or held_by(frame) is not None
 
 
 _RUNTIME_PARTS = re.compile(r"(.*?) \((.*?)(?::([0-9]+))?\) \[[a-z]+\]", re.DOTALL)

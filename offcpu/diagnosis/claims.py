@@ -34,7 +34,7 @@ from offcpu.model.wakeups import (
     UNRECORDED,
     UNWOKEN,
 )
-from offcpu.stacks import RUNTIME_MARKS
+from offcpu.stacks import RUNTIME_MARKS, waited_for
 
 # Thread churn: this many threads created a second, living this long or less (median).
 CHURN_RATE_PER_S = 100.0
@@ -293,6 +293,9 @@ class Claims:
             return Claim(IDLE)  # a disk's interrupt that queues work wakes a kworker: still a wait for work
         if site is not None and site.kind == "lock" and self._waited_all_window(row, cls):
             return Claim(DEADLOCK if row.tid in self.deadlocked else STUCK, site.name)
+        if row.tid in self.deadlocked and cls.cause in (TIMER, UNWOKEN):
+            # a deadlocked JVM's thread: HotSpot parks a monitor's waiter with a timeout, to try again
+            return Claim(DEADLOCK, site.name if site is not None else "")
         if stack.frames == (BEFORE_WINDOW,) and cls.cause == UNWOKEN:
             asleep_all_window = row.state == "S" and row.blocked_us >= WHOLE_WINDOW * self.model.wall_us
             return Claim(IDLE) if asleep_all_window else None
@@ -353,11 +356,13 @@ class Claims:
     @cached_property
     def mutex_owners(self) -> dict[int, int]:
         """The model's mutex owners ({waiter tid: owner tid}) of threads whose wait all the
-        window is at a pthread mutex: for a condition variable, a join or a semaphore, the
-        word glibc's mutex keeps its owner in is something else."""
+        window is at a pthread mutex (for a condition variable, a join or a semaphore, the
+        word glibc's mutex keeps its owner in is something else), or that waited at a runtime's
+        lock whose owner its runtime named (a Java monitor's, in a thread dump)."""
         at_a_mutex = {row.tid for row, cls in zip(self.model.rows, self.waits.classes, strict=True)
-                      if cls.site is not None and cls.site.lock.name == PTHREAD_MUTEX
-                      and self._waited_all_window(row, cls)}
+                      if cls.site is not None
+                      and (cls.site.lock.name == PTHREAD_MUTEX and self._waited_all_window(row, cls)
+                           or cls.site.lock.kind == "lock" and waited_for(cls.site.frame) is not None)}
         return {waiter: owner for waiter, owner in self.model.mutex_owners.items() if waiter in at_a_mutex}
 
     @cached_property

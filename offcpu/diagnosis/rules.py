@@ -36,7 +36,7 @@ from offcpu.diagnosis.roots import IN_TURNS, ON_CPU
 from offcpu.diagnosis.wording import counted, pct, us_text
 from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Row
 from offcpu.model.summaries import runqueue_percentiles
-from offcpu.stacks import runtime_frame
+from offcpu.stacks import held_by, runtime_parts, waited_for
 
 # thread_limits: a limit used this much is worth a finding, a warning, critical.
 LIMIT_INFO_FROM = 0.5
@@ -59,6 +59,10 @@ BLOCKING_CALL_REMEDY = ("Make no blocking call while holding the lock (or the mo
                         "before taking the lock or after letting it go, and hold it only around the shared state it "
                         "guards. The chain shows what the holders waited for, and the release site where they let "
                         "it go.")
+RUNTIME_DEADLOCK_REMEDY = (
+    "Threads that each hold a lock another of them waits for never go on. Take the locks (monitors: synchronized "
+    "blocks) in one order everywhere, or take the second with a timeout (ReentrantLock.tryLock) and back off. The "
+    "stacks show where each thread waits and who held what it waits for; `jstack PID` shows which monitors each holds.")
 LOCK_REMEDY = ("Hold the lock for less time or less often: move work out of the critical section, split the data so "
                "threads do not share one lock (per-thread or per-CPU state merged at the end, striped locks), or use "
                "atomics for simple counters. The wait site shows who waits, the release site who held it.")
@@ -161,11 +165,15 @@ def detect_lock_contention(ctx: Context) -> list[Match]:
         elif blocking:
             summary += (f"; {pct(blocking.share)} of that time came down to the holders waiting for "
                         f"{blocking.what}: a blocking call inside the critical section{_holder_sites(ctx, rows, name)}")
+        summary += _owners(ctx, rows)
         reason = f"which lock is not shown (user stacks truncated): {DWARF_HINT}" \
             if ctx.truncated() and name == PTHREAD_MUTEX else ""
         gil_unseen = name == PYTHON_GIL and not any(lock.waits_at(ctx.waits.normal_frames(row.stack)) is not None
                                                     for row in rows)
-        matches.append(Match(rows, summary + ".", subject=name, title=f"Threads wait for a lock: {name}",
+        objects = sorted({found for row in rows if (site := ctx.waits.sites[row.stack]) is not None
+                          and (found := waited_for(site.frame)) is not None})
+        title = f"Threads wait for a lock: {name}" + (f" ({', '.join(objects)})" if objects else "")
+        matches.append(Match(rows, summary + ".", subject=name, title=title,
                              remedy=BLOCKING_CALL_REMEDY if blocking and not lock.retry else
                              lock.remedy or LOCK_REMEDY,
                              confidence="low" if gil_unseen else "high",
@@ -174,8 +182,9 @@ def detect_lock_contention(ctx: Context) -> list[Match]:
 
 
 def detect_deadlock(ctx: Context) -> list[Match]:
-    """A finding per cycle of threads asleep all the window, each waiting for a mutex the
-    next holds (glibc's owner of each, read at the window's end)."""
+    """A finding per cycle of threads each waiting for a lock the next holds: asleep all the
+    window at a mutex (glibc's owner of each, read at the window's end), or at a Java monitor
+    (its owner named by the thread dumps), where HotSpot wakes them by a timer to try again."""
     matches = []
     for deadlock in ctx.claims.deadlocks:
         tids_of = set(deadlock.cycle + deadlock.behind)
@@ -184,15 +193,21 @@ def detect_deadlock(ctx: Context) -> list[Match]:
             continue
         first, *others = deadlock.cycle
         holder = ctx.claims.mutex_owners
-        links = [f"{_thread_words(ctx, first)} waits for a mutex "
+        lock = _lock_words(ctx, first)
+        links = [f"{_thread_words(ctx, first)}{_where_words(ctx, first)} waits for {lock} "
                  + (f"held by {_thread_words(ctx, holder[first])}" if others else "it holds itself")]
-        links += [f"which waits for one held by {_thread_words(ctx, holder[tid])}" for tid in others]
+        links += [f"which{_where_words(ctx, tid)} waits for "
+                  f"{'one' if (words := _lock_words(ctx, tid)) == lock else words} held by "
+                  f"{_thread_words(ctx, holder[tid])}" for tid in others]
         behind = (f"; {counted(len(deadlock.behind), 'more thread')} wait{'s' * (len(deadlock.behind) == 1)} "
                   f"behind them ({', '.join(_thread_words(ctx, tid) for tid in deadlock.behind)})"
                   if deadlock.behind else "")
-        summary = (f"{threads_text(rows)} waited all {us_text(ctx.model.wall_us)} of the recording and none of "
-                   f"them ran: {', '.join(links)}{behind}.")
-        matches.append(Match(rows, summary, floor="critical", subject=_thread_words(ctx, deadlock.cycle[0])))
+        waited = (f"waited all {us_text(ctx.model.wall_us)} of the recording and none of them ran"
+                  if all(row.waker is None for row in rows) else
+                  f"{spent_text(rows, ctx)} deadlocked, woken only by timers to try again")
+        summary = f"{threads_text(rows)} {waited}: {', '.join(links)}{behind}."
+        matches.append(Match(rows, summary, floor="critical", subject=_thread_words(ctx, deadlock.cycle[0]),
+                             remedy="" if lock == "a mutex" else RUNTIME_DEADLOCK_REMEDY))
     return matches
 
 
@@ -238,14 +253,33 @@ def _holder_sites(ctx: Context, rows: list[Row], lock: str) -> str:
 
 
 def _innermost_runtime(ctx: Context, row: Row) -> str | None:
-    """A wait's innermost runtime frame without its mark: `work (app.py:57)`."""
-    frame = next((frame for frame in ctx.model.stacks[row.stack].frames if runtime_frame(frame)), None)
+    """A wait's innermost runtime frame without its mark: `work (app.py:57)` (not what a Java
+    thread waits for, `[waiting to lock a java.lang.Object]`, which names no place)."""
+    frame = next((frame for frame in ctx.model.stacks[row.stack].frames if runtime_parts(frame) is not None), None)
     return frame.rsplit(" [", 1)[0] if frame is not None else None
 
 
 def _sites_text(words: str, by_frame: dict[str, int], whole: int) -> str:
     heaviest = sorted(by_frame.items(), key=lambda item: (-item[1], item[0]))[:PROGRAM_SITES]
     return (words + ", ".join(f"{frame} ({pct(us / whole)})" for frame, us in heaviest)) if heaviest else ""
+
+
+def _owners(ctx: Context, rows: list[Row]) -> str:
+    """Who held the lock, where the runtime named its owner while the threads waited (a Java
+    monitor's, in the stacks' holder frames): the owners' place that most of the waits' time had,
+    with their names; "" where none was named."""
+    places: dict[str, tuple[set[str], int]] = {}
+    for row in rows:
+        held = next((found for frame in ctx.model.stacks[row.stack].frames if (found := held_by(frame))), None)
+        if held is not None:
+            owner, _, where = held.rpartition(": ")
+            names, us = places.get(where, (set(), 0))
+            places[where] = (names | {owner}, us + row.offcpu_us)
+    if not places:
+        return ""
+    where, (names, us) = max(places.items(), key=lambda place: place[1][1])
+    return (f"; {pct(us / max(total(rows), 1))} of that time the thread dumps named its owner as "
+            f"{', '.join(sorted(names))}, in {where}")
 
 
 def _blocking_call(ctx: Context, rows: list[Row]) -> RootShare | None:
@@ -270,6 +304,33 @@ def _holder_words(ctx: Context, tid: int) -> str:
         where = f" ({site.lock.what or site.lock.name})" if site else ""
         return f"{_thread_words(ctx, tid)}, itself asleep all the recording{where}"
     return f"{_thread_words(ctx, tid)}, which ran {us_text(thread.oncpu_us)} meanwhile"
+
+
+def _deadlock_row(ctx: Context, tid: int) -> Row | None:
+    """The wait of a deadlocked thread that says where it waits: the longest at a lock its runtime
+    named (a Java monitor), or its wait all the window."""
+    mine = [row for row in ctx.model.rows if row.tid == tid]
+    named = [row for row in mine if (site := ctx.waits.sites[row.stack]) is not None and waited_for(site.frame)]
+    return max(named, key=lambda row: row.offcpu_us) if named else next(
+        (row for row in mine if row.waker is None and row.offcpu_us >= WHOLE_WINDOW * ctx.model.wall_us), None)
+
+
+def _lock_words(ctx: Context, tid: int) -> str:
+    """What a deadlocked thread waits for: 'a mutex', or a runtime's lock with what its runtime
+    named ('a Java monitor (a java.lang.Object)')."""
+    row = _deadlock_row(ctx, tid)
+    site = ctx.waits.sites[row.stack] if row is not None else None
+    found = waited_for(site.frame) if site is not None else None
+    return f"a {site.lock.name} ({found})" if site is not None and found else "a mutex"
+
+
+def _where_words(ctx: Context, tid: int) -> str:
+    """Where a deadlocked thread waits in its program's code, where its runtime's frames say:
+    ' at JavaDeadlock.takeBoth (JavaDeadlock.java:58)'; '' otherwise."""
+    row = _deadlock_row(ctx, tid)
+    frames = ctx.model.stacks[row.stack].frames if row is not None else ()
+    parts = next((found for frame in frames if (found := runtime_parts(frame)) is not None), None)
+    return f" at {parts[0]} ({parts[1]}:{parts[2]})" if parts and parts[2] else f" in {parts[0]}" if parts else ""
 
 
 def _thread_words(ctx: Context, tid: int) -> str:

@@ -172,7 +172,8 @@ class Model:
     reader_note: str = ""  # why that one
     binary_notes: list[str] = field(default_factory=list)  # what the reader says of the mapped files (Symbolizer.notes)
     # Threads that never ran in the window, whose stacks the snapshot at its end gave (asleep.py),
-    # and of those waiting for a mutex, who glibc says holds it: {waiter tid: owner tid}
+    # and of those waiting for a mutex, who glibc says holds it: {waiter tid: owner tid}; and of
+    # Java threads whose last dump read while recording said they wait to lock a monitor, its owner
     asleep_threads: int = 0
     mutex_owners: dict[int, int] = field(default_factory=dict)
     timeline: list[TimedWait] = field(default_factory=list)  # the longest waits, by their start

@@ -133,6 +133,8 @@ def _build_bpf(directory: Path, info: CaptureInfo, window_s: tuple[float, float]
     # The kernel timed every switch itself: no switch-in is placed by a measured cost.
     model = build_model(chosen, replace(info, switch_cost_ns=None), window, on_progress)
     with_asleep_stacks(model, load_snapshot(directory))
+    if chosen.runtime is not None:  # a Java monitor's owner, as its thread dumps named it
+        model.mutex_owners.update(chosen.runtime.last_owners())
     model.perf_data = identity
     model.reader, model.reader_note, model.binary_notes = chosen.name, BPF_READER_NOTE, chosen.binary_notes
     if window_s is None:

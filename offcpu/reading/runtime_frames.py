@@ -26,7 +26,16 @@ its native ones (nearer the root).
 `stacks` holds each distinct stack once, innermost frame first; a sample names one by its
 index. A process's `interval_ms`, where it has one, is its own reads' (a JVM's); a Java
 thread's sample keeps its state and the monitors its frames lock or wait for (`frame`: the
-index in its stack of the frame that does).
+index in its stack of the frame that does; `owner`, for a monitor it waits to lock, the
+thread of the same dump whose frames locked it: its name and its stack's index).
+
+What a Java thread waits for becomes a frame of its own, innermost of its Java frames (`wait_frames`):
+`[waiting to lock a java.lang.Object]`, `[parking to wait for a
+java.util.concurrent.locks.ReentrantLock$NonfairSync]`, `[waiting on a java.lang.Object]`, and
+before it, where the dump names the monitor's owner, `[held by worker-2: java.lang.Thread.sleep at
+MonitorSleep.pause (MonitorSleep.java:36)]`. The lock table names the waits by these frames
+(locks.toml's Java monitor, ReentrantLock, Object.wait), so a Java lock's finding is its own and not
+libjvm's futex, and the finding says who held it.
 """
 
 from __future__ import annotations
@@ -41,11 +50,16 @@ import numpy as np
 
 from offcpu.capture import RUNTIME_STACKS
 from offcpu.files import read_json
-from offcpu.stacks import RUNTIME_MARK, RUNTIME_MARKS
+from offcpu.stacks import HELD_BY, RUNTIME_MARK, RUNTIME_MARKS
 
 SCHEMA = "offcpu-runtime-stacks/1"
 RUNTIME_STACKS_MAX = 64 << 20  # the most runtime-stacks.json is read of
 NO_RUNTIME_STACK = -1  # a wait that no sample joined
+NO_OWNER = -1
+# The lock lines of a Java thread's innermost frame that say what it waits for (hotspot_dump.LOCK_KINDS)
+JDK_PACKAGES = ("java.", "javax.", "jdk.", "sun.")  # whose frames are not the program's
+WAITS_TO_LOCK = ("waiting to lock", "waiting to re-lock in wait()")  # a monitor, which has an owner
+WAIT_KINDS = ("waiting to lock", "waiting to re-lock in wait()", "parking to wait for", "waiting on")
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,16 @@ class Frame:
         """The frame as a stack shows it: `work (app.py:57) [py]`."""
         where = f"{os.path.basename(self.file)}:{self.line}" if self.line > 0 else os.path.basename(self.file)
         return f"{self.function} ({where}) {RUNTIME_MARKS.get(runtime, RUNTIME_MARK)}"
+
+
+@dataclass(frozen=True)
+class WaitFrame:
+    """What a runtime's thread waits for, or who held it, as a frame: `[waiting to lock a java.lang.Object]`."""
+
+    text: str
+
+    def name(self, runtime: str = "CPython") -> str:
+        return f"[{self.text}]"
 
 
 @dataclass(frozen=True)
@@ -76,11 +100,28 @@ class Process:
 class RuntimeStacks:
     interval_ms: int
     processes: tuple[Process, ...]
-    stacks: tuple[tuple[Frame, ...], ...]
+    stacks: tuple[tuple[Frame | WaitFrame, ...], ...]
     pids: np.ndarray  # the samples, by column
     tids: np.ndarray
     times: np.ndarray
     stack_ids: np.ndarray
+    owners: np.ndarray  # the tid of the thread holding the monitor a sample waits to lock (NO_OWNER: none named)
+
+    def last_of(self, tid: int) -> tuple[int, int] | None:
+        """The stack and owner of a thread's last sample (a thread asleep all the recording has
+        one stack in all of them); None when it has none."""
+        mine = np.flatnonzero(self.tids == tid)
+        if not len(mine):
+            return None
+        last = mine[np.argmax(self.times[mine])]
+        return int(self.stack_ids[last]), int(self.owners[last])
+
+    def last_owners(self) -> dict[int, int]:
+        """{waiter tid: owner tid} of the threads whose last sample waits to lock a monitor whose
+        owner the dump named (a Java deadlock is a cycle of them: it never ends, so the last says)."""
+        last = {tid: owner for _, tid, owner in sorted(zip(self.times.tolist(), self.tids.tolist(),
+                                                           self.owners.tolist(), strict=True))}
+        return {tid: owner for tid, owner in last.items() if owner != NO_OWNER}
 
     def runtime_of(self, pid: int) -> str:
         return next((process.runtime for process in self.processes if process.pid == pid), "CPython")
@@ -124,14 +165,61 @@ def _parse(data: Any) -> RuntimeStacks:
                               _number(item.get("reads", 0)), _number(item.get("failed", 0)),
                               None if item.get("error") is None else _text(item["error"]))
                       for item in data["processes"])
-    stacks = tuple(tuple(Frame(_text(frame["function"]), _text(frame["file"]), _number(frame["line"]))
-                         for frame in stack) for stack in data["stacks"])
+    read = [tuple(Frame(_text(frame["function"]), _text(frame["file"]), _number(frame["line"])) for frame in stack)
+            for stack in data["stacks"]]
     samples = data["samples"]
     columns = [[_number(sample[name]) for sample in samples] for name in ("pid", "tid", "time_ns", "stack")]
-    if any(stack >= len(stacks) for stack in columns[3]):
+    if any(stack >= len(read) for stack in columns[3]):
         raise ValueError("a sample names a stack runtime-stacks.json does not hold")
-    return RuntimeStacks(_number(data.get("interval_ms", 0)), processes, stacks,
-                         *(np.array(column, np.int64) for column in columns))
+    # a sample that says what it waits for takes its stack with the wait's frames, a stack of its own
+    stacks: dict[tuple[Frame | WaitFrame, ...], int] = {stack: index for index, stack in enumerate(read)}
+    owners = []
+    for number, sample in enumerate(samples):
+        extra = wait_frames(sample.get("locks") or [], read)
+        if extra:
+            columns[3][number] = stacks.setdefault(extra + read[columns[3][number]], len(stacks))
+        owners.append(owner_of(sample.get("locks") or []))
+    return RuntimeStacks(_number(data.get("interval_ms", 0)), processes, tuple(stacks),
+                         *(np.array(column, np.int64) for column in (*columns, owners)))
+
+
+def monitor_waited(locks: list[dict]) -> dict | None:
+    """The lock line of the monitor a Java sample's innermost frame waits to lock, if it does."""
+    return next((lock for lock in locks if lock.get("frame") == 0 and lock.get("kind") in WAITS_TO_LOCK), None)
+
+
+def owner_of(locks: list[dict]) -> int:
+    """The tid of the thread holding the monitor a Java sample's innermost frame waits to lock
+    (NO_OWNER: none named)."""
+    lock = monitor_waited(locks)
+    owner = lock.get("owner") if lock is not None else None
+    return _number(owner["tid"]) if isinstance(owner, dict) and owner.get("tid") is not None else NO_OWNER
+
+
+def _plain(frame: Frame) -> str:
+    """`MonitorSleep.pause (MonitorSleep.java:36)`, `java.lang.Thread.sleep` (a native method)."""
+    return frame.function if frame.line == 0 else f"{frame.function} ({frame.file}:{frame.line})"
+
+
+def wait_frames(locks: list[dict], stacks: list[tuple[Frame, ...]]) -> tuple[WaitFrame, ...]:
+    """A Java sample's frames for what its innermost frame waits for, and who held it (its
+    owner's innermost frame, and where the program called it from when that is the JDK's):
+    (`[held by worker-2: java.lang.Thread.sleep at MonitorSleep.pause (MonitorSleep.java:36)]`,
+    `[waiting to lock a java.lang.Object]`), innermost first; () when it waits for nothing named."""
+    lock = next((lock for lock in locks if lock.get("frame") == 0 and lock.get("kind") in WAIT_KINDS
+                 and lock.get("class")), None)
+    if lock is None:
+        return ()
+    waits = WaitFrame(f"{_text(lock['kind'])} a {_text(lock['class'])}")
+    owner = lock.get("owner")
+    if not isinstance(owner, dict) or not 0 <= _number(owner["stack"]) < len(stacks) or not stacks[owner["stack"]]:
+        return (waits,)
+    innermost, *callers = stacks[owner["stack"]]
+    where = _plain(innermost)
+    if innermost.function.startswith(JDK_PACKAGES):  # the JDK's (Thread.sleep): and where the program called it
+        caller = next((frame for frame in callers if not frame.function.startswith(JDK_PACKAGES)), None)
+        where += f" at {_plain(caller)}" if caller else ""
+    return WaitFrame(f"{HELD_BY[1:]}{_text(owner['name'])}: {where}"), waits
 
 
 def join(tids: np.ndarray, since: np.ndarray, back: np.ndarray, sample_tids: np.ndarray, sample_times: np.ndarray,

@@ -101,7 +101,8 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
             with contextlib.suppress(OSError):  # and of the wakers in the records drained last
                 maps.update(recording.new_wakers())
             if switches_at_start and not info.target_exited:
-                save_snapshot_of(request.output, switches_at_start, info, sampler.frames_by_thread())
+                save_snapshot_of(request.output, switches_at_start, info, sampler.frames_by_thread(),
+                                 sampler.owners_by_thread())
         except BaseException:
             interrupts.hold()
             if sampler is not None:

@@ -44,7 +44,7 @@ from typing import cast
 
 from offcpu.capture import RUNTIME_STACKS
 from offcpu.files import PRIVATE, write_whole
-from offcpu.reading.runtime_frames import Frame, to_json
+from offcpu.reading.runtime_frames import NO_OWNER, Frame, monitor_waited, owner_of, to_json, wait_frames
 from offcpu.recording import hotspot_dump
 from offcpu.recording.jvm_attach import Attacher, AttachError, target_of
 from offcpu.recording.process_maps import Inode, Snapshot, read_maps
@@ -178,10 +178,19 @@ class RuntimeSampler:
                         to_json(int(INTERVAL_S * 1000), processes, list(self.stacks), self.samples), mode=PRIVATE)
 
     def frames_by_thread(self) -> dict[int, tuple[str, ...]]:
-        """Each thread's last stack read, as frames are named in a stack (`work (app.py:57) [py]`)."""
-        stacks = {index: stack for stack, index in self.stacks.items()}
+        """Each thread's last stack read, as frames are named in a stack (`work (app.py:57) [py]`),
+        with what it waits for (a Java thread's: `[waiting to lock a java.lang.Object]`)."""
+        stacks = list(self.stacks)
         return {sample["tid"]: tuple(frame.name(self.found[sample["pid"]]["runtime"]) for frame in
-                                     stacks[sample["stack"]]) for sample in self.samples}
+                                     wait_frames(sample.get("locks", []), stacks) + stacks[sample["stack"]])
+                for sample in self.samples}
+
+    def owners_by_thread(self) -> dict[int, int | None]:
+        """Of each thread whose last stack read waits to lock a Java monitor, the thread that held it
+        (None: not named): for a thread asleep all the recording, what glibc's mutex owner is for a mutex."""
+        last = {sample["tid"]: sample.get("locks", []) for sample in self.samples}
+        return {tid: None if (owner := owner_of(locks)) == NO_OWNER else owner for tid, locks in last.items()
+                if monitor_waited(locks) is not None}
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -292,6 +301,7 @@ class RuntimeSampler:
             entry["version"] = dump.version
         host = namespace_tids(pid) if attacher.target.nspid != pid else None
         time_ns = (start_ns + end_ns) // 2
+        holders = hotspot_dump.holders(dump)
         for thread in dump.threads:
             tid = thread.tid if host is None else host.get(thread.tid)
             state = before.get(tid) if tid is not None else None
@@ -299,8 +309,19 @@ class RuntimeSampler:
                 continue
             stack = self.stacks.setdefault(thread.frames, len(self.stacks))
             self.samples.append({"pid": pid, "tid": tid, "time_ns": time_ns, "stack": stack, "state": thread.state,
-                                 "locks": [{"kind": lock.kind, "address": lock.address, "class": lock.class_name,
-                                            "frame": lock.frame} for lock in thread.locks]})
+                                 "locks": [self._lock(lock, holders, host) for lock in thread.locks]})
+
+    def _lock(self, lock: hotspot_dump.Lock, holders: dict[str, hotspot_dump.JavaThread],
+              host: dict[int, int] | None) -> dict:
+        """A lock line of a sample, with the owner of a monitor it waits to lock: the thread of
+        the same dump whose frames locked it (on CPU or not: its stack is kept for the owner's
+        sake), its tid as the recording numbers threads (None where the JVM's namespace hides it)."""
+        entry: dict = {"kind": lock.kind, "address": lock.address, "class": lock.class_name, "frame": lock.frame}
+        owner = holders.get(lock.address or "") if lock.kind in hotspot_dump.WAITS_TO_LOCK else None
+        if owner is not None:
+            entry["owner"] = {"name": owner.name, "tid": owner.tid if host is None else host.get(owner.tid),
+                              "stack": self.stacks.setdefault(owner.frames, len(self.stacks))}
+        return entry
 
     def _dump(self, pid: int) -> tuple[bytes | None, str]:
         """py-spy's JSON dump of the process, or None and why not."""

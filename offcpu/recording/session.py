@@ -308,16 +308,20 @@ def save_capture(output: Path, info: CaptureInfo) -> None:
 
 
 def save_snapshot_of(directory: Path, switches_at_start: dict[int, int], info: CaptureInfo,
-                     runtime_frames: dict[int, tuple[str, ...]] | None = None) -> None:
+                     runtime_frames: dict[int, tuple[str, ...]] | None = None,
+                     runtime_owners: dict[int, int | None] | None = None) -> None:
     """The stacks of the target's threads that did not run in the window, taken now (best
     effort: without them such threads are shown with no stack, as before). `runtime_frames`:
     the runtime's frames (a Python program's) read of threads while recording, by thread, put
     after the native frames of those that never ran (read in the window, they are of the one
-    wait such a thread was in)."""
+    wait such a thread was in); `runtime_owners`: of those waiting to lock a Java monitor, its
+    owner as the JVM named it, in place of glibc's mutex owner (their futex is no mutex's)."""
     taken = snapshot.take(switches_at_start, {int(tid): pid for tid, pid in info.processes_at_start.items()})
-    if runtime_frames:
+    frames, owners = runtime_frames or {}, runtime_owners or {}
+    if frames or owners:
         taken = replace(taken, threads=tuple(
-            replace(thread, user_frames=thread.user_frames + runtime_frames.get(thread.tid, ()))
+            replace(thread, user_frames=thread.user_frames + frames.get(thread.tid, ()),
+                    mutex_owner=owners.get(thread.tid) if thread.tid in owners else thread.mutex_owner)
             for thread in taken.threads))
     with contextlib.suppress(OSError):
         save_snapshot(directory, taken)

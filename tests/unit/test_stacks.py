@@ -6,6 +6,7 @@ import pytest
 
 from offcpu.stacks import (
     PLUMBING,
+    held_by,
     looks_truncated,
     reading,
     runtime_frame,
@@ -13,6 +14,7 @@ from offcpu.stacks import (
     shorten,
     shorten_apart,
     user_stack_complete,
+    waited_for,
 )
 from tests.unit.model.test_engine import model_of
 
@@ -39,6 +41,20 @@ def test_a_programs_runtime_frames_after_the_root_leave_a_complete_stack_complet
     assert runtime_parts("<module> (<string>) [py]") == ("<module>", "<string>", 0)
     assert runtime_parts("f (a (b).py:3) [py]") == ("f", "a (b).py", 3)  # a function's name has no space, a file may
     assert runtime_parts("futex_wait") is None
+
+
+def test_what_a_java_thread_waits_for_and_its_holder_are_runtime_frames_of_their_own():
+    assert waited_for("[waiting to lock a java.lang.Object]") == "a java.lang.Object"
+    assert waited_for("[parking to wait for a java.util.concurrent.locks.ReentrantLock$NonfairSync]") == \
+        "a java.util.concurrent.locks.ReentrantLock$NonfairSync"
+    assert waited_for("[unknown]") is None and waited_for("[waiting to lock]") is None
+    holder = "[held by worker-1: java.lang.Thread.sleep at MonitorSleep.pause (MonitorSleep.java:36)]"
+    assert held_by(holder) == "worker-1: java.lang.Thread.sleep at MonitorSleep.pause (MonitorSleep.java:36)"
+    assert held_by("[waiting on a java.lang.Object]") is None
+    # runtime frames (so a stack that reached its root before them is complete), but no function, file and line
+    assert runtime_frame(holder) and runtime_frame("[waiting on a java.lang.Object]") and runtime_parts(holder) is None
+    assert user_stack_complete(["__futex_abstimed_wait_common", "start_thread", "clone3", holder,
+                                "[waiting to lock a java.lang.Object]", "M.run (M.java:3) [java]"])
 
 
 def test_a_programs_runtime_frames_say_where_it_waited_for_the_interpreters_native_ones():

@@ -457,7 +457,8 @@ def test_a_jvms_frames_are_named_as_java_and_its_note_says_its_own_interval(tmp_
                            "frame": 0}]}]
     (tmp_path / "runtime-stacks.json").write_text(to_json(200, [process], [(blocked,)], samples))
     model = build(tmp_path)
-    first = row(model, WAITER, ("schedule", "futex_wait", "qsort",
+    # what the sample says it waits for comes innermost of its Java frames (no owner named: no holder frame)
+    first = row(model, WAITER, ("schedule", "futex_wait", "qsort", "[waiting to lock a java.lang.Object]",
                                 "MonitorSleep.lambda$main$0 (MonitorSleep.java:25) [java]"))
     assert first.count == 2
     assert any(note.startswith(f"Java frames of process {PID} (HotSpot 17.0.15+6-Debian-1deb12u1) were read with "

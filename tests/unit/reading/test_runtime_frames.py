@@ -8,7 +8,16 @@ from pathlib import Path
 
 import numpy as np
 
-from offcpu.reading.runtime_frames import NO_RUNTIME_STACK, Frame, join, load, to_json
+from offcpu.reading.runtime_frames import (
+    NO_OWNER,
+    NO_RUNTIME_STACK,
+    Frame,
+    WaitFrame,
+    join,
+    load,
+    to_json,
+    wait_frames,
+)
 from tests.fixtures import HERE
 
 
@@ -102,3 +111,45 @@ def test_a_recorded_python_lock_carries_its_lines_under_its_lock_waits(tmp_path:
     assert main[-5:] == ("Thread._wait_for_tstate_lock (threading.py:1132) [py]",
                          "Thread.join (threading.py:1112) [py]", "main (python_lock:65) [py]",
                          "<module> (python_lock:71) [py]", "[asleep all the recording]")
+
+
+def test_what_a_java_thread_waits_for_and_who_held_it_become_frames(tmp_path: Path) -> None:
+    # stacks as monitor_sleep.txt's: 0 a blocked worker's, 1 the holder's (asleep in the block, in pause())
+    block = Frame("MonitorSleep.lambda$main$0", "MonitorSleep.java", 25)
+    sleep, pause = Frame("java.lang.Thread.sleep", "Native Method", 0), Frame("MonitorSleep.pause",
+                                                                             "MonitorSleep.java", 36)
+    park = Frame("jdk.internal.misc.Unsafe.park", "Native Method", 0)
+    stacks = [(block,), (sleep, pause, block), (park, Frame("Work.run", "Work.java", 9))]
+    waiting = {"kind": "waiting to lock", "address": "0x1", "class": "java.lang.Object", "frame": 0,
+               "owner": {"name": "worker-1", "tid": 51, "stack": 1}}
+    # the owner's innermost frame is the JDK's (a native method, no line): where the program called it too
+    assert [frame.name("HotSpot") for frame in wait_frames([waiting], stacks)] == [
+        "[held by worker-1: java.lang.Thread.sleep at MonitorSleep.pause (MonitorSleep.java:36)]",
+        "[waiting to lock a java.lang.Object]"]
+    # an owner blocked in the program's own frame: that frame alone
+    assert wait_frames([{**waiting, "owner": {"name": "worker-0", "tid": 50, "stack": 0}}], stacks)[0] == \
+        WaitFrame("held by worker-0: MonitorSleep.lambda$main$0 (MonitorSleep.java:25)")
+    parked = {"kind": "parking to wait for", "address": "0x2", "frame": 0,
+              "class": "java.util.concurrent.locks.ReentrantLock$NonfairSync"}
+    assert wait_frames([parked], stacks) == (
+        WaitFrame("parking to wait for a java.util.concurrent.locks.ReentrantLock$NonfairSync"),)
+    # a monitor a caller frame holds, or one the innermost frame only locked, says no wait
+    assert wait_frames([{**waiting, "frame": 1}, {**waiting, "kind": "locked"}], stacks) == ()
+
+    samples = [{"pid": 5, "tid": 50, "time_ns": 100, "stack": 0, "locks": [waiting]},
+               {"pid": 5, "tid": 51, "time_ns": 100, "stack": 1,
+                "locks": [{"kind": "locked", "address": "0x1", "class": "java.lang.Object", "frame": 2}]},
+               {"pid": 5, "tid": 50, "time_ns": 300, "stack": 0, "locks": [waiting]},
+               {"pid": 5, "tid": 52, "time_ns": 300, "stack": 2, "locks": [parked]}]
+    process = {"pid": 5, "runtime": "HotSpot", "version": "17", "reader": "HotSpot attach: threaddump"}
+    (tmp_path / "runtime-stacks.json").write_text(to_json(200, [process], stacks, samples))
+    loaded = load(tmp_path)
+    assert loaded is not None
+    # the read stacks 0-2 stay; the blocked samples share a stack 3 (its two wait frames, then 0's frames), the
+    # parked one a stack 4; the holder's sample, which waits for nothing named, keeps 1
+    assert loaded.stack_ids.tolist() == [3, 1, 3, 4] and loaded.stacks[:3] == tuple(stacks)
+    assert loaded.stacks[3] == (WaitFrame("held by worker-1: java.lang.Thread.sleep at MonitorSleep.pause "
+                                          "(MonitorSleep.java:36)"),
+                                WaitFrame("waiting to lock a java.lang.Object"), block)
+    assert loaded.owners.tolist() == [51, NO_OWNER, 51, NO_OWNER]
+    assert loaded.last_of(50) == (3, 51) and loaded.last_of(52) == (4, NO_OWNER) and loaded.last_of(9) is None
