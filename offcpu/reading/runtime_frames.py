@@ -107,21 +107,15 @@ class RuntimeStacks:
     stack_ids: np.ndarray
     owners: np.ndarray  # the tid of the thread holding the monitor a sample waits to lock (NO_OWNER: none named)
 
-    def last_of(self, tid: int) -> tuple[int, int] | None:
-        """The stack and owner of a thread's last sample (a thread asleep all the recording has
-        one stack in all of them); None when it has none."""
-        mine = np.flatnonzero(self.tids == tid)
-        if not len(mine):
-            return None
-        last = mine[np.argmax(self.times[mine])]
-        return int(self.stack_ids[last]), int(self.owners[last])
-
     def last_owners(self) -> dict[int, int]:
-        """{waiter tid: owner tid} of the threads whose last sample waits to lock a monitor whose
-        owner the dump named (a Java deadlock is a cycle of them: it never ends, so the last says)."""
-        last = {tid: owner for _, tid, owner in sorted(zip(self.times.tolist(), self.tids.tolist(),
-                                                           self.owners.tolist(), strict=True))}
-        return {tid: owner for tid, owner in last.items() if owner != NO_OWNER}
+        """{waiter tid: owner tid} of the threads that wait to lock a monitor whose owner the last
+        dump of their process named: a cycle of them is a Java deadlock (one dump is one moment,
+        and a deadlock never ends, so its threads are in the last; samples of different dumps
+        could make a cycle of waits that never were at once)."""
+        last = {pid: int(self.times[self.pids == pid].max()) for pid in set(self.pids.tolist())}
+        return {int(tid): int(owner) for pid, tid, time_ns, owner in zip(self.pids, self.tids, self.times, self.owners,
+                                                                          strict=True)
+                if owner != NO_OWNER and time_ns == last[int(pid)]}
 
     def runtime_of(self, pid: int) -> str:
         return next((process.runtime for process in self.processes if process.pid == pid), "CPython")

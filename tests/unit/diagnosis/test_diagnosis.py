@@ -260,3 +260,45 @@ def test_a_kernel_thread_preempted_in_its_main_loop_waits_for_a_cpu() -> None:
     # the end of the 10 ms window, 9 ms
     found = by_id(findings(model(events)))
     assert found["runqueue"].offcpu_us == 2000 + 7000
+
+
+def java_monitor(holder: int) -> str:
+    """A Java thread's wait for a monitor that `holder` holds, as a recorded JVM's wait reads with
+    its thread dump's frames (leaf first): libjvm's futex, what it waits for and who held it, its Java frame."""
+    return (f"{CONDITION};[held by app-{holder}: M.hold (M.java:7)];[waiting to lock a java.lang.Object];"
+            "M.run (M.java:3) [java]")
+
+
+def test_a_java_monitors_wait_is_its_own_lock_named_by_its_class_and_owner() -> None:
+    # Given 11 blocked on a monitor 1 -> 5 ms, which the dump says 12 holds (in M.hold), and 12 lets it go at 5 ms
+    events = builder()
+    switch(events, 1000, 11, "S", 12, java_monitor(12))
+    events.sched_waking(5000 * US, 10, 12, "app-12", 11, WAKE)
+    switch(events, 5200, 12, "S", 11, CONDITION)
+    finding = by_id(findings(model(events)))["lock_contention"]
+    # Then its 4.2 ms (4 ms blocked, 0.2 ms waiting for the CPU 12 held) are the Java monitor's, all of them
+    # with 12 named as the owner, in M.hold
+    assert (finding.title, finding.subject, finding.offcpu_us) == (
+        "Threads wait for a lock: Java monitor (a java.lang.Object)", "Java monitor", 4200)
+    assert finding.summary.endswith("; 100% of that time the thread dumps named its owner as app-12, in M.hold "
+                                    "(M.java:7)."), finding.summary
+
+
+def test_two_java_threads_each_waiting_for_the_others_monitor_are_deadlocked() -> None:
+    # Given 11 and 12 each waiting for the monitor the other holds (the last dump's owners), woken by HotSpot's
+    # timer every 4 ms to try again and back to their wait
+    events = builder()
+    switch(events, 1000, 11, "S", 12, java_monitor(12))
+    switch(events, 1100, 12, "S", 0, java_monitor(11))
+    events.sched_waking(5000 * US, 0, 0, "swapper/0", 11, TIMER)
+    switch(events, 5000, 0, "R", 11, "", prev_pid=0)
+    switch(events, 5010, 11, "S", 0, java_monitor(12))
+    found = model(events)
+    found.mutex_owners.update({11: 12, 12: 11})
+    deadlock = by_id(findings(found))["deadlock"]
+    # Then their waits at the monitor are the deadlock's, which says where each waits and for what
+    assert deadlock.severity == "critical" and deadlock.threads == 2
+    assert ("deadlocked, woken only by timers to try again: app-11 (11) at M.run (M.java:3) waits for a Java monitor "
+            "(a java.lang.Object) held by app-12 (12), which at M.run (M.java:3) waits for one held by app-11 (11)."
+            ) in deadlock.summary, deadlock.summary
+    assert "ReentrantLock.tryLock" in deadlock.remedy

@@ -152,4 +152,9 @@ def test_what_a_java_thread_waits_for_and_who_held_it_become_frames(tmp_path: Pa
                                           "(MonitorSleep.java:36)"),
                                 WaitFrame("waiting to lock a java.lang.Object"), block)
     assert loaded.owners.tolist() == [51, NO_OWNER, 51, NO_OWNER]
-    assert loaded.last_of(50) == (3, 51) and loaded.last_of(52) == (4, NO_OWNER) and loaded.last_of(9) is None
+    # the owners the last dump (at 300) named: 50 waits for 51's monitor, 52 parks on a lock with no owner named
+    assert loaded.last_owners() == {50: 51}
+    samples[2]["locks"] = []  # 50 no longer waits in the last dump: the owner of the dump before is not kept
+    (tmp_path / "runtime-stacks.json").write_text(to_json(200, [process], stacks, samples))
+    loaded = load(tmp_path)
+    assert loaded is not None and loaded.last_owners() == {}
