@@ -152,6 +152,17 @@ def test_the_lock_table_names_wait_sites_by_frames():
                 "main (app.py:70) [py]") == "Python thread join"
     assert site("__futex_abstimed_wait_common", "Condition.wait (threading.py:320) [py]") == "Python Condition wait"
     assert site("__futex_abstimed_wait_common", "work (app.py:57) [py]") == "futex"
+    # a Java thread's wait as its thread dump names it, before libjvm's frames that say only how
+    java = ("ObjectMonitor::EnterI", "ObjectMonitor::enter", "[waiting to lock a java.lang.Object]",
+            "M.run (M.java:3) [java]")
+    assert site("__futex_abstimed_wait_common", *java) == "Java monitor"
+    assert site("ObjectMonitor::EnterI", "M.run (M.java:3) [java]") == "JVM monitor (synchronized)"
+    assert site("Unsafe_Park", "[parking to wait for a java.util.concurrent.locks.ReentrantLock$NonfairSync]") == \
+        "ReentrantLock"
+    assert site("Unsafe_Park", "[parking to wait for a java.util.concurrent.CountDownLatch$Sync]") == \
+        "Java park (java.util.concurrent)"
+    assert site("ObjectMonitor::wait", "[waiting on a java.lang.Object]") == "Java Object.wait"
+    assert site("[waiting to re-lock in wait() a java.lang.Object]") == "Java monitor"
 
 
 def test_stack_cache_lock_seen_with_dwarf_stacks():
