@@ -32,8 +32,9 @@ BPF_RECORDS = "bpf-records.bin"  # its waits, forks, exits and names
 BPF_STACKS = "bpf-stacks.bin"  # its stack table
 BPF_MAPS = "bpf-maps.json"  # the memory maps of its processes (offcpu.recording.process_maps)
 RUNTIME_STACKS = "runtime-stacks.json"  # its runtimes' stacks read while recording (offcpu.reading.runtime_frames)
+PERF_MAPS = "perf-maps.json"  # its processes' perf maps, read at its end (offcpu.recording.perf_maps)
 OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS, VDSO_IMAGE, SNAPSHOT, BPF_RECORDS,
-             BPF_STACKS, BPF_MAPS, RUNTIME_STACKS)
+             BPF_STACKS, BPF_MAPS, RUNTIME_STACKS, PERF_MAPS)
 # In the directory while offcpu records into it; left there, it marks an unfinished recording.
 RECORDING = f"recording{PARTIAL}"
 # The most capture.json holds: a few KB, and about 100 bytes for each thread of the target at

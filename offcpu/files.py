@@ -136,6 +136,20 @@ def read_regular(path: Path | str, limit: int) -> bytes:
         return _read_at_most(file, path, limit)
 
 
+def read_owned(path: Path | str, uid: int, limit: int) -> bytes:
+    """The whole of `path` if it is a regular file owned by `uid` of at most `limit` bytes, a file
+    another user may have put in its place: a link at its name is not followed and a FIFO not
+    waited on. OSError otherwise (FileNotFoundError when nothing is there)."""
+    fd = os.open(path, _READ | os.O_NOFOLLOW)
+    with open(fd, "rb") as file:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise not_regular(path)
+        if status.st_uid != uid:
+            raise OSError(errno.EPERM, f"owned by uid {status.st_uid}, not by the process's {uid}", str(path))
+        return _read_at_most(file, path, limit)
+
+
 def read_given(path: Path | str, limit: int) -> bytes:
     """A file the user named to be read, such as a folded file: a regular file as read_regular
     reads it, or a pipe (a shell's <(command)), read to its end or `limit`; never a device."""

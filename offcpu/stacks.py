@@ -51,8 +51,9 @@ TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", 
 
 # How a frame of a runtime's own (read from the program's runtime, not walked in native code:
 # offcpu.reading.runtime_frames) ends, by runtime: `work (app.py:57) [py]`,
-# `MonitorSleep.pause (MonitorSleep.java:36) [java]`
-RUNTIME_MARKS = {"CPython": "[py]", "HotSpot": "[java]"}
+# `MonitorSleep.pause (MonitorSleep.java:36) [java]`, `JS:*work (app.js:12) [js]` (V8's perf map:
+# offcpu.recording.perf_maps)
+RUNTIME_MARKS = {"CPython": "[py]", "HotSpot": "[java]", "V8": "[js]"}
 RUNTIME_MARK = "[runtime]"  # a runtime without a mark of its own
 _RUNTIME_ENDINGS = tuple(f") {mark}" for mark in (*RUNTIME_MARKS.values(), RUNTIME_MARK))
 

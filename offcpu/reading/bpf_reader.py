@@ -49,7 +49,8 @@ from offcpu.reading.sched_events import (
     Events,
     EventSink,
 )
-from offcpu.recording import process_maps
+from offcpu.recording import perf_maps, process_maps
+from offcpu.recording.perf_maps import PerfMap
 from offcpu.stacks import Stack, without_tracing
 
 if TYPE_CHECKING:
@@ -347,13 +348,16 @@ class BpfReader:
         saved = self.directory / KERNEL_SYMBOLS
         recorded = saved_kernel_build_id(saved)
         vdso = self.directory / VDSO_IMAGE
+        processes = perf_maps.load(self.directory)
         symbolizer = Symbolizer(maps, kernel_symbols_for(saved, recorded), recorded == running_kernel_build_id(),
-                                vdso if vdso.is_file() else None)
+                                vdso if vdso.is_file() else None, perf_maps={
+                                    process.pid: PerfMap.parse(process.text) for process in processes if process.text})
         named = {chain: _stack(chain, table, symbolizer, self.runtime) for chain in chains}
         with_user = (chain for chain in named if isinstance(chain, tuple) and chain[1] >= 0)
         unmapped = {(pid, generation) for _, _, pid, generation, _ in with_user} - maps.mappings.keys()
         self.binary_notes = [*self._unreadable_note(table), *self._unseen_switches_note(),
-                             *_maps_note(snapshots, len(unmapped)), *symbolizer.notes, *self._runtime_notes()]
+                             *_maps_note(snapshots, len(unmapped)), *symbolizer.notes, *self._runtime_notes(),
+                             *perf_maps.notes(processes, symbolizer.perf_map_named)]
         return named
 
     def _runtime_notes(self) -> list[str]:

@@ -34,6 +34,7 @@ from offcpu._core import ElfSymbols, KernelSymbols
 from offcpu.capture import KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError, more_in
 from offcpu.files import PRIVATE, open_regular, read_regular, write_whole
+from offcpu.recording.perf_maps import PerfMap, frame_name
 from offcpu.stacks import UNKNOWN, Stack, without_tracing
 
 # Call chain markers: entries at or above CONTEXT_MAX say whose addresses follow (the kernel's, the user's...).
@@ -300,14 +301,18 @@ class Symbolizer:
     capture's, see bpf_reader), once per address."""
 
     def __init__(self, maps: TaskHistory, kernel: KernelSymbols | None, recorded_here: bool,
-                 vdso: Path | None = None, build_ids: dict[str, bytes] | None = None) -> None:
+                 vdso: Path | None = None, build_ids: dict[str, bytes] | None = None,
+                 perf_maps: dict[int, PerfMap] | None = None) -> None:
         """`recorded_here`: this machine runs the recorded kernel; `build_ids`: of the mapped
-        files by path, where the maps do not carry them (perf.data's BUILD_ID section)."""
+        files by path, where the maps do not carry them (perf.data's BUILD_ID section);
+        `perf_maps`: by pid, for addresses in no file (a JIT's code, offcpu.recording.perf_maps)."""
         self.history = maps
         self.kernel = kernel
         self.recorded_here = recorded_here
         self.vdso = vdso
         self.build_ids = build_ids or {}
+        self.perf_maps = perf_maps or {}
+        self.perf_map_named: dict[int, int] = {}  # by pid, how many addresses its perf map named
         self.files: dict[tuple[str, bytes | None], ElfSymbols | None] = {}
         self.names: dict[tuple[int, int, int], str] = {}
         self.kernel_names: dict[int, str] = {}  # chains share most kernel frames: each address is looked up once
@@ -369,13 +374,22 @@ class Symbolizer:
         mapping = self.history.find(pid, generation, address)
         if mapping is None or not (mapping.path.startswith("/") or mapping.path == VDSO) \
                 or mapping.path.startswith(ANONYMOUS_FILES):
-            return UNKNOWN
+            return self._perf_map_name(pid, address)
         file_offset = address - mapping.start + mapping.offset
         symbols = self._symbols(mapping)
         if symbols is None:
             return f"[{Path(mapping.path).name}+0x{file_offset:x}]"
         symbol = symbols.find(file_offset) if file_offset < 1 << 64 else None  # (not past a damaged offset)
         return demangle(symbol.name) if symbol else UNKNOWN
+
+    def _perf_map_name(self, pid: int, address: int) -> str:
+        """An address in no file, named by the process's perf map when it has one (a JIT's code)."""
+        perf_map = self.perf_maps.get(pid)
+        name = perf_map.find(address) if perf_map else None
+        if name is None:
+            return UNKNOWN
+        self.perf_map_named[pid] = self.perf_map_named.get(pid, 0) + 1
+        return frame_name(name)
 
     def _symbols(self, mapping: Mapping) -> ElfSymbols | None:
         build_id = mapping.build_id or self.build_ids.get(mapping.path)

@@ -25,7 +25,7 @@ from offcpu.capture import BPF_RECORDS, BPF_STACKS, CaptureInfo, Target
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.machine import system
-from offcpu.recording import targets
+from offcpu.recording import perf_maps, targets
 from offcpu.recording.backends import Backend, BpfRefused
 from offcpu.recording.end_watch import size_in_bytes, wait_for_end
 from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
@@ -236,6 +236,10 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
         info.ended_at = now_iso()
         note_cgroups_at_end(info)
         maps_now()
+        try:  # at the end: a JIT's perf map grows while its program runs
+            perf_maps.save(request.output, _recorded_processes(info.target))
+        except OSError as error:
+            raise _not_written(request.output, error) from None
     info.duration_actual_s = (info.window_end_ns - info.window_start_ns) / 1e9
     info.target_exited = info.ended_by == "target exited"
     return switches_at_start

@@ -57,8 +57,8 @@ def report(capture: Path):  # noqa: ANN201
 @pytest.mark.parametrize("plant", PLANTS)
 @pytest.mark.parametrize(("backend", "name"), [
     ("bpf", "capture.json"), ("bpf", "bpf-records.bin"), ("bpf", "bpf-stacks.bin"), ("bpf", "bpf-maps.json"),
-    ("bpf", "snapshot.json"), ("bpf", "kallsyms"), ("bpf", "vdso"), ("bpf", "model.json"), ("perf", "perf.data"),
-    ("perf", "snapshot.json"), ("perf", "model.json")])
+    ("bpf", "perf-maps.json"), ("bpf", "snapshot.json"), ("bpf", "kallsyms"), ("bpf", "vdso"), ("bpf", "model.json"),
+    ("perf", "perf.data"), ("perf", "snapshot.json"), ("perf", "model.json")])
 def test_a_file_that_is_no_regular_file_of_its_size_is_never_waited_on_nor_read(copy, backend, name, plant):
     capture = copy(backend)
     (capture / "model.json").unlink()  # every file is read
@@ -74,7 +74,7 @@ def test_a_file_that_is_no_regular_file_of_its_size_is_never_waited_on_nor_read(
         assert_one_line_error(result, name)
     elif plant is sparse and name == "vdso" and result.returncode:  # read when a frame is in the vdso
         assert_one_line_error(result, name)
-    else:  # left out: snapshot.json, bpf-maps.json (said in the report), model.json (built again)
+    else:  # left out: snapshot.json, bpf-maps.json (said in the report), perf-maps.json, model.json (built again)
         assert result.returncode == 0, result.stderr
         assert "Off-CPU time of" in result.stdout
 
@@ -105,7 +105,7 @@ def test_a_capture_json_nested_past_any_limit_is_refused_in_one_line(copy):
     assert_one_line_error(report(capture), "capture.json", "nested too deeply")
 
 
-@pytest.mark.parametrize("name", ["bpf-maps.json", "snapshot.json"])
+@pytest.mark.parametrize("name", ["bpf-maps.json", "perf-maps.json", "snapshot.json"])
 def test_a_nested_file_the_report_can_do_without_is_left_out(copy, name):
     capture = copy("bpf")
     (capture / "model.json").unlink()
