@@ -18,9 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import example, run_offcpu, wait_for_threads
+from tests.conftest import example, missing, run_offcpu, wait_for_threads
 from tests.programs import children
 
 PYTHON = "/usr/bin/python3"  # the examples' own (Debian's CPython)
@@ -37,7 +35,7 @@ def line_of(path: Path, text: str, after: str = "") -> int:
 @contextmanager
 def running(name: str, *args: str, threads: int) -> Iterator[subprocess.Popen[str]]:
     if not os.access(PYTHON, os.X_OK):
-        pytest.skip(f"{PYTHON} is not installed")
+        missing(f"{PYTHON} is not installed: scripts/setup installs it")
     program = subprocess.Popen([PYTHON, str(example(name)), *args], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, text=True)
     try:

@@ -14,10 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 from offcpu.recording.runtime_stacks import INTERVAL_S, RuntimeSampler, py_spy
-from tests.conftest import example, wait_for_threads
+from tests.conftest import example, missing, wait_for_threads
 from tests.programs import MissingProgram, children, java_monitor, thread_names
 
 FORKS, KILLS, CONNECTS = "sched:sched_process_fork", "syscalls:sys_enter_kill", "syscalls:sys_enter_connect"
@@ -67,7 +65,7 @@ def test_a_c_program_is_never_read(recording_perf: str, tmp_path: Path) -> None:
 
 def test_a_python_program_is_read_by_a_py_spy_each_round(recording_perf: str, tmp_path: Path) -> None:
     if not os.access(PYTHON, os.X_OK) or py_spy() is None:
-        pytest.skip(f"{PYTHON} or py-spy is not installed")
+        missing(f"{PYTHON} or py-spy is not installed: scripts/setup installs them")
     program = subprocess.Popen([PYTHON, str(example("python_lock")), "-t", "4", "-s", "60"],
                                stdout=subprocess.DEVNULL)
     try:
@@ -84,6 +82,6 @@ def test_a_jvm_is_attached_to(recording_perf: str, tmp_path: Path) -> None:
         with java_monitor(2) as jvm:
             counts = reads_by_the_sampler(recording_perf, jvm.pid, tmp_path)
     except MissingProgram as error:
-        pytest.skip(str(error))
+        missing(str(error))
     # the first read signals the JVM to start its attach listener and connects; each next one connects
     assert counts[FORKS] == 0 and counts[KILLS] == 1 and counts[CONNECTS] >= 1

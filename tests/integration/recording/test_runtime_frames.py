@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OFFCPU, example, run_offcpu, wait_for_threads
+from tests.conftest import OFFCPU, example, missing, run_offcpu, wait_for_threads
 
 PYTHON = "/usr/bin/python3"  # the example's own (Debian's CPython)
 WORKERS = 4
@@ -33,7 +33,7 @@ def line_of(path: Path, text: str) -> int:
 @pytest.fixture
 def python_lock(recording_perf: str) -> Iterator[subprocess.Popen[str]]:
     if not os.access(PYTHON, os.X_OK):
-        pytest.skip(f"{PYTHON} is not installed")
+        missing(f"{PYTHON} is not installed: scripts/setup installs it")
     program = subprocess.Popen([PYTHON, str(example("python_lock")), "-t", str(WORKERS), "-s", "60", "-u",
                                 str(SLEEP_US)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
     try:
