@@ -69,7 +69,7 @@ class Target:
 
 def target_of(pid: int) -> Target:
     """The process's pids and effective ids (OSError when it is gone)."""
-    with open(f"/proc/{pid}/status") as file:
+    with open(f"/proc/{pid}/status", errors="replace") as file:
         fields = dict(line.rstrip("\n").split(":\t", 1) for line in file if ":\t" in line)
     try:
         nspid = int(fields.get("NSpid", str(pid)).split()[-1])
@@ -80,7 +80,7 @@ def target_of(pid: int) -> Target:
 
 def handles_sigquit(pid: int) -> bool:
     """Whether the process has a handler for SIGQUIT (else the signal's default action ends it)."""
-    with open(f"/proc/{pid}/status") as file:
+    with open(f"/proc/{pid}/status", errors="replace") as file:
         for line in file:
             if line.startswith("SigCgt:"):
                 return bool(int(line.split()[1], 16) >> (signal.SIGQUIT - 1) & 1)

@@ -97,7 +97,7 @@ def read_process(pid: int) -> Process | None:
     one); None when neither (or it is gone)."""
     try:
         exe = os.readlink(PROC / str(pid) / "exe").removesuffix(" (deleted)")
-        status = (PROC / str(pid) / "status").read_text()
+        status = (PROC / str(pid) / "status").read_text(errors="replace")
     except OSError:
         return None
     fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)

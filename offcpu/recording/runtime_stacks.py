@@ -78,7 +78,7 @@ def cpython_version(pid: int) -> str | None:
         match = _PYTHON_EXE.match(exe.removesuffix(" (deleted)"))
         if match:
             return match.group(1) or ""
-        with open(f"/proc/{pid}/maps") as maps:
+        with open(f"/proc/{pid}/maps", errors="replace") as maps:
             for line in maps:
                 found = _LIBPYTHON.search(line)
                 if found:
@@ -101,7 +101,7 @@ def _forked_by(pid: int, parent: int) -> bool:
 def is_hotspot(pid: int) -> bool:
     """Whether the process runs a HotSpot JVM (maps libjvm.so)."""
     try:
-        with open(f"/proc/{pid}/maps") as maps:
+        with open(f"/proc/{pid}/maps", errors="replace") as maps:
             return any(_LIBJVM.search(line.rstrip("\n").removesuffix(" (deleted)")) for line in maps)
     except OSError:
         return False
@@ -113,7 +113,7 @@ def namespace_tids(pid: int) -> dict[int, int]:
     with contextlib.suppress(OSError):
         for name in os.listdir(f"/proc/{pid}/task"):
             try:
-                with open(f"/proc/{pid}/task/{name}/status") as file:
+                with open(f"/proc/{pid}/task/{name}/status", errors="replace") as file:
                     nspid = next((line.split()[-1] for line in file if line.startswith("NSpid:")), name)
                 tids[int(nspid)] = int(name)
             except (OSError, ValueError):
@@ -127,7 +127,7 @@ def _thread_states(pid: int) -> dict[int, tuple[str, int]]:
     with contextlib.suppress(OSError):
         for name in os.listdir(f"/proc/{pid}/task"):
             try:
-                with open(f"/proc/{pid}/task/{name}/status") as file:
+                with open(f"/proc/{pid}/task/{name}/status", errors="replace") as file:
                     fields = dict(line.split(":", 1) for line in file if ":" in line)
                 switches = int(fields["voluntary_ctxt_switches"]) + int(fields["nonvoluntary_ctxt_switches"])
                 states[int(name)] = (fields["State"].strip()[:1], switches)
