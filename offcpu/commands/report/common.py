@@ -20,7 +20,7 @@ from offcpu.files import invoking_uid, not_regular, open_directory, write_whole
 from offcpu.model import Model
 from offcpu.model.loading import READERS, build, cached_model
 from offcpu.model.stackview import StackView
-from offcpu.model.summaries import unreadable_note
+from offcpu.model.summaries import unreadable_note, untrusted
 from offcpu.stdout import ReaderGone, write_stdout
 
 # Not click's readable check: loading the capture says what cannot be read, and how to read it.
@@ -288,8 +288,12 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 def load_with_progress(capture: Path, time: tuple[float, float] | None, reader: str | None = None) -> Model:
     """The capture's model (see read_with_progress), and a warning on stderr when part of
-    perf.data could not be read."""
+    perf.data could not be read; an error when what it could not read left no wait at all
+    (one line, not the warning and then "no off-CPU intervals")."""
     model = read_with_progress(capture, time, reader)
+    unread = unreadable_note(model)
+    if unread and untrusted(model) and not any(row.offcpu_us for row in model.rows):
+        raise OffcpuError(unread)
     warn_if_unread(model)
     return model
 
