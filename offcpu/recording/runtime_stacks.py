@@ -194,7 +194,9 @@ class RuntimeSampler:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            with contextlib.suppress(OSError):
+            # (ValueError: what a process controls, its names and paths in /proc, read as text,
+            # never ends the recording)
+            with contextlib.suppress(OSError, ValueError):
                 for pid in self._due()[:MAX_PROCESSES]:
                     if self._stopping.is_set():
                         break
