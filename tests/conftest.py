@@ -105,6 +105,19 @@ def processes_with_arguments(*argv: str) -> list[int]:
     return found
 
 
+def programs_running(program: str) -> dict[int, list[bytes]]:
+    """The processes whose executable's name ends with `program`: their pids and arguments."""
+    found = {}
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = entry.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(program.encode()):
+            found[int(entry.parent.name)] = argv
+    return found
+
+
 STARTUP_TIMEOUT_S = 10.0
 
 

@@ -16,7 +16,14 @@ import pytest
 
 from offcpu.capture import Target
 from offcpu.commands.record import default_output
-from tests.conftest import OFFCPU, assert_one_line_error, example, processes_with_arguments, run_offcpu
+from tests.conftest import (
+    OFFCPU,
+    assert_one_line_error,
+    example,
+    processes_with_arguments,
+    programs_running,
+    run_offcpu,
+)
 from tests.perf_data import dumped_counts, event_counts, script_events
 
 # perf's recording is what these tests hold (perf.data, its command line, its complaints);
@@ -30,15 +37,7 @@ def load(capture: Path) -> dict:
 
 def perf_processes_writing(capture: Path) -> list[int]:
     """pids of perf processes whose command line names this capture."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            argv = entry.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"perf") and str(capture).encode() in b" ".join(argv):
-            found.append(int(entry.parent.name))
-    return found
+    return [pid for pid, argv in programs_running("perf").items() if str(capture).encode() in b" ".join(argv)]
 
 
 def test_record_pid_writes_a_capture_true_to_the_recording(workload, tmp_path):

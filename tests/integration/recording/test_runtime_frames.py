@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OFFCPU, example, missing, run_offcpu, wait_for_threads
+from tests.conftest import OFFCPU, example, missing, programs_running, run_offcpu, wait_for_threads
 
 PYTHON = "/usr/bin/python3"  # the example's own (Debian's CPython)
 WORKERS = 4
@@ -46,15 +46,7 @@ def python_lock(recording_perf: str) -> Iterator[subprocess.Popen[str]]:
 
 def py_spy_of(pid: int) -> list[int]:
     """The py-spy processes reading process `pid`."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            argv = entry.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"py-spy") and str(pid).encode() in argv:
-            found.append(int(entry.parent.name))
-    return found
+    return [reader for reader, argv in programs_running("py-spy").items() if str(pid).encode() in argv]
 
 
 def test_a_python_programs_waits_carry_its_functions_and_lines(tmp_path: Path,
