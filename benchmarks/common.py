@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -242,6 +242,21 @@ def pin_cpu(cpu: int | None, no_pin: bool) -> int | None:
     if cpu not in allowed:
         raise BenchError(f"CPU {cpu} is not one this process may run on ({', '.join(map(str, sorted(allowed)))})")
     return cpu
+
+
+def run_guarded(name: str, measure: Callable[[], int], stopped: str) -> int:
+    """A benchmark's run: its exit code, 2 with one line for a BenchError, 130 when interrupted
+    (SIGTERM and SIGHUP as Ctrl-C), with what was `stopped` said; orphans reaped by it."""
+    with interrupts_as_keyboard_interrupt():
+        try:
+            become_subreaper()
+            return measure()
+        except BenchError as error:
+            print(f"{name}: {error}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(f"{name}: interrupted ({stopped})", file=sys.stderr)
+            return 130
 
 
 @contextmanager

@@ -31,7 +31,6 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -43,11 +42,10 @@ from benchmarks.common import (
     MAX_SIZE,
     BenchError,
     Recording,
-    become_subreaper,
-    interrupts_as_keyboard_interrupt,
     offcpu_command,
     pin_cpu,
     reap_group,
+    run_guarded,
 )
 
 BACKENDS = ("perf", "bpf")
@@ -119,17 +117,8 @@ def _choices(allowed: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    with interrupts_as_keyboard_interrupt():
-        try:
-            become_subreaper()
-            return _measure(args)
-        except BenchError as error:
-            print(f"record-overhead: {error}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print("record-overhead: interrupted (offcpu, perf and the workloads stopped, captures removed)",
-                  file=sys.stderr)
-            return 130
+    return run_guarded("record-overhead", lambda: _measure(args),
+                       "offcpu, perf and the workloads stopped, captures removed")
 
 
 def _measure(args: argparse.Namespace) -> int:

@@ -35,7 +35,6 @@ import resource
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -44,7 +43,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.common import BenchError, Recording, become_subreaper, interrupts_as_keyboard_interrupt, offcpu_command
+from benchmarks.common import (
+    BenchError,
+    Recording,
+    offcpu_command,
+    run_guarded,
+)
 from benchmarks.record_overhead import REQUESTS_PER_S, Run, _ratios
 from offcpu.capture import RUNTIME_STACKS
 from offcpu.recording.runtime_stacks import RuntimeSampler
@@ -89,17 +93,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with interrupts_as_keyboard_interrupt():
-        try:
-            become_subreaper()
-            return _measure(args)
-        except BenchError as error:
-            print(f"runtime-frames: {error}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print("runtime-frames: interrupted (offcpu, the servers and wrk stopped, captures removed)",
-                  file=sys.stderr)
-            return 130
+    return run_guarded("runtime-frames", lambda: _measure(args),
+                       "offcpu, the servers and wrk stopped, captures removed")
 
 
 def _measure(args: argparse.Namespace) -> int:
