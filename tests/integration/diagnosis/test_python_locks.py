@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -36,13 +37,15 @@ def line_of(path: Path, text: str, after: str = "") -> int:
 def running(name: str, *args: str, threads: int) -> Iterator[subprocess.Popen[str]]:
     if not os.access(PYTHON, os.X_OK):
         missing(f"{PYTHON} is not installed: scripts/setup installs it")
+    # a session of its own: python_gil -p's pool workers outlive a killed parent and would spin
+    # through the tests after this one
     program = subprocess.Popen([PYTHON, str(example(name)), *args], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, text=True)
+                               stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         wait_for_threads(program.pid, threads)
         yield program
     finally:
-        program.kill()
+        os.killpg(program.pid, signal.SIGKILL)
         program.wait()
 
 
