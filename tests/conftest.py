@@ -21,6 +21,22 @@ EXAMPLES = ROOT / "examples" / "bin"
 OFFCPU = Path(sys.executable).parent / "offcpu"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_stale_jvm_sockets() -> Iterator[None]:
+    """Removes, after the session, the attach sockets (/tmp/.java_pidN) of the JVMs the tests
+    attached to and then killed: a JVM ended by SIGKILL leaves its socket behind."""
+    started = time.time()
+    yield
+    for path in Path("/tmp").glob(".java_pid*"):
+        pid = path.name.removeprefix(".java_pid")
+        try:
+            made_here = path.lstat().st_mtime >= started and path.is_socket() and not path.is_symlink()
+        except OSError:
+            continue
+        if made_here and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            path.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="session")
 def perf() -> str:
     """perf's path, for reading perf.data (which needs no privilege); in CI a missing perf
