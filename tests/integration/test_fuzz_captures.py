@@ -25,7 +25,7 @@ import pytest
 from tests.conftest import ROOT, example, run_offcpu
 
 SEED = 34
-MUTATIONS = 200  # of each kind
+MUTATIONS = 100  # of each kind (a fixed seed: the same ones each run, each kind of damage many times)
 REPORT_TIMEOUT_S = 20.0
 CHILDREN = 2  # reporting at once
 BATCH = 50  # reports of one child
