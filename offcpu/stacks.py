@@ -55,6 +55,7 @@ TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", 
 # offcpu.recording.perf_maps)
 RUNTIME_MARKS = {"CPython": "[py]", "HotSpot": "[java]", "V8": "[js]"}
 RUNTIME_MARK = "[runtime]"  # a runtime without a mark of its own
+JDK_PACKAGES = ("java.", "javax.", "jdk.", "sun.")  # whose frames are the JVM's library, not the program's
 _RUNTIME_ENDINGS = tuple(f") {mark}" for mark in (*RUNTIME_MARKS.values(), RUNTIME_MARK))
 
 

@@ -36,7 +36,7 @@ from offcpu.diagnosis.roots import IN_TURNS, ON_CPU
 from offcpu.diagnosis.wording import counted, pct, us_text
 from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Row
 from offcpu.model.summaries import runqueue_percentiles
-from offcpu.stacks import held_by, runtime_parts, waited_for
+from offcpu.stacks import JDK_PACKAGES, held_by, runtime_parts, waited_for
 
 # thread_limits: a limit used this much is worth a finding, a warning, critical.
 LIMIT_INFO_FROM = 0.5
@@ -253,10 +253,15 @@ def _holder_sites(ctx: Context, rows: list[Row], lock: str) -> str:
 
 
 def _innermost_runtime(ctx: Context, row: Row) -> str | None:
-    """A wait's innermost runtime frame without its mark: `work (app.py:57)` (not what a Java
-    thread waits for, `[waiting to lock a java.lang.Object]`, which names no place)."""
-    frame = next((frame for frame in ctx.model.stacks[row.stack].frames if runtime_parts(frame) is not None), None)
-    return frame.rsplit(" [", 1)[0] if frame is not None else None
+    """A wait's innermost runtime frame of the program's own, without its mark: `work (app.py:57)`,
+    `LockSleep.pause (LockSleep.java:41)` rather than the JDK's `java.lang.Thread.sleep` it called
+    (the JDK's innermost where the stack has no frame of the program's). Not what a Java thread
+    waits for, `[waiting to lock a java.lang.Object]`, which names no place."""
+    frames = [(frame, parts[0]) for frame in ctx.model.stacks[row.stack].frames
+              if (parts := runtime_parts(frame)) is not None]
+    own = next((frame for frame, function in frames if not function.startswith(JDK_PACKAGES)), None)
+    chosen = own or (frames[0][0] if frames else None)
+    return chosen.rsplit(" [", 1)[0] if chosen is not None else None
 
 
 def _sites_text(words: str, by_frame: dict[str, int], whole: int) -> str:

@@ -50,14 +50,13 @@ import numpy as np
 
 from offcpu.capture import RUNTIME_STACKS
 from offcpu.files import read_json
-from offcpu.stacks import HELD_BY, RUNTIME_MARK, RUNTIME_MARKS
+from offcpu.stacks import HELD_BY, JDK_PACKAGES, RUNTIME_MARK, RUNTIME_MARKS
 
 SCHEMA = "offcpu-runtime-stacks/1"
 RUNTIME_STACKS_MAX = 64 << 20  # the most runtime-stacks.json is read of
 NO_RUNTIME_STACK = -1  # a wait that no sample joined
 NO_OWNER = -1
 # The lock lines of a Java thread's innermost frame that say what it waits for (hotspot_dump.LOCK_KINDS)
-JDK_PACKAGES = ("java.", "javax.", "jdk.", "sun.")  # whose frames are not the program's
 WAITS_TO_LOCK = ("waiting to lock", "waiting to re-lock in wait()")  # a monitor, which has an owner
 WAIT_KINDS = ("waiting to lock", "waiting to re-lock in wait()", "parking to wait for", "waiting on")
 

@@ -109,3 +109,30 @@ def test_a_java_deadlock_is_a_deadlock_at_its_methods(tmp_path: Path) -> None:
     report = json.loads(run_offcpu("report", "json", str(fixed)).stdout)
     assert not [finding for finding in report["findings"] if finding["id"] in ("deadlock", "stuck")], \
         report["findings"]
+
+
+def test_a_reentrantlock_held_across_a_sleep_is_its_own_finding_at_the_programs_lines(tmp_path: Path) -> None:
+    # java_lock_sleep -t 4 -u 200: four workers take one fair ReentrantLock in turns and sleep 200 ms
+    # holding it; the others park in its queue (LockSupport.park: no monitor, no owner in the dump)
+    capture = tmp_path / "cap"
+    with jvm("java_lock_sleep", 4, "-u", "200") as program:
+        result = run_offcpu("record", "--pid", str(program.pid), "-d", "4", "-o", str(capture))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(run_offcpu("report", "json", str(capture)).stdout)
+    [lock] = [finding for finding in report["findings"] if finding["subject"] == "ReentrantLock"]
+    assert (lock["id"], lock["title"]) == ("lock_contention", "Threads wait for a lock: ReentrantLock "
+                                           "(a java.util.concurrent.locks.ReentrantLock$FairSync)"), lock
+    # where they wait and where the holder sleeps are the program's lines, not the JDK's park and sleep
+    waits_at = f"holds at LockSleep.lambda$main$0 (LockSleep.java:{line_of('LockSleep.java', 'LOCK.lock(); // where')})"
+    sleeps_at = (f"a blocking call inside the critical section, made at LockSleep.pause "
+                 f"(LockSleep.java:{line_of('LockSleep.java', 'Thread.sleep(millis)')})")
+    assert waits_at in lock["summary"] and sleeps_at in lock["summary"], lock["summary"]
+    assert lock["severity"] in ("warning", "critical"), lock
+
+    # the fixed twin sleeps before taking the lock: no lock to wait for
+    fixed = tmp_path / "fixed"
+    with jvm("java_lock_sleep_fixed", 4, "-u", "200") as program:
+        result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", "-o", str(fixed))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(run_offcpu("report", "json", str(fixed)).stdout)
+    assert not [finding for finding in report["findings"] if finding["severity"] != "info"], report["findings"]

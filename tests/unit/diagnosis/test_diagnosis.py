@@ -284,6 +284,22 @@ def test_a_java_monitors_wait_is_its_own_lock_named_by_its_class_and_owner() -> 
                                     "(M.java:7)."), finding.summary
 
 
+def test_a_reentrantlocks_wait_is_placed_at_the_programs_frame_not_the_jdks() -> None:
+    # Given 11 parked 1 -> 5 ms in a ReentrantLock's queue (the JDK's park frames innermost, the program's
+    # M.run outermost), unparked by 12's unlock at 5 ms
+    events = builder()
+    switch(events, 1000, 11, "S", 12, f"{CONDITION};[parking to wait for a java.util.concurrent.locks."
+                                      "ReentrantLock$FairSync];jdk.internal.misc.Unsafe.park (Native Method) [java];"
+                                      "java.util.concurrent.locks.LockSupport.park (LockSupport.java:211) [java];"
+                                      "M.run (M.java:3) [java]")
+    events.sched_waking(5000 * US, 10, 12, "app-12", 11, WAKE)
+    switch(events, 5200, 12, "S", 11, CONDITION)
+    finding = by_id(findings(model(events)))["lock_contention"]
+    # Then the lock's finding says the wait is at the program's line, M.java:3
+    assert finding.subject == "ReentrantLock" and " holds at M.run (M.java:3) (100%)" in finding.summary, \
+        finding.summary
+
+
 def test_two_java_threads_each_waiting_for_the_others_monitor_are_deadlocked() -> None:
     # Given 11 and 12 each waiting for the monitor the other holds (the last dump's owners), woken by HotSpot's
     # timer every 4 ms to try again and back to their wait

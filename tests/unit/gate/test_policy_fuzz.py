@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from offcpu.errors import OffcpuError
 from offcpu.gate.policy import Policy, load_policy
 from tests.conftest import ROOT
 
-FUZZ_SECONDS = 3.0
+MUTATIONS = 600  # a fixed number: a time bound tried fewer on a loaded machine and failed its counts
 SEED = 20261122  # fixed, so that a failure is the same on every run
 POLICY_DOC = ROOT / "docs" / "check.md"
 SEEDS = [
@@ -73,8 +72,7 @@ def test_the_policy_reader_gives_a_policy_or_an_error(tmp_path: Path) -> None:
     seeds = SEEDS + [documented_policy()]
     path = tmp_path / "policy.toml"
     outcomes: Counter[str] = Counter()
-    deadline = time.monotonic() + FUZZ_SECONDS
-    while time.monotonic() < deadline:
+    for _ in range(MUTATIONS):
         text = mutated(rng.choice(seeds), rng)
         path.write_bytes(text.encode("utf-8", errors="surrogatepass"))  # a lone surrogate: not UTF-8
         try:

@@ -26,7 +26,7 @@ def test_a_process_in_a_cgroup_below_a_quota_has_both_cgroups_with_the_quota_abo
             version = "v2" if (busy.cgroup / "cpu.max").exists() else "v1"
             mounts = MOUNTS.read_text()
             found = cgroups.read_at_start([busy.pid], mounts)
-            time.sleep(0.3)  # 3 periods of 100 ms: the quota, 20 ms of each, runs out in each
+            time.sleep(1.0)  # 10 periods of 100 ms: the quota, 20 ms of each, runs out in most, even when loaded
             ended = cgroups.read_at_end(found, mounts)
             by_hand = cpu_stat(busy.cgroup)
         finally:
