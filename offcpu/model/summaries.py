@@ -197,8 +197,9 @@ def sampling_note(model: Model) -> str | None:
     """How many waits carry a stack, when their stacks were sampled (None when all do)."""
     if not model.sampled:
         return None
-    return (f"stacks of {model.stacked_waits:,} of {model.waits:,} waits (sampled under the cost budget); times per "
-            "stack are estimates, ± one standard error; threads' times are exact")
+    return (f"stacks were taken for {model.stacked_waits:,} of the {model.waits:,} waits, a sample that keeps the "
+            "recording's cost down (--stack-budget): the time shown per stack is an estimate, ± one standard error; "
+            "each thread's time is exact")
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,8 @@ from offcpu.renderers.speedscope import SpeedscopeProfile
 from offcpu.renderers.text import TextReport
 from tests.unit.model.test_engine_events import US, builder, model, switch
 
-NOTE = ("stacks of 6 of 7 waits (sampled under the cost budget); times per stack are estimates, ± one standard "
-        "error; threads' times are exact")
+NOTE = ("stacks were taken for 6 of the 7 waits, a sample that keeps the recording's cost down (--stack-budget): "
+        "the time shown per stack is an estimate, ± one standard error; each thread's time is exact")
 
 
 def sampled() -> Model:

@@ -363,7 +363,7 @@ def test_the_text_report_says_it_was_recorded_with_bpf(tmp_path: Path) -> None:
     assert header[2].endswith("0.01 s recorded (fp stacks; recorded with BPF)")
     assert header[3] == "3 threads were off CPU for 7.1 ms: blocked 5.5 ms, waiting for a CPU 1.6 ms"
     # (no perf's cost of the switches:) two of the six waits had no stack taken, and two stacks failed
-    assert header[4].startswith("Note: stacks of 4 of 6 waits (sampled under the cost budget)")
+    assert header[4].startswith("Note: stacks were taken for 4 of the 6 waits, a sample that keeps the recording's")
     assert header[5].startswith("Note: 2 of the 6 stacks taken could not be read")
 
 
