@@ -35,8 +35,8 @@ class _Formats(LazyGroup):
         if Path(given).exists():
             return super().resolve_command(ctx, [DEFAULT_FORMAT, *args])
         near = difflib.get_close_matches(given, self.lazy, n=1)
-        meant = f"did you mean '{near[0]}'? " if near else ""
-        raise click.UsageError(f"'{given}' is neither a format nor a capture: {meant}The formats: "
+        meant = f" (did you mean '{near[0]}'?)" if near else ""
+        raise click.UsageError(f"'{given}' is neither a format nor a capture{meant}; the formats: "
                                f"{', '.join(self.lazy)}", ctx)
 
 

@@ -126,9 +126,9 @@ def test_a_misspelt_format_is_one_line_naming_the_nearest(tmp_path):
     misspelt = run_offcpu("report", "txt", str(tmp_path))
     neither = run_offcpu("report", "nothing-here", cwd=tmp_path)
     # Then each is a usage error (2) on one line: the nearest format when there is one, and the formats
-    assert_one_line_error(misspelt, "'txt' is neither a format nor a capture", "did you mean 'text'?",
+    assert_one_line_error(misspelt, "'txt' is neither a format nor a capture (did you mean 'text'?); the formats: "
                           "text, svg, html, json")
-    assert_one_line_error(neither, "'nothing-here' is neither a format nor a capture", "The formats: text")
+    assert_one_line_error(neither, "'nothing-here' is neither a format nor a capture; the formats: text")
     assert "did you mean" not in neither.stderr
 
 
