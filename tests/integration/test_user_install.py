@@ -9,8 +9,8 @@ import subprocess
 from tests.conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "test-user-install"
-BUDGET_S = 300  # a hang guard: 78 s on a quiet machine (the wheel built, doctor and the quick start recorded), over
-# 120 s in a full run beside other builds
+BUDGET_S = 420  # a hang guard: 78 s on a quiet machine (the wheel built, doctor and the quick start recorded once),
+# over 120 s in a full run beside other builds; 157 s with the quick start twice at a load average of 10 on 2 CPUs
 
 
 def test_the_readme_user_install_and_quick_start_work():
