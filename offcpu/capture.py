@@ -185,6 +185,15 @@ class CaptureInfo:
         return asdict(self)
 
     @property
+    def recorded_counts(self) -> str:
+        """What was recorded, counted as its backend counts it."""
+        noun = "event" if self.bpf is None else "wait"
+        counts = f"{self.samples:,} {noun}{'s' * (self.samples != 1)}"
+        if self.bpf is None:
+            return f"{counts} (+{self.switch_records:,} switch records)"
+        return f"{counts} ({self.bpf.get('sampled', 0):,} with stacks)"
+
+    @property
     def lost_share(self) -> float:
         """The share of the events perf meant to record that it lost (0-1)."""
         return self.lost_events / max(self.samples + self.switch_records + self.lost_events, 1)

@@ -128,10 +128,10 @@ RECORDING_OPTIONS = (
                  help=f"Seconds to record at most; more than {MAX_DURATION_S:.0f} needs --no-limit."),
     click.option("--no-limit", is_flag=True, help=f"Allow --duration above {MAX_DURATION_S:.0f} s."),
     click.option("--max-size", default="512M", show_default=True,
-                 help="Stop when perf.data reaches this size (perf's B/K/M/G)."),
+                 help="Stop when the recording (perf.data, or BPF's records) reaches this size (B/K/M/G)."),
     click.option("--call-graph", default="fp", show_default=True,
-                 help="How perf walks stacks: fp (cheap) or dwarf[,BYTES] (full user stacks through libraries "
-                      "built without frame pointers; ~10x bigger captures)."),
+                 help="How user stacks are walked: fp (cheap) or dwarf[,BYTES] (perf only: full user stacks through "
+                      "libraries built without frame pointers; ~10x bigger captures)."),
     click.option("--mmap-pages", "-m",
                  help="perf's ring buffer size in pages (a power of two); raise it when events are lost."),
     click.option("--enable-schedstats", is_flag=True,
@@ -184,9 +184,11 @@ def output_option(help_text: str) -> Callable[..., Any]:
 def record(settings: Settings, output: Path | None, force: bool, command: tuple[str, ...], **chosen: Any) -> None:
     """Record where threads wait while they are off CPU.
 
-    Runs perf on the scheduler's switch and wakeup tracepoints (with call
-    stacks) and the thread lifecycle tracepoints, for --duration seconds at
-    most, and writes a capture directory: perf.data and capture.json.
+    Times every switch and wakeup of the target's threads at the
+    scheduler's tracepoints, with their call stacks, for --duration seconds
+    at most, and writes a capture directory: capture.json and the
+    recording, BPF's wait records and stacks (bpf-records.bin,
+    bpf-stacks.bin) or perf's perf.data (see --backend).
     Ctrl-C ends the recording early and still leaves a complete capture.
     Threads that never run while it records (deadlocked, stuck on a lock,
     idle) leave no event: their stacks are read from the live process at the
@@ -341,16 +343,10 @@ def _print_summary(info: CaptureInfo, request: RecordRequest, suggest_report: bo
     following = f" Next: offcpu report text {where} (or report svg, html, json, folded)" if suggest_report else ""
     console.print(
         f"Recorded {info.target.describe()} with {info.backend} for {info.duration_actual_s:.1f} s{ended}: "
-        f"{_recorded_counts(info)}, {info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, in {where}/."
+        f"{info.recorded_counts}, {info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, in {where}/."
         f"{following}", markup=False)
     for note in _notes(info, request):
         console.print(f"  note: {note}", markup=False)
-
-
-def _recorded_counts(info: CaptureInfo) -> str:
-    if info.bpf is None:
-        return f"{counted(info.samples, 'event')} (+{info.switch_records:,} switch records)"
-    return f"{counted(info.samples, 'wait')} ({info.bpf.get('sampled', 0):,} with stacks)"
 
 
 def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
-from offcpu.model.wakeups import cause_of_waker
+from offcpu.model.wakeups import cause_name, cause_of_waker
 from offcpu.stacks import Runs, parts, reading, runs_said
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
@@ -276,6 +276,6 @@ def woken_by(model: Model, row: Row, by_thread: bool = True) -> str:
     if waker.kind == "unrecorded":
         return WAKER_NOT_RECORDED
     if waker.kind != "thread":  # an interrupt's: what it was, not the thread it came in (see waker_pairs)
-        return f"[{cause_of_waker(waker, model.stacks[waker.stack], same_service=False)}]"
+        return cause_name(cause_of_waker(waker, model.stacks[waker.stack], same_service=False))
     name = re.sub(r"\s", "_", waker.comm)  # a folded line's last frame: "worker 3" would read as a count
     return f"{name}-{waker.tid}" if by_thread else name

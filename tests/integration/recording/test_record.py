@@ -732,3 +732,14 @@ def test_a_capture_without_the_kernels_symbols_says_so(tmp_path):
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "cap" / "kallsyms").exists()
     assert "the kernel's symbols could not be saved" in result.stdout + result.stderr
+
+
+def test_the_help_speaks_of_both_backends():
+    # Given the help of offcpu, of record and of doctor
+    said = {args: run_offcpu(*args, "--help") for args in [(), ("record",), ("doctor",)]}
+    assert all(result.returncode == 0 for result in said.values()), said
+    # Then none says that offcpu records with perf alone, and record says what each backend leaves
+    assert all("BPF" in result.stdout for result in said.values()), said
+    record = " ".join(said[("record",)].stdout.split())
+    assert "perf.data and capture.json" not in record
+    assert "bpf-records.bin" in record and "perf.data" in record
