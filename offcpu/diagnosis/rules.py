@@ -36,7 +36,7 @@ from offcpu.diagnosis.roots import IN_TURNS, ON_CPU
 from offcpu.diagnosis.wording import counted, pct, us_text
 from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Row
 from offcpu.model.summaries import runqueue_percentiles
-from offcpu.stacks import held_by, runtime_parts, waited_for
+from offcpu.stacks import RUBY_MUTEX, held_by, runtime_parts, waited_for
 
 # thread_limits: a limit used this much is worth a finding, a warning, critical.
 LIMIT_INFO_FROM = 0.5
@@ -269,16 +269,20 @@ def _owners(ctx: Context, rows: list[Row]) -> str:
     monitor's, in the stacks' holder frames): the owners' place that most of the waits' time had,
     with their names; "" where none was named."""
     places: dict[str, tuple[set[str], int]] = {}
+    ruby = False
     for row in rows:
-        held = next((found for frame in ctx.model.stacks[row.stack].frames if (found := held_by(frame))), None)
+        frames = ctx.model.stacks[row.stack].frames
+        held = next((found for frame in frames if (found := held_by(frame))), None)
         if held is not None:
             owner, _, where = held.rpartition(": ")
             names, us = places.get(where, (set(), 0))
             places[where] = (names | {owner}, us + row.offcpu_us)
+            ruby = ruby or f"[waiting to lock a {RUBY_MUTEX}]" in frames
     if not places:
         return ""
     where, (names, us) = max(places.items(), key=lambda place: place[1][1])
-    return (f"; {pct(us / max(total(rows), 1))} of that time the thread dumps named its owner as "
+    named_by = "the reads of its threads" if ruby else "the thread dumps"  # a Ruby process's memory, a JVM's dumps
+    return (f"; {pct(us / max(total(rows), 1))} of that time {named_by} named its owner as "
             f"{', '.join(sorted(names))}, in {where}")
 
 

@@ -1,0 +1,269 @@
+"""MRI Ruby's threads and their Ruby frames, read from a live process's memory (Ruby 3.1).
+
+No reader of Ruby stacks reads a waiting thread's: rbspy reads only the execution context that
+holds the GVL (`ruby_current_execution_context_ptr`, in 3.x the main ractor's `running_ec`),
+and a thread waiting for a Mutex, a Queue or the GVL itself does not hold it. So offcpu walks
+MRI's own structures, read through /proc/PID/mem (what process_vm_readv reads, with the same
+ptrace check), the process never stopped: from `ruby_current_vm_ptr` (a symbol libruby exports)
+to the main ractor, its list of threads, and each thread's execution context, whose control
+frames hold the iseq (label, path) and the pc its line is found from, as MRI's own backtraces
+find it (the iseq's instruction table, through its succinct index). The offsets below are those
+of MRI 3.1 on x86-64 (vm_core.h, ractor_core.h, iseq.c, checked against Debian's 3.1.2): another
+version is found and said, never read.
+
+A thread's own fields also say what it waits for: `locking_mutex` (a Mutex it waits to lock;
+the holder is the thread whose `keeping_mutexes` list has it), its status (THREAD_RUNNABLE but
+not running: it waits for the GVL, unless it is the ractor's running thread; THREAD_STOPPED_FOREVER:
+asleep until another thread wakes it: Queue#pop, ConditionVariable#wait, Thread#join, sleep).
+
+Everything read is the target's, written while it runs: every pointer is read with a bound
+(frames, threads, string lengths), a read that fails (the memory moved or was freed) drops that
+thread, and a structure that makes no sense ends the read (MriError).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+
+from offcpu._core import elf_symbol_address
+from offcpu.reading.runtime_frames import ASLEEP_UNTIL_WOKEN, WAITS_FOR_GVL
+
+SUPPORTED = "3.1"
+VM_SYMBOL = "ruby_current_vm_ptr"
+_LIBRUBY = re.compile(r"/libruby-(\d+\.\d+)\.so")
+_RUBY_EXE = re.compile(r"^ruby(\d+\.\d+)?$")
+
+MAX_THREADS = 1024
+MAX_FRAMES = 512
+MAX_STRING = 4096
+MAX_HELD = 64  # mutexes one thread is read to hold
+# MRI 3.1, x86-64
+VM_MAIN_RACTOR = 32  # rb_vm_t.ractor.main_ractor
+RACTOR_THREADS = 304  # rb_ractor_t.threads.set (a list_head whose nodes are threads' lt_node, at their offset 0)
+RACTOR_RUNNING_EC = 520  # rb_ractor_t.threads.running_ec: the execution context holding the GVL
+THREAD_EC, THREAD_TID, THREAD_STATUS = 40, 88, 92  # rb_thread_t: ec, tid (gettid), status (2 bits)
+THREAD_BLOCKING_REGION = 168  # rb_thread_t.blocking_region_buffer: in a blocking call, the GVL let go
+THREAD_LOCKING_MUTEX, THREAD_KEEPING_MUTEXES, THREAD_NAME = 264, 272, 352
+EC_VM_STACK, EC_VM_STACK_SIZE, EC_CFP = 0, 8, 16  # rb_execution_context_t
+CFP_SIZE, CFP_PC, CFP_ISEQ, CFP_EP = 64, 0, 16, 32  # rb_control_frame_t
+ISEQ_BODY = 16
+BODY_ENCODED, BODY_PATHOBJ, BODY_LABEL = 8, 64, 80  # rb_iseq_constant_body: iseq_encoded, location
+BODY_INSNS, BODY_INSNS_SIZE, BODY_SUCC_INDEX = 120, 136, 144  # insns_info: body, size, succ_index_table
+INSN_INFO_SIZE = 12  # iseq_insn_info_entry: line_no, node_id, events
+TYPED_DATA = 32  # RTypedData.data
+MUTEX_NEXT = 8  # rb_mutex_t.next_mutex
+FRAME_MAGIC_MASK, FRAME_MAGIC_CFUNC = 0x7FFF0001, 0x55550001  # ep[0]'s frame type
+T_MASK, T_STRING, T_ARRAY = 0x1F, 0x05, 0x07
+NOEMBED = 1 << 13  # RSTRING_NOEMBED, RARRAY_EMBED_FLAG's bit (FL_USER1)
+EMBED_LEN_SHIFT, EMBED_LEN_MASK = 14, 0x1F  # an embedded string's length, in its flags
+IMMEDIATE = 54  # succ_index_table: entries of the immediate part (9 of 7 bits a word)
+THREAD_RUNNABLE, THREAD_STOPPED_FOREVER = 0, 2
+
+
+class MriError(Exception):
+    """A Ruby process that cannot be read (one line)."""
+
+
+@dataclass(frozen=True)
+class RubyFrame:
+    function: str
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class RubyThread:
+    tid: int
+    name: str | None
+    frames: tuple[RubyFrame, ...]  # innermost first; frames of C methods left out
+    mutex: int  # the Mutex it waits to lock (its rb_mutex_t), 0: none
+    held: tuple[int, ...]  # the Mutexes it holds
+    waits: str | None  # WAITS_FOR_GVL, ASLEEP_UNTIL_WOKEN, or None
+
+
+def ruby_version(pid: int) -> tuple[str, str] | None:
+    """(the MRI version a process runs, the file its VM symbol is in) from its maps: a libruby it
+    maps (`libruby-3.1.so`), or its executable named ruby (a static build: its version unknown,
+    ''); None when it runs no Ruby (or is gone)."""
+    try:
+        with open(f"/proc/{pid}/maps", errors="replace") as maps:
+            for line in maps:
+                found = _LIBRUBY.search(line)
+                if found:
+                    return found.group(1), line.split(maxsplit=5)[5].strip()
+        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except (OSError, IndexError):
+        return None
+    match = _RUBY_EXE.match(os.path.basename(exe))
+    return (match.group(1) or "", exe) if match else None
+
+
+class MriReader:
+    """Reads one MRI 3.1 process's threads. MriError when its VM cannot be found."""
+
+    def __init__(self, pid: int, path: str) -> None:
+        self.pid = pid
+        found = elf_symbol_address(f"/proc/{pid}/root{path}", VM_SYMBOL)
+        if found is None:
+            raise MriError(f"{path} has no symbol {VM_SYMBOL}")
+        symbol, offset, address = found
+        base = self._load_base(path, offset, address)
+        if base is None:
+            raise MriError(f"{path} is not mapped where its segments say")
+        self.vm_pointer = base + symbol
+
+    def _load_base(self, path: str, first_offset: int, first_address: int) -> int | None:
+        """Where the file's addresses start in the process: its mapping of the first segment."""
+        with open(f"/proc/{self.pid}/maps", errors="replace") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and fields[5].strip() == path:
+                    start, end = (int(value, 16) for value in fields[0].split("-"))
+                    offset = int(fields[2], 16)
+                    if offset <= first_offset < offset + end - start:
+                        return start + first_offset - offset - first_address
+        return None
+
+    def read(self) -> list[RubyThread]:
+        """Each thread of the main ractor, with its Ruby frames. MriError: the VM's structures
+        could not be read (the process is gone, or they make no sense)."""
+        try:
+            fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as error:
+            raise MriError(f"its memory cannot be read ({error.strerror})") from None
+        try:
+            return _Walk(fd).threads(self.vm_pointer)
+        except (OSError, struct.error, ValueError):
+            raise MriError("its VM's thread list could not be read") from None
+        finally:
+            os.close(fd)
+
+
+class _Walk:
+    """One read of a process's threads, through its memory's file."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def bytes(self, address: int, size: int) -> bytes:
+        if address <= 0:
+            raise ValueError("a null pointer")
+        data = os.pread(self.fd, size, address)
+        if len(data) != size:
+            raise ValueError("a short read")
+        return data
+
+    def word(self, address: int) -> int:
+        return int.from_bytes(self.bytes(address, 8), "little")
+
+    def u32(self, address: int) -> int:
+        return int.from_bytes(self.bytes(address, 4), "little")
+
+    def string(self, value: int) -> str:
+        """A Ruby String's text."""
+        flags = self.word(value)
+        if flags & T_MASK != T_STRING:
+            raise ValueError("not a String")
+        if flags & NOEMBED:
+            length, pointer = self.word(value + 16), self.word(value + 24)
+            data = self.bytes(pointer, min(length, MAX_STRING)) if length else b""
+        else:
+            data = self.bytes(value + 16, (flags >> EMBED_LEN_SHIFT) & EMBED_LEN_MASK)
+        return data.decode(errors="replace")
+
+    def path(self, value: int) -> str:
+        """An iseq's pathobj: a String, or an Array [path, realpath]."""
+        flags = self.word(value)
+        if flags & T_MASK == T_ARRAY:
+            items = value + 16 if flags & NOEMBED else self.word(value + 32)  # embedded, else its heap pointer
+            return self.string(self.word(items))
+        return self.string(value)
+
+    def threads(self, vm_pointer: int) -> list[RubyThread]:
+        ractor = self.word(self.word(vm_pointer) + VM_MAIN_RACTOR)
+        running_ec = self.word(ractor + RACTOR_RUNNING_EC)
+        head = ractor + RACTOR_THREADS
+        found: list[RubyThread] = []
+        node = self.word(head)
+        while node != head:
+            if len(found) == MAX_THREADS:
+                raise ValueError("more threads than a ractor holds")
+            try:
+                found.append(self.thread(node, running_ec))
+            except (OSError, ValueError):
+                pass  # a thread ending while it was read
+            node = self.word(node)
+        return found
+
+    def thread(self, thread: int, running_ec: int) -> RubyThread:
+        ec = self.word(thread + THREAD_EC)
+        tid = int.from_bytes(self.bytes(thread + THREAD_TID, 4), "little", signed=True)
+        status = self.bytes(thread + THREAD_STATUS, 1)[0] & 3
+        locking = self.word(thread + THREAD_LOCKING_MUTEX)  # a Mutex's VALUE, 0 (Qfalse): none
+        mutex = self.word(locking + TYPED_DATA) if locking else 0
+        held: list[int] = []
+        at = self.word(thread + THREAD_KEEPING_MUTEXES)
+        while at and len(held) < MAX_HELD:
+            held.append(at)
+            at = self.word(at + MUTEX_NEXT)
+        waits = None
+        if mutex == 0 and status == THREAD_RUNNABLE and ec != running_ec \
+                and not self.word(thread + THREAD_BLOCKING_REGION):
+            waits = WAITS_FOR_GVL
+        elif mutex == 0 and status == THREAD_STOPPED_FOREVER:
+            waits = ASLEEP_UNTIL_WOKEN
+        name_value = self.word(thread + THREAD_NAME)
+        try:
+            name = self.string(name_value) if name_value > 0xFF else None  # nil is 8, false 0
+        except (OSError, ValueError):
+            name = None
+        return RubyThread(tid, name, self.frames(ec), mutex, tuple(held), waits)
+
+    def frames(self, ec: int) -> tuple[RubyFrame, ...]:
+        stack, size, cfp = (self.word(ec + offset) for offset in (EC_VM_STACK, EC_VM_STACK_SIZE, EC_CFP))
+        end = stack + size * 8 - CFP_SIZE  # the stack's first frame, a dummy one at its top
+        count = (end - cfp) // CFP_SIZE
+        if not 0 <= count <= MAX_FRAMES * 4:
+            raise ValueError("control frames out of their stack")
+        raw = self.bytes(cfp, count * CFP_SIZE) if count else b""
+        frames = []
+        for index in range(count):
+            pc, _, iseq, _, ep = struct.unpack_from("<5Q", raw, index * CFP_SIZE)
+            if not pc or not iseq or not ep or self.word(ep) & FRAME_MAGIC_MASK == FRAME_MAGIC_CFUNC:
+                continue  # a C method's frame (its name is in a symbol table libruby does not export)
+            body = self.word(iseq + ISEQ_BODY)
+            label, path = self.string(self.word(body + BODY_LABEL)), self.path(self.word(body + BODY_PATHOBJ))
+            frames.append(RubyFrame(label, path, self.line(body, pc)))
+            if len(frames) == MAX_FRAMES:
+                break
+        return tuple(frames)
+
+    def line(self, body: int, pc: int) -> int:
+        """The line of the instruction before pc (pc points past the one running), as MRI's
+        rb_vm_get_sourceline finds it: its entry in the instruction table, by the table's
+        succinct index (iseq.c's succ_index_lookup)."""
+        position = (pc - self.word(body + BODY_ENCODED)) // 8
+        position -= 1 if position > 0 else 0
+        table, size = self.word(body + BODY_INSNS), self.u32(body + BODY_INSNS_SIZE)
+        if size <= 1:
+            return int.from_bytes(self.bytes(table, 4), "little", signed=True) if size else 0
+        index = self._rank(self.word(body + BODY_SUCC_INDEX), position)
+        if not 1 <= index <= size:
+            return 0
+        return int.from_bytes(self.bytes(table + (index - 1) * INSN_INFO_SIZE, 4), "little", signed=True)
+
+    def _rank(self, table: int, position: int) -> int:
+        """How many instruction table entries start at or before `position`."""
+        if position < IMMEDIATE:
+            return (self.word(table + position // 9 * 8) >> (position % 9 * 7)) & 0x7F
+        bit = position - IMMEDIATE
+        # after the immediate part (6 words), blocks of 512 positions: rank (u32, padded), small ranks, 8 words
+        block = table + IMMEDIATE // 9 * 8 + bit // 512 * 80
+        rank, small_ranks = self.u32(block), self.word(block + 8)
+        small = bit % 512 // 64
+        small_rank = (small_ranks >> ((small - 1) * 9)) & 0x1FF if small else 0
+        bits = (self.word(block + 16 + small * 8) << (63 - bit % 64)) & 0xFFFF_FFFF_FFFF_FFFF
+        return rank + small_rank + bits.bit_count()
