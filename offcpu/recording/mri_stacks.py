@@ -114,6 +114,10 @@ class MriReader:
         if base is None:
             raise MriError(f"{path} is not mapped where its segments say")
         self.vm_pointer = base + symbol
+        # in a pid namespace of its own, its threads' tids (gettid's) are not the recording's
+        with open(f"/proc/{pid}/status", errors="replace") as status:
+            nspid = next((line.split()[-1] for line in status if line.startswith("NSpid:")), str(pid))
+        self.namespaced = nspid != str(pid)
 
     def _load_base(self, path: str, first_offset: int, first_address: int) -> int | None:
         """Where the file's addresses start in the process: its mapping of the first segment."""
@@ -142,11 +146,23 @@ class MriReader:
             os.close(fd)
 
 
+@dataclass(frozen=True)
+class _Iseq:
+    label: str
+    path: str
+    encoded: int  # its instructions' address
+    table: int  # its instruction table (iseq_insn_info_entry), size entries
+    size: int
+    succ_index: int  # the table's succinct index
+
+
 class _Walk:
     """One read of a process's threads, through its memory's file."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        self._iseqs: dict[int, _Iseq] = {}
+        self._frames: dict[tuple[int, int], RubyFrame] = {}
 
     def bytes(self, address: int, size: int) -> bytes:
         if address <= 0:
@@ -234,26 +250,41 @@ class _Walk:
             pc, _, iseq, _, ep = struct.unpack_from("<5Q", raw, index * CFP_SIZE)
             if not pc or not iseq or not ep or self.word(ep) & FRAME_MAGIC_MASK == FRAME_MAGIC_CFUNC:
                 continue  # a C method's frame (its name is in a symbol table libruby does not export)
-            body = self.word(iseq + ISEQ_BODY)
-            label, path = self.string(self.word(body + BODY_LABEL)), self.path(self.word(body + BODY_PATHOBJ))
-            frames.append(RubyFrame(label, path, self.line(body, pc)))
+            frame = self._frames.get((iseq, pc))
+            if frame is None:
+                code = self.iseq(iseq)
+                frame = self._frames[(iseq, pc)] = RubyFrame(code.label, code.path, self.line(code, pc))
+            frames.append(frame)
             if len(frames) == MAX_FRAMES:
                 break
         return tuple(frames)
 
-    def line(self, body: int, pc: int) -> int:
+    def iseq(self, iseq: int) -> _Iseq:
+        """An iseq's label, path and line table, read once a read (threads share their methods)."""
+        found = self._iseqs.get(iseq)
+        if found is None:
+            raw = self.bytes(self.word(iseq + ISEQ_BODY), BODY_SUCC_INDEX + 8)
+
+            def word(offset: int) -> int:
+                return int.from_bytes(raw[offset:offset + 8], "little")
+
+            found = self._iseqs[iseq] = _Iseq(self.string(word(BODY_LABEL)), self.path(word(BODY_PATHOBJ)),
+                                              word(BODY_ENCODED), word(BODY_INSNS), word(BODY_INSNS_SIZE) & 0xFFFF_FFFF,
+                                              word(BODY_SUCC_INDEX))
+        return found
+
+    def line(self, code: _Iseq, pc: int) -> int:
         """The line of the instruction before pc (pc points past the one running), as MRI's
         rb_vm_get_sourceline finds it: its entry in the instruction table, by the table's
         succinct index (iseq.c's succ_index_lookup)."""
-        position = (pc - self.word(body + BODY_ENCODED)) // 8
+        position = (pc - code.encoded) // 8
         position -= 1 if position > 0 else 0
-        table, size = self.word(body + BODY_INSNS), self.u32(body + BODY_INSNS_SIZE)
-        if size <= 1:
-            return int.from_bytes(self.bytes(table, 4), "little", signed=True) if size else 0
-        index = self._rank(self.word(body + BODY_SUCC_INDEX), position)
-        if not 1 <= index <= size:
+        if code.size <= 1:
+            return int.from_bytes(self.bytes(code.table, 4), "little", signed=True) if code.size else 0
+        index = self._rank(code.succ_index, position)
+        if not 1 <= index <= code.size:
             return 0
-        return int.from_bytes(self.bytes(table + (index - 1) * INSN_INFO_SIZE, 4), "little", signed=True)
+        return int.from_bytes(self.bytes(code.table + (index - 1) * INSN_INFO_SIZE, 4), "little", signed=True)
 
     def _rank(self, table: int, position: int) -> int:
         """How many instruction table entries start at or before `position`."""

@@ -362,7 +362,9 @@ class RuntimeSampler:
         after = _thread_states(pid)
         entry["reads"] += 1
         entry["read_ms"] = round(entry["read_ms"] + (end_ns - start_ns) / 1e6, 3)
-        host = namespace_tids(pid)  # {the process's own tid: the recording's}
+        # {the process's own tid: the recording's}, where it runs in a pid namespace of its own
+        host = (namespace_tids(pid) if self._mri_readers[pid].namespaced
+                else {thread.tid: thread.tid for thread in threads})
         stacks = {thread.tid: self.stacks.setdefault(tuple(Frame(frame.function, frame.file, frame.line)
                                                            for frame in thread.frames), len(self.stacks))
                   for thread in threads}
