@@ -61,8 +61,9 @@ BLOCKING_CALL_REMEDY = ("Make no blocking call while holding the lock (or the mo
                         "it go.")
 RUNTIME_DEADLOCK_REMEDY = (
     "Threads that each hold a lock another of them waits for never go on. Take the locks (monitors: synchronized "
-    "blocks) in one order everywhere, or take the second with a timeout (ReentrantLock.tryLock) and back off. The "
-    "stacks show where each thread waits and who held what it waits for; `jstack PID` shows which monitors each holds.")
+    "blocks) in one order everywhere, or take the second with a timeout (ReentrantLock.tryLock, Ruby's "
+    "Mutex#try_lock) and back off. The stacks show where each thread waits and who held what it waits for; "
+    "`jstack PID` shows which monitors a JVM's threads hold.")
 LOCK_REMEDY = ("Hold the lock for less time or less often: move work out of the critical section, split the data so "
                "threads do not share one lock (per-thread or per-CPU state merged at the end, striped locks), or use "
                "atomics for simple counters. The wait site shows who waits, the release site who held it.")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,3 +117,37 @@ def test_ruby_queue_and_gvl_waits_are_named(tmp_path: Path, recording_perf: str)
     report = json.loads(run_offcpu("report", "json", str(capture)).stdout)
     assert any("Ruby GVL" in finding["title"] for finding in report["findings"]), \
         [finding["title"] for finding in report["findings"]]
+
+
+DEADLOCK = """
+a = Mutex.new
+b = Mutex.new
+def both(first, second)
+  first.synchronize do
+    sleep 0.2
+    second.synchronize { puts 'never' } # each waits here for the other's
+  end
+end
+Thread.new { Thread.current.name = 'left'; both(a, b) }
+Thread.new { Thread.current.name = 'right'; both(b, a) }
+sleep 60
+"""
+
+
+def test_two_ruby_threads_deadlocked_on_two_mutexes_are_a_deadlock_at_their_line(tmp_path: Path,
+                                                                                recording_perf: str) -> None:
+    program = started("-e", DEADLOCK, threads=3)
+    try:
+        time.sleep(0.5)  # each holds its first mutex (0.2 s) and waits for the other's
+        capture = tmp_path / "cap"
+        result = run_offcpu("record", "--pid", str(program.pid), "-d", "1", "-o", str(capture))
+    finally:
+        program.kill()
+        program.wait()
+    assert result.returncode == 0, result.stderr
+    report = json.loads(run_offcpu("report", "json", str(capture)).stdout)
+    [deadlock] = [finding for finding in report["findings"] if finding["id"] == "deadlock"]
+    line = next(number for number, text in enumerate(DEADLOCK.splitlines(), 1) if "# each waits here" in text)
+    summary = deadlock["summary"]
+    assert f"at block in both (-e:{line}) waits for a Ruby Mutex (a Thread::Mutex) held by " in summary, summary
+    assert "left (" in summary and "right (" in summary, summary
