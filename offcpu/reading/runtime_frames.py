@@ -193,7 +193,7 @@ def owner_of(locks: list[dict]) -> int:
 
 def _plain(frame: Frame) -> str:
     """`MonitorSleep.pause (MonitorSleep.java:36)`, `java.lang.Thread.sleep` (a native method)."""
-    return frame.function if frame.line == 0 else f"{frame.function} ({frame.file}:{frame.line})"
+    return frame.function if frame.line == 0 else f"{frame.function} ({os.path.basename(frame.file)}:{frame.line})"
 
 
 def wait_frames(locks: list[dict], stacks: list[tuple[Frame, ...]]) -> tuple[WaitFrame, ...]:
