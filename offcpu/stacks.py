@@ -69,8 +69,8 @@ HELD_BY = "[held by "
 RUBY_MUTEX = "Thread::Mutex"
 # What a Ruby thread's own fields say it waits for where there is no object to name
 # (offcpu.recording.mri_stacks): `[waiting for Ruby's GVL]`
-RUBY_WAITS = ("waiting for Ruby's GVL",
-              "asleep until another thread wakes it (Queue#pop, ConditionVariable#wait, Thread#join, sleep)")
+RUBY_WAITS = ("waiting for Ruby's GVL", "waiting for another thread to end (Thread#join)",
+              "asleep until another thread wakes it (Queue#pop, ConditionVariable#wait, sleep)")
 
 
 def waited_for(frame: str) -> str | None:

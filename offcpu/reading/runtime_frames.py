@@ -59,7 +59,7 @@ NO_OWNER = -1
 # The lock lines of a Java thread's innermost frame that say what it waits for (hotspot_dump.LOCK_KINDS)
 JDK_PACKAGES = ("java.", "javax.", "jdk.", "sun.")  # whose frames are not the program's
 WAITS_TO_LOCK = ("waiting to lock", "waiting to re-lock in wait()")  # a monitor, which has an owner
-WAITS_FOR_GVL, ASLEEP_UNTIL_WOKEN = RUBY_WAITS  # and these, which name no object
+WAITS_FOR_GVL, WAITS_FOR_JOIN, ASLEEP_UNTIL_WOKEN = RUBY_WAITS  # and these, which name no object
 WAIT_KINDS = ("waiting to lock", "waiting to re-lock in wait()", "parking to wait for", "waiting on", *RUBY_WAITS)
 
 

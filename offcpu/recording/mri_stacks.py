@@ -13,8 +13,9 @@ version is found and said, never read.
 
 A thread's own fields also say what it waits for: `locking_mutex` (a Mutex it waits to lock;
 the holder is the thread whose `keeping_mutexes` list has it), its status (THREAD_RUNNABLE but
-not running: it waits for the GVL, unless it is the ractor's running thread; THREAD_STOPPED_FOREVER:
-asleep until another thread wakes it: Queue#pop, ConditionVariable#wait, Thread#join, sleep).
+not running: it waits for the GVL, unless it is the ractor's running thread; in another thread's
+`join_list`: Thread#join; THREAD_STOPPED_FOREVER otherwise: asleep until another thread wakes it:
+Queue#pop, ConditionVariable#wait, sleep).
 
 Everything read is the target's, written while it runs: every pointer is read with a bound
 (frames, threads, string lengths), a read that fails (the memory moved or was freed) drops that
@@ -26,10 +27,10 @@ from __future__ import annotations
 import os
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from offcpu._core import elf_symbol_address
-from offcpu.reading.runtime_frames import ASLEEP_UNTIL_WOKEN, WAITS_FOR_GVL
+from offcpu.reading.runtime_frames import ASLEEP_UNTIL_WOKEN, WAITS_FOR_GVL, WAITS_FOR_JOIN
 
 SUPPORTED = "3.1"
 VM_SYMBOL = "ruby_current_vm_ptr"
@@ -46,7 +47,8 @@ RACTOR_THREADS = 304  # rb_ractor_t.threads.set (a list_head whose nodes are thr
 RACTOR_RUNNING_EC = 520  # rb_ractor_t.threads.running_ec: the execution context holding the GVL
 THREAD_EC, THREAD_TID, THREAD_STATUS = 40, 88, 92  # rb_thread_t: ec, tid (gettid), status (2 bits)
 THREAD_BLOCKING_REGION = 168  # rb_thread_t.blocking_region_buffer: in a blocking call, the GVL let go
-THREAD_LOCKING_MUTEX, THREAD_KEEPING_MUTEXES, THREAD_NAME = 264, 272, 352
+THREAD_LOCKING_MUTEX, THREAD_KEEPING_MUTEXES, THREAD_JOIN_LIST, THREAD_NAME = 264, 272, 280, 352
+WAITING_NEXT, WAITING_THREAD = 0, 8  # rb_waiting_list: next, thread
 EC_VM_STACK, EC_VM_STACK_SIZE, EC_CFP = 0, 8, 16  # rb_execution_context_t
 CFP_SIZE, CFP_PC, CFP_ISEQ, CFP_EP = 64, 0, 16, 32  # rb_control_frame_t
 ISEQ_BODY = 16
@@ -81,7 +83,7 @@ class RubyThread:
     frames: tuple[RubyFrame, ...]  # innermost first; frames of C methods left out
     mutex: int  # the Mutex it waits to lock (its rb_mutex_t), 0: none
     held: tuple[int, ...]  # the Mutexes it holds
-    waits: str | None  # WAITS_FOR_GVL, ASLEEP_UNTIL_WOKEN, or None
+    waits: str | None  # WAITS_FOR_GVL, WAITS_FOR_JOIN, ASLEEP_UNTIL_WOKEN, or None
 
 
 def ruby_version(pid: int) -> tuple[str, str] | None:
@@ -202,17 +204,31 @@ class _Walk:
         ractor = self.word(self.word(vm_pointer) + VM_MAIN_RACTOR)
         running_ec = self.word(ractor + RACTOR_RUNNING_EC)
         head = ractor + RACTOR_THREADS
-        found: list[RubyThread] = []
-        node = self.word(head)
+        found: dict[int, RubyThread] = {}  # by its rb_thread_t
+        joining: set[int] = set()  # the threads in some thread's join_list
+        node, seen = self.word(head), 0
         while node != head:
-            if len(found) == MAX_THREADS:
+            seen += 1
+            if seen > MAX_THREADS:
                 raise ValueError("more threads than a ractor holds")
             try:
-                found.append(self.thread(node, running_ec))
+                found[node] = self.thread(node, running_ec)
+                joining.update(self.joiners(node))
             except (OSError, ValueError):
                 pass  # a thread ending while it was read
             node = self.word(node)
-        return found
+        return [replace(thread, waits=WAITS_FOR_JOIN) if address in joining and thread.waits == ASLEEP_UNTIL_WOKEN
+                else thread for address, thread in found.items()]
+
+    def joiners(self, thread: int) -> list[int]:
+        """The threads waiting in Thread#join for this one to end (its join_list: rb_waiting_list
+        entries on their own stacks)."""
+        joiners: list[int] = []
+        at = self.word(thread + THREAD_JOIN_LIST)
+        while at and len(joiners) < MAX_THREADS:
+            joiners.append(self.word(at + WAITING_THREAD))
+            at = self.word(at + WAITING_NEXT)
+        return joiners
 
     def thread(self, thread: int, running_ec: int) -> RubyThread:
         ec = self.word(thread + THREAD_EC)

@@ -168,8 +168,9 @@ def test_the_lock_table_names_wait_sites_by_frames():
                 "[waiting to lock a Thread::Mutex]", "work (app.rb:8) [rb]") == "Ruby Mutex"
     assert site("__futex_abstimed_wait_common", "[waiting for Ruby's GVL]", "spin (app.rb:3) [rb]") == "Ruby GVL"
     assert site("__futex_abstimed_wait_common", "[asleep until another thread wakes it (Queue#pop, "
-                "ConditionVariable#wait, Thread#join, sleep)]", "take (app.rb:5) [rb]") == \
-        "Ruby Queue or ConditionVariable"
+                "ConditionVariable#wait, sleep)]", "take (app.rb:5) [rb]") == "Ruby Queue or ConditionVariable"
+    assert site("__futex_abstimed_wait_common", "[waiting for another thread to end (Thread#join)]",
+                "<main> (app.rb:12) [rb]") == "Ruby Thread#join"
 
 
 def test_stack_cache_lock_seen_with_dwarf_stacks():
