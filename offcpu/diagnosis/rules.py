@@ -36,7 +36,7 @@ from offcpu.diagnosis.roots import IN_TURNS, ON_CPU
 from offcpu.diagnosis.wording import counted, pct, us_text
 from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Row
 from offcpu.model.summaries import runqueue_percentiles
-from offcpu.stacks import RUBY_MUTEX, held_by, runtime_parts, waited_for
+from offcpu.stacks import RUNTIME_MARKS, held_by, runtime_parts, waited_for
 
 # thread_limits: a limit used this much is worth a finding, a warning, critical.
 LIMIT_INFO_FROM = 0.5
@@ -265,6 +265,9 @@ def _sites_text(words: str, by_frame: dict[str, int], whole: int) -> str:
     return (words + ", ".join(f"{frame} ({pct(us / whole)})" for frame, us in heaviest)) if heaviest else ""
 
 
+RUBY_ENDING = f") {RUNTIME_MARKS['MRI']}"  # a Ruby frame's: its holders were named by reads of its memory
+
+
 def _owners(ctx: Context, rows: list[Row]) -> str:
     """Who held the lock, where the runtime named its owner while the threads waited (a Java
     monitor's, in the stacks' holder frames): the owners' place that most of the waits' time had,
@@ -278,7 +281,7 @@ def _owners(ctx: Context, rows: list[Row]) -> str:
             owner, _, where = held.rpartition(": ")
             names, us = places.get(where, (set(), 0))
             places[where] = (names | {owner}, us + row.offcpu_us)
-            ruby = ruby or f"[waiting to lock a {RUBY_MUTEX}]" in frames
+            ruby = ruby or any(frame.endswith(RUBY_ENDING) for frame in frames)
     if not places:
         return ""
     where, (names, us) = max(places.items(), key=lambda place: place[1][1])

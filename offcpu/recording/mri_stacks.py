@@ -11,11 +11,11 @@ find it (the iseq's instruction table, through its succinct index). The offsets 
 of MRI 3.1 on x86-64 (vm_core.h, ractor_core.h, iseq.c, checked against Debian's 3.1.2): another
 version is found and said, never read.
 
-A thread's own fields also say what it waits for: `locking_mutex` (a Mutex it waits to lock;
-the holder is the thread whose `keeping_mutexes` list has it), its status (THREAD_RUNNABLE but
-not running: it waits for the GVL, unless it is the ractor's running thread; in another thread's
-`join_list`: Thread#join; THREAD_STOPPED_FOREVER otherwise: asleep until another thread wakes it:
-Queue#pop, ConditionVariable#wait, sleep).
+What a thread waits for is in the VM's structures too: in the GVL's queue of waiters (`waitq`),
+the GVL, held by its `owner`; `locking_mutex`, a Mutex it waits to lock, held by the thread whose
+`keeping_mutexes` list has it; in another thread's `join_list`, Thread#join; its status
+THREAD_STOPPED_FOREVER otherwise, asleep until another thread wakes it: Queue#pop,
+ConditionVariable#wait, sleep.
 
 Everything read is the target's, written while it runs: every pointer is read with a bound
 (frames, threads, string lengths), a read that fails (the memory moved or was freed) drops that
@@ -44,9 +44,9 @@ MAX_HELD = 64  # mutexes one thread is read to hold
 # MRI 3.1, x86-64
 VM_MAIN_RACTOR = 32  # rb_vm_t.ractor.main_ractor
 RACTOR_THREADS = 304  # rb_ractor_t.threads.set (a list_head whose nodes are threads' lt_node, at their offset 0)
-RACTOR_RUNNING_EC = 520  # rb_ractor_t.threads.running_ec: the execution context holding the GVL
+RACTOR_GVL_OWNER, RACTOR_GVL_WAITQ = 336, 384  # rb_ractor_t.threads.gvl: owner, waitq (a list_head)
+THREAD_GVL_NODE = 104  # rb_thread_t.native_thread_data.node.gvl: its node in the GVL's waitq
 THREAD_EC, THREAD_TID, THREAD_STATUS = 40, 88, 92  # rb_thread_t: ec, tid (gettid), status (2 bits)
-THREAD_BLOCKING_REGION = 168  # rb_thread_t.blocking_region_buffer: in a blocking call, the GVL let go
 THREAD_LOCKING_MUTEX, THREAD_KEEPING_MUTEXES, THREAD_JOIN_LIST, THREAD_NAME = 264, 272, 280, 352
 WAITING_NEXT, WAITING_THREAD = 0, 8  # rb_waiting_list: next, thread
 EC_VM_STACK, EC_VM_STACK_SIZE, EC_CFP = 0, 8, 16  # rb_execution_context_t
@@ -62,7 +62,7 @@ T_MASK, T_STRING, T_ARRAY = 0x1F, 0x05, 0x07
 NOEMBED = 1 << 13  # RSTRING_NOEMBED, RARRAY_EMBED_FLAG's bit (FL_USER1)
 EMBED_LEN_SHIFT, EMBED_LEN_MASK = 14, 0x1F  # an embedded string's length, in its flags
 IMMEDIATE = 54  # succ_index_table: entries of the immediate part (9 of 7 bits a word)
-THREAD_RUNNABLE, THREAD_STOPPED_FOREVER = 0, 2
+THREAD_STOPPED_FOREVER = 2
 
 
 class MriError(Exception):
@@ -84,6 +84,7 @@ class RubyThread:
     mutex: int  # the Mutex it waits to lock (its rb_mutex_t), 0: none
     held: tuple[int, ...]  # the Mutexes it holds
     waits: str | None  # WAITS_FOR_GVL, WAITS_FOR_JOIN, ASLEEP_UNTIL_WOKEN, or None
+    address: int  # its rb_thread_t
 
 
 def ruby_version(pid: int) -> tuple[str, str] | None:
@@ -133,9 +134,10 @@ class MriReader:
                         return start + first_offset - offset - first_address
         return None
 
-    def read(self) -> list[RubyThread]:
-        """Each thread of the main ractor, with its Ruby frames. MriError: the VM's structures
-        could not be read (the process is gone, or they make no sense)."""
+    def read(self) -> tuple[list[RubyThread], int]:
+        """Each thread of the main ractor, with its Ruby frames, and the one holding the GVL (its
+        address, 0: none). MriError: the VM's structures could not be read (the process is gone,
+        or they make no sense)."""
         try:
             fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as error:
@@ -200,25 +202,39 @@ class _Walk:
             return self.string(self.word(items))
         return self.string(value)
 
-    def threads(self, vm_pointer: int) -> list[RubyThread]:
+    def threads(self, vm_pointer: int) -> tuple[list[RubyThread], int]:
+        """The main ractor's threads, and the one that holds the GVL (its rb_thread_t, 0: none)."""
         ractor = self.word(self.word(vm_pointer) + VM_MAIN_RACTOR)
-        running_ec = self.word(ractor + RACTOR_RUNNING_EC)
-        head = ractor + RACTOR_THREADS
+        waiting_gvl = set(self.listed(ractor + RACTOR_GVL_WAITQ, THREAD_GVL_NODE))
         found: dict[int, RubyThread] = {}  # by its rb_thread_t
         joining: set[int] = set()  # the threads in some thread's join_list
-        node, seen = self.word(head), 0
-        while node != head:
-            seen += 1
-            if seen > MAX_THREADS:
-                raise ValueError("more threads than a ractor holds")
+        for node in self.listed(ractor + RACTOR_THREADS, 0):
             try:
-                found[node] = self.thread(node, running_ec)
+                found[node] = self.thread(node)
                 joining.update(self.joiners(node))
             except (OSError, ValueError):
                 pass  # a thread ending while it was read
+
+        def waits(address: int, thread: RubyThread) -> str | None:
+            if address in waiting_gvl:
+                return WAITS_FOR_GVL  # (after a Mutex's wait too: it takes the GVL back)
+            if address in joining and thread.waits == ASLEEP_UNTIL_WOKEN:
+                return WAITS_FOR_JOIN
+            return thread.waits
+
+        return ([replace(thread, waits=waits(address, thread)) for address, thread in found.items()],
+                self.word(ractor + RACTOR_GVL_OWNER))
+
+    def listed(self, head: int, node_offset: int) -> list[int]:
+        """The structures on a list_head (ccan's list), each at its node less `node_offset`."""
+        found: list[int] = []
+        node = self.word(head)
+        while node != head:
+            if len(found) == MAX_THREADS:
+                raise ValueError("a list longer than a ractor's threads")
+            found.append(node - node_offset)
             node = self.word(node)
-        return [replace(thread, waits=WAITS_FOR_JOIN) if address in joining and thread.waits == ASLEEP_UNTIL_WOKEN
-                else thread for address, thread in found.items()]
+        return found
 
     def joiners(self, thread: int) -> list[int]:
         """The threads waiting in Thread#join for this one to end (its join_list: rb_waiting_list
@@ -230,7 +246,7 @@ class _Walk:
             at = self.word(at + WAITING_NEXT)
         return joiners
 
-    def thread(self, thread: int, running_ec: int) -> RubyThread:
+    def thread(self, thread: int) -> RubyThread:
         ec = self.word(thread + THREAD_EC)
         tid = int.from_bytes(self.bytes(thread + THREAD_TID, 4), "little", signed=True)
         status = self.bytes(thread + THREAD_STATUS, 1)[0] & 3
@@ -241,18 +257,14 @@ class _Walk:
         while at and len(held) < MAX_HELD:
             held.append(at)
             at = self.word(at + MUTEX_NEXT)
-        waits = None
-        if mutex == 0 and status == THREAD_RUNNABLE and ec != running_ec \
-                and not self.word(thread + THREAD_BLOCKING_REGION):
-            waits = WAITS_FOR_GVL
-        elif mutex == 0 and status == THREAD_STOPPED_FOREVER:
-            waits = ASLEEP_UNTIL_WOKEN
         name_value = self.word(thread + THREAD_NAME)
         try:
             name = self.string(name_value) if name_value > 0xFF else None  # nil is 8, false 0
         except (OSError, ValueError):
             name = None
-        return RubyThread(tid, name, self.frames(ec), mutex, tuple(held), waits)
+        asleep = mutex == 0 and status == THREAD_STOPPED_FOREVER
+        return RubyThread(tid, name, self.frames(ec), mutex, tuple(held), ASLEEP_UNTIL_WOKEN if asleep else None,
+                          thread)
 
     def frames(self, ec: int) -> tuple[RubyFrame, ...]:
         stack, size, cfp = (self.word(ec + offset) for offset in (EC_VM_STACK, EC_VM_STACK_SIZE, EC_CFP))

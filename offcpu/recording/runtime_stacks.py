@@ -46,6 +46,7 @@ from offcpu.capture import RUNTIME_STACKS
 from offcpu.files import PRIVATE, write_whole
 from offcpu.reading.runtime_frames import (
     NO_OWNER,
+    WAITS_FOR_GVL,
     Frame,
     monitor_waited,
     owner_of,
@@ -352,7 +353,7 @@ class RuntimeSampler:
         before = _thread_states(pid)
         start_ns = time.monotonic_ns()
         try:
-            threads = self._mri_readers[pid].read()
+            threads, gvl_owner = self._mri_readers[pid].read()
         except MriError as error:
             entry["reads"] += 1
             entry["failed"] += 1
@@ -368,14 +369,16 @@ class RuntimeSampler:
         stacks = {thread.tid: self.stacks.setdefault(tuple(Frame(frame.function, frame.file, frame.line)
                                                            for frame in thread.frames), len(self.stacks))
                   for thread in threads}
-        holders = {mutex: thread for thread in threads for mutex in thread.held}
+        holders = {mutex: thread for thread in threads for mutex in thread.held}  # who holds each Mutex
+        gvl_holder = next((thread for thread in threads if thread.address == gvl_owner), None)
         for thread in threads:
             tid = host.get(thread.tid)
             state = before.get(tid) if tid is not None else None
             if tid is None or state is None or state[0] not in "SD" or after.get(tid) != state or not thread.frames:
                 continue
             self.samples.append({"pid": pid, "tid": tid, "time_ns": (start_ns + end_ns) // 2,
-                                 "stack": stacks[thread.tid], "locks": _mri_locks(thread, holders, host, stacks)})
+                                 "stack": stacks[thread.tid],
+                                 "locks": _mri_locks(thread, holders, gvl_holder, host, stacks)})
 
     def _lock(self, lock: hotspot_dump.Lock, holders: dict[str, hotspot_dump.JavaThread],
               host: dict[int, int] | None) -> dict:
@@ -414,15 +417,19 @@ class RuntimeSampler:
         return output[:MAX_OUTPUT], ""
 
 
-def _mri_locks(thread: RubyThread, holders: dict[int, RubyThread], host: dict[int, int],
-               stacks: dict[int, int]) -> list[dict]:
-    """What a Ruby thread's fields say it waits for, as a sample's lock line (the form of a Java
-    thread's): a Mutex, with the thread holding it; the GVL; asleep until woken."""
-    if thread.mutex:
+def _mri_locks(thread: RubyThread, holders: dict[int, RubyThread], gvl_holder: RubyThread | None,
+               host: dict[int, int], stacks: dict[int, int]) -> list[dict]:
+    """What a Ruby thread waits for, as a sample's lock line (the form of a Java thread's): a Mutex
+    or the GVL, with the thread holding it; a join; asleep until woken."""
+    if thread.waits is None and not thread.mutex:
+        return []
+    if thread.waits is None:
         entry: dict = {"kind": "waiting to lock", "address": hex(thread.mutex), "class": RUBY_MUTEX, "frame": 0}
         owner = holders.get(thread.mutex)
-        if owner is not None:
-            entry["owner"] = {"name": owner.name or f"thread {owner.tid}", "tid": host.get(owner.tid),
-                              "stack": stacks[owner.tid]}
-        return [entry]
-    return [{"kind": thread.waits, "address": None, "class": None, "frame": 0}] if thread.waits else []
+    else:
+        entry = {"kind": thread.waits, "address": None, "class": None, "frame": 0}
+        owner = gvl_holder if thread.waits == WAITS_FOR_GVL else None
+    if owner is not None:
+        entry["owner"] = {"name": owner.name or f"thread {owner.tid}", "tid": host.get(owner.tid),
+                          "stack": stacks[owner.tid]}
+    return [entry]

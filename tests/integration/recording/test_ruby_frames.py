@@ -113,7 +113,8 @@ def test_ruby_queue_and_gvl_waits_are_named(tmp_path: Path, recording_perf: str)
     taker = [line for line in folded.splitlines() if line.startswith("taker-")]
     assert any(f";{popping};[asleep until another thread wakes it (" in line for line in taker), taker
     spinners = [line for line in folded.splitlines() if line.startswith("spinner-")]
-    assert any(";[waiting for Ruby's GVL];" in line for line in spinners), spinners
+    # what they wait for, and who held it then: the other spinner, by the GVL's owner
+    assert any(";[waiting for Ruby's GVL];[held by spinner-" in line for line in spinners), spinners
     report = json.loads(run_offcpu("report", "json", str(capture)).stdout)
     assert any("Ruby GVL" in finding["title"] for finding in report["findings"]), \
         [finding["title"] for finding in report["findings"]]
