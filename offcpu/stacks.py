@@ -53,7 +53,7 @@ TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", 
 # offcpu.reading.runtime_frames) ends, by runtime: `work (app.py:57) [py]`,
 # `MonitorSleep.pause (MonitorSleep.java:36) [java]`, `JS:*work (app.js:12) [js]` (V8's perf map:
 # offcpu.recording.perf_maps)
-RUNTIME_MARKS = {"CPython": "[py]", "HotSpot": "[java]", "V8": "[js]"}
+RUNTIME_MARKS = {"CPython": "[py]", "HotSpot": "[java]", "V8": "[js]", "MRI": "[rb]"}
 RUNTIME_MARK = "[runtime]"  # a runtime without a mark of its own
 JDK_PACKAGES = ("java.", "javax.", "jdk.", "sun.")  # whose frames are the JVM's library, not the program's
 _RUNTIME_ENDINGS = tuple(f") {mark}" for mark in (*RUNTIME_MARKS.values(), RUNTIME_MARK))
@@ -66,6 +66,12 @@ _RUNTIME_ENDINGS = tuple(f") {mark}" for mark in (*RUNTIME_MARKS.values(), RUNTI
 _WAITED_FOR = re.compile(r"\[(?:waiting to lock|waiting to re-lock in wait\(\)|parking to wait for|waiting on) "
                          r"(a .+)\]")
 HELD_BY = "[held by "
+# What a Ruby thread waits to lock, as a Java one a monitor: `[waiting to lock a Thread::Mutex]`
+RUBY_MUTEX = "Thread::Mutex"
+# What a Ruby thread's own fields say it waits for where there is no object to name
+# (offcpu.recording.mri_stacks): `[waiting for Ruby's GVL]`
+RUBY_WAITS = ("waiting for Ruby's GVL", "waiting for another thread to end (Thread#join)",
+              "asleep until another thread wakes it (Queue#pop, ConditionVariable#wait, sleep)")
 
 
 def waited_for(frame: str) -> str | None:
@@ -83,7 +89,8 @@ def held_by(frame: str) -> str | None:
 def runtime_frame(frame: str) -> bool:
     """Whether a frame is a runtime's own (a Python function's, `work (app.py:57) [py]`, or what a
     Java thread waits for, `[waiting to lock a java.lang.Object]`), not a native one."""
-    return frame.endswith(_RUNTIME_ENDINGS) or waited_for(frame) is not None or held_by(frame) is not None
+    return (frame.endswith(_RUNTIME_ENDINGS) or waited_for(frame) is not None or held_by(frame) is not None
+            or frame[1:-1] in RUBY_WAITS)
 
 
 _RUNTIME_PARTS = re.compile(r"(.*?) \((.*?)(?::([0-9]+))?\) \[[a-z]+\]", re.DOTALL)

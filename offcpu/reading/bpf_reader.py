@@ -95,7 +95,7 @@ USER_STACK_UNREADABLE = "[user stack could not be read]"
 ORDER = np.zeros(7, np.int8)  # by kind: its rank at one time
 ORDER[[THREAD_FORK, SWITCH_IN, SCHED_SWITCH, SCHED_WAKING, THREAD_COMM, THREAD_EXIT]] = np.arange(6)
 BATCH = 1 << 16  # events handed to the sink at a time
-LANGUAGES = {"CPython": "Python", "HotSpot": "Java"}  # whose frames a runtime's are
+LANGUAGES = {"CPython": "Python", "HotSpot": "Java", "MRI": "Ruby"}  # whose frames a runtime's are
 RUNTIME_NOTED_NS = 10_000_000  # the waits whose runtime frames the notes count: 10 ms or more
 
 # prev_state as perf prints it (the kernel's __trace_sched_switch_state and __task_state_index)

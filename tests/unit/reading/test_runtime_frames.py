@@ -113,6 +113,42 @@ def test_a_recorded_python_lock_carries_its_lines_under_its_lock_waits(tmp_path:
                          "<module> (python_lock:71) [py]", "[asleep all the recording]")
 
 
+def test_a_recorded_ruby_mutex_carries_its_lines_what_its_threads_wait_for_and_who_held_it(tmp_path: Path) -> None:
+    # tests/fixtures/ruby_mutex_bpf: ruby_mutex -t 4 -u 100000 (4 workers taking one Thread::Mutex and sleeping
+    # 100 ms holding it; line 63 takes it, 64 sleeps, 78 calls work, 81 joins) recorded 1 s with BPF by
+    # `offcpu record --pid`, its threads read from its memory every 200 ms
+    import shutil
+
+    from offcpu.model.loading import build
+
+    shutil.copytree(HERE / "ruby_mutex_bpf", tmp_path / "cap")
+    model = build(tmp_path / "cap")
+    pid = model.capture.target.pid
+    assert f"Ruby frames of process {pid} (MRI 3.1) were read with offcpu's MRI 3.1 reader (/proc/PID/mem) every " \
+        "200 ms: 9 of 20 waits of 10 ms or more carry them; the others' stacks are native only" in model.binary_notes
+    # the workers' futex waits: most of their time (those a read fell in) under the line that takes the mutex and
+    # what they wait for, after the native frames, and who held it: worker-0 (MRI's Mutex is not fair), asleep at
+    # the line after, or at that line itself (it had just taken it)
+    taking = ("[waiting to lock a Thread::Mutex]", "work (ruby_mutex:63) [rb]",
+              "block (2 levels) in <main> (ruby_mutex:78) [rb]")
+    holders = ("[held by worker-0: block in work (ruby_mutex:64)]", "[held by worker-0: work (ruby_mutex:63)]")
+    waits_us = framed_us = 0
+    for row in model.rows:
+        frames = model.stacks[row.stack].frames
+        if row.tid != pid and "futex_do_wait" in frames:
+            waits_us += row.offcpu_us
+            if taking[0] in frames:
+                framed_us += row.offcpu_us
+                at = frames.index(taking[0])
+                assert frames[at:at + 3] == taking and frames[at - 1] in holders, frames
+                assert at - 1 >= model.stacks[row.stack].kernel_frames
+    assert waits_us > 3_000_000 and framed_us > 0.6 * waits_us, (framed_us, waits_us)
+    # the main thread, asleep in its join all the recording: its frames from the snapshot, after the native ones
+    [main] = [model.stacks[row.stack].frames for row in model.rows if row.tid == pid]
+    assert main[-3:] == ("[waiting for another thread to end (Thread#join)]", "<main> (ruby_mutex:81) [rb]",
+                         "[asleep all the recording]")
+
+
 def test_what_a_java_thread_waits_for_and_who_held_it_become_frames(tmp_path: Path) -> None:
     # stacks as monitor_sleep.txt's: 0 a blocked worker's, 1 the holder's (asleep in the block, in pause())
     block = Frame("MonitorSleep.lambda$main$0", "MonitorSleep.java", 25)
