@@ -24,7 +24,7 @@ from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.machine import system
 from offcpu.model.asleep import load as load_snapshot
-from offcpu.recording import targets
+from offcpu.recording import runtime_stacks, targets
 from offcpu.recording.backends import BACKENDS
 from offcpu.recording.end_watch import SIZE, SIZE_UNITS
 from offcpu.recording.output_dir import output_taken
@@ -349,6 +349,20 @@ def _print_summary(info: CaptureInfo, request: RecordRequest, suggest_report: bo
         console.print(f"  note: {note}", markup=False)
 
 
+def _runtimes_left_native(info: CaptureInfo) -> list[str]:
+    """What perf's recording leaves native: the recorded processes, still running, that run a
+    runtime whose own frames only a BPF recording reads (offcpu.recording.runtime_stacks)."""
+    target = info.target
+    pids = sorted({*info.processes_at_start.values(), *target.pids, *([target.pid] if target.pid else [])})
+    found = [f"{pid} ({runtime})" for pid in pids if (runtime := runtime_stacks.runtime_of(pid)) is not None]
+    if not found:
+        return []
+    more = f" and {len(found) - 5:,} more" if len(found) > 5 else ""
+    return [f"the program's own frames (functions, files and lines) of process{'es' * (len(found) > 1)} "
+            f"{', '.join(found[:5])}{more} are read only when offcpu records with BPF (the default where the "
+            "kernel allows it): this recording shows their native frames alone"]
+
+
 def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
     notes = [f"recorded with {info.backend}: {info.backend_why}"] if request.backend == "auto" else []
     if info.command_exit_status:
@@ -377,6 +391,8 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
                      "(idle, stopped or deadlocked?); reports can only show them off CPU all along, with no stack")
     if info.lost_note:
         notes.append(info.lost_note)
+    if info.backend == "perf":
+        notes += _runtimes_left_native(info)
     if info.spin_note:
         notes.append(info.spin_note)
     if info.user_stacks_truncated:

@@ -118,6 +118,18 @@ def is_hotspot(pid: int) -> bool:
         return False
 
 
+def runtime_of(pid: int) -> str | None:
+    """The runtime whose frames offcpu reads that a process runs, in words ("CPython 3.11"), or
+    None when it runs none (or is gone)."""
+    if (python := cpython_version(pid)) is not None:
+        return f"CPython {python}".rstrip()
+    if is_hotspot(pid):
+        return "a HotSpot JVM"
+    if (ruby := ruby_version(pid)) is not None:
+        return f"MRI Ruby {ruby[0]}".rstrip()
+    return None
+
+
 def namespace_tids(pid: int) -> dict[int, int]:
     """Each thread's tid as the process's own pid namespace numbers it: tid (the last of NSpid)."""
     tids = {}
