@@ -204,8 +204,8 @@ def sampling_note(model: Model) -> str | None:
 def caveats(model: Model) -> list[str]:
     """What makes the numbers less than whole, in sentences, for the reports to lead with
     (after the warning that they cannot be trusted, when they cannot: see untrusted)."""
-    said = [*model.lacks, *(note for note in (sampling_note(model), model.capture.lost_note,
-                                              model.capture.spin_note) if note)]
+    said = [*model.lacks, *(note for note in (model.capture.cut_short_note, sampling_note(model),
+                                              model.capture.lost_note, model.capture.spin_note) if note)]
     cost = observer(model)
     if cost.share_of_oncpu >= OBSERVER_NOTE_FROM:
         said.append(f"perf's handling of the switches took {cost.share_of_oncpu:.1%} of the threads' time on CPU, "
