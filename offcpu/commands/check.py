@@ -117,10 +117,10 @@ def check(policy_path: Path | None, baseline: Path | None, settings: Settings, o
     A target with a COMMAND is recorded while the command runs: a service
     while its load generator runs. The default policy fails on every finding
     above info but those --policy names; a --policy file changes the keys it
-    sets. With --baseline, each finding's time, and blocked time with waits
-    for work left out, a run of the command (a second of recording unless
-    both recorded a command to its end) must not grow past the tolerances.
-    A command is recorded until it ends, and a run cut short is not checked.
+    sets. With --baseline, each finding's time a run of the command (a second
+    of recording unless both recorded a command to its end), and blocked time
+    (waits for work left out) likewise, must not grow past the tolerances. A
+    command is recorded until it ends, and a run cut short is not checked.
 
     \b
       offcpu check CAPTURE
