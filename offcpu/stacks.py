@@ -164,6 +164,17 @@ def runs_said(frames: tuple[str, ...], spans: Iterator[tuple[int, int]]) -> tupl
     return tuple(unknown_run(*next(spans)) if frame == UNKNOWN else frame for frame in frames)
 
 
+def wait_site(kernel: Part) -> Part:
+    """A stack's kernel part (root first) as the exports and flame graphs draw it: without the
+    scheduler's frames at its leaf end, so that its leaf is the wait site, the frame that says
+    what the thread waited for (a lock's slow path, a system call's wait); as it is when
+    nothing else would be left."""
+    end = len(kernel.frames)
+    while end and kernel.frames[end - 1] in SCHEDULER:
+        end -= 1
+    return Part(kernel.frames[:end], kernel.runs) if end else kernel
+
+
 def drawn_alone(stack: Stack) -> tuple[tuple[str, ...], int]:
     """One stack as it is drawn on its own (a finding's evidence): root first, each run of
     unnamed frames as one frame that says how long it is; and how many (the last) are the kernel's."""
@@ -186,13 +197,15 @@ def looks_truncated(user_stacks: Sequence[Sequence[str]]) -> bool | None:
     return incomplete > len(user_stacks) / 2
 
 
-# The scheduler's own frames and the system call entry: every off-CPU stack has
-# them, so they say nothing about why this one waited.
-PLUMBING = frozenset({
+# The scheduler's own frames: the leaf end of every off-CPU kernel stack, they say that the
+# thread left the CPU, not what it waited for.
+SCHEDULER = frozenset({
     "__schedule", "schedule", "schedule_preempt_disabled", "schedule_timeout", "schedule_hrtimeout_range",
-    "schedule_hrtimeout_range_clock", "io_schedule", "preempt_schedule_common", "entry_SYSCALL_64_after_hwframe",
-    "do_syscall_64", "syscall_exit_to_user_mode",
+    "schedule_hrtimeout_range_clock", "io_schedule", "io_schedule_timeout", "preempt_schedule_common",
 })
+# With the system call entry, which most off-CPU stacks have too: they say nothing about why
+# this one waited.
+PLUMBING = SCHEDULER | {"entry_SYSCALL_64_after_hwframe", "do_syscall_64", "syscall_exit_to_user_mode"}
 
 
 def meaningful(frames: Sequence[str]) -> list[str]:

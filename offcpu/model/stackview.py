@@ -17,7 +17,7 @@ from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
 from offcpu.model.wakeups import cause_name, cause_of_waker
-from offcpu.stacks import Runs, parts, reading, runs_said
+from offcpu.stacks import Runs, parts, reading, runs_said, wait_site
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
 # flamegraph.pl and inferno read a line whose last frame ends in blanks and a number
@@ -229,6 +229,7 @@ def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...],
     """A stack's frames the view draws, root first, each run of unnamed frames as one, how
     many of them (the last) are the kernel's, and the runs' lengths."""
     user, kernel = parts(model.stacks[index])
+    kernel = wait_site(kernel)  # its leaf says what the thread waited for
     if view.user_only:
         return (user.frames, 0, user.runs) if user.frames else (("[no user frames]",), 0, [])
     if view.kernel_only:

@@ -215,7 +215,9 @@ class Caveat:
 def caveats(model: Model) -> list[Caveat]:
     """What makes the numbers or the stacks less than whole, for the reports to lead with
     (after the warning that they cannot be trusted, when they cannot: see untrusted)."""
-    warnings = [*model.lacks, *(note for note in (model.capture.lost_note, model.capture.spin_note) if note)]
+    # a command cut short: what it did after is not in the numbers
+    warnings = [*model.lacks, *(note for note in (model.capture.cut_short_note, model.capture.lost_note,
+                                                  model.capture.spin_note) if note)]
     cost = observer(model)
     if cost.share_of_oncpu >= OBSERVER_NOTE_FROM:
         warnings.append(f"perf's handling of the switches took {cost.share_of_oncpu:.1%} of the threads' time on "

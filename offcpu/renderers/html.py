@@ -173,6 +173,8 @@ class HtmlReport:
         skipped = "\n".join(f"{event['name']}: {event['why']}" for event in capture.events_skipped)
         ended = capture.ended_by + (" (the target exited)" if capture.target_exited
                                     and capture.ended_by != "target exited" else "")
+        if capture.command_cut_short:
+            ended += f"; the command was still running, and was sent {', then '.join(capture.command_cut_short)}"
         truncated = {True: "yes: most user stacks stop short of the thread's start; record with "
                            "--call-graph dwarf to see their callers",
                      False: "no", None: "no user stacks to judge"}[capture.user_stacks_truncated]

@@ -153,6 +153,11 @@ def test_max_size_ends_a_command_recording_as_max_size(tmp_path):
     info = load(capture)
     assert info["ended_by"] == "max size" and info["target_exited"] is False
     assert info["command_exit_status"] is None and "exited with status" not in result.stderr
+    # and the command, cut short, was sent SIGTERM by perf, as the summary and capture.json say
+    assert info["command_cut_short"] == ["SIGTERM"] and not info["command_killed"]
+    assert "ended by max size while the command still ran" in result.stderr
+    assert "was still running when the capture reached its size limit (--max-size), and was sent SIGTERM" \
+        in result.stderr and "raise --max-size" in result.stderr
 
 
 def test_a_thread_that_exits_ends_a_tid_recording(tmp_path):
