@@ -374,11 +374,12 @@ def test_a_baseline_catches_more_waits_from_a_large_share_and_passes_the_same_ru
     # Given futex_contention with 4 threads on one lock (about half of their time waiting for it) as
     # the baseline, a run of it with 8 threads (about two thirds: +20 points, +44%, which passed when
     # shares were compared), and another run with 8 threads
-    # Nothing but the baseline's comparisons; blocked time may double: the program keeps both CPUs busy, and
-    # how its waits split between blocked and waiting for a CPU moves with the machine's load (2.5-4.5 s
-    # blocked in runs of 8 threads here), while the lock's whole time a run stayed within 6%
+    # Nothing but the baseline's comparisons, blocked time all but left out: the program keeps both CPUs
+    # busy, and how its waits split between blocked and waiting for a CPU moves with the machine's load
+    # (2.5-4.5 s blocked in runs of 8 threads on a loaded machine, 2.1 s then 4.4 s in two runs beside
+    # builds), while the lock's whole time a run stayed within 6%
     policy = tmp_path / "regression.toml"
-    policy.write_text("fail_above_info = []\n[regression.blocked]\nmax_relative_growth = 1\n")
+    policy.write_text("fail_above_info = []\n[regression.blocked]\nmax_relative_growth = 4\n")
 
     def run(name: str, threads: int) -> str:
         capture = tmp_path / name
