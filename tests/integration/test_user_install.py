@@ -9,8 +9,10 @@ import subprocess
 from tests.conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "test-user-install"
-BUDGET_S = 420  # a hang guard: 78 s on a quiet machine (the wheel built, doctor and the quick start recorded once),
-# over 120 s in a full run beside other builds; 157 s with the quick start twice at a load average of 10 on 2 CPUs
+# A hang guard: a first build of the release wheel (scripts/build-wheel) takes minutes on 2 CPUs
+# (26 min beside other builds); with the wheel built, the rest took 75 s beside them, 157 s with the
+# quick start run twice at a load average of 10
+BUDGET_S = 1800
 
 
 def test_the_readme_user_install_and_quick_start_work():
