@@ -25,8 +25,11 @@ def readme_sample() -> str:
 
 def shape(text: str) -> str:
     """The text with every number as N, a finding's severity as SEV, every stack as its last
-    frame (its shortening depends on the room the numbers leave) and every run of blanks as one."""
+    frame (its shortening depends on the room the numbers leave), how a finding's time splits as
+    TIME (until woken and waiting for a CPU, or a convoy: it changes from run to run) and every run
+    of blanks as one."""
     text = re.sub(r"\[(critical|warning|info)\]", "[SEV]", text)
+    text = re.sub(r"\([^()]*of (its|their) time[^()]*\)", "(TIME)", text)
     text = re.sub(r"\S*;(\S+)", r"\1", text)
     text = re.sub(r"\d[\d,.]*", "N", text)
     return " ".join(text.split())
