@@ -136,3 +136,22 @@ def test_a_reentrantlock_held_across_a_sleep_is_its_own_finding_at_the_programs_
     assert result.returncode == 0, result.stderr
     report = json.loads(run_offcpu("report", "json", str(fixed)).stdout)
     assert not [finding for finding in report["findings"] if finding["severity"] != "info"], report["findings"]
+
+
+def test_java_workers_waiting_in_a_queue_wait_for_work_not_for_a_lock(tmp_path: Path) -> None:
+    # java_queue -t 4: a producer puts an item every 50 ms, four workers poll the queue for it (a park on its
+    # condition, as a ReentrantLock's waiters park)
+    capture = tmp_path / "cap"
+    with jvm("java_queue", 4) as program:
+        result = run_offcpu("record", "--pid", str(program.pid), "-d", "3", "-o", str(capture))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(run_offcpu("report", "json", str(capture)).stdout)
+    # judged by what ended the waits: the producer, itself asleep between items, or the poll's timeout
+    assert [finding for finding in report["findings"] if finding["severity"] != "info"] == [], report["findings"]
+    # and the waits a dump fell in are at the program's poll, parked on the queue's condition
+    take = f"QueueWorkers.take (QueueWorkers.java:{line_of('QueueWorkers.java', '// where the workers wait')}) [java]"
+    folded = run_offcpu("report", "folded", "--by-thread", str(capture)).stdout.splitlines()
+    at_take = sum(int(line.rpartition(" ")[2]) for line in folded if line.startswith("worker-") and take in line
+                  and "[parking to wait for a java.util.concurrent.locks.AbstractQueuedSynchronizer$ConditionObject]"
+                  in line)
+    assert at_take > 0.05 * workers_offcpu_us(capture), (at_take, workers_offcpu_us(capture))
