@@ -149,6 +149,41 @@ def test_a_recorded_ruby_mutex_carries_its_lines_what_its_threads_wait_for_and_w
                          "[asleep all the recording]")
 
 
+def test_a_recorded_java_reentrantlock_carries_what_its_threads_park_for_and_their_line(tmp_path: Path) -> None:
+    # tests/fixtures/java_lock_sleep_bpf: java_lock_sleep -t 4 -u 200 (4 workers taking one fair ReentrantLock and
+    # sleeping 200 ms holding it; LockSleep.java:28 takes it) recorded 3 s with BPF by `offcpu record --pid` once
+    # the JVM had run 3 s, its thread dumps read through HotSpot's attach socket every 1 s
+    import shutil
+
+    from offcpu.diagnosis.findings import findings
+    from offcpu.model.loading import build
+
+    shutil.copytree(HERE / "java_lock_sleep_bpf", tmp_path / "cap")
+    model = build(tmp_path / "cap")
+    pid = model.capture.target.pid
+    assert any(note.startswith(f"Java frames of process {pid} (HotSpot 17.") and
+               "were read with HotSpot attach: threaddump every 1000 ms" in note for note in model.binary_notes)
+    # the waits a dump fell in: what they park for, the JDK's park and AQS frames, then the program's line,
+    # after the native frames; 3 dumps of 4 workers that wait most of their time for the lock: a good part of
+    # the workers' futex waits
+    parked = "[parking to wait for a java.util.concurrent.locks.ReentrantLock$FairSync]"
+    taking = "LockSleep.lambda$main$0 (LockSleep.java:28) [java]"
+    waits_us = framed_us = 0
+    for row in model.rows:
+        frames = model.stacks[row.stack].frames
+        if model.threads[row.tid].comm.startswith("worker-") and "futex_do_wait" in frames:
+            waits_us += row.offcpu_us
+            if parked in frames:
+                framed_us += row.offcpu_us
+                at = frames.index(parked)
+                assert at >= model.stacks[row.stack].kernel_frames and taking in frames[at:], frames
+    assert framed_us > 0.25 * waits_us, (framed_us, waits_us)
+    # and the lock's finding is placed at the program's line, not at the JDK's park
+    [lock] = [finding for finding in findings(model) if finding.subject == "ReentrantLock"]
+    assert lock.id == "lock_contention" and lock.title.endswith("(a java.util.concurrent.locks.ReentrantLock$FairSync)")
+    assert " holds at LockSleep.lambda$main$0 (LockSleep.java:28) (" in lock.summary, lock.summary
+
+
 def test_what_a_java_thread_waits_for_and_who_held_it_become_frames(tmp_path: Path) -> None:
     # stacks as monitor_sleep.txt's: 0 a blocked worker's, 1 the holder's (asleep in the block, in pause())
     block = Frame("MonitorSleep.lambda$main$0", "MonitorSleep.java", 25)
