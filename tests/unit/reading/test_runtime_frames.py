@@ -4,10 +4,13 @@ written here by hand, with the expected values worked out in the comments."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 
+from offcpu.model import Model
+from offcpu.model.loading import build
 from offcpu.reading.runtime_frames import (
     NO_OWNER,
     NO_RUNTIME_STACK,
@@ -78,17 +81,18 @@ def test_a_damaged_or_missing_file_is_no_runtime_stacks(tmp_path: Path) -> None:
     assert load(tmp_path) is None
 
 
+def fixture_model(tmp_path: Path, name: str) -> Model:
+    """The model of a recorded fixture, built from a copy (a built model is saved beside its capture)."""
+    shutil.copytree(HERE / name, tmp_path / "cap")
+    return build(tmp_path / "cap")
+
+
 def test_a_recorded_python_lock_carries_its_lines_under_its_lock_waits(tmp_path: Path) -> None:
     # tests/fixtures/python_lock_bpf: python_lock -t 4 -u 100000 (4 workers taking one lock and sleeping 100 ms
     # holding it) recorded 1 s with BPF by `offcpu record --pid`; its kallsyms is cut to what its frames need,
     # and its native user frames are named from this machine's files (elsewhere, as offsets): only the runtime's
     # and the kernel's frames are held to here
-    import shutil
-
-    from offcpu.model.loading import build
-
-    shutil.copytree(HERE / "python_lock_bpf", tmp_path / "cap")
-    model = build(tmp_path / "cap")
+    model = fixture_model(tmp_path, "python_lock_bpf")
     pid = model.capture.target.pid
     assert f"Python frames of process {pid} (CPython 3.11) were read with py-spy dump every 200 ms: 14 of 22 " \
         "waits of 10 ms or more carry them; the others' stacks are native only" in model.binary_notes
@@ -117,12 +121,7 @@ def test_a_recorded_ruby_mutex_carries_its_lines_what_its_threads_wait_for_and_w
     # tests/fixtures/ruby_mutex_bpf: ruby_mutex -t 4 -u 100000 (4 workers taking one Thread::Mutex and sleeping
     # 100 ms holding it; line 63 takes it, 64 sleeps, 78 calls work, 81 joins) recorded 1 s with BPF by
     # `offcpu record --pid`, its threads read from its memory every 200 ms
-    import shutil
-
-    from offcpu.model.loading import build
-
-    shutil.copytree(HERE / "ruby_mutex_bpf", tmp_path / "cap")
-    model = build(tmp_path / "cap")
+    model = fixture_model(tmp_path, "ruby_mutex_bpf")
     pid = model.capture.target.pid
     assert f"Ruby frames of process {pid} (MRI 3.1) were read with offcpu's MRI 3.1 reader (/proc/PID/mem) every " \
         "200 ms: 9 of 20 waits of 10 ms or more carry them; the others' stacks are native only" in model.binary_notes
@@ -153,13 +152,9 @@ def test_a_recorded_java_reentrantlock_carries_what_its_threads_park_for_and_the
     # tests/fixtures/java_lock_sleep_bpf: java_lock_sleep -t 4 -u 200 (4 workers taking one fair ReentrantLock and
     # sleeping 200 ms holding it; LockSleep.java:28 takes it) recorded 3 s with BPF by `offcpu record --pid` once
     # the JVM had run 3 s, its thread dumps read through HotSpot's attach socket every 1 s
-    import shutil
-
     from offcpu.diagnosis.findings import findings
-    from offcpu.model.loading import build
 
-    shutil.copytree(HERE / "java_lock_sleep_bpf", tmp_path / "cap")
-    model = build(tmp_path / "cap")
+    model = fixture_model(tmp_path, "java_lock_sleep_bpf")
     pid = model.capture.target.pid
     assert any(note.startswith(f"Java frames of process {pid} (HotSpot 17.") and
                "were read with HotSpot attach: threaddump every 1000 ms" in note for note in model.binary_notes)
