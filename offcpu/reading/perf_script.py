@@ -19,7 +19,9 @@ is skipped and counted.
 from __future__ import annotations
 
 import io
+import os
 import re
+import signal
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -45,7 +47,7 @@ from offcpu.reading.sched_events import (
     EventSink,
 )
 from offcpu.stacks import Stack, without_tracing
-from offcpu.workers import child_environment
+from offcpu.workers import child_environment, end_with_parent
 
 FIELDS = "comm,pid,tid,cpu,time,event,trace,ip,sym"
 KERNEL_ADDRESS_DIGITS = 16  # x86-64 kernel text is at 0xffff...: 16 hex digits
@@ -145,12 +147,16 @@ def text_of(output: IO[bytes]) -> IO[str]:
 
 @contextmanager
 def script_output(perf: str, perf_data: Path, time_slice: tuple[int, int] | None = None) -> Iterator[IO[str]]:
-    """perf script's stdout, streamed. perf is ended when the caller stops early;
-    when the caller read everything, a failing perf script is an error."""
+    """perf script's stdout, streamed. perf is ended when the caller stops early, or when
+    the process that started it ends, however it ends (perf script sorts its events before it
+    writes any, so a broken pipe alone would end it only later); when the caller read
+    everything, a failing perf script is an error."""
+    parent = os.getpid()
     with tempfile.TemporaryFile("w+") as errors:
         process = subprocess.Popen(
             script_argv(perf, perf_data, time_slice), stdout=subprocess.PIPE, stderr=errors,
             stdin=subprocess.DEVNULL, env=child_environment(),
+            preexec_fn=lambda: end_with_parent(parent, signal.SIGKILL),
         )
         assert process.stdout is not None
         stream = text_of(process.stdout)

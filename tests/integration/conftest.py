@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 ORPHAN_PASSES = 3  # an orphan's children are orphans once it is killed
+ENDING_GRACE_S = 1.0  # an orphan already killed (by the kernel, when its parent died) may still be exiting
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -20,8 +21,8 @@ def _as_root(recording_perf: str) -> None:
 
 
 def orphans_of_this_session(since: set[int]) -> list[tuple[int, str]]:
-    """The processes of the tests' session (pid, name), not in `since`, that their parent left
-    to init: nothing waits for them or will end them."""
+    """The live processes of the tests' session (pid, name), not in `since`, that their parent
+    left to init: nothing waits for them or will end them."""
     session = os.getsid(0)
     found = []
     for entry in Path("/proc").iterdir():
@@ -32,8 +33,8 @@ def orphans_of_this_session(since: set[int]) -> list[tuple[int, str]]:
         except OSError:
             continue
         name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        parent, process_session = int(fields[1]), int(fields[3])
-        if parent == 1 and process_session == session:
+        state, parent, process_session = fields[0], int(fields[1]), int(fields[3])
+        if parent == 1 and process_session == session and state != "Z":  # a zombie runs nothing
             found.append((int(entry.name), name))
     return found
 
@@ -44,6 +45,9 @@ def _no_orphans_left(request: pytest.FixtureRequest) -> Iterator[None]:
     would load the CPUs under the next tests' recordings. Says so as a warning."""
     before = {int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()}
     yield
+    deadline = time.monotonic() + ENDING_GRACE_S
+    while orphans_of_this_session(before) and time.monotonic() < deadline:
+        time.sleep(0.05)
     for _ in range(ORPHAN_PASSES):
         orphans = orphans_of_this_session(before)
         if not orphans:
