@@ -202,7 +202,8 @@ impl KernelSymbols {
     /// `types` (a module's named with its "\t[module]" suffix, which `find` leaves out).
     #[staticmethod]
     fn kallsyms(text: &[u8], types: &[u8]) -> Self {
-        let mut entries = vec![];
+        // a line is 40 bytes or more ("ffffffff81000000 T " and a name)
+        let mut entries = Vec::with_capacity(text.len() / 40);
         let mut line_start = 0;
         for line in text.split(|&byte| byte == b'\n') {
             if let Some((address, kind, name)) = kallsyms_line(line, types) {
@@ -233,20 +234,27 @@ impl KernelSymbols {
 
 /// A kallsyms line perf takes a symbol from: its address (at most 16 hex digits), type and name.
 fn kallsyms_line<'a>(line: &'a [u8], types: &[u8]) -> Option<(u64, u8, &'a [u8])> {
-    let space = line.iter().position(|&byte| byte == b' ')?;
-    let kept = (1..=16).contains(&space)
-        && space + 3 < line.len()
-        && types.contains(&line[space + 1])
-        && line[space + 2] == b' ';
-    if !kept {
-        return None;
+    let (address, space) = hex_address(line)?;
+    let (&kind, rest) = line.get(space + 1..)?.split_first()?;
+    let name = rest.strip_prefix(b" ").filter(|name| !name.is_empty())?;
+    types.contains(&kind).then_some((address, kind, name))
+}
+
+/// The address a line begins with and where the space after it is: 1 to 16 hex digits, read
+/// in the one pass (a kernel's kallsyms is 100,000 lines and more, read at every report).
+fn hex_address(line: &[u8]) -> Option<(u64, usize)> {
+    let mut address = 0u64;
+    for (at, &byte) in line.iter().enumerate().take(17) {
+        let digit = match byte {
+            b'0'..=b'9' => byte - b'0',
+            b'a'..=b'f' => byte - b'a' + 10,
+            b'A'..=b'F' => byte - b'A' + 10,
+            b' ' if at > 0 => return Some((address, at)),
+            _ => return None,
+        };
+        address = address << 4 | u64::from(digit);
     }
-    let digits = std::str::from_utf8(&line[..space]).ok()?;
-    if !digits.bytes().all(|digit| digit.is_ascii_hexdigit()) {
-        return None;
-    }
-    let address = u64::from_str_radix(digits, 16).ok()?;
-    Some((address, line[space + 1], &line[space + 3..]))
+    None
 }
 
 /// A mapped file's function symbols, and the segments that place them in the file.
@@ -595,6 +603,24 @@ mod tests {
         // the last: to the end of the page after its own
         assert_eq!(name_at(&symbols, 0x2fff).as_deref(), Some("b"));
         assert_eq!(name_at(&symbols, 0x3000), None);
+    }
+
+    #[test]
+    fn kallsyms_lines_hold_one_to_sixteen_hex_digits_a_kept_type_and_a_name() {
+        let types = b"Tt";
+        assert_eq!(
+            kallsyms_line(b"ffffffffC0000010 t mod_fn\t[mod]", types),
+            Some((0xffff_ffff_c000_0010, b't', &b"mod_fn\t[mod]"[..]))
+        );
+        assert_eq!(kallsyms_line(b"0 T x", types), Some((0, b'T', &b"x"[..])));
+        assert_eq!(kallsyms_line(b"1ffffffff81000000 T x", types), None); // 17 digits
+        assert_eq!(kallsyms_line(b" ffffffff81000000 T x", types), None);
+        assert_eq!(kallsyms_line(b"ffffffff8100000g T x", types), None);
+        assert_eq!(kallsyms_line(b"ffffffff81000000 U x", types), None);
+        assert_eq!(kallsyms_line(b"ffffffff81000000 T ", types), None); // no name
+        assert_eq!(kallsyms_line(b"ffffffff81000000 Tx", types), None);
+        assert_eq!(kallsyms_line(b"ffffffff81000000", types), None);
+        assert_eq!(kallsyms_line(b"", types), None);
     }
 
     #[test]
