@@ -175,8 +175,8 @@ class CaptureInfo:
     # start to the window's end (user and system); None: not known (older captures)
     perf_wakeups: int | None = None
     perf_cpu_s: float | None = None
-    # "perf" (perf.data) or "bpf" (offcpu's BPF programs: bpf-records.bin, bpf-stacks.bin),
-    # and why that one (offcpu.recording.backends)
+    # What recorded it, as offcpu.kinds names it: perf (perf.data) or offcpu's BPF programs
+    # (bpf-records.bin, bpf-stacks.bin), and why that one (offcpu.recording.backends)
     backend: str = "perf"
     backend_why: str = ""
     # A BPF recording's own counts (waits, sampled, waker_stacks, lost_records, lost_waits,
@@ -189,35 +189,9 @@ class CaptureInfo:
         return asdict(self)
 
     @property
-    def recorded_counts(self) -> str:
-        """What was recorded, counted as its backend counts it."""
-        noun = "event" if self.bpf is None else "wait"
-        counts = f"{self.samples:,} {noun}{'s' * (self.samples != 1)}"
-        if self.bpf is None:
-            return f"{counts} (+{self.switch_records:,} switch records)"
-        return f"{counts} ({self.bpf.get('sampled', 0):,} with stacks)"
-
-    @property
     def lost_share(self) -> float:
-        """The share of the events perf meant to record that it lost (0-1)."""
+        """The share of the events the recording meant to keep that it lost (0-1)."""
         return self.lost_events / max(self.samples + self.switch_records + self.lost_events, 1)
-
-    @property
-    def lost_note(self) -> str | None:
-        """What perf's lost events mean and what to do about them; None when it lost none."""
-        return self.lost_sentence("") if self.lost_events else None
-
-    def lost_sentence(self, allowed: str) -> str:
-        """lost_note, with what is `allowed` said beside the share ("; a check allows 5%")."""
-        if self.backend == "bpf":
-            return (f"the BPF recording lost {self.lost_events:,} waits ({self.lost_share:.1%}{allowed}): its ring "
-                    "buffer or its table of waits in progress was full, so some waits are missing; record a smaller "
-                    "target or a shorter --duration" + more_in("events-lost"))
-        pages = self.mmap_pages()
-        bigger = f"--mmap-pages {pages * 4}" if pages else "--mmap-pages 1024"
-        return (f"perf lost {self.lost_events:,} events ({self.lost_share:.1%}{allowed}), so some waits are missing "
-                f"or cut short: record again with a bigger ring buffer, for example {bigger}, or a shorter "
-                "--duration" + more_in("events-lost"))
 
     @property
     def whole_run(self) -> bool:

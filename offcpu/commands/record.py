@@ -22,6 +22,7 @@ from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target
 from offcpu.diagnosis.wording import counted
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
+from offcpu.kinds import kind_of, lost_note
 from offcpu.machine import system
 from offcpu.model.asleep import load as load_snapshot
 from offcpu.recording import runtime_stacks, targets
@@ -357,7 +358,8 @@ def _print_summary(info: CaptureInfo, request: RecordRequest, suggest_report: bo
     following = f" Next: offcpu report text {where} (or report svg, html, json, folded)" if suggest_report else ""
     console.print(
         f"Recorded {info.target.describe()} with {info.backend} for {info.duration_actual_s:.1f} s{ended}: "
-        f"{info.recorded_counts}, {info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, in {where}/."
+        f"{kind_of(info).recorded_counts(info)}, {info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, "
+        f"in {where}/."
         f"{following}", markup=False)
     for note in _notes(info, request):
         console.print(f"  note: {note}", markup=False)
@@ -414,9 +416,9 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
     elif info.samples == 0:
         notes.append("perf recorded no scheduler event of the target: none of its threads ran during the recording "
                      "(idle, stopped or deadlocked?); reports can only show them off CPU all along, with no stack")
-    if info.lost_note:
-        notes.append(info.lost_note)
-    if info.backend == "perf":
+    if lost := lost_note(info):
+        notes.append(lost)
+    if not kind_of(info).reads_runtimes:
         notes += _runtimes_left_native(info)
     if info.spin_note:
         notes.append(info.spin_note)

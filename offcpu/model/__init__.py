@@ -38,7 +38,6 @@ WAKER_KINDS = ("thread", "interrupt", "idle", "unrecorded")
 # A row's off-CPU time is also kept in this many equal parts of the window, so that a
 # finding's share can be measured in each and its spread over time be known.
 SUB_WINDOWS = 10
-UNKNOWN_STATE = "?"
 PREEMPTED = "R"  # switched out while runnable: all of the gap is run-queue delay
 
 
@@ -167,7 +166,7 @@ class Model:
     # Switches of which perf lost one record (the sched_switch or the record of being in),
     # placed by the other
     half_recorded_switches: int = 0
-    perf_data: dict = field(default_factory=dict)  # the perf.data it was built from (loading._identity)
+    perf_data: dict = field(default_factory=dict)  # the perf.data it was built from (its kind's identity: offcpu.kinds)
     reader: str = ""  # which read perf.data: "native" or "perf-script"
     reader_note: str = ""  # why that one
     binary_notes: list[str] = field(default_factory=list)  # what the reader says of the mapped files (Symbolizer.notes)

@@ -134,7 +134,7 @@ def _new_info(request: RecordRequest, backend: Backend) -> CaptureInfo:
         events=[{"name": name, "call_graph": name == "sched:sched_switch", "why": "timed in the kernel"}
                 for name in TRACEPOINTS],
         events_skipped=[], duration_requested_s=request.duration_s, schedstats="off",
-        limits=limits_of(request.target), backend=backend.name, backend_why=backend.why,
+        limits=limits_of(request.target), backend=backend.kind.name, backend_why=backend.why,
     )
 
 

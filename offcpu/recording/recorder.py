@@ -7,11 +7,17 @@ from collections.abc import Callable
 
 from offcpu.capture import CaptureInfo
 from offcpu.errors import OffcpuError
+from offcpu.kinds import BPF, PERF, CaptureKind
 from offcpu.machine import system
 from offcpu.recording import backends
 from offcpu.recording.bpf_session import record_bpf
 from offcpu.recording.request import RecordRequest
 from offcpu.recording.session import record as record_perf
+
+# How each kind records (BpfRefused: the kernel refused BPF's programs, and perf records instead when
+# the backend was not asked for)
+RECORD_WITH: dict[CaptureKind, Callable[[RecordRequest, backends.Backend, Callable[[float], None]], CaptureInfo]] = {
+    PERF: record_perf, BPF: record_bpf}
 
 
 def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureInfo:
@@ -20,14 +26,13 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
     if namespace_problem:
         raise OffcpuError(namespace_problem)
     backend = backends.choose(request.backend, perf_only_options(request))
-    if backend.name == "bpf":
-        try:
-            return record_bpf(request, backend, on_tick)
-        except backends.BpfRefused as refused:
-            if request.backend != "auto":
-                raise
-            backend = backends.Backend("perf", f"the kernel refused offcpu's BPF programs ({refused.reason})")
-    return record_perf(request, backend, on_tick)
+    try:
+        return RECORD_WITH[backend.kind](request, backend, on_tick)
+    except backends.BpfRefused as refused:
+        if request.backend != "auto":
+            raise
+        return record_perf(request, backends.Backend(PERF, f"the kernel refused offcpu's BPF programs "
+                                                           f"({refused.reason})"), on_tick)
 
 
 def perf_only_options(request: RecordRequest) -> list[str]:

@@ -53,7 +53,7 @@ def record(request: RecordRequest, backend: Backend, on_tick: Callable[[float], 
             with schedstats_enabled(request.enable_schedstats) as schedstats:
                 plan = plan_events(tracefs, schedstats)
                 info = _new_info(request, plan, version, schedstats)
-                info.backend_why = backend.why
+                info.backend, info.backend_why = backend.kind.name, backend.why
                 perf_process = _start(perf, request, plan, info)
                 try:
                     _run(perf_process, request, info, on_tick, interrupts)
@@ -80,7 +80,7 @@ def record(request: RecordRequest, backend: Backend, on_tick: Callable[[float], 
         with signals_ignored():
             info.command_exit_status = _command_exit_status(perf_process, info)
             info.process_titles |= targets.process_titles(info.target)  # as they end, those still there
-            describe(perf, perf_data, info)
+            describe(perf_data, info)
             save_kernel_files(request.output)
             save_capture(request.output, info)
     return info
