@@ -26,7 +26,7 @@ from offcpu.kinds import kind_of, lost_note
 from offcpu.machine import system
 from offcpu.model.asleep import load as load_snapshot
 from offcpu.recording import runtime_stacks, targets
-from offcpu.recording.backends import BACKENDS
+from offcpu.recording.backends import BACKENDS, chosen_for_me
 from offcpu.recording.end_watch import SIZE, SIZE_UNITS
 from offcpu.recording.output_dir import output_taken
 from offcpu.recording.perf_process import COMMAND_GRACE_S
@@ -389,7 +389,7 @@ def cut_short_fix(info: CaptureInfo) -> str:
 
 
 def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
-    notes = [f"recorded with {info.backend}: {info.backend_why}"] if request.backend == "auto" else []
+    notes = [f"recorded with {info.backend}: {info.backend_why}"] if chosen_for_me(request.backend) else []
     if info.cut_short_note:
         notes.append(f"{info.cut_short_note}; {cut_short_fix(info)}")
     if info.command_exit_status:

@@ -20,17 +20,6 @@ from offcpu.stacks import Stack
 
 SCHEMA = "offcpu-model/12"  # a new engine or reader reads perf.data again
 WHOLE_WINDOW = 0.99  # a wait of this share of the window or more lasted all of it
-# Synthetic frames for time whose stack perf could not have recorded.
-BEFORE_WINDOW = "[off CPU since before the recording]"
-NEW_THREAD = "[new thread, waiting for its first run]"
-# The stack of the waker of a wait that ended without a recorded wakeup: its waker was
-# not recorded (another process, or an interrupt while an unrecorded thread ran).
-WAKER_NOT_RECORDED = "[waker not recorded]"
-# The stack of a switch-out whose sched_switch perf lost: only its switch record says when.
-STACK_LOST = "[switch-out's stack lost]"
-# The stacks a sampling recording (BPF under its stack budget) did not take: the waiter's, the waker's
-STACK_NOT_TAKEN = "[stack not sampled]"
-WAKER_STACK_NOT_TAKEN = "[waker's stack not sampled]"
 # The outermost frame of a stack read from the live process at the end of the recording (a
 # thread that never ran in it: offcpu.model.asleep), so that a flame graph tells it from perf's
 ASLEEP_ALL_WINDOW = "[asleep all the recording]"

@@ -15,8 +15,8 @@ from typing import Any
 
 from offcpu.capture import SNAPSHOT
 from offcpu.files import PRIVATE, read_json, write_whole
-from offcpu.model import ASLEEP_ALL_WINDOW, BEFORE_WINDOW, WHOLE_WINDOW, Model
-from offcpu.stacks import Stack
+from offcpu.model import ASLEEP_ALL_WINDOW, WHOLE_WINDOW, Model
+from offcpu.stacks import BEFORE_WINDOW, Stack
 
 SCHEMA = "offcpu-snapshot/1"
 # The most snapshot.json is read of: a few KB for each thread asleep (its stacks), for

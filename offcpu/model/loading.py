@@ -16,7 +16,7 @@ from offcpu.kinds import PERF_DATA_READERS, PLAIN, CaptureKind, PlainPerfData, k
 from offcpu.model import Model
 from offcpu.model.asleep import load as load_snapshot, with_asleep_stacks
 from offcpu.model.engine import build_model
-from offcpu.reading.plain_perf_data import lacks, name_target, plain_info
+from offcpu.reading.plain_perf_data import lacks, plain_info
 from offcpu.reading.readers import open_reader
 
 READERS = PERF_DATA_READERS  # what --reader chooses from; a BPF capture has one reader
@@ -92,6 +92,18 @@ def build(directory: Path, window_s: tuple[float, float] | None = None, reader: 
     elif window_s is None:
         _save(directory / MODEL_FILE, model)
     return model
+
+
+def name_target(model: Model) -> None:
+    """Name the recorded process or thread after its events (the command line has only its number)."""
+    target = model.capture.target
+    if target.comm or target.kind not in ("pid", "tid"):
+        return
+    threads = [thread for thread in model.threads.values()
+               if thread.tid == target.tid or (target.tid is None and thread.pid == target.pid)]
+    if threads:  # the process's main thread when it has events, else one of its threads
+        named = min(threads, key=lambda thread: (thread.tid != thread.pid, thread.tid))
+        model.capture.target = replace(target, comm=named.comm, pid=named.pid)
 
 
 def _nothing_ran(recorded: Path) -> OffcpuError:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
-from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
+from offcpu.model import PREEMPTED, Model, Row, Thread, WaitTimes
 from offcpu.model.wakeups import cause_name, cause_of_waker
-from offcpu.stacks import Runs, parts, reading, runs_said, wait_site
+from offcpu.stacks import WAKER_NOT_RECORDED, Runs, parts, reading, runs_said, wait_site
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
 # flamegraph.pl and inferno read a line whose last frame ends in blanks and a number

@@ -12,14 +12,12 @@ beside a file offcpu did not make.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from offcpu import _core
 from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
 from offcpu.machine import system
-from offcpu.model import Model
 from offcpu.reading.describe import count_records, first_events
 from offcpu.reading.native_reader import open_perf_data, reading
 from offcpu.recording.events import SCHEDSTATS_TRACEPOINTS, SWITCH_TRACEPOINT, WAKING_TRACEPOINTS
@@ -76,18 +74,6 @@ def _from_header(path: Path, data: _core.PerfData) -> CaptureInfo:
         events_skipped=[], duration_requested_s=seconds, schedstats=_schedstats(names), limits=None,
         window_start_ns=first_ns, window_end_ns=max(last_ns, first_ns + 1), duration_actual_s=seconds,
         ended_by="perf exited")
-
-
-def name_target(model: Model) -> None:
-    """Name the recorded process or thread after its events (the command line has only its number)."""
-    target = model.capture.target
-    if target.comm or target.kind not in ("pid", "tid"):
-        return
-    threads = [thread for thread in model.threads.values()
-               if thread.tid == target.tid or (target.tid is None and thread.pid == target.pid)]
-    if threads:  # the process's main thread when it has events, else one of its threads
-        named = min(threads, key=lambda thread: (thread.tid != thread.pid, thread.tid))
-        model.capture.target = replace(target, comm=named.comm, pid=named.pid)
 
 
 def lacks(info: CaptureInfo) -> list[str]:

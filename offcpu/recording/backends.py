@@ -24,6 +24,12 @@ class Backend:
     why: str  # in words, for the summary, the report header and doctor
 
 
+def chosen_for_me(asked: str) -> bool:
+    """Whether offcpu chose the backend (--backend auto): then the summary says which and why,
+    and perf records when the kernel refuses BPF's programs."""
+    return asked == "auto"
+
+
 def choose(asked: str, perf_only_options: list[str]) -> Backend:
     """The backend for `asked` ("auto", "bpf", "perf"); `perf_only_options` are the options
     given that only perf records (--call-graph dwarf, ...). An asked-for BPF that cannot

@@ -29,7 +29,7 @@ def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureI
     try:
         return RECORD_WITH[backend.kind](request, backend, on_tick)
     except backends.BpfRefused as refused:
-        if request.backend != "auto":
+        if not backends.chosen_for_me(request.backend):
             raise
         return record_perf(request, backends.Backend(PERF, f"the kernel refused offcpu's BPF programs "
                                                            f"({refused.reason})"), on_tick)
