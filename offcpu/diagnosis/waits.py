@@ -55,7 +55,7 @@ MAIN_LOOP_DEPTH = 2
 class WaitClass:
     """One row's waits: what ended them, and where they waited (None: no entry names it)."""
 
-    cause: str  # one of offcpu.model.wakeups.CAUSES
+    cause: str  # a cause of offcpu.model.wakeups (a key of its CAUSE_WORDS)
     site: Site | None
     truncated: bool  # the user stack stops at libc's futex wrapper, with no frame of the program
     parked: bool = False  # a kernel thread asleep in its main loop: it waits for work, whoever wakes it

@@ -11,7 +11,6 @@ engine, from what a reader paired) and read it (summaries, stackview, diffing).
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
@@ -85,11 +84,6 @@ class Row:
     # The variance of offcpu_us as an estimate (µs²), when its waits' stacks were sampled
     # (offcpu.model.sampling: of its share of its stratum); 0 when all were taken
     variance: int = 0
-
-    @property
-    def stderr_us(self) -> float:
-        """One standard error of offcpu_us (0 when every wait's stack was taken)."""
-        return math.sqrt(self.variance)
 
 
 @dataclass

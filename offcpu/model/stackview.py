@@ -6,7 +6,6 @@ stacks are drawn, in flame graphs and in tables alike."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -123,10 +122,6 @@ class DrawnStack:
     runqueue_us: int
     count: int
     variance: int = 0  # of offcpu_us, µs² (Row.variance): 0 unless sampled
-
-    @property
-    def stderr_us(self) -> float:
-        return math.sqrt(self.variance)
 
     @property
     def folded(self) -> str:
