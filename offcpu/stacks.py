@@ -21,6 +21,9 @@ STACK_LOST = "[switch-out's stack lost]"
 # The stacks a sampling recording (BPF under its stack budget) did not take: the waiter's, the waker's
 STACK_NOT_TAKEN = "[stack not sampled]"
 WAKER_STACK_NOT_TAKEN = "[waker's stack not sampled]"
+# The outermost frame of a stack read from the live process at the end of the recording (a
+# thread that never ran in it: offcpu.model.asleep), so that a flame graph tells it from perf's
+ASLEEP_ALL_WINDOW = "[asleep all the recording]"
 
 
 @dataclass(frozen=True, slots=True)

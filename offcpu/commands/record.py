@@ -18,13 +18,12 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
-from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target
+from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target, load_snapshot
 from offcpu.diagnosis.wording import counted
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.kinds import kind_of, lost_note
 from offcpu.machine import system
-from offcpu.model.asleep import load as load_snapshot
 from offcpu.recording import runtime_stacks, targets
 from offcpu.recording.backends import BACKENDS, chosen_for_me
 from offcpu.recording.end_watch import SIZE, SIZE_UNITS

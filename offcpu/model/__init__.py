@@ -19,9 +19,6 @@ from offcpu.stacks import Stack
 
 SCHEMA = "offcpu-model/12"  # a new engine or reader reads perf.data again
 WHOLE_WINDOW = 0.99  # a wait of this share of the window or more lasted all of it
-# The outermost frame of a stack read from the live process at the end of the recording (a
-# thread that never ran in it: offcpu.model.asleep), so that a flame graph tells it from perf's
-ASLEEP_ALL_WINDOW = "[asleep all the recording]"
 WAKER_KINDS = ("thread", "interrupt", "idle", "unrecorded")
 # A row's off-CPU time is also kept in this many equal parts of the window, so that a
 # finding's share can be measured in each and its spread over time be known.

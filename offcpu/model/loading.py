@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from offcpu.capture import MODEL_FILE, CaptureInfo, load
+from offcpu.capture import MODEL_FILE, CaptureInfo, load, load_snapshot
 from offcpu.errors import OffcpuError
 from offcpu.files import PRIVATE, read_json, write_whole
 from offcpu.kinds import PERF_DATA_READERS, PLAIN, CaptureKind, PlainPerfData, kind_of
 from offcpu.model import Model
-from offcpu.model.asleep import load as load_snapshot, with_asleep_stacks
+from offcpu.model.asleep import with_asleep_stacks
 from offcpu.model.engine import build_model
 from offcpu.reading.plain_perf_data import lacks, plain_info
 from offcpu.reading.readers import open_reader

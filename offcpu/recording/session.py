@@ -16,11 +16,10 @@ from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, own_files, save
+from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, own_files, save, save_snapshot
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.machine import cgroups, limits, system
-from offcpu.model.asleep import save as save_snapshot
 from offcpu.reading.describe import describe
 from offcpu.recording import snapshot, targets
 from offcpu.recording.backends import Backend

@@ -207,7 +207,7 @@ STEPS = ("machine", "recording", "reading", "model", "diagnosis", "gate", "rende
 ENTRY_POINTS = frozenset({"cli", "app", "__main__"})
 # Imports against the order still to be moved (issue 38), each (importer, imported): the formats
 # recording writes for later steps (runtime-stacks.json's frames, the maps filed for naming
-# frames, snapshot.json, the kernel's saved symbols) are still defined by the step that reads them,
+# frames, the kernel's saved symbols) are still defined by the step that reads them,
 # and perf's recording still describes its perf.data with the reader's module
 NOT_YET = frozenset({
     ("offcpu.capture", "offcpu.machine.cgroups"),
@@ -217,8 +217,6 @@ NOT_YET = frozenset({
     ("offcpu.recording.process_maps", "offcpu.reading.symbols"),
     ("offcpu.recording.session", "offcpu.reading.symbols"),
     ("offcpu.recording.session", "offcpu.reading.describe"),
-    ("offcpu.recording.session", "offcpu.model.asleep"),
-    ("offcpu.recording.snapshot", "offcpu.model.asleep"),
 })
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from offcpu._core import TIMELINE_WAITS
+from offcpu.capture import load_snapshot
 from offcpu.model import PREEMPTED, SUB_WINDOWS, Model, TimedWait
-from offcpu.model.asleep import load as load_snapshot, with_asleep_stacks
+from offcpu.model.asleep import with_asleep_stacks
 from offcpu.model.engine import threads_at_start, to_model
 from offcpu.reading.native_reader import NativeReader
 from offcpu.reading.pairing import Decoded, pair_pieces
