@@ -17,10 +17,11 @@ from pathlib import Path
 from offcpu import _core
 from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
+from offcpu.kinds import SWITCH_TRACEPOINT
 from offcpu.machine import system
 from offcpu.reading.describe import count_records, first_events
 from offcpu.reading.native_reader import open_perf_data, reading
-from offcpu.recording.events import SCHEDSTATS_TRACEPOINTS, SWITCH_TRACEPOINT, WAKING_TRACEPOINTS
+from offcpu.recording.events import SCHEDSTATS_TRACEPOINTS, WAKING_TRACEPOINTS
 
 # perf.data's feature sections (perf's HEADER_* bits) read here
 FEATURE_OSRELEASE, FEATURE_VERSION = 4, 5
