@@ -236,15 +236,16 @@ def _stages(capture: Path) -> dict[str, float]:
     from offcpu.diagnosis.findings import findings
     from offcpu.diagnosis.locktable import default_table
     from offcpu.diagnosis.waitgraph import wait_graph
+    from offcpu.kinds import kind_of
     from offcpu.model.engine import threads_at_start, to_model
-    from offcpu.model.loading import choose_reader  # offcpu's own modules, in this process: see the docstring
     from offcpu.model.stackview import StackView
+    from offcpu.reading.readers import open_reader  # offcpu's own modules, in this process: see the docstring
     from offcpu.renderers.flame import stack_lines
 
     info = load(capture)
     window = (info.window_start_ns, info.window_end_ns)
     started = time.process_time()
-    reader, _ = choose_reader(capture, info, None)
+    reader = open_reader(kind_of(info), capture, info, None).reader
     slices = reader.time_slices(*window, os.cpu_count() or 1)
     headers = time.process_time() - started
     started = time.process_time()

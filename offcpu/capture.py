@@ -17,6 +17,7 @@ from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.files import PARTIAL, PRIVATE, read_json, write_whole
 from offcpu.machine.cgroups import of_capture
+from offcpu.stacks import ASLEEP_ALL_WINDOW, Stack
 
 SCHEMA = "offcpu-capture/1"
 PERF_DATA = "perf.data"
@@ -175,8 +176,8 @@ class CaptureInfo:
     # start to the window's end (user and system); None: not known (older captures)
     perf_wakeups: int | None = None
     perf_cpu_s: float | None = None
-    # "perf" (perf.data) or "bpf" (offcpu's BPF programs: bpf-records.bin, bpf-stacks.bin),
-    # and why that one (offcpu.recording.backends)
+    # What recorded it, as offcpu.kinds names it: perf (perf.data) or offcpu's BPF programs
+    # (bpf-records.bin, bpf-stacks.bin), and why that one (offcpu.recording.backends)
     backend: str = "perf"
     backend_why: str = ""
     # A BPF recording's own counts (waits, sampled, waker_stacks, lost_records, lost_waits,
@@ -189,35 +190,9 @@ class CaptureInfo:
         return asdict(self)
 
     @property
-    def recorded_counts(self) -> str:
-        """What was recorded, counted as its backend counts it."""
-        noun = "event" if self.bpf is None else "wait"
-        counts = f"{self.samples:,} {noun}{'s' * (self.samples != 1)}"
-        if self.bpf is None:
-            return f"{counts} (+{self.switch_records:,} switch records)"
-        return f"{counts} ({self.bpf.get('sampled', 0):,} with stacks)"
-
-    @property
     def lost_share(self) -> float:
-        """The share of the events perf meant to record that it lost (0-1)."""
+        """The share of the events the recording meant to keep that it lost (0-1)."""
         return self.lost_events / max(self.samples + self.switch_records + self.lost_events, 1)
-
-    @property
-    def lost_note(self) -> str | None:
-        """What perf's lost events mean and what to do about them; None when it lost none."""
-        return self.lost_sentence("") if self.lost_events else None
-
-    def lost_sentence(self, allowed: str) -> str:
-        """lost_note, with what is `allowed` said beside the share ("; a check allows 5%")."""
-        if self.backend == "bpf":
-            return (f"the BPF recording lost {self.lost_events:,} waits ({self.lost_share:.1%}{allowed}): its ring "
-                    "buffer or its table of waits in progress was full, so some waits are missing; record a smaller "
-                    "target or a shorter --duration" + more_in("events-lost"))
-        pages = self.mmap_pages()
-        bigger = f"--mmap-pages {pages * 4}" if pages else "--mmap-pages 1024"
-        return (f"perf lost {self.lost_events:,} events ({self.lost_share:.1%}{allowed}), so some waits are missing "
-                f"or cut short: record again with a bigger ring buffer, for example {bigger}, or a shorter "
-                "--duration" + more_in("events-lost"))
 
     @property
     def whole_run(self) -> bool:
@@ -437,3 +412,92 @@ def _load(directory: Path) -> CaptureInfo:
         raise OffcpuError(f"cannot read {path} ({error.strerror}); record it again") from None
     except (ValueError, TypeError) as error:
         raise OffcpuError(f"{path} is not a capture description offcpu can read ({error}); record it again") from None
+
+
+# snapshot.json: the threads asleep through the recording, read at its end (offcpu.recording.snapshot)
+# and given to the model (offcpu.model.asleep)
+
+SNAPSHOT_SCHEMA = "offcpu-snapshot/1"
+# The most snapshot.json is read of: a few KB for each thread asleep (its stacks), for
+# thousands of threads
+SNAPSHOT_MAX = 64 << 20
+
+
+@dataclass(frozen=True)
+class AsleepThread:
+    """A thread that did not switch during the recording, as it was at its end."""
+
+    tid: int
+    pid: int
+    comm: str
+    state: str  # as in /proc/PID/stat: S, D...
+    wchan: str  # the kernel function it sleeps in
+    syscall: str  # /proc/PID/task/TID/syscall: the system call's number and arguments
+    kernel_frames: tuple[str, ...]  # leaf first
+    user_frames: tuple[str, ...]  # leaf first; empty when they could not be read
+    # For a wait in a futex: the thread glibc records as the owner of the mutex that futex is
+    # the lock word of (its __owner field); meaningful when the stack waits in pthread_mutex_lock
+    # (claims.Claims.mutex_owners keeps those alone)
+    mutex_owner: int | None = None
+
+    @property
+    def stack(self) -> Stack:
+        """Its stack as the model keeps stacks, leaf first, below the label that says where it came from."""
+        return Stack(self.kernel_frames + self.user_frames + (ASLEEP_ALL_WINDOW,), len(self.kernel_frames))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    threads: tuple[AsleepThread, ...] = ()
+    user_stacks: str = ""  # what read the user stacks ("eu-stack"), or why none were read
+    # Why no snapshot could be taken at the end of the recording (empty when one was): the
+    # recording is kept all the same, and its reports say that this is missing
+    failed: str = ""
+    schema: str = field(default=SNAPSHOT_SCHEMA)
+
+    @property
+    def failed_note(self) -> str | None:
+        """What a capture whose snapshot failed lacks, in a sentence (None when it did not fail)."""
+        if not self.failed:
+            return None
+        return (f"the stacks of threads that did not run during the recording could not be read at its end "
+                f"({self.failed}): such threads are shown off CPU all the recording, with no stack")
+
+
+def save_snapshot(directory: Path, snapshot: Snapshot) -> None:
+    """Owner only, as the rest of the capture: it holds every thread's name and stacks."""
+    write_whole(directory / SNAPSHOT, json.dumps(asdict(snapshot)) + "\n", mode=PRIVATE)
+
+
+def load_snapshot(directory: Path) -> Snapshot:
+    """The capture's snapshot; an empty one when there is none or it cannot be read (a
+    capture made with --no-snapshot, or before snapshots, or damaged)."""
+    try:
+        data = read_json(directory / SNAPSHOT, SNAPSHOT_MAX)
+        if not isinstance(data, dict) or data.get("schema") != SNAPSHOT_SCHEMA or \
+                not isinstance(data.get("threads"), list):
+            return Snapshot()
+        said = [data.get(name, "") for name in ("user_stacks", "failed")]
+        if not all(isinstance(words, str) for words in said):
+            return Snapshot()
+        return Snapshot(tuple(_asleep_thread(item) for item in data["threads"]), *said)
+    except (OSError, ValueError):
+        return Snapshot()
+
+
+# The JSON type of each field of AsleepThread (JSON's true is no number: see _typed)
+THREAD_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "tid": int, "pid": int, "comm": str, "state": str, "wchan": str, "syscall": str, "kernel_frames": list,
+    "user_frames": list, "mutex_owner": (int, type(None))}
+
+
+def _asleep_thread(item: Any) -> AsleepThread:
+    """A thread of snapshot.json; ValueError unless each field has its type (a damaged file)."""
+    if not isinstance(item, dict) or not all(
+            isinstance(item.get(name), kind) and not isinstance(item.get(name), bool)
+            for name, kind in THREAD_FIELDS.items()):
+        raise ValueError("a thread of the snapshot is not one as offcpu writes it")
+    frames = {name: tuple(item[name]) for name in ("kernel_frames", "user_frames")}
+    if not all(isinstance(frame, str) for stack in frames.values() for frame in stack):
+        raise ValueError("a stack of the snapshot holds something other than frames")
+    return AsleepThread(**{**{name: item[name] for name in THREAD_FIELDS}, **frames})

@@ -9,6 +9,22 @@ from itertools import groupby
 
 from offcpu.escaping import printable
 
+# Synthetic frames for time whose stack could not have been recorded: the readers label such
+# stacks with them, and the model shows them.
+BEFORE_WINDOW = "[off CPU since before the recording]"
+NEW_THREAD = "[new thread, waiting for its first run]"
+# The stack of the waker of a wait that ended without a recorded wakeup: its waker was
+# not recorded (another process, or an interrupt while an unrecorded thread ran).
+WAKER_NOT_RECORDED = "[waker not recorded]"
+# The stack of a switch-out whose sched_switch perf lost: only its switch record says when.
+STACK_LOST = "[switch-out's stack lost]"
+# The stacks a sampling recording (BPF under its stack budget) did not take: the waiter's, the waker's
+STACK_NOT_TAKEN = "[stack not sampled]"
+WAKER_STACK_NOT_TAKEN = "[waker's stack not sampled]"
+# The outermost frame of a stack read from the live process at the end of the recording (a
+# thread that never ran in it: offcpu.model.asleep), so that a flame graph tells it from perf's
+ASLEEP_ALL_WINDOW = "[asleep all the recording]"
+
 
 @dataclass(frozen=True, slots=True)
 class Stack:

@@ -99,11 +99,12 @@ def model_difference(capture: Path, slices: int) -> str | None:
     """None when both readers give the same model of a capture, read in `slices` slices
     (folded lines, thread totals, wakers, links), else the first thing that differs."""
     from offcpu.capture import load
+    from offcpu.kinds import kind_of
     from offcpu.machine.system import require_perf
     from offcpu.model.engine import threads_at_start, to_model
-    from offcpu.model.loading import choose_reader
     from offcpu.model.stackview import StackView, folded
     from offcpu.model.summaries import waker_pairs
+    from offcpu.reading.readers import open_reader
 
     info = load(capture)
     window = (info.window_start_ns, info.window_end_ns)
@@ -112,7 +113,7 @@ def model_difference(capture: Path, slices: int) -> str | None:
         # perf script straight, not as offcpu chooses it: a capture recorded on another kernel is
         # refused there (perf names kernel frames from this one's symbols), and here both readers
         # name them from this machine's alike
-        reader = (ShownAsPerfShowsMissing(cast(NativeReader, choose_reader(capture, info, name)[0]))
+        reader = (ShownAsPerfShowsMissing(cast(NativeReader, open_reader(kind_of(info), capture, info, name).reader))
                   if name == "native" else PerfScriptReader(require_perf(), capture / "perf.data"))
         paired = reader.pair(reader.time_slices(*window, slices), window, threads_at_start(info), window,
                              info.switch_cost_ns or 0)

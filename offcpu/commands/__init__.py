@@ -29,7 +29,7 @@ class LazyGroup(click.Group):
 
 COMMANDS = {
     "record": "offcpu.commands.record:record",
-    "doctor": "offcpu.commands.doctor:doctor",
+    "doctor": "offcpu.commands.doctor.command:doctor",
     "report": "offcpu.commands.report:report",
     "check": "offcpu.commands.check:check",
 }

@@ -48,9 +48,9 @@ from offcpu.gate.verdict import (
     too_lossy,
     unrecorded,
 )
+from offcpu.kinds import PlainPerfData, kind_of
 from offcpu.model import Model
 from offcpu.model.summaries import unreadable_note, untrusted
-from offcpu.reading.plain_perf_data import is_perf_data
 from offcpu.recording.end_watch import PERF_SPINNING
 from offcpu.recording.request import RecordRequest
 from offcpu.recording.targets import Choice
@@ -224,7 +224,7 @@ def _refuse_cut_short(info: CaptureInfo, capture: Path | str) -> None:
 
 
 def _check_capture(capture: Path) -> None:
-    if is_perf_data(capture):
+    if PlainPerfData.at(capture):
         return  # recorded by perf alone: its report says what it lacks
     if not capture.is_dir():
         raise OffcpuError(f"{capture} is not a capture directory; record one with 'offcpu record -o DIR' "
@@ -241,7 +241,7 @@ def _refuse_partial(info: CaptureInfo, capture: Path) -> None:
     """A run that lost more events than a check allows (whole waits are missing), or whose
     recording was ended early because perf spun, is not checked."""
     if too_lossy(info.lost_share):
-        raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}in {capture}, {info.lost_sentence(allowed_loss())}")
+        raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}in {capture}, {kind_of(info).lost_sentence(info, allowed_loss())}")
     if info.ended_by == PERF_SPINNING:
         raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}in {capture}, perf spun once one of the recorded processes "
                           f"exited, and the recording was ended after {info.duration_actual_s:.1f} s of the "
@@ -277,7 +277,7 @@ def _readable_model(capture: Path) -> Model:
 def _baseline(path: Path, policy: Policy) -> tuple[Measurements, Target | None]:
     """A capture directory or a perf.data (its model, read with the policy's lock table), or a
     JSON report of a capture; and the target it recorded, when it says."""
-    if path.is_dir() or is_perf_data(path):
+    if path.is_dir() or PlainPerfData.at(path):
         _check_capture(path)
         model = _readable_model(path)
         return measure(model, policy.locks), model.capture.target

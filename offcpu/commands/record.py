@@ -18,14 +18,14 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
-from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target
+from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target, load_snapshot
 from offcpu.diagnosis.wording import counted
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
+from offcpu.kinds import kind_of, lost_note
 from offcpu.machine import system
-from offcpu.model.asleep import load as load_snapshot
 from offcpu.recording import runtime_stacks, targets
-from offcpu.recording.backends import BACKENDS
+from offcpu.recording.backends import BACKENDS, chosen_for_me
 from offcpu.recording.end_watch import SIZE, SIZE_UNITS
 from offcpu.recording.output_dir import output_taken
 from offcpu.recording.perf_process import COMMAND_GRACE_S
@@ -357,7 +357,8 @@ def _print_summary(info: CaptureInfo, request: RecordRequest, suggest_report: bo
     following = f" Next: offcpu report text {where} (or report svg, html, json, folded)" if suggest_report else ""
     console.print(
         f"Recorded {info.target.describe()} with {info.backend} for {info.duration_actual_s:.1f} s{ended}: "
-        f"{info.recorded_counts}, {info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, in {where}/."
+        f"{kind_of(info).recorded_counts(info)}, {info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, "
+        f"in {where}/."
         f"{following}", markup=False)
     for note in _notes(info, request):
         console.print(f"  note: {note}", markup=False)
@@ -387,7 +388,7 @@ def cut_short_fix(info: CaptureInfo) -> str:
 
 
 def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
-    notes = [f"recorded with {info.backend}: {info.backend_why}"] if request.backend == "auto" else []
+    notes = [f"recorded with {info.backend}: {info.backend_why}"] if chosen_for_me(request.backend) else []
     if info.cut_short_note:
         notes.append(f"{info.cut_short_note}; {cut_short_fix(info)}")
     if info.command_exit_status:
@@ -414,9 +415,9 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
     elif info.samples == 0:
         notes.append("perf recorded no scheduler event of the target: none of its threads ran during the recording "
                      "(idle, stopped or deadlocked?); reports can only show them off CPU all along, with no stack")
-    if info.lost_note:
-        notes.append(info.lost_note)
-    if info.backend == "perf":
+    if lost := lost_note(info):
+        notes.append(lost)
+    if not kind_of(info).reads_runtimes:
         notes += _runtimes_left_native(info)
     if info.spin_note:
         notes.append(info.spin_note)

@@ -20,7 +20,7 @@ from functools import cached_property
 from offcpu.diagnosis.locktable import Lock
 from offcpu.diagnosis.waits import WaitClass, Waits
 from offcpu.machine.cgroups import Cgroup, cgroups_of, of_capture
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, STACK_NOT_TAKEN, WHOLE_WINDOW, Model, Row
+from offcpu.model import WHOLE_WINDOW, Model, Row
 from offcpu.model.summaries import Lifecycle, lifecycle
 from offcpu.model.wakeups import (
     DEVICE,
@@ -34,7 +34,7 @@ from offcpu.model.wakeups import (
     UNRECORDED,
     UNWOKEN,
 )
-from offcpu.stacks import RUNTIME_MARKS, waited_for
+from offcpu.stacks import BEFORE_WINDOW, NEW_THREAD, RUNTIME_MARKS, STACK_NOT_TAKEN, waited_for
 
 # Thread churn: this many threads created a second, living this long or less (median).
 CHURN_RATE_PER_S = 100.0

@@ -12,7 +12,8 @@ from offcpu.diagnosis.locktable import LockTable, default_table
 from offcpu.diagnosis.roots import root_shares
 from offcpu.diagnosis.waits import Waits
 from offcpu.machine.cgroups import own_cgroup_paths
-from offcpu.model import NEW_THREAD, PREEMPTED, SUB_WINDOWS, Model, Row
+from offcpu.model import PREEMPTED, SUB_WINDOWS, Model, Row
+from offcpu.stacks import NEW_THREAD
 
 
 def total(rows: Iterable[Row]) -> int:

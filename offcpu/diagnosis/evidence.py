@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from offcpu.diagnosis.claims import RUNQUEUE
 from offcpu.diagnosis.context import Context
 from offcpu.diagnosis.roots import root_words
-from offcpu.model import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model, Row
+from offcpu.model import Model, Row
 from offcpu.model.wakeups import CAUSE_WORDS
-from offcpu.stacks import drawn_alone, reading
+from offcpu.stacks import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, drawn_alone, reading
 
 EVIDENCE_STACKS = 3
 CHAIN_STEPS = 3  # the chain's and the roots' parts shown, the largest

@@ -34,9 +34,9 @@ from offcpu.diagnosis.evidence import RootShare, chain, roots
 from offcpu.diagnosis.locktable import GENERIC_FUTEX
 from offcpu.diagnosis.roots import IN_TURNS, ON_CPU
 from offcpu.diagnosis.wording import counted, pct, us_text
-from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Row
+from offcpu.model import WHOLE_WINDOW, Row
 from offcpu.model.summaries import runqueue_percentiles
-from offcpu.stacks import JDK_PACKAGES, RUNTIME_MARKS, held_by, runtime_parts, waited_for
+from offcpu.stacks import BEFORE_WINDOW, JDK_PACKAGES, RUNTIME_MARKS, held_by, runtime_parts, waited_for
 
 # thread_limits: a limit used this much is worth a finding, a warning, critical.
 LIMIT_INFO_FROM = 0.5

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from offcpu.diagnosis.locktable import LockTable, Site
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, STACK_LOST, STACK_NOT_TAKEN, Model, Row
+from offcpu.model import PREEMPTED, Model, Row
 from offcpu.model.wakeups import (
     DEVICE,
     NEW,
@@ -31,7 +31,7 @@ from offcpu.model.wakeups import (
     UNWOKEN,
     cause_of_waker,
 )
-from offcpu.stacks import THREAD_ROOTS, UNKNOWN, Stack, normal
+from offcpu.stacks import BEFORE_WINDOW, NEW_THREAD, STACK_LOST, STACK_NOT_TAKEN, THREAD_ROOTS, UNKNOWN, Stack, normal
 
 # libc's futex wrappers: a user stack of these and nothing of the program's says a futex was
 # waited on, not why (glibc built without frame pointers cuts the walk there).
@@ -55,7 +55,7 @@ MAIN_LOOP_DEPTH = 2
 class WaitClass:
     """One row's waits: what ended them, and where they waited (None: no entry names it)."""
 
-    cause: str  # one of offcpu.model.wakeups.CAUSES
+    cause: str  # a cause of offcpu.model.wakeups (a key of its CAUSE_WORDS)
     site: Site | None
     truncated: bool  # the user stack stops at libc's futex wrapper, with no frame of the program
     parked: bool = False  # a kernel thread asleep in its main loop: it waits for work, whoever wakes it

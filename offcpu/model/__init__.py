@@ -11,7 +11,6 @@ engine, from what a reader paired) and read it (summaries, stackview, diffing).
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
@@ -20,25 +19,10 @@ from offcpu.stacks import Stack
 
 SCHEMA = "offcpu-model/12"  # a new engine or reader reads perf.data again
 WHOLE_WINDOW = 0.99  # a wait of this share of the window or more lasted all of it
-# Synthetic frames for time whose stack perf could not have recorded.
-BEFORE_WINDOW = "[off CPU since before the recording]"
-NEW_THREAD = "[new thread, waiting for its first run]"
-# The stack of the waker of a wait that ended without a recorded wakeup: its waker was
-# not recorded (another process, or an interrupt while an unrecorded thread ran).
-WAKER_NOT_RECORDED = "[waker not recorded]"
-# The stack of a switch-out whose sched_switch perf lost: only its switch record says when.
-STACK_LOST = "[switch-out's stack lost]"
-# The stacks a sampling recording (BPF under its stack budget) did not take: the waiter's, the waker's
-STACK_NOT_TAKEN = "[stack not sampled]"
-WAKER_STACK_NOT_TAKEN = "[waker's stack not sampled]"
-# The outermost frame of a stack read from the live process at the end of the recording (a
-# thread that never ran in it: offcpu.model.asleep), so that a flame graph tells it from perf's
-ASLEEP_ALL_WINDOW = "[asleep all the recording]"
 WAKER_KINDS = ("thread", "interrupt", "idle", "unrecorded")
 # A row's off-CPU time is also kept in this many equal parts of the window, so that a
 # finding's share can be measured in each and its spread over time be known.
 SUB_WINDOWS = 10
-UNKNOWN_STATE = "?"
 PREEMPTED = "R"  # switched out while runnable: all of the gap is run-queue delay
 
 
@@ -97,11 +81,6 @@ class Row:
     # The variance of offcpu_us as an estimate (µs²), when its waits' stacks were sampled
     # (offcpu.model.sampling: of its share of its stratum); 0 when all were taken
     variance: int = 0
-
-    @property
-    def stderr_us(self) -> float:
-        """One standard error of offcpu_us (0 when every wait's stack was taken)."""
-        return math.sqrt(self.variance)
 
 
 @dataclass
@@ -167,7 +146,7 @@ class Model:
     # Switches of which perf lost one record (the sched_switch or the record of being in),
     # placed by the other
     half_recorded_switches: int = 0
-    perf_data: dict = field(default_factory=dict)  # the perf.data it was built from (loading._identity)
+    perf_data: dict = field(default_factory=dict)  # the perf.data it was built from (its kind's identity: offcpu.kinds)
     reader: str = ""  # which read perf.data: "native" or "perf-script"
     reader_note: str = ""  # why that one
     binary_notes: list[str] = field(default_factory=list)  # what the reader says of the mapped files (Symbolizer.notes)

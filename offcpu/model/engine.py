@@ -16,11 +16,11 @@ from collections.abc import Callable
 
 from offcpu import _core
 from offcpu.capture import CaptureInfo
-from offcpu.model import WAKER_NOT_RECORDED, Link, Model, Row, Thread, TimedWait, WaitTimes, Waker
+from offcpu.model import Link, Model, Row, Thread, TimedWait, WaitTimes, Waker
 from offcpu.model.sampling import CoreRowKey, MergedKey, Naming, SampledRows, Stratum, StratumKey, scale_to_strata
 from offcpu.model.wakeups import from_interrupt
 from offcpu.reading.pairing import SYNTHETIC_STACKS, CaptureReader, Paired, ThreadAtStart
-from offcpu.stacks import Stack
+from offcpu.stacks import WAKER_NOT_RECORDED, Stack
 
 
 def waker_kind(tid: int, stack: Stack) -> str:

@@ -6,7 +6,6 @@ stacks are drawn, in flame graphs and in tables alike."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -15,9 +14,9 @@ from pathlib import Path
 
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
-from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
+from offcpu.model import PREEMPTED, Model, Row, Thread, WaitTimes
 from offcpu.model.wakeups import cause_name, cause_of_waker
-from offcpu.stacks import Runs, parts, reading, runs_said, wait_site
+from offcpu.stacks import WAKER_NOT_RECORDED, Runs, parts, reading, runs_said, wait_site
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
 # flamegraph.pl and inferno read a line whose last frame ends in blanks and a number
@@ -123,10 +122,6 @@ class DrawnStack:
     runqueue_us: int
     count: int
     variance: int = 0  # of offcpu_us, µs² (Row.variance): 0 unless sampled
-
-    @property
-    def stderr_us(self) -> float:
-        return math.sqrt(self.variance)
 
     @property
     def folded(self) -> str:

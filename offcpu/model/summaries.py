@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from offcpu.kinds import kind_of, lost_note
 from offcpu.model import Model, Thread, WaitTimes
 from offcpu.model.wakeups import cause_of_waker
 
@@ -182,15 +183,13 @@ def unreadable_note(model: Model) -> str | None:
     """How much of perf.data could not be read, in a sentence; None when all of it was read."""
     if not model.unreadable_events:
         return None
-    bpf = model.capture.backend == "bpf"
-    said = (f"{model.unreadable_events:,} of the {model.recorded_events:,} "
-            f"{'records BPF' if bpf else 'events perf'} recorded ({model.unreadable_share:.1%}) could not be read "
-            "and are left out")
+    kind = kind_of(model.capture)
+    said = (f"{model.unreadable_events:,} of the {model.recorded_events:,} {kind.unreadable_units} recorded "
+            f"({model.unreadable_share:.1%}) could not be read and are left out")
     if not untrusted(model):
         return said
-    recorded = "these BPF records" if bpf else f"this perf.data (perf {model.capture.perf_version})"
-    return (f"{said}, so these numbers cannot be trusted: {recorded} hold{'' if bpf else 's'} what offcpu cannot "
-            "read; report it to offcpu with the capture")
+    return (f"{said}, so these numbers cannot be trusted: {kind.unreadable_holder(model.capture)} what offcpu "
+            "cannot read; report it to offcpu with the capture")
 
 
 def sampling_note(model: Model) -> str | None:
@@ -216,7 +215,7 @@ def caveats(model: Model) -> list[Caveat]:
     """What makes the numbers or the stacks less than whole, for the reports to lead with
     (after the warning that they cannot be trusted, when they cannot: see untrusted)."""
     # a command cut short: what it did after is not in the numbers
-    warnings = [*model.lacks, *(note for note in (model.capture.cut_short_note, model.capture.lost_note,
+    warnings = [*model.lacks, *(note for note in (model.capture.cut_short_note, lost_note(model.capture),
                                                   model.capture.spin_note) if note)]
     cost = observer(model)
     if cost.share_of_oncpu >= OBSERVER_NOTE_FROM:

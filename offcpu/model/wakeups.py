@@ -16,7 +16,6 @@ INTERRUPT = "interrupt"  # another device, or an interrupt whose kind the stack 
 UNRECORDED = "unrecorded"  # it ended with no wakeup recorded (a waker outside the recording)
 UNWOKEN = "unwoken"  # not back in the window
 PREEMPTED_CAUSE, NEW = "preempted", "new thread"
-CAUSES = (PEER, TIMER, DEVICE, NETWORK, OUTSIDE, KERNEL, INTERRUPT, UNRECORDED, UNWOKEN, PREEMPTED_CAUSE, NEW)
 
 CAUSE_WORDS = {
     PEER: "a thread of the same service", TIMER: "a timer", DEVICE: "a device (I/O done)",

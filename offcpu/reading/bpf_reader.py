@@ -33,7 +33,6 @@ from offcpu.capture import BPF_RECORDS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.files import open_regular, read_regular
-from offcpu.model import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN
 from offcpu.reading import runtime_frames
 from offcpu.reading.pairing import Paired, ThreadAtStart, pair_decoded
 from offcpu.reading.runtime_frames import NO_RUNTIME_STACK, RuntimeStacks
@@ -51,7 +50,7 @@ from offcpu.reading.sched_events import (
 )
 from offcpu.recording import perf_maps, process_maps
 from offcpu.recording.perf_maps import PerfMap
-from offcpu.stacks import Stack, without_tracing
+from offcpu.stacks import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Stack, without_tracing
 
 if TYPE_CHECKING:
     from offcpu.reading.symbols import Symbolizer

@@ -14,8 +14,7 @@ from offcpu import _core
 from offcpu.capture import CaptureInfo
 from offcpu.errors import OffcpuError
 from offcpu.files import PRIVATE
-from offcpu.reading.native_reader import open_perf_data, reading
-from offcpu.reading.perf_script import PerfScriptReader
+from offcpu.reading.native_reader import NativeReader, open_perf_data, reading, unsupported
 from offcpu.reading.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT, THREAD_COMM, Chain, Events
 from offcpu.stacks import looks_truncated
 
@@ -23,7 +22,7 @@ STACKS_TO_JUDGE = 2000  # switch-out stacks read to judge whether user stacks ar
 SWITCHES_TO_TIME = 2000  # switches read to measure perf's cost of one
 
 
-def describe(perf: str, perf_data: Path, info: CaptureInfo) -> None:
+def describe(perf_data: Path, info: CaptureInfo) -> None:
     """Fill in what capture.json says of perf.data once perf has finished it."""
     info.perf_data_bytes = _made_private(perf_data)
     try:
@@ -31,7 +30,7 @@ def describe(perf: str, perf_data: Path, info: CaptureInfo) -> None:
             count_records(open_perf_data(perf_data), info)
     except OffcpuError:  # kept all the same: reading it for a report says what is wrong
         pass
-    first = first_events(PerfScriptReader(perf, perf_data))
+    first = first_events(perf_data)
     info.user_stacks_truncated = first.user_stacks_truncated
     info.switch_cost_ns = first.costs.median_ns
     # A command's events went on as it was exec'd; the others' between offcpu's
@@ -84,7 +83,6 @@ class SwitchCosts:
 
     leaving: dict[int, tuple[int, int]] = field(default_factory=dict)  # tid out -> (tid in, the switch's time)
     out: dict[int, tuple[int, int]] = field(default_factory=dict)  # tid in -> (the switch's time, the out record's)
-    sample_ns: list[int] = field(default_factory=list)  # switch -> record of the thread going out
     after_out_ns: list[int] = field(default_factory=list)  # record of it going out -> of the next coming in
 
     def sched_switch(self, time_ns: int, prev_tid: int, next_tid: int) -> None:
@@ -100,8 +98,7 @@ class SwitchCosts:
     def switch_in(self, time_ns: int, tid: int) -> None:
         out = self.out.pop(tid, None)
         if out is not None and out[1] <= time_ns:
-            switched_ns, out_ns = out
-            self.sample_ns.append(out_ns - switched_ns)
+            _, out_ns = out
             self.after_out_ns.append(time_ns - out_ns)
 
     @property
@@ -109,14 +106,6 @@ class SwitchCosts:
         """The switch cost a switch-in from an unrecorded thread is placed by."""
         return _median(self.after_out_ns)
 
-    @property
-    def whole_ns(self) -> int | None:
-        """All that recording adds to a switch between recorded threads."""
-        return _median([sample + after for sample, after in zip(self.sample_ns, self.after_out_ns, strict=True)])
-
-    @property
-    def sample_median_ns(self) -> int | None:
-        return _median(self.sample_ns)
 
 
 def _median(values: list[int]) -> int | None:
@@ -169,11 +158,15 @@ class _FirstEventsSink:
                 self.first.exec_ns, self.first.exec_pid = time_ns, pid
 
 
-def first_events(reader: PerfScriptReader) -> FirstEvents:
-    """Read the start of a capture: up to STACKS_TO_JUDGE switch-out stacks and
-    SWITCHES_TO_TIME switches (all of it when it holds fewer)."""
+def first_events(perf_data: Path) -> FirstEvents:
+    """Read the start of a perf.data in the core: up to STACKS_TO_JUDGE switch-out stacks and
+    SWITCHES_TO_TIME switches (all of it when it holds fewer). Unknown for a perf.data the core
+    cannot read (only perf script can, and it is not run for this)."""
     sink = _FirstEventsSink()
     try:
+        if unsupported(perf_data) is not None:
+            return FirstEvents()
+        reader = NativeReader(perf_data)
         reader.read(sink)
     except _Enough:
         pass

@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from offcpu import _core
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, STACK_LOST, WAKER_NOT_RECORDED
 from offcpu.reading.sched_events import Chain, Events, EventSink
-from offcpu.stacks import Stack
+from offcpu.stacks import BEFORE_WINDOW, NEW_THREAD, STACK_LOST, WAKER_NOT_RECORDED, Stack
 
 # The stacks the engine stands in where none was recorded, by their ids (after None, no chain)
 SYNTHETIC_STACKS = (BEFORE_WINDOW, NEW_THREAD, WAKER_NOT_RECORDED, STACK_LOST)

@@ -12,26 +12,21 @@ beside a file offcpu did not make.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from offcpu import _core
-from offcpu.capture import METADATA, CaptureInfo, Target
+from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
-from offcpu.files import open_regular
+from offcpu.kinds import SWITCH_TRACEPOINT
 from offcpu.machine import system
-from offcpu.model import Model
 from offcpu.reading.describe import count_records, first_events
 from offcpu.reading.native_reader import open_perf_data, reading
-from offcpu.reading.perf_script import PerfScriptReader
-from offcpu.recording.events import SCHEDSTATS_TRACEPOINTS, SWITCH_TRACEPOINT, WAKING_TRACEPOINTS
+from offcpu.recording.events import SCHEDSTATS_TRACEPOINTS, WAKING_TRACEPOINTS
 
 # perf.data's feature sections (perf's HEADER_* bits) read here
 FEATURE_OSRELEASE, FEATURE_VERSION = 4, 5
 # perf_event_attr.sample_type bits
 SAMPLE_CALLCHAIN, SAMPLE_BRANCH_STACK, SAMPLE_STACK_USER = 1 << 5, 1 << 11, 1 << 13
-MAGIC = b"PERFILE2"
-MAGIC_SWAPPED = MAGIC[::-1]
 # perf record's options that take a value as the next argument (the rest are flags)
 VALUED_OPTIONS = frozenset({
     "-e", "--event", "-p", "--pid", "-t", "--tid", "-o", "--output", "-c", "--count", "-F", "--freq", "-m",
@@ -42,30 +37,16 @@ VALUED_OPTIONS = frozenset({
 WHAT_TO_RECORD = "perf record -g -e sched:sched_switch -e sched:sched_waking -p PID (or 'offcpu record')"
 
 
-def is_perf_data(path: Path) -> bool:
-    """Whether `path` is a perf.data recorded by perf alone: a file that begins as a perf.data
-    does, and not the one of a capture directory (which is reported as its capture)."""
-    if (path.parent / METADATA).is_file():
-        return False
-    try:
-        with open_regular(path) as file:
-            return file.read(len(MAGIC)) in (MAGIC, MAGIC_SWAPPED)
-    except OSError:  # a directory, nothing there, or no regular file
-        return False
-
-
 def plain_info(path: Path) -> CaptureInfo:
     """What capture.json would say of a perf.data recorded by perf alone (see lacks() for
     what a capture would have that it has not). OffcpuError when it holds no sched_switch
     with call chains, with what to record instead."""
-    perf = system.require_perf()
     with reading(path):
         data = open_perf_data(path)
         info = _from_header(path, data)
         count_records(data, info)
     info.perf_data_bytes = path.stat().st_size
-    first = first_events(PerfScriptReader(perf, path))
-    info.user_stacks_truncated = first.user_stacks_truncated
+    info.user_stacks_truncated = first_events(path).user_stacks_truncated
     return info
 
 
@@ -94,18 +75,6 @@ def _from_header(path: Path, data: _core.PerfData) -> CaptureInfo:
         events_skipped=[], duration_requested_s=seconds, schedstats=_schedstats(names), limits=None,
         window_start_ns=first_ns, window_end_ns=max(last_ns, first_ns + 1), duration_actual_s=seconds,
         ended_by="perf exited")
-
-
-def name_target(model: Model) -> None:
-    """Name the recorded process or thread after its events (the command line has only its number)."""
-    target = model.capture.target
-    if target.comm or target.kind not in ("pid", "tid"):
-        return
-    threads = [thread for thread in model.threads.values()
-               if thread.tid == target.tid or (target.tid is None and thread.pid == target.pid)]
-    if threads:  # the process's main thread when it has events, else one of its threads
-        named = min(threads, key=lambda thread: (thread.tid != thread.pid, thread.tid))
-        model.capture.target = replace(target, comm=named.comm, pid=named.pid)
 
 
 def lacks(info: CaptureInfo) -> list[str]:

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
+from offcpu.kinds import BPF, PERF, CaptureKind
 from offcpu.machine import system
 
-BACKENDS = ("auto", "bpf", "perf")
+BACKENDS = ("auto", "bpf", "perf")  # what --backend takes
 KERNEL_BTF = Path("/sys/kernel/btf/vmlinux")
 # sched_switch passes prev_state to its probes since Linux 5.18; the BPF program reads it there.
 BPF_KERNEL = (5, 18)
@@ -19,8 +20,14 @@ CAP_BPF = 39
 
 @dataclass(frozen=True)
 class Backend:
-    name: str  # "bpf" or "perf"
+    kind: CaptureKind  # what it records (offcpu.kinds)
     why: str  # in words, for the summary, the report header and doctor
+
+
+def chosen_for_me(asked: str) -> bool:
+    """Whether offcpu chose the backend (--backend auto): then the summary says which and why,
+    and perf records when the kernel refuses BPF's programs."""
+    return asked == "auto"
 
 
 def choose(asked: str, perf_only_options: list[str]) -> Backend:
@@ -28,22 +35,22 @@ def choose(asked: str, perf_only_options: list[str]) -> Backend:
     given that only perf records (--call-graph dwarf, ...). An asked-for BPF that cannot
     work here is an error that says why."""
     if asked == "perf":
-        return Backend("perf", "asked for (--backend perf)")
+        return Backend(PERF, "asked for (--backend perf)")
     if perf_only_options:
         listed = ", ".join(perf_only_options)
         one = len(perf_only_options) == 1
         if asked == "bpf":
             raise OffcpuError(f"{listed} {'needs' if one else 'need'} perf: leave out --backend bpf, or leave "
                               f"{'it' if one else 'them'} out")
-        return Backend("perf", f"{listed} {'needs' if one else 'need'} perf")
+        return Backend(PERF, f"{listed} {'needs' if one else 'need'} perf")
     problem = bpf_problem()
     if problem is None:
         allowed = "the default where the kernel allows it, as it does here: every switch timed in the kernel, at a " \
                   "fraction of perf's cost"
-        return Backend("bpf", "asked for (--backend bpf)" if asked == "bpf" else allowed)
+        return Backend(BPF, "asked for (--backend bpf)" if asked == "bpf" else allowed)
     if asked == "bpf":
         raise OffcpuError(f"cannot record with BPF here: {problem}; --backend perf records with perf instead")
-    return Backend("perf", f"BPF cannot record here ({problem})")
+    return Backend(PERF, f"BPF cannot record here ({problem})")
 
 
 class BpfRefused(OffcpuError):
@@ -53,6 +60,11 @@ class BpfRefused(OffcpuError):
         super().__init__(f"the kernel refused offcpu's BPF programs ({reason}); --backend perf records with perf "
                          "instead")
         self.reason = reason
+
+
+def problem(kind: CaptureKind) -> str | None:
+    """Why `kind` cannot record here, or None when it can (as far as can be told before it starts)."""
+    return bpf_problem() if kind is BPF else None
 
 
 def bpf_problem() -> str | None:

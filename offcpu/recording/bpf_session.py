@@ -28,20 +28,17 @@ from offcpu.machine import system
 from offcpu.recording import perf_maps, targets
 from offcpu.recording.backends import Backend, BpfRefused
 from offcpu.recording.end_watch import size_in_bytes, wait_for_end
-from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
+from offcpu.recording.interrupts import Interrupts, Terminated
 from offcpu.recording.perf_process import end_group, signals_sent
 from offcpu.recording.process_maps import MapsRecorder
 from offcpu.recording.request import RecordRequest
 from offcpu.recording.runtime_stacks import RuntimeSampler
 from offcpu.recording.session import (
     command_ended,
-    discard,
     limits_of,
     note_cgroups_at_end,
     note_threads_at_start,
     now_iso,
-    save_capture,
-    save_kernel_files,
     save_snapshot_of,
 )
 
@@ -57,74 +54,88 @@ LONG_WAIT_NS = 1_000_000
 EXEC_FAILED = 127
 
 
-def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[float], None]) -> CaptureInfo:
-    """Record `request.target` into `request.output` with the BPF programs; as
-    session.record does with perf."""
-    from offcpu import _core  # the compiled core: loaded only to record with it
+class BpfSession:
+    """A recording with the BPF programs, in the lifecycle offcpu.recording.recorder runs: the
+    programs loaded with the kernel's filter for the target and a command held before its exec
+    until they record it (record); the command ended and its status (ended); the programs'
+    own counts as capture.json's (describe)."""
 
-    records, stacks = request.output / BPF_RECORDS, request.output / BPF_STACKS
-    with Interrupts() as interrupts:
-        command: HeldCommand | None = None
-        recording = None
-        sampler: RuntimeSampler | None = None
+    def __init__(self, request: RecordRequest, backend: Backend, on_tick: Callable[[float], None]) -> None:
+        self.request, self.backend, self.on_tick = request, backend, on_tick
+        self.command: HeldCommand | None = None
+        self.recording: _core.BpfRecording | None = None
+        self.sampler: RuntimeSampler | None = None
+
+    def record(self, interrupts: Interrupts) -> CaptureInfo:
+        """Until the records and the stack table are written (BpfRefused: the kernel refused the
+        programs)."""
+        from offcpu import _core  # the compiled core: loaded only to record with it
+
+        request = self.request
+        records, stacks = request.output / BPF_RECORDS, request.output / BPF_STACKS
+        info = _new_info(request, self.backend)
+        if request.target.command:
+            self.command = command = HeldCommand(request.target.command)
+        else:
+            command = None
+        filter_kind, ids, cgroups = _kernel_filter(info.target, command)
         try:
-            info = _new_info(request, backend)
-            if request.target.command:
-                command = HeldCommand(request.target.command)
-            filter_kind, ids, cgroups = _kernel_filter(info.target, command)
-            try:
-                recording = _core.BpfRecording(str(records), filter_kind, ids, cgroups,
-                                               info.target.kind in ("pid", "command"), request.stack_budget,
-                                               LONG_WAIT_NS)
-            except _core.BpfError as error:
-                raise BpfRefused(printable(str(error))) from None
-            except OSError as error:
-                raise _not_written(request.output, error) from None
-            info.window_start_ns = time.monotonic_ns()
-            maps = MapsRecorder(request.output)
-            if command is not None:
-                # Its maps until its exec are offcpu's, forked: they name the frames of its waits between
-                # the word to go and the exec
-                with contextlib.suppress(OSError):
-                    maps.update([command.pid])
-                command.go()
-                info.target = replace(info.target, pid=command.pid) if info.target.kind == "command" else \
-                    replace(info.target, command_pid=command.pid)
-            # The runtimes' stacks (CPython's), read while their threads are off CPU (from the window's start on)
-            sampler = RuntimeSampler(request.output)
-            switches_at_start = _run(request, info, on_tick, interrupts, maps, recording, sampler)
-            try:
-                counters = recording.finish(str(stacks))
-            except OSError as error:
-                raise _not_written(request.output, error) from None
-            info.bpf = {**counters, "stacks_per_second": request.stack_budget, "long_wait_ns": LONG_WAIT_NS}
-            with contextlib.suppress(OSError):  # and of the wakers in the records drained last
-                maps.update(recording.new_wakers())
-            if switches_at_start and not info.target_exited:
-                save_snapshot_of(request.output, switches_at_start, info, sampler.frames_by_thread(),
-                                 sampler.owners_by_thread())
-        except BaseException:
-            interrupts.hold()
-            if sampler is not None:
-                sampler.stop(write=False)
-            if command is not None:
-                command.end()
-            recording = None  # its programs detach as it goes
-            discard(request.output)
-            raise
-        with signals_ignored():
-            if command is not None:
-                running = command.running()
-                info.command_killed = command.end()
-                if running:
-                    info.command_cut_short = signals_sent(info.command_killed)
-                if info.ended_by == command_ended(info.target):  # it ended the recording: its status counts
-                    info.command_exit_status = command.exit_status
-            _count(info)
-            info.process_titles |= targets.process_titles(info.target)
-            save_kernel_files(request.output)
-            save_capture(request.output, info)
-    return info
+            self.recording = recording = _core.BpfRecording(
+                str(records), filter_kind, ids, cgroups, info.target.kind in ("pid", "command"), request.stack_budget,
+                LONG_WAIT_NS)
+        except _core.BpfError as error:
+            raise BpfRefused(printable(str(error))) from None
+        except OSError as error:
+            raise _not_written(request.output, error) from None
+        info.window_start_ns = time.monotonic_ns()
+        maps = MapsRecorder(request.output)
+        if command is not None:
+            # Its maps until its exec are offcpu's, forked: they name the frames of its waits between
+            # the word to go and the exec
+            with contextlib.suppress(OSError):
+                maps.update([command.pid])
+            command.go()
+            info.target = replace(info.target, pid=command.pid) if info.target.kind == "command" else \
+                replace(info.target, command_pid=command.pid)
+        # The runtimes' stacks (CPython's), read while their threads are off CPU (from the window's start on)
+        self.sampler = sampler = RuntimeSampler(request.output)
+        switches_at_start = _run(request, info, self.on_tick, interrupts, maps, recording, sampler)
+        try:
+            counters = recording.finish(str(stacks))
+        except OSError as error:
+            raise _not_written(request.output, error) from None
+        info.bpf = {**counters, "stacks_per_second": request.stack_budget, "long_wait_ns": LONG_WAIT_NS}
+        with contextlib.suppress(OSError):  # and of the wakers in the records drained last
+            maps.update(recording.new_wakers())
+        if switches_at_start and not info.target_exited:
+            save_snapshot_of(request.output, switches_at_start, info, sampler.frames_by_thread(),
+                             sampler.owners_by_thread())
+        return info
+
+    def abandon(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop(write=False)
+        if self.command is not None:
+            self.command.end()
+        self.recording = None  # its programs detach as it goes
+
+    def ended(self, info: CaptureInfo) -> None:
+        command = self.command
+        if command is not None:
+            running = command.running()
+            info.command_killed = command.end()
+            if running:
+                info.command_cut_short = signals_sent(info.command_killed)
+            if info.ended_by == command_ended(info.target):  # it ended the recording: its status counts
+                info.command_exit_status = command.exit_status
+
+    def describe(self, info: CaptureInfo) -> None:
+        """capture.json's counts, from the programs' own."""
+        counts = info.bpf or {}
+        info.samples = counts.get("waits", 0)
+        info.lost_events = counts.get("lost_records", 0) + counts.get("lost_waits", 0) + counts.get("missed_runs", 0)
+        info.perf_data_bytes = counts.get("bytes_written", 0)
+        info.switch_cost_ns = 0  # every switch is timed where it happens
 
 
 def _new_info(request: RecordRequest, backend: Backend) -> CaptureInfo:
@@ -134,7 +145,7 @@ def _new_info(request: RecordRequest, backend: Backend) -> CaptureInfo:
         events=[{"name": name, "call_graph": name == "sched:sched_switch", "why": "timed in the kernel"}
                 for name in TRACEPOINTS],
         events_skipped=[], duration_requested_s=request.duration_s, schedstats="off",
-        limits=limits_of(request.target), backend=backend.name, backend_why=backend.why,
+        limits=limits_of(request.target), backend=backend.kind.name, backend_why=backend.why,
     )
 
 
@@ -263,15 +274,6 @@ def _threads_of(processes: list[int]) -> int:
         with contextlib.suppress(OSError):
             count += len(os.listdir(f"/proc/{pid}/task"))
     return count
-
-
-def _count(info: CaptureInfo) -> None:
-    """capture.json's counts, from the programs' own."""
-    counts = info.bpf or {}
-    info.samples = counts.get("waits", 0)
-    info.lost_events = counts.get("lost_records", 0) + counts.get("lost_waits", 0) + counts.get("missed_runs", 0)
-    info.perf_data_bytes = counts.get("bytes_written", 0)
-    info.switch_cost_ns = 0  # every switch is timed where it happens
 
 
 class HeldCommand:

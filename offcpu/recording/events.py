@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offcpu.errors import OffcpuError
+from offcpu.kinds import SWITCH_TRACEPOINT
 from offcpu.machine.system import tracepoint_exists
 
-SWITCH_TRACEPOINT = "sched:sched_switch"
 WAKING_TRACEPOINTS = ("sched:sched_waking", "sched:sched_wakeup")
 FORK_TRACEPOINTS = ("sched:sched_process_fork", "task:task_newtask")
 EXIT_TRACEPOINT = "sched:sched_process_exit"

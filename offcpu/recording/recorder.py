@@ -1,33 +1,81 @@
-"""A recording with the backend chosen for it (offcpu.recording.backends): perf
-(offcpu.recording.session) or offcpu's BPF programs (offcpu.recording.bpf_session)."""
+"""A recording with the backend chosen for it (offcpu.recording.backends), in one lifecycle
+whatever the backend: perf (offcpu.recording.session) and offcpu's BPF programs
+(offcpu.recording.bpf_session) differ only in their Session's methods. Whatever happens, what
+the session started is ended; once its files are complete, no signal throws the capture away."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from offcpu.capture import CaptureInfo
 from offcpu.errors import OffcpuError
+from offcpu.kinds import BPF, PERF, CaptureKind
 from offcpu.machine import system
-from offcpu.recording import backends
-from offcpu.recording.bpf_session import record_bpf
+from offcpu.recording import backends, targets
+from offcpu.recording.bpf_session import BpfSession
+from offcpu.recording.interrupts import Interrupts, signals_ignored
 from offcpu.recording.request import RecordRequest
-from offcpu.recording.session import record as record_perf
+from offcpu.recording.session import PerfSession, discard, save_capture, save_kernel_files
+
+
+class Session(Protocol):
+    """A recording by one backend, made before the recording starts (what it needs checked)."""
+
+    def record(self, interrupts: Interrupts) -> CaptureInfo:
+        """From its start to its end, until the capture's files are complete: capture.json as known then."""
+
+    def abandon(self) -> None:
+        """No capture comes of it (an error, an interrupt): end what it started."""
+
+    def ended(self, info: CaptureInfo) -> None:
+        """Once its files are complete: how the command it ran ended."""
+
+    def describe(self, info: CaptureInfo) -> None:
+        """capture.json's counts, from what it recorded."""
+
+
+# How each kind records (BpfSession raises BpfRefused when the kernel refuses its programs: perf
+# records instead when offcpu chose the backend)
+SESSIONS: dict[CaptureKind, Callable[[RecordRequest, backends.Backend, Callable[[float], None]], Session]] = {
+    PERF: PerfSession, BPF: BpfSession}
 
 
 def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureInfo:
-    """Record `request.target` into `request.output`; `on_tick(elapsed_s)` shows progress."""
+    """Record `request.target` into `request.output`; `on_tick(elapsed_s)` shows progress. When no
+    capture comes of it, the files it wrote in `request.output` are removed."""
     namespace_problem = system.pid_namespace_problem()  # either backend sees the kernel's pids, not ours
     if namespace_problem:
         raise OffcpuError(namespace_problem)
     backend = backends.choose(request.backend, perf_only_options(request))
-    if backend.name == "bpf":
+    try:
+        return _record_with(request, backend, on_tick)
+    except backends.BpfRefused as refused:
+        if not backends.chosen_for_me(request.backend):
+            raise
+        return _record_with(request, backends.Backend(PERF, f"the kernel refused offcpu's BPF programs "
+                                                             f"({refused.reason})"), on_tick)
+
+
+def _record_with(request: RecordRequest, backend: backends.Backend, on_tick: Callable[[float], None]) -> CaptureInfo:
+    session = SESSIONS[backend.kind](request, backend, on_tick)
+    with Interrupts() as interrupts:  # before any sysctl is changed
         try:
-            return record_bpf(request, backend, on_tick)
-        except backends.BpfRefused as refused:
-            if request.backend != "auto":
-                raise
-            backend = backends.Backend("perf", f"the kernel refused offcpu's BPF programs ({refused.reason})")
-    return record_perf(request, backend, on_tick)
+            info = session.record(interrupts)
+        except BaseException:
+            interrupts.hold()
+            session.abandon()
+            discard(request.output)
+            raise
+        # Its files are complete: from here on the capture is kept, whatever arrives. SIG_IGN (not
+        # only held) so that what runs now (perf, describing perf.data) inherits it.
+        with signals_ignored():
+            session.ended(info)
+            info.process_titles |= targets.process_titles(info.target)  # as they end, those still there
+            session.describe(info)
+            save_kernel_files(request.output)
+            save_capture(request.output, info)
+    return info
 
 
 def perf_only_options(request: RecordRequest) -> list[str]:

@@ -1,8 +1,7 @@
-"""A recording, from start to end: record() checks what can be checked up front, starts
-perf with its events disabled, enables them, waits for the end, disables them, lets
-perf finish its file and describes the capture in capture.json. Whatever happens,
-perf is ended and any sysctl offcpu changed is put back; once perf has left a complete
-perf.data, no signal throws the capture away."""
+"""A recording with perf, from start to end (PerfSession, in the lifecycle that
+offcpu.recording.recorder runs for every backend), and what recording with either backend
+shares: the threads and cgroups at the start, the snapshot of those that never ran, the
+capture's files kept or discarded."""
 
 from __future__ import annotations
 
@@ -16,17 +15,16 @@ from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, own_files, save
+from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, own_files, save, save_snapshot
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.machine import cgroups, limits, system
-from offcpu.model.asleep import save as save_snapshot
 from offcpu.reading.describe import describe
 from offcpu.recording import snapshot, targets
 from offcpu.recording.backends import Backend
 from offcpu.recording.end_watch import COMMAND_EXITED, SpinWatch, wait_for_end
 from offcpu.recording.events import EventPlan, plan_events
-from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
+from offcpu.recording.interrupts import Interrupts, Terminated
 from offcpu.recording.perf_command import (
     CAPTURED_LINE,
     PROCESS_GONE,
@@ -42,48 +40,54 @@ from offcpu.recording.schedstats import schedstats_enabled
 START_ATTEMPTS = 3  # perf started anew when a process offcpu listed exited before perf began
 
 
-def record(request: RecordRequest, backend: Backend, on_tick: Callable[[float], None]) -> CaptureInfo:
-    """Record `request.target` into `request.output` with perf; `on_tick(elapsed_s)` shows
-    progress. When no capture comes of it, the files it wrote in `request.output` are removed."""
-    perf, version = _perf_that_may_trace()
-    tracefs = system.ensure_tracefs()
-    perf_data = request.output / PERF_DATA
-    with Interrupts() as interrupts:  # before any sysctl is changed
-        try:
-            with schedstats_enabled(request.enable_schedstats) as schedstats:
-                plan = plan_events(tracefs, schedstats)
-                info = _new_info(request, plan, version, schedstats)
-                info.backend_why = backend.why
-                perf_process = _start(perf, request, plan, info)
-                try:
-                    _run(perf_process, request, info, on_tick, interrupts)
-                finally:
-                    interrupts.hold()
-                    # perf ends by itself once its command has exited, with the command's status
-                    perf_process.stop(let_finish=_ended_by_command(info))
-                    _stopped_at_max_size(perf_process, info)
-                    _stopped_for_the_target(perf_process, info)
-                    if not _ended_by_command(info):
-                        perf_process.end_command_group()
-                    info.command_killed = perf_process.killed_command
-                    if info.target.command and not _ended_by_command(info):  # perf ended it as it ended
-                        info.command_cut_short = signals_sent(info.command_killed)
-                    info.perf_wakeups = wakeups(perf_process.stderr)
-            info.perf_command = perf_process.argv
-            _check_perf_result(perf_process, request, perf_data)
-        except BaseException:
-            interrupts.hold()
-            discard(request.output)
-            raise
-        # perf left a complete perf.data: from here on the capture is kept, whatever arrives.
-        # SIG_IGN (not only held) so that perf script inherits it.
-        with signals_ignored():
-            info.command_exit_status = _command_exit_status(perf_process, info)
-            info.process_titles |= targets.process_titles(info.target)  # as they end, those still there
-            describe(perf, perf_data, info)
-            save_kernel_files(request.output)
-            save_capture(request.output, info)
-    return info
+class PerfSession:
+    """A recording with perf, in the lifecycle offcpu.recording.recorder runs: perf and the
+    machine checked up front, then (record) perf started with its events disabled, enabled, the
+    end waited for, disabled, perf's file finished; once it is complete, the command's status
+    (ended) and what perf.data says of itself (describe)."""
+
+    def __init__(self, request: RecordRequest, backend: Backend, on_tick: Callable[[float], None]) -> None:
+        self.request, self.backend, self.on_tick = request, backend, on_tick
+        self.perf, self.version = _perf_that_may_trace()
+        self.tracefs = system.ensure_tracefs()
+        self.perf_process: PerfProcess | None = None
+
+    def record(self, interrupts: Interrupts) -> CaptureInfo:
+        """Until perf has left a complete perf.data; whatever happens, perf is ended and any
+        sysctl offcpu changed is put back."""
+        request = self.request
+        with schedstats_enabled(request.enable_schedstats) as schedstats:
+            plan = plan_events(self.tracefs, schedstats)
+            info = _new_info(request, plan, self.version, schedstats)
+            info.backend, info.backend_why = self.backend.kind.name, self.backend.why
+            perf_process = self.perf_process = _start(self.perf, request, plan, info)
+            try:
+                _run(perf_process, request, info, self.on_tick, interrupts)
+            finally:
+                interrupts.hold()
+                # perf ends by itself once its command has exited, with the command's status
+                perf_process.stop(let_finish=_ended_by_command(info))
+                _stopped_at_max_size(perf_process, info)
+                _stopped_for_the_target(perf_process, info)
+                if not _ended_by_command(info):
+                    perf_process.end_command_group()
+                info.command_killed = perf_process.killed_command
+                if info.target.command and not _ended_by_command(info):  # perf ended it as it ended
+                    info.command_cut_short = signals_sent(info.command_killed)
+                info.perf_wakeups = wakeups(perf_process.stderr)
+        info.perf_command = perf_process.argv
+        _check_perf_result(perf_process, request, request.output / PERF_DATA)
+        return info
+
+    def abandon(self) -> None:
+        """perf was ended as record() left: nothing more to end."""
+
+    def ended(self, info: CaptureInfo) -> None:
+        if self.perf_process is not None:
+            info.command_exit_status = _command_exit_status(self.perf_process, info)
+
+    def describe(self, info: CaptureInfo) -> None:
+        describe(self.request.output / PERF_DATA, info)
 
 
 def _perf_that_may_trace() -> tuple[str, str]:

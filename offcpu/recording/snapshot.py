@@ -20,9 +20,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 
+from offcpu.capture import AsleepThread, Snapshot
 from offcpu.escaping import printable
 from offcpu.machine.system import proc_text
-from offcpu.model.asleep import AsleepThread, Snapshot
 from offcpu.workers import child_environment, find_program
 
 UNWINDER = "eu-stack"

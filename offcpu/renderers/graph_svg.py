@@ -10,8 +10,8 @@ from html import escape
 from offcpu.diagnosis.waitgraph import Node, WaitGraph
 from offcpu.diagnosis.wording import counted, us_text
 from offcpu.escaping import printable
-from offcpu.model import WAKER_NOT_RECORDED
 from offcpu.model.wakeups import KERNEL, OUTSIDE, UNRECORDED, cause_name
+from offcpu.stacks import WAKER_NOT_RECORDED
 
 WIDTH, HEIGHT = 720, 460
 NODE_WIDTH, NODE_HEIGHT = 190, 40

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import re
-import shlex
 from collections.abc import Iterable, Sequence
 from html import escape
 
@@ -15,6 +14,7 @@ from offcpu.diagnosis.locktable import lock_table
 from offcpu.diagnosis.waitgraph import wait_graph
 from offcpu.diagnosis.wording import counted
 from offcpu.escaping import printable
+from offcpu.kinds import kind_of
 from offcpu.model import Model
 from offcpu.model.stackview import SEPARATOR, StackView, chosen, listed, of_threads, selected
 from offcpu.model.summaries import (
@@ -37,7 +37,6 @@ from offcpu.renderers.text import STATE_NAMES, cause_lines, ms, ms_estimate, sha
 from offcpu.stacks import shorten_apart
 
 STACK_CHARS = 110  # a stack cell shows about this much; its tooltip has every frame
-LOST = {False: "Lost events", True: "Lost waits"}  # by whether BPF recorded: perf loses events, BPF waits
 # The flame graph's frame runs its own script (zoom, and search, which asks for the term with
 # prompt()) and nothing more: no access to the page, no navigation, no pop-ups, no forms.
 FLAME_SANDBOX = "allow-scripts allow-modals"
@@ -180,12 +179,10 @@ class HtmlReport:
                      False: "no", None: "no user stacks to judge"}[capture.user_stacks_truncated]
         start_s, end_s = ((ns - capture.window_start_ns) / 1e9 for ns in (model.window_start_ns,
                                                                            model.window_end_ns))
-        bpf = capture.backend == "bpf"
-        recorder = [("Recorded with", f"offcpu's BPF programs: {capture.backend_why}")] if bpf else [
-            ("perf command", shlex.join(capture.perf_command)), ("perf version", capture.perf_version)]
+        kind = kind_of(capture)
         rows = [
             ("Target", capture.target.describe()),
-            *recorder,
+            *kind.recorder_rows(capture),
             ("Kernel", capture.kernel_release),
             ("Window", (f"{capture.started_at} to {capture.ended_at}: {capture.duration_actual_s:.2f} s recorded "
                         f"of {capture.duration_requested_s:g} s asked for; this report covers {start_s:.2f} s "
@@ -193,13 +190,14 @@ class HtmlReport:
             ("Events used", used),
             ("Events not used", skipped or "none"),
             ("How it ended", ended),
-            ("Recorded", f"{capture.recorded_counts}, {capture.perf_data_bytes / 1e6:.1f} MB, {capture.cpus} CPUs"),
-            (LOST[bpf], f"{capture.lost_events:,}"),
+            ("Recorded", f"{kind.recorded_counts(capture)}, {capture.perf_data_bytes / 1e6:.1f} MB, "
+                         f"{capture.cpus} CPUs"),
+            (kind.lost_label, f"{capture.lost_events:,}"),
             ("Call graphs", capture.call_graph),
             ("Read", f"{model.reader}: {model.reader_note}"),
-            *([] if bpf else [("User stacks cut short", truncated)]),  # judged from perf's stacks only
+            *([] if kind.timed_in_kernel else [("User stacks cut short", truncated)]),  # judged from perf's only
         ]
-        warn = {LOST[bpf]: capture.lost_events > 0, "User stacks cut short": bool(capture.user_stacks_truncated)}
+        warn = {kind.lost_label: capture.lost_events > 0, "User stacks cut short": bool(capture.user_stacks_truncated)}
         body = "".join(f"<tr><th>{escape(name)}</th><td{' class=warn' if warn.get(name) else ''}>"
                        f"{escape(_lines(value.split(chr(10))))}</td></tr>\n" for name, value in rows)
         return _section("capture", "Capture", "What was recorded, and how", f"<table>\n{body}</table>")
@@ -207,7 +205,7 @@ class HtmlReport:
     def _totals(self, model: Model) -> str:
         whole = totals(model)
         cost = observer(model)
-        perf = model.capture.backend == "perf"  # BPF's cost is not counted per thread: see numbers.md
+        perf = not kind_of(model.capture).timed_in_kernel  # BPF's cost is not counted per thread: see numbers.md
         table = _table(("recorded", "threads", "off-CPU ms", "blocked ms", "waiting for a CPU ms",
                         *(["perf's own handling ms (on CPU)"] if perf else [])), "r" * (6 if perf else 5),
                        [(f"{whole.wall_us / 1e6:.2f} s", f"{whole.threads:,}", ms(whole.offcpu_us),

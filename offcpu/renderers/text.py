@@ -15,6 +15,7 @@ from offcpu.diagnosis.evidence import Evidence
 from offcpu.diagnosis.findings import Finding, view_findings
 from offcpu.diagnosis.wording import counted, pct, us_text
 from offcpu.escaping import printable
+from offcpu.kinds import kind_of
 from offcpu.model import Model
 from offcpu.model.stackview import StackView, chosen, listed, selected
 from offcpu.model.summaries import (
@@ -101,7 +102,8 @@ class TextReport:
                   f"({capture.call_graph} stacks{'; ' + model.reader_note if model.reader_note else ''})\n"
                   f"{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
                   f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms"
-                  + (f"\nperf's own handling of their switches: {cost.said}" if capture.backend == "perf" else ""))
+                  + ("" if kind_of(capture).timed_in_kernel else
+                     f"\nperf's own handling of their switches: {cost.said}"))
         said = Text(header)
         for caveat in caveats(model):  # in red only what changes a number the reader would act on
             said.append(f"\n{'Warning' if caveat.warns else 'Note'}: {caveat.text}",

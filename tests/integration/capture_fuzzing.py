@@ -3,7 +3,7 @@
 
 Each mutation is made from the file's own format: a BPF record's fields at their offsets in
 offcpu.reading.bpf_reader.RECORD, a stack table's entries walked by its STACK_ENTRY, perf.data's
-header (offcpu.model.loading.PERF_HEADER) and its records' headers walked from its data section.
+header (offcpu.kinds.PERF_HEADER) and its records' headers walked from its data section.
 The child runs `offcpu report text` in its own process (imported once), under a bound on its
 memory, and says when each report starts and how it ended, so that a crash or a hang in the
 compiled core is pinned to its mutation and the next child goes on from there.
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from offcpu.model.loading import PERF_HEADER
+from offcpu.kinds import PERF_HEADER
 from offcpu.reading.bpf_reader import RECORD, STACK_ENTRY
 
 EXTREMES = (0, -1, 1 << 31, (1 << 32) - 1, 1 << 63)

@@ -17,6 +17,7 @@ from offcpu.commands.report.common import (
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.files import read_given
+from offcpu.kinds import PlainPerfData
 from offcpu.model.diffing import (
     Diff,
     Side,
@@ -28,7 +29,6 @@ from offcpu.model.diffing import (
     title,
 )
 from offcpu.model.stackview import StackView
-from offcpu.reading.plain_perf_data import is_perf_data
 from offcpu.renderers.console import Column, fitted_table, printed, short_names, stdout_layout
 from offcpu.renderers.flamegraph_tool import render_svg, require_renderer
 from offcpu.renderers.text import ms
@@ -104,7 +104,7 @@ def _labels(base: Path, new: Path) -> tuple[str, str]:
 
 def _side(path: Path, label: str, view: StackView) -> Side:
     """A capture directory or a perf.data through its model; anything else as a folded file."""
-    if path.is_dir() or is_perf_data(path):
+    if path.is_dir() or PlainPerfData.at(path):
         return from_model(load_with_progress(path, view.time, view.reader), view, label)
     try:
         text = read_given(path, FOLDED_MAX).decode()

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from offcpu.model import BEFORE_WINDOW, STACK_NOT_TAKEN
+from offcpu.stacks import BEFORE_WINDOW, STACK_NOT_TAKEN
 from tests.conftest import run_offcpu
 
 DEBIANS_PYTHON = "/usr/bin/python3"  # (python3-venv, scripts/setup) with Debian's SQLite

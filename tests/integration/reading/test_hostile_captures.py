@@ -141,7 +141,7 @@ def test_perf_data_is_made_private_through_the_file_never_a_link_at_its_name(cop
     from offcpu.capture import load
 
     with pytest.raises(OffcpuError, match="replaced it while perf recorded"):
-        describe(perf, capture / "perf.data", load(capture))
+        describe(capture / "perf.data", load(capture))
     assert stat.S_IMODE(victim.stat().st_mode) == 0o644
 
 

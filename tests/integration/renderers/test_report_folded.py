@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from offcpu.model import ASLEEP_ALL_WINDOW, BEFORE_WINDOW, NEW_THREAD, STACK_LOST
 from offcpu.renderers.flamegraph_tool import find_renderer
-from offcpu.stacks import SCHEDULER
+from offcpu.stacks import ASLEEP_ALL_WINDOW, BEFORE_WINDOW, NEW_THREAD, SCHEDULER, STACK_LOST
 from tests.conftest import assert_one_line_error, run_offcpu
 
 

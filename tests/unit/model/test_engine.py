@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 
 from offcpu._core import TIMELINE_WAITS
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, PREEMPTED, SUB_WINDOWS, Model, TimedWait
-from offcpu.model.asleep import load as load_snapshot, with_asleep_stacks
+from offcpu.capture import load_snapshot
+from offcpu.model import PREEMPTED, SUB_WINDOWS, Model, TimedWait
+from offcpu.model.asleep import with_asleep_stacks
 from offcpu.model.engine import threads_at_start, to_model
 from offcpu.reading.native_reader import NativeReader
 from offcpu.reading.pairing import Decoded, pair_pieces
 from offcpu.reading.perf_script import PerfScriptReader
+from offcpu.stacks import BEFORE_WINDOW, NEW_THREAD
 from tests.fixtures import HERE, capture_info, script_stream
 
 FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]

@@ -12,11 +12,11 @@ import json
 from collections.abc import Callable, Iterable
 
 from offcpu.capture import CaptureInfo, Target
-from offcpu.model import PREEMPTED, STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model
+from offcpu.model import PREEMPTED, Model
 from offcpu.model.engine import to_model
 from offcpu.reading.pairing import Decoded, Paired, ThreadAtStart, pair_pieces
 from offcpu.reading.sched_events import SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_EXIT, UNKNOWN_CPU, Chain, Events
-from offcpu.stacks import Stack
+from offcpu.stacks import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Stack
 
 US = 1000
 WINDOW_US = 10_000

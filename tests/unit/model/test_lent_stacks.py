@@ -5,8 +5,9 @@ test_engine_events.py, with every expected microsecond worked out by hand in the
 
 from __future__ import annotations
 
-from offcpu.model import BEFORE_WINDOW, STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model
+from offcpu.model import Model
 from offcpu.model.engine import to_model
+from offcpu.stacks import BEFORE_WINDOW, STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN
 from tests.unit.model.test_engine_events import (
     US,
     WINDOW_US,

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from offcpu.kinds import lost_note
 from tests.unit.model.test_engine_events import info
 
 PERF = ["/usr/bin/perf", "record", "-o", "perf.data"]
@@ -20,9 +21,9 @@ def test_the_note_suggests_a_bigger_ring_buffer_than_the_one_used(options: list[
     # the command's own "--mmap-pages" (after "--") is not perf's
     capture = replace(info(), perf_command=[*PERF, *options, "--", "prog", "--mmap-pages", "8"],
                       samples=900, switch_records=0, lost_events=100)
-    note = capture.lost_note
+    note = lost_note(capture)
     assert note is not None and "perf lost 100 events (10.0%)" in note and f"for example {suggested}," in note
 
 
 def test_no_note_when_nothing_was_lost() -> None:
-    assert info().lost_note is None
+    assert lost_note(info()) is None

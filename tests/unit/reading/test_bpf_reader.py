@@ -24,7 +24,7 @@ import pytest
 from offcpu import capture
 from offcpu.capture import CaptureInfo, Target
 from offcpu.errors import OffcpuError
-from offcpu.model import BEFORE_WINDOW, NEW_THREAD, STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Model
+from offcpu.model import Model
 from offcpu.model.loading import build, load_model
 from offcpu.model.stackview import StackView
 from offcpu.reading.bpf_reader import (
@@ -46,6 +46,7 @@ from offcpu.reading.symbols import save_kernel_symbols
 from offcpu.recording import process_maps
 from offcpu.recording.process_maps import MapsRecorder
 from offcpu.renderers.text import TextReport
+from offcpu.stacks import BEFORE_WINDOW, NEW_THREAD, STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN
 
 # struct record: u32 kind, cpu, pid, tid; u64 since_ns, woken_ns, back_ns; s32 kernel_stack,
 # user_stack, waker_kernel_stack, waker_user_stack; u32 waker_pid, waker_tid, state, exit_state;

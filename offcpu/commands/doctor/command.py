@@ -9,10 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from offcpu.commands.record import DEFAULT_STACK_BUDGET
-from offcpu.errors import OffcpuError
-from offcpu.machine import limits, system
-from offcpu.machine.readiness import (
+from offcpu.commands.doctor.readiness import (
     FAIL,
     INFO,
     OK,
@@ -23,7 +20,10 @@ from offcpu.machine.readiness import (
     limit_checks,
     machine_checks,
 )
-from offcpu.machine.selftest import RecordingCosts, recording_costs
+from offcpu.commands.doctor.selftest import RecordingCosts, recording_costs
+from offcpu.commands.record import DEFAULT_STACK_BUDGET
+from offcpu.errors import OffcpuError
+from offcpu.machine import limits, system
 from offcpu.recording import backends
 from offcpu.stdout import write_stdout
 

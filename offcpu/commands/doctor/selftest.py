@@ -20,6 +20,7 @@ from pathlib import Path
 
 from offcpu.capture import Target
 from offcpu.errors import OffcpuError
+from offcpu.kinds import BPF, PERF, CaptureKind
 from offcpu.recording import backends
 from offcpu.recording.recorder import record
 from offcpu.recording.request import RecordRequest
@@ -35,14 +36,13 @@ SWITCHES_PER_ROUND_TRIP = 2  # on one CPU: each thread's, woken by the other
 BUSY_SWITCHES_PER_S = 50_000
 USECS_PER_OP = re.compile(r"^\s*([\d.]+) usecs/op\s*$", re.MULTILINE)
 RUN_TIMEOUT_S = 30.0
-NAMES = {"perf": "perf", "bpf": "BPF"}
 
 
 @dataclass(frozen=True)
 class BackendCost:
     """What a backend's recording adds to one switch and its wakeup, or why it could not record."""
 
-    backend: str  # "perf" or "bpf"
+    kind: CaptureKind  # what recorded it
     ns: float | None = None
     problem: str = ""
 
@@ -61,12 +61,12 @@ class RecordingCosts:
         measured = [cost for cost in (self.perf, self.bpf) if cost.ns is not None]
         if not measured:
             raise OffcpuError(f"perf: {self.perf.problem}; BPF: {self.bpf.problem}")
-        costs = ", ".join(f"{NAMES[cost.backend]} {(cost.ns or 0) / 1000:.1f} µs" for cost in measured)
-        aside = "".join(f" ({NAMES[cost.backend]} could not record: {cost.problem})"
+        costs = ", ".join(f"{cost.kind.said} {(cost.ns or 0) / 1000:.1f} µs" for cost in measured)
+        aside = "".join(f" ({cost.kind.said} could not record: {cost.problem})"
                         for cost in (self.perf, self.bpf) if cost.ns is None)
         first, *rest = measured
-        loss = f"{first.share_at(BUSY_SWITCHES_PER_S):.0%} of a CPU to {NAMES[first.backend]}'s recording" + "".join(
-            f", {cost.share_at(BUSY_SWITCHES_PER_S):.0%} to {NAMES[cost.backend]}'s" for cost in rest)
+        loss = f"{first.share_at(BUSY_SWITCHES_PER_S):.0%} of a CPU to {first.kind.said}'s recording" + "".join(
+            f", {cost.share_at(BUSY_SWITCHES_PER_S):.0%} to {cost.kind.said}'s" for cost in rest)
         return (f"one switch and its wakeup cost {costs} here{aside}: a program switching {BUSY_SWITCHES_PER_S:,} "
                 f"times a second would lose about {loss}")
 
@@ -80,8 +80,8 @@ def recording_costs(perf: str, stack_budget: int) -> RecordingCosts:
     report = directory / "round-trips"
     command = ping_pong(perf, max(os.sched_getaffinity(0)), report)
     unrecorded: list[float] = []
-    recorded: dict[str, list[float]] = {"perf": [], "bpf": []}
-    problems: dict[str, str] = {}
+    recorded: dict[CaptureKind, list[float]] = {PERF: [], BPF: []}
+    problems: dict[CaptureKind, str] = {}
     try:
         for _ in range(ROUNDS):
             unrecorded.append(_round_trip_ns(command, report))
@@ -99,7 +99,7 @@ def recording_costs(perf: str, stack_budget: int) -> RecordingCosts:
     costs = {backend: BackendCost(backend, problem=problems[backend]) if backend in problems else
              BackendCost(backend, max(0.0, statistics.median(runs) - baseline) / SWITCHES_PER_ROUND_TRIP)
              for backend, runs in recorded.items()}
-    return RecordingCosts(costs["perf"], costs["bpf"])
+    return RecordingCosts(costs[PERF], costs[BPF])
 
 
 def ping_pong(perf: str, cpu: int, report: Path) -> tuple[str, ...]:
@@ -121,15 +121,16 @@ def _round_trip_ns(command: tuple[str, ...], report: Path) -> float:
     return _reported_ns(report)
 
 
-def _recorded_round_trip_ns(command: tuple[str, ...], report: Path, backend: str, stack_budget: int) -> float | str:
-    """The round trip while `backend` records the ping-pong, or why it could not be recorded."""
-    if backend == "bpf" and (problem := backends.bpf_problem()):
+def _recorded_round_trip_ns(command: tuple[str, ...], report: Path, kind: CaptureKind,
+                            stack_budget: int) -> float | str:
+    """The round trip while `kind` records the ping-pong, or why it could not be recorded."""
+    if problem := backends.problem(kind):
         return problem
     report.unlink(missing_ok=True)
-    capture = report.parent / f"capture-{backend}"
+    capture = report.parent / f"capture-{kind.name}"
     capture.mkdir()
     request = RecordRequest(Target("command", "sched-pipe", command=command), capture, RUN_TIMEOUT_S, "64M", "fp",
-                            None, False, snapshot=False, backend=backend, stack_budget=stack_budget)
+                            None, False, snapshot=False, backend=kind.name, stack_budget=stack_budget)
     try:
         record(request, on_tick=lambda elapsed: None)
         return _reported_ns(report)
