@@ -9,18 +9,16 @@
 //! other readers decode in Python handed over as columns (`model_inputs`). And it follows
 //! the wake-up links of the findings' chains to their roots (`root_shares`).
 
-mod elf_files;
+mod bpf;
 mod files;
 mod model_inputs;
 mod pairing;
+pub mod perf;
 mod perf_file;
 mod perf_reader;
 mod quick;
-mod recorder;
 mod root_shares;
-mod symbols;
 mod tracing_formats;
-pub mod unwind;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -66,17 +64,17 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // A panic becomes the error it is caught as (PerfDataError, or pyo3's PanicException, which
     // Python turns into one line): the default hook would print it on stderr too.
     std::panic::set_hook(Box::new(|_| {}));
-    m.add_class::<recorder::BpfRecording>()?;
+    m.add_class::<bpf::recorder::BpfRecording>()?;
     m.add("BpfError", m.py().get_type::<BpfError>())?;
     m.add_class::<perf_reader::PerfData>()?;
     m.add("PerfDataError", m.py().get_type::<PerfDataError>())?;
     m.add("PanicException", m.py().get_type::<PanicException>())?;
     m.add_function(wrap_pyfunction!(perf_reader::prev_state_name, m)?)?;
-    m.add_class::<symbols::KernelSymbols>()?;
-    m.add_class::<symbols::ElfSymbols>()?;
-    m.add_class::<symbols::Symbol>()?;
-    m.add_function(wrap_pyfunction!(symbols::elf_build_id, m)?)?;
-    m.add_function(wrap_pyfunction!(symbols::elf_symbol_address, m)?)?;
+    m.add_class::<perf::symbols::KernelSymbols>()?;
+    m.add_class::<perf::symbols::ElfSymbols>()?;
+    m.add_class::<perf::symbols::Symbol>()?;
+    m.add_function(wrap_pyfunction!(perf::symbols::elf_build_id, m)?)?;
+    m.add_function(wrap_pyfunction!(perf::symbols::elf_symbol_address, m)?)?;
     m.add_class::<model_inputs::Slice>()?;
     m.add_class::<model_inputs::Tally>()?;
     m.add_function(wrap_pyfunction!(model_inputs::merge, m)?)?;
@@ -85,7 +83,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("STATES", pairing::STATES)?;
     m.add("SEEDED_CHAINS", pairing::SEEDED_CHAINS)?;
     m.add("TIMELINE_WAITS", pairing::TIMELINE_WAITS)?;
-    m.add("RECORD_SIZE", recorder::RECORD_SIZE)?;
-    m.add("NOT_TAKEN", recorder::NOT_TAKEN)?;
+    m.add("RECORD_SIZE", bpf::recorder::RECORD_SIZE)?;
+    m.add("NOT_TAKEN", bpf::recorder::NOT_TAKEN)?;
     Ok(())
 }

@@ -28,12 +28,12 @@ use crate::pairing::{
     self, Event, Id, SliceBuilder, SliceResult, NO_CHAIN, NO_TEXT, SCHED_SWITCH, SCHED_WAKING,
     SWITCH_IN, SWITCH_OUT, THREAD_COMM, THREAD_EXIT, THREAD_FORK,
 };
+use crate::perf::unwind::{Unwinder, UserRegs};
 use crate::perf_file::{
     self, FileError, Index, Opened, Shape, Task, TaskKind, COMM, EXIT, FORK, HEADER_SIZE, SAMPLE,
 };
 use crate::quick::{QuickMap, QUICK};
 use crate::tracing_formats::{self, Field, StateNames, Tracepoint};
-use crate::unwind::{Unwinder, UserRegs};
 use crate::PerfDataError;
 
 const SWITCH_TRACEPOINT: &str = "sched:sched_switch";
