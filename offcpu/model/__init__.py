@@ -118,7 +118,7 @@ class Link:
 
 @dataclass(frozen=True, order=True)
 class TimedWait:
-    """One of the longest waits (TIMELINE_WAITS in core/src/pairing.rs), with its times
+    """One of the longest waits (TIMELINE_WAITS in core/src/engine/events.rs), with its times
     (perf.data's clock, ns, as far as the window holds it): the model keeps sums, and times
     only of these."""
 
