@@ -29,6 +29,8 @@ mod ordered;
 pub mod root_shares;
 pub mod slice;
 pub mod tally;
+#[cfg(test)]
+mod tests;
 pub mod totals;
 
 pub use events::*;
