@@ -15,6 +15,7 @@ import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+from offcpu import _core
 from offcpu.capture import CaptureInfo
 from offcpu.stacks import Stack
 
@@ -36,8 +37,8 @@ WAKER_STACK_NOT_TAKEN = "[waker's stack not sampled]"
 ASLEEP_ALL_WINDOW = "[asleep all the recording]"
 WAKER_KINDS = ("thread", "interrupt", "idle", "unrecorded")
 # A row's off-CPU time is also kept in this many equal parts of the window, so that a
-# finding's share can be measured in each and its spread over time be known.
-SUB_WINDOWS = 10
+# finding's share can be measured in each and its spread over time be known (the engine's).
+SUB_WINDOWS = _core.SUB_WINDOWS
 UNKNOWN_STATE = "?"
 PREEMPTED = "R"  # switched out while runnable: all of the gap is run-queue delay
 

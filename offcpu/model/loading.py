@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from offcpu import _core
 from offcpu.capture import (
     BPF_RECORDS,
     BPF_STACKS,
@@ -46,7 +47,7 @@ RECORD_AGAIN = "record it again with 'offcpu record'"
 MIN_WINDOW_NS = 1_000_000
 # perf.data begins with its magic, the header's and an attribute's sizes, then where its
 # attributes and its events are (offset and size each): perf's perf_file_header.
-PERF_MAGIC = b"PERFILE2"
+PERF_MAGIC = _core.PERF_MAGIC
 PERF_HEADER = struct.Struct("<8sQQQQQQ")
 HASHED_MAX = 1 << 20  # of perf.data's header, and of its features: never more than this of each
 # The most model.json is read of: a model of hundreds of thousands of stacks (a larger one is

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+from offcpu import _core
+from offcpu._core import state_letter
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
@@ -56,16 +58,11 @@ from offcpu.stacks import Stack, without_tracing
 if TYPE_CHECKING:
     from offcpu.reading.symbols import Symbolizer
 
-# struct record, little-endian, 112 bytes
-RECORD = np.dtype([
-    ("kind", "<u4"), ("cpu", "<u4"), ("pid", "<u4"), ("tid", "<u4"),
-    ("since_ns", "<u8"), ("woken_ns", "<u8"), ("back_ns", "<u8"),
-    ("kernel_stack", "<i4"), ("user_stack", "<i4"), ("waker_kernel_stack", "<i4"), ("waker_user_stack", "<i4"),
-    ("waker_pid", "<u4"), ("waker_tid", "<u4"), ("state", "<u4"), ("exit_state", "<u4"),
-    ("weight_shift", "<u2"), ("preempted", "<u2"), ("estimated", "<u4"),
-    ("comm", "S16"), ("waker_comm", "S16"),
-])
-WAIT, FORK, EXIT, COMM = 1, 2, 3, 4  # record kinds
+# struct record (core/src/bpf/record.rs), as the core lays it out
+RECORD = np.dtype({"names": [name for name, _, _ in _core.RECORD_FIELDS],
+                   "formats": [code for _, code, _ in _core.RECORD_FIELDS],
+                   "offsets": [offset for _, _, offset in _core.RECORD_FIELDS], "itemsize": _core.RECORD_SIZE})
+WAIT, FORK, EXIT, COMM = (_core.RECORD_KINDS[kind] for kind in ("wait", "fork", "exit", "comm"))
 # A wait's `estimated` bits: its switch-out or switch-in was not reported to the tracepoint, and
 # was placed by the thread's time on CPU as the kernel counts it
 ESTIMATED_SINCE, ESTIMATED_BACK = 1, 2
@@ -84,7 +81,6 @@ RECORDS_MAX = 4 << 30
 PID_MAX_LIMIT = 1 << 22
 CPUS_MAX = 1 << 16
 MAX_WEIGHT_SHIFT = 20
-NO_STACK = -10000  # a stack id: not taken (not sampled); other negative ids are -errno of a failed walk
 EFAULT = 14  # a user stack's walk that found no user frames: a kernel thread has none
 E2BIG = 7  # a stack that found the stack table full
 EXEC = 1  # a comm record's state when the name came with an exec
@@ -97,25 +93,6 @@ ORDER[[THREAD_FORK, SWITCH_IN, SCHED_SWITCH, SCHED_WAKING, THREAD_COMM, THREAD_E
 BATCH = 1 << 16  # events handed to the sink at a time
 LANGUAGES = {"CPython": "Python", "HotSpot": "Java", "MRI": "Ruby"}  # whose frames a runtime's are
 RUNTIME_NOTED_NS = 10_000_000  # the waits whose runtime frames the notes count: 10 ms or more
-
-# prev_state as perf prints it (the kernel's __trace_sched_switch_state and __task_state_index)
-STATE_LETTERS = "RSDTtXZPI"  # no bit, then one per bit of TASK_REPORT, then TASK_REPORT_IDLE
-TASK_REPORT = 0x7F  # S D T t X Z P
-TASK_IDLE = 0x402  # TASK_UNINTERRUPTIBLE | TASK_NOLOAD: reported as I
-SHOWN_AS_UNINTERRUPTIBLE = 0x1000 | 0x8000  # TASK_RTLOCK_WAIT, TASK_FROZEN
-
-
-def state_letter(state: int, exit_state: int, preempted: bool) -> str:
-    """The state perf prints for a switch-out (without its '+'): R when preempted, else the
-    highest reported bit of the task's state and exit state, idle and lock waits apart."""
-    if preempted:
-        return "R"
-    if state & SHOWN_AS_UNINTERRUPTIBLE:
-        return "D"
-    if state & TASK_IDLE == TASK_IDLE:
-        return "I"
-    return STATE_LETTERS[((state | exit_state) & TASK_REPORT).bit_length()]
-
 
 def read_stack_table(path: Path) -> dict[int, tuple[int, ...]]:
     """bpf-stacks.bin: each stack id's addresses, innermost first. A stack cut short at the
@@ -282,7 +259,7 @@ class BpfReader:
         chosen = (since > 0) & (since >= first) & (since <= last)
         rows = waits[chosen]
         kernel, user = rows["kernel_stack"], rows["user_stack"]
-        taken = (kernel != NO_STACK) | (user != NO_STACK)
+        taken = (kernel != _core.NOT_TAKEN) | (user != _core.NOT_TAKEN)
         weights = np.where(taken, np.left_shift(1, rows["weight_shift"].astype(np.int64)), 0)
         chains = _chains(kernel, user, rows["pid"], rows["since_ns"], generations, STACK_NOT_TAKEN, runtime[chosen])
         return _part(SCHED_SWITCH, rows["since_ns"], UNKNOWN_CPU, rows["pid"], rows["tid"], 0, _names(rows["comm"]),
@@ -370,7 +347,7 @@ class BpfReader:
         waits = self.records[self.records["kind"] == WAIT]
         joined = self._runtime_stacks(waits) != NO_RUNTIME_STACK
         since, back = waits["since_ns"].astype(np.int64), waits["back_ns"].astype(np.int64)
-        taken = (waits["kernel_stack"] != NO_STACK) | (waits["user_stack"] != NO_STACK)
+        taken = (waits["kernel_stack"] != _core.NOT_TAKEN) | (waits["user_stack"] != _core.NOT_TAKEN)
         long_enough = taken & (since > 0) & ((back == 0) | (back - since >= RUNTIME_NOTED_NS))
         notes = []
         for process in self.runtime.processes:
@@ -421,7 +398,7 @@ class BpfReader:
         user = np.zeros(len(ids), bool)
         user[len(waits):2 * len(waits)] = user[3 * len(waits):] = True
         no_user_frames = user & (ids == -EFAULT)
-        taken = (ids != NO_STACK) & ~no_user_frames
+        taken = (ids != _core.NOT_TAKEN) & ~no_user_frames
         read = taken & (ids >= 0) & np.isin(ids, np.fromiter(table, np.int64, len(table)))
         failed = int(np.count_nonzero(taken & ~read))
         if not failed:
@@ -444,12 +421,12 @@ def _stack(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symboliz
     frames: list[str] = []
     if kernel in table:
         frames += [symbolizer.kernel_name(address) for address in table[kernel]]
-    elif kernel != NO_STACK:
+    elif kernel != _core.NOT_TAKEN:
         frames.append(KERNEL_STACK_UNREADABLE)
     kernel_frames = len(frames)
     if user in table:
         frames += [symbolizer.user_name(pid, generation, address) for address in table[user]]
-    elif user not in (NO_STACK, -EFAULT):
+    elif user not in (_core.NOT_TAKEN, -EFAULT):
         frames.append(USER_STACK_UNREADABLE)
     if runtime is not None and 0 <= runtime_stack < len(runtime.stacks):
         name = runtime.runtime_of(pid)
@@ -479,7 +456,7 @@ def _chains(kernel: np.ndarray, user: np.ndarray, pids: np.ndarray, times: np.nd
     id), the pid and generation 0 without user frames (kernel addresses mean the same in every
     process) nor runtime frames; `not_taken` where no stack was taken."""
     chains = np.full(len(kernel), not_taken, object)
-    taken = (kernel != NO_STACK) | (user != NO_STACK)
+    taken = (kernel != _core.NOT_TAKEN) | (user != _core.NOT_TAKEN)
     if not taken.any():
         return chains
     runtime = np.full(len(kernel), NO_RUNTIME_STACK, np.int64) if runtime is None else runtime
@@ -521,12 +498,10 @@ def _names(comms: np.ndarray) -> np.ndarray:
 
 
 def _states(rows: np.ndarray) -> np.ndarray:
-    """Each switch-out's state letter, each distinct (state, exit state, preempted) named once
-    (of the exit state, only the bits a state letter reads)."""
+    """Each switch-out's state letter, each distinct (state, exit state, preempted) named once."""
     if not len(rows):
         return np.zeros(0, object)
-    first, inverse = _distinct_rows(_pair(rows["state"], (rows["exit_state"] & TASK_REPORT) << 1
-                                          | (rows["preempted"] != 0)))
+    first, inverse = _distinct_rows(rows["state"], rows["exit_state"], rows["preempted"])
     table = np.array([state_letter(state, exit_state, bool(preempted)) for state, exit_state, preempted in zip(
         rows["state"][first].tolist(), rows["exit_state"][first].tolist(), rows["preempted"][first].tolist(),
         strict=True)], object)

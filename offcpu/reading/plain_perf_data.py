@@ -30,7 +30,7 @@ from offcpu.recording.events import SCHEDSTATS_TRACEPOINTS, SWITCH_TRACEPOINT, W
 FEATURE_OSRELEASE, FEATURE_VERSION = 4, 5
 # perf_event_attr.sample_type bits
 SAMPLE_CALLCHAIN, SAMPLE_BRANCH_STACK, SAMPLE_STACK_USER = 1 << 5, 1 << 11, 1 << 13
-MAGIC = b"PERFILE2"
+MAGIC = _core.PERF_MAGIC
 MAGIC_SWAPPED = MAGIC[::-1]
 # perf record's options that take a value as the next argument (the rest are flags)
 VALUED_OPTIONS = frozenset({

@@ -24,6 +24,9 @@ use zstd_safe::{DCtx, InBuffer, OutBuffer};
 
 use crate::files::open_regular;
 
+/// What a perf.data begins with, and what it begins with written in the other byte order.
+pub const MAGIC: &[u8; 8] = b"PERFILE2";
+const MAGIC_SWAPPED: &[u8; 8] = b"2ELIFREP";
 pub const HEADER_SIZE: usize = 104;
 pub(super) const PIPE_HEADER_SIZE: u64 = 16;
 pub(super) const SECTION_SIZE: u64 = 16;
@@ -210,12 +213,12 @@ pub fn open(path: &Path) -> Result<Shape, FileError> {
     let mut header = [0u8; HEADER_SIZE];
     let got = file.read_at(&mut header, 0)?;
     let magic = header.get(..8).unwrap_or_default();
-    if got < PIPE_HEADER_SIZE as usize || (magic != b"PERFILE2" && magic != b"2ELIFREP") {
+    if got < PIPE_HEADER_SIZE as usize || (magic != MAGIC && magic != MAGIC_SWAPPED) {
         return Err(damaged(
             "no perf.data header: another tool's file, or not perf's at all",
         ));
     }
-    if magic == b"2ELIFREP" {
+    if magic == MAGIC_SWAPPED {
         return Ok(Shape::Swapped);
     }
     if u64_at(&header, 8) == Some(PIPE_HEADER_SIZE) {
