@@ -223,6 +223,12 @@ class BpfReader:
         kinds = self.records["kind"]
         return int(np.count_nonzero((kinds < WAIT) | (kinds > COMM))) + self.cut_short
 
+    def _waits(self, *names: str) -> dict[str, np.ndarray]:
+        """These columns of the wait records: a copy of the fields asked for, not of whole
+        records (of a long recording, hundreds of MB)."""
+        waits = self.records["kind"] == WAIT
+        return {name: self.records[name][waits] for name in names}
+
     def read(self, sink: EventSink, time_slice: tuple[int, int] | None = None) -> None:
         first, last = time_slice or (0, (1 << 64) - 1)
         if time_slice is None or first == self.counting_slice:
@@ -238,19 +244,19 @@ class BpfReader:
         records = self.records
         waits = records[records["kind"] == WAIT]
         generations = Generations(records)
-        parts = [self._switches(waits, self._runtime_stacks(waits), first, last, generations),
+        parts = [self._switches(waits, self._runtime_stacks(waits["tid"], waits["since_ns"], waits["back_ns"]),
+                                 first, last, generations),
                  self._wakeups(waits, first, last, generations),
                  self._switch_ins(waits, first, last), self._task_events(records, first, last)]
         columns = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
         order = np.lexsort((ORDER[columns["kind"]], columns["time"]))
         return {name: column[order] for name, column in columns.items()}
 
-    def _runtime_stacks(self, waits: np.ndarray) -> np.ndarray:
+    def _runtime_stacks(self, tids: np.ndarray, since: np.ndarray, back: np.ndarray) -> np.ndarray:
         """Each wait's runtime stack id (NO_RUNTIME_STACK where no sample joined it)."""
         if self.runtime is None:
-            return np.full(len(waits), NO_RUNTIME_STACK, np.int64)
-        return runtime_frames.join(waits["tid"], waits["since_ns"], waits["back_ns"], self.runtime.tids,
-                                   self.runtime.times, self.runtime.stack_ids)
+            return np.full(len(tids), NO_RUNTIME_STACK, np.int64)
+        return runtime_frames.join(tids, since, back, self.runtime.tids, self.runtime.times, self.runtime.stack_ids)
 
     def _switches(self, waits: np.ndarray, runtime: np.ndarray, first: int, last: int,
                   generations: Generations) -> dict[str, np.ndarray]:
@@ -300,7 +306,7 @@ class BpfReader:
     def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
         """Cut where equal shares of the events' times fall."""
         self.counting_slice = start_ns
-        waits = self.records[self.records["kind"] == WAIT]
+        waits = self._waits("since_ns", "woken_ns", "back_ns")
         times = np.concatenate([waits["since_ns"], waits["woken_ns"], waits["back_ns"]])
         times = np.sort(times[(times >= start_ns) & (times <= end_ns)])
         bounds = [start_ns]
@@ -344,8 +350,8 @@ class BpfReader:
         waits of RUNTIME_NOTED_NS or more (whose stacks were taken) carry them."""
         if self.runtime is None:
             return []
-        waits = self.records[self.records["kind"] == WAIT]
-        joined = self._runtime_stacks(waits) != NO_RUNTIME_STACK
+        waits = self._waits("tid", "pid", "since_ns", "back_ns", "kernel_stack", "user_stack")
+        joined = self._runtime_stacks(waits["tid"], waits["since_ns"], waits["back_ns"]) != NO_RUNTIME_STACK
         since, back = waits["since_ns"].astype(np.int64), waits["back_ns"].astype(np.int64)
         taken = (waits["kernel_stack"] != _core.NOT_TAKEN) | (waits["user_stack"] != _core.NOT_TAKEN)
         long_enough = taken & (since > 0) & ((back == 0) | (back - since >= RUNTIME_NOTED_NS))
@@ -370,12 +376,11 @@ class BpfReader:
     def _unseen_switches_note(self) -> list[str]:
         """How many switches the tracepoint did not report, and what that changed, in a sentence
         (none when none)."""
-        waits = self.records[self.records["kind"] == WAIT]
-        estimated = waits["estimated"]
+        estimated = self._waits("estimated")["estimated"]
         unseen = int(np.count_nonzero(estimated & ESTIMATED_SINCE) + np.count_nonzero(estimated & ESTIMATED_BACK))
         if not unseen:
             return []
-        placed = waits[estimated != 0]
+        placed = self.records[np.flatnonzero(self.records["kind"] == WAIT)[estimated != 0]]
         one = len(placed) == 1
         ms = int(np.sum(placed["back_ns"].astype(np.int64) - placed["since_ns"].astype(np.int64))) / 1e6
         return [f"the kernel did not report {unseen:,} of the threads' switches to offcpu: the "
@@ -385,18 +390,20 @@ class BpfReader:
 
     def _process_name(self, pid: int) -> str:
         """A process as 'pid (name)', by its main thread's last name recorded (else any thread's)."""
-        mine = self.records[self.records["pid"] == pid]
-        main = mine[mine["tid"] == pid]
-        comm = (main if len(main) else mine)["comm"]
+        mine = self.records["pid"] == pid
+        comms = self.records["comm"][mine]
+        main = comms[self.records["tid"][mine] == pid]
+        comm = main if len(main) else comms
         return f"{pid} ({printable(comm[-1].decode(errors='replace'))})" if len(comm) else str(pid)
 
     def _unreadable_note(self, table: dict[int, tuple[int, ...]]) -> list[str]:
         """How many stacks taken could not be read, in a sentence (none when all could)."""
-        waits = self.records[self.records["kind"] == WAIT]
-        ids = np.concatenate([waits[name] for name in (
-            "kernel_stack", "user_stack", "waker_kernel_stack", "waker_user_stack")])
+        names = ("kernel_stack", "user_stack", "waker_kernel_stack", "waker_user_stack")
+        waits = self._waits(*names)
+        ids = np.concatenate([waits[name] for name in names])
+        count = len(waits["kernel_stack"])
         user = np.zeros(len(ids), bool)
-        user[len(waits):2 * len(waits)] = user[3 * len(waits):] = True
+        user[count:2 * count] = user[3 * count:] = True
         no_user_frames = user & (ids == -EFAULT)
         taken = (ids != _core.NOT_TAKEN) & ~no_user_frames
         read = taken & (ids >= 0) & np.isin(ids, np.fromiter(table, np.int64, len(table)))
