@@ -242,7 +242,7 @@ class BpfReader:
     def events(self, first: int, last: int) -> dict[str, np.ndarray]:
         """The columns of the events from `first` to `last` ns (both included), in time order."""
         records = self.records
-        waits = records[records["kind"] == WAIT]
+        waits = records[self._slice_waits(first, last)]
         generations = Generations(records)
         parts = [self._switches(waits, self._runtime_stacks(waits["tid"], waits["since_ns"], waits["back_ns"]),
                                  first, last, generations),
@@ -251,6 +251,19 @@ class BpfReader:
         columns = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
         order = np.lexsort((ORDER[columns["kind"]], columns["time"]))
         return {name: column[order] for name, column in columns.items()}
+
+    def _slice_waits(self, first: int, last: int) -> np.ndarray:
+        """The rows of the waits with an event from `first` to `last`: their switch-out, their
+        wakeup (placed no earlier than the switch-out) or their switch-in (the parts choose among
+        them). A slice copies its own waits, not every wait of the recording."""
+        records = self.records
+        since = records["since_ns"]
+
+        def within(times: np.ndarray) -> np.ndarray:
+            return (times >= first) & (times <= last)
+
+        return np.flatnonzero((records["kind"] == WAIT) & (
+            within(since) | within(np.maximum(records["woken_ns"], since)) | within(records["back_ns"])))
 
     def _runtime_stacks(self, tids: np.ndarray, since: np.ndarray, back: np.ndarray) -> np.ndarray:
         """Each wait's runtime stack id (NO_RUNTIME_STACK where no sample joined it)."""
