@@ -21,6 +21,10 @@ Memory against events: cold reports of the first quarter of a window (--time) an
 all of it, on a recording of the pipe alone (`offcpu record -- perf bench sched pipe -T`,
 --size / 2): the same stacks all along, so only the number of events differs (the
 whole machine's stacks are not the same from one part of a window to another).
+A BPF capture (issue 38): the whole machine recorded with BPF for --bpf-seconds (30 by
+default) while the pipe runs, or an existing one given with --bpf-capture, and a cold
+`offcpu report folded` of it: its wall time per MB of records and its peak memory, which
+should not grow with the length of the recording.
 """
 
 from __future__ import annotations
@@ -60,6 +64,11 @@ PERF_COMMS = {"perf", "perf_6.1", "perf-exec"}
 TARGET_RATIO = {"fp": 0.1, "dwarf": 0.5}
 TARGET_MB = 150
 DIAGNOSIS_SHARE = 0.1
+# issue 38's for a BPF capture: memory bounded whatever the recording's length, and no slower
+# than the numpy reader was (~0.04 s per MB of records)
+BPF_SECONDS = 30
+BPF_TARGET_MB = 250
+BPF_TARGET_S_PER_MB = 0.04
 
 
 @dataclass
@@ -75,6 +84,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", default=DEFAULT_SIZE,
                         help=f"record until perf.data holds this much (perf's B/K/M/G) [default: {DEFAULT_SIZE}]")
     parser.add_argument("--rounds", type=int, default=2, help="anchor/offcpu pairs [default: 2]")
+    parser.add_argument("--bpf-capture", type=Path, help="measure this BPF capture instead of recording one")
+    parser.add_argument("--bpf-seconds", type=int, default=BPF_SECONDS,
+                        help=f"record the whole machine with BPF this long [default: {BPF_SECONDS}]")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,7 +96,10 @@ def run(args: argparse.Namespace) -> int:
             become_subreaper()
             capture = args.capture or _record(workdir / "cap", args.size, WHOLE_MACHINE)
             pipe_only = args.capture or _record(workdir / "pipe", _half(args.size), ("--", *PIPE, "-T"))
-            return _measure(capture, pipe_only, args.rounds)
+            bpf = args.bpf_capture or _record(workdir / "bpf", DEFAULT_SIZE, WHOLE_MACHINE, "bpf", args.bpf_seconds)
+            status = _measure(capture, pipe_only, args.rounds)
+            _measure_bpf(bpf)
+            return status
         except BenchError as error:
             print(f"report-speed: {error}")
             return 2
@@ -95,20 +110,22 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _record(output: Path, size: str, target: tuple[str, ...]) -> Path:
+def _record(output: Path, size: str, target: tuple[str, ...], backend: str = "perf",
+            seconds: int = LONGEST_RECORDING_S) -> Path:
     """`offcpu record` of `target` until perf.data reaches `size` (perf's --max-size: a record
-    count that does not depend on how fast a loaded machine lets the pipe run): the whole
-    machine while a pinned `perf bench sched pipe` switches as fast as it can, or a command."""
+    count that does not depend on how fast a loaded machine lets the pipe run), or for
+    `seconds`: the whole machine while a pinned `perf bench sched pipe` switches as fast as it
+    can, or a command."""
     pipe = None
     if target == WHOLE_MACHINE:
         cpu = last_cpu()
         pipe = subprocess.Popen(PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
-    recording = Recording(offcpu_command(), "perf", output, LONGEST_RECORDING_S, output.parent / f"{output.name}.log",
-                          size, target)
+    recording = Recording(offcpu_command(), backend, output, seconds, output.parent / f"{output.name}.log", size,
+                          target)
     try:
         recording.wait_until_recording()
-        recording.wait(LONGEST_RECORDING_S + 5)
+        recording.wait(seconds + 5)
         recording.finish()
     finally:
         if pipe is not None:
@@ -172,6 +189,18 @@ def _memory_against_events(capture: Path) -> None:
     print(f"memory against events ({capture.name}: {records:,} records): first quarter of the window "
           f"{quarter.largest_mb:.0f} MB, whole window {whole.largest_mb:.0f} MB: "
           f"{whole.largest_mb / quarter.largest_mb:.2f}x the memory for ~4x the events")
+
+
+def _measure_bpf(capture: Path) -> None:
+    """A cold report of a BPF capture: its time per MB of records, and its peak memory."""
+    megabytes = (capture / "bpf-records.bin").stat().st_size / 1e6
+    info = json.loads((capture / "capture.json").read_text())
+    window_s = (info["window_end_ns"] - info["window_start_ns"]) / 1e9
+    print(f"\nBPF capture: {megabytes:.1f} MB of records, {window_s:.1f} s window; load average {_load()}")
+    report = _show(1, "offcpu report folded (cold)", _cold_report(capture))
+    print(f"BPF report: {report.seconds / megabytes:.3f} s per MB of records (target at most "
+          f"{BPF_TARGET_S_PER_MB}); peak memory {report.largest_mb:.0f} MB in offcpu's largest process, "
+          f"{report.offcpu_mb:.0f} MB in all of them (PSS; target at most {BPF_TARGET_MB} MB whatever the length)")
 
 
 def _cold_report(capture: Path, options: tuple[str, ...] = ()) -> Measured:

@@ -4,6 +4,20 @@ import os
 from collections.abc import Callable
 
 RECORD_SIZE: int  # the bytes of one record of bpf-records.bin
+RECORD_FIELDS: list[tuple[str, str, int]]  # each field of a record: its name, numpy type, offset
+RECORD_KINDS: dict[str, int]  # a record's kinds: "wait", "fork", "exit", "comm"
+STATE_LETTERS: str  # prev_state's letters as perf prints them: no bit, then one per bit, then I
+PERF_MAGIC: bytes  # what a perf.data begins with
+SUB_WINDOWS: int  # the equal parts of what is counted each row's time is also kept by
+# The kinds of event the engine is handed (offcpu.reading.sched_events), and the CPU of none
+SCHED_SWITCH: int
+SCHED_WAKING: int
+SWITCH_IN: int
+SWITCH_OUT: int
+THREAD_FORK: int
+THREAD_EXIT: int
+THREAD_COMM: int
+UNKNOWN_CPU: int
 NAMES: tuple[str, ...]  # the names every table of names starts with ("" and "?")
 STATES: tuple[str, ...]  # the states every table of states starts with
 SEEDED_CHAINS: int  # the chain ids the engine knows: None, then the stacks it stands in
@@ -84,6 +98,7 @@ class Tally:
     def counts(self) -> dict[str, int]: ...
 
 def prev_state_name(print_fmt: str, state: int) -> str | None: ...
+def state_letter(state: int, exit_state: int, preempted: bool) -> str: ...
 
 class Symbol:
     start: int

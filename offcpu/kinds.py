@@ -6,8 +6,8 @@ and how its counts and losses are said. Everything above asks the kind: no other
 compares capture.json's `backend`.
 
 This module is at the bottom of the import order (docs/layout.md): it uses the compiled core
-and the shared modules only, and names a reader by the name it goes by (--reader) for
-offcpu.reading.readers to open.
+(which defines perf.data's magic and BPF's record) and the shared modules only, and names a
+reader by the name it goes by (--reader) for offcpu.reading.readers to open.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from offcpu import _core
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, KERNEL_SYMBOLS, METADATA, PERF_DATA, VDSO_IMAGE, CaptureInfo
 from offcpu.errors import OffcpuError, more_in
 from offcpu.files import open_regular
@@ -34,7 +35,7 @@ RECORD_AGAIN = "record it again with 'offcpu record'"
 # perf.data begins with its magic (reversed when written in the other byte order), the header's
 # and an attribute's sizes, then where its attributes and its events are (offset and size
 # each): perf's perf_file_header.
-PERF_MAGIC = b"PERFILE2"
+PERF_MAGIC = _core.PERF_MAGIC
 PERF_MAGIC_SWAPPED = PERF_MAGIC[::-1]
 PERF_HEADER = struct.Struct("<8sQQQQQQ")
 EVENT_NAME = re.compile(r"^# event : name = ([^,]+),", re.MULTILINE)  # perf report --header-only: one per event
@@ -152,8 +153,6 @@ class PerfRecording(CaptureKind):
         (which names the target) and its events. Another recording's perf.data would be read with
         this one's target, window and threads. (A file that is no perf.data its header can be
         read from is left to the reader to refuse.)"""
-        from offcpu import _core
-
         perf_data = self.recorded(directory)
         try:
             data = _core.PerfData(str(perf_data))
@@ -273,8 +272,6 @@ class BpfRecording(CaptureKind):
 
     def holds_nothing(self, directory: Path, info: CaptureInfo) -> bool:
         """Not one whole record (the reader reads what whole records there are)."""
-        from offcpu import _core  # the compiled core: loaded only to read a recording
-
         try:
             return (directory / BPF_RECORDS).stat().st_size < _core.RECORD_SIZE
         except OSError:

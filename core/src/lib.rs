@@ -1,31 +1,26 @@
 //! offcpu's compiled core, imported by Python as `offcpu._core`.
 //!
-//! It records the scheduler in the kernel (`recorder`): the BPF programs of
-//! src/bpf/offcpu.bpf.c loaded with libbpf, their records drained from the ring
-//! buffer to the capture by a thread of its own, without Python's lock. It reads
-//! perf.data (`perf_reader`, on `perf_file` and `tracing_formats`): the scheduler's
-//! events in time order. And it pairs them into off-CPU intervals and adds them up
-//! (`pairing`), for every reader: perf.data's in a thread per time slice, the events
-//! other readers decode in Python handed over as columns (`model_inputs`). And it follows
-//! the wake-up links of the findings' chains to their roots (`root_shares`).
+//! Laid out by concern:
+//! - `bpf/`: recording the scheduler in the kernel: the BPF programs of bpf/offcpu.bpf.c
+//!   loaded with libbpf, their records drained from the ring buffer to the capture by a
+//!   thread of its own, without Python's lock (`recorder`); and those records read back.
+//! - `perf/`: reading perf.data (`reader`, on `perf_file` and `tracing_formats`): the
+//!   scheduler's events decoded in time order (`decoder`), user stacks unwound (`unwind`),
+//!   and the symbols of the files they name (`symbols`, `elf_files`).
+//! - `engine/`: the events paired into off-CPU intervals and added up, a time slice at a
+//!   time, the slices joined, rounded to the model's µs; and the chains' roots followed
+//!   along the wake-up links (`root_shares`).
+//! - `py/`: the Python bindings alone, which call the rest.
 
-mod elf_files;
+mod bpf;
+pub mod engine;
 mod files;
-mod model_inputs;
-mod pairing;
-mod perf_file;
-mod perf_reader;
+pub mod perf;
+mod py;
 mod quick;
-mod recorder;
-mod root_shares;
-mod symbols;
-mod tracing_formats;
-pub mod unwind;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
-use pyo3::panic::PanicException;
-use pyo3::prelude::*;
 
 create_exception!(
     _core,
@@ -59,33 +54,4 @@ pub fn unless_panics<T>(read: impl FnOnce() -> Option<T>) -> Option<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(read))
         .ok()
         .flatten()
-}
-
-#[pymodule]
-fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    // A panic becomes the error it is caught as (PerfDataError, or pyo3's PanicException, which
-    // Python turns into one line): the default hook would print it on stderr too.
-    std::panic::set_hook(Box::new(|_| {}));
-    m.add_class::<recorder::BpfRecording>()?;
-    m.add("BpfError", m.py().get_type::<BpfError>())?;
-    m.add_class::<perf_reader::PerfData>()?;
-    m.add("PerfDataError", m.py().get_type::<PerfDataError>())?;
-    m.add("PanicException", m.py().get_type::<PanicException>())?;
-    m.add_function(wrap_pyfunction!(perf_reader::prev_state_name, m)?)?;
-    m.add_class::<symbols::KernelSymbols>()?;
-    m.add_class::<symbols::ElfSymbols>()?;
-    m.add_class::<symbols::Symbol>()?;
-    m.add_function(wrap_pyfunction!(symbols::elf_build_id, m)?)?;
-    m.add_function(wrap_pyfunction!(symbols::elf_symbol_address, m)?)?;
-    m.add_class::<model_inputs::Slice>()?;
-    m.add_class::<model_inputs::Tally>()?;
-    m.add_function(wrap_pyfunction!(model_inputs::merge, m)?)?;
-    m.add_function(wrap_pyfunction!(root_shares::root_shares, m)?)?;
-    m.add("NAMES", pairing::NAMES)?;
-    m.add("STATES", pairing::STATES)?;
-    m.add("SEEDED_CHAINS", pairing::SEEDED_CHAINS)?;
-    m.add("TIMELINE_WAITS", pairing::TIMELINE_WAITS)?;
-    m.add("RECORD_SIZE", recorder::RECORD_SIZE)?;
-    m.add("NOT_TAKEN", recorder::NOT_TAKEN)?;
-    Ok(())
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{self, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use _core::unwind::{Unwinder, UserRegs};
+use _core::perf::unwind::{Unwinder, UserRegs};
 use linux_perf_data::linux_perf_event_reader::constants::{
     PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP,
 };

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+from offcpu import _core
 from offcpu.capture import CaptureInfo
 from offcpu.stacks import Stack
 
@@ -21,8 +22,8 @@ SCHEMA = "offcpu-model/12"  # a new engine or reader reads perf.data again
 WHOLE_WINDOW = 0.99  # a wait of this share of the window or more lasted all of it
 WAKER_KINDS = ("thread", "interrupt", "idle", "unrecorded")
 # A row's off-CPU time is also kept in this many equal parts of the window, so that a
-# finding's share can be measured in each and its spread over time be known.
-SUB_WINDOWS = 10
+# finding's share can be measured in each and its spread over time be known (the engine's).
+SUB_WINDOWS = _core.SUB_WINDOWS
 PREEMPTED = "R"  # switched out while runnable: all of the gap is run-queue delay
 
 
@@ -97,7 +98,7 @@ class Link:
 
 @dataclass(frozen=True, order=True)
 class TimedWait:
-    """One of the longest waits (TIMELINE_WAITS in core/src/pairing.rs), with its times
+    """One of the longest waits (TIMELINE_WAITS in core/src/engine/events.rs), with its times
     (perf.data's clock, ns, as far as the window holds it): the model keeps sums, and times
     only of these."""
 

@@ -2,7 +2,7 @@
 
 The compiled core pairs each thread's switch-out with its next switch-in, splits the time
 between into blocked time and run-queue delay at the wakeup, and adds it all up
-(core/src/pairing.rs says how, and offcpu.reading.pairing how each reader hands it the events).
+(core/src/engine/ says how, and offcpu.reading.pairing how each reader hands it the events).
 This module runs it over the window in time slices, then makes the model of what it counted:
 the reader names each distinct call chain once, and a sampling backend's weighted rows are
 scaled to their strata (offcpu.model.sampling).

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+from offcpu import _core
+from offcpu._core import state_letter
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
@@ -55,16 +57,11 @@ from offcpu.stacks import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Stack, without
 if TYPE_CHECKING:
     from offcpu.reading.symbols import Symbolizer
 
-# struct record, little-endian, 112 bytes
-RECORD = np.dtype([
-    ("kind", "<u4"), ("cpu", "<u4"), ("pid", "<u4"), ("tid", "<u4"),
-    ("since_ns", "<u8"), ("woken_ns", "<u8"), ("back_ns", "<u8"),
-    ("kernel_stack", "<i4"), ("user_stack", "<i4"), ("waker_kernel_stack", "<i4"), ("waker_user_stack", "<i4"),
-    ("waker_pid", "<u4"), ("waker_tid", "<u4"), ("state", "<u4"), ("exit_state", "<u4"),
-    ("weight_shift", "<u2"), ("preempted", "<u2"), ("estimated", "<u4"),
-    ("comm", "S16"), ("waker_comm", "S16"),
-])
-WAIT, FORK, EXIT, COMM = 1, 2, 3, 4  # record kinds
+# struct record (core/src/bpf/record.rs), as the core lays it out
+RECORD = np.dtype({"names": [name for name, _, _ in _core.RECORD_FIELDS],
+                   "formats": [code for _, code, _ in _core.RECORD_FIELDS],
+                   "offsets": [offset for _, _, offset in _core.RECORD_FIELDS], "itemsize": _core.RECORD_SIZE})
+WAIT, FORK, EXIT, COMM = (_core.RECORD_KINDS[kind] for kind in ("wait", "fork", "exit", "comm"))
 # A wait's `estimated` bits: its switch-out or switch-in was not reported to the tracepoint, and
 # was placed by the thread's time on CPU as the kernel counts it
 ESTIMATED_SINCE, ESTIMATED_BACK = 1, 2
@@ -83,7 +80,6 @@ RECORDS_MAX = 4 << 30
 PID_MAX_LIMIT = 1 << 22
 CPUS_MAX = 1 << 16
 MAX_WEIGHT_SHIFT = 20
-NO_STACK = -10000  # a stack id: not taken (not sampled); other negative ids are -errno of a failed walk
 EFAULT = 14  # a user stack's walk that found no user frames: a kernel thread has none
 E2BIG = 7  # a stack that found the stack table full
 EXEC = 1  # a comm record's state when the name came with an exec
@@ -96,25 +92,6 @@ ORDER[[THREAD_FORK, SWITCH_IN, SCHED_SWITCH, SCHED_WAKING, THREAD_COMM, THREAD_E
 BATCH = 1 << 16  # events handed to the sink at a time
 LANGUAGES = {"CPython": "Python", "HotSpot": "Java", "MRI": "Ruby"}  # whose frames a runtime's are
 RUNTIME_NOTED_NS = 10_000_000  # the waits whose runtime frames the notes count: 10 ms or more
-
-# prev_state as perf prints it (the kernel's __trace_sched_switch_state and __task_state_index)
-STATE_LETTERS = "RSDTtXZPI"  # no bit, then one per bit of TASK_REPORT, then TASK_REPORT_IDLE
-TASK_REPORT = 0x7F  # S D T t X Z P
-TASK_IDLE = 0x402  # TASK_UNINTERRUPTIBLE | TASK_NOLOAD: reported as I
-SHOWN_AS_UNINTERRUPTIBLE = 0x1000 | 0x8000  # TASK_RTLOCK_WAIT, TASK_FROZEN
-
-
-def state_letter(state: int, exit_state: int, preempted: bool) -> str:
-    """The state perf prints for a switch-out (without its '+'): R when preempted, else the
-    highest reported bit of the task's state and exit state, idle and lock waits apart."""
-    if preempted:
-        return "R"
-    if state & SHOWN_AS_UNINTERRUPTIBLE:
-        return "D"
-    if state & TASK_IDLE == TASK_IDLE:
-        return "I"
-    return STATE_LETTERS[((state | exit_state) & TASK_REPORT).bit_length()]
-
 
 def read_stack_table(path: Path) -> dict[int, tuple[int, ...]]:
     """bpf-stacks.bin: each stack id's addresses, innermost first. A stack cut short at the
@@ -245,6 +222,12 @@ class BpfReader:
         kinds = self.records["kind"]
         return int(np.count_nonzero((kinds < WAIT) | (kinds > COMM))) + self.cut_short
 
+    def _waits(self, *names: str) -> dict[str, np.ndarray]:
+        """These columns of the wait records: a copy of the fields asked for, not of whole
+        records (of a long recording, hundreds of MB)."""
+        waits = self.records["kind"] == WAIT
+        return {name: self.records[name][waits] for name in names}
+
     def read(self, sink: EventSink, time_slice: tuple[int, int] | None = None) -> None:
         first, last = time_slice or (0, (1 << 64) - 1)
         if time_slice is None or first == self.counting_slice:
@@ -258,21 +241,34 @@ class BpfReader:
     def events(self, first: int, last: int) -> dict[str, np.ndarray]:
         """The columns of the events from `first` to `last` ns (both included), in time order."""
         records = self.records
-        waits = records[records["kind"] == WAIT]
+        waits = records[self._slice_waits(first, last)]
         generations = Generations(records)
-        parts = [self._switches(waits, self._runtime_stacks(waits), first, last, generations),
+        parts = [self._switches(waits, self._runtime_stacks(waits["tid"], waits["since_ns"], waits["back_ns"]),
+                                 first, last, generations),
                  self._wakeups(waits, first, last, generations),
                  self._switch_ins(waits, first, last), self._task_events(records, first, last)]
         columns = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
         order = np.lexsort((ORDER[columns["kind"]], columns["time"]))
         return {name: column[order] for name, column in columns.items()}
 
-    def _runtime_stacks(self, waits: np.ndarray) -> np.ndarray:
+    def _slice_waits(self, first: int, last: int) -> np.ndarray:
+        """The rows of the waits with an event from `first` to `last`: their switch-out, their
+        wakeup (placed no earlier than the switch-out) or their switch-in (the parts choose among
+        them). A slice copies its own waits, not every wait of the recording."""
+        records = self.records
+        since = records["since_ns"]
+
+        def within(times: np.ndarray) -> np.ndarray:
+            return (times >= first) & (times <= last)
+
+        return np.flatnonzero((records["kind"] == WAIT) & (
+            within(since) | within(np.maximum(records["woken_ns"], since)) | within(records["back_ns"])))
+
+    def _runtime_stacks(self, tids: np.ndarray, since: np.ndarray, back: np.ndarray) -> np.ndarray:
         """Each wait's runtime stack id (NO_RUNTIME_STACK where no sample joined it)."""
         if self.runtime is None:
-            return np.full(len(waits), NO_RUNTIME_STACK, np.int64)
-        return runtime_frames.join(waits["tid"], waits["since_ns"], waits["back_ns"], self.runtime.tids,
-                                   self.runtime.times, self.runtime.stack_ids)
+            return np.full(len(tids), NO_RUNTIME_STACK, np.int64)
+        return runtime_frames.join(tids, since, back, self.runtime.tids, self.runtime.times, self.runtime.stack_ids)
 
     def _switches(self, waits: np.ndarray, runtime: np.ndarray, first: int, last: int,
                   generations: Generations) -> dict[str, np.ndarray]:
@@ -281,7 +277,7 @@ class BpfReader:
         chosen = (since > 0) & (since >= first) & (since <= last)
         rows = waits[chosen]
         kernel, user = rows["kernel_stack"], rows["user_stack"]
-        taken = (kernel != NO_STACK) | (user != NO_STACK)
+        taken = (kernel != _core.NOT_TAKEN) | (user != _core.NOT_TAKEN)
         weights = np.where(taken, np.left_shift(1, rows["weight_shift"].astype(np.int64)), 0)
         chains = _chains(kernel, user, rows["pid"], rows["since_ns"], generations, STACK_NOT_TAKEN, runtime[chosen])
         return _part(SCHED_SWITCH, rows["since_ns"], UNKNOWN_CPU, rows["pid"], rows["tid"], 0, _names(rows["comm"]),
@@ -322,7 +318,7 @@ class BpfReader:
     def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
         """Cut where equal shares of the events' times fall."""
         self.counting_slice = start_ns
-        waits = self.records[self.records["kind"] == WAIT]
+        waits = self._waits("since_ns", "woken_ns", "back_ns")
         times = np.concatenate([waits["since_ns"], waits["woken_ns"], waits["back_ns"]])
         times = np.sort(times[(times >= start_ns) & (times <= end_ns)])
         bounds = [start_ns]
@@ -366,10 +362,10 @@ class BpfReader:
         waits of RUNTIME_NOTED_NS or more (whose stacks were taken) carry them."""
         if self.runtime is None:
             return []
-        waits = self.records[self.records["kind"] == WAIT]
-        joined = self._runtime_stacks(waits) != NO_RUNTIME_STACK
+        waits = self._waits("tid", "pid", "since_ns", "back_ns", "kernel_stack", "user_stack")
+        joined = self._runtime_stacks(waits["tid"], waits["since_ns"], waits["back_ns"]) != NO_RUNTIME_STACK
         since, back = waits["since_ns"].astype(np.int64), waits["back_ns"].astype(np.int64)
-        taken = (waits["kernel_stack"] != NO_STACK) | (waits["user_stack"] != NO_STACK)
+        taken = (waits["kernel_stack"] != _core.NOT_TAKEN) | (waits["user_stack"] != _core.NOT_TAKEN)
         long_enough = taken & (since > 0) & ((back == 0) | (back - since >= RUNTIME_NOTED_NS))
         notes = []
         for process in self.runtime.processes:
@@ -392,12 +388,11 @@ class BpfReader:
     def _unseen_switches_note(self) -> list[str]:
         """How many switches the tracepoint did not report, and what that changed, in a sentence
         (none when none)."""
-        waits = self.records[self.records["kind"] == WAIT]
-        estimated = waits["estimated"]
+        estimated = self._waits("estimated")["estimated"]
         unseen = int(np.count_nonzero(estimated & ESTIMATED_SINCE) + np.count_nonzero(estimated & ESTIMATED_BACK))
         if not unseen:
             return []
-        placed = waits[estimated != 0]
+        placed = self.records[np.flatnonzero(self.records["kind"] == WAIT)[estimated != 0]]
         one = len(placed) == 1
         ms = int(np.sum(placed["back_ns"].astype(np.int64) - placed["since_ns"].astype(np.int64))) / 1e6
         return [f"the kernel did not report {unseen:,} of the threads' switches to offcpu: the "
@@ -407,20 +402,22 @@ class BpfReader:
 
     def _process_name(self, pid: int) -> str:
         """A process as 'pid (name)', by its main thread's last name recorded (else any thread's)."""
-        mine = self.records[self.records["pid"] == pid]
-        main = mine[mine["tid"] == pid]
-        comm = (main if len(main) else mine)["comm"]
+        mine = self.records["pid"] == pid
+        comms = self.records["comm"][mine]
+        main = comms[self.records["tid"][mine] == pid]
+        comm = main if len(main) else comms
         return f"{pid} ({printable(comm[-1].decode(errors='replace'))})" if len(comm) else str(pid)
 
     def _unreadable_note(self, table: dict[int, tuple[int, ...]]) -> list[str]:
         """How many stacks taken could not be read, in a sentence (none when all could)."""
-        waits = self.records[self.records["kind"] == WAIT]
-        ids = np.concatenate([waits[name] for name in (
-            "kernel_stack", "user_stack", "waker_kernel_stack", "waker_user_stack")])
+        names = ("kernel_stack", "user_stack", "waker_kernel_stack", "waker_user_stack")
+        waits = self._waits(*names)
+        ids = np.concatenate([waits[name] for name in names])
+        count = len(waits["kernel_stack"])
         user = np.zeros(len(ids), bool)
-        user[len(waits):2 * len(waits)] = user[3 * len(waits):] = True
+        user[count:2 * count] = user[3 * count:] = True
         no_user_frames = user & (ids == -EFAULT)
-        taken = (ids != NO_STACK) & ~no_user_frames
+        taken = (ids != _core.NOT_TAKEN) & ~no_user_frames
         read = taken & (ids >= 0) & np.isin(ids, np.fromiter(table, np.int64, len(table)))
         failed = int(np.count_nonzero(taken & ~read))
         if not failed:
@@ -443,12 +440,12 @@ def _stack(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symboliz
     frames: list[str] = []
     if kernel in table:
         frames += [symbolizer.kernel_name(address) for address in table[kernel]]
-    elif kernel != NO_STACK:
+    elif kernel != _core.NOT_TAKEN:
         frames.append(KERNEL_STACK_UNREADABLE)
     kernel_frames = len(frames)
     if user in table:
         frames += [symbolizer.user_name(pid, generation, address) for address in table[user]]
-    elif user not in (NO_STACK, -EFAULT):
+    elif user not in (_core.NOT_TAKEN, -EFAULT):
         frames.append(USER_STACK_UNREADABLE)
     if runtime is not None and 0 <= runtime_stack < len(runtime.stacks):
         name = runtime.runtime_of(pid)
@@ -478,7 +475,7 @@ def _chains(kernel: np.ndarray, user: np.ndarray, pids: np.ndarray, times: np.nd
     id), the pid and generation 0 without user frames (kernel addresses mean the same in every
     process) nor runtime frames; `not_taken` where no stack was taken."""
     chains = np.full(len(kernel), not_taken, object)
-    taken = (kernel != NO_STACK) | (user != NO_STACK)
+    taken = (kernel != _core.NOT_TAKEN) | (user != _core.NOT_TAKEN)
     if not taken.any():
         return chains
     runtime = np.full(len(kernel), NO_RUNTIME_STACK, np.int64) if runtime is None else runtime
@@ -520,12 +517,10 @@ def _names(comms: np.ndarray) -> np.ndarray:
 
 
 def _states(rows: np.ndarray) -> np.ndarray:
-    """Each switch-out's state letter, each distinct (state, exit state, preempted) named once
-    (of the exit state, only the bits a state letter reads)."""
+    """Each switch-out's state letter, each distinct (state, exit state, preempted) named once."""
     if not len(rows):
         return np.zeros(0, object)
-    first, inverse = _distinct_rows(_pair(rows["state"], (rows["exit_state"] & TASK_REPORT) << 1
-                                          | (rows["preempted"] != 0)))
+    first, inverse = _distinct_rows(rows["state"], rows["exit_state"], rows["preempted"])
     table = np.array([state_letter(state, exit_state, bool(preempted)) for state, exit_state, preempted in zip(
         rows["state"][first].tolist(), rows["exit_state"][first].tolist(), rows["preempted"][first].tolist(),
         strict=True)], object)

@@ -1,4 +1,4 @@
-"""Reading perf.data directly, in the compiled core (offcpu._core.PerfData, core/src/perf_reader.rs):
+"""Reading perf.data directly, in the compiled core (offcpu._core.PerfData, core/src/perf/):
 its records decoded in the order and with the values `perf script` shows
 (offcpu.reading.perf_script.script_argv), and paired there, a time slice in each of the core's threads,
 with no event handed to Python (read() hands them over, to compare with perf script).

@@ -1,4 +1,4 @@
-"""The engine's pairing, in the compiled core (core/src/pairing.rs), for every reader.
+"""The engine's pairing, in the compiled core (core/src/engine/), for every reader.
 
 The core turns each time slice's events into off-CPU intervals and adds them up, then joins
 the slices: what it hands back (Paired) is the model's inputs, offcpu.model.engine.to_model makes

@@ -22,17 +22,23 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-Chain = Hashable  # a call chain as its reader keeps it; () or "" when the event has none
-UNKNOWN_CPU = -1  # the CPU of a record perf wrote without one (a task-bound recording without --sample-cpu)
+from offcpu import _core
 
-# The kinds of event (Events.kinds):
-SCHED_SWITCH = 0  # sched:sched_switch, in the context of the thread leaving the CPU
-SCHED_WAKING = 1  # sched:sched_waking (or sched_wakeup), in the waker's context
-SWITCH_IN = 2  # PERF_RECORD_SWITCH(_CPU_WIDE) IN: perf writes it once a switch is done, in the thread coming in
-SWITCH_OUT = 3  # PERF_RECORD_SWITCH(_CPU_WIDE) OUT: after the sched_switch tracepoint's sample, just before the switch
-THREAD_FORK = 4  # PERF_RECORD_FORK: a thread was created
-THREAD_EXIT = 5  # PERF_RECORD_EXIT: a thread exited (perf writes it in the exiting thread, and nothing of it after)
-THREAD_COMM = 6  # PERF_RECORD_COMM: a thread took a name
+Chain = Hashable  # a call chain as its reader keeps it; () or "" when the event has none
+# The CPU of a record perf wrote without one (a task-bound recording without --sample-cpu)
+UNKNOWN_CPU = _core.UNKNOWN_CPU
+
+# The kinds of event (Events.kinds), as the core's engine numbers them:
+SCHED_SWITCH = _core.SCHED_SWITCH  # sched:sched_switch, in the context of the thread leaving the CPU
+SCHED_WAKING = _core.SCHED_WAKING  # sched:sched_waking (or sched_wakeup), in the waker's context
+# PERF_RECORD_SWITCH(_CPU_WIDE) IN: perf writes it once a switch is done, in the thread coming in
+SWITCH_IN = _core.SWITCH_IN
+# PERF_RECORD_SWITCH(_CPU_WIDE) OUT: after the sched_switch tracepoint's sample, just before the switch
+SWITCH_OUT = _core.SWITCH_OUT
+THREAD_FORK = _core.THREAD_FORK  # PERF_RECORD_FORK: a thread was created
+# PERF_RECORD_EXIT: a thread exited (perf writes it in the exiting thread, and nothing of it after)
+THREAD_EXIT = _core.THREAD_EXIT
+THREAD_COMM = _core.THREAD_COMM  # PERF_RECORD_COMM: a thread took a name
 KIND_NAMES = ("sched_switch", "sched_waking", "switch_in", "switch_out", "fork", "exit", "comm")
 # One event as a row: kind, time, cpu, pid, tid, other, name, state, chain (see Events)
 Event = tuple[int, int, int, int, int, int, str, str, "Chain | None"]

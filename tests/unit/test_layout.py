@@ -9,8 +9,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import ROOT
 
 LAYOUT = ROOT / "docs" / "layout.md"
@@ -242,7 +240,6 @@ def test_the_order_ranks_the_shared_modules_below_every_step():
     assert rank("offcpu.renderers.text") < rank("offcpu.commands.record") < rank("offcpu.app")
 
 
-@pytest.mark.xfail(strict=True, reason="core/src is being laid out anew by concern (branch i38-core)")
 def test_no_file_of_the_core_is_over_800_lines():
     files = [path for path in (CORE / "src").rglob("*") if path.suffix in (".rs", ".c")]
     assert len(files) > 10

@@ -123,10 +123,19 @@ struct record {
 	char comm[TASK_COMM_LEN];        // the thread's name (wait: at switch-in)
 	char waker_comm[TASK_COMM_LEN];
 };
-// The drain (core/src/recorder.rs) reads these where they are
-_Static_assert(sizeof(struct record) == 112 && __builtin_offsetof(struct record, waker_user_stack) == 52 &&
-		       __builtin_offsetof(struct record, waker_pid) == 56,
-	       "struct record is laid out as recorder.rs and bpf_reader.py read it");
+// Laid out once for the core and Python in core/src/bpf/record.rs (FIELDS), which holds its
+// own offsets to these
+_Static_assert(sizeof(struct record) == 112 && __builtin_offsetof(struct record, since_ns) == 16 &&
+		       __builtin_offsetof(struct record, back_ns) == 32 &&
+		       __builtin_offsetof(struct record, kernel_stack) == 40 &&
+		       __builtin_offsetof(struct record, waker_user_stack) == 52 &&
+		       __builtin_offsetof(struct record, waker_pid) == 56 &&
+		       __builtin_offsetof(struct record, state) == 64 &&
+		       __builtin_offsetof(struct record, weight_shift) == 72 &&
+		       __builtin_offsetof(struct record, estimated) == 76 &&
+		       __builtin_offsetof(struct record, comm) == 80 &&
+		       __builtin_offsetof(struct record, waker_comm) == 96,
+	       "struct record is laid out as core/src/bpf/record.rs says");
 
 // What the recording counts about itself, per CPU (summed by user space).
 struct counters {

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from offcpu import _core
 from offcpu.capture import METADATA, is_file_of
 from offcpu.diagnosis.locktable import lock_table
 from offcpu.errors import OffcpuError
@@ -26,7 +27,7 @@ from offcpu.stdout import ReaderGone, write_stdout
 # Not click's readable check: loading the capture says what cannot be read, and how to read it.
 capture_argument = click.argument("capture", type=click.Path(path_type=Path, readable=False))
 # The states perf prints as prev_state ('?': waiting since before the recording, state unknown).
-TASK_STATES = ("R", "S", "D", "T", "t", "X", "Z", "P", "I", "?")
+TASK_STATES = (*_core.STATE_LETTERS, "?")
 renderer_option = click.option(
     "--flamegraph", "flamegraph_path", metavar="PATH",
     help="Draw with this flamegraph.pl or inferno-flamegraph, or the one in this directory "

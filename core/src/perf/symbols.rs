@@ -19,7 +19,7 @@ use object::read::SectionIndex;
 use object::{Endian, Endianness, Object, ObjectSegment, ObjectSymbol, ReadCache, ReadRef};
 use pyo3::prelude::*;
 
-use crate::elf_files::{copies, debug_files, same_build_id, Bounded};
+use super::elf_files::{copies, debug_files, same_build_id, Bounded};
 use crate::files::open_regular;
 use crate::unless_panics;
 

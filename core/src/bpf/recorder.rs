@@ -26,27 +26,18 @@ use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use super::record::{
+    BACK_AT, KIND_AT, RECORD_SIZE, SINCE_AT, WAIT, WAKER_PID_AT, WAKER_USER_STACK_AT,
+};
 use crate::files::create_private;
 use crate::BpfError;
 
 static PROGRAMS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offcpu.bpf.o"));
 
-/// The size of `struct record` in offcpu.bpf.c, the unit of the records file.
-pub const RECORD_SIZE: usize = 112;
-/// A stack id that says the stack was not taken (the wait was not sampled).
-pub const NOT_TAKEN: i32 = -10000;
 /// The task iterator that writes the waits still open at the end.
 const OPEN_WAITS: &str = "dump_open_waits";
 const STACK_DEPTH: usize = 127;
 const POLL: Duration = Duration::from_millis(50);
-/// Where `struct record` holds its kind, the start and end of its wait, its waker's user stack
-/// and its waker's pid.
-const KIND_AT: usize = 0;
-const SINCE_AT: usize = 16;
-const BACK_AT: usize = 32;
-const WAKER_USER_STACK_AT: usize = 52;
-const WAKER_PID_AT: usize = 56;
-const RECORD_WAIT: u32 = 1;
 
 /// The counters of `struct counters` in offcpu.bpf.c, in their order.
 const COUNTERS: [&str; 8] = [
@@ -399,11 +390,11 @@ impl Size {
             // The wait's end: the records still in the ring buffer before it are kept (their
             // waits began earlier), those after are the waits then in flight, and no more
             reached = Some(u64_at(record, BACK_AT))
-                .filter(|&back| back != 0 && u32_at(record, KIND_AT) == RECORD_WAIT)
+                .filter(|&back| back != 0 && u32_at(record, KIND_AT) == WAIT)
                 .unwrap_or_else(monotonic_ns);
             self.reached_ns.store(reached, Ordering::Relaxed);
         }
-        u32_at(record, KIND_AT) == RECORD_WAIT && u64_at(record, SINCE_AT) < reached
+        u32_at(record, KIND_AT) == WAIT && u64_at(record, SINCE_AT) < reached
     }
 }
 
@@ -422,9 +413,8 @@ fn monotonic_ns() -> u64 {
 /// The waker's process of a wait record whose waker's user stack was taken.
 fn waker_with_user_stack(record: &[u8]) -> Option<u32> {
     let waker_user_stack = u32_at(record, WAKER_USER_STACK_AT) as i32;
-    let taken = record.len() >= RECORD_SIZE
-        && u32_at(record, KIND_AT) == RECORD_WAIT
-        && waker_user_stack >= 0;
+    let taken =
+        record.len() >= RECORD_SIZE && u32_at(record, KIND_AT) == WAIT && waker_user_stack >= 0;
     taken.then(|| u32_at(record, WAKER_PID_AT))
 }
 

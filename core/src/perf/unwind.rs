@@ -19,7 +19,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use object::{Object, ObjectSection, ObjectSegment, ReadCache, SectionKind};
 
-use crate::elf_files::{copies, debug_files, same_build_id, Bounded, MAX_READ};
+use super::elf_files::{copies, debug_files, same_build_id, Bounded, MAX_READ};
 use crate::files::open_regular;
 use crate::unless_panics;
 

@@ -2,30 +2,12 @@
 //! fixed point of offcpu.diagnosis.roots.root_shares, reached here because it may take
 //! thousands of rounds over every link.
 
-use pyo3::exceptions::PyValueError;
-use pyo3::prelude::*;
-
-/// Each row's shares by label (see fixed_point).
-#[pyfunction]
-pub fn root_shares(
-    py: Python<'_>,
-    rows: usize,
-    labels: usize,
-    own: Vec<(usize, usize, f64)>,
-    carried: Vec<(usize, usize, f64)>,
-    rounds: usize,
-    settled: f64,
-) -> PyResult<Vec<Vec<f64>>> {
-    py.detach(|| fixed_point(rows, labels, &own, &carried, rounds, settled))
-        .ok_or_else(|| PyValueError::new_err("a row or label number out of range"))
-}
-
 /// Each row's shares by label: a row's own parts (`own`: row, label, share) plus, for each
 /// of its links (`carried`: waiter row, waker row, share, sorted by waiter), that share of
 /// the waker row's shares; round after round from the own parts, until no share moves by
 /// more than `settled` or `rounds` have been made. Rows are numbered from 0 to `rows`,
 /// labels from 0 to `labels`; None when a number is out of range.
-fn fixed_point(
+pub fn fixed_point(
     rows: usize,
     labels: usize,
     own: &[(usize, usize, f64)],

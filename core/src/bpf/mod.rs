@@ -1,0 +1,5 @@
+//! Recording with BPF: the programs of offcpu.bpf.c loaded and drained to the capture
+//! (`recorder`), in the records laid out in `record`.
+
+pub mod record;
+pub mod recorder;

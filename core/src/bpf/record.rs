@@ -1,0 +1,116 @@
+//! A record of bpf-records.bin: `struct record` of offcpu.bpf.c (docs/capture.md), laid out
+//! here once for the core's drain and for Python's reader (`_core.RECORD_FIELDS`); the C
+//! program asserts the same offsets where it declares the struct.
+
+/// The size of `struct record`, the unit of the records file.
+pub const RECORD_SIZE: usize = 112;
+/// A stack id that says the stack was not taken (the wait was not sampled); other negative
+/// ids are -errno of a walk that failed.
+pub const NOT_TAKEN: i32 = -10000;
+/// Its kinds.
+pub const WAIT: u32 = 1;
+pub const FORK: u32 = 2;
+pub const EXIT: u32 = 3;
+pub const COMM: u32 = 4;
+
+/// Each field: its name, its type as numpy writes it (little-endian), its offset.
+pub const FIELDS: [(&str, &str, usize); 20] = [
+    ("kind", "<u4", KIND_AT),
+    ("cpu", "<u4", 4),
+    ("pid", "<u4", 8),
+    ("tid", "<u4", 12),
+    ("since_ns", "<u8", SINCE_AT),
+    ("woken_ns", "<u8", 24),
+    ("back_ns", "<u8", BACK_AT),
+    ("kernel_stack", "<i4", 40),
+    ("user_stack", "<i4", 44),
+    ("waker_kernel_stack", "<i4", 48),
+    ("waker_user_stack", "<i4", WAKER_USER_STACK_AT),
+    ("waker_pid", "<u4", WAKER_PID_AT),
+    ("waker_tid", "<u4", 60),
+    ("state", "<u4", 64),
+    ("exit_state", "<u4", 68),
+    ("weight_shift", "<u2", 72),
+    ("preempted", "<u2", 74),
+    ("estimated", "<u4", 76),
+    ("comm", "S16", 80),
+    ("waker_comm", "S16", 96),
+];
+/// Where the drain reads a record's kind, the start and end of its wait, its waker's user
+/// stack and its waker's pid.
+pub const KIND_AT: usize = 0;
+pub const SINCE_AT: usize = 16;
+pub const BACK_AT: usize = 32;
+pub const WAKER_USER_STACK_AT: usize = 52;
+pub const WAKER_PID_AT: usize = 56;
+
+/// prev_state as perf prints it (the kernel's __trace_sched_switch_state and
+/// __task_state_index): no bit, then one letter per bit of TASK_REPORT, then TASK_REPORT_IDLE.
+pub const STATE_LETTERS: &str = "RSDTtXZPI";
+const TASK_REPORT: u32 = 0x7F; // S D T t X Z P
+const TASK_IDLE: u32 = 0x402; // TASK_UNINTERRUPTIBLE | TASK_NOLOAD: reported as I
+const SHOWN_AS_UNINTERRUPTIBLE: u32 = 0x1000 | 0x8000; // TASK_RTLOCK_WAIT, TASK_FROZEN
+
+/// The state perf prints for a switch-out (without its '+') of a wait's `state` and
+/// `exit_state`: R when preempted, else the highest reported bit of the two, idle and lock
+/// waits apart.
+pub fn state_letter(state: u32, exit_state: u32, preempted: bool) -> char {
+    let letters = STATE_LETTERS.as_bytes();
+    let letter = if preempted {
+        letters[0]
+    } else if state & SHOWN_AS_UNINTERRUPTIBLE != 0 {
+        letters[2]
+    } else if state & TASK_IDLE == TASK_IDLE {
+        letters[8]
+    } else {
+        let highest = u32::BITS - ((state | exit_state) & TASK_REPORT).leading_zeros();
+        letters[highest as usize]
+    };
+    char::from(letter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fields_follow_one_another_to_the_records_size() {
+        // each field begins where the one before it ends: u4 4 bytes, u8 8, i4 4, u2 2, S16 16
+        let size = |code: &str| {
+            code.trim_start_matches(['<', 'u', 'i', 'S'])
+                .parse::<usize>()
+        };
+        let mut at = 0;
+        for (name, code, offset) in FIELDS {
+            assert_eq!(offset, at, "{name}");
+            at += size(code).expect("a size");
+        }
+        assert_eq!(at, RECORD_SIZE);
+    }
+
+    #[test]
+    fn a_waits_state_is_the_letter_of_its_highest_reported_bit() {
+        // preempted: R whatever its state; no bit: R; 0x1 (S) the first letter after R,
+        // 0x2 (D) the second; EXIT_DEAD 0x10 the fifth bit (X), EXIT_ZOMBIE 0x20 the sixth (Z);
+        // 0x80 is outside TASK_REPORT (0x7F): no bit; TASK_IDLE 0x402: I; TASK_RTLOCK_WAIT
+        // 0x1000: D
+        let cases = [
+            (0x1, 0, true, 'R'),
+            (0, 0, false, 'R'),
+            (0x1, 0, false, 'S'),
+            (0x2, 0, false, 'D'),
+            (0, 0x10, false, 'X'),
+            (0x1, 0x20, false, 'Z'),
+            (0x80, 0, false, 'R'),
+            (0x402, 0, false, 'I'),
+            (0x1001, 0, false, 'D'),
+        ];
+        for (state, exit_state, preempted, letter) in cases {
+            assert_eq!(
+                state_letter(state, exit_state, preempted),
+                letter,
+                "{state:#x} {exit_state:#x}"
+            );
+        }
+    }
+}
