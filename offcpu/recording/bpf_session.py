@@ -8,6 +8,10 @@ command, those they start), one thread, a cgroup and the cgroups below it, or al
 A command is forked by offcpu and held before its exec until the programs record
 it. The programs and maps are held by file descriptors and never pinned: they
 leave with offcpu however it ends.
+
+A live recording (`offcpu top`, `offcpu record --keep`) goes the same way, with a
+Follower that takes its records from memory as they come, instead of a capture
+written at the end.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, CaptureInfo, Target
 from offcpu.errors import OffcpuError
@@ -57,9 +61,21 @@ LONG_WAIT_NS = 1_000_000
 EXEC_FAILED = 127
 
 
-def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[float], None]) -> CaptureInfo:
+class Follower(Protocol):
+    """What follows a live recording: started once its target is recorded (the capture
+    directory is then its own to write in: the maps and kernel files are there), and
+    ticked every end_watch.TICK_S until the recording ends."""
+
+    def start(self, recording: _core.BpfRecording, info: CaptureInfo) -> None: ...
+
+    def tick(self) -> None: ...
+
+
+def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[float], None],
+               follower: Follower | None = None) -> CaptureInfo:
     """Record `request.target` into `request.output` with the BPF programs; as
-    session.record does with perf."""
+    session.record does with perf. With a `follower`, the records go to it as they come
+    and no capture is written at the end (request.output holds what it needs meanwhile)."""
     from offcpu import _core  # the compiled core: loaded only to record with it
 
     records, stacks = request.output / BPF_RECORDS, request.output / BPF_STACKS
@@ -73,7 +89,7 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
                 command = HeldCommand(request.target.command)
             filter_kind, ids, cgroups = _kernel_filter(info.target, command)
             try:
-                recording = _core.BpfRecording(str(records), filter_kind, ids, cgroups,
+                recording = _core.BpfRecording("" if follower else str(records), filter_kind, ids, cgroups,
                                                info.target.kind in ("pid", "command"), request.stack_budget,
                                                LONG_WAIT_NS)
             except _core.BpfError as error:
@@ -92,15 +108,20 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
                     replace(info.target, command_pid=command.pid)
             # The runtimes' stacks (CPython's), read while their threads are off CPU (from the window's start on)
             sampler = RuntimeSampler(request.output)
-            switches_at_start = _run(request, info, on_tick, interrupts, maps, recording, sampler)
+            ticked = on_tick
+            if follower is not None:
+                save_kernel_files(request.output)
+                follower.start(recording, info)
+                ticked = _with_follower(on_tick, follower)
+            switches_at_start = _run(request, info, ticked, interrupts, maps, recording, sampler, follower is None)
             try:
-                counters = recording.finish(str(stacks))
+                counters = recording.counters() if follower else recording.finish(str(stacks))
             except OSError as error:
                 raise _not_written(request.output, error) from None
             info.bpf = {**counters, "stacks_per_second": request.stack_budget, "long_wait_ns": LONG_WAIT_NS}
             with contextlib.suppress(OSError):  # and of the wakers in the records drained last
                 maps.update(recording.new_wakers())
-            if switches_at_start and not info.target_exited:
+            if switches_at_start and not info.target_exited and follower is None:
                 save_snapshot_of(request.output, switches_at_start, info, sampler.frames_by_thread(),
                                  sampler.owners_by_thread())
         except BaseException:
@@ -118,10 +139,19 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
                 if info.ended_by == command_ended(info.target):  # it ended the recording: its status counts
                     info.command_exit_status = command.exit_status
             _count(info)
+            if follower is not None:
+                return info
             info.process_titles |= targets.process_titles(info.target)
             save_kernel_files(request.output)
             save_capture(request.output, info)
     return info
+
+
+def _with_follower(on_tick: Callable[[float], None], follower: Follower) -> Callable[[float], None]:
+    def tick(elapsed_s: float) -> None:
+        on_tick(elapsed_s)
+        follower.tick()
+    return tick
 
 
 def _new_info(request: RecordRequest, backend: Backend) -> CaptureInfo:
@@ -173,11 +203,13 @@ def _cgroup_ids(directory: Path) -> list[int]:
 
 
 def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], None], interrupts: Interrupts,
-         maps: MapsRecorder, recording: _core.BpfRecording, sampler: RuntimeSampler) -> dict[int, int]:
+         maps: MapsRecorder, recording: _core.BpfRecording, sampler: RuntimeSampler,
+         bounded: bool = True) -> dict[int, int]:
     """Wait for the end; fills in the window, the threads at the start and how it ended, and
     keeps the maps of the processes recorded and of the wakers (those whose stacks the recording
-    first took as wakers since it was last asked). It ends when the records reach --max-size,
-    as perf's recording does, or when they can no longer be written (finish says why).
+    first took as wakers since it was last asked). It ends when the records reach --max-size
+    (when `bounded`: a live recording's go to its follower, never to disk), as perf's recording
+    does, or when they can no longer be written (finish says why).
     Returns the context switch counts of the target's threads at the start, for the
     snapshot of those that never ran (taken once the programs are detached: eu-stack's
     stops of the process would be recorded)."""
@@ -201,7 +233,8 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
         with contextlib.suppress(OSError):
             recorded = _recorded_processes(info.target)
             threads = 1 if info.target.kind == "tid" else _threads_of(recorded)
-            recording.set_size_limit(max(limit - _core.RECORD_SIZE * threads, 0))
+            if bounded:
+                recording.set_size_limit(max(limit - _core.RECORD_SIZE * threads, 0))
             maps.update(sorted({*recorded, *wakers}))
             sampler.offer(recorded)
 

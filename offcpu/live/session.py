@@ -1,0 +1,54 @@
+"""A live recording from start to end, as `offcpu top` and `offcpu record --keep` run it: the
+target recorded as `offcpu record` records it (offcpu.recording.recorder, with a Follower),
+into a private directory of its own that goes with it; SIGUSR1 writes the flight record."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import signal
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from offcpu.capture import CaptureInfo, Target
+from offcpu.live.follow import Follow, Frame, LiveOptions
+from offcpu.recording.recorder import record
+from offcpu.recording.request import RecordRequest
+
+
+def run_live(target: Target, options: LiveOptions, stack_budget: int, on_frame: Callable[[Frame], None],
+             on_tick: Callable[[Follow], None] | None = None) -> tuple[CaptureInfo, Follow]:
+    """Follow `target` until it ends (or the command does), or SIGINT, SIGTERM, SIGHUP;
+    `on_frame` gets each interval's frame, `on_tick` the follower at each tick (a screen's keys)."""
+    with _live_directory() as directory:
+        follow = Follow(directory, options, on_frame)
+        request = RecordRequest(target, directory, duration_s=math.inf, max_size="0B", call_graph="fp",
+                                mmap_pages=None, enable_schedstats=False, snapshot=False, backend="bpf",
+                                stack_budget=stack_budget)
+        with _flight_on_sigusr1(follow):
+            info = record(request, on_tick=lambda elapsed: on_tick(follow) if on_tick else None, follower=follow)
+    return info, follow
+
+
+@contextmanager
+def _live_directory() -> Iterator[Path]:
+    """A directory only offcpu can read (the processes' maps, the window's records), removed at the end."""
+    directory = Path(tempfile.mkdtemp(prefix="offcpu-live-"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextmanager
+def _flight_on_sigusr1(follow: Follow) -> Iterator[None]:
+    def asked(signum: int, frame: object) -> None:
+        follow.flight_asked = follow.flight_asked or "SIGUSR1"
+
+    previous = signal.signal(signal.SIGUSR1, asked)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)

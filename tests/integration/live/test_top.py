@@ -1,0 +1,110 @@
+"""offcpu top and record --keep on a real program (futex_contention: threads queued on one
+mutex): the JSON lines, the plain blocks, the flight record on SIGUSR1 and on a trigger, each
+reportable."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import OFFCPU, Workload, run_offcpu
+
+START_TIMEOUT_S = 30
+LIVE = ["--interval", "0.5", "--window", "1", "--keep", "3"]
+
+
+@pytest.fixture
+def contention(workload: type[Workload]) -> Workload:
+    return workload("futex_contention", "-s", "60", "-t", "4", threads=5)
+
+
+def start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    """offcpu with its own TMPDIR, where its live directory goes (and must be gone after)."""
+    return subprocess.Popen([str(OFFCPU), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(tmp_path)}, cwd=tmp_path)
+
+
+def lines_of(process: subprocess.Popen[str], count: int) -> Iterator[str]:
+    assert process.stdout is not None
+    for _ in range(count):
+        line = process.stdout.readline()
+        assert line, process.communicate()
+        yield line
+
+
+def end(process: subprocess.Popen[str], tmp_path: Path, signum: int = signal.SIGINT) -> str:
+    """Stop it as a user would; it exits 0, leaving nothing of its own behind. Returns stderr."""
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert not list(tmp_path.glob("offcpu-live-*"))
+    return stderr
+
+
+def test_json_lines_say_the_lock_and_its_waiters(tmp_path: Path, contention: Workload) -> None:
+    top = start(tmp_path, "top", "--pid", str(contention.pid), "--json", *LIVE)
+    frames = [json.loads(line) for line in lines_of(top, 4)]
+    end(top, tmp_path)
+    assert all(frame["schema"] == "offcpu-top/1" for frame in frames)
+    assert [frame["elapsed_s"] for frame in frames] == sorted(frame["elapsed_s"] for frame in frames)
+    last = frames[-1]
+    assert 0.5 <= last["window_s"] <= 1.01
+    # (on a loaded machine the threads' wait for a CPU may come first)
+    assert any(finding["id"] == "lock_contention" and finding["severity"] != "info" for finding in last["findings"])
+    assert "pthread mutex" in last["wait_sites"][0]["site"]
+    workers = [thread for thread in last["threads"] if thread["pid"] == contention.pid]
+    assert len(workers) >= 4 and all(thread["offcpu_ms_per_s"] <= 1000.5 for thread in workers)
+    assert any(pair["waker"].startswith("futex_contenti") for pair in last["wakeups"])
+
+
+def test_plain_blocks_when_not_on_a_terminal(tmp_path: Path, contention: Workload) -> None:
+    top = start(tmp_path, "top", "--pid", str(contention.pid), *LIVE)
+    text = "".join(lines_of(top, 30))
+    end(top, tmp_path, signal.SIGTERM)
+    blocks = text.split("offcpu top: ")
+    assert len(blocks) >= 3 and str(contention.pid) in blocks[1].splitlines()[0], text
+    assert "findings:\n  critical" in text or "findings:\n  warning" in text
+    assert "wait sites (ms/s: the window, its last tenth; trend):" in text and "pthread mutex" in text
+    assert all(len(line) <= 80 for line in text.splitlines() if not line.startswith("offcpu top: "))
+
+
+def test_sigusr1_writes_the_kept_seconds_as_a_capture(tmp_path: Path, contention: Workload) -> None:
+    top = start(tmp_path, "top", "--pid", str(contention.pid), "--json", "--flight-output", str(tmp_path / "f"),
+                *LIVE)
+    list(lines_of(top, 3))
+    top.send_signal(signal.SIGUSR1)
+    written = next(frame["flight_records"] for frame in map(json.loads, lines_of(top, 4)) if frame["flight_records"])
+    end(top, tmp_path)
+    flight = Path(written[0])
+    info = json.loads((flight / "capture.json").read_text())
+    assert info["recorded_by"] == "top" and info["backend"] == "bpf"
+    assert 1.0 <= info["duration_actual_s"] <= 3.5  # the kept seconds, --keep 3 at most
+    report = run_offcpu("report", "json", str(flight))
+    assert report.returncode == 0, report.stderr
+    assert "lock_contention" in [finding["id"] for finding in json.loads(report.stdout)["findings"]]
+
+
+def test_record_keep_writes_the_stall_when_the_trigger_holds(tmp_path: Path, contention: Workload) -> None:
+    watch = start(tmp_path, "record", "--pid", str(contention.pid), "--keep", "3",
+                  "--trigger", "lock_contention>=warning", "--flight-output", str(tmp_path / "f"))
+    assert watch.stderr is not None
+    deadline = time.monotonic() + START_TIMEOUT_S
+    said = ""
+    while "flight record:" not in said:
+        assert time.monotonic() < deadline and watch.poll() is None, said
+        said += watch.stderr.readline()
+    stderr = end(watch, tmp_path)
+    flight = Path(said.split("flight record:")[1].split()[0])
+    assert "flight record:" not in stderr  # once, while the trigger goes on holding
+    assert json.loads((flight / "capture.json").read_text())["recorded_by"] == "record --keep"
+    report = run_offcpu("report", "text", str(flight))
+    assert report.returncode == 0, report.stderr
+    assert "lock" in report.stdout.lower() and "pthread mutex" in report.stdout
