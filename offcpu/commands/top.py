@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from offcpu.commands.keeping import FLIGHT_OUTPUT, KEEP_SIZE, MAX_KEEP_S, TRIGGER, seconds
 from offcpu.commands.record import DEFAULT_STACK_BUDGET, resolve_target, target_options
 from offcpu.recording.targets import Choice
+
+if TYPE_CHECKING:
+    from offcpu.capture import Target
+    from offcpu.diagnosis.locktable import LockTable
+    from offcpu.live.follow import Follow, Frame, LiveOptions
 
 MAX_INTERVAL_S = 60.0
 
@@ -45,7 +51,7 @@ def top(interval_s: float, window_s: float, keep_s: float, keep_bytes: int, trig
       offcpu top -a --json | jq .findings
     """
     from offcpu.diagnosis.locktable import default_table
-    from offcpu.live.follow import LiveOptions
+    from offcpu.live.follow import LiveOptions  # noqa: F811 (at run time)
     from offcpu.live.plain import block, json_line
     from offcpu.live.session import run_live
     from offcpu.stdout import write_stdout
@@ -62,5 +68,30 @@ def top(interval_s: float, window_s: float, keep_s: float, keep_bytes: int, trig
     options = LiveOptions(interval_s, window_s, keep_s, keep_bytes, triggers, flight_output, "top")
     table = default_table()
     name = target.describe()
-    render = json_line if as_json else block
-    run_live(target, options, stack_budget, lambda frame: write_stdout(render(frame, name, table) + "\n"))
+    if as_json or not (sys.stdout.isatty() and sys.stdin.isatty()):
+        render = json_line if as_json else block
+        run_live(target, options, stack_budget, lambda frame: write_stdout(render(frame, name, table) + "\n"))
+        return
+    _on_screen(target, options, stack_budget, name, table)
+
+
+def _on_screen(target: Target, options: LiveOptions, stack_budget: int, name: str, table: LockTable) -> None:
+    from rich.console import Console
+
+    from offcpu.live.screen import Screen, keys_and_screen, read_keys
+    from offcpu.live.session import run_live
+
+    screen = Screen(name, table, Console())
+    with keys_and_screen(screen) as live:
+        def on_frame(frame: Frame) -> None:
+            screen.take(frame)
+            live.update(screen.render(), refresh=True)
+
+        def on_tick(follow: Follow) -> None:
+            keys = read_keys(sys.stdin.fileno())
+            for key in keys:
+                screen.key(key, follow)
+            if keys:
+                live.update(screen.render(), refresh=True)
+
+        run_live(target, options, stack_budget, on_frame, on_tick)

@@ -1,11 +1,12 @@
 """offcpu top and record --keep on a real program (futex_contention: threads queued on one
 mutex): the JSON lines, the plain blocks, the flight record on SIGUSR1 and on a trigger, each
-reportable."""
+reportable; and the screen in a real terminal (tmux), driven by its keys."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OFFCPU, Workload, run_offcpu
+from tests.conftest import OFFCPU, Workload, missing, run_offcpu
 
 START_TIMEOUT_S = 30
 LIVE = ["--interval", "0.5", "--window", "1", "--keep", "3"]
@@ -108,3 +109,75 @@ def test_record_keep_writes_the_stall_when_the_trigger_holds(tmp_path: Path, con
     report = run_offcpu("report", "text", str(flight))
     assert report.returncode == 0, report.stderr
     assert "lock" in report.stdout.lower() and "pthread mutex" in report.stdout
+
+
+@pytest.fixture
+def tmux(tmp_path: Path) -> Iterator[list[str]]:
+    """A tmux server of the test's own; killed after. (Its shells get the tests' environment, where
+    pytest may have set LINES and COLUMNS, which rich takes over the terminal's size: they unset them.)"""
+    if shutil.which("tmux") is None:
+        missing("tmux is not installed (apt-get install tmux)")
+    command = ["tmux", "-S", str(tmp_path / "tmux.sock")]
+    yield command
+    subprocess.run([*command, "kill-server"], capture_output=True)
+
+
+def screen(tmux: list[str]) -> str:
+    return subprocess.run([*tmux, "capture-pane", "-p", "-t", "top"], capture_output=True, text=True).stdout
+
+
+def wait_for(tmux: list[str], text: str) -> str:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while text not in (shown := screen(tmux)):
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.2)
+    return shown
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_the_screen_driven_by_its_keys(tmp_path: Path, contention: Workload, tmux: list[str], columns: int) -> None:
+    status = tmp_path / "status"
+    shell = (f"unset LINES COLUMNS; TMPDIR={tmp_path} NO_COLOR=1 {OFFCPU} top --pid {contention.pid} --interval 0.5 "
+             f"--window 2 --keep 3 --flight-output {tmp_path / 'f'}; echo $? > {status}; "
+             f"stty -a > {tmp_path / 'stty'}; sleep 30")
+    subprocess.run([*tmux, "new-session", "-d", "-s", "top", "-x", str(columns), "-y", "40", shell], check=True)
+    wait_for(tmux, "who wakes whom")
+    shown = wait_for(tmux, "pthread mutex")
+    assert all(len(line) <= columns for line in shown.splitlines())
+    subprocess.run([*tmux, "send-keys", "-t", "top", "t"], check=True)
+    assert "threads, ms/s, by off CPU" in wait_for(tmux, "threads, ms/s")
+    subprocess.run([*tmux, "send-keys", "-t", "top", "r"], check=True)
+    wait_for(tmux, "by blocked")
+    subprocess.run([*tmux, "send-keys", "-t", "top", "e"], check=True)
+    assert "where it waited:" in wait_for(tmux, "where it waited:")
+    subprocess.run([*tmux, "send-keys", "-t", "top", "d"], check=True)
+    wait_for(tmux, "flight record:")  # its path, which may wrap at 80 columns
+    subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not (tmp_path / "stty").exists():
+        assert time.monotonic() < deadline, screen(tmux)
+        time.sleep(0.2)
+    assert status.read_text().strip() == "0"
+    modes = (tmp_path / "stty").read_text().split()
+    assert "icanon" in modes and "echo" in modes  # the terminal as it was
+    assert not list(tmp_path.glob("offcpu-live-*"))
+    [flight] = (tmp_path / "f").iterdir()
+    assert json.loads((flight / "capture.json").read_text())["recorded_by"] == "top"
+
+
+def test_sigterm_puts_the_terminal_back(tmp_path: Path, contention: Workload, tmux: list[str]) -> None:
+    shell = (f"unset LINES COLUMNS; TMPDIR={tmp_path} {OFFCPU} top --pid {contention.pid} --interval 0.5 --window 1 "
+             f"--keep 1; stty -a > {tmp_path / 'stty'}; sleep 30")
+    subprocess.run([*tmux, "new-session", "-d", "-s", "top", "-x", "80", "-y", "30", shell], check=True)
+    wait_for(tmux, "wait sites")
+    pane = subprocess.run([*tmux, "list-panes", "-t", "top", "-F", "#{pane_pid}"], capture_output=True, text=True,
+                          check=True).stdout.split()[0]
+    children = Path(f"/proc/{pane}/task/{pane}/children").read_text().split()
+    os.kill(int(children[0]), signal.SIGTERM)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not (tmp_path / "stty").exists():
+        assert time.monotonic() < deadline, screen(tmux)
+        time.sleep(0.2)
+    modes = (tmp_path / "stty").read_text().split()
+    assert "icanon" in modes and "echo" in modes
+    assert "offcpu top:" not in screen(tmux)  # the main screen again, not the live one
