@@ -181,3 +181,33 @@ def test_sigterm_puts_the_terminal_back(tmp_path: Path, contention: Workload, tm
     modes = (tmp_path / "stty").read_text().split()
     assert "icanon" in modes and "echo" in modes
     assert "offcpu top:" not in screen(tmux)  # the main screen again, not the live one
+
+
+def bpf_held_by(pid: int) -> list[str]:
+    """The BPF objects (programs, links, maps) a process holds open: none once it is gone."""
+    held = []
+    for fd in Path(f"/proc/{pid}/fd").glob("*") if Path(f"/proc/{pid}").exists() else []:
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed meanwhile, or the process has gone
+        if target.startswith("anon_inode:bpf"):
+            held.append(target)
+    return held
+
+
+def test_nothing_stays_attached_after_sigkill(tmp_path: Path, contention: Workload) -> None:
+    """SIGKILL in the middle of following: offcpu's BPF programs go with its file descriptors, and the
+    workers it forks for a frame (which inherit them) end as they find it gone."""
+    top = start(tmp_path, "top", "--pid", str(contention.pid), "--json", *LIVE)
+    list(lines_of(top, 2))
+    assert any(target.startswith("anon_inode:bpf_link") for target in bpf_held_by(top.pid))
+    holders = {top.pid}
+    for task in Path(f"/proc/{top.pid}/task").iterdir():
+        holders.update(int(pid) for pid in (task / "children").read_text().split())
+    top.kill()
+    top.wait()
+    deadline = time.monotonic() + 10
+    while held := {pid: bpf_held_by(pid) for pid in holders if bpf_held_by(pid)}:
+        assert time.monotonic() < deadline, held
+        time.sleep(0.1)
