@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OFFCPU, Workload, missing, run_offcpu
+from tests.conftest import OFFCPU, Workload, assert_one_line_error, missing, run_offcpu
 
 START_TIMEOUT_S = 30
 LIVE = ["--interval", "0.5", "--window", "1", "--keep", "3"]
@@ -211,3 +211,18 @@ def test_nothing_stays_attached_after_sigkill(tmp_path: Path, contention: Worklo
     while held := {pid: bpf_held_by(pid) for pid in holders if bpf_held_by(pid)}:
         assert time.monotonic() < deadline, held
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("top", "-a", "--trigger", "lock_contention>=bad"), "compared with a severity"),
+    (("top", "-a", "--trigger", "lock_contentoin>=warning"), "no finding is called"),
+    (("top", "-a", "--window", "0.5"), "shorter than --interval"),
+    (("top", "-a", "--keep", "5"), "give from --window"),
+    (("top", "-a", "--keep-size", "10K"), "at least 1M"),
+    (("top", "-a", "--interval", "nan"), "above 0"),
+    (("record", "-a", "--keep", "30", "-d", "3"), "--duration cannot go with --keep"),
+    (("record", "-a", "--keep", "30", "-o", "x"), "--output cannot go with --keep"),
+])
+def test_bad_options_are_one_line(args: tuple[str, ...], words: str) -> None:
+    assert_one_line_error(run_offcpu(*args), words)
+
