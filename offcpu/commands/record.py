@@ -229,7 +229,7 @@ def record(settings: Settings, output: Path | None, force: bool, keep_s: float |
 
 def _keep(target: Target, settings: Settings, keep_s: float, keep_bytes: int, triggers: tuple[Any, ...],
           flight_output: Path, output: Path | None) -> None:
-    """record --keep: a live recording with no screen, its flight records said on stderr as they are written."""
+    """record --keep: a live recording with no view, its flight records said on stderr as they are written."""
     from offcpu.live.follow import LiveOptions
     from offcpu.live.session import run_live
 
@@ -240,20 +240,14 @@ def _keep(target: Target, settings: Settings, keep_s: float, keep_bytes: int, tr
     if keep_s > MAX_KEEP_S:
         raise click.BadParameter(f"at most {MAX_KEEP_S:.0f} s", param_hint="--keep")
     console = Console(stderr=True, highlight=False, soft_wrap=True)
-    said: list[Path] = []
-
-    def say(written: list[Path]) -> None:
-        for path in written[len(said):]:
-            said.append(path)  # first: a Ctrl-C right after the line must not have it said again at the end
-            console.print(f"flight record: {printable(str(path))}", markup=False)
-
     console.print(f"Watching {target.describe()}: the last {keep_s:g} s kept; SIGUSR1 writes them"
                   + "".join(f", and --trigger {trigger.text}" for trigger in triggers) + ". Ctrl-C ends.",
                   markup=False)
     options = LiveOptions(KEEP_INTERVAL_S, min(KEEP_WINDOW_S, keep_s), keep_s, keep_bytes, triggers, flight_output,
                           "record --keep")
-    _, follow = run_live(target, options, settings.stack_budget, lambda frame: say(frame.flight_records))
-    say(follow.flight_records)
+    # No view: the window's model is built only for the triggers, each second
+    run_live(target, options, settings.stack_budget, None,
+             on_flight=lambda path: console.print(f"flight record: {printable(str(path))}", markup=False))
 
 
 def record_into(request: RecordRequest, force: bool, suggest_report: bool = True) -> CaptureInfo:

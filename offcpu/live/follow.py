@@ -55,10 +55,14 @@ class Frame:
 
 
 class Follow:
-    def __init__(self, live_directory: Path, options: LiveOptions, on_frame: Callable[[Frame], None]) -> None:
+    def __init__(self, live_directory: Path, options: LiveOptions, on_frame: Callable[[Frame], None] | None,
+                 on_flight: Callable[[Path], None] | None = None) -> None:
+        """`on_frame`: the view, given each interval's frame (None: no view, and no frame is built
+        but for the triggers); `on_flight`: told of each flight record as it is written."""
         self.directory = live_directory
         self.options = options
         self.on_frame = on_frame
+        self.on_flight = on_flight
         self.kept = KeptRecords(round(options.keep_s * 1e9), options.keep_bytes)
         self.flight_records: list[Path] = []
         self.flight_asked = ""  # why a flight record is asked for ("SIGUSR1", "key"), until written
@@ -76,7 +80,7 @@ class Follow:
         assert self._recording is not None and self._info is not None, "started first"
         now = time.monotonic_ns()
         self.kept.add(self._recording.take_records(), now)
-        if now >= self._next_ns:
+        if now >= self._next_ns and (self.on_frame is not None or self.options.triggers):
             self._next_ns = now + round(self.options.interval_s * 1e9)
             frame = self.frame(now)
             for trigger in self.options.triggers:
@@ -85,7 +89,8 @@ class Follow:
                     self.flight_asked = self.flight_asked or f"--trigger {trigger.text}"
                 self._holding = (self._holding | {trigger.text}) if holds else (self._holding - {trigger.text})
             self.last = frame
-            self.on_frame(frame)
+            if self.on_frame is not None:
+                self.on_frame(frame)
         if self.flight_asked:
             self.write_flight(now)
 
@@ -119,6 +124,8 @@ class Follow:
                               "directory with --flight-output") from None
         self.flight_records.append(directory)
         self.flight_asked = ""
+        if self.on_flight is not None:
+            self.on_flight(directory)
         return directory
 
 

@@ -18,12 +18,14 @@ from offcpu.recording.recorder import record
 from offcpu.recording.request import RecordRequest
 
 
-def run_live(target: Target, options: LiveOptions, stack_budget: int, on_frame: Callable[[Frame], None],
-             on_tick: Callable[[Follow], None] | None = None) -> tuple[CaptureInfo, Follow]:
+def run_live(target: Target, options: LiveOptions, stack_budget: int, on_frame: Callable[[Frame], None] | None,
+             on_tick: Callable[[Follow], None] | None = None,
+             on_flight: Callable[[Path], None] | None = None) -> tuple[CaptureInfo, Follow]:
     """Follow `target` until it ends (or the command does), or SIGINT, SIGTERM, SIGHUP;
-    `on_frame` gets each interval's frame, `on_tick` the follower at each tick (a screen's keys)."""
+    `on_frame` gets each interval's frame (None: no view), `on_tick` the follower at each tick (a
+    screen's keys), `on_flight` each flight record written."""
     with _live_directory() as directory:
-        follow = Follow(directory, options, on_frame)
+        follow = Follow(directory, options, on_frame, on_flight)
         request = RecordRequest(target, directory, duration_s=math.inf, max_size="0B", call_graph="fp",
                                 mmap_pages=None, enable_schedstats=False, snapshot=False, backend="bpf",
                                 stack_budget=stack_budget)

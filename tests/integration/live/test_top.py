@@ -1,5 +1,5 @@
-"""offcpu top and record --keep on a real program (futex_contention: threads queued on one
-mutex): the JSON lines, the plain blocks, the flight record on SIGUSR1 and on a trigger, each
+"""offcpu top and record --keep on real programs (futex_contention: threads queued on one
+mutex; lock_chain on the screen): the JSON lines, the plain blocks, the flight record on SIGUSR1 and on a trigger, each
 reportable; and the screen in a real terminal (tmux), driven by its keys."""
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ LIVE = ["--interval", "0.5", "--window", "1", "--keep", "3"]
 @pytest.fixture
 def contention(workload: type[Workload]) -> Workload:
     return workload("futex_contention", "-s", "60", "-t", "4", threads=5)
+
+
+@pytest.fixture
+def chain(workload: type[Workload]) -> Workload:
+    """lock_chain: a lock held across a 1 ms sleep, a few thousand waits a second whatever the machine's
+    load (futex_contention's rate grows to 100,000s a second on an idle one, and the screen's frames with it)."""
+    return workload("lock_chain", "-s", "60", "-t", "4", "-u", "1000", threads=5)
 
 
 def start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
@@ -111,6 +118,24 @@ def test_record_keep_writes_the_stall_when_the_trigger_holds(tmp_path: Path, con
     assert "lock" in report.stdout.lower() and "pthread mutex" in report.stdout
 
 
+def test_record_keep_writes_on_sigusr1_without_a_view(tmp_path: Path, contention: Workload) -> None:
+    watch = start(tmp_path, "record", "--pid", str(contention.pid), "--keep", "2", "--flight-output", str(tmp_path))
+    assert watch.stderr is not None
+    assert watch.stderr.readline().startswith("Watching")
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not any(target.startswith("anon_inode:bpf_link") for target in bpf_held_by(watch.pid)):
+        assert time.monotonic() < deadline and watch.poll() is None
+        time.sleep(0.05)  # recording: SIGUSR1 is offcpu's from before the recording starts
+    watch.send_signal(signal.SIGUSR1)
+    line = watch.stderr.readline()
+    end(watch, tmp_path)
+    assert line.startswith("flight record: "), line
+    flight = Path(line.split()[-1])
+    report = run_offcpu("report", "folded", str(flight))
+    assert report.returncode == 0, report.stderr
+    assert "__lll_lock_wait" in report.stdout
+
+
 @pytest.fixture
 def tmux(tmp_path: Path) -> Iterator[list[str]]:
     """A tmux server of the test's own; killed after. (Its shells get the tests' environment, where
@@ -135,9 +160,9 @@ def wait_for(tmux: list[str], text: str) -> str:
 
 
 @pytest.mark.parametrize("columns", [80, 200])
-def test_the_screen_driven_by_its_keys(tmp_path: Path, contention: Workload, tmux: list[str], columns: int) -> None:
+def test_the_screen_driven_by_its_keys(tmp_path: Path, chain: Workload, tmux: list[str], columns: int) -> None:
     status = tmp_path / "status"
-    shell = (f"unset LINES COLUMNS; TMPDIR={tmp_path} NO_COLOR=1 {OFFCPU} top --pid {contention.pid} --interval 0.5 "
+    shell = (f"unset LINES COLUMNS; TMPDIR={tmp_path} NO_COLOR=1 {OFFCPU} top --pid {chain.pid} --interval 0.5 "
              f"--window 2 --keep 3 --flight-output {tmp_path / 'f'}; echo $? > {status}; "
              f"stty -a > {tmp_path / 'stty'}; sleep 30")
     subprocess.run([*tmux, "new-session", "-d", "-s", "top", "-x", str(columns), "-y", "40", shell], check=True)
@@ -165,8 +190,8 @@ def test_the_screen_driven_by_its_keys(tmp_path: Path, contention: Workload, tmu
     assert json.loads((flight / "capture.json").read_text())["recorded_by"] == "top"
 
 
-def test_sigterm_puts_the_terminal_back(tmp_path: Path, contention: Workload, tmux: list[str]) -> None:
-    shell = (f"unset LINES COLUMNS; TMPDIR={tmp_path} {OFFCPU} top --pid {contention.pid} --interval 0.5 --window 1 "
+def test_sigterm_puts_the_terminal_back(tmp_path: Path, chain: Workload, tmux: list[str]) -> None:
+    shell = (f"unset LINES COLUMNS; TMPDIR={tmp_path} {OFFCPU} top --pid {chain.pid} --interval 0.5 --window 1 "
              f"--keep 1; stty -a > {tmp_path / 'stty'}; sleep 30")
     subprocess.run([*tmux, "new-session", "-d", "-s", "top", "-x", "80", "-y", "30", shell], check=True)
     wait_for(tmux, "wait sites")
