@@ -1,4 +1,5 @@
-"""A Python and a Java server's throughput recorded with BPF, with and without runtime frames; what reading them costs.
+"""A Python, a Java and a Ruby server's throughput recorded with BPF, with and without runtime frames; what reading
+them costs.
 
 The servers, on a free loopback port, each loaded by `wrk -t1 -c16` for
 --seconds a run (after a run that warms them up, not counted):
@@ -6,14 +7,16 @@ The servers, on a free loopback port, each loaded by `wrk -t1 -c16` for
   ThreadingHTTPServer, a thread a connection) on Debian's /usr/bin/python3,
   answering with a small page;
 - java: the examples' java_http, the JDK's com.sun.net.httpserver with a pool
-  of 4 threads, answering with a small page.
+  of 4 threads, answering with a small page;
+- ruby: the examples' ruby_http, WEBrick (a thread a connection) on Debian's
+  MRI 3.1, answering with a small page.
 
 Kinds of run, alternated in this one process as record-overhead's are, each
 compared with the mean of the unrecorded runs either side of it:
 - anchor: unrecorded;
 - bpf: `offcpu record --backend bpf --pid SERVER`, which reads the server's
   runtime stacks while it records (py-spy every 200 ms; a HotSpot thread dump
-  through the attach socket every second);
+  through the attach socket every second; a Ruby process's memory every 200 ms);
 - bpf-hidden (python only): the same recording of a twin server, the same
   program run by a copy of the interpreter under another name, in which offcpu
   finds no CPython: a BPF recording as it was before runtime frames;
@@ -23,7 +26,7 @@ compared with the mean of the unrecorded runs either side of it:
 It prints offcpu's CPU time over each recorded run (its own threads, and the
 py-spy processes it ran), and over each sampler run the CPU of the sampler's
 thread, of its py-spy processes and, in a JVM, of the thread that answers the
-attach socket: each as a share of one CPU.
+attach socket (in a Ruby process, the reads' wall time): each as a share of one CPU.
 """
 
 from __future__ import annotations
@@ -53,14 +56,15 @@ from benchmarks.record_overhead import REQUESTS_PER_S, Run, _ratios
 from offcpu.capture import RUNTIME_STACKS
 from offcpu.recording.runtime_stacks import RuntimeSampler
 
-SERVERS = ("python", "java")
+SERVERS = ("python", "java", "ruby")
 PYTHON = "/usr/bin/python3"
+RUBY = "/usr/bin/ruby"
 JAVA_THREADS = 4
 DEFAULT_SECONDS = 3
 DEFAULT_ROUNDS = 2
 # A first wrk run, not counted: the JVM compiles the server's code meanwhile (its throughput still
 # doubled over the runs that followed a 5 s one)
-WARM_UP_S = {"python": 3, "java": 10}
+WARM_UP_S = {"python": 3, "java": 10, "ruby": 3}
 DURATION_S = 60  # the bound of each recording, ended as soon as its run is done
 TICKS = os.sysconf("SC_CLK_TCK")
 ATTACH_THREAD = "Attach Listener"  # the JVM's thread that answers its attach socket
@@ -128,6 +132,13 @@ def _server(name: str) -> Iterator[Server]:
             process = groups.start("java_http", [str(need_example("java_http")), "-p", str(port),
                                                  "-t", str(JAVA_THREADS)])
             wait_until(f"java_http accepting on port {port}", lambda: accepts(port), groups)
+            yield Server(name, process.pid, port)
+            return
+        if name == "ruby":
+            if not os.access(RUBY, os.X_OK):
+                raise BenchError(f"{RUBY} is not installed")
+            process = groups.start("ruby_http", [RUBY, str(need_example("ruby_http")), "-p", str(port)])
+            wait_until(f"ruby_http accepting on port {port}", lambda: accepts(port), groups)
             yield Server(name, process.pid, port)
             return
         if not os.access(PYTHON, os.X_OK):
@@ -231,12 +242,14 @@ def _sampled(server: Server, wrk: str, seconds: int, workdir: Path) -> Measured:
     cpu = {"sampler": sampler_cpu}
     if server.name == "python":
         cpu["its py-spy"] = max(_children_cpu_s() - children_before - wrk_cpu, 0.0)  # wrk is a child too
-    else:
+    elif server.name == "java":
         attach = attach or _thread_named(server.pid, ATTACH_THREAD)  # started by the first attach
         if attach:
             cpu["JVM's attach thread"] = _cpu_s(f"/proc/{server.pid}/task/{attach}/stat") - attach_before
         # the JVM's time answering: its thread dumps, each at a safepoint (all its threads stopped)
         cpu["JVM's dumps, wall time"] = sampler.found.get(server.pid, {}).get("read_ms", 0.0) / 1000
+    else:  # the Ruby process is read from its memory, never stopped: the sampler's CPU is all of it
+        cpu["its reads, wall time"] = sampler.found.get(server.pid, {}).get("read_ms", 0.0) / 1000
     return Measured(result, cpu, len(sampler.samples))
 
 

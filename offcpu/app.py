@@ -27,9 +27,9 @@ class _Group(LazyGroup):
 def cli() -> None:
     """Why are my threads not running?
 
-    offcpu records bounded perf sessions on the scheduler tracepoints of a
-    process, works out where its threads wait while they are off CPU, and
-    names the contention it finds.
+    offcpu records a process's switches and wakeups at the scheduler's
+    tracepoints for a bounded time (with BPF, or perf), works out where its
+    threads wait while they are off CPU, and names the contention it finds.
 
     \b
     Typical use:

@@ -138,6 +138,10 @@ class CaptureInfo:
     # The recording ended the command, which (or what it started) did not end within a grace
     # after SIGTERM: it was killed (SIGKILL)
     command_killed: bool = False
+    # What the recording sent the command it ran when it ended while the command still ran (cut
+    # short by the duration, the size limit, an interrupt or the target's exit): ["SIGTERM"], with
+    # "SIGKILL" after when it outlived the grace; empty when the command ended by itself or there was none
+    command_cut_short: list[str] = field(default_factory=list)
     # The target's threads when the events were enabled, {tid: [comm, state letter]}
     # (state as in /proc/PID/stat): threads that block throughout have no events.
     # Empty for -a (and in captures made before this field).
@@ -187,6 +191,15 @@ class CaptureInfo:
         return asdict(self)
 
     @property
+    def recorded_counts(self) -> str:
+        """What was recorded, counted as its backend counts it."""
+        noun = "event" if self.bpf is None else "wait"
+        counts = f"{self.samples:,} {noun}{'s' * (self.samples != 1)}"
+        if self.bpf is None:
+            return f"{counts} (+{self.switch_records:,} switch records)"
+        return f"{counts} ({self.bpf.get('sampled', 0):,} with stacks)"
+
+    @property
     def lost_share(self) -> float:
         """The share of the events perf meant to record that it lost (0-1)."""
         return self.lost_events / max(self.samples + self.switch_records + self.lost_events, 1)
@@ -207,6 +220,25 @@ class CaptureInfo:
         return (f"perf lost {self.lost_events:,} events ({self.lost_share:.1%}{allowed}), so some waits are missing "
                 f"or cut short: record again with a bigger ring buffer, for example {bigger}, or a shorter "
                 "--duration" + more_in("events-lost"))
+
+    @property
+    def whole_run(self) -> bool:
+        """Whether the recording holds its command's whole run: it ended as the command exited."""
+        ended = "target exited" if self.target.kind == "command" else "command exited"
+        return bool(self.target.command) and self.ended_by == ended and not self.command_cut_short
+
+    @property
+    def cut_short_note(self) -> str | None:
+        """That the command was still running when the recording ended, why, and what it was
+        sent; None when it ended by itself."""
+        if not self.command_cut_short:
+            return None
+        at = _CUT_SHORT_AT.get(self.ended_by, f"when {self.ended_by} ended it")
+        if self.ended_by == "duration":
+            at = f"at its {self.duration_requested_s:g} s limit (--duration)"
+        sent = ", then ".join(self.command_cut_short)
+        return (f"the command {printable(shlex.join(self.target.command))} was still running {at}, and was sent "
+                f"{sent}: what it did after is not recorded, so this is part of its run")
 
     @property
     def spin_note(self) -> str | None:
@@ -243,6 +275,12 @@ class CaptureInfo:
         info = cls(**{**data, "target": Target(**target_fields)})
         _check_values(info)
         return info
+
+
+# When a recording that ended its command did, by how it ended (but the duration, said with its limit)
+_CUT_SHORT_AT = {"max size": "when the capture reached its size limit (--max-size)",
+                 "target exited": "when the target exited", "SIGINT": "when Ctrl-C (SIGINT) ended the recording",
+                 "SIGTERM": "when a SIGTERM ended the recording", "SIGHUP": "when a SIGHUP ended the recording"}
 
 
 # What each annotation of CaptureInfo and Target allows in JSON.

@@ -53,7 +53,7 @@ TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", 
 # offcpu.reading.runtime_frames) ends, by runtime: `work (app.py:57) [py]`,
 # `MonitorSleep.pause (MonitorSleep.java:36) [java]`, `JS:*work (app.js:12) [js]` (V8's perf map:
 # offcpu.recording.perf_maps)
-RUNTIME_MARKS = {"CPython": "[py]", "HotSpot": "[java]", "V8": "[js]"}
+RUNTIME_MARKS = {"CPython": "[py]", "HotSpot": "[java]", "V8": "[js]", "MRI": "[rb]"}
 RUNTIME_MARK = "[runtime]"  # a runtime without a mark of its own
 JDK_PACKAGES = ("java.", "javax.", "jdk.", "sun.")  # whose frames are the JVM's library, not the program's
 _RUNTIME_ENDINGS = tuple(f") {mark}" for mark in (*RUNTIME_MARKS.values(), RUNTIME_MARK))
@@ -66,6 +66,12 @@ _RUNTIME_ENDINGS = tuple(f") {mark}" for mark in (*RUNTIME_MARKS.values(), RUNTI
 _WAITED_FOR = re.compile(r"\[(?:waiting to lock|waiting to re-lock in wait\(\)|parking to wait for|waiting on) "
                          r"(a .+)\]")
 HELD_BY = "[held by "
+# What a Ruby thread waits to lock, as a Java one a monitor: `[waiting to lock a Thread::Mutex]`
+RUBY_MUTEX = "Thread::Mutex"
+# What a Ruby thread's own fields say it waits for where there is no object to name
+# (offcpu.recording.mri_stacks): `[waiting for Ruby's GVL]`
+RUBY_WAITS = ("waiting for Ruby's GVL", "waiting for another thread to end (Thread#join)",
+              "asleep until another thread wakes it (Queue#pop, ConditionVariable#wait, sleep)")
 
 
 def waited_for(frame: str) -> str | None:
@@ -83,7 +89,8 @@ def held_by(frame: str) -> str | None:
 def runtime_frame(frame: str) -> bool:
     """Whether a frame is a runtime's own (a Python function's, `work (app.py:57) [py]`, or what a
     Java thread waits for, `[waiting to lock a java.lang.Object]`), not a native one."""
-    return frame.endswith(_RUNTIME_ENDINGS) or waited_for(frame) is not None or held_by(frame) is not None
+    return (frame.endswith(_RUNTIME_ENDINGS) or waited_for(frame) is not None or held_by(frame) is not None
+            or frame[1:-1] in RUBY_WAITS)
 
 
 _RUNTIME_PARTS = re.compile(r"(.*?) \((.*?)(?::([0-9]+))?\) \[[a-z]+\]", re.DOTALL)
@@ -157,6 +164,17 @@ def runs_said(frames: tuple[str, ...], spans: Iterator[tuple[int, int]]) -> tupl
     return tuple(unknown_run(*next(spans)) if frame == UNKNOWN else frame for frame in frames)
 
 
+def wait_site(kernel: Part) -> Part:
+    """A stack's kernel part (root first) as the exports and flame graphs draw it: without the
+    scheduler's frames at its leaf end, so that its leaf is the wait site, the frame that says
+    what the thread waited for (a lock's slow path, a system call's wait); as it is when
+    nothing else would be left."""
+    end = len(kernel.frames)
+    while end and kernel.frames[end - 1] in SCHEDULER:
+        end -= 1
+    return Part(kernel.frames[:end], kernel.runs) if end else kernel
+
+
 def drawn_alone(stack: Stack) -> tuple[tuple[str, ...], int]:
     """One stack as it is drawn on its own (a finding's evidence): root first, each run of
     unnamed frames as one frame that says how long it is; and how many (the last) are the kernel's."""
@@ -179,13 +197,15 @@ def looks_truncated(user_stacks: Sequence[Sequence[str]]) -> bool | None:
     return incomplete > len(user_stacks) / 2
 
 
-# The scheduler's own frames and the system call entry: every off-CPU stack has
-# them, so they say nothing about why this one waited.
-PLUMBING = frozenset({
+# The scheduler's own frames: the leaf end of every off-CPU kernel stack, they say that the
+# thread left the CPU, not what it waited for.
+SCHEDULER = frozenset({
     "__schedule", "schedule", "schedule_preempt_disabled", "schedule_timeout", "schedule_hrtimeout_range",
-    "schedule_hrtimeout_range_clock", "io_schedule", "preempt_schedule_common", "entry_SYSCALL_64_after_hwframe",
-    "do_syscall_64", "syscall_exit_to_user_mode",
+    "schedule_hrtimeout_range_clock", "io_schedule", "io_schedule_timeout", "preempt_schedule_common",
 })
+# With the system call entry, which most off-CPU stacks have too: they say nothing about why
+# this one waited.
+PLUMBING = SCHEDULER | {"entry_SYSCALL_64_after_hwframe", "do_syscall_64", "syscall_exit_to_user_mode"}
 
 
 def meaningful(frames: Sequence[str]) -> list[str]:

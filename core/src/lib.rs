@@ -76,6 +76,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<symbols::ElfSymbols>()?;
     m.add_class::<symbols::Symbol>()?;
     m.add_function(wrap_pyfunction!(symbols::elf_build_id, m)?)?;
+    m.add_function(wrap_pyfunction!(symbols::elf_symbol_address, m)?)?;
     m.add_class::<model_inputs::Slice>()?;
     m.add_class::<model_inputs::Tally>()?;
     m.add_function(wrap_pyfunction!(model_inputs::merge, m)?)?;

@@ -16,7 +16,7 @@ use object::elf::{
 };
 use object::read::elf::{ElfFile64, SectionHeader, Sym};
 use object::read::SectionIndex;
-use object::{Endian, Endianness, Object, ObjectSegment, ReadCache, ReadRef};
+use object::{Endian, Endianness, Object, ObjectSegment, ObjectSymbol, ReadCache, ReadRef};
 use pyo3::prelude::*;
 
 use crate::elf_files::{copies, debug_files, same_build_id, Bounded};
@@ -359,6 +359,24 @@ pub fn elf_build_id(py: Python<'_>, path: PathBuf) -> Option<Vec<u8>> {
         unless_panics(|| {
             let elf = object::File::parse(Bounded(&cache)).ok()?;
             Some(elf.build_id().ok()??.to_vec())
+        })
+    })
+}
+
+/// Where an ELF file's symbol `name` (of .dynsym, else .symtab) lies when the file is loaded:
+/// (its address, and the file offset and address of the first loaded segment, which say where
+/// the file was put in a process's memory). None: no such file, symbol or segment.
+#[pyfunction]
+pub fn elf_symbol_address(py: Python<'_>, path: PathBuf, name: &str) -> Option<(u64, u64, u64)> {
+    py.detach(|| {
+        let cache = ReadCache::new(open_regular(&path).ok()?);
+        unless_panics(|| {
+            let elf = object::File::parse(Bounded(&cache)).ok()?;
+            let symbol = elf.dynamic_symbols().chain(elf.symbols()).find(|symbol| {
+                symbol.name_bytes() == Ok(name.as_bytes()) && symbol.is_definition()
+            })?;
+            let (offset, _, address) = *loaded_segments(&elf).first()?;
+            Some((symbol.address(), offset, address))
         })
     })
 }

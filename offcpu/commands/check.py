@@ -14,7 +14,9 @@ import click
 
 from offcpu.capture import CaptureInfo, Target, load
 from offcpu.commands.record import (
+    DEFAULT_DURATION_S,
     Settings,
+    cut_short_fix,
     default_output,
     output_option,
     record_into,
@@ -35,7 +37,7 @@ from offcpu.diagnosis.claims import DEADLOCK, STUCK
 from offcpu.errors import Interrupted, OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.files import not_regular, read_json
-from offcpu.gate.policy import Policy, load_policy
+from offcpu.gate.policy import NOT_GATED_BY_DEFAULT, Policy, load_policy
 from offcpu.gate.verdict import (
     Measurements,
     Verdict,
@@ -67,6 +69,9 @@ from offcpu.stdout import write_stdout
 EXIT_VIOLATED = 1
 COULD_NOT_CHECK_PREFIX = "could not check: "
 INTERRUPTED = ("SIGINT", "SIGTERM", "SIGHUP")
+# How long a check records a command at most when not told (--duration): a CI benchmark runs
+# to its end, and one cut short is not checked
+UNTIL_COMMAND_S = 600.0
 BASELINE_MAX = 256 << 20  # the most of a JSON report read as a baseline: every stack of a large capture
 
 
@@ -87,13 +92,13 @@ class _CheckCommand(click.Command):
 @click.command(cls=_CheckCommand)
 @click.option("--policy", "policy_path", type=click.Path(path_type=Path, dir_okay=False),
               help="TOML policy: the findings that fail, limits, the baseline's tolerances, your own [[lock]] "
-                   "entries [default: fail on any finding above info but runqueue and idle]. Its keys and "
-                   "their defaults: docs/check.md in offcpu's repository.")
+                   f"entries [default: fail on any finding above info but {', '.join(NOT_GATED_BY_DEFAULT)}]. Its "
+                   "keys and their defaults: docs/check.md in offcpu's repository.")
 @click.option("--baseline", type=click.Path(path_type=Path),
               help="A known-good capture directory (or a perf.data perf recorded), or its 'offcpu report json' "
                    "output, to compare with.")
 @target_options
-@recording_options
+@recording_options(f"{DEFAULT_DURATION_S:g}; with a COMMAND, until it ends, at most {UNTIL_COMMAND_S:g}")
 @output_option("Where to keep the recording")
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write the verdict as JUnit XML.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False),
@@ -110,11 +115,12 @@ def check(policy_path: Path | None, baseline: Path | None, settings: Settings, o
     does, with the same targets and recording options, and kept for
     'offcpu report').
     A target with a COMMAND is recorded while the command runs: a service
-    while its load generator runs. The default policy fails
-    on every finding above info but CPU saturation (runqueue) and waiting for
-    work (idle); a --policy file changes the keys it sets. With --baseline,
-    each finding's share of its threads' time, and blocked time with waits
-    for work left out, must not grow past the tolerances.
+    while its load generator runs. The default policy fails on every finding
+    above info but those --policy names; a --policy file changes the keys it
+    sets. With --baseline, each finding's time a run of the command (a second
+    of recording unless both recorded a command to its end), and blocked time
+    (waits for work left out) likewise, must not grow past the tolerances. A
+    command is recorded until it ends, and a run cut short is not checked.
 
     \b
       offcpu check CAPTURE
@@ -185,7 +191,8 @@ def _recording(choice: Choice, settings: Settings, output: Path | None) -> Recor
         raise click.UsageError("nothing to check: give a CAPTURE, a target to record (--pid, --tree, --comm, --exe, "
                                "--tid, --cgroup, --unit, -a), or -- COMMAND")
     target = resolve_target(choice)
-    return settings.request(target, output or default_output(target))
+    return settings.request(target, output or default_output(target),
+                            UNTIL_COMMAND_S if target.command else DEFAULT_DURATION_S)
 
 
 def _record(request: RecordRequest, force: bool) -> None:
@@ -204,7 +211,16 @@ def _refuse_unfinished(info: CaptureInfo, capture: Path) -> None:
     if info.target.command and info.target.kind != "command" and info.target_exited:
         raise OffcpuError(f"{info.target.recorded()} exited before the command did, so the run is not checked; "
                           f"its capture is kept in {capture}")
+    _refuse_cut_short(info, capture)
     _refuse_partial(info, capture)
+
+
+def _refuse_cut_short(info: CaptureInfo, capture: Path | str) -> None:
+    """A run whose command the recording ended is part of a run, and is not checked."""
+    if info.cut_short_note:
+        where = printable(shlex.quote(str(capture)))
+        raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}{info.cut_short_note}; {cut_short_fix(info)} (the capture is "
+                          f"kept in {where})")
 
 
 def _check_capture(capture: Path) -> None:
@@ -217,6 +233,7 @@ def _check_capture(capture: Path) -> None:
     if info.command_exit_status:
         raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}the command recorded in {capture} exited with status "
                           f"{info.command_exit_status}: a run that failed is not checked; record one that succeeds")
+    _refuse_cut_short(info, capture)
     _refuse_partial(info, capture)
 
 
@@ -278,13 +295,16 @@ def _baseline(path: Path, policy: Policy) -> tuple[Measurements, Target | None]:
         raise OffcpuError(f"{COULD_NOT_CHECK_PREFIX}the baseline {path} is of a run in which perf lost "
                           f"{measurements.lost_events:,} events ({measurements.lost_share:.1%}{allowed_loss()}): "
                           "record a known-good run that loses fewer and compare with it")
-    return measurements, _reported_target(report)
+    recorded = _reported_capture(report)
+    if recorded is not None:
+        _refuse_cut_short(recorded, path)
+    return measurements, recorded.target if recorded is not None else None
 
 
-def _reported_target(report: dict) -> Target | None:
-    """The target a JSON report's capture recorded; None when it does not say it as offcpu writes it."""
+def _reported_capture(report: dict) -> CaptureInfo | None:
+    """What a JSON report says of its capture; None when it does not say it as offcpu writes it."""
     try:
-        return CaptureInfo.from_json(report["capture"]).target
+        return CaptureInfo.from_json(report["capture"])
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -294,7 +314,7 @@ def _other_target(run: Target, baseline: Target) -> str | None:
     against one command, a cgroup against processes): its shares are of other threads."""
     if run.kind == baseline.kind:
         return None
-    return (f"the baseline recorded {baseline.describe()}, and this run {run.describe()}: each share is of the "
+    return (f"the baseline recorded {baseline.describe()}, and this run {run.describe()}: each time is of the "
             "threads its own recording covered, so they compare only as far as those are the same work")
 
 

@@ -34,8 +34,9 @@ STYLES = {OK: "green", WARN: "yellow", FAIL: "bold red"}
 @click.option("--pid", "-p", type=int, help="Also check this process: frame pointers and its thread/map limits.")
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON instead of a table.")
 def doctor(pid: int | None, as_json: bool) -> None:
-    """Check what recording needs: perf, permissions, tracefs, tracepoints,
-    schedstats, kernel symbols, a flame graph renderer and frame pointers.
+    """Check what recording needs: BPF (or perf), permissions, tracefs,
+    tracepoints, schedstats, kernel symbols, a flame graph renderer and frame
+    pointers.
 
     With --pid, also compare the process's threads and memory maps with the
     limits that make thread creation fail (RLIMIT_NPROC, kernel.threads-max,

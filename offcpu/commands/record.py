@@ -25,7 +25,7 @@ from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.machine import system
 from offcpu.model.asleep import load as load_snapshot
-from offcpu.recording import targets
+from offcpu.recording import runtime_stacks, targets
 from offcpu.recording.backends import BACKENDS
 from offcpu.recording.end_watch import SIZE, SIZE_UNITS
 from offcpu.recording.output_dir import output_taken
@@ -35,6 +35,7 @@ from offcpu.recording.request import RecordRequest
 from offcpu.recording.targets import Choice
 
 MAX_DURATION_S = 600.0
+DEFAULT_DURATION_S = 5.0
 MAX_DWARF_BYTES = 65528  # perf record's largest user stack copy
 CALL_GRAPH_PATTERN = re.compile(r"^(fp|dwarf(,\d+)?)$")
 MAX_SIZE_BYTES = (1 << 64) - 1  # perf counts in an unsigned long
@@ -101,7 +102,7 @@ def target_options(command: Callable[..., Any]) -> Callable[..., Any]:
 class Settings:
     """How to record, as record and check take it (RECORDING_OPTIONS, defined once here)."""
 
-    duration_s: float
+    duration_s: float | None  # None: not given (see request)
     no_limit: bool
     max_size: str
     call_graph: str
@@ -111,8 +112,9 @@ class Settings:
     backend: str
     stack_budget: int
 
-    def request(self, target: Target, output: Path) -> RecordRequest:
-        return RecordRequest(target, output, self.duration_s, self.max_size, self.call_graph, self.mmap_pages,
+    def request(self, target: Target, output: Path, default_duration_s: float = DEFAULT_DURATION_S) -> RecordRequest:
+        duration_s = default_duration_s if self.duration_s is None else self.duration_s
+        return RecordRequest(target, output, duration_s, self.max_size, self.call_graph, self.mmap_pages,
                              self.enable_schedstats, snapshot=not self.no_snapshot, backend=self.backend,
                              stack_budget=self.stack_budget)
 
@@ -127,14 +129,12 @@ RECORDING_OPTIONS = (
                  show_default=True, metavar="STACKS",
                  help="bpf: stacks to take per second on each CPU at most; above it, waits are sampled and the "
                       "time per stack is an estimate (reports say how many waits carry a stack, and the ±)."),
-    click.option("--duration", "-d", "duration_s", type=float, default=5.0, show_default=True,
-                 help=f"Seconds to record at most; more than {MAX_DURATION_S:.0f} needs --no-limit."),
     click.option("--no-limit", is_flag=True, help=f"Allow --duration above {MAX_DURATION_S:.0f} s."),
     click.option("--max-size", default="512M", show_default=True,
-                 help="Stop when perf.data reaches this size (perf's B/K/M/G)."),
+                 help="Stop when the recording (perf.data, or BPF's records) reaches this size (B/K/M/G)."),
     click.option("--call-graph", default="fp", show_default=True,
-                 help="How perf walks stacks: fp (cheap) or dwarf[,BYTES] (full user stacks through libraries "
-                      "built without frame pointers; ~10x bigger captures)."),
+                 help="How user stacks are walked: fp (cheap) or dwarf[,BYTES] (perf only: full user stacks through "
+                      "libraries built without frame pointers; ~10x bigger captures)."),
     click.option("--mmap-pages", "-m",
                  help="perf's ring buffer size in pages (a power of two); raise it when events are lost."),
     click.option("--enable-schedstats", is_flag=True,
@@ -146,17 +146,25 @@ RECORDING_OPTIONS = (
 SETTINGS = tuple(item.name for item in fields(Settings))
 
 
-def recording_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """RECORDING_OPTIONS on `command`, which gets them as one `settings: Settings`, checked."""
-    def with_settings(**given: Any) -> Any:
-        settings = Settings(**{name: given.pop(name) for name in SETTINGS})
-        check_bounds(settings)
-        return command(settings=settings, **given)
+def recording_options(duration_default: str = f"{DEFAULT_DURATION_S:g}") -> Callable[..., Any]:
+    """RECORDING_OPTIONS and --duration (its default said as `duration_default`) on a command,
+    which gets them as one `settings: Settings`, checked."""
+    duration = click.option("--duration", "-d", "duration_s", type=float,
+                            help=f"Seconds to record at most; more than {MAX_DURATION_S:.0f} needs --no-limit "
+                                 f"[default: {duration_default}].")
 
-    functools.update_wrapper(with_settings, command)
-    for option in reversed(RECORDING_OPTIONS):
-        with_settings = option(with_settings)
-    return with_settings
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        def with_settings(**given: Any) -> Any:
+            settings = Settings(**{name: given.pop(name) for name in SETTINGS})
+            check_bounds(settings)
+            return command(settings=settings, **given)
+
+        functools.update_wrapper(with_settings, command)
+        for option in reversed((*RECORDING_OPTIONS[:2], duration, *RECORDING_OPTIONS[2:])):
+            with_settings = option(with_settings)
+        return with_settings
+
+    return decorate
 
 
 def settings_given(ctx: click.Context) -> list[str]:
@@ -180,7 +188,7 @@ def output_option(help_text: str) -> Callable[..., Any]:
 
 @click.command()
 @target_options
-@recording_options
+@recording_options()
 @output_option("Capture directory")
 @click.option("--force", is_flag=True, help="Replace an existing capture at --output.")
 @click.option("--keep", "keep_s", type=float, callback=lambda ctx, param, value: None if value is None else
@@ -195,9 +203,11 @@ def record(settings: Settings, output: Path | None, force: bool, keep_s: float |
            triggers: tuple[Any, ...], flight_output: Path, command: tuple[str, ...], **chosen: Any) -> None:
     """Record where threads wait while they are off CPU.
 
-    Runs perf on the scheduler's switch and wakeup tracepoints (with call
-    stacks) and the thread lifecycle tracepoints, for --duration seconds at
-    most, and writes a capture directory: perf.data and capture.json.
+    Times every switch and wakeup of the target's threads at the
+    scheduler's tracepoints, with their call stacks, for --duration seconds
+    at most, and writes a capture directory: capture.json and the
+    recording, BPF's wait records and stacks (bpf-records.bin,
+    bpf-stacks.bin) or perf's perf.data (see --backend).
     Ctrl-C ends the recording early and still leaves a complete capture.
     Threads that never run while it records (deadlocked, stuck on a lock,
     idle) leave no event: their stacks are read from the live process at the
@@ -300,15 +310,8 @@ def _check_runnable(program: str) -> None:
 
 
 def check_bounds(settings: Settings) -> None:
-    duration = settings.duration_s
-    if not math.isfinite(duration):
-        raise click.BadParameter(f"give a number of seconds, not {duration}", param_hint="--duration")
-    if duration <= 0:
-        raise click.BadParameter("must be more than 0 seconds", param_hint="--duration")
-    if duration > MAX_DURATION_S and not settings.no_limit:
-        # as given: 600.0001 is not "600"
-        raise click.BadParameter(f"{repr(duration).removesuffix('.0')} s is more than {MAX_DURATION_S:.0f} s; add "
-                                 "--no-limit if you mean it", param_hint="--duration")
+    if settings.duration_s is not None:  # the defaults are within bounds
+        _check_duration(settings.duration_s, settings.no_limit)
     _check_max_size(settings.max_size)
     call_graph, mmap_pages = settings.call_graph, settings.mmap_pages
     shape = CALL_GRAPH_PATTERN.match(call_graph)
@@ -319,6 +322,17 @@ def check_bounds(settings: Settings) -> None:
                                  "example dwarf,16384", param_hint="--call-graph")
     if mmap_pages is not None:
         _check_mmap_pages(mmap_pages)
+
+
+def _check_duration(duration: float, no_limit: bool) -> None:
+    if not math.isfinite(duration):
+        raise click.BadParameter(f"give a number of seconds, not {duration}", param_hint="--duration")
+    if duration <= 0:
+        raise click.BadParameter("must be more than 0 seconds", param_hint="--duration")
+    if duration > MAX_DURATION_S and not no_limit:
+        # as given: 600.0001 is not "600"
+        raise click.BadParameter(f"{repr(duration).removesuffix('.0')} s is more than {MAX_DURATION_S:.0f} s; add "
+                                 "--no-limit if you mean it", param_hint="--duration")
 
 
 def _check_max_size(max_size: str) -> None:
@@ -374,24 +388,45 @@ def _print_summary(info: CaptureInfo, request: RecordRequest, suggest_report: bo
     """One line (what was recorded, where, what to run next), then a note for each thing to know."""
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     ended = "" if info.ended_by == "duration" else f", ended by {info.ended_by}"
+    if info.command_cut_short:
+        ended = f", ended by {info.ended_by} while the command still ran"
     where = printable(shlex.quote(str(request.output)))
     following = f" Next: offcpu report text {where} (or report svg, html, json, folded)" if suggest_report else ""
     console.print(
         f"Recorded {info.target.describe()} with {info.backend} for {info.duration_actual_s:.1f} s{ended}: "
-        f"{_recorded_counts(info)}, {info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, in {where}/."
+        f"{info.recorded_counts}, {info.perf_data_bytes / 1e6:.1f} MB, {info.lost_events:,} lost, in {where}/."
         f"{following}", markup=False)
     for note in _notes(info, request):
         console.print(f"  note: {note}", markup=False)
 
 
-def _recorded_counts(info: CaptureInfo) -> str:
-    if info.bpf is None:
-        return f"{counted(info.samples, 'event')} (+{info.switch_records:,} switch records)"
-    return f"{counted(info.samples, 'wait')} ({info.bpf.get('sampled', 0):,} with stacks)"
+def _runtimes_left_native(info: CaptureInfo) -> list[str]:
+    """What perf's recording leaves native: the recorded processes, still running, that run a
+    runtime whose own frames only a BPF recording reads (offcpu.recording.runtime_stacks)."""
+    target = info.target
+    pids = sorted({*info.processes_at_start.values(), *target.pids, *([target.pid] if target.pid else [])})
+    found = [f"{pid} ({runtime})" for pid in pids if (runtime := runtime_stacks.runtime_of(pid)) is not None]
+    if not found:
+        return []
+    more = f" and {len(found) - 5:,} more" if len(found) > 5 else ""
+    return [f"the program's own frames (functions, files and lines) of process{'es' * (len(found) > 1)} "
+            f"{', '.join(found[:5])}{more} are read only when offcpu records with BPF (the default where the "
+            "kernel allows it): this recording shows their native frames alone"]
+
+
+def cut_short_fix(info: CaptureInfo) -> str:
+    """What to do so that a command the recording cut short is recorded to its end."""
+    if info.ended_by == "duration":
+        return "to record all of it, raise --duration (-d) past the command's run, or shorten the command"
+    if info.ended_by == "max size":
+        return "to record all of it, raise --max-size, or shorten the command"
+    return "record it again, to its end"
 
 
 def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
     notes = [f"recorded with {info.backend}: {info.backend_why}"] if request.backend == "auto" else []
+    if info.cut_short_note:
+        notes.append(f"{info.cut_short_note}; {cut_short_fix(info)}")
     if info.command_exit_status:
         status = info.command_exit_status
         notes.append(f"the command exited with status {status}"
@@ -418,6 +453,8 @@ def _notes(info: CaptureInfo, request: RecordRequest) -> list[str]:
                      "(idle, stopped or deadlocked?); reports can only show them off CPU all along, with no stack")
     if info.lost_note:
         notes.append(info.lost_note)
+    if info.backend == "perf":
+        notes += _runtimes_left_native(info)
     if info.spin_note:
         notes.append(info.spin_note)
     if info.user_stacks_truncated:

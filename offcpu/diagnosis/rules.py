@@ -36,7 +36,7 @@ from offcpu.diagnosis.roots import IN_TURNS, ON_CPU
 from offcpu.diagnosis.wording import counted, pct, us_text
 from offcpu.model import BEFORE_WINDOW, WHOLE_WINDOW, Row
 from offcpu.model.summaries import runqueue_percentiles
-from offcpu.stacks import JDK_PACKAGES, held_by, runtime_parts, waited_for
+from offcpu.stacks import JDK_PACKAGES, RUNTIME_MARKS, held_by, runtime_parts, waited_for
 
 # thread_limits: a limit used this much is worth a finding, a warning, critical.
 LIMIT_INFO_FROM = 0.5
@@ -61,8 +61,9 @@ BLOCKING_CALL_REMEDY = ("Make no blocking call while holding the lock (or the mo
                         "it go.")
 RUNTIME_DEADLOCK_REMEDY = (
     "Threads that each hold a lock another of them waits for never go on. Take the locks (monitors: synchronized "
-    "blocks) in one order everywhere, or take the second with a timeout (ReentrantLock.tryLock) and back off. The "
-    "stacks show where each thread waits and who held what it waits for; `jstack PID` shows which monitors each holds.")
+    "blocks) in one order everywhere, or take the second with a timeout (ReentrantLock.tryLock, Ruby's "
+    "Mutex#try_lock) and back off. The stacks show where each thread waits and who held what it waits for; "
+    "`jstack PID` shows which monitors a JVM's threads hold.")
 LOCK_REMEDY = ("Hold the lock for less time or less often: move work out of the critical section, split the data so "
                "threads do not share one lock (per-thread or per-CPU state merged at the end, striped locks), or use "
                "atomics for simple counters. The wait site shows who waits, the release site who held it.")
@@ -269,21 +270,28 @@ def _sites_text(words: str, by_frame: dict[str, int], whole: int) -> str:
     return (words + ", ".join(f"{frame} ({pct(us / whole)})" for frame, us in heaviest)) if heaviest else ""
 
 
+RUBY_ENDING = f") {RUNTIME_MARKS['MRI']}"  # a Ruby frame's: its holders were named by reads of its memory
+
+
 def _owners(ctx: Context, rows: list[Row]) -> str:
     """Who held the lock, where the runtime named its owner while the threads waited (a Java
     monitor's, in the stacks' holder frames): the owners' place that most of the waits' time had,
     with their names; "" where none was named."""
     places: dict[str, tuple[set[str], int]] = {}
+    ruby = False
     for row in rows:
-        held = next((found for frame in ctx.model.stacks[row.stack].frames if (found := held_by(frame))), None)
+        frames = ctx.model.stacks[row.stack].frames
+        held = next((found for frame in frames if (found := held_by(frame))), None)
         if held is not None:
             owner, _, where = held.rpartition(": ")
             names, us = places.get(where, (set(), 0))
             places[where] = (names | {owner}, us + row.offcpu_us)
+            ruby = ruby or any(frame.endswith(RUBY_ENDING) for frame in frames)
     if not places:
         return ""
     where, (names, us) = max(places.items(), key=lambda place: place[1][1])
-    return (f"; {pct(us / max(total(rows), 1))} of that time the thread dumps named its owner as "
+    named_by = "the reads of its threads" if ruby else "the thread dumps"  # a Ruby process's memory, a JVM's dumps
+    return (f"; {pct(us / max(total(rows), 1))} of that time {named_by} named its owner as "
             f"{', '.join(sorted(names))}, in {where}")
 
 

@@ -66,6 +66,8 @@ class Measurements:
     locks: dict[str, FindingFigures]  # the lock findings, by lock name
     lost_events: int = 0  # what perf lost of the events it meant to record
     lost_share: float = 0.0  # of those events (0-1)
+    # The recording holds a command's whole run (CaptureInfo.whole_run): one run of the work it does
+    whole_run: bool = False
 
     @property
     def lost_said(self) -> str | None:
@@ -74,11 +76,6 @@ class Measurements:
             return None
         return f"perf lost {self.lost_events:,} events ({self.lost_share:.2%}): some waits are missing or cut short"
 
-    @property
-    def blocked_share(self) -> float:
-        """Blocked time, waits for work left out, over the threads' time."""
-        return (self.blocked_us - self.idle_blocked_us) / self.threads_us if self.threads_us else 0.0
-
     def share(self, rule: str) -> float:
         figures = self.findings.get(rule)
         return figures.share if figures else 0.0
@@ -86,6 +83,20 @@ class Measurements:
     def uncertainty(self, rule: str) -> float:
         figures = self.findings.get(rule)
         return figures.uncertainty if figures else 0.0
+
+    def time_us(self, rule: str) -> tuple[float, float]:
+        """A finding's off-CPU time, all its threads together, and its uncertainty (its share's,
+        relative to the share); 0 when not found."""
+        figures = self.findings.get(rule)
+        if figures is None:
+            return 0.0, 0.0
+        relative = figures.uncertainty / figures.share if figures.share else 0.0
+        return float(figures.offcpu_us), figures.offcpu_us * relative
+
+    @property
+    def blocked_time_us(self) -> int:
+        """Blocked time, waits for work left out."""
+        return self.blocked_us - self.idle_blocked_us
 
     def ms_per_s(self, rule: str) -> float:
         return self._ms_per_s(self.findings.get(rule))
@@ -141,6 +152,7 @@ def measure(model: Model, table: LockTable | None = None) -> Measurements:
         locks={f.subject: _figures(f) for f in found if f.id in LOCK_FINDINGS and f.subject},
         lost_events=model.capture.lost_events,
         lost_share=model.capture.lost_share,
+        whole_run=model.capture.whole_run,
     )
 
 
@@ -182,6 +194,7 @@ def measurements_from_report(report: dict) -> Measurements:
                if f["id"] in LOCK_FINDINGS and f["subject"]},
         lost_events=capture.lost_events,
         lost_share=capture.lost_share,
+        whole_run=capture.whole_run,
     )
 
 
@@ -220,6 +233,7 @@ class Verdict:
     baseline: Measurements | None
     checks: list[Check]
     comparisons: list[Check]  # against the baseline, when there is one
+    baseline_rule: str = ""  # how the comparisons were made (Unit.rule)
 
     @property
     def passed(self) -> bool:
@@ -236,8 +250,10 @@ def evaluate(policy: Policy, run: Measurements, baseline: Measurements | None = 
                for check in _limit_checks(rule, vars(limits), run, policy.strict)]
     checks += [check for name, lock in policy.locks.limits().items()
                for check in _lock_checks(name, lock, run, policy.strict)]
-    comparisons = _compare(policy, run, baseline) if baseline is not None else []
-    return Verdict(policy, run, baseline, checks, comparisons)
+    if baseline is None:
+        return Verdict(policy, run, baseline, checks, [])
+    unit = Unit(run.whole_run and baseline.whole_run)
+    return Verdict(policy, run, baseline, checks, _compare(policy, unit, run, baseline), unit.rule)
 
 
 def _not_above_info(rule: str, run: Measurements, strict: bool) -> Check:
@@ -317,43 +333,72 @@ def _lock_checks(name: str, lock: Lock, run: Measurements, strict: bool) -> list
 LOCK = "lock"
 
 
-def _compare(policy: Policy, run: Measurements, baseline: Measurements) -> list[Check]:
-    """Each finding seen in either run, and blocked time, as shares. Waits for work are
-    never compared, nor, unless the policy gives it tolerances of its own, CPU saturation:
-    a fix that removes a lock makes the threads busy, and that is no regression."""
+def _compare(policy: Policy, unit: Unit, run: Measurements, baseline: Measurements) -> list[Check]:
+    """Each finding seen in either run, and blocked time, by its time per unit of work (see
+    Unit). Waits for work are never compared, nor, unless the policy gives it tolerances of its
+    own, CPU saturation: a fix that removes a lock makes the threads busy, and that is no regression."""
     rules = [rule for rule in dict.fromkeys([*baseline.findings, *run.findings])
              if rule != WAITS_FOR_WORK and (rule not in NOT_GATED_BY_DEFAULT or rule in policy.regression.overrides)]
-    pairs = [(rule, baseline.share(rule), run.share(rule),
-              math.hypot(baseline.uncertainty(rule), run.uncertainty(rule))) for rule in rules]
-    pairs.append((BLOCKED, baseline.blocked_share, run.blocked_share, 0.0))
-    return [_growth(policy, rule, before, after, uncertainty) for rule, before, after, uncertainty in pairs]
+    times = [(rule, baseline.time_us(rule), run.time_us(rule)) for rule in rules]
+    times.append((BLOCKED, (baseline.blocked_time_us, 0.0), (run.blocked_time_us, 0.0)))
+    return [_growth(policy, rule, unit, baseline, run, before, after) for rule, before, after in times]
 
 
-def _growth(policy: Policy, rule: str, before: float, after: float, uncertainty: float) -> Check:
-    """A share grew too much when it grew past both of its tolerances: by more than
-    max_share_growth points and by more than max_relative_growth of itself, and by more
-    than the uncertainty of the growth (of both shares together) past them; within that, it
-    is near them, and passes unless the policy is strict."""
+@dataclass(frozen=True)
+class Unit:
+    """What a time is compared per: a run, when both recordings hold a command's whole run (a
+    benchmark doing the same work each time); otherwise a second of recording. Unlike a share
+    (which cannot pass 100%), a time per run grows as the time itself does at any share."""
+
+    per_run: bool
+
+    def of(self, measurements: Measurements, us: float) -> float:
+        return us if self.per_run else us / measurements.window_s if measurements.window_s else 0.0
+
+    def said(self, us: float) -> str:
+        return f"{_ms(us)} ms" + ("" if self.per_run else "/s")
+
+    @property
+    def rule(self) -> str:
+        """The rule of the comparisons, in words, for the verdict to say above them."""
+        per = "a run (both recorded a command's whole run)" if self.per_run else \
+            "a second of recording (not both recorded a command's whole run)"
+        return (f"times {per}; each fails past both its limits (of the baseline's time, and of the run's threads' "
+                "time) by more than its ±")
+
+
+def _growth(policy: Policy, rule: str, unit: Unit, baseline: Measurements, run: Measurements,
+            before: tuple[float, float], after: tuple[float, float]) -> Check:
+    """A time per unit of work grew too much when it grew past both of its tolerances: by more
+    than max_relative_growth of the baseline's, and by more than max_share_growth of the run's
+    threads' time (so that a few ms more of a rare wait never fails); and by more than the
+    uncertainty of the growth (of both times together, √(a² + b²)) past them. Within that, it is
+    near them, and passes unless the policy is strict."""
     tolerance = policy.regression.tolerance(rule)
-    growth = after - before
-
-    def relative_to_before(grown: float) -> float:
-        return grown / before if before > 0 else (math.inf if grown > 0 else 0.0)
+    was, now = unit.of(baseline, before[0]), unit.of(run, after[0])
+    uncertainty = math.hypot(unit.of(baseline, before[1]), unit.of(run, after[1]))
+    floor = tolerance.max_share_growth * unit.of(run, run.threads_us)
+    growth = now - was
 
     def within(grown: float) -> bool:
-        return grown <= tolerance.max_share_growth or relative_to_before(grown) <= tolerance.max_relative_growth
+        return grown <= floor or grown <= tolerance.max_relative_growth * was
 
     near = not within(growth) and within(growth - uncertainty)
     passed = within(growth) or (near and not policy.strict)
     what = "blocked time, waits for work left out" if rule == BLOCKED else rule
-    relative = relative_to_before(growth)
-    relative_text = f"{relative:+,.0%}" if math.isfinite(relative) else "new"
-    plus_minus = f" ± {uncertainty * 100:.1f}" if uncertainty else ""
-    detail = f"{'grew' if growth > 0 else 'shrank'} {abs(growth) * 100:.1f}{plus_minus} points ({relative_text})" \
+    relative = f"{growth / was:+,.0%}" if was else "new"
+    plus_minus = f" ± {unit.said(uncertainty)}" if uncertainty else ""
+    detail = f"{'grew' if growth > 0 else 'shrank'} {unit.said(abs(growth))}{plus_minus} ({relative})" \
         if growth else "unchanged"
-    limit = f"+{tolerance.max_share_growth * 100:.1f} pts or +{tolerance.max_relative_growth:,.0%}"
-    return Check(rule, f"baseline: {what}", f"{_pct(before)} -> {_pct(after)}", limit, passed,
+    limit = f"+{tolerance.max_relative_growth:,.0%}, +{unit.said(floor)}"
+    measured = f"{_ms(was)} -> {unit.said(now)}" + (" a run" if unit.per_run else "")
+    return Check(rule, f"baseline: {what}", measured, limit, passed,
                  _NEAR + detail if near else detail, near)
+
+
+def _ms(us: float) -> str:
+    """Microseconds as milliseconds, to a tenth below 100 ms (a table's column stays narrow)."""
+    return f"{us / 1000:,.0f}" if us >= 100_000 else f"{us / 1000:.1f}"
 
 
 def _pct(share: float) -> str:

@@ -16,17 +16,16 @@ from dataclasses import dataclass
 from offcpu.errors import OffcpuError
 from offcpu.model import Model
 from offcpu.model.stackview import SEPARATOR, StackView, folded
-from offcpu.stacks import PLUMBING
+from offcpu.stacks import SCHEDULER
 
 # Root-most frames of the kernel's part of a stack (system call, fault, interrupt,
 # kernel thread; x86-64 and arm64): a folded line does not say where the kernel
 # begins, and the table's short stacks put the program's frames before the kernel's.
 KERNEL_ENTRY_PREFIXES = ("entry_SYSCALL", "entry_INT80", "asm_", "ret_from_fork", "el0")
-# The scheduler's frames at the leaf of every off-CPU stack (__schedule, schedule,
-# schedule_preempt_disabled, io_schedule, ...). A differential flame graph colours a
-# frame by the change in its self time, which is all the leaf's: with these left in,
-# only they would be coloured, not the frame that says why the thread waited.
-SCHEDULER_LEAF = frozenset(frame for frame in PLUMBING if "schedule" in frame)
+# A differential flame graph colours a frame by the change in its self time, which is all the
+# leaf's: with the scheduler's frames (stacks.SCHEDULER) at the leaf, only they would be
+# coloured, not the frame that says why the thread waited. A capture's drawn stacks are
+# without them already (stacks.wait_site); a folded file's may not be.
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ class Diff:
 
     def lines(self) -> list[str]:
         """Differential folded lines, "frames base_us new_us", as flamegraph.pl and inferno take them,
-        without the scheduler's leaf frames (see SCHEDULER_LEAF); stacks that differed only
+        without the scheduler's leaf frames (stacks.SCHEDULER); stacks that differed only
         there add up, so both sides keep their totals."""
         drawn: dict[str, list[int]] = {}
         for change in self.changes:
@@ -95,7 +94,7 @@ def without_scheduler_leaf(stack: str) -> str:
     frames = stack.split(";")
     blocked_end = frames.index(SEPARATOR) if SEPARATOR in frames else len(frames)
     end = blocked_end
-    while end > 1 and frames[end - 1] in SCHEDULER_LEAF:
+    while end > 1 and frames[end - 1] in SCHEDULER:
         end -= 1
     return ";".join(frames[:end] + frames[blocked_end:]) if end < blocked_end else stack
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.model import PREEMPTED, WAKER_NOT_RECORDED, Model, Row, Thread, WaitTimes
-from offcpu.model.wakeups import cause_of_waker
-from offcpu.stacks import Runs, parts, reading, runs_said
+from offcpu.model.wakeups import cause_name, cause_of_waker
+from offcpu.stacks import Runs, parts, reading, runs_said, wait_site
 
 SEPARATOR = "--"  # between the blocked stack and the waker's, as in wakeup flame graphs
 # flamegraph.pl and inferno read a line whose last frame ends in blanks and a number
@@ -229,6 +229,7 @@ def _frames(model: Model, view: StackView, index: int) -> tuple[tuple[str, ...],
     """A stack's frames the view draws, root first, each run of unnamed frames as one, how
     many of them (the last) are the kernel's, and the runs' lengths."""
     user, kernel = parts(model.stacks[index])
+    kernel = wait_site(kernel)  # its leaf says what the thread waited for
     if view.user_only:
         return (user.frames, 0, user.runs) if user.frames else (("[no user frames]",), 0, [])
     if view.kernel_only:
@@ -276,6 +277,6 @@ def woken_by(model: Model, row: Row, by_thread: bool = True) -> str:
     if waker.kind == "unrecorded":
         return WAKER_NOT_RECORDED
     if waker.kind != "thread":  # an interrupt's: what it was, not the thread it came in (see waker_pairs)
-        return f"[{cause_of_waker(waker, model.stacks[waker.stack], same_service=False)}]"
+        return cause_name(cause_of_waker(waker, model.stacks[waker.stack], same_service=False))
     name = re.sub(r"\s", "_", waker.comm)  # a folded line's last frame: "worker 3" would read as a count
     return f"{name}-{waker.tid}" if by_thread else name

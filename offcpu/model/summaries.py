@@ -197,27 +197,41 @@ def sampling_note(model: Model) -> str | None:
     """How many waits carry a stack, when their stacks were sampled (None when all do)."""
     if not model.sampled:
         return None
-    return (f"stacks of {model.stacked_waits:,} of {model.waits:,} waits (sampled under the cost budget); times per "
-            "stack are estimates, ± one standard error; threads' times are exact")
+    return (f"stacks were taken for {model.stacked_waits:,} of the {model.waits:,} waits, a sample that keeps the "
+            "recording's cost down (--stack-budget): the time shown per stack is an estimate, ± one standard error; "
+            "each thread's time is exact")
 
 
-def caveats(model: Model) -> list[str]:
-    """What makes the numbers less than whole, in sentences, for the reports to lead with
+@dataclass(frozen=True)
+class Caveat:
+    """A sentence the reports lead with, on what the numbers or the stacks lack."""
+
+    text: str
+    # It changes a number the reader would act on (waits missing, times not split, the
+    # recording's own cost): said as a warning (in red), the others as notes
+    warns: bool
+
+
+def caveats(model: Model) -> list[Caveat]:
+    """What makes the numbers or the stacks less than whole, for the reports to lead with
     (after the warning that they cannot be trusted, when they cannot: see untrusted)."""
-    said = [*model.lacks, *(note for note in (sampling_note(model), model.capture.lost_note,
-                                              model.capture.spin_note) if note)]
+    # a command cut short: what it did after is not in the numbers
+    warnings = [*model.lacks, *(note for note in (model.capture.cut_short_note, model.capture.lost_note,
+                                                  model.capture.spin_note) if note)]
     cost = observer(model)
     if cost.share_of_oncpu >= OBSERVER_NOTE_FROM:
-        said.append(f"perf's handling of the switches took {cost.share_of_oncpu:.1%} of the threads' time on CPU, "
-                    "and its stack walks at wakeups and its own process take more: throughput bound by their CPU "
-                    "time is lower by at least as much while recording; on a program that switches this often, "
-                    "record for less time, with --call-graph fp rather than dwarf, and compare with an unrecorded "
-                    "run")
-    said += model.binary_notes
+        warnings.append(f"perf's handling of the switches took {cost.share_of_oncpu:.1%} of the threads' time on "
+                        "CPU, and its stack walks at wakeups and its own process take more: throughput bound by "
+                        "their CPU time is lower by at least as much while recording; on a program that switches "
+                        "this often, record for less time, with --call-graph fp rather than dwarf, and compare with "
+                        "an unrecorded run")
+    unread = unreadable_note(model)
+    if unread and not untrusted(model):
+        warnings.append(unread)
+    notes = [note for note in [sampling_note(model), *model.binary_notes] if note]
     if model.asleep_threads:
         one = model.asleep_threads == 1
-        said.append(f"{model.asleep_threads:,} thread{'' if one else 's'} did not run during the recording: "
-                    f"{'its stack is the one it' if one else 'their stacks are those they'} slept in at its end, "
-                    "read from the live process")
-    unread = unreadable_note(model)
-    return said + ([unread] if unread and not untrusted(model) else [])
+        notes.append(f"{model.asleep_threads:,} thread{'' if one else 's'} did not run during the recording: "
+                     f"{'its stack is the one it' if one else 'their stacks are those they'} slept in at its end, "
+                     "read from the live process")
+    return [*(Caveat(text, True) for text in warnings), *(Caveat(text, False) for text in notes)]

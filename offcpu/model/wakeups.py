@@ -25,6 +25,14 @@ CAUSE_WORDS = {
     PREEMPTED_CAUSE: "preemption", NEW: "its creation",
 }
 
+
+
+def cause_name(cause: str) -> str:
+    """What ended waits, not a thread (TIMER, DEVICE, NETWORK, INTERRUPT), as every report's
+    tables, graphs and flame graphs name it: "[timer]"."""
+    return f"[{cause}]"
+
+
 _TIMER = re.compile(r"hrtimer_wakeup|__hrtimer_run_queues|hrtimer_interrupt|call_timer_fn|process_timeout|"
                     r"it_real_fn|run_timer_softirq|tick_sched_|posix_timer_fn|alarmtimer_")
 _DEVICE = re.compile(r"blk_mq_|blk_update_request|bio_endio|scsi_|nvme_|virtblk_|ata_|ahci_|"

@@ -69,6 +69,7 @@ WAIT, FORK, EXIT, COMM = 1, 2, 3, 4  # record kinds
 # A wait's `estimated` bits: its switch-out or switch-in was not reported to the tracepoint, and
 # was placed by the thread's time on CPU as the kernel counts it
 ESTIMATED_SINCE, ESTIMATED_BACK = 1, 2
+MAPS_NAMED = 5  # processes named in the note on maps not read; the others counted
 TASK_EVENTS = np.array([-1, -1, THREAD_FORK, THREAD_EXIT, THREAD_COMM])  # by record kind
 STACK_ENTRY = struct.Struct("<II")  # bpf-stacks.bin: id, depth, then depth u64 addresses
 # The BPF program's stack table: at most MAX_STACKS stacks of MAX_STACK_DEPTH addresses each
@@ -94,7 +95,7 @@ USER_STACK_UNREADABLE = "[user stack could not be read]"
 ORDER = np.zeros(7, np.int8)  # by kind: its rank at one time
 ORDER[[THREAD_FORK, SWITCH_IN, SCHED_SWITCH, SCHED_WAKING, THREAD_COMM, THREAD_EXIT]] = np.arange(6)
 BATCH = 1 << 16  # events handed to the sink at a time
-LANGUAGES = {"CPython": "Python", "HotSpot": "Java"}  # whose frames a runtime's are
+LANGUAGES = {"CPython": "Python", "HotSpot": "Java", "MRI": "Ruby"}  # whose frames a runtime's are
 RUNTIME_NOTED_NS = 10_000_000  # the waits whose runtime frames the notes count: 10 ms or more
 
 # prev_state as perf prints it (the kernel's __trace_sched_switch_state and __task_state_index)
@@ -356,7 +357,8 @@ class BpfReader:
         with_user = (chain for chain in named if isinstance(chain, tuple) and chain[1] >= 0)
         unmapped = {(pid, generation) for _, _, pid, generation, _ in with_user} - maps.mappings.keys()
         self.binary_notes = [*self._unreadable_note(table), *self._unseen_switches_note(),
-                             *_maps_note(snapshots, len(unmapped)), *symbolizer.notes, *self._runtime_notes(),
+                             *_maps_note(snapshots, [self._process_name(pid) for pid in sorted(
+                                 {pid for pid, _ in unmapped})]), *symbolizer.notes, *self._runtime_notes(),
                              *perf_maps.notes(processes, symbolizer.perf_map_named)]
         return named
 
@@ -389,15 +391,27 @@ class BpfReader:
         return notes
 
     def _unseen_switches_note(self) -> list[str]:
-        """How many switches the tracepoint did not report, in a sentence (none when none)."""
-        estimated = self.records["estimated"][self.records["kind"] == WAIT]
+        """How many switches the tracepoint did not report, and what that changed, in a sentence
+        (none when none)."""
+        waits = self.records[self.records["kind"] == WAIT]
+        estimated = waits["estimated"]
         unseen = int(np.count_nonzero(estimated & ESTIMATED_SINCE) + np.count_nonzero(estimated & ESTIMATED_BACK))
         if not unseen:
             return []
-        switches = "switch" if unseen == 1 else "switches"
-        were = "was" if unseen == 1 else "were"
-        return [f"{unseen:,} {switches} the kernel did not report to the recording {were} placed by the threads' time "
-                "on CPU as the kernel counts it"]
+        placed = waits[estimated != 0]
+        one = len(placed) == 1
+        ms = int(np.sum(placed["back_ns"].astype(np.int64) - placed["since_ns"].astype(np.int64))) / 1e6
+        return [f"the kernel did not report {unseen:,} of the threads' switches to offcpu: the "
+                f"{'wait' if one else f'{len(placed):,} waits'} {'it' if unseen == 1 else 'they'} began or ended "
+                f"({ms:,.1f} ms off CPU{'' if one else ' in all'}) {'was' if one else 'were'} timed from the threads' "
+                "time on CPU as the kernel counts it instead, so every thread's total stays whole"]
+
+    def _process_name(self, pid: int) -> str:
+        """A process as 'pid (name)', by its main thread's last name recorded (else any thread's)."""
+        mine = self.records[self.records["pid"] == pid]
+        main = mine[mine["tid"] == pid]
+        comm = (main if len(main) else mine)["comm"]
+        return f"{pid} ({printable(comm[-1].decode(errors='replace'))})" if len(comm) else str(pid)
 
     def _unreadable_note(self, table: dict[int, tuple[int, ...]]) -> list[str]:
         """How many stacks taken could not be read, in a sentence (none when all could)."""
@@ -443,14 +457,20 @@ def _stack(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symboliz
     return without_tracing(Stack(tuple(frames), kernel_frames))
 
 
-def _maps_note(snapshots: list | None, unmapped: int) -> list[str]:
+def _maps_note(snapshots: list | None, unmapped: list[str]) -> list[str]:
+    """What the user frames lack for want of memory maps: of every process, or of `unmapped` ones."""
     if snapshots is None:
         return ["the capture holds no readable bpf-maps.json (the memory maps of its processes): user frames are "
                 "shown as [unknown]"]
-    if unmapped:
-        return [f"{unmapped:,} process{'es' * (unmapped != 1)} had no memory maps read while recording (gone before "
-                "offcpu read them): their user frames are shown as [unknown]"]
-    return []
+    if not unmapped:
+        return []
+    one = len(unmapped) == 1
+    named = ", ".join(unmapped[:MAPS_NAMED]) + (f" and {len(unmapped) - MAPS_NAMED:,} more"
+                                                if len(unmapped) > MAPS_NAMED else "")
+    return [f"the functions of process{'' if one else 'es'} {named} in {'its' if one else 'their'} own code and "
+            f"libraries are shown as [unknown] in some of {'its' if one else 'their'} waits: "
+            f"{'it' if one else 'they'} ended, or ran another program, before offcpu read {'its' if one else 'their'} "
+            "memory maps"]
 
 
 def _chains(kernel: np.ndarray, user: np.ndarray, pids: np.ndarray, times: np.ndarray, generations: Generations,

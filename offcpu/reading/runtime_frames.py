@@ -1,4 +1,4 @@
-"""runtime-stacks.json: the stacks of a BPF recording's runtimes (CPython, HotSpot), read while it
+"""runtime-stacks.json: the stacks of a BPF recording's runtimes (CPython, HotSpot, MRI Ruby), read while it
 recorded (offcpu.recording.runtime_stacks), and how they join its waits.
 
 Each sample is one thread's runtime stack, read at a time (CLOCK_MONOTONIC, the records'
@@ -50,7 +50,7 @@ import numpy as np
 
 from offcpu.capture import RUNTIME_STACKS
 from offcpu.files import read_json
-from offcpu.stacks import HELD_BY, JDK_PACKAGES, RUNTIME_MARK, RUNTIME_MARKS
+from offcpu.stacks import HELD_BY, JDK_PACKAGES, RUBY_WAITS, RUNTIME_MARK, RUNTIME_MARKS
 
 SCHEMA = "offcpu-runtime-stacks/1"
 RUNTIME_STACKS_MAX = 64 << 20  # the most runtime-stacks.json is read of
@@ -58,7 +58,8 @@ NO_RUNTIME_STACK = -1  # a wait that no sample joined
 NO_OWNER = -1
 # The lock lines of a Java thread's innermost frame that say what it waits for (hotspot_dump.LOCK_KINDS)
 WAITS_TO_LOCK = ("waiting to lock", "waiting to re-lock in wait()")  # a monitor, which has an owner
-WAIT_KINDS = ("waiting to lock", "waiting to re-lock in wait()", "parking to wait for", "waiting on")
+WAITS_FOR_GVL, WAITS_FOR_JOIN, ASLEEP_UNTIL_WOKEN = RUBY_WAITS  # and these, which name no object
+WAIT_KINDS = ("waiting to lock", "waiting to re-lock in wait()", "parking to wait for", "waiting on", *RUBY_WAITS)
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ def owner_of(locks: list[dict]) -> int:
 
 def _plain(frame: Frame) -> str:
     """`MonitorSleep.pause (MonitorSleep.java:36)`, `java.lang.Thread.sleep` (a native method)."""
-    return frame.function if frame.line == 0 else f"{frame.function} ({frame.file}:{frame.line})"
+    return frame.function if frame.line == 0 else f"{frame.function} ({os.path.basename(frame.file)}:{frame.line})"
 
 
 def wait_frames(locks: list[dict], stacks: list[tuple[Frame, ...]]) -> tuple[WaitFrame, ...]:
@@ -200,10 +201,10 @@ def wait_frames(locks: list[dict], stacks: list[tuple[Frame, ...]]) -> tuple[Wai
     (`[held by worker-2: java.lang.Thread.sleep at MonitorSleep.pause (MonitorSleep.java:36)]`,
     `[waiting to lock a java.lang.Object]`), innermost first; () when it waits for nothing named."""
     lock = next((lock for lock in locks if lock.get("frame") == 0 and lock.get("kind") in WAIT_KINDS
-                 and lock.get("class")), None)
+                 and (lock.get("class") or lock.get("kind") in RUBY_WAITS)), None)
     if lock is None:
         return ()
-    waits = WaitFrame(f"{_text(lock['kind'])} a {_text(lock['class'])}")
+    waits = WaitFrame(f"{_text(lock['kind'])} a {_text(lock['class'])}" if lock.get("class") else _text(lock["kind"]))
     owner = lock.get("owner")
     if not isinstance(owner, dict) or not 0 <= _number(owner["stack"]) < len(stacks) or not stacks[owner["stack"]]:
         return (waits,)

@@ -232,16 +232,21 @@ class TaskHistory:
         return None
 
 
+_RUST_LEGACY = re.compile(r"17h[0-9a-f]{16}E(\.llvm\.\d+)?$")  # a Rust legacy name ends in its hash
+_LLVM_SUFFIX = re.compile(r"\.llvm\.\d+$")
+
+
 def demangle(name: str) -> str:
     """A symbol's name as perf 6.1 shows it: C++ and Rust names demangled without
     their parameters (libiberty's cplus_demangle without DMGL_PARAMS), others as they are;
     a PLT stub's as the function's, "@plt" after it."""
     if name.endswith(PLT_SUFFIX):
         return demangle(name.removesuffix(PLT_SUFFIX)) + PLT_SUFFIX
-    if name.startswith("_R") or (name.startswith("_ZN") and re.search(r"17h[0-9a-f]{16}E$", name)):
+    if name.startswith("_R") or (name.startswith("_ZN") and _RUST_LEGACY.search(name)):
         try:
-            # a legacy name without its hash (::h and 16 hex digits), as perf shows it
-            return re.sub(r"::h[0-9a-f]{16}$", "", rust_demangle(name))
+            # a legacy name without its hash (::h and 16 hex digits), and without the suffix LLVM
+            # gives a function it made local (.llvm. and digits), as perf shows it
+            return re.sub(r"::h[0-9a-f]{16}$", "", rust_demangle(_LLVM_SUFFIX.sub("", name)))
         except Exception:  # the library raises bare Exceptions for names it does not take
             return name
     if not name.startswith("_Z"):

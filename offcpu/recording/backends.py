@@ -38,8 +38,9 @@ def choose(asked: str, perf_only_options: list[str]) -> Backend:
         return Backend("perf", f"{listed} {'needs' if one else 'need'} perf")
     problem = bpf_problem()
     if problem is None:
-        return Backend("bpf", "asked for (--backend bpf)" if asked == "bpf"
-                       else "the kernel records in BPF here (BTF, tracing programs, permission)")
+        allowed = "the default where the kernel allows it, as it does here: every switch timed in the kernel, at a " \
+                  "fraction of perf's cost"
+        return Backend("bpf", "asked for (--backend bpf)" if asked == "bpf" else allowed)
     if asked == "bpf":
         raise OffcpuError(f"cannot record with BPF here: {problem}; --backend perf records with perf instead")
     return Backend("perf", f"BPF cannot record here ({problem})")

@@ -33,7 +33,7 @@ from offcpu.recording import perf_maps, targets
 from offcpu.recording.backends import Backend, BpfRefused
 from offcpu.recording.end_watch import size_in_bytes, wait_for_end
 from offcpu.recording.interrupts import Interrupts, Terminated, signals_ignored
-from offcpu.recording.perf_process import end_group
+from offcpu.recording.perf_process import end_group, signals_sent
 from offcpu.recording.process_maps import MapsRecorder
 from offcpu.recording.request import RecordRequest
 from offcpu.recording.runtime_stacks import RuntimeSampler
@@ -135,7 +135,10 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
             raise
         with signals_ignored():
             if command is not None:
+                running = command.running()
                 info.command_killed = command.end()
+                if running:
+                    info.command_cut_short = signals_sent(info.command_killed)
                 if info.ended_by == command_ended(info.target):  # it ended the recording: its status counts
                     info.command_exit_status = command.exit_status
             _count(info)
@@ -326,6 +329,13 @@ class HeldCommand:
         os.write(self._go_write, b"g")
         os.close(self._go_write)
         self._go_write = -1
+
+    def running(self) -> bool:
+        """Whether the command has not exited yet (it is not reaped here)."""
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:
+            return False
 
     def end(self) -> bool:
         """End what is left of the command (its session's group: SIGTERM, then SIGKILL after

@@ -248,6 +248,11 @@ class PerfProcess:
         self.killed_command |= end_group(self._process.pid)
 
 
+def signals_sent(killed: bool) -> list[str]:
+    """What a command still running at the recording's end was sent (capture.json's command_cut_short)."""
+    return ["SIGTERM", "SIGKILL"] if killed else ["SIGTERM"]
+
+
 def end_group(group: int) -> bool:
     """End process group `group`: SIGTERM, and SIGKILL for those still there after
     COMMAND_GRACE_S. Whether any had to be killed."""

@@ -44,10 +44,20 @@ from typing import cast
 
 from offcpu.capture import RUNTIME_STACKS
 from offcpu.files import PRIVATE, write_whole
-from offcpu.reading.runtime_frames import NO_OWNER, Frame, monitor_waited, owner_of, to_json, wait_frames
+from offcpu.reading.runtime_frames import (
+    NO_OWNER,
+    WAITS_FOR_GVL,
+    Frame,
+    monitor_waited,
+    owner_of,
+    to_json,
+    wait_frames,
+)
 from offcpu.recording import hotspot_dump
 from offcpu.recording.jvm_attach import Attacher, AttachError, target_of
+from offcpu.recording.mri_stacks import SUPPORTED, MriError, MriReader, RubyThread, ruby_version
 from offcpu.recording.process_maps import Inode, Snapshot, read_maps
+from offcpu.stacks import RUBY_MUTEX
 from offcpu.workers import child_environment, end_with_parent
 
 INTERVAL_S = 0.2
@@ -58,6 +68,7 @@ MAX_READER_MAPS = 3000  # py-spy's maps kept, one set a dump (a few hundred byte
 READER = "py-spy dump"
 JVM_INTERVAL_S = 1.0  # a JVM's reads, one this long at least after the last
 JVM_READER = "HotSpot attach: threaddump"
+MRI_READER = "offcpu's MRI 3.1 reader (/proc/PID/mem)"
 _LIBJVM = re.compile(r"/libjvm\.so$")
 # A CPython interpreter: the executable's name (python3.11) or a libpython it maps
 _PYTHON_EXE = re.compile(r"^python(\d+\.\d+)?$")
@@ -107,6 +118,18 @@ def is_hotspot(pid: int) -> bool:
         return False
 
 
+def runtime_of(pid: int) -> str | None:
+    """The runtime whose frames offcpu reads that a process runs, in words ("CPython 3.11"), or
+    None when it runs none (or is gone)."""
+    if (python := cpython_version(pid)) is not None:
+        return f"CPython {python}".rstrip()
+    if is_hotspot(pid):
+        return "a HotSpot JVM"
+    if (ruby := ruby_version(pid)) is not None:
+        return f"MRI Ruby {ruby[0]}".rstrip()
+    return None
+
+
 def namespace_tids(pid: int) -> dict[int, int]:
     """Each thread's tid as the process's own pid namespace numbers it: tid (the last of NSpid)."""
     tids = {}
@@ -149,6 +172,7 @@ class RuntimeSampler:
         self.not_runtime: set[int] = set()
         self.stacks: dict[tuple[Frame, ...], int] = {}
         self._attachers: dict[int, Attacher] = {}
+        self._mri_readers: dict[int, MriReader] = {}
         self._last_read: dict[int, float] = {}  # a JVM's, by pid (time.monotonic)
         self.samples: list[dict] = []
         # py-spy's own maps, read as each dump starts: a timer that fires while it runs on a CPU wakes a
@@ -224,10 +248,15 @@ class RuntimeSampler:
                     self.found[pid] = {"pid": pid, "runtime": "HotSpot", "version": None, "reader": JVM_READER,
                                        "interval_ms": int(JVM_INTERVAL_S * 1000), "reads": 0, "failed": 0,
                                        "error": None, "read_ms": 0.0}
+                elif (ruby := ruby_version(pid)) is not None:
+                    self._found_mri(pid, *ruby)
                 else:
                     self.not_runtime.add(pid)
                     continue
-            if self.found[pid]["runtime"] == "HotSpot":
+            if self.found[pid]["runtime"] == "MRI":
+                if pid in self._mri_readers:
+                    due.append(pid)
+            elif self.found[pid]["runtime"] == "HotSpot":
                 if now - self._last_read.get(pid, -JVM_INTERVAL_S) >= JVM_INTERVAL_S:
                     due.append(pid)
             elif self.binary is not None:
@@ -239,6 +268,9 @@ class RuntimeSampler:
         entry = self.found[pid]
         if entry["runtime"] == "HotSpot":
             self._sample_hotspot(pid, entry)
+            return
+        if entry["runtime"] == "MRI":
+            self._sample_mri(pid, entry)
             return
         before = _thread_states(pid)
         start_ns = time.monotonic_ns()
@@ -313,6 +345,53 @@ class RuntimeSampler:
             self.samples.append({"pid": pid, "tid": tid, "time_ns": time_ns, "stack": stack, "state": thread.state,
                                  "locks": [self._lock(lock, holders, host) for lock in thread.locks]})
 
+    def _found_mri(self, pid: int, version: str, path: str) -> None:
+        """A process that runs MRI: read when it runs the version offcpu knows the structures of,
+        and its VM is found; otherwise said why not."""
+        entry = self.found[pid] = {"pid": pid, "runtime": "MRI", "version": version or None, "reader": MRI_READER,
+                                   "reads": 0, "failed": 0, "error": None, "read_ms": 0.0}
+        if version != SUPPORTED:
+            entry["error"] = (f"Ruby {version or 'of an unknown version'} is not read: offcpu knows the structures "
+                              f"of MRI {SUPPORTED} only")
+            return
+        try:
+            self._mri_readers[pid] = MriReader(pid, path)
+        except (MriError, OSError) as error:
+            entry["error"] = str(error) if isinstance(error, MriError) else "it is gone"
+
+    def _sample_mri(self, pid: int, entry: dict) -> None:
+        """One read of an MRI process's threads from its memory, those that stayed off CPU all the
+        while kept, with what their fields say they wait for."""
+        before = _thread_states(pid)
+        start_ns = time.monotonic_ns()
+        try:
+            threads, gvl_owner = self._mri_readers[pid].read()
+        except MriError as error:
+            entry["reads"] += 1
+            entry["failed"] += 1
+            entry["error"] = str(error)
+            return
+        end_ns = time.monotonic_ns()
+        after = _thread_states(pid)
+        entry["reads"] += 1
+        entry["read_ms"] = round(entry["read_ms"] + (end_ns - start_ns) / 1e6, 3)
+        # {the process's own tid: the recording's}, where it runs in a pid namespace of its own
+        host = (namespace_tids(pid) if self._mri_readers[pid].namespaced
+                else {thread.tid: thread.tid for thread in threads})
+        stacks = {thread.tid: self.stacks.setdefault(tuple(Frame(frame.function, frame.file, frame.line)
+                                                           for frame in thread.frames), len(self.stacks))
+                  for thread in threads}
+        holders = {mutex: thread for thread in threads for mutex in thread.held}  # who holds each Mutex
+        gvl_holder = next((thread for thread in threads if thread.address == gvl_owner), None)
+        for thread in threads:
+            tid = host.get(thread.tid)
+            state = before.get(tid) if tid is not None else None
+            if tid is None or state is None or state[0] not in "SD" or after.get(tid) != state or not thread.frames:
+                continue
+            self.samples.append({"pid": pid, "tid": tid, "time_ns": (start_ns + end_ns) // 2,
+                                 "stack": stacks[thread.tid],
+                                 "locks": _mri_locks(thread, holders, gvl_holder, host, stacks)})
+
     def _lock(self, lock: hotspot_dump.Lock, holders: dict[str, hotspot_dump.JavaThread],
               host: dict[int, int] | None) -> dict:
         """A lock line of a sample, with the owner of a monitor it waits to lock: the thread of
@@ -348,3 +427,21 @@ class RuntimeSampler:
             said = errors.decode(errors="replace").strip().splitlines()
             return None, (said[0][:200] if said else f"py-spy exited with status {process.returncode}")
         return output[:MAX_OUTPUT], ""
+
+
+def _mri_locks(thread: RubyThread, holders: dict[int, RubyThread], gvl_holder: RubyThread | None,
+               host: dict[int, int], stacks: dict[int, int]) -> list[dict]:
+    """What a Ruby thread waits for, as a sample's lock line (the form of a Java thread's): a Mutex
+    or the GVL, with the thread holding it; a join; asleep until woken."""
+    if thread.waits is None and not thread.mutex:
+        return []
+    if thread.waits is None:
+        entry: dict = {"kind": "waiting to lock", "address": hex(thread.mutex), "class": RUBY_MUTEX, "frame": 0}
+        owner = holders.get(thread.mutex)
+    else:
+        entry = {"kind": thread.waits, "address": None, "class": None, "frame": 0}
+        owner = gvl_holder if thread.waits == WAITS_FOR_GVL else None
+    if owner is not None:
+        entry["owner"] = {"name": owner.name or f"thread {owner.tid}", "tid": host.get(owner.tid),
+                          "stack": stacks[owner.tid]}
+    return [entry]

@@ -35,7 +35,7 @@ from offcpu.recording.perf_command import (
     perf_record_argv,
     wakeups,
 )
-from offcpu.recording.perf_process import ACK_TIMEOUT_S, PerfProcess
+from offcpu.recording.perf_process import ACK_TIMEOUT_S, PerfProcess, signals_sent
 from offcpu.recording.request import RecordRequest
 from offcpu.recording.schedstats import schedstats_enabled
 
@@ -66,6 +66,8 @@ def record(request: RecordRequest, backend: Backend, on_tick: Callable[[float], 
                     if not _ended_by_command(info):
                         perf_process.end_command_group()
                     info.command_killed = perf_process.killed_command
+                    if info.target.command and not _ended_by_command(info):  # perf ended it as it ended
+                        info.command_cut_short = signals_sent(info.command_killed)
                     info.perf_wakeups = wakeups(perf_process.stderr)
             info.perf_command = perf_process.argv
             _check_perf_result(perf_process, request, perf_data)

@@ -10,12 +10,16 @@ from html import escape
 from offcpu.diagnosis.waitgraph import Node, WaitGraph
 from offcpu.diagnosis.wording import counted, us_text
 from offcpu.escaping import printable
+from offcpu.model import WAKER_NOT_RECORDED
+from offcpu.model.wakeups import KERNEL, OUTSIDE, UNRECORDED, cause_name
 
 WIDTH, HEIGHT = 720, 460
 NODE_WIDTH, NODE_HEIGHT = 190, 40
 LABEL_CHARS = 30
 COLORS = {"pool": "#d6e6f5", "timer": "#e6e6e6", "device": "#f8dcb4", "network": "#d5efd5", "outside": "#e8d8f0",
           "kernel": "#f0e0d0", "interrupt": "#f8dcb4", "unrecorded": "#eeeeee"}
+# Nodes that the tables name by thread, or not at all; the others are named as the tables name them
+NOT_CAUSES = {OUTSIDE: "outside the service", KERNEL: "kernel thread", UNRECORDED: WAKER_NOT_RECORDED}
 MAX_STROKE = 9.0
 
 
@@ -76,7 +80,7 @@ def _node(node: Node, x: float, y: float) -> str:
     whole = printable(node.name)  # the names of threads: XML allows no control character
     name = whole if len(whole) <= LABEL_CHARS else whole[:LABEL_CHARS - 1] + "…"
     detail = (f"{counted(node.threads, 'thread')}, {node.cpus:.1f} CPUs" if node.kind == "pool"
-              else node.kind.replace("_", " "))
+              else NOT_CAUSES.get(node.kind) or cause_name(node.kind))  # as the tables name it
     return (f'<g class="node"><title>{escape(whole)}</title>'
             f'<rect x="{x - NODE_WIDTH / 2:.0f}" y="{y - NODE_HEIGHT / 2:.0f}" width="{NODE_WIDTH}" '
             f'height="{NODE_HEIGHT}" rx="6" fill="{COLORS.get(node.kind, "#eeeeee")}" stroke="#666"/>'

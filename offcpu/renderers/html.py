@@ -37,6 +37,7 @@ from offcpu.renderers.text import STATE_NAMES, cause_lines, ms, ms_estimate, sha
 from offcpu.stacks import shorten_apart
 
 STACK_CHARS = 110  # a stack cell shows about this much; its tooltip has every frame
+LOST = {False: "Lost events", True: "Lost waits"}  # by whether BPF recorded: perf loses events, BPF waits
 # The flame graph's frame runs its own script (zoom, and search, which asks for the term with
 # prompt()) and nothing more: no access to the page, no navigation, no pop-ups, no forms.
 FLAME_SANDBOX = "allow-scripts allow-modals"
@@ -47,7 +48,7 @@ STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 1240px; padding: 0 1em; color: #222; }
 h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.8em; }
 .flame { overflow-x: auto; } .flame iframe { border: 1px solid #ddd; }
-.note { color: #666; margin: 0; }
+.note { color: #666; margin: 0; } .caveat { color: #444; }
 table { border-collapse: collapse; margin: .3em 0; }
 th, td { padding: .2em .7em; text-align: left; vertical-align: top; border-bottom: 1px solid #eee; }
 thead th { border-bottom: 2px solid #ccc; } .n { text-align: right; font-variant-numeric: tabular-nums; }
@@ -125,7 +126,8 @@ class HtmlReport:
                           f"<p><b>Fix:</b> {escape(finding.remedy)}</p>{confidence}</div>")
         states = self.view.findings_note
         note = ("Worst first" if found else "Nothing stands out in this recording") + states
-        said = "".join(f'<p class="warn">{escape(caveat)}</p>\n' for caveat in caveats(model))
+        said = "".join(f'<p class="{"warn" if caveat.warns else "caveat"}">{escape(caveat.text)}</p>\n'
+                       for caveat in caveats(model))
         return _section("findings", "Findings", note, said + "\n".join(blocks))
 
     def render(self, model: Model) -> str:
@@ -171,30 +173,33 @@ class HtmlReport:
         skipped = "\n".join(f"{event['name']}: {event['why']}" for event in capture.events_skipped)
         ended = capture.ended_by + (" (the target exited)" if capture.target_exited
                                     and capture.ended_by != "target exited" else "")
+        if capture.command_cut_short:
+            ended += f"; the command was still running, and was sent {', then '.join(capture.command_cut_short)}"
         truncated = {True: "yes: most user stacks stop short of the thread's start; record with "
                            "--call-graph dwarf to see their callers",
                      False: "no", None: "no user stacks to judge"}[capture.user_stacks_truncated]
         start_s, end_s = ((ns - capture.window_start_ns) / 1e9 for ns in (model.window_start_ns,
                                                                            model.window_end_ns))
+        bpf = capture.backend == "bpf"
+        recorder = [("Recorded with", f"offcpu's BPF programs: {capture.backend_why}")] if bpf else [
+            ("perf command", shlex.join(capture.perf_command)), ("perf version", capture.perf_version)]
         rows = [
             ("Target", capture.target.describe()),
-            ("perf command", shlex.join(capture.perf_command)),
+            *recorder,
             ("Kernel", capture.kernel_release),
-            ("perf version", capture.perf_version),
             ("Window", (f"{capture.started_at} to {capture.ended_at}: {capture.duration_actual_s:.2f} s recorded "
                         f"of {capture.duration_requested_s:g} s asked for; this report covers {start_s:.2f} s "
                         f"to {end_s:.2f} s of it")),
             ("Events used", used),
             ("Events not used", skipped or "none"),
             ("How it ended", ended),
-            ("Recorded", (f"{capture.samples:,} events, {capture.switch_records:,} switch records, "
-                          f"{capture.perf_data_bytes / 1e6:.1f} MB, {capture.cpus} CPUs")),
-            ("Lost events", f"{capture.lost_events:,}"),
+            ("Recorded", f"{capture.recorded_counts}, {capture.perf_data_bytes / 1e6:.1f} MB, {capture.cpus} CPUs"),
+            (LOST[bpf], f"{capture.lost_events:,}"),
             ("Call graphs", capture.call_graph),
             ("Read", f"{model.reader}: {model.reader_note}"),
-            ("User stacks cut short", truncated),
+            *([] if bpf else [("User stacks cut short", truncated)]),  # judged from perf's stacks only
         ]
-        warn = {"Lost events": capture.lost_events > 0, "User stacks cut short": bool(capture.user_stacks_truncated)}
+        warn = {LOST[bpf]: capture.lost_events > 0, "User stacks cut short": bool(capture.user_stacks_truncated)}
         body = "".join(f"<tr><th>{escape(name)}</th><td{' class=warn' if warn.get(name) else ''}>"
                        f"{escape(_lines(value.split(chr(10))))}</td></tr>\n" for name, value in rows)
         return _section("capture", "Capture", "What was recorded, and how", f"<table>\n{body}</table>")
@@ -202,11 +207,12 @@ class HtmlReport:
     def _totals(self, model: Model) -> str:
         whole = totals(model)
         cost = observer(model)
+        perf = model.capture.backend == "perf"  # BPF's cost is not counted per thread: see numbers.md
         table = _table(("recorded", "threads", "off-CPU ms", "blocked ms", "waiting for a CPU ms",
-                        "perf's own handling ms (on CPU)"), "rrrrrr",
+                        *(["perf's own handling ms (on CPU)"] if perf else [])), "r" * (6 if perf else 5),
                        [(f"{whole.wall_us / 1e6:.2f} s", f"{whole.threads:,}", ms(whole.offcpu_us),
                          ms(whole.blocked_us), ms(whole.runqueue_us),
-                         f"{ms(cost.us)} ({cost.share_of_oncpu:.1%} of on-CPU)")])
+                         *([f"{ms(cost.us)} ({cost.share_of_oncpu:.1%} of on-CPU)"] if perf else []))])
         note = f"Over what is chosen: {self.view.filters}" if self.view.filtered else "Over every thread recorded"
         return _section("totals", "Totals", note, table)
 

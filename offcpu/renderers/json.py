@@ -36,7 +36,8 @@ class JsonReport:
         report = {
             "schema": SCHEMA,
             # what makes the numbers less than whole; first, when they cannot be trusted, why
-            "caveats": [*([unreadable_note(model)] if untrusted(model) else []), *caveats(model)],
+            "caveats": [*([unreadable_note(model)] if untrusted(model) else []),
+                        *(caveat.text for caveat in caveats(model))],
             "capture": model.capture.to_json(),
             "window": {"start_ns": model.window_start_ns, "end_ns": model.window_end_ns,
                        "seconds": (model.window_end_ns - model.window_start_ns) / 1e9},

@@ -31,6 +31,7 @@ from offcpu.model.summaries import (
     untrusted,
     waker_pairs,
 )
+from offcpu.model.wakeups import cause_name
 from offcpu.renderers.console import Column, fitted_table, printed, short_names
 from offcpu.stacks import shorten_apart
 
@@ -42,7 +43,7 @@ EVIDENCE_STACK = 30  # the fewest characters an evidence stack gets; narrower, i
 def waker_name(pair: WakerPair) -> str:
     """Who woke: a thread as comm-tid, else what ended the waits: "[timer]", "[device]", "[network]",
     "[interrupt]"."""
-    return f"{pair.waker_comm}-{pair.waker_tid}" if pair.waker_kind == "thread" else f"[{pair.ended_by}]"
+    return f"{pair.waker_comm}-{pair.waker_tid}" if pair.waker_kind == "thread" else cause_name(pair.ended_by)
 
 
 def ms(microseconds: int) -> str:
@@ -100,11 +101,14 @@ class TextReport:
                   f"({capture.call_graph} stacks{'; ' + model.reader_note if model.reader_note else ''})\n"
                   f"{only}{threads} off CPU for {ms(whole.offcpu_us)} ms: "
                   f"blocked {ms(whole.blocked_us)} ms, waiting for a CPU {ms(whole.runqueue_us)} ms"
-                  + (f"\nperf's own handling of their switches: {cost.said}" if capture.backend == "perf" else "")
-                  + "".join(f"\nNote: {caveat}" for caveat in caveats(model)))
+                  + (f"\nperf's own handling of their switches: {cost.said}" if capture.backend == "perf" else ""))
+        said = Text(header)
+        for caveat in caveats(model):  # in red only what changes a number the reader would act on
+            said.append(f"\n{'Warning' if caveat.warns else 'Note'}: {caveat.text}",
+                        style="red" if caveat.warns and self.color else "")
         alarm = [Text(f"WARNING: {unreadable_note(model)}", style="bold red" if self.color else "")] \
             if untrusted(model) else []
-        return [*alarm, Text(header), *self._findings(model), self._stacks(model, whole.offcpu_us),
+        return [*alarm, said, *self._findings(model), self._stacks(model, whole.offcpu_us),
                 self._threads(shown), self._states(shown), self._runqueue(model), self._wakers(shown),
                 self._lifecycle(shown)]
 

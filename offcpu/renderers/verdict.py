@@ -47,6 +47,8 @@ class VerdictTable:
         if verdict.baseline is not None:
             header.append(Text(printable(f"Baseline {self.baseline} ({_described(verdict.baseline)})")))
         header += [Text(printable(f"Note: {note}")) for note in self.notes]
+        if verdict.comparisons:
+            header.append(Text(f"Against the baseline: {verdict.baseline_rule}"))
         tables = [self._table(title, checks) for title, checks in
                   (("Policy", verdict.checks), ("Against the baseline", verdict.comparisons)) if checks]
         status = ("bold green" if verdict.passed else "bold red") if self.color else ""
@@ -99,6 +101,7 @@ class VerdictJson:
             "policy": verdict.policy.to_json(),
             "checks": [asdict(check) for check in verdict.checks],
             "comparisons": [asdict(check) for check in verdict.comparisons],
+            "comparison_rule": verdict.baseline_rule or None,
             "measurements": asdict(verdict.run),
             "baseline_measurements": asdict(verdict.baseline) if verdict.baseline else None,
         }, indent=2) + "\n"
@@ -173,7 +176,8 @@ class VerdictMarkdown:
                 f"{_cell(check.limit)} | {_cell(check.detail)} |"
                 for check in sorted(verdict.checks + verdict.comparisons, key=lambda check: check.passed)]
         lost = [line for said in _lost_lines(verdict) for line in (printable(said), "")]
-        return "\n".join([f"### {headline(verdict)}", "", f"Capture: `{printable(self.capture)}`", "", *lost,
+        rule = [f"Against the baseline: {verdict.baseline_rule}.", ""] if verdict.comparisons else []
+        return "\n".join([f"### {headline(verdict)}", "", f"Capture: `{printable(self.capture)}`", "", *lost, *rule,
                           "| | check | measured | limit | detail |", "|---|---|---|---|---|", *rows, "", ""])
 
 

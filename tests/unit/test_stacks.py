@@ -6,6 +6,8 @@ import pytest
 
 from offcpu.stacks import (
     PLUMBING,
+    UNKNOWN,
+    Part,
     held_by,
     looks_truncated,
     reading,
@@ -14,6 +16,7 @@ from offcpu.stacks import (
     shorten,
     shorten_apart,
     user_stack_complete,
+    wait_site,
     waited_for,
 )
 from tests.unit.model.test_engine import model_of
@@ -189,3 +192,23 @@ def test_stacks_that_differ_only_in_the_schedulers_frames_say_so():
     # Then the frame that tells them apart is shown, though a shortened stack leaves it out
     assert shorten_apart([untimed, timed], 80) == ["…;futex_wait;schedule;__schedule",
                                                    "…;schedule_timeout;schedule;__schedule"]
+
+
+def test_the_wait_site_is_the_leaf_without_the_schedulers_frames():
+    # A futex wait as the kernel's stack has it (root first): the scheduler's frames at its leaf end go
+    futex = Part(("entry_SYSCALL_64_after_hwframe", "do_syscall_64", "__x64_sys_futex", "do_futex", "futex_wait",
+                  "futex_wait_queue", "schedule", "__schedule"), [])
+    assert wait_site(futex).frames[-1] == "futex_wait_queue" and len(wait_site(futex).frames) == 6
+    # a lock's slow path, the leaf whatever scheduler frames came after it
+    mmap = Part(("asm_exc_page_fault", "lock_mm_and_find_vma", "down_read_killable", "rwsem_down_read_slowpath",
+                 "schedule_preempt_disabled", "schedule", "__schedule"), [])
+    assert wait_site(mmap).frames == mmap.frames[:4]
+    # an I/O wait
+    io = Part(("ext4_sync_file", "jbd2_log_wait_commit", "io_schedule", "schedule", "__schedule"), [])
+    assert wait_site(io).frames == ("ext4_sync_file", "jbd2_log_wait_commit")
+    # the scheduler's frames elsewhere stay, and unnamed frames at the leaf stop the cut
+    assert wait_site(Part(("schedule", "do_nanosleep", UNKNOWN), [2])) == Part(("schedule", "do_nanosleep", UNKNOWN),
+                                                                                  [2])
+    # a stack of nothing but the scheduler's frames is left as it is
+    alone = Part(("schedule", "__schedule"), [])
+    assert wait_site(alone) == alone

@@ -299,15 +299,15 @@ def load_with_progress(capture: Path, time: tuple[float, float] | None, reader: 
 
 
 def read_with_progress(capture: Path, time: tuple[float, float] | None, reader: str | None = None) -> Model:
-    """The capture's model, with a transient progress line on a terminal while perf.data is
+    """The capture's model, with a transient progress line on a terminal while its recording is
     read (not when the saved model is used: that takes no time worth showing)."""
     model = cached_model(capture, time, reader)
     if model is None and sys.stderr.isatty():
         from rich.console import Console  # only where progress is drawn: 40 ms of a report's start
 
-        with Console(stderr=True).status("Reading perf.data...") as status:
+        with Console(stderr=True).status("Reading the recording...") as status:
             def show(done: int, total: int) -> None:
-                status.update(f"Reading perf.data: {done} of {total} time slices done...")
+                status.update(f"Reading the recording: {done} of {total} time slices done...")
 
             model = build(capture, time, reader, show)
     elif model is None:

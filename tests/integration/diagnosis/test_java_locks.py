@@ -50,6 +50,14 @@ def jvm(name: str, workers: int, *args: str) -> Iterator[subprocess.Popen[str]]:
             program.wait()
 
 
+def recorded(capture: Path, seconds: str, name: str, workers: int, *args: str) -> dict:
+    """An example JVM recorded by `offcpu record --pid` for `seconds` into `capture`, and its json report."""
+    with jvm(name, workers, *args) as program:
+        result = run_offcpu("record", "--pid", str(program.pid), "-d", seconds, "-o", str(capture))
+    assert result.returncode == 0, result.stderr
+    return json.loads(run_offcpu("report", "json", str(capture)).stdout)
+
+
 def workers_offcpu_us(capture: Path) -> int:
     folded = run_offcpu("report", "folded", "--by-thread", str(capture))
     assert folded.returncode == 0, folded.stderr
@@ -58,10 +66,7 @@ def workers_offcpu_us(capture: Path) -> int:
 
 def test_a_java_monitor_is_its_own_finding_with_its_owner(tmp_path: Path) -> None:
     capture = tmp_path / "cap"
-    with jvm("java_monitor_sleep", 4, "-u", "200") as program:
-        result = run_offcpu("record", "--pid", str(program.pid), "-d", "6", "-o", str(capture))
-    assert result.returncode == 0, result.stderr
-    report = json.loads(run_offcpu("report", "json", str(capture)).stdout)
+    report = recorded(capture, "6", "java_monitor_sleep", 4, "-u", "200")
     [monitor] = [finding for finding in report["findings"] if finding["subject"] == "Java monitor"]
     assert (monitor["id"], monitor["title"]) == ("lock_contention",
                                                  "Threads wait for a lock: Java monitor (a java.lang.Object)")
@@ -103,10 +108,7 @@ def test_a_java_deadlock_is_a_deadlock_at_its_methods(tmp_path: Path) -> None:
 
     # the fixed twin, which takes the two monitors in one order: no deadlock
     fixed = tmp_path / "fixed"
-    with jvm("java_deadlock_fixed", 2) as program:
-        result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", "-o", str(fixed))
-    assert result.returncode == 0, result.stderr
-    report = json.loads(run_offcpu("report", "json", str(fixed)).stdout)
+    report = recorded(fixed, "2", "java_deadlock_fixed", 2)
     assert not [finding for finding in report["findings"] if finding["id"] in ("deadlock", "stuck")], \
         report["findings"]
 
@@ -115,10 +117,7 @@ def test_a_reentrantlock_held_across_a_sleep_is_its_own_finding_at_the_programs_
     # java_lock_sleep -t 4 -u 200: four workers take one fair ReentrantLock in turns and sleep 200 ms
     # holding it; the others park in its queue (LockSupport.park: no monitor, no owner in the dump)
     capture = tmp_path / "cap"
-    with jvm("java_lock_sleep", 4, "-u", "200") as program:
-        result = run_offcpu("record", "--pid", str(program.pid), "-d", "4", "-o", str(capture))
-    assert result.returncode == 0, result.stderr
-    report = json.loads(run_offcpu("report", "json", str(capture)).stdout)
+    report = recorded(capture, "4", "java_lock_sleep", 4, "-u", "200")
     [lock] = [finding for finding in report["findings"] if finding["subject"] == "ReentrantLock"]
     assert (lock["id"], lock["title"]) == ("lock_contention", "Threads wait for a lock: ReentrantLock "
                                            "(a java.util.concurrent.locks.ReentrantLock$FairSync)"), lock
@@ -131,8 +130,21 @@ def test_a_reentrantlock_held_across_a_sleep_is_its_own_finding_at_the_programs_
 
     # the fixed twin sleeps before taking the lock: no lock to wait for
     fixed = tmp_path / "fixed"
-    with jvm("java_lock_sleep_fixed", 4, "-u", "200") as program:
-        result = run_offcpu("record", "--pid", str(program.pid), "-d", "2", "-o", str(fixed))
-    assert result.returncode == 0, result.stderr
-    report = json.loads(run_offcpu("report", "json", str(fixed)).stdout)
+    report = recorded(fixed, "2", "java_lock_sleep_fixed", 4, "-u", "200")
     assert not [finding for finding in report["findings"] if finding["severity"] != "info"], report["findings"]
+
+
+def test_java_workers_waiting_in_a_queue_wait_for_work_not_for_a_lock(tmp_path: Path) -> None:
+    # java_queue -t 4: a producer puts an item every 50 ms, four workers poll the queue for it (a park on its
+    # condition, as a ReentrantLock's waiters park)
+    capture = tmp_path / "cap"
+    report = recorded(capture, "3", "java_queue", 4)
+    # judged by what ended the waits: the producer, itself asleep between items, or the poll's timeout
+    assert [finding for finding in report["findings"] if finding["severity"] != "info"] == [], report["findings"]
+    # and the waits a dump fell in are at the program's poll, parked on the queue's condition
+    take = f"QueueWorkers.take (QueueWorkers.java:{line_of('QueueWorkers.java', '// where the workers wait')}) [java]"
+    folded = run_offcpu("report", "folded", "--by-thread", str(capture)).stdout.splitlines()
+    at_take = sum(int(line.rpartition(" ")[2]) for line in folded if line.startswith("worker-") and take in line
+                  and "[parking to wait for a java.util.concurrent.locks.AbstractQueuedSynchronizer$ConditionObject]"
+                  in line)
+    assert at_take > 0.05 * workers_offcpu_us(capture), (at_take, workers_offcpu_us(capture))

@@ -31,7 +31,7 @@ def busy_findings(capture: Path, *options: str) -> list[dict]:
 
 
 @pytest.mark.parametrize(("name", "options", "subject"), [
-    ("ruby_gvl", (), "worker"),  # the interpreter lock, handed through a condition variable
+    ("ruby_gvl", (), "Ruby GVL"),  # the interpreter lock, named by the reads of its threads (MRI 3.1)
     ("java_monitor", (), "worker"),  # one synchronized monitor
     ("rocksdb_writers", (), "writer"),  # followers waiting for the write group's leader
     # the busy handler's sleeps: only its frames tell them from sleeping (glibc has no frame pointers)

@@ -153,6 +153,11 @@ def test_max_size_ends_a_command_recording_as_max_size(tmp_path):
     info = load(capture)
     assert info["ended_by"] == "max size" and info["target_exited"] is False
     assert info["command_exit_status"] is None and "exited with status" not in result.stderr
+    # and the command, cut short, was sent SIGTERM by perf, as the summary and capture.json say
+    assert info["command_cut_short"] == ["SIGTERM"] and not info["command_killed"]
+    assert "ended by max size while the command still ran" in result.stderr
+    assert "was still running when the capture reached its size limit (--max-size), and was sent SIGTERM" \
+        in result.stderr and "raise --max-size" in result.stderr
 
 
 def test_a_thread_that_exits_ends_a_tid_recording(tmp_path):
@@ -732,3 +737,14 @@ def test_a_capture_without_the_kernels_symbols_says_so(tmp_path):
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "cap" / "kallsyms").exists()
     assert "the kernel's symbols could not be saved" in result.stdout + result.stderr
+
+
+def test_the_help_speaks_of_both_backends():
+    # Given the help of offcpu, of record and of doctor
+    said = {args: run_offcpu(*args, "--help") for args in [(), ("record",), ("doctor",)]}
+    assert all(result.returncode == 0 for result in said.values()), said
+    # Then none says that offcpu records with perf alone, and record says what each backend leaves
+    assert all("BPF" in result.stdout for result in said.values()), said
+    record = " ".join(said[("record",)].stdout.split())
+    assert "perf.data and capture.json" not in record
+    assert "bpf-records.bin" in record and "perf.data" in record

@@ -168,3 +168,13 @@ def test_a_threads_stack_is_kept_only_when_it_stayed_off_cpu_while_it_was_read(t
     assert {(function, line) for _, function, line in kept} == {
         ("blocked", lines.index("    lock.acquire()  # off CPU until the process ends") + 1),
         ("<module>", lines.index("time.sleep(60)") + 1)}
+
+
+def test_a_perf_recording_says_it_leaves_a_python_programs_frames_native(tmp_path: Path,
+                                                                       python_lock: subprocess.Popen[str]) -> None:
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", "--backend", "perf", "--pid", str(python_lock.pid), "-d", "1", "-o", str(capture))
+    assert result.returncode == 0, result.stderr
+    assert f"note: the program's own frames (functions, files and lines) of process {python_lock.pid} (CPython 3." \
+        in result.stderr and "read only when offcpu records with BPF" in result.stderr, result.stderr
+    assert py_spy_of(python_lock.pid) == [] and not (capture / "runtime-stacks.json").exists()

@@ -46,9 +46,8 @@ def test_a_newline_in_a_program_s_name_does_not_hide_its_contention(tmp_path):
     os.symlink(example("mmap_contention"), program)
     verdict = tmp_path / "verdict.json"
     # When it is checked
-    result = run_offcpu("check", "--backend", "perf", "-d", "1", "-o", str(tmp_path / "run"), "--json", str(verdict),
-                        "--",
-                        str(program), "-t", "8", "-s", "5")
+    result = run_offcpu("check", "--backend", "perf", "-o", str(tmp_path / "run"), "--json", str(verdict), "--",
+                        str(program), "-t", "8", "-s", "1")
     # Then it fails on its mmap_lock, as it does under its own name
     assert result.returncode == 1, result.stdout + result.stderr
     failed = {check["name"] for check in json.loads(verdict.read_text())["checks"] if not check["passed"]}

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import missing, run_offcpu
+from offcpu.stacks import SCHEDULER
+from tests.conftest import example, missing, run_offcpu
 from tests.fixtures import HERE
 
 GO_PLACES = (Path("/usr/local/go/bin/go"), Path("/usr/lib/go/bin/go"))
@@ -65,7 +66,7 @@ def test_go_tool_pprof_reads_the_profile_and_its_totals_are_the_reports(mmap_cap
                          timeout=120)
     assert top.returncode == 0, top.stderr
     assert f"Total samples = {totals['offcpu_us'] / 1000:.2f}ms" in top.stdout
-    assert "rwsem_down_write_slowpath" in top.stdout or "__schedule" in top.stdout
+    assert "rwsem_down_write_slowpath" in top.stdout and "__schedule" not in top.stdout
     # and its labels choose as the report's filters do
     states = {state["state"]: state for state in report_json(mmap_capture)["states"]}
     assert pprof_sums(go, profile, "-tagfocus", "state=D")[0] == states["D"]["offcpu_us"] * 1000
@@ -116,3 +117,29 @@ def test_go_tool_pprof_lists_a_python_programs_frames_by_function_file_and_line(
     functions = subprocess.run([go, "tool", "pprof", "-top", "-unit=ms", str(profile)], capture_output=True,
                                text=True, timeout=120)
     assert len(re.findall(r" main\.<locals>\.work$", functions.stdout, re.MULTILINE)) == 1, functions.stdout
+
+
+def test_the_leaf_is_the_wait_site_in_pprof_speedscope_and_folded(tmp_path, go):
+    # Given a recording with the default backend of futex_contention, 4 threads on one mutex
+    capture = tmp_path / "cap"
+    recorded = run_offcpu("record", "-o", str(capture), "-d", "5", "--", str(example("futex_contention")),
+                          "-t", "4", "-s", "1")
+    assert recorded.returncode == 0, recorded.stderr
+    # When go tool pprof lists its pprof export's functions by their own (flat) time
+    profile = exported(capture, "pprof", tmp_path / "offcpu.pb.gz")
+    top = subprocess.run([go, "tool", "pprof", "-top", "-unit=ms", str(profile)], capture_output=True, text=True,
+                         timeout=120)
+    assert top.returncode == 0, top.stderr
+    flat = re.findall(r"^\s*([\d.]+)ms\s+([\d.]+)%\s+[\d.]+%\s+\S+\s+[\d.]+%\s+(.+)$", top.stdout, re.MULTILINE)
+    # Then none is the scheduler's, and the most is the wait on the mutex, in the kernel's futex wait
+    assert flat and not SCHEDULER & {name for _, _, name in flat}, top.stdout
+    assert "futex" in flat[0][2], top.stdout
+    # and speedscope's stacks and the folded lines end at the same wait sites
+    document = json.loads(exported(capture, "speedscope", tmp_path / "offcpu.speedscope.json").read_text())
+    names = [frame["name"] for frame in document["shared"]["frames"]]
+    leaves = {names[stack[-1]] for profile in document["profiles"] for stack in profile["samples"]}
+    folded = run_offcpu("report", "folded", str(capture))
+    assert folded.returncode == 0, folded.stderr
+    folded_leaves = {line.rpartition(" ")[0].split(";")[-1] for line in folded.stdout.splitlines()}
+    assert flat[0][2] in leaves and flat[0][2] in folded_leaves
+    assert not SCHEDULER & (leaves | folded_leaves)

@@ -93,7 +93,7 @@ def test_json_is_the_only_thing_on_stdout_and_adds_up(mmap_capture):
     assert sum(thread["offcpu_us"] for thread in report["threads"]) == totals["offcpu_us"]
     assert len(report["stacks"]) == 5
     top = report["stacks"][0]
-    assert top["frames"][-1] == "__schedule" and "rwsem_down_write_slowpath" in top["frames"]
+    assert top["frames"][-1] == "rwsem_down_write_slowpath"  # the wait site, the leaf
     assert top["state"] == "D" and top["offcpu_us"] >= report["stacks"][1]["offcpu_us"]
     assert set(report["runqueue_delay_us"]) == {"p50", "p90", "p99", "max"}
     assert report["wakers"] and report["lifecycle"]["created"] == 0
@@ -110,6 +110,26 @@ def test_text_leads_with_the_worst_stack(mmap_capture):
     assert state == "D" and "rwsem_down_" in stack and float(share.rstrip("%")) > 10
     assert "\x1b[" not in result.stdout and max(len(line) for line in lines) <= 120
     assert "Who woke whom" in result.stdout and "Run-queue delay" in result.stdout
+
+
+def test_a_capture_without_a_format_is_its_text_report(mmap_capture):
+    # Given a capture named with no format (the format forgotten), with the text report's own options
+    forgotten = run_offcpu("report", str(mmap_capture), "--top", "3")
+    # Then it is the text report
+    assert forgotten.returncode == 0, forgotten.stderr
+    assert forgotten.stdout == run_offcpu("report", "text", str(mmap_capture), "--top", "3").stdout
+    assert forgotten.stdout.startswith("Off-CPU time of mmap_contention (pid")
+
+
+def test_a_misspelt_format_is_one_line_naming_the_nearest(tmp_path):
+    # Given a format misspelt, and a word that is neither a format nor a capture
+    misspelt = run_offcpu("report", "txt", str(tmp_path))
+    neither = run_offcpu("report", "nothing-here", cwd=tmp_path)
+    # Then each is a usage error (2) on one line: the nearest format when there is one, and the formats
+    assert_one_line_error(misspelt, "'txt' is neither a format nor a capture (did you mean 'text'?); the formats: "
+                          "text, svg, html, json")
+    assert_one_line_error(neither, "'nothing-here' is neither a format nor a capture; the formats: text")
+    assert "did you mean" not in neither.stderr
 
 
 def test_text_and_json_to_a_file(mmap_capture, tmp_path):
@@ -167,14 +187,14 @@ def test_progress_shows_only_while_perf_data_is_read(mmap_capture, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(mmap_capture, copy)
     (copy / "model.json").unlink(missing_ok=True)
-    # Reading perf.data takes a while: a terminal is told
-    assert "Reading perf.data" in stderr_on_a_terminal("report", "folded", str(copy))
+    # Reading the recording takes a while: a terminal is told
+    assert "Reading the recording" in stderr_on_a_terminal("report", "folded", str(copy))
     # The saved model takes no time worth a progress line
     assert (copy / "model.json").is_file()
-    assert "Reading perf.data" not in stderr_on_a_terminal("report", "folded", str(copy))
-    assert "Reading perf.data" not in stderr_on_a_terminal("report", "json", str(copy))
+    assert "Reading the recording" not in stderr_on_a_terminal("report", "folded", str(copy))
+    assert "Reading the recording" not in stderr_on_a_terminal("report", "json", str(copy))
     # A part of the recording is read again, with progress
-    assert "Reading perf.data" in stderr_on_a_terminal("report", "folded", "--time", "0.2,1.5", str(copy))
+    assert "Reading the recording" in stderr_on_a_terminal("report", "folded", "--time", "0.2,1.5", str(copy))
 
 
 def test_reports_lead_with_the_findings(mmap_capture, tmp_path):

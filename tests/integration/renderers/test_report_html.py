@@ -16,7 +16,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.conftest import assert_one_line_error, run_offcpu
+from tests.conftest import assert_one_line_error, example, run_offcpu
+from tests.unit.reading.test_bpf_reader import lost_and_unseen
 
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -136,7 +137,7 @@ def test_the_page_in_a_browser(mmap_capture, browser, tmp_path):
     assert "rwsem_down_write_slowpath" in stacks[0].text or "rwsem_down_read_slowpath" in stacks[0].text
     assert any("rwsem_down_write_slowpath" in stack.text for stack in stacks)
     tooltip = stacks[0].get_attribute("title").split("\n")
-    assert tooltip[0] == "mmap_contention" and tooltip[-1] == "__schedule"
+    assert tooltip[0] == "mmap_contention" and tooltip[-1].startswith("rwsem_down_")  # the wait site
 
     # the 16 workers are in the threads table, the waker pairs and the states are there
     workers = {str(t["tid"]) for t in model["threads"] if t["tid"] != t["pid"]}
@@ -161,6 +162,45 @@ def test_the_page_in_a_browser(mmap_capture, browser, tmp_path):
     assert not reset.is_displayed() and width(target) == before
     browser.switch_to.default_content()
     assert not errors(browser.get_log("browser"))
+
+
+def test_the_page_of_a_bpf_recording_speaks_of_bpf(recording_perf, browser, tmp_path):
+    # Given a BPF recording (the default backend) of mmap_contention
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", "--backend", "bpf", "-o", str(capture), "-d", "2", "--",
+                        str(example("mmap_contention")), "-s", "1")
+    assert result.returncode == 0, result.stderr
+    page = tmp_path / "report.html"
+    report(capture, page)
+    # When chromium opens its page
+    assert not errors(open_page(browser, page))
+    # Then the capture says what recorded it, and nothing of perf: no perf command, version or own cost
+    rows = capture_rows(browser)
+    assert rows["Recorded with"].startswith("offcpu's BPF programs: ")
+    assert not {"perf command", "perf version", "User stacks cut short", "Lost events"} & set(rows), rows
+    assert rows["Lost waits"] == "0" and " waits (" in rows["Recorded"] and "with stacks" in rows["Recorded"]
+    headers = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#totals thead th")]
+    assert headers == ["recorded", "threads", "off-CPU ms", "blocked ms", "waiting for a CPU ms"]
+    said = " ".join(element.text for element in browser.find_elements(By.CSS_SELECTOR, "#capture, #totals, h1"))
+    assert "perf" not in said.lower(), said
+
+
+def test_only_what_changes_a_number_is_red(browser, tmp_path):
+    # Given a BPF capture that lost 3 waits, and 2 of whose switches the kernel did not report
+    lost_and_unseen(tmp_path)
+    page = tmp_path / "report.html"
+    report(tmp_path, page)
+    assert not errors(open_page(browser, page))
+    said = {element.text: element.value_of_css_property("color")
+            for element in browser.find_elements(By.CSS_SELECTOR, "#findings p")}
+    lost = [color for text, color in said.items() if text.startswith("the BPF recording lost 3 waits")]
+    unseen = [color for text, color in said.items() if text.startswith("the kernel did not report 2 of")]
+    # Then the lost waits, which change the numbers, are red, above the findings
+    assert lost == ["rgba(187, 0, 0, 1)"], said
+    # and the switches placed by run time, which leave every total whole, are not
+    assert len(unseen) == 1 and unseen != lost, said
+    red, green, blue = map(int, re.findall(r"\d+", unseen[0])[:3])
+    assert red == green == blue, said  # a grey
 
 
 def test_names_from_the_capture_are_shown_as_text(mmap_capture, browser, tmp_path):

@@ -163,6 +163,14 @@ def test_the_lock_table_names_wait_sites_by_frames():
         "Java park (java.util.concurrent)"
     assert site("ObjectMonitor::wait", "[waiting on a java.lang.Object]") == "Java Object.wait"
     assert site("[waiting to re-lock in wait() a java.lang.Object]") == "Java monitor"
+    # a Ruby thread's wait as its own fields say it, before glibc's futex wrapper (libruby's frames are static)
+    assert site("__futex_abstimed_wait_common", "[held by worker-1: block in work (app.rb:9)]",
+                "[waiting to lock a Thread::Mutex]", "work (app.rb:8) [rb]") == "Ruby Mutex"
+    assert site("__futex_abstimed_wait_common", "[waiting for Ruby's GVL]", "spin (app.rb:3) [rb]") == "Ruby GVL"
+    assert site("__futex_abstimed_wait_common", "[asleep until another thread wakes it (Queue#pop, "
+                "ConditionVariable#wait, sleep)]", "take (app.rb:5) [rb]") == "Ruby Queue or ConditionVariable"
+    assert site("__futex_abstimed_wait_common", "[waiting for another thread to end (Thread#join)]",
+                "<main> (app.rb:12) [rb]") == "Ruby Thread#join"
 
 
 def test_stack_cache_lock_seen_with_dwarf_stacks():

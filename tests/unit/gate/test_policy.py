@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from offcpu.diagnosis.rules import RULES
@@ -12,6 +15,7 @@ from offcpu.gate.policy import (
     DEFAULT_FAIL_ABOVE_INFO,
     EXTRA_KEYS,
     NOT_GATED_BY_DEFAULT,
+    RULE_IDS,
     WAITS_FOR_WORK,
     Limits,
     Policy,
@@ -41,7 +45,7 @@ def test_without_a_file_the_defaults():
     assert set(DEFAULT_FAIL_ABOVE_INFO) == {"deadlock", "stuck", "mmap_lock", "stack_cache_lock", "thread_churn",
                                             "lock_contention",
                                             "serialization", "io_wait", "thread_limits", "cpu_throttling"}
-    assert policy.limits == {} and policy.regression == Regression(Tolerance(0.05, 0.5), {})
+    assert policy.limits == {} and policy.regression == Regression(Tolerance(0.01, 0.5), {})
 
 
 def test_the_finding_ids_the_policy_names_are_the_rules():
@@ -56,7 +60,7 @@ def test_a_file_changes_only_the_keys_it_sets(tmp_path):
     policy = policy_from(tmp_path, "mmap_lock.max_share = 0.05\n[regression]\nmax_relative_growth = 1\n")
     assert policy.fail_above_info == DEFAULT_FAIL_ABOVE_INFO  # not set: the default
     assert policy.limits == {"mmap_lock": Limits(max_share=0.05)}
-    assert policy.regression == Regression(Tolerance(max_share_growth=0.05, max_relative_growth=1.0))
+    assert policy.regression == Regression(Tolerance(max_share_growth=0.01, max_relative_growth=1.0))
     assert policy.source.endswith("offcpu.toml")
 
 
@@ -188,3 +192,20 @@ def test_a_long_line_of_spaces_is_read_at_once(tmp_path, line):
     message = error_from(tmp_path, f"{line}\nmax_share = 5\n")
     # Then the key is named with its line, well within the time the test runner allows
     assert "line 2: " in message and "max_share" in message, message
+
+
+def test_the_default_exemptions_are_said_alike_in_the_help_and_the_docs():
+    # The findings the default policy does not gate are listed once, in the code
+    from offcpu.commands.check import check
+
+    exempt = set(NOT_GATED_BY_DEFAULT)
+    [policy_help] = [param.help for param in check.params if param.name == "policy_path"]
+    said = re.search(r"above info but ([a-z_, ]+)\]", policy_help)
+    assert said and set(said[1].split(", ")) == exempt, policy_help
+    # docs/check.md names each in its comment on fail_above_info, and lists the others as the default
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "check.md").read_text()
+    start = docs.index("# Default: every finding but")
+    comment = docs[start:docs.index("fail_above_info = [", start)]
+    assert {rule for rule in RULE_IDS if re.search(rf"\b{rule}\b", comment)} == exempt, comment
+    listed = re.search(r"fail_above_info = \[([^\]]*)\]", docs[start:])
+    assert listed and re.findall(r'"([a-z_]+)"', listed[1]) == list(DEFAULT_FAIL_ABOVE_INFO)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 
@@ -13,6 +12,7 @@ from offcpu.diagnosis.context import Context
 from offcpu.diagnosis.rules import RULES
 from offcpu.gate.policy import BLOCKED, Limits, Policy, Regression, Tolerance
 from offcpu.gate.verdict import (
+    Check,
     FindingFigures,
     Measurements,
     evaluate,
@@ -103,10 +103,10 @@ def test_cpu_saturation_is_compared_only_when_the_policy_asks(futex, fixed):
 
 
 def test_growth_fails_only_past_both_tolerances(futex):
-    # Given a run whose blocked share grew 10 points from the baseline's
+    # Given a run (recorded by --pid: compared a second) whose blocked time grew by a tenth of the threads' time
     grown = replace(futex, blocked_us=futex.blocked_us + futex.threads_us // 10)
-    growth = grown.blocked_share - futex.blocked_share
-    relative = growth / futex.blocked_share
+    growth = 0.1  # of the threads' time
+    relative = (futex.threads_us // 10) / futex.blocked_time_us
 
     def blocked_passes(regression: Regression) -> bool:
         verdict = evaluate(Policy(fail_above_info=(), regression=regression), grown, futex)
@@ -126,8 +126,11 @@ def test_a_finding_s_own_tolerance_applies_to_it_alone(futex, fixed):
     verdict = evaluate(Policy(fail_above_info=(), regression=loose), futex, fixed)
     # Then that comparison passes, with its own limit shown, and the others keep the default tolerances
     growth = {check.rule: check for check in verdict.comparisons}
-    assert growth["lock_contention"].passed and growth["lock_contention"].limit == "+100.0 pts or +50%"
-    assert growth[BLOCKED].limit == "+5.0 pts or +50%"
+    threads_ms_per_s = futex.threads_us / futex.window_s / 1000
+    assert growth["lock_contention"].passed
+    assert threads_ms_per_s > 1000  # five threads: shown in whole ms, and 1% of it to a tenth
+    assert growth["lock_contention"].limit == f"+50%, +{threads_ms_per_s:,.0f} ms/s"  # all the threads' time
+    assert growth[BLOCKED].limit == f"+50%, +{threads_ms_per_s / 100:.1f} ms/s"  # 1% of it
 
 
 def test_blocked_time_leaves_the_waits_for_work_out():
@@ -136,9 +139,8 @@ def test_blocked_time_leaves_the_waits_for_work_out():
     idle = Context(model).idle_rows
     run = measure(model)
     assert idle and run.idle_blocked_us == sum(row.blocked_us for row in idle) > 0
-    # Then the blocked share compared with a baseline is what remains of the blocked time
-    assert run.blocked_share == pytest.approx((run.blocked_us - run.idle_blocked_us) / run.threads_us)
-    assert run.blocked_share < run.blocked_us / run.threads_us
+    # Then the blocked time compared with a baseline is what remains of it
+    assert run.blocked_time_us == run.blocked_us - run.idle_blocked_us < run.blocked_us
     blocked = next(check for check in evaluate(Policy(), run, run).comparisons if check.rule == BLOCKED)
     assert blocked.name == "baseline: blocked time, waits for work left out"
 
@@ -146,8 +148,7 @@ def test_blocked_time_leaves_the_waits_for_work_out():
 def test_a_finding_new_in_the_run_is_a_regression(futex, fixed):
     verdict = evaluate(Policy(fail_above_info=()), futex, fixed)
     new = next(check for check in verdict.comparisons if check.rule == "lock_contention")
-    assert not new.passed and new.measured.startswith("0.0% -> ") and new.detail.endswith("(new)")
-    assert not math.isnan(futex.blocked_share)
+    assert not new.passed and new.measured.startswith("0.0 -> ") and new.detail.endswith("(new)")
 
 
 @pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "idle_pid"])
@@ -388,20 +389,63 @@ def test_a_max_share_is_over_only_past_its_uncertainty(share, passed, near):
     assert (check.passed, check.near, check.measured) == (passed, near, f"{share:.1%} ± 0.5%")
 
 
+def timed(offcpu_ms: float, threads_ms: float, uncertainty: float = 0.0, window_s: float = 1.0,
+          whole_run: bool = True) -> Measurements:
+    """A run whose only finding is threads taking turns, `offcpu_ms` of `threads_ms` (its share),
+    its share ± `uncertainty` of itself (relative); a whole run of a command unless said."""
+    share = offcpu_ms / threads_ms
+    figures = FindingFigures("critical", share, round(offcpu_ms * 1000), "waiting for each other.",
+                             share * uncertainty, "critical")
+    return Measurements(window_s=window_s, threads=1, threads_us=round(threads_ms * 1000), blocked_us=0,
+                        idle_blocked_us=0, runqueue_p99_us=None, created_per_s=0.0, findings={TAKE_TURNS: figures},
+                        locks={}, whole_run=whole_run)
+
+
+def growth_of(after: Measurements, before: Measurements, **policy) -> Check:
+    verdict = evaluate(Policy(fail_above_info=(), **policy), after, before)
+    return next(check for check in verdict.comparisons if check.rule == TAKE_TURNS)
+
+
+def test_a_growth_can_fail_from_a_large_baseline_share():
+    # Given a benchmark whose waits took 680 ms of its 1,000 ms (68%), and then 1,100 ms of 1,420 ms
+    # (77.5%): as shares, +9.5 points and +14% (never +50% from 68%); as times a run, +420 ms, +62%
+    before, after = timed(680, 1000), timed(1100, 1420)
+    growth = growth_of(after, before)
+    # Then it fails: past +50% of 680 ms (340 ms) and past 1% of the run's 1,420 ms (14.2 ms)
+    assert not growth.passed and not growth.near
+    assert growth.measured == "680 -> 1,100 ms a run"
+    assert growth.limit == "+50%, +14.2 ms"
+    assert growth.detail == "grew 420 ms (+62%)"
+    # and 950 ms (+40%) passes
+    assert growth_of(timed(950, 1270), before).passed
+
+
 def test_a_growth_over_its_tolerance_by_less_than_its_uncertainty_is_near():
-    # Given a share of 10% in the baseline (± 0.3 points) and 15.4% in the run (± 0.4 points): it
-    # grew 5.4 points (+54%), past both +5 points and +50%, but the growth's uncertainty is
-    # sqrt(0.3² + 0.4²) = 0.5 points, and 5.4 - 0.5 = 4.9 points is within +5 points
-    before, after = turns(0.10, 0.003, "warning", "warning"), turns(0.154, 0.004, "warning", "warning")
-    [growth] = [check for check in evaluate(Policy(fail_above_info=()), after, before).comparisons
-                if check.rule == TAKE_TURNS]
-    assert growth.passed and growth.near and "grew 5.4 ± 0.5 points (+54%)" in growth.detail
-    strict = evaluate(Policy(fail_above_info=(), strict=True), after, before).comparisons
-    assert not next(check for check in strict if check.rule == TAKE_TURNS).passed
-    # 15.6% grew 5.6 points: 5.1 past its uncertainty, over
-    [over] = [check for check in evaluate(Policy(fail_above_info=()), turns(0.156, 0.004, "warning", "warning"),
-                                          before).comparisons if check.rule == TAKE_TURNS]
+    # Given 400 ms ± 5% (20 ms) in the baseline and 620 ms ± 5% (31 ms) in the run: it grew 220 ms
+    # (+55%), past +50% (200 ms), but the growth's uncertainty is sqrt(20² + 31²) = 36.9 ms, and
+    # 220 - 36.9 = 183.1 ms is within 200 ms
+    before, after = timed(400, 1000, 0.05), timed(620, 1220, 0.05)
+    growth = growth_of(after, before)
+    assert growth.passed and growth.near and growth.detail.endswith("grew 220 ms ± 36.9 ms (+55%)")
+    assert not growth_of(after, before, strict=True).passed
+    # 660 ms ± 33 ms grew 260 ms: 221.4 ms past its uncertainty of 38.6 ms, over
+    over = growth_of(timed(660, 1260, 0.05), before)
     assert not over.passed and not over.near
+
+
+def test_a_growth_is_per_second_unless_both_recorded_a_whole_run():
+    # Given 400 ms in a 2 s recording and 700 ms in a 4 s one: +75% a run, but 200 -> 175 ms a second
+    before, after = timed(400, 2000, window_s=2.0), timed(700, 4000, window_s=4.0)
+    assert not growth_of(after, before).passed
+    for whole in ((False, True), (True, False)):
+        per_second = growth_of(replace(after, whole_run=whole[0]), replace(before, whole_run=whole[1]))
+        assert per_second.passed and per_second.measured == "200 -> 175 ms/s"
+        assert per_second.detail == "shrank 25.0 ms/s (-12%)"
+    # and the verdict says which it used
+    verdict = evaluate(Policy(fail_above_info=()), replace(after, whole_run=False), before)
+    assert "a second of recording" in verdict.baseline_rule
+    table = VerdictTable("cap", "base", 200, color=False).render(verdict)
+    assert f"Against the baseline: {verdict.baseline_rule}" in table
 
 
 def test_near_is_said_in_junit_and_the_step_summary():

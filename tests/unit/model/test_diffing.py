@@ -9,7 +9,6 @@ import pytest
 
 from offcpu.errors import OffcpuError
 from offcpu.model.diffing import (
-    SCHEDULER_LEAF,
     Side,
     compare,
     from_folded,
@@ -23,7 +22,7 @@ from offcpu.model.diffing import (
 from offcpu.model.stackview import SEPARATOR, StackView, drawn, folded
 from offcpu.renderers.flame import stack_lines
 from offcpu.renderers.flamegraph_tool import safe_title
-from offcpu.stacks import shorten, shorten_apart
+from offcpu.stacks import SCHEDULER, shorten, shorten_apart
 from tests.unit.model.test_engine import model_of
 
 MUNMAP_WAIT = ("mmap_contention;start_thread;__munmap;entry_SYSCALL_64_after_hwframe;do_syscall_64;__x64_sys_munmap;"
@@ -57,7 +56,7 @@ def test_the_graph_leaves_out_the_schedulers_leaf_frames_and_keeps_the_totals(na
     # Then no blocked stack ends in the scheduler's frames, whose self time would take all the colour
     for stack, _, _ in lines:
         blocked = stack.split(f";{SEPARATOR};")[0].split(";")
-        assert len(blocked) == 1 or blocked[-1] not in SCHEDULER_LEAF, stack
+        assert len(blocked) == 1 or blocked[-1] not in SCHEDULER, stack
     # and both sides keep their time, while the table's stacks are as they were
     assert sum(int(base) for _, base, _ in lines) == diff.base_us
     assert sum(int(new) for _, _, new in lines) == diff.new_us

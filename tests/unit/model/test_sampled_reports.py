@@ -39,8 +39,8 @@ from offcpu.renderers.speedscope import SpeedscopeProfile
 from offcpu.renderers.text import TextReport
 from tests.unit.model.test_engine_events import US, builder, model, switch
 
-NOTE = ("stacks of 6 of 7 waits (sampled under the cost budget); times per stack are estimates, ± one standard "
-        "error; threads' times are exact")
+NOTE = ("stacks were taken for 6 of the 7 waits, a sample that keeps the recording's cost down (--stack-budget): "
+        "the time shown per stack is an estimate, ± one standard error; each thread's time is exact")
 
 
 def sampled() -> Model:
@@ -99,7 +99,7 @@ def test_the_flame_graph_and_the_exports_say_it() -> None:
 
 def test_the_html_report_says_it_and_gives_the_stacks_times_with_their_standard_error() -> None:
     page = HtmlReport(require_renderer(), StackView(), top=5).render(sampled())  # scripts/setup installs one
-    assert f'<p class="warn">{escape(NOTE)}</p>' in page
+    assert f'<p class="caveat">{escape(NOTE)}</p>' in page  # a note, not a warning: the ± says it
     assert ">4.5 ± 1.3</td>" in page
     assert "<li>4.5 ± 1.3 ms in 2 waits (S): " in page
 

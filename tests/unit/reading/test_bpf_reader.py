@@ -289,8 +289,10 @@ def test_user_frames_of_a_process_whose_maps_were_not_read_are_unknown_and_said(
     # Then the wait before the exec is not named from the new program's maps
     assert row(model, WAITER, ("schedule", "[unknown]")).offcpu_us == 100
     assert row(model, WAITER, ("schedule", "qsort")).offcpu_us == 200
-    assert model.binary_notes == ["1 process had no memory maps read while recording (gone before offcpu read "
-                                  "them): their user frames are shown as [unknown]"]
+    # and the note names the process, and says what it changes for the reader and why
+    assert model.binary_notes == [f"the functions of process {PID} (t{WAITER}) in its own code and libraries are "
+                                  "shown as [unknown] in some of its waits: it ended, or ran another program, before "
+                                  "offcpu read its memory maps"]
 
 
 def test_switches_the_programs_placed_by_run_time_are_said(tmp_path: Path) -> None:
@@ -299,10 +301,22 @@ def test_switches_the_programs_placed_by_run_time_are_said(tmp_path: Path) -> No
     write_capture(tmp_path, [record(WAIT, WAITER, 100, back_us=200, state=S, estimated=2),
                              record(WAIT, WAITER, 300, back_us=400, estimated=1)], {})
     model = build(tmp_path)
-    # Then their times count as recorded, and the report says how many switches were placed
+    # Then their times count as recorded, and the report says how many switches were placed, the time of the
+    # waits they placed (100 µs each), and what that changes: nothing of the threads' totals
     assert (model.threads[WAITER].offcpu_us, model.threads[WAITER].oncpu_us) == (200, WINDOW_US - 200)
-    assert model.binary_notes[0] == ("2 switches the kernel did not report to the recording were placed by the "
-                                     "threads' time on CPU as the kernel counts it")
+    assert model.binary_notes[0] == ("the kernel did not report 2 of the threads' switches to offcpu: the 2 waits "
+                                     "they began or ended (0.2 ms off CPU in all) were timed from the threads' time "
+                                     "on CPU as the kernel counts it instead, so every thread's total stays whole")
+
+
+def lost_and_unseen(directory: Path) -> None:
+    """A capture whose recording lost 3 waits (a number the reader acts on: a warning), and 2 of
+    whose switches the kernel did not report (placed by run time, totals whole: a note); for the
+    reports' tests of how each is said."""
+    write_capture(directory, [record(WAIT, WAITER, 100, back_us=200, state=S, estimated=2),
+                              record(WAIT, WAITER, 300, back_us=400, estimated=1)], {})
+    saved = json.loads((directory / "capture.json").read_text())
+    (directory / "capture.json").write_text(json.dumps({**saved, "lost_events": 3}))
 
 
 def test_a_capture_without_its_maps_says_so(tmp_path: Path) -> None:
@@ -349,7 +363,7 @@ def test_the_text_report_says_it_was_recorded_with_bpf(tmp_path: Path) -> None:
     assert header[2].endswith("0.01 s recorded (fp stacks; recorded with BPF)")
     assert header[3] == "3 threads were off CPU for 7.1 ms: blocked 5.5 ms, waiting for a CPU 1.6 ms"
     # (no perf's cost of the switches:) two of the six waits had no stack taken, and two stacks failed
-    assert header[4].startswith("Note: stacks of 4 of 6 waits (sampled under the cost budget)")
+    assert header[4].startswith("Note: stacks were taken for 4 of the 6 waits, a sample that keeps the recording's")
     assert header[5].startswith("Note: 2 of the 6 stacks taken could not be read")
 
 

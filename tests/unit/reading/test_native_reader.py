@@ -97,6 +97,9 @@ def test_rust_names_lose_their_hash_as_perf_shows_them() -> None:
     # (perf 6.1 printed libbpf_rs::ringbuf::RingBufferBuilder::build for offcpu's own core)
     assert demangle("_ZN9libbpf_rs7ringbuf17RingBufferBuilder5build17h0123456789abcdefE") == \
         "libbpf_rs::ringbuf::RingBufferBuilder::build"
+    # and without the suffix of a function LLVM made local (perf 6.1, py-spy's hashbrown in a whole-machine recording)
+    assert demangle("_ZN9hashbrown3raw21RawTable$LT$T$C$A$GT$14reserve_rehash17h7188ab7e5ad9d507E.llvm."
+                    "4164894986928040906") == "hashbrown::raw::RawTable<T,A>::reserve_rehash"
 
 
 def test_a_plt_stub_is_named_after_its_function_demangled() -> None:

@@ -4,10 +4,13 @@ written here by hand, with the expected values worked out in the comments."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 
+from offcpu.model import Model
+from offcpu.model.loading import build
 from offcpu.reading.runtime_frames import (
     NO_OWNER,
     NO_RUNTIME_STACK,
@@ -78,17 +81,18 @@ def test_a_damaged_or_missing_file_is_no_runtime_stacks(tmp_path: Path) -> None:
     assert load(tmp_path) is None
 
 
+def fixture_model(tmp_path: Path, name: str) -> Model:
+    """The model of a recorded fixture, built from a copy (a built model is saved beside its capture)."""
+    shutil.copytree(HERE / name, tmp_path / "cap")
+    return build(tmp_path / "cap")
+
+
 def test_a_recorded_python_lock_carries_its_lines_under_its_lock_waits(tmp_path: Path) -> None:
     # tests/fixtures/python_lock_bpf: python_lock -t 4 -u 100000 (4 workers taking one lock and sleeping 100 ms
     # holding it) recorded 1 s with BPF by `offcpu record --pid`; its kallsyms is cut to what its frames need,
     # and its native user frames are named from this machine's files (elsewhere, as offsets): only the runtime's
     # and the kernel's frames are held to here
-    import shutil
-
-    from offcpu.model.loading import build
-
-    shutil.copytree(HERE / "python_lock_bpf", tmp_path / "cap")
-    model = build(tmp_path / "cap")
+    model = fixture_model(tmp_path, "python_lock_bpf")
     pid = model.capture.target.pid
     assert f"Python frames of process {pid} (CPython 3.11) were read with py-spy dump every 200 ms: 14 of 22 " \
         "waits of 10 ms or more carry them; the others' stacks are native only" in model.binary_notes
@@ -111,6 +115,68 @@ def test_a_recorded_python_lock_carries_its_lines_under_its_lock_waits(tmp_path:
     assert main[-5:] == ("Thread._wait_for_tstate_lock (threading.py:1132) [py]",
                          "Thread.join (threading.py:1112) [py]", "main (python_lock:65) [py]",
                          "<module> (python_lock:71) [py]", "[asleep all the recording]")
+
+
+def test_a_recorded_ruby_mutex_carries_its_lines_what_its_threads_wait_for_and_who_held_it(tmp_path: Path) -> None:
+    # tests/fixtures/ruby_mutex_bpf: ruby_mutex -t 4 -u 100000 (4 workers taking one Thread::Mutex and sleeping
+    # 100 ms holding it; line 63 takes it, 64 sleeps, 78 calls work, 81 joins) recorded 1 s with BPF by
+    # `offcpu record --pid`, its threads read from its memory every 200 ms
+    model = fixture_model(tmp_path, "ruby_mutex_bpf")
+    pid = model.capture.target.pid
+    assert f"Ruby frames of process {pid} (MRI 3.1) were read with offcpu's MRI 3.1 reader (/proc/PID/mem) every " \
+        "200 ms: 9 of 20 waits of 10 ms or more carry them; the others' stacks are native only" in model.binary_notes
+    # the workers' futex waits: most of their time (those a read fell in) under the line that takes the mutex and
+    # what they wait for, after the native frames, and who held it: worker-0 (MRI's Mutex is not fair), asleep at
+    # the line after, or at that line itself (it had just taken it)
+    taking = ("[waiting to lock a Thread::Mutex]", "work (ruby_mutex:63) [rb]",
+              "block (2 levels) in <main> (ruby_mutex:78) [rb]")
+    holders = ("[held by worker-0: block in work (ruby_mutex:64)]", "[held by worker-0: work (ruby_mutex:63)]")
+    waits_us = framed_us = 0
+    for row in model.rows:
+        frames = model.stacks[row.stack].frames
+        if row.tid != pid and "futex_do_wait" in frames:
+            waits_us += row.offcpu_us
+            if taking[0] in frames:
+                framed_us += row.offcpu_us
+                at = frames.index(taking[0])
+                assert frames[at:at + 3] == taking and frames[at - 1] in holders, frames
+                assert at - 1 >= model.stacks[row.stack].kernel_frames
+    assert waits_us > 3_000_000 and framed_us > 0.6 * waits_us, (framed_us, waits_us)
+    # the main thread, asleep in its join all the recording: its frames from the snapshot, after the native ones
+    [main] = [model.stacks[row.stack].frames for row in model.rows if row.tid == pid]
+    assert main[-3:] == ("[waiting for another thread to end (Thread#join)]", "<main> (ruby_mutex:81) [rb]",
+                         "[asleep all the recording]")
+
+
+def test_a_recorded_java_reentrantlock_carries_what_its_threads_park_for_and_their_line(tmp_path: Path) -> None:
+    # tests/fixtures/java_lock_sleep_bpf: java_lock_sleep -t 4 -u 200 (4 workers taking one fair ReentrantLock and
+    # sleeping 200 ms holding it; LockSleep.java:28 takes it) recorded 3 s with BPF by `offcpu record --pid` once
+    # the JVM had run 3 s, its thread dumps read through HotSpot's attach socket every 1 s
+    from offcpu.diagnosis.findings import findings
+
+    model = fixture_model(tmp_path, "java_lock_sleep_bpf")
+    pid = model.capture.target.pid
+    assert any(note.startswith(f"Java frames of process {pid} (HotSpot 17.") and
+               "were read with HotSpot attach: threaddump every 1000 ms" in note for note in model.binary_notes)
+    # the waits a dump fell in: what they park for, the JDK's park and AQS frames, then the program's line,
+    # after the native frames; 3 dumps of 4 workers that wait most of their time for the lock: a good part of
+    # the workers' futex waits
+    parked = "[parking to wait for a java.util.concurrent.locks.ReentrantLock$FairSync]"
+    taking = "LockSleep.lambda$main$0 (LockSleep.java:28) [java]"
+    waits_us = framed_us = 0
+    for row in model.rows:
+        frames = model.stacks[row.stack].frames
+        if model.threads[row.tid].comm.startswith("worker-") and "futex_do_wait" in frames:
+            waits_us += row.offcpu_us
+            if parked in frames:
+                framed_us += row.offcpu_us
+                at = frames.index(parked)
+                assert at >= model.stacks[row.stack].kernel_frames and taking in frames[at:], frames
+    assert framed_us > 0.25 * waits_us, (framed_us, waits_us)
+    # and the lock's finding is placed at the program's line, not at the JDK's park
+    [lock] = [finding for finding in findings(model) if finding.subject == "ReentrantLock"]
+    assert lock.id == "lock_contention" and lock.title.endswith("(a java.util.concurrent.locks.ReentrantLock$FairSync)")
+    assert " holds at LockSleep.lambda$main$0 (LockSleep.java:28) (" in lock.summary, lock.summary
 
 
 def test_what_a_java_thread_waits_for_and_who_held_it_become_frames(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def test_a_few_unreadable_events_are_a_note():
     text = TextReport(StackView(), top=5, width=100, color=False).render(model)
     # Then the numbers stand, and the report says what is missing
     assert not untrusted(model)
-    assert not text.startswith("WARNING") and "\nNote: 1 of the " in text and "could not be read" in text
+    assert not text.startswith("WARNING") and "\nWarning: 1 of the " in text and "could not be read" in text
 
 
 def test_many_unreadable_events_make_every_report_say_first_that_its_numbers_cannot_be_trusted():

@@ -53,9 +53,11 @@ def test_profiles_follow_the_format_and_add_up_to_the_model(name):
 def test_frames_are_root_first_and_blocked_stacks_start_at_the_thread():
     document = exported("futex_pid")
     names = [frame["name"] for frame in document["shared"]["frames"]]
-    schedule = names.index("__schedule")
-    stacks = [stack for profile in document["profiles"][:-2] for stack in profile["samples"] if schedule in stack]
-    assert stacks and all(stack[-1] == schedule for stack in stacks)  # the leaf last
+    # the leaf last: the wait site, the futex wait of the mutex, never the scheduler's frames after it
+    wait = names.index("futex_do_wait")
+    stacks = [stack for profile in document["profiles"][:-2] for stack in profile["samples"] if wait in stack]
+    assert stacks and all(stack[-1] == wait for stack in stacks)
+    assert "__schedule" not in names and "schedule" not in names
     blocked = document["profiles"][-2]
     thread_names = {f"{name} (tid {tid})" for name, tid in
                     ((thread.comm, thread.tid) for thread in model_of("futex_pid").threads.values())}
@@ -85,4 +87,4 @@ def test_a_python_programs_frames_carry_their_file_and_line(tmp_path):
     # then a Python frame says its file and line where speedscope shows them, and a native one says none
     assert frames["main.<locals>.work (python_lock:57) [py]"] == {
         "name": "main.<locals>.work (python_lock:57) [py]", "file": "python_lock", "line": 57}
-    assert frames["__schedule"] == {"name": "__schedule"}
+    assert frames["futex_do_wait"] == {"name": "futex_do_wait"}

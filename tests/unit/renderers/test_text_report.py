@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from offcpu.model import Model
+from offcpu.model.loading import build
 from offcpu.model.stackview import StackView, drawn, listed
 from offcpu.model.summaries import by_state, waker_pairs
 from offcpu.renderers.console import MAX_WIDTH, MIN_WIDTH, stdout_layout
 from offcpu.renderers.text import TextReport
 from tests.unit.model.test_engine import model_of
+from tests.unit.reading.test_bpf_reader import lost_and_unseen
 
 GOLDEN = Path(__file__).parent / "golden"
 ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
@@ -119,3 +121,16 @@ def test_the_width_is_bounded(monkeypatch, columns, width):
     # Given COLUMNS of any size (100000000 took 20 s and 5 GB to print 10 KB), for a pipe
     monkeypatch.setenv("COLUMNS", columns)
     assert stdout_layout(to_file=True) == (width, False)
+
+
+def test_only_what_changes_a_number_is_said_in_red(tmp_path):
+    # Given a BPF capture that lost 3 waits, and 2 of whose switches the kernel did not report
+    lost_and_unseen(tmp_path)
+    text = TextReport(StackView(), top=5, width=400, color=True).render(build(tmp_path))
+    lines = {ESCAPE.sub("", line): line for line in text.splitlines()}
+    # Then the lost waits, which change the numbers, are a warning, in red
+    lost = [line for plain, line in lines.items() if plain.startswith("Warning: the BPF recording lost 3 waits")]
+    assert len(lost) == 1 and "\x1b[31m" in lost[0], lines
+    # and the switches placed by run time, which leave every total whole, a note in the text's own colour
+    unseen = [line for plain, line in lines.items() if plain.startswith("Note: the kernel did not report 2 of")]
+    assert len(unseen) == 1 and "\x1b[" not in unseen[0], lines
