@@ -1,6 +1,5 @@
-"""Records of a live recording written as an ordinary BPF capture ([capture](../../docs/capture.md)):
-the window that `offcpu top` builds its model from, and the flight record, the last seconds kept,
-that every `report` format reads."""
+"""The flight record: the records a live recording kept, the last seconds, written as an ordinary
+BPF capture ([capture](../../docs/capture.md)) that every `report` format reads."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from offcpu.capture import (
     BPF_RECORDS,
     BPF_STACKS,
     KERNEL_SYMBOLS,
-    MODEL_FILE,
     VDSO_IMAGE,
     CaptureInfo,
     save,
@@ -34,22 +32,18 @@ SHARED = (BPF_MAPS, KERNEL_SYMBOLS, VDSO_IMAGE)
 
 
 def write_capture(directory: Path, records: np.ndarray, recording: _core.BpfRecording, info: CaptureInfo,
-                  window: tuple[int, int], recorded_by: str, live_directory: Path | None = None) -> None:
+                  window: tuple[int, int], recorded_by: str, live_directory: Path) -> None:
     """A capture of `records` and of the waits open now (cut at the window's end, as a
     recording's end cuts them) into `directory`, which exists: the stack table as it stands,
     capture.json with `window` (CLOCK_MONOTONIC ns) as its window, and the files the live
-    recording keeps in `live_directory` (none when it is `directory` itself). OSError when
-    a file cannot be written."""
+    recording keeps in `live_directory`. OSError when a file cannot be written."""
     open_now = recording.open_waits()
     whole = np.concatenate([records, np.frombuffer(open_now, RECORD, len(open_now) // RECORD.itemsize)])
     write_whole(directory / BPF_RECORDS, whole.tobytes(), mode=PRIVATE)
-    for name in (BPF_STACKS, MODEL_FILE):  # the core makes its files anew; a model left is of other records
-        (directory / name).unlink(missing_ok=True)
     recording.save_stacks(str(directory / BPF_STACKS))
-    if live_directory is not None:
-        for name in SHARED:
-            with contextlib.suppress(FileNotFoundError):  # no kallsyms where the kernel hides its symbols
-                shutil.copyfile(live_directory / name, directory / name)
+    for name in SHARED:
+        with contextlib.suppress(FileNotFoundError):  # no kallsyms where the kernel hides its symbols
+            shutil.copyfile(live_directory / name, directory / name)
     start_ns, end_ns = window
     waits = int(np.count_nonzero(whole["kind"] == 1))
     save(directory, replace(info, window_start_ns=start_ns, window_end_ns=end_ns,

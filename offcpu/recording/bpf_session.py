@@ -66,7 +66,7 @@ class Follower(Protocol):
     directory is then its own to write in: the maps and kernel files are there), and
     ticked every end_watch.TICK_S until the recording ends."""
 
-    def start(self, recording: _core.BpfRecording, info: CaptureInfo) -> None: ...
+    def start(self, recording: _core.BpfRecording, info: CaptureInfo, sampler: RuntimeSampler) -> None: ...
 
     def tick(self) -> None: ...
 
@@ -111,7 +111,7 @@ def record_bpf(request: RecordRequest, backend: Backend, on_tick: Callable[[floa
             ticked = on_tick
             if follower is not None:
                 save_kernel_files(request.output)
-                follower.start(recording, info)
+                follower.start(recording, info, sampler)
                 ticked = _with_follower(on_tick, follower)
             switches_at_start = _run(request, info, ticked, interrupts, maps, recording, sampler, follower is None)
             try:
