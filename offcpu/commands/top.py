@@ -78,20 +78,22 @@ def top(interval_s: float, window_s: float, keep_s: float, keep_bytes: int, trig
 def _on_screen(target: Target, options: LiveOptions, stack_budget: int, name: str, table: LockTable) -> None:
     from rich.console import Console
 
-    from offcpu.live.screen import Screen, keys_and_screen, read_keys
+    from offcpu.live.screen import Screen, keys_and_screen, read_keys, whole_drawing
     from offcpu.live.session import run_live
 
     screen = Screen(name, table, Console())
     with keys_and_screen(screen) as live:
         def on_frame(frame: Frame) -> None:
             screen.take(frame)
-            live.update(screen.render(), refresh=True)
+            with whole_drawing():
+                live.update(screen.render(), refresh=True)
 
         def on_tick(follow: Follow) -> None:
             keys = read_keys(sys.stdin.fileno())
             for key in keys:
                 screen.key(key, follow)
             if keys:
-                live.update(screen.render(), refresh=True)
+                with whole_drawing():
+                    live.update(screen.render(), refresh=True)
 
         run_live(target, options, stack_budget, on_frame, on_tick)

@@ -3,13 +3,15 @@
 Keys: o overview, s wait sites, t threads, w who wakes whom; j/k (or the arrows) choose a
 finding, e shows its evidence; r changes the threads' order; p (or space) pauses; d writes
 the flight record; q quits. The terminal is put back however it ends (q, Ctrl-C, SIGTERM):
-its mode when an exception unwinds, the main screen when rich's Live leaves."""
+its mode when an exception unwinds, the main screen when rich's Live leaves; a signal that ends
+it waits until a drawing is written whole (`whole_drawing`)."""
 
 from __future__ import annotations
 
 import os
 import re
 import select
+import signal
 import sys
 import termios
 import tty
@@ -28,6 +30,7 @@ from offcpu.diagnosis.locktable import LockTable
 from offcpu.escaping import printable
 from offcpu.live.follow import Follow, Frame
 from offcpu.live.view import ThreadRate, thread_rates, wait_sites, wakeups
+from offcpu.recording.interrupts import INTERRUPTS
 from offcpu.stacks import shorten
 
 VIEWS = {"o": "overview", "s": "wait sites", "t": "threads", "w": "wakeups", "e": "evidence"}
@@ -186,6 +189,19 @@ def read_keys(fd: int) -> list[str]:
     if not select.select([fd], [], [], 0)[0]:
         return []
     return ARROW_OR_KEY.findall(os.read(fd, 64).decode(errors="replace"))
+
+
+@contextmanager
+def whole_drawing() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP held until what is drawn meanwhile is written whole: raised in
+    the middle of a redraw, the exception that ends top cut the screen's escape sequences short,
+    and the terminal took the bytes that leave the alternate screen as the rest of one (the screen
+    stayed, and the test of it failed now and then)."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 @contextmanager
