@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OFFCPU, Workload, assert_one_line_error, missing, run_offcpu
+from tests.conftest import OFFCPU, Workload, assert_one_line_error, example, missing, run_offcpu, wait_for_threads
+from tests.programs import MissingProgram, WorkloadError, nginx_under_wrk
 
 START_TIMEOUT_S = 30
+PYTHON = "/usr/bin/python3"  # the examples' own (Debian's CPython)
 LIVE = ["--interval", "0.5", "--window", "1", "--keep", "3"]
 
 
@@ -136,6 +138,35 @@ def test_record_keep_writes_on_sigusr1_without_a_view(tmp_path: Path, contention
     assert "__lll_lock_wait" in report.stdout
 
 
+def test_a_flight_record_carries_the_programs_own_frames(tmp_path: Path) -> None:
+    """python_lock (4 threads queued on a threading.Lock held across a sleep): the flight record's
+    report names the lock and the program's line, as record's does."""
+    if not os.access(PYTHON, os.X_OK):
+        missing(f"{PYTHON} is not installed: scripts/setup installs it")
+    source = example("python_lock")
+    program = subprocess.Popen([PYTHON, str(source), "-t", "4", "-s", "60", "-u", "100000"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for_threads(program.pid, 5)
+        watch = start(tmp_path, "record", "--pid", str(program.pid), "--keep", "3", "--flight-output", str(tmp_path))
+        assert watch.stderr is not None
+        assert watch.stderr.readline().startswith("Watching")
+        time.sleep(2.5)  # the seconds kept: a dozen reads of the Python stacks
+        watch.send_signal(signal.SIGUSR1)
+        line = watch.stderr.readline()
+        end(watch, tmp_path)
+    finally:
+        os.killpg(program.pid, signal.SIGKILL)
+        program.wait()
+    assert line.startswith("flight record: "), line
+    flight = Path(line.split()[-1])
+    report = run_offcpu("report", "json", str(flight))
+    assert report.returncode == 0, report.stderr
+    found = json.loads(report.stdout)["findings"]
+    [lock] = [finding for finding in found if finding["subject"] == "Python threading lock"]
+    assert f"at main.<locals>.work ({source.name}:" in lock["summary"], lock["summary"]
+
+
 @pytest.fixture
 def tmux(tmp_path: Path) -> Iterator[list[str]]:
     """A tmux server of the test's own; killed after. (Its shells get the tests' environment, where
@@ -190,6 +221,33 @@ def test_the_screen_driven_by_its_keys(tmp_path: Path, chain: Workload, tmux: li
     assert json.loads((flight / "capture.json").read_text())["recorded_by"] == "top"
 
 
+def test_the_screen_of_a_server_under_load(tmp_path: Path, tmux: list[str]) -> None:
+    """nginx (a master, 2 workers) serving wrk: its workers on the screen, waiting in epoll for the
+    next request, and the keys still answered under the load."""
+    try:
+        with nginx_under_wrk(workers=2) as nginx:
+            status = tmp_path / "status"
+            shell = (f"unset LINES COLUMNS; TMPDIR={tmp_path} NO_COLOR=1 {OFFCPU} top --tree {nginx.pid} "
+                     f"--interval 0.5 --window 2 --keep 3; echo $? > {status}; sleep 30")
+            subprocess.run([*tmux, "new-session", "-d", "-s", "top", "-x", "120", "-y", "45", shell], check=True)
+            shown = wait_for(tmux, "epoll")
+            assert "nginx" in shown, shown
+            assert all(len(line) <= 120 for line in shown.splitlines())
+            subprocess.run([*tmux, "send-keys", "-t", "top", "t"], check=True)
+            threads = wait_for(tmux, "threads, ms/s")
+            assert any(str(tid) in threads for tid in nginx.worker_tids), threads
+            subprocess.run([*tmux, "send-keys", "-t", "top", "w"], check=True)
+            assert "wrk" in wait_for(tmux, "who wakes whom")  # its requests wake the workers
+            subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True)
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not status.exists():
+                assert time.monotonic() < deadline, screen(tmux)
+                time.sleep(0.2)
+            assert status.read_text().strip() == "0"
+    except (MissingProgram, WorkloadError) as error:
+        missing(str(error))
+
+
 def test_sigterm_puts_the_terminal_back(tmp_path: Path, chain: Workload, tmux: list[str]) -> None:
     shell = (f"unset LINES COLUMNS; TMPDIR={tmp_path} {OFFCPU} top --pid {chain.pid} --interval 0.5 --window 1 "
              f"--keep 1; stty -a > {tmp_path / 'stty'}; sleep 30")
@@ -236,6 +294,12 @@ def test_nothing_stays_attached_after_sigkill(tmp_path: Path, contention: Worklo
     while held := {pid: bpf_held_by(pid) for pid in holders if bpf_held_by(pid)}:
         assert time.monotonic() < deadline, held
         time.sleep(0.1)
+    # its live directory stays, until the next live recording starts
+    [left] = tmp_path.glob(f"offcpu-live-{top.pid}-*")
+    again = start(tmp_path, "top", "--pid", str(contention.pid), "--json", *LIVE)
+    list(lines_of(again, 1))
+    assert not left.exists()
+    end(again, tmp_path)
 
 
 @pytest.mark.parametrize(("args", "words"), [
