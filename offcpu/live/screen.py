@@ -193,10 +193,10 @@ def read_keys(fd: int) -> list[str]:
 
 @contextmanager
 def whole_drawing() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP held until what is drawn meanwhile is written whole: raised in
-    the middle of a redraw, the exception that ends top cut the screen's escape sequences short,
-    and the terminal took the bytes that leave the alternate screen as the rest of one (the screen
-    stayed, and the test of it failed now and then)."""
+    """SIGINT, SIGTERM and SIGHUP held until what is drawn meanwhile is written whole: raised out
+    of a write to a terminal slow to read (a blocked write that the signal interrupts), the
+    exception that ends top would drop the rest of the frame, an escape sequence cut short, and
+    the terminal would take the bytes that leave the alternate screen for the rest of it."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
     try:
         yield
