@@ -10,12 +10,13 @@ import argparse
 import sys
 from types import ModuleType
 
-from benchmarks import record_overhead, report_speed, runtime_frames
+from benchmarks import record_overhead, report_speed, runtime_frames, top_cost
 
 BENCHMARKS: dict[str, ModuleType] = {
     "record-overhead": record_overhead,
     "report-speed": report_speed,
     "runtime-frames": runtime_frames,
+    "top-cost": top_cost,
 }
 
 

@@ -184,6 +184,8 @@ class CaptureInfo:
     # stack_errors, unseen_switches, missed_runs, bytes_written) and its stack budget (stacks_per_second per CPU,
     # long_wait_ns): see core/src/bpf/offcpu.bpf.c. None for perf.
     bpf: dict | None = None
+    # What wrote it: "record", or a flight recorder's keeping of the last seconds ("top", "record --keep")
+    recorded_by: str = "record"
     schema: str = field(default=SCHEMA)
 
     def to_json(self) -> dict:

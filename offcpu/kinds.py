@@ -43,6 +43,7 @@ HASHED_MAX = 1 << 20  # of perf.data's header, of its features, of each end of B
 # The readers, by the names --reader and a model give them (offcpu.reading.readers)
 NATIVE_READER, PERF_SCRIPT_READER, BPF_READER = "native", "perf-script", "bpf"
 PERF_DATA_READERS = (NATIVE_READER, PERF_SCRIPT_READER)  # what --reader may choose
+BPF_READER_WHY = "recorded with BPF"  # why a BPF capture is read by the BPF reader (a model says it)
 Unsupported = Callable[[Path], "str | None"]
 
 
@@ -281,7 +282,7 @@ class BpfRecording(CaptureKind):
         if forced is not None:
             raise OffcpuError(f"--reader {forced} reads a perf.data, and {directory} was recorded with BPF (it has "
                               f"{BPF_RECORDS} instead): leave out --reader")
-        return ReaderPlan(BPF_READER, "recorded with BPF", directory)
+        return ReaderPlan(BPF_READER, BPF_READER_WHY, directory)
 
     def recorded_counts(self, info: CaptureInfo) -> str:
         counts = f"{info.samples:,} wait{'s' * (info.samples != 1)}"

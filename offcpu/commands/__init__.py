@@ -32,4 +32,5 @@ COMMANDS = {
     "doctor": "offcpu.commands.doctor.command:doctor",
     "report": "offcpu.commands.report:report",
     "check": "offcpu.commands.check:check",
+    "top": "offcpu.commands.top:top",
 }

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
 from offcpu.capture import KERNEL_SYMBOLS, CaptureInfo, Target, load_snapshot
+from offcpu.commands.keeping import FLIGHT_OUTPUT, KEEP_SIZE, MAX_KEEP_S, TRIGGER, seconds
 from offcpu.diagnosis.wording import counted
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
@@ -45,6 +46,8 @@ UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._+-]")
 # Stacks per second per CPU that a BPF recording takes at most: nginx under wrk kept 0.93x
 # of its throughput at 4,000 and 0.87x at 20,000 (docs/benchmarks.md)
 DEFAULT_STACK_BUDGET = 5_000
+# record --keep looks at its triggers every second, over the last 10 s (as top by default)
+KEEP_INTERVAL_S, KEEP_WINDOW_S = 1.0, 10.0
 MAX_STACK_BUDGET = 1_000_000_000  # more than any CPU switches in a second: every stack (and within the core's u32)
 
 
@@ -188,8 +191,16 @@ def output_option(help_text: str) -> Callable[..., Any]:
 @recording_options()
 @output_option("Capture directory")
 @click.option("--force", is_flag=True, help="Replace an existing capture at --output.")
+@click.option("--keep", "keep_s", type=float, callback=lambda ctx, param, value: None if value is None else
+              seconds(ctx, param, value), metavar="SECONDS",
+              help="A flight recorder: record until stopped (or the target ends), keep the last SECONDS in memory, "
+                   "and write them as a capture on SIGUSR1 or when a --trigger holds (BPF only; no --output).")
+@KEEP_SIZE
+@TRIGGER
+@FLIGHT_OUTPUT
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND [ARGS]...]")
-def record(settings: Settings, output: Path | None, force: bool, command: tuple[str, ...], **chosen: Any) -> None:
+def record(settings: Settings, output: Path | None, force: bool, keep_s: float | None, keep_bytes: int,
+           triggers: tuple[Any, ...], flight_output: Path, command: tuple[str, ...], **chosen: Any) -> None:
     """Record where threads wait while they are off CPU.
 
     Times every switch and wakeup of the target's threads at the
@@ -220,7 +231,33 @@ def record(settings: Settings, output: Path | None, force: bool, command: tuple[
       offcpu record --tree 1234 -- wrk -d 10s http://127.0.0.1:8080/
     """
     target = resolve_target(Choice(command=command, **chosen))
+    if keep_s is not None:
+        _keep(target, settings, keep_s, keep_bytes, triggers, flight_output, output)
+        return
     record_into(settings.request(target, output or default_output(target)), force)
+
+
+def _keep(target: Target, settings: Settings, keep_s: float, keep_bytes: int, triggers: tuple[Any, ...],
+          flight_output: Path, output: Path | None) -> None:
+    """record --keep: a live recording with no view, its flight records said on stderr as they are written."""
+    from offcpu.live.follow import LiveOptions
+    from offcpu.live.session import run_live
+
+    given = [name for name in settings_given(click.get_current_context()) if name != "--stack-budget"]
+    if given or output is not None:
+        raise click.UsageError(f"{', '.join(given or ['--output'])} cannot go with --keep: a flight recorder "
+                               "records with BPF until it is stopped, and writes its captures in --flight-output")
+    if keep_s > MAX_KEEP_S:
+        raise click.BadParameter(f"at most {MAX_KEEP_S:.0f} s", param_hint="--keep")
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console.print(f"Watching {target.describe()}: the last {keep_s:g} s kept; SIGUSR1 writes them"
+                  + "".join(f", and --trigger {trigger.text}" for trigger in triggers) + ". Ctrl-C ends.",
+                  markup=False)
+    options = LiveOptions(KEEP_INTERVAL_S, min(KEEP_WINDOW_S, keep_s), keep_s, keep_bytes, triggers, flight_output,
+                          "record --keep")
+    # No view: the window's model is built only for the triggers, each second
+    run_live(target, options, settings.stack_budget, None,
+             on_flight=lambda path: console.print(f"flight record: {printable(str(path))}", markup=False))
 
 
 def record_into(request: RecordRequest, force: bool, suggest_report: bool = True) -> CaptureInfo:

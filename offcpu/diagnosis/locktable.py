@@ -58,12 +58,12 @@ class Lock:
 
     def waits_at(self, frames: tuple[str, ...]) -> int | None:
         """Where (an index into leaf-first normal frames) a stack waits at this site, if it does."""
-        for index, frame in enumerate(frames):
-            if self._wait.match(frame):
-                if self._callers is None or any(self._callers.match(caller) for caller in frames[index + 1:]):
-                    return index
-                return None
-        return None
+        index = next((index for index, frame in enumerate(frames) if self._wait.match(frame)), None)
+        return index if index is not None and self.called_as(frames, index) else None
+
+    def called_as(self, frames: tuple[str, ...], index: int) -> bool:
+        """Whether the frames above the wait's (at `index`) hold one of its callers, when it has them."""
+        return self._callers is None or any(self._callers.match(caller) for caller in frames[index + 1:])
 
     def released_at(self, frames: tuple[str, ...]) -> int | None:
         """Where a waker's leaf-first normal frames let this site go, if a frame says so."""
@@ -133,13 +133,23 @@ class LockTable:
         self.locks = locks
         self._sites: dict[tuple[str, ...], Site | None] = {}
         self._releases: dict[tuple[str, ...], Lock | None] = {}
+        self._waiting_at: dict[str, tuple[int, ...]] = {}  # a frame: the entries (by number) whose wait it matches
 
     def site(self, stack: Stack) -> Site | None:
-        """The first entry whose wait site a stack is at (once per distinct stack)."""
+        """The first entry whose wait site a stack is at (once per distinct stack): Lock.waits_at
+        of each entry in turn, each frame matched once against all of them (a whole machine's live
+        window brings hundreds of new stacks a second, of frames mostly seen)."""
         frames = tuple(normal(frame) for frame in stack.frames)
         if frames not in self._sites:
-            self._sites[frames] = next((Site(lock, frames[index]) for lock in self.locks
-                                        if (index := lock.waits_at(frames)) is not None), None)
+            first: dict[int, int] = {}  # an entry: the first frame its wait matches
+            for index, frame in enumerate(frames):
+                if (entries := self._waiting_at.get(frame)) is None:
+                    entries = self._waiting_at[frame] = tuple(
+                        number for number, lock in enumerate(self.locks) if lock._wait.match(frame))
+                for number in entries:
+                    first.setdefault(number, index)
+            self._sites[frames] = next((Site(self.locks[number], frames[first[number]]) for number in sorted(first)
+                                        if self.locks[number].called_as(frames, first[number])), None)
         return self._sites[frames]
 
     def released(self, stack: Stack) -> Lock | None:

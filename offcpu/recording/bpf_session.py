@@ -8,6 +8,10 @@ command, those they start), one thread, a cgroup and the cgroups below it, or al
 A command is forked by offcpu and held before its exec until the programs record
 it. The programs and maps are held by file descriptors and never pinned: they
 leave with offcpu however it ends.
+
+A live recording (`offcpu top`, `offcpu record --keep`) goes the same way, with a
+Follower that takes its records from memory as they come, instead of a capture
+written at the end.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, CaptureInfo, Target
 from offcpu.errors import OffcpuError
@@ -39,6 +43,7 @@ from offcpu.recording.session import (
     note_cgroups_at_end,
     note_threads_at_start,
     now_iso,
+    save_kernel_files,
     save_snapshot_of,
 )
 
@@ -54,14 +59,26 @@ LONG_WAIT_NS = 1_000_000
 EXEC_FAILED = 127
 
 
+class Follower(Protocol):
+    """What follows a live recording: started once its target is recorded (the capture
+    directory is then its own to write in: the maps and kernel files are there), and
+    ticked every end_watch.TICK_S until the recording ends."""
+
+    def start(self, recording: _core.BpfRecording, info: CaptureInfo, sampler: RuntimeSampler) -> None: ...
+
+    def tick(self) -> None: ...
+
+
 class BpfSession:
     """A recording with the BPF programs, in the lifecycle offcpu.recording.recorder runs: the
     programs loaded with the kernel's filter for the target and a command held before its exec
     until they record it (record); the command ended and its status (ended); the programs'
-    own counts as capture.json's (describe)."""
+    own counts as capture.json's (describe). With a `follower`, the records go to it as they
+    come and none are written (request.output holds what it needs meanwhile)."""
 
-    def __init__(self, request: RecordRequest, backend: Backend, on_tick: Callable[[float], None]) -> None:
-        self.request, self.backend, self.on_tick = request, backend, on_tick
+    def __init__(self, request: RecordRequest, backend: Backend, on_tick: Callable[[float], None],
+                 follower: Follower | None = None) -> None:
+        self.request, self.backend, self.on_tick, self.follower = request, backend, on_tick, follower
         self.command: HeldCommand | None = None
         self.recording: _core.BpfRecording | None = None
         self.sampler: RuntimeSampler | None = None
@@ -81,8 +98,8 @@ class BpfSession:
         filter_kind, ids, cgroups = _kernel_filter(info.target, command)
         try:
             self.recording = recording = _core.BpfRecording(
-                str(records), filter_kind, ids, cgroups, info.target.kind in ("pid", "command"), request.stack_budget,
-                LONG_WAIT_NS)
+                "" if self.follower else str(records), filter_kind, ids, cgroups,
+                info.target.kind in ("pid", "command"), request.stack_budget, LONG_WAIT_NS)
         except _core.BpfError as error:
             raise BpfRefused(printable(str(error))) from None
         except OSError as error:
@@ -99,15 +116,20 @@ class BpfSession:
                 replace(info.target, command_pid=command.pid)
         # The runtimes' stacks (CPython's), read while their threads are off CPU (from the window's start on)
         self.sampler = sampler = RuntimeSampler(request.output)
-        switches_at_start = _run(request, info, self.on_tick, interrupts, maps, recording, sampler)
+        on_tick = self.on_tick
+        if self.follower is not None:
+            save_kernel_files(request.output)
+            self.follower.start(recording, info, sampler)
+            on_tick = _with_follower(on_tick, self.follower)
+        switches_at_start = _run(request, info, on_tick, interrupts, maps, recording, sampler, self.follower is None)
         try:
-            counters = recording.finish(str(stacks))
+            counters = recording.counters() if self.follower else recording.finish(str(stacks))
         except OSError as error:
             raise _not_written(request.output, error) from None
         info.bpf = {**counters, "stacks_per_second": request.stack_budget, "long_wait_ns": LONG_WAIT_NS}
         with contextlib.suppress(OSError):  # and of the wakers in the records drained last
             maps.update(recording.new_wakers())
-        if switches_at_start and not info.target_exited:
+        if switches_at_start and not info.target_exited and self.follower is None:
             save_snapshot_of(request.output, switches_at_start, info, sampler.frames_by_thread(),
                              sampler.owners_by_thread())
         return info
@@ -136,6 +158,13 @@ class BpfSession:
         info.lost_events = counts.get("lost_records", 0) + counts.get("lost_waits", 0) + counts.get("missed_runs", 0)
         info.perf_data_bytes = counts.get("bytes_written", 0)
         info.switch_cost_ns = 0  # every switch is timed where it happens
+
+
+def _with_follower(on_tick: Callable[[float], None], follower: Follower) -> Callable[[float], None]:
+    def tick(elapsed_s: float) -> None:
+        on_tick(elapsed_s)
+        follower.tick()
+    return tick
 
 
 def _new_info(request: RecordRequest, backend: Backend) -> CaptureInfo:
@@ -187,11 +216,13 @@ def _cgroup_ids(directory: Path) -> list[int]:
 
 
 def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], None], interrupts: Interrupts,
-         maps: MapsRecorder, recording: _core.BpfRecording, sampler: RuntimeSampler) -> dict[int, int]:
+         maps: MapsRecorder, recording: _core.BpfRecording, sampler: RuntimeSampler,
+         bounded: bool = True) -> dict[int, int]:
     """Wait for the end; fills in the window, the threads at the start and how it ended, and
     keeps the maps of the processes recorded and of the wakers (those whose stacks the recording
-    first took as wakers since it was last asked). It ends when the records reach --max-size,
-    as perf's recording does, or when they can no longer be written (finish says why).
+    first took as wakers since it was last asked). It ends when the records reach --max-size
+    (when `bounded`: a live recording's go to its follower, never to disk), as perf's recording
+    does, or when they can no longer be written (finish says why).
     Returns the context switch counts of the target's threads at the start, for the
     snapshot of those that never ran (taken once the programs are detached: eu-stack's
     stops of the process would be recorded)."""
@@ -215,7 +246,8 @@ def _run(request: RecordRequest, info: CaptureInfo, on_tick: Callable[[float], N
         with contextlib.suppress(OSError):
             recorded = _recorded_processes(info.target)
             threads = 1 if info.target.kind == "tid" else _threads_of(recorded)
-            recording.set_size_limit(max(limit - _core.RECORD_SIZE * threads, 0))
+            if bounded:
+                recording.set_size_limit(max(limit - _core.RECORD_SIZE * threads, 0))
             maps.update(sorted({*recorded, *wakers}))
             sampler.offer(recorded)
 

@@ -13,7 +13,7 @@ from offcpu.errors import OffcpuError
 from offcpu.kinds import BPF, PERF, CaptureKind
 from offcpu.machine import system
 from offcpu.recording import backends, targets
-from offcpu.recording.bpf_session import BpfSession
+from offcpu.recording.bpf_session import BpfSession, Follower
 from offcpu.recording.interrupts import Interrupts, signals_ignored
 from offcpu.recording.request import RecordRequest
 from offcpu.recording.session import PerfSession, discard, save_capture, save_kernel_files
@@ -41,24 +41,27 @@ SESSIONS: dict[CaptureKind, Callable[[RecordRequest, backends.Backend, Callable[
     PERF: PerfSession, BPF: BpfSession}
 
 
-def record(request: RecordRequest, on_tick: Callable[[float], None]) -> CaptureInfo:
+def record(request: RecordRequest, on_tick: Callable[[float], None], follower: Follower | None = None) -> CaptureInfo:
     """Record `request.target` into `request.output`; `on_tick(elapsed_s)` shows progress. When no
-    capture comes of it, the files it wrote in `request.output` are removed."""
+    capture comes of it, the files it wrote in `request.output` are removed. A `follower` follows a
+    live recording (BPF's alone) instead of a capture written at its end."""
     namespace_problem = system.pid_namespace_problem()  # either backend sees the kernel's pids, not ours
     if namespace_problem:
         raise OffcpuError(namespace_problem)
-    backend = backends.choose(request.backend, perf_only_options(request))
+    backend = backends.choose(BPF.name if follower else request.backend, perf_only_options(request))
     try:
-        return _record_with(request, backend, on_tick)
+        return _record_with(request, backend, on_tick, follower)
     except backends.BpfRefused as refused:
-        if not backends.chosen_for_me(request.backend):
+        if not backends.chosen_for_me(request.backend) or follower:
             raise
         return _record_with(request, backends.Backend(PERF, f"the kernel refused offcpu's BPF programs "
                                                              f"({refused.reason})"), on_tick)
 
 
-def _record_with(request: RecordRequest, backend: backends.Backend, on_tick: Callable[[float], None]) -> CaptureInfo:
-    session = SESSIONS[backend.kind](request, backend, on_tick)
+def _record_with(request: RecordRequest, backend: backends.Backend, on_tick: Callable[[float], None],
+                 follower: Follower | None = None) -> CaptureInfo:
+    session = BpfSession(request, backend, on_tick, follower) if follower else \
+        SESSIONS[backend.kind](request, backend, on_tick)
     with Interrupts() as interrupts:  # before any sysctl is changed
         try:
             info = session.record(interrupts)
@@ -71,10 +74,11 @@ def _record_with(request: RecordRequest, backend: backends.Backend, on_tick: Cal
         # only held) so that what runs now (perf, describing perf.data) inherits it.
         with signals_ignored():
             session.ended(info)
-            info.process_titles |= targets.process_titles(info.target)  # as they end, those still there
             session.describe(info)
-            save_kernel_files(request.output)
-            save_capture(request.output, info)
+            if follower is None:  # a live recording's records went to its follower, which keeps what it keeps
+                info.process_titles |= targets.process_titles(info.target)  # as they end, those still there
+                save_kernel_files(request.output)
+                save_capture(request.output, info)
     return info
 
 

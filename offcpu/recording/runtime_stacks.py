@@ -175,6 +175,7 @@ class RuntimeSampler:
         self._mri_readers: dict[int, MriReader] = {}
         self._last_read: dict[int, float] = {}  # a JVM's, by pid (time.monotonic)
         self.samples: list[dict] = []
+        self.keep_ns: int | None = None  # a live recording's: the samples older than this go (None: none go)
         # py-spy's own maps, read as each dump starts: a timer that fires while it runs on a CPU wakes a
         # recorded thread in its name (and with its stack), and it is gone before offcpu reads its wakers'
         self.reader_maps: list[Snapshot] = []
@@ -196,10 +197,20 @@ class RuntimeSampler:
         self._stopping.set()
         if self._thread.is_alive():
             self._thread.join()
-        if write and self.found:
-            processes = [self.found[pid] for pid in sorted(self.found)]
-            write_whole(self.directory / RUNTIME_STACKS,
-                        to_json(int(INTERVAL_S * 1000), processes, list(self.stacks), self.samples), mode=PRIVATE)
+        if write:
+            self.write(self.directory)
+
+    def write(self, directory: Path, since_ns: int = 0) -> None:
+        """runtime-stacks.json of the samples read from `since_ns` on into `directory` (when any
+        runtime was found); while sampling too (a live recording's flight record). OSError as raised
+        when the file cannot be written."""
+        # copies made at once (the sampler's thread adds to them): each sample's stack is in `stacks`
+        found, samples = {pid: dict(entry) for pid, entry in dict(self.found).items()}, list(self.samples)
+        stacks = list(self.stacks.copy())
+        if found:
+            write_whole(directory / RUNTIME_STACKS, to_json(
+                int(INTERVAL_S * 1000), [found[pid] for pid in sorted(found)], stacks,
+                [sample for sample in samples if sample["time_ns"] >= since_ns]), mode=PRIVATE)
 
     def frames_by_thread(self) -> dict[int, tuple[str, ...]]:
         """Each thread's last stack read, as frames are named in a stack (`work (app.py:57) [py]`),
@@ -225,6 +236,9 @@ class RuntimeSampler:
                     if self._stopping.is_set():
                         break
                     self._sample(pid)
+            if self.keep_ns is not None:  # bounded memory, however long a live recording runs
+                oldest = time.monotonic_ns() - self.keep_ns
+                self.samples = [sample for sample in self.samples if sample["time_ns"] >= oldest]
             self._stopping.wait(INTERVAL_S)
 
     def _due(self) -> list[int]:

@@ -201,7 +201,7 @@ def test_the_backend_check_sees_a_comparison():
 # The step packages in the order data flows through them: a module imports only from its own
 # package, from one before it, or from the shared modules at the top (ranked 0, below all). The
 # entry point and the command group (cli.py, app.py, __main__.py) come after every command.
-STEPS = ("machine", "recording", "reading", "model", "diagnosis", "gate", "renderers", "commands")
+STEPS = ("machine", "recording", "reading", "model", "diagnosis", "gate", "renderers", "live", "commands")
 ENTRY_POINTS = frozenset({"cli", "app", "__main__"})
 # Imports against the order still to be moved (issue 38), each (importer, imported): the formats
 # recording writes for later steps (runtime-stacks.json's frames, the maps filed for naming

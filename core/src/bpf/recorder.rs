@@ -1,6 +1,8 @@
 //! A recording in the kernel: the BPF programs loaded, configured and attached;
 //! the ring buffer drained to the capture's records file; at the end the waits
-//! still open and the stack table written out.
+//! still open and the stack table written out. A live recording (`offcpu top`)
+//! drains to memory instead, which its caller takes from as it goes, and reads the
+//! stack table and the waits still open whenever it needs them.
 //!
 //! Everything the kernel holds for the recording (programs, links, maps) is
 //! held here by file descriptors and never pinned, so it goes away with the
@@ -24,7 +26,7 @@ use libbpf_rs::{
 };
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 
 use super::record::{
     BACK_AT, KIND_AT, RECORD_SIZE, SINCE_AT, WAIT, WAKER_PID_AT, WAKER_USER_STACK_AT,
@@ -38,6 +40,9 @@ static PROGRAMS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offcpu.bpf.o"
 const OPEN_WAITS: &str = "dump_open_waits";
 const STACK_DEPTH: usize = 127;
 const POLL: Duration = Duration::from_millis(50);
+/// The records a live recording holds for its caller at most, between two takes: a
+/// caller that stops taking loses the newest (counted), never grows the process.
+const LIVE_CAP: usize = 64 << 20;
 
 /// The counters of `struct counters` in offcpu.bpf.c, in their order.
 const COUNTERS: [&str; 8] = [
@@ -105,12 +110,47 @@ pub struct BpfRecording {
     /// The wakers the drain saw first since `new_wakers` last took them
     wakers: Arc<Mutex<Vec<u32>>>,
     /// Ends with the records file, whole, for the waits still open to be appended
-    drain: Option<JoinHandle<std::io::Result<File>>>,
+    /// (None: a live recording's, in memory)
+    drain: Option<JoinHandle<std::io::Result<Option<File>>>>,
+    /// A live recording's records not yet taken
+    live: Option<Arc<Live>>,
+}
+
+/// A live recording's records, drained to memory, bounded by LIVE_CAP.
+struct Live {
+    records: Mutex<Vec<u8>>,
+    dropped: AtomicU64,
+}
+
+/// The drain's writer for a live recording.
+struct LiveSink(Arc<Live>);
+
+impl Write for LiveSink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let mut records = self
+            .0
+            .records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if records.len() + bytes.len() <= LIVE_CAP {
+            records.extend_from_slice(bytes);
+        } else {
+            self.0
+                .dropped
+                .fetch_add((bytes.len() / RECORD_SIZE) as u64, Ordering::Relaxed);
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[pymethods]
 impl BpfRecording {
-    /// Load, configure and attach the programs, and start writing records to `records`.
+    /// Load, configure and attach the programs, and start writing records to `records`
+    /// (to memory, for `take_records`, when it is empty).
     /// `filter`: "all", "processes" (the `processes`' tgids, and with `follow_forks` the
     /// processes they create), "cgroups" (the cgroup v2 ids in `cgroups`) or "thread" (the
     /// one thread id in `processes`).
@@ -143,7 +183,16 @@ impl BpfRecording {
         };
         let object = load(&config)?;
         fill_targets(&object, &processes, &cgroups)?;
-        let file = create_private(&records).map_err(|e| file_error(&records, &e))?;
+        let live = records.as_os_str().is_empty().then(|| {
+            Arc::new(Live {
+                records: Mutex::new(Vec::new()),
+                dropped: AtomicU64::new(0),
+            })
+        });
+        let file = match live {
+            Some(_) => None,
+            None => Some(create_private(&records).map_err(|e| file_error(&records, &e))?),
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let size = Arc::new(Size {
             written: AtomicU64::new(0),
@@ -155,9 +204,17 @@ impl BpfRecording {
             .map_err(|e| bpf_error("the ring buffer", e))?;
         let drain = {
             let (stop, size, wakers) = (Arc::clone(&stop), Arc::clone(&size), Arc::clone(&wakers));
+            let sink = live.clone().map(LiveSink);
             std::thread::Builder::new()
                 .name("offcpu-drain".into())
-                .spawn(move || drain(ring, file, &stop, &size, &wakers))
+                .spawn(move || match (file, sink) {
+                    (Some(file), _) => drain(ring, file, &stop, &size, &wakers).and_then(|file| {
+                        file.sync_data()?;
+                        Ok(Some(file))
+                    }),
+                    (None, Some(sink)) => drain(ring, sink, &stop, &size, &wakers).map(|_| None),
+                    (None, None) => Ok(None),
+                })
                 .map_err(|e| bpf_error("the ring buffer's reader", e))?
         };
         let mut recording = Self {
@@ -168,6 +225,7 @@ impl BpfRecording {
             size,
             wakers,
             drain: Some(drain),
+            live,
         };
         for program in recording
             .object
@@ -193,6 +251,9 @@ impl BpfRecording {
         }
         counts.set_item("missed_runs", missed_runs(&self.object))?;
         counts.set_item("bytes_written", self.size.written.load(Ordering::Relaxed))?;
+        if let Some(live) = &self.live {
+            counts.set_item("live_dropped", live.dropped.load(Ordering::Relaxed))?;
+        }
         Ok(counts)
     }
 
@@ -223,6 +284,24 @@ impl BpfRecording {
         std::mem::take(&mut *self.wakers.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// A live recording's records drained since the last call (empty for one to a file).
+    fn take_records<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let taken = self.live.as_ref().map_or_else(Vec::new, |live| {
+            std::mem::take(&mut *live.records.lock().unwrap_or_else(PoisonError::into_inner))
+        });
+        PyBytes::new(py, &taken)
+    }
+
+    /// The waits open now, as records with no switch-in (back_ns 0), while the recording goes on.
+    fn open_waits<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        Ok(PyBytes::new(py, &read_open_waits(&self.object)?))
+    }
+
+    /// The stack table as it stands, to `stacks` (as `finish` writes it), while the recording goes on.
+    fn save_stacks(&self, stacks: PathBuf) -> PyResult<()> {
+        write_stacks(&self.object, &stacks)
+    }
+
     /// End the recording: detach the programs, drain what is left, write the waits still
     /// open, then the stack table to `stacks`. Returns the final counters.
     fn finish<'py>(&mut self, py: Python<'py>, stacks: PathBuf) -> PyResult<Bound<'py, PyDict>> {
@@ -232,7 +311,11 @@ impl BpfRecording {
             return Err(bpf_error("writing records", "the recording has finished"));
         };
         let mut file = match py.detach(|| drain.join()) {
-            Ok(result) => result.map_err(|e| file_error(&self.records, &e))?,
+            Ok(Ok(Some(file))) => file,
+            Ok(Ok(None)) => {
+                return Err(bpf_error("writing records", "a live recording has no file"))
+            }
+            Ok(Err(e)) => return Err(file_error(&self.records, &e)),
             Err(_) => return Err(bpf_error("writing records", "the reader thread failed")),
         };
         let open = write_open_waits(&self.object, &mut file, &self.records)?;
@@ -304,13 +387,13 @@ fn fill_targets(object: &Object, processes: &[u32], cgroups: &[u64]) -> PyResult
 
 /// The ring buffer's records to `file` until `stop`, then what is left in it; each
 /// process whose user stack was taken as a waker to `wakers`, once.
-fn drain(
+fn drain<W: Write>(
     ring: MapHandle,
-    file: File,
+    file: W,
     stop: &AtomicBool,
     size: &Size,
     wakers: &Mutex<Vec<u32>>,
-) -> std::io::Result<File> {
+) -> std::io::Result<W> {
     let writer = RefCell::new(BufWriter::with_capacity(1 << 20, file));
     let failed = RefCell::new(None);
     let mut seen = BTreeSet::new();
@@ -344,6 +427,10 @@ fn drain(
         // EINTR (a signal to the process) is not an end: only `stop` is.
         let _ = buffer.poll(POLL);
         let _ = buffer.consume();
+        // Whole records for a reader that follows them (`offcpu top`), within a POLL
+        if let Err(error) = writer.borrow_mut().flush() {
+            failed.replace(Some(error));
+        }
     }
     let _ = buffer.consume();
     drop(buffer);
@@ -354,7 +441,6 @@ fn drain(
         .into_inner()
         .into_inner()
         .map_err(|e| e.into_error())?;
-    file.sync_data()?;
     Ok(file)
 }
 
@@ -463,6 +549,15 @@ fn u32_at(bytes: &[u8], offset: usize) -> u32 {
 /// The waits the recording ended in the middle of, appended to the records as waits
 /// with no switch-in (back_ns 0), by the task iterator `dump_open_waits`. Returns how many.
 fn write_open_waits(object: &Object, file: &mut File, records: &Path) -> PyResult<usize> {
+    let open = read_open_waits(object)?;
+    file.write_all(&open)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| file_error(records, &e))?;
+    Ok(open.len() / RECORD_SIZE)
+}
+
+/// The waits open now, as records with no switch-in, from the task iterator `dump_open_waits`.
+fn read_open_waits(object: &Object) -> PyResult<Vec<u8>> {
     let failed = |e: &dyn std::fmt::Display| bpf_error("reading the waits still open", e);
     let program = object
         .progs_mut()
@@ -474,10 +569,7 @@ fn write_open_waits(object: &Object, file: &mut File, records: &Path) -> PyResul
         .map_err(|e| failed(&e))?
         .read_to_end(&mut open)
         .map_err(|e| failed(&e))?;
-    file.write_all(&open)
-        .and_then(|()| file.sync_data())
-        .map_err(|e| file_error(records, &e))?;
-    Ok(open.len() / RECORD_SIZE)
+    Ok(open)
 }
 
 /// The stack table: for each stack, its id, its depth and its addresses, innermost first.

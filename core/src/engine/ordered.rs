@@ -7,7 +7,7 @@ use crate::quick::QuickMap;
 
 /// A map that keeps its keys in the order they were first put in (as Python's dicts do,
 /// which the model's order of rows and threads followed).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Ordered<K, V> {
     pub(super) index: QuickMap<K, usize>,
     pub entries: Vec<(K, V)>,
@@ -47,7 +47,7 @@ impl<K: Copy + Eq + Hash, V> Ordered<K, V> {
 /// A map whose entries can be taken out, iterated in the order their keys were put in
 /// (a key taken out and put back goes last; one put in again keeps its place), as
 /// Python's dicts do.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct Queue<V> {
     pub(super) entries: QuickMap<i32, (u64, V)>,
     pub(super) next: u64,

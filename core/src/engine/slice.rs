@@ -28,7 +28,8 @@ pub(super) struct FirstLeave {
 }
 
 /// What a slice found, for the merge.
-#[derive(Debug)]
+/// What a slice found, for the merge (a live window merges each slice again as it slides).
+#[derive(Clone, Debug)]
 pub struct SliceResult {
     pub(super) start: i64,
     pub(super) end: i64,

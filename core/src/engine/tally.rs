@@ -20,14 +20,7 @@ pub(super) fn add_to_windows(
 ) {
     let start = counted.0;
     let span = i128::from(counted.1) - i128::from(start);
-    let window_of = |ns: i64| -> usize {
-        if span > 0 {
-            let window = (i128::from(ns) - i128::from(start)) * SUB_WINDOWS as i128 / span;
-            window.clamp(0, SUB_WINDOWS as i128 - 1) as usize
-        } else {
-            0
-        }
-    };
+    let window_of = |ns: i64| sub_window(counted, i128::from(ns));
     let edge = |window: usize| -> i64 {
         (i128::from(start) + span * (window as i128 + 1) / SUB_WINDOWS as i128) as i64
     };
@@ -46,6 +39,17 @@ pub(super) fn add_to_windows(
     }
 }
 
+/// The sub-window of the `counted` part (first, last ns) that `ns` falls in.
+fn sub_window(counted: (i64, i64), ns: i128) -> usize {
+    let span = i128::from(counted.1) - i128::from(counted.0);
+    if span > 0 {
+        let window = (ns - i128::from(counted.0)) * SUB_WINDOWS as i128 / span;
+        window.clamp(0, SUB_WINDOWS as i128 - 1) as usize
+    } else {
+        0
+    }
+}
+
 /// A wait as far as it is counted: its times clipped to what is counted, in ns.
 pub(super) struct Counted {
     pub(super) since: i64,
@@ -58,7 +62,7 @@ pub(super) struct Counted {
 /// `counted_to`: a report of part of a recording reads the events from the start (what each
 /// thread was doing when the part begins), and counts only that part. Rows are numbered in
 /// the order they were first counted; links and each thread's history name rows by number.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Tally {
     pub counted_from: i64,
     pub counted_to: i64,
@@ -368,8 +372,28 @@ impl Tally {
         }
     }
 
+    /// Where each of another tally's sub-windows goes among this one's: the same one when both
+    /// count the same time; else (a live window's slice, counted on its own) the one its middle
+    /// falls in.
+    fn windows_of(&self, other: &Tally) -> [usize; SUB_WINDOWS] {
+        let mut parts: [usize; SUB_WINDOWS] = std::array::from_fn(|part| part);
+        let counted = (self.counted_from, self.counted_to);
+        if other.bounded() && (other.counted_from, other.counted_to) != counted {
+            let (from, span) = (
+                i128::from(other.counted_from),
+                i128::from(other.counted_to) - i128::from(other.counted_from),
+            );
+            for (part, to) in parts.iter_mut().enumerate() {
+                let middle = from + span * (2 * part as i128 + 1) / (2 * SUB_WINDOWS as i128);
+                *to = sub_window(counted, middle);
+            }
+        }
+        parts
+    }
+
     /// Add another tally (of a later slice) to this one.
     pub(super) fn add(&mut self, other: Tally) {
+        let parts = self.windows_of(&other);
         let numbers: Vec<usize> = other
             .rows
             .iter()
@@ -379,8 +403,8 @@ impl Tally {
             let row = &mut self.rows[number];
             row.2.add(times);
             if let (Some(mine), Some(theirs)) = (row.3.as_mut(), windows) {
-                for (mine, theirs) in mine.iter_mut().zip(theirs) {
-                    *mine += theirs;
+                for (part, theirs) in theirs.iter().enumerate() {
+                    mine[parts[part]] += theirs;
                 }
             }
         }
@@ -421,12 +445,8 @@ impl Tally {
         for (key, stratum) in &other.strata.entries {
             let mine = self.strata.get_or_insert_with(*key, Stratum::default);
             mine.times.add(&stratum.times);
-            for (window, theirs) in mine
-                .unsampled_windows
-                .iter_mut()
-                .zip(stratum.unsampled_windows)
-            {
-                *window += theirs;
+            for (part, theirs) in stratum.unsampled_windows.iter().enumerate() {
+                mine.unsampled_windows[parts[part]] += theirs;
             }
             mine.unsampled_row = mine.unsampled_row.or(stratum.unsampled_row);
         }

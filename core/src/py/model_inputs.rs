@@ -101,21 +101,22 @@ impl Slice {
 
 /// Join finished slices (of the window, in time order): the tally of the `counted` part,
 /// and how many events could not be read. `at_start`: the target's threads when recording
-/// began (tid, name, state).
+/// began (tid, name, state). The slices stay as they were: a live window merges each again.
 #[pyfunction]
 #[pyo3(signature = (slices, window, at_start, counted=None))]
 pub fn merge(
-    slices: Vec<PyRefMut<'_, Slice>>,
+    slices: Vec<PyRef<'_, Slice>>,
     window: (i64, i64),
     at_start: Vec<(i32, Id, Id)>,
     counted: Option<(i64, i64)>,
 ) -> PyResult<(Tally, u64)> {
     let mut results = Vec::with_capacity(slices.len());
-    for mut slice in slices {
+    for slice in slices {
         results.push(
-            slice.result.take().ok_or_else(|| {
-                PyValueError::new_err("a slice is not finished, or merged already")
-            })?,
+            slice
+                .result
+                .clone()
+                .ok_or_else(|| PyValueError::new_err("a slice is not finished"))?,
         );
     }
     let (tally, skipped) = engine::merge(results, window, &engine::at_start(at_start), counted);

@@ -1,0 +1,1 @@
+"""Following a live BPF recording: `offcpu top` and the flight recorder."""

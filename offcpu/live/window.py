@@ -1,0 +1,221 @@
+"""The window `offcpu top` shows, kept up to date at a cost a busy server affords: each
+interval's records are paired once, in the core, into a slice of that interval alone
+(counted on its own); the window's model is the slices it holds merged (`_core.merge`,
+which places each slice's sub-windows in the window's); each call chain is named once for
+the whole recording. Building the window anew from its records each frame took about 1 s
+at 25,000 waits a second (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from offcpu import _core
+from offcpu.capture import BPF_MAPS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE, CaptureInfo
+from offcpu.kinds import BPF_READER, BPF_READER_WHY
+from offcpu.model import Model
+from offcpu.model.engine import to_model
+from offcpu.model.wakeups import from_interrupt
+from offcpu.reading.bpf_reader import (
+    COMM,
+    EXEC,
+    FORK,
+    RECORD,
+    WAIT,
+    BpfReader,
+    Generations,
+    _stack,
+    read_stack_table,
+)
+from offcpu.reading.pairing import BATCH, Keys, Paired
+from offcpu.reading.runtime_frames import NO_RUNTIME_STACK
+from offcpu.reading.sched_events import SCHED_WAKING, Chain
+from offcpu.stacks import Stack
+
+if TYPE_CHECKING:
+    from offcpu.reading.runtime_frames import RuntimeStacks
+    from offcpu.reading.symbols import Symbolizer
+
+@dataclass(frozen=True)
+class Interval:
+    first_ns: int
+    last_ns: int  # both included
+    paired: _core.Slice
+    waited_ns: np.ndarray  # the off-CPU time of each wait that began before the interval's end and ended in it
+
+
+class HeldRecords(BpfReader):
+    """The BPF reader over records held in memory rather than in a capture's file, for its
+    events (BpfReader.events)."""
+
+    def __init__(self, directory: Path, records: np.ndarray) -> None:  # (no file to open: BpfReader's)
+        self.directory = directory
+        self.count, self.cut_short, self.skipped = len(records), False, 0
+        self.binary_notes = []
+        self.counting_slice = None
+        self._records = records
+        self.runtime: RuntimeStacks | None = None  # the window shows native frames; flight records carry the runtime's
+
+
+class LiveWindow:
+    def __init__(self, directory: Path, recording: _core.BpfRecording, info: CaptureInfo) -> None:
+        self.directory = directory
+        self.recording = recording
+        self.info = info
+        self.keys = Keys()  # names, states and chains by id, for the whole recording
+        self.intervals: deque[Interval] = deque()
+        self.paired_to = info.window_start_ns  # the next interval begins here
+        self.carried = np.zeros(0, RECORD)  # taken records with an event after paired_to
+        self.begins = np.zeros(0, RECORD)  # the forks and execs of processes so far: their exec generations
+        self.named: dict[Chain, Stack] = {}
+        self.by_interrupt: dict[int, bool] = {}  # whether a kernel stack (by id) is an interrupt's handler
+        self.table: dict[int, tuple[int, ...]] = {}  # the stack table, as last saved
+        self.symbolizer: Symbolizer | None = None  # kept: it names each address once, each file read once
+        self.maps_seen: tuple[int, int] | None = None  # the maps file it has (modified, size)
+        self.notes: dict[str, None] = {}  # what naming the chains found (of the mapped files), in order
+        self.unreadable = 0  # records of a kind this offcpu does not know, since the last interval
+
+    def add(self, taken: np.ndarray, open_then: np.ndarray, last: int) -> None:
+        """Pair what happened up to `last` (ns) into an interval: `taken`, the records taken since
+        the last call (every one, as they come), and `open_then`, the waits open at `last`, read
+        long enough before the last of `taken` was taken that every wait that had ended by `last`
+        is in `taken` (a wait in both counts once)."""
+        kinds = taken["kind"]
+        self.unreadable += int(np.count_nonzero((kinds < WAIT) | (kinds > COMM)))
+        began = taken[((kinds == FORK) & (taken["pid"] == taken["tid"])) | ((kinds == COMM) & (taken["state"] == EXEC))]
+        if len(began):
+            self.begins = np.concatenate([self.begins, began])
+        held = np.concatenate([self.carried, taken])
+        if last <= self.paired_to:
+            self.carried = held
+            return
+        ended = held[held["kind"] == WAIT]
+        still_open = open_then[~np.isin(_wait_keys(open_then), _wait_keys(ended))]
+        records = np.concatenate([self.begins, held, still_open])
+        first = self.paired_to
+        reader = HeldRecords(self.directory, records)
+        columns = reader.events(first, last)
+        self._interrupts_alone(columns)
+        paired = _core.Slice(first, last, (first, last), 0)
+        for start in range(0, len(columns["time"]), BATCH):
+            part = {name: column[start:start + BATCH] for name, column in columns.items()}
+            paired.take(part["kind"].tolist(), part["time"].tolist(), part["cpu"].tolist(), part["pid"].tolist(),
+                        part["tid"].tolist(), part["other"].tolist(), self.keys.names.ids_of(part["name"].tolist()),
+                        self.keys.states.ids_of(part["state"].tolist()),
+                        self.keys.chains.ids_of(part["chain"].tolist()), part["weight"].tolist())
+        paired.finish(self.unreadable)
+        self.unreadable = 0
+        back, since = ended["back_ns"].astype(np.int64), ended["since_ns"].astype(np.int64)
+        waited = (back - since)[(back >= first) & (back <= last) & (since != 0)]
+        self.intervals.append(Interval(first, last, paired, waited))
+        self.paired_to = last + 1
+        # what happens after `last` is of the next interval (a wait's end, its wakeup, a fork...)
+        self.carried = held[np.maximum(np.maximum(held["since_ns"], held["woken_ns"]), held["back_ns"]) > last]
+
+    def _interrupts_alone(self, columns: dict[str, np.ndarray]) -> None:
+        """A wakeup made by an interrupt's handler with its kernel frames alone: the user stack under
+        them is of whatever thread the interrupt came in (on a busy machine, a new stack at almost
+        every timer's wakeup, each to be named), and says nothing of the wakeup (model.wakeups)."""
+        chains = columns["chain"]
+        wakeups = [(at, chain) for at in np.flatnonzero(columns["kind"] == SCHED_WAKING).tolist()
+                   if isinstance(chain := chains[at], tuple) and chain[1] >= 0]
+        new = {chain[0] for _, chain in wakeups} - self.by_interrupt.keys()
+        if new:
+            table, symbolizer = self._stack_table(new), self._symbolizer()
+            for kernel in new:
+                stack = _stack(_kernel_alone(kernel), table, symbolizer)
+                self.by_interrupt[kernel] = kernel in table and from_interrupt(stack.frames[:stack.kernel_frames])
+        for at, chain in wakeups:
+            if self.by_interrupt[chain[0]]:
+                chains[at] = _kernel_alone(chain[0])
+
+    def _stack_table(self, ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
+        """The recording's stack table, saved again when it lacks one of these stack ids."""
+        if not set(ids) <= self.table.keys():
+            (self.directory / BPF_STACKS).unlink(missing_ok=True)  # the core makes its file anew
+            self.recording.save_stacks(str(self.directory / BPF_STACKS))
+            self.table = read_stack_table(self.directory / BPF_STACKS)
+        return self.table
+
+    def slide(self, window_ns: int) -> None:
+        """Let go of the intervals that began more than `window_ns` before the last one's end."""
+        while self.intervals and self.intervals[0].first_ns < self.paired_to - window_ns:
+            self.intervals.popleft()
+
+    def waited_ns(self) -> np.ndarray:
+        """The off-CPU time of each wait that ended in the window."""
+        return np.concatenate([interval.waited_ns for interval in self.intervals] or [np.zeros(0, np.int64)])
+
+    def model(self) -> Model | None:
+        """The model of the window's intervals (None: none paired yet)."""
+        if not self.intervals:
+            return None
+        start, end = self.intervals[0].first_ns, self.intervals[-1].last_ns
+        tally, skipped = _core.merge([interval.paired for interval in self.intervals], (start, end), [], (start, end))
+        paired = Paired(tally, skipped, list(self.keys.names.keys), list(self.keys.states.keys),  # type: ignore[arg-type]
+                        self.keys.chains.keys)
+        info = replace(self.info, window_start_ns=start, window_end_ns=end, ended_by="kept", threads_at_start={},
+                       processes_at_start={}, duration_actual_s=(end - start) / 1e9)
+        model = to_model(paired, self, info, start, end)  # type: ignore[arg-type]  # (it asks only stacks())
+        model.reader, model.reader_note, model.binary_notes = BPF_READER, BPF_READER_WHY, list(self.notes)
+        return model
+
+    def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
+        """The frames of each chain (to_model's reader): named once each, those not yet named
+        from the stack table as it stands and the maps the live recording keeps. (A busy machine
+        brings new ones every second.)"""
+        chains = list(chains)
+        new = [chain for chain in chains if chain not in self.named]
+        if new:
+            table = self._stack_table(_stack_ids(new))
+            symbolizer = self._symbolizer()
+            self.named.update((chain, _stack(chain, table, symbolizer)) for chain in new)
+            self.notes.update(dict.fromkeys(symbolizer.notes))
+        return {chain: self.named[chain] for chain in chains}
+
+    def _symbolizer(self) -> Symbolizer:
+        """The symbolizer, with the processes' maps as the live recording last wrote them."""
+        from offcpu.reading.symbols import (
+            Symbolizer,
+            kernel_symbols_for,
+            running_kernel_build_id,
+            saved_kernel_build_id,
+        )
+        from offcpu.recording import perf_maps, process_maps
+        from offcpu.recording.perf_maps import PerfMap
+
+        status = (self.directory / BPF_MAPS).stat()
+        if self.symbolizer is None or self.maps_seen != (status.st_mtime_ns, status.st_size):
+            self.maps_seen = status.st_mtime_ns, status.st_size
+            maps = process_maps.history(process_maps.load(self.directory) or [], Generations(self.begins).at)
+            if self.symbolizer is not None:
+                self.symbolizer.history = maps
+            else:
+                saved, vdso = self.directory / KERNEL_SYMBOLS, self.directory / VDSO_IMAGE
+                recorded = saved_kernel_build_id(saved)
+                self.symbolizer = Symbolizer(maps, kernel_symbols_for(saved, recorded),
+                                             recorded == running_kernel_build_id(), vdso if vdso.is_file() else None,
+                                             perf_maps={process.pid: PerfMap.parse(process.text) for process in
+                                                        perf_maps.load(self.directory) if process.text})
+        return self.symbolizer
+
+
+def _stack_ids(chains: Iterable[Chain]) -> set[int]:
+    """The ids in the stack table of the chains' kernel and user stacks (negative ids: none taken)."""
+    return {part for chain in chains if isinstance(chain, tuple) for part in chain[:2] if part >= 0}
+
+
+def _kernel_alone(kernel: int) -> Chain:
+    """The chain of a kernel stack with no user frames (as BpfReader's chains make it)."""
+    return kernel, _core.NOT_TAKEN, 0, 0, NO_RUNTIME_STACK
+
+
+def _wait_keys(records: np.ndarray) -> np.ndarray:
+    """A wait's identity, its thread and when it began, hashed to 64 bits."""
+    with np.errstate(over="ignore"):
+        return records["since_ns"].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + records["tid"].astype(np.uint64)
