@@ -143,8 +143,10 @@ class LiveWindow:
         return self.table
 
     def slide(self, window_ns: int) -> None:
-        """Let go of the intervals that began more than `window_ns` before the last one's end."""
-        while self.intervals and self.intervals[0].first_ns < self.paired_to - window_ns:
+        """Let go of the intervals that began more than `window_ns` before the last one's end, but
+        never of the last one: when frames fall behind (a loaded machine) an interval may be
+        longer than the window, and the window is then that interval."""
+        while len(self.intervals) > 1 and self.intervals[0].first_ns < self.paired_to - window_ns:
             self.intervals.popleft()
 
     def waited_ns(self) -> np.ndarray:
