@@ -15,8 +15,7 @@ from offcpu.model import Link, Model, Row, Thread, Waker
 from offcpu.model.engine import waker_kind
 from offcpu.model.wakeups import NETWORK, OUTSIDE, cause_of_waker
 from offcpu.stacks import Stack
-from tests.fixtures import program_summary
-from tests.unit.model.test_engine import model_of
+from tests.fixtures import model_of, program_summary
 
 WALL_US = 1_000_000
 PIPE_WRITE = Stack(("__schedule", "schedule", "anon_pipe_write", "vfs_write", "ksys_write", "do_syscall_64"), 6)

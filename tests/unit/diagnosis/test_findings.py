@@ -16,7 +16,7 @@ from offcpu.diagnosis.locktable import default_table
 from offcpu.diagnosis.rules import RULES, Match, Rule, detect_mmap_lock
 from offcpu.model import Model, Row, Thread, Waker
 from offcpu.stacks import Stack
-from tests.unit.model.test_engine import model_of
+from tests.fixtures import model_of
 
 
 def by_id(model) -> dict[str, Finding]:
