@@ -62,6 +62,7 @@ def missing(message: str) -> NoReturn:
     pytest.skip(message)
 
 
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
@@ -135,6 +136,11 @@ def programs_running(program: str) -> dict[int, list[bytes]]:
 
 
 STARTUP_TIMEOUT_S = 10.0
+
+
+def perf_processes_writing(capture: Path) -> list[int]:
+    """pids of perf processes whose command line names this capture."""
+    return [pid for pid, argv in programs_running("perf").items() if str(capture).encode() in b" ".join(argv)]
 
 
 def wait_for_threads(pid: int, count: int, timeout_s: float = STARTUP_TIMEOUT_S) -> None:

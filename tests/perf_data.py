@@ -36,7 +36,8 @@ class DumpedCounts:
 
 
 def dumped_counts(perf_data: Path) -> DumpedCounts:
-    done = subprocess.run(["perf", "report", "-D", "-i", str(perf_data)], capture_output=True, text=True, check=True)
+    done = subprocess.run(["perf", "report", "-D", "-i", str(perf_data)], capture_output=True, text=True,
+                          errors="replace", check=True)  # (threads' names need not be UTF-8)
     lost = [int(found) for found in re.findall(r"PERF_RECORD_LOST: .*lost:(\d+)", done.stdout)]
     samples = re.findall(r"PERF_RECORD_LOST_SAMPLES: .*lost samples :(\d+)", done.stdout)
     switches = re.findall(r"PERF_RECORD_SWITCH(?:_CPU_WIDE)? (?:IN|OUT)", done.stdout)

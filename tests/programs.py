@@ -34,7 +34,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import EXAMPLES, run_offcpu
+from tests.conftest import EXAMPLES, missing, run_offcpu
 
 READY_TIMEOUT_S = 30.0  # a JVM on a busy 2-core machine takes seconds to start
 LOADED_REQUESTS = 1000  # a server is loaded once it has served this many more requests
@@ -638,3 +638,13 @@ def record_run(name: str, capture: Path, seconds: float, *program_args: str,
                             "--", str(binary), *program_args, "-s", str(seconds), cwd=directory, timeout=seconds + 180)
     lines = [line for line in result.stdout.splitlines() if line.startswith(f"{name}: ")]
     return RunRecording(capture=capture, summary=parse_summary(lines[-1]) if lines else {}, result=result)
+
+
+@contextmanager
+def started(name: str, **options: bool) -> Iterator[Running]:
+    """The named workload, running; a missing package is missing()."""
+    try:
+        with WORKLOADS[name](**options) as running:
+            yield running
+    except MissingProgram as absent:
+        missing(str(absent))

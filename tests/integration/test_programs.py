@@ -7,32 +7,18 @@ the capture and the programs' own output: never offcpu's findings."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests import programs
 from tests.conftest import run_offcpu
+from tests.programs import started
 
 RECORD_S = 1.0
 PROGRAMS = [name for name in programs.WORKLOADS if name not in ("memcached", "nginx")]
-
-
-@contextmanager
-def started(name: str, **options: bool) -> Iterator[programs.Running]:
-    """The named workload, running; a missing package fails the test in CI and skips it elsewhere."""
-    try:
-        with programs.WORKLOADS[name](**options) as running:
-            yield running
-    except programs.MissingProgram as missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(str(missing))
-        pytest.skip(str(missing))
 
 
 def recorded_threads(capture: Path) -> dict[int, int]:

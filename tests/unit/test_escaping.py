@@ -11,8 +11,7 @@ from offcpu.model.stackview import StackView, folded
 from offcpu.renderers.flame import title
 from offcpu.renderers.json import JsonReport
 from offcpu.renderers.text import TextReport
-from tests.fixtures import HOSTILE_NAMES
-from tests.unit.model.test_engine import model_of
+from tests.fixtures import HOSTILE_NAMES, model_of
 
 CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # what must not reach a terminal, but line breaks
 

@@ -1,6 +1,6 @@
 """The fixtures of the real programs (tests/programs.py) hold what tests of
-them need: the capture, perf's text and perf.data itself, small; the chain
-example's also hold its own clock, over the window that was recorded."""
+them need: the capture and its perf.data, small; the chain example's also
+hold its own clock, over the window that was recorded."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ MAX_BYTES = 1_500_000
 @pytest.mark.parametrize("name", list(programs.WORKLOADS))
 def test_a_real_program_has_a_small_complete_fixture(name):
     files = {path.name: path.stat().st_size for path in (HERE / name).iterdir()}
-    assert {"capture.json", "perf-script.txt.gz", "perf.data"} <= files.keys()
+    assert {"capture.json", "perf.data"} <= files.keys()
     assert sum(files.values()) < MAX_BYTES, files
     assert perf_data(name).read_bytes()[:8] == b"PERFILE2"
     info = json.loads((HERE / name / "capture.json").read_text())

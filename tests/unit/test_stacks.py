@@ -19,7 +19,7 @@ from offcpu.stacks import (
     wait_site,
     waited_for,
 )
-from tests.unit.model.test_engine import model_of
+from tests.fixtures import model_of
 
 
 def test_stack_reaching_clone3_is_complete():

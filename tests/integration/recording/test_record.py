@@ -20,8 +20,8 @@ from tests.conftest import (
     OFFCPU,
     assert_one_line_error,
     example,
+    perf_processes_writing,
     processes_with_arguments,
-    programs_running,
     run_offcpu,
 )
 from tests.perf_data import dumped_counts, event_counts, script_events
@@ -33,11 +33,6 @@ RECORD = ("record", "--backend", "perf")
 
 def load(capture: Path) -> dict:
     return json.loads((capture / "capture.json").read_text())
-
-
-def perf_processes_writing(capture: Path) -> list[int]:
-    """pids of perf processes whose command line names this capture."""
-    return [pid for pid, argv in programs_running("perf").items() if str(capture).encode() in b" ".join(argv)]
 
 
 def test_record_pid_writes_a_capture_true_to_the_recording(workload, tmp_path):

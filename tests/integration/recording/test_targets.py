@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests import programs
-from tests.conftest import OFFCPU, assert_one_line_error, run_offcpu
-from tests.integration.recording.test_record import perf_processes_writing
-from tests.integration.test_programs import started
+from tests.conftest import OFFCPU, assert_one_line_error, perf_processes_writing, run_offcpu
+from tests.programs import started
 
 # perf's recording is what these tests hold (perf.data, its command line, its complaints);
 # tests/integration/recording/test_bpf_recording.py holds the BPF backend's

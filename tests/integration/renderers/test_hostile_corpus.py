@@ -22,8 +22,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.conftest import run_offcpu
-from tests.integration.renderers.test_report_exports import go  # noqa: F401 (a fixture)
-from tests.integration.renderers.test_report_html import browser, errors, save_screenshot  # noqa: F401 (a fixture)
+from tests.integration.renderers.conftest import errors, save_screenshot
 
 # The names examples/hostile_names.c gives its threads after the fixture's, as offcpu reads them
 # (a byte that is no UTF-8 is U+FFFD), each with how a person sees it in a flame graph or a

@@ -10,23 +10,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from offcpu.stacks import SCHEDULER
-from tests.conftest import example, missing, run_offcpu
+from tests.conftest import example, run_offcpu
 from tests.fixtures import HERE
 
-GO_PLACES = (Path("/usr/local/go/bin/go"), Path("/usr/lib/go/bin/go"))
 SAMPLE_TYPES = ("off_cpu", "blocked", "runqueue")
-
-
-@pytest.fixture(scope="session")
-def go() -> str:
-    """Go's command, for 'go tool pprof' (scripts/setup installs golang-go where there is no go)."""
-    found = shutil.which("go") or next((str(path) for path in GO_PLACES if path.exists()), None)
-    if found is None:
-        missing("go is not installed (scripts/setup installs golang-go)")
-    return found
 
 
 def report_json(capture: Path, *options: str) -> dict:

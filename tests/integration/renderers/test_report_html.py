@@ -6,40 +6,18 @@ import base64
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.conftest import assert_one_line_error, example, run_offcpu
-from tests.unit.reading.test_bpf_reader import lost_and_unseen
+from tests.helpers.bpf_records import lost_and_unseen
+from tests.integration.renderers.conftest import errors, save_screenshot
 
-CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND",  # no name resolves: anything the page fetched would fail and log
-    "--window-size=1300,900",
-)
 SVG_NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
-
-
-@pytest.fixture(scope="module")
-def browser(chromium, tmp_path_factory) -> Iterator[webdriver.Chrome]:
-    """Debian's chromium through its chromedriver, given explicitly so that selenium downloads nothing."""
-    binary, driver = chromium
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(binary)
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    chrome = webdriver.Chrome(service=Service(str(driver)), options=options)
-    yield chrome
-    chrome.quit()
 
 
 def report(capture: Path, output: Path, *options: str) -> str:
@@ -59,10 +37,6 @@ def open_page(browser: webdriver.Chrome, page: Path) -> list[dict]:
     return browser.get_log("browser")
 
 
-def errors(log: list[dict]) -> list[dict]:
-    return [entry for entry in log if entry["level"] == "SEVERE"]
-
-
 def table_rows(browser: webdriver.Chrome, section: str) -> list[list[str]]:
     return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
             for row in browser.find_elements(By.CSS_SELECTOR, f"#{section} tbody tr")]
@@ -71,14 +45,6 @@ def table_rows(browser: webdriver.Chrome, section: str) -> list[list[str]]:
 def capture_rows(browser: webdriver.Chrome) -> dict[str, str]:
     return {row.find_element(By.TAG_NAME, "th").text: row.find_element(By.TAG_NAME, "td").text
             for row in browser.find_elements(By.CSS_SELECTOR, "#capture tr")}
-
-
-def save_screenshot(browser: webdriver.Chrome, path: Path) -> None:
-    """The whole page, not only the window."""
-    size = browser.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
-    shot = browser.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": {
-        "x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}})
-    path.write_bytes(base64.b64decode(shot["data"]))
 
 
 def frame(browser: webdriver.Chrome, name: str) -> WebElement:

@@ -14,7 +14,7 @@ from types import MappingProxyType
 import pytest
 
 from offcpu.diagnosis.findings import Finding, findings
-from tests.unit.model.test_engine_events import US, Feed, builder, model
+from tests.helpers.engine_events import US, Feed, builder, model
 
 FUTEX = "__schedule;schedule;futex_do_wait;futex_wait;__lll_lock_wait"  # a pthread mutex
 PIPE = "__schedule;schedule;pipe_wait_readable;anon_pipe_read;vfs_read"

@@ -14,8 +14,7 @@ from offcpu.diagnosis.findings import findings
 from offcpu.machine.cgroups import Cgroup, Counters
 from offcpu.model import Model, Row, Thread
 from offcpu.stacks import Stack
-from tests.fixtures import HERE
-from tests.unit.model.test_engine import model_of
+from tests.fixtures import HERE, model_of
 
 QUOTA = Counters(cpu_quota_us=50_000, cpu_period_us=100_000)
 

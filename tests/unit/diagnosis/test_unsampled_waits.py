@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from offcpu.diagnosis.findings import Finding, findings
 from offcpu.stacks import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN
-from tests.unit.model.test_engine_events import US, Feed, builder, model
+from tests.helpers.engine_events import US, Feed, builder, model
 
 READ = "__schedule;schedule;io_schedule;folio_wait_bit_common;filemap_read;vfs_read"
 POLL = "__schedule;schedule;do_poll;__x64_sys_poll"

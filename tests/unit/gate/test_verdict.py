@@ -33,7 +33,7 @@ from offcpu.renderers.verdict import (
     github_annotations,
     github_error,
 )
-from tests.unit.model.test_engine import model_of
+from tests.fixtures import model_of
 
 
 @pytest.fixture(scope="module")

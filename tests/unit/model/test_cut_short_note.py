@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from offcpu.capture import CaptureInfo, Target
-from tests.unit.model.test_engine_events import info
+from tests.helpers.engine_events import info
 
 COMMAND = Target("command", "sqlite3", pid=10, command=("sqlite3", "d.db"))
 ALONGSIDE = Target("pid", "server", pid=10, pids=(10,), command=("wrk", "-d", "2s"), command_pid=11)

@@ -23,7 +23,7 @@ from offcpu.model.stackview import SEPARATOR, StackView, drawn, folded
 from offcpu.renderers.flame import stack_lines
 from offcpu.renderers.flamegraph_tool import safe_title
 from offcpu.stacks import SCHEDULER, shorten, shorten_apart
-from tests.unit.model.test_engine import model_of
+from tests.fixtures import model_of
 
 MUNMAP_WAIT = ("mmap_contention;start_thread;__munmap;entry_SYSCALL_64_after_hwframe;do_syscall_64;__x64_sys_munmap;"
                "__vm_munmap;down_write_killable;rwsem_down_write_slowpath;schedule_preempt_disabled;schedule;"

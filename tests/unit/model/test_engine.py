@@ -3,41 +3,18 @@ that cutting the window into slices does not change any number."""
 
 from __future__ import annotations
 
-import io
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
 from offcpu._core import TIMELINE_WAITS
-from offcpu.capture import load_snapshot
 from offcpu.model import PREEMPTED, SUB_WINDOWS, Model, TimedWait
-from offcpu.model.asleep import with_asleep_stacks
 from offcpu.model.engine import threads_at_start, to_model
 from offcpu.reading.native_reader import NativeReader
-from offcpu.reading.pairing import Decoded, pair_pieces
-from offcpu.reading.perf_script import PerfScriptReader
 from offcpu.stacks import BEFORE_WINDOW, NEW_THREAD
-from tests.fixtures import HERE, capture_info, script_stream
+from tests.fixtures import HERE, capture_info, model_of
 
 FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]
-
-
-def model_of(name: str, slices: int = 1, text: str | None = None):
-    """The model of a fixture, of its perf script text or of `text` in its place."""
-    info = capture_info(name)
-    start, end = info.window_start_ns, info.window_end_ns
-    reader = PerfScriptReader("perf", Path("unused"))
-    pieces = []
-    for first, last in reader.time_slices(start, end, slices):
-        piece, skipped_before = Decoded(first, last), reader.skipped
-        reader.decode(script_stream(name) if text is None else io.StringIO(text), piece)
-        piece.skipped = reader.skipped - skipped_before
-        pieces.append(piece)
-    paired = pair_pieces(pieces, (start, end), threads_at_start(info), (start, end), 0)
-    model = to_model(paired, reader, info, start, end)
-    with_asleep_stacks(model, load_snapshot(HERE / name))  # as offcpu.model.loading does
-    return model
 
 
 @pytest.mark.parametrize("name", FIXTURES)

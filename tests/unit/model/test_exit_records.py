@@ -6,7 +6,7 @@ test_engine_events; thread 13 is a short-lived thread of process 10 on CPU 1."""
 
 from __future__ import annotations
 
-from tests.unit.model.test_engine_events import US, builder, model, row_of, switch
+from tests.helpers.engine_events import US, builder, model, row_of, switch
 
 
 def test_a_thread_back_after_its_exit_record_is_not_on_cpu_to_the_windows_end() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from offcpu.model import Model
 from offcpu.model.engine import to_model
 from offcpu.stacks import BEFORE_WINDOW, STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN
-from tests.unit.model.test_engine_events import (
+from tests.helpers.engine_events import (
     US,
     WINDOW_US,
     Feed,

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from offcpu.kinds import lost_note
-from tests.unit.model.test_engine_events import info
+from tests.helpers.engine_events import info
 
 PERF = ["/usr/bin/perf", "record", "-o", "perf.data"]
 

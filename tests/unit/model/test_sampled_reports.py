@@ -37,7 +37,7 @@ from offcpu.renderers.perfetto import Bounds, PerfettoTrace
 from offcpu.renderers.pprof import PprofProfile
 from offcpu.renderers.speedscope import SpeedscopeProfile
 from offcpu.renderers.text import TextReport
-from tests.unit.model.test_engine_events import US, builder, model, switch
+from tests.helpers.engine_events import US, builder, model, switch
 
 NOTE = ("stacks were taken for 6 of the 7 waits, a sample that keeps the recording's cost down (--stack-budget): "
         "the time shown per stack is an estimate, ± one standard error; each thread's time is exact")

@@ -16,7 +16,7 @@ from offcpu.diagnosis.findings import findings
 from offcpu.model.stackview import SEPARATOR, StackView, drawn, folded
 from offcpu.renderers.flamegraph_tool import find_renderer
 from offcpu.stacks import Stack
-from tests.unit.model.test_engine import model_of
+from tests.fixtures import model_of
 
 FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]
 # flamegraph.pl's own pattern for "stack count", applied twice to find a second count.

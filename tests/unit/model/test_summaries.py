@@ -19,8 +19,8 @@ from offcpu.model.summaries import (
     waker_pairs,
 )
 from offcpu.renderers.text import TextReport, waker_name
-from tests.unit.model.test_engine import model_of
-from tests.unit.model.test_engine_events import US, builder, model, switch
+from tests.fixtures import model_of
+from tests.helpers.engine_events import US, builder, model, switch
 
 
 @pytest.mark.parametrize("name", ["futex_pid", "churn_pid", "mmap_all"])

@@ -18,7 +18,7 @@ from offcpu.reading.perf_script import (
     parse_stack,
     time_ns,
 )
-from tests.fixtures import HOSTILE_NAMES, CallRecorder, capture_info, script_stream, script_text
+from tests.fixtures import HOSTILE_NAMES, CallRecorder, capture_info, script_text
 
 FIXTURES = ["futex_pid", "churn_pid", "mmap_all"]
 def decoded(text: str) -> tuple[CallRecorder, int]:
@@ -33,7 +33,7 @@ def test_every_event_perf_counted_is_read(name):
     # capture.json's counts came from `perf report --stats` when it was recorded, independently of the reader
     info = capture_info(name)
     reader = EventReader()
-    kinds = Counter(event.lastgroup for event in reader.events(script_stream(name)))
+    kinds = Counter(event.lastgroup for event in reader.events(io.StringIO(script_text(name))))
     assert reader.skipped == 0
     assert kinds[SWITCH_RECORD] == info.switch_records
     assert sum(kinds[kind] for kind in SAMPLES) == info.samples
@@ -71,7 +71,7 @@ def test_a_name_that_ends_the_fields_early_does_not_cut_an_event_from_its_call_c
 
 
 def test_a_switch_out_event_and_its_stack():
-    events = EventReader().events(script_stream("futex_pid"))
+    events = EventReader().events(io.StringIO(script_text("futex_pid")))
     event = next(event for event in events if event.lastgroup == SWITCH_SAMPLE)
     assert event["comm"] == "futex_contentio"  # perf prints the kernel's 15-character comm
     info = capture_info("futex_pid")
@@ -97,7 +97,7 @@ def test_an_exited_threads_last_switch_is_read_as_its_own():
 
 
 def test_switch_records_carry_in_and_out():
-    directions = Counter(event["direction"] for event in EventReader().events(script_stream("futex_pid"))
+    directions = Counter(event["direction"] for event in EventReader().events(io.StringIO(script_text("futex_pid")))
                          if event.lastgroup == SWITCH_RECORD)
     assert {"IN", "OUT"} <= set(directions) <= {"IN", "OUT", "OUT preempt"} and directions["IN"] > 0
 

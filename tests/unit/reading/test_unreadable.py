@@ -12,8 +12,7 @@ from offcpu.model.stackview import StackView
 from offcpu.model.summaries import untrusted
 from offcpu.renderers.json import JsonReport
 from offcpu.renderers.text import TextReport
-from tests.fixtures import script_text
-from tests.unit.model.test_engine import model_of
+from tests.fixtures import model_of, script_text
 
 PREV_STATE_FIELD = re.compile(r"(sched:sched_switch: .*?) prev_state=")
 

@@ -21,7 +21,7 @@ from offcpu.renderers.flamegraph_tool import (
     render_svg,
     require_renderer,
 )
-from tests.unit.model.test_engine import model_of
+from tests.fixtures import model_of
 
 SVG = "{http://www.w3.org/2000/svg}"
 

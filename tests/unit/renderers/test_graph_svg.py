@@ -10,7 +10,7 @@ from offcpu.diagnosis.waitgraph import wait_graph
 from offcpu.model.stackview import StackView
 from offcpu.renderers.graph_svg import graph_svg
 from offcpu.renderers.text import TextReport
-from tests.unit.model.test_engine import model_of
+from tests.fixtures import model_of
 
 
 def test_a_timer_has_one_name_in_the_graph_and_the_tables():

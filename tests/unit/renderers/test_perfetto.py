@@ -13,7 +13,7 @@ import pytest
 from offcpu.model import PREEMPTED
 from offcpu.model.stackview import StackView
 from offcpu.renderers.perfetto import BLOCKED, RUNNING, RUNQUEUE, WAKEUP, Bounds, PerfettoTrace
-from tests.unit.model.test_engine import model_of
+from tests.fixtures import model_of
 
 COMPLETE_FIELDS = {"name", "cat", "ph", "ts", "dur", "pid", "tid"}
 

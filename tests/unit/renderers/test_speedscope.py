@@ -9,7 +9,7 @@ import pytest
 
 from offcpu.model.stackview import StackView
 from offcpu.renderers.speedscope import SCHEMA, SpeedscopeProfile
-from tests.unit.model.test_engine import model_of
+from tests.fixtures import model_of
 
 # The spec's required fields of a File and of a SampledProfile, and its units.
 FILE_FIELDS = {"$schema", "shared", "profiles"}

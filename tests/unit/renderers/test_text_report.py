@@ -17,8 +17,8 @@ from offcpu.model.stackview import StackView, drawn, listed
 from offcpu.model.summaries import by_state, waker_pairs
 from offcpu.renderers.console import MAX_WIDTH, MIN_WIDTH, stdout_layout
 from offcpu.renderers.text import TextReport
-from tests.unit.model.test_engine import model_of
-from tests.unit.reading.test_bpf_reader import lost_and_unseen
+from tests.fixtures import model_of
+from tests.helpers.bpf_records import lost_and_unseen
 
 GOLDEN = Path(__file__).parent / "golden"
 ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
