@@ -64,7 +64,7 @@ impl UnwindTables {
             (offset & !(PAGE_SIZE - 1)..offset.saturating_add(*size)).contains(&file_offset)
         });
         let file_address = match segment {
-            Some((offset, _, address)) => address.wrapping_add(file_offset - offset),
+            Some((offset, _, address)) => address.wrapping_add(file_offset.wrapping_sub(*offset)),
             None => file_offset,
         };
         start.wrapping_sub(file_address)
