@@ -32,7 +32,7 @@ SNAPSHOT = "snapshot.json"  # the stacks of threads asleep through the recording
 BPF_RECORDS = "bpf-records.bin"  # its waits, forks, exits and names
 BPF_STACKS = "bpf-stacks.bin"  # its stack table
 BPF_MAPS = "bpf-maps.json"  # the memory maps of its processes (offcpu.recording.process_maps)
-RUNTIME_STACKS = "runtime-stacks.json"  # its runtimes' stacks read while recording (offcpu.reading.runtime_frames)
+RUNTIME_STACKS = "runtime-stacks.json"  # its runtimes' stacks read while recording (offcpu.runtime_frames)
 PERF_MAPS = "perf-maps.json"  # its processes' perf maps, read at its end (offcpu.recording.perf_maps)
 OWN_FILES = (PERF_DATA, f"{PERF_DATA}.old", METADATA, MODEL_FILE, KERNEL_SYMBOLS, VDSO_IMAGE, SNAPSHOT, BPF_RECORDS,
              BPF_STACKS, BPF_MAPS, RUNTIME_STACKS, PERF_MAPS)

@@ -66,7 +66,7 @@ TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", 
 
 
 # How a frame of a runtime's own (read from the program's runtime, not walked in native code:
-# offcpu.reading.runtime_frames) ends, by runtime: `work (app.py:57) [py]`,
+# offcpu.runtime_frames) ends, by runtime: `work (app.py:57) [py]`,
 # `MonitorSleep.pause (MonitorSleep.java:36) [java]`, `JS:*work (app.js:12) [js]` (V8's perf map:
 # offcpu.recording.perf_maps)
 RUNTIME_MARKS = {"CPython": "[py]", "HotSpot": "[java]", "V8": "[js]", "MRI": "[rb]"}
@@ -76,7 +76,7 @@ _RUNTIME_ENDINGS = tuple(f") {mark}" for mark in (*RUNTIME_MARKS.values(), RUNTI
 
 
 # What a runtime says its thread waits for, as a frame innermost of its runtime frames
-# (offcpu.reading.runtime_frames): `[waiting to lock a java.lang.Object]`, and the thread
+# (offcpu.runtime_frames): `[waiting to lock a java.lang.Object]`, and the thread
 # that held it then, `[held by worker-2: java.lang.Thread.sleep at MonitorSleep.pause (MonitorSleep.java:36)]`.
 # The lock table names the waits by them (locks.toml: Java monitor, ReentrantLock).
 _WAITED_FOR = re.compile(r"\[(?:waiting to lock|waiting to re-lock in wait\(\)|parking to wait for|waiting on) "

@@ -33,13 +33,13 @@ from offcpu.reading.bpf_reader import (
     read_stack_table,
 )
 from offcpu.reading.pairing import BATCH, Keys, Paired
-from offcpu.reading.runtime_frames import NO_RUNTIME_STACK
 from offcpu.reading.sched_events import SCHED_WAKING, Chain
+from offcpu.runtime_frames import NO_RUNTIME_STACK
 from offcpu.stacks import Stack
 
 if TYPE_CHECKING:
-    from offcpu.reading.runtime_frames import RuntimeStacks
     from offcpu.reading.symbols import Symbolizer
+    from offcpu.runtime_frames import RuntimeStacks
 
 @dataclass(frozen=True)
 class Interval:

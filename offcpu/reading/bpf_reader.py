@@ -14,7 +14,7 @@ probability 2^-s weighs 2^s (Events.weights), one whose stacks were not weighs 0
 is counted under STACK_NOT_TAKEN. A call chain travels as (kernel stack id, user stack
 id, pid, exec generation, runtime stack id), named from bpf-stacks.bin, the saved kallsyms
 and the maps in bpf-maps.json (offcpu.recording.process_maps) by symbols.Symbolizer, and
-the runtime's frames that runtime-stacks.json joins to the wait (offcpu.reading.runtime_frames)
+the runtime's frames that runtime-stacks.json joins to the wait (offcpu.runtime_frames)
 after the native ones.
 """
 
@@ -29,15 +29,13 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from offcpu import _core
+from offcpu import _core, runtime_frames
 from offcpu._core import state_letter
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.files import open_regular, read_regular
-from offcpu.reading import runtime_frames
 from offcpu.reading.pairing import Paired, ThreadAtStart, pair_decoded
-from offcpu.reading.runtime_frames import NO_RUNTIME_STACK, RuntimeStacks
 from offcpu.reading.sched_events import (
     SCHED_SWITCH,
     SCHED_WAKING,
@@ -52,6 +50,7 @@ from offcpu.reading.sched_events import (
 )
 from offcpu.recording import perf_maps, process_maps
 from offcpu.recording.perf_maps import PerfMap
+from offcpu.runtime_frames import NO_RUNTIME_STACK, RuntimeStacks
 from offcpu.stacks import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Stack, without_tracing
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from offcpu.reading.runtime_frames import Frame
+from offcpu.runtime_frames import Frame
 
 _HEADER = re.compile(r'^"(?P<name>.*)" (?=.*\bnid=(?P<nid>0x[0-9a-fA-F]+|\d+)\b)')
 _STATE = re.compile(r"^\s+java\.lang\.Thread\.State: (?P<state>.+?)\s*$")

@@ -30,7 +30,7 @@ import struct
 from dataclasses import dataclass, replace
 
 from offcpu._core import elf_symbol_address
-from offcpu.reading.runtime_frames import ASLEEP_UNTIL_WOKEN, WAITS_FOR_GVL, WAITS_FOR_JOIN
+from offcpu.runtime_frames import ASLEEP_UNTIL_WOKEN, WAITS_FOR_GVL, WAITS_FOR_JOIN
 
 SUPPORTED = "3.1"
 VM_SYMBOL = "ruby_current_vm_ptr"

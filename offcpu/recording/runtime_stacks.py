@@ -2,7 +2,7 @@
 records.
 
 A thread's Python stack cannot change while the thread is off CPU, so a stack read at any
-moment inside a wait is that wait's (offcpu.reading.runtime_frames joins them). A thread
+moment inside a wait is that wait's (offcpu.runtime_frames joins them). A thread
 of its own reads, every INTERVAL_S, the stacks of the recorded processes that run CPython
 with `py-spy dump --json --nonblocking` (py-spy's binary, installed with offcpu beside its
 Python; it reads the process's memory without stopping it), and keeps a thread's stack only
@@ -44,7 +44,11 @@ from typing import cast
 
 from offcpu.capture import RUNTIME_STACKS
 from offcpu.files import PRIVATE, write_whole
-from offcpu.reading.runtime_frames import (
+from offcpu.recording import hotspot_dump
+from offcpu.recording.jvm_attach import Attacher, AttachError, target_of
+from offcpu.recording.mri_stacks import SUPPORTED, MriError, MriReader, RubyThread, ruby_version
+from offcpu.recording.process_maps import Inode, Snapshot, read_maps
+from offcpu.runtime_frames import (
     NO_OWNER,
     WAITS_FOR_GVL,
     Frame,
@@ -53,10 +57,6 @@ from offcpu.reading.runtime_frames import (
     to_json,
     wait_frames,
 )
-from offcpu.recording import hotspot_dump
-from offcpu.recording.jvm_attach import Attacher, AttachError, target_of
-from offcpu.recording.mri_stacks import SUPPORTED, MriError, MriReader, RubyThread, ruby_version
-from offcpu.recording.process_maps import Inode, Snapshot, read_maps
 from offcpu.stacks import RUBY_MUTEX
 from offcpu.workers import child_environment, end_with_parent
 

@@ -375,7 +375,7 @@ def test_an_exec_adds_a_snapshot_of_the_new_program_and_a_gone_process_none(tmp_
 
 
 def test_runtime_frames_join_the_waits_that_cover_their_samples(tmp_path: Path) -> None:
-    from offcpu.reading.runtime_frames import Frame, to_json
+    from offcpu.runtime_frames import Frame, to_json
 
     story(tmp_path)
     work, run = Frame("work", "/srv/app.py", 57), Frame("Thread.run", "/usr/lib/python3.11/threading.py", 982)
@@ -403,7 +403,7 @@ def test_runtime_frames_join_the_waits_that_cover_their_samples(tmp_path: Path) 
 
 
 def test_a_runtime_found_but_not_read_is_said_with_why(tmp_path: Path) -> None:
-    from offcpu.reading.runtime_frames import to_json
+    from offcpu.runtime_frames import to_json
 
     story(tmp_path)
     process = {"pid": PID, "runtime": "CPython", "version": None, "reader": "py-spy dump", "reads": 0, "failed": 0,
@@ -418,7 +418,7 @@ def test_a_runtime_found_but_not_read_is_said_with_why(tmp_path: Path) -> None:
 
 
 def test_a_jvms_frames_are_named_as_java_and_its_note_says_its_own_interval(tmp_path: Path) -> None:
-    from offcpu.reading.runtime_frames import Frame, to_json
+    from offcpu.runtime_frames import Frame, to_json
 
     story(tmp_path)
     blocked = Frame("MonitorSleep.lambda$main$0", "MonitorSleep.java", 25)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from offcpu.reading.runtime_frames import Frame
 from offcpu.recording.hotspot_dump import Lock, frame_of, holders, parse
+from offcpu.runtime_frames import Frame
 
 DUMP = Path(__file__).parents[2] / "fixtures" / "hotspot" / "monitor_sleep.txt"
 DEADLOCK = DUMP.with_name("java_deadlock.txt")

@@ -11,7 +11,7 @@ import numpy as np
 
 from offcpu.model import Model
 from offcpu.model.loading import build
-from offcpu.reading.runtime_frames import (
+from offcpu.runtime_frames import (
     NO_OWNER,
     NO_RUNTIME_STACK,
     Frame,
