@@ -33,7 +33,7 @@ from offcpu.reading.bpf_reader import (
     read_stack_table,
 )
 from offcpu.reading.pairing import BATCH, Keys, Paired
-from offcpu.reading.sched_events import SCHED_WAKING, Chain
+from offcpu.reading.sched_events import Chain
 from offcpu.runtime_frames import NO_RUNTIME_STACK
 from offcpu.stacks import Stack
 
@@ -95,12 +95,12 @@ class LiveWindow:
             self.carried = held
             return
         ended = held[held["kind"] == WAIT]
-        still_open = open_then[~np.isin(_wait_keys(open_then), _wait_keys(ended))]
+        still_open = open_then[~_among(_wait_keys(open_then), _wait_keys(ended))]
         records = np.concatenate([self.begins, held, still_open])
+        self._interrupts_alone(records)
         first = self.paired_to
         reader = HeldRecords(self.directory, records)
         columns = reader.events(first, last)
-        self._interrupts_alone(columns)
         paired = _core.Slice(first, last, (first, last), 0)
         for start in range(0, len(columns["time"]), BATCH):
             part = {name: column[start:start + BATCH] for name, column in columns.items()}
@@ -117,22 +117,22 @@ class LiveWindow:
         # what happens after `last` is of the next interval (a wait's end, its wakeup, a fork...)
         self.carried = held[np.maximum(np.maximum(held["since_ns"], held["woken_ns"]), held["back_ns"]) > last]
 
-    def _interrupts_alone(self, columns: dict[str, np.ndarray]) -> None:
+    def _interrupts_alone(self, records: np.ndarray) -> None:
         """A wakeup made by an interrupt's handler with its kernel frames alone: the user stack under
         them is of whatever thread the interrupt came in (on a busy machine, a new stack at almost
-        every timer's wakeup, each to be named), and says nothing of the wakeup (model.wakeups)."""
-        chains = columns["chain"]
-        wakeups = [(at, chain) for at in np.flatnonzero(columns["kind"] == SCHED_WAKING).tolist()
-                   if isinstance(chain := chains[at], tuple) and chain[1] >= 0]
-        new = {chain[0] for _, chain in wakeups} - self.by_interrupt.keys()
+        every timer's wakeup, each to be named), and says nothing of the wakeup (model.wakeups).
+        Its records' waker user stacks are let go (as by BpfReader's chains, a kernel stack alone),
+        judged once for each kernel stack, with no work for each wakeup in Python."""
+        kernel, user = records["waker_kernel_stack"], records["waker_user_stack"]
+        with_user = (records["kind"] == WAIT) & (kernel >= 0) & (user >= 0)
+        new = set(np.unique(kernel[with_user]).tolist()) - self.by_interrupt.keys()
         if new:
             table, symbolizer = self._stack_table(new), self._symbolizer()
-            for kernel in new:
-                stack = _stack(_kernel_alone(kernel), table, symbolizer)
-                self.by_interrupt[kernel] = kernel in table and from_interrupt(stack.frames[:stack.kernel_frames])
-        for at, chain in wakeups:
-            if self.by_interrupt[chain[0]]:
-                chains[at] = _kernel_alone(chain[0])
+            for stack_id in new:
+                stack = _stack(_kernel_alone(stack_id), table, symbolizer)
+                self.by_interrupt[stack_id] = stack_id in table and from_interrupt(stack.frames[:stack.kernel_frames])
+        handlers = [stack_id for stack_id, handler in self.by_interrupt.items() if handler]
+        user[with_user & np.isin(kernel, handlers)] = _core.NOT_TAKEN
 
     def _stack_table(self, ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
         """The recording's stack table, saved again when it lacks one of these stack ids."""
@@ -215,6 +215,16 @@ def _stack_ids(chains: Iterable[Chain]) -> set[int]:
 def _kernel_alone(kernel: int) -> Chain:
     """The chain of a kernel stack with no user frames (as BpfReader's chains make it)."""
     return kernel, _core.NOT_TAKEN, 0, 0, NO_RUNTIME_STACK
+
+
+def _among(keys: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """Whether each of `keys` (a few: the waits open) is among `others` (every wait taken), with
+    `others` searched rather than sorted (np.isin sorts both)."""
+    if not len(keys) or not len(others):
+        return np.zeros(len(keys), bool)
+    distinct = np.unique(keys)
+    at = np.minimum(np.searchsorted(distinct, others), len(distinct) - 1)
+    return np.isin(keys, distinct[at[distinct[at] == others]])
 
 
 def _wait_keys(records: np.ndarray) -> np.ndarray:
