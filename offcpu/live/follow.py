@@ -22,7 +22,7 @@ from offcpu.live.kept import KeptRecords
 from offcpu.live.triggers import Trigger
 from offcpu.live.window import LiveWindow
 from offcpu.model import Model
-from offcpu.reading.bpf_reader import RECORD
+from offcpu.reading.bpf_reader import RECORD, joined
 
 if TYPE_CHECKING:
     from offcpu import _core
@@ -118,7 +118,7 @@ class Follow:
         with those of the window before."""
         assert self._recording is not None and self._info is not None and self._window is not None
         read_ns, open_then = self._open or (now, _records(self._recording.open_waits()))
-        self._window.add(np.concatenate(self._taken), open_then, read_ns)
+        self._window.add(joined(self._taken), open_then, read_ns)
         self._taken, self._open = [], None
         self._window.slide(round(self.options.window_s * 1e9))
         model = self._window.model()

@@ -8,7 +8,7 @@ at 25,000 waits a second (docs/benchmarks.md)."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,9 +30,11 @@ from offcpu.reading.bpf_reader import (
     BpfReader,
     Generations,
     _stack,
+    joined,
     read_stack_table,
+    rows_of,
 )
-from offcpu.reading.pairing import BATCH, Keys, Paired
+from offcpu.reading.pairing import BATCH, Keys, Paired, Table
 from offcpu.reading.sched_events import Chain
 from offcpu.runtime_frames import NO_RUNTIME_STACK
 from offcpu.stacks import Stack
@@ -51,15 +53,21 @@ class Interval:
 
 class HeldRecords(BpfReader):
     """The BPF reader over records held in memory rather than in a capture's file, for its
-    events (BpfReader.events)."""
+    events (BpfReader.events), their names, states and chains as the numbers `keys` gives them:
+    each distinct one looked up once, not once for each event."""
 
-    def __init__(self, directory: Path, records: np.ndarray) -> None:  # (no file to open: BpfReader's)
+    def __init__(self, directory: Path, records: np.ndarray, keys: Keys) -> None:  # (no file to open: BpfReader's)
         self.directory = directory
+        self.keys = keys
         self.count, self.cut_short, self.skipped = len(records), False, 0
         self.binary_notes = []
         self.counting_slice = None
         self._records = records
         self.runtime: RuntimeStacks | None = None  # the window shows native frames; flight records carry the runtime's
+
+    def _column(self, keys: str, distinct: list[Hashable], inverse: np.ndarray) -> np.ndarray:
+        table: Table = getattr(self.keys, keys)
+        return np.asarray(table.ids_of(distinct), np.int64)[inverse]
 
 
 class LiveWindow:
@@ -87,27 +95,23 @@ class LiveWindow:
         is in `taken` (a wait in both counts once)."""
         kinds = taken["kind"]
         self.unreadable += int(np.count_nonzero((kinds < WAIT) | (kinds > COMM)))
-        began = taken[((kinds == FORK) & (taken["pid"] == taken["tid"])) | ((kinds == COMM) & (taken["state"] == EXEC))]
+        began = rows_of(taken, ((kinds == FORK) & (taken["pid"] == taken["tid"]))
+                        | ((kinds == COMM) & (taken["state"] == EXEC)))
         if len(began):
-            self.begins = np.concatenate([self.begins, began])
-        held = np.concatenate([self.carried, taken])
+            self.begins = joined([self.begins, began])
+        held = joined([self.carried, taken])
         if last <= self.paired_to:
             self.carried = held
             return
-        ended = held[held["kind"] == WAIT]
-        still_open = open_then[~_among(_wait_keys(open_then), _wait_keys(ended))]
-        records = np.concatenate([self.begins, held, still_open])
+        ended = rows_of(held, held["kind"] == WAIT)
+        still_open = rows_of(open_then, ~_among(_wait_keys(open_then), _wait_keys(ended)))
+        records = joined([self.begins, held, still_open])
         self._interrupts_alone(records)
         first = self.paired_to
-        reader = HeldRecords(self.directory, records)
-        columns = reader.events(first, last)
+        columns = HeldRecords(self.directory, records, self.keys).events(first, last)
         paired = _core.Slice(first, last, (first, last), 0)
         for start in range(0, len(columns["time"]), BATCH):
-            part = {name: column[start:start + BATCH] for name, column in columns.items()}
-            paired.take(part["kind"].tolist(), part["time"].tolist(), part["cpu"].tolist(), part["pid"].tolist(),
-                        part["tid"].tolist(), part["other"].tolist(), self.keys.names.ids_of(part["name"].tolist()),
-                        self.keys.states.ids_of(part["state"].tolist()),
-                        self.keys.chains.ids_of(part["chain"].tolist()), part["weight"].tolist())
+            paired.take(*(column[start:start + BATCH].tolist() for column in columns.values()))  # (in take's order)
         paired.finish(self.unreadable)
         self.unreadable = 0
         back, since = ended["back_ns"].astype(np.int64), ended["since_ns"].astype(np.int64)
@@ -115,7 +119,8 @@ class LiveWindow:
         self.intervals.append(Interval(first, last, paired, waited))
         self.paired_to = last + 1
         # what happens after `last` is of the next interval (a wait's end, its wakeup, a fork...)
-        self.carried = held[np.maximum(np.maximum(held["since_ns"], held["woken_ns"]), held["back_ns"]) > last]
+        self.carried = rows_of(held, np.maximum(np.maximum(held["since_ns"], held["woken_ns"]), held["back_ns"])
+                               > last)
 
     def _interrupts_alone(self, records: np.ndarray) -> None:
         """A wakeup made by an interrupt's handler with its kernel frames alone: the user stack under

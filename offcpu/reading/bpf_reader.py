@@ -23,7 +23,7 @@ from __future__ import annotations
 import errno
 import os
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 RECORD = np.dtype({"names": [name for name, _, _ in _core.RECORD_FIELDS],
                    "formats": [code for _, code, _ in _core.RECORD_FIELDS],
                    "offsets": [offset for _, _, offset in _core.RECORD_FIELDS], "itemsize": _core.RECORD_SIZE})
+# A record as its bytes: numpy copies a structured array field by field, ten times slower
+RECORD_BYTES = np.dtype((np.void, RECORD.itemsize))
 WAIT, FORK, EXIT, COMM = (_core.RECORD_KINDS[kind] for kind in ("wait", "fork", "exit", "comm"))
 # A wait's `estimated` bits: its switch-out or switch-in was not reported to the tracepoint, and
 # was placed by the thread's time on CPU as the kernel counts it
@@ -148,7 +150,8 @@ class Generations:
 
     def __init__(self, records: np.ndarray) -> None:
         kind, pid = records["kind"], records["pid"]
-        begins = records[((kind == FORK) & (pid == records["tid"])) | ((kind == COMM) & (records["state"] == EXEC))]
+        begins = rows_of(records, ((kind == FORK) & (pid == records["tid"]))
+                         | ((kind == COMM) & (records["state"] == EXEC)))
         self.starts: dict[int, np.ndarray] = {}
         for process in np.unique(begins["pid"]).tolist():
             self.starts[process] = np.sort(begins["since_ns"][begins["pid"] == process])
@@ -240,7 +243,7 @@ class BpfReader:
     def events(self, first: int, last: int) -> dict[str, np.ndarray]:
         """The columns of the events from `first` to `last` ns (both included), in time order."""
         records = self.records
-        waits = records[self._slice_waits(first, last)]
+        waits = rows_of(records, self._slice_waits(first, last))
         generations = Generations(records)
         parts = [self._switches(waits, self._runtime_stacks(waits["tid"], waits["since_ns"], waits["back_ns"]),
                                  first, last, generations),
@@ -274,13 +277,14 @@ class BpfReader:
         """A sched_switch at each wait's start, when it began in the recording."""
         since = waits["since_ns"]
         chosen = (since > 0) & (since >= first) & (since <= last)
-        rows = waits[chosen]
+        rows = rows_of(waits, chosen)
         kernel, user = rows["kernel_stack"], rows["user_stack"]
         taken = (kernel != _core.NOT_TAKEN) | (user != _core.NOT_TAKEN)
         weights = np.where(taken, np.left_shift(1, rows["weight_shift"].astype(np.int64)), 0)
-        chains = _chains(kernel, user, rows["pid"], rows["since_ns"], generations, STACK_NOT_TAKEN, runtime[chosen])
-        return _part(SCHED_SWITCH, rows["since_ns"], UNKNOWN_CPU, rows["pid"], rows["tid"], 0, _names(rows["comm"]),
-                     _states(rows), chains, weights)
+        chains = self._chains(kernel, user, rows["pid"], rows["since_ns"], generations, STACK_NOT_TAKEN,
+                              runtime[chosen])
+        return _part(SCHED_SWITCH, rows["since_ns"], UNKNOWN_CPU, rows["pid"], rows["tid"], 0,
+                     self._names(rows["comm"]), self._states(rows), chains, weights)
 
     def _wakeups(self, waits: np.ndarray, first: int, last: int, generations: Generations) -> dict[str, np.ndarray]:
         """A wakeup of each woken wait, in the waker: at the wait's start when it came before
@@ -288,27 +292,76 @@ class BpfReader:
         woken = waits["woken_ns"]
         at = np.maximum(woken, waits["since_ns"])
         chosen = (woken > 0) & (at >= first) & (at <= last)
-        rows, at = waits[chosen], at[chosen]
-        chains = _chains(rows["waker_kernel_stack"], rows["waker_user_stack"], rows["waker_pid"], rows["woken_ns"],
-                         generations, WAKER_STACK_NOT_TAKEN)
+        rows, at = rows_of(waits, chosen), at[chosen]
+        chains = self._chains(rows["waker_kernel_stack"], rows["waker_user_stack"], rows["waker_pid"],
+                              rows["woken_ns"], generations, WAKER_STACK_NOT_TAKEN)
         return _part(SCHED_WAKING, at, UNKNOWN_CPU, rows["waker_pid"], rows["waker_tid"], rows["tid"],
-                     _names(rows["waker_comm"]), _blank(len(rows)), chains, 1)
+                     self._names(rows["waker_comm"]), self._blank(len(rows)), chains, 1)
 
     def _switch_ins(self, waits: np.ndarray, first: int, last: int) -> dict[str, np.ndarray]:
         """A switch-in at each wait's end, when it ended in the recording."""
         back = waits["back_ns"]
-        rows = waits[(back > 0) & (back >= first) & (back <= last)]
-        return _part(SWITCH_IN, rows["back_ns"], rows["cpu"], rows["pid"], rows["tid"], 0, _names(rows["comm"]),
-                     _blank(len(rows)), np.full(len(rows), None, object), 1)
+        rows = rows_of(waits, (back > 0) & (back >= first) & (back <= last))
+        return _part(SWITCH_IN, rows["back_ns"], rows["cpu"], rows["pid"], rows["tid"], 0, self._names(rows["comm"]),
+                     self._blank(len(rows)), self._no_chains(len(rows)), 1)
 
     def _task_events(self, records: np.ndarray, first: int, last: int) -> dict[str, np.ndarray]:
         """Forks (`other`: the creating thread), exits and names (`other`: 1 when by exec)."""
         kind, since = records["kind"], records["since_ns"]
-        rows = records[(kind >= FORK) & (kind <= COMM) & (since >= first) & (since <= last)]
+        rows = rows_of(records, (kind >= FORK) & (kind <= COMM) & (since >= first) & (since <= last))
         kinds = TASK_EVENTS[rows["kind"]]
         others = np.where(rows["kind"] == FORK, rows["waker_tid"], np.where(rows["kind"] == COMM, rows["state"], 0))
-        return _part(kinds, rows["since_ns"], rows["cpu"], rows["pid"], rows["tid"], others, _names(rows["comm"]),
-                     _blank(len(rows)), np.full(len(rows), None, object), 1)
+        return _part(kinds, rows["since_ns"], rows["cpu"], rows["pid"], rows["tid"], others,
+                     self._names(rows["comm"]), self._blank(len(rows)), self._no_chains(len(rows)), 1)
+
+    def _chains(self, kernel: np.ndarray, user: np.ndarray, pids: np.ndarray, times: np.ndarray,
+                generations: Generations, not_taken: str, runtime: np.ndarray | None = None) -> np.ndarray:
+        """Each stack's chain: (kernel id, user id, pid, generation, runtime stack id), the pid and
+        generation 0 without user frames (kernel addresses mean the same in every process) nor
+        runtime frames; `not_taken` where no stack was taken."""
+        taken = (kernel != _core.NOT_TAKEN) | (user != _core.NOT_TAKEN)
+        if not taken.any():
+            return self._column("chains", [not_taken], np.zeros(len(kernel), np.intp))
+        runtime = np.full(len(kernel), NO_RUNTIME_STACK, np.int64) if runtime is None else runtime
+        kernel, user, pids, times, runtime = kernel[taken], user[taken], pids[taken], times[taken], runtime[taken]
+        has_user = (user >= 0) | (runtime != NO_RUNTIME_STACK)
+        pids = np.where(has_user, pids, 0).astype(np.int64)
+        generation = np.where(has_user, generations.of(pids, times), 0)
+        first, inverse = _distinct_rows(_pair(kernel, user), _pair(pids, generation), runtime)
+        distinct: list[Hashable] = list(zip(kernel[first].tolist(), user[first].tolist(), pids[first].tolist(),
+                                            generation[first].tolist(), runtime[first].tolist(), strict=True))
+        codes = np.full(len(taken), len(distinct), np.intp)  # not_taken: the last
+        codes[taken] = inverse
+        return self._column("chains", [*distinct, not_taken], codes)
+
+    def _names(self, comms: np.ndarray) -> np.ndarray:
+        """Thread names, each distinct one decoded once."""
+        distinct, inverse = np.unique(comms, return_inverse=True)
+        return self._column("names", [name.decode(errors="replace") for name in distinct.tolist()],
+                            inverse.reshape(-1))
+
+    def _states(self, rows: np.ndarray) -> np.ndarray:
+        """Each switch-out's state letter, each distinct (state, exit state, preempted) named once."""
+        if not len(rows):
+            return self._blank(0)
+        first, inverse = _distinct_rows(rows["state"], rows["exit_state"], rows["preempted"])
+        return self._column("states", [state_letter(state, exit_state, bool(preempted)) for state, exit_state, preempted
+                                       in zip(rows["state"][first].tolist(), rows["exit_state"][first].tolist(),
+                                              rows["preempted"][first].tolist(), strict=True)], inverse)
+
+    def _blank(self, count: int) -> np.ndarray:
+        return self._column("states", [""], np.zeros(count, np.intp))
+
+    def _no_chains(self, count: int) -> np.ndarray:
+        return self._column("chains", [None], np.zeros(count, np.intp))
+
+    def _column(self, keys: str, distinct: list[Hashable], inverse: np.ndarray) -> np.ndarray:
+        """Each event's name, state or chain (`keys`: "names", "states" or "chains"), its number
+        in `distinct` given: an object array of them (a reader that numbers them for the core,
+        HeldRecords, gives their numbers instead)."""
+        table = np.empty(len(distinct), object)
+        table[:] = distinct
+        return table[inverse]
 
     def pair(self, slices: list[tuple[int, int]], window: tuple[int, int], at_start: list[ThreadAtStart],
              counted: tuple[int, int], switch_cost_ns: int, on_done: Callable[[int], None] | None = None) -> Paired:
@@ -468,26 +521,14 @@ def _maps_note(snapshots: list | None, unmapped: list[str]) -> list[str]:
             "memory maps"]
 
 
-def _chains(kernel: np.ndarray, user: np.ndarray, pids: np.ndarray, times: np.ndarray, generations: Generations,
-            not_taken: str, runtime: np.ndarray | None = None) -> np.ndarray:
-    """Each stack's chain (an object array): (kernel id, user id, pid, generation, runtime stack
-    id), the pid and generation 0 without user frames (kernel addresses mean the same in every
-    process) nor runtime frames; `not_taken` where no stack was taken."""
-    chains = np.full(len(kernel), not_taken, object)
-    taken = (kernel != _core.NOT_TAKEN) | (user != _core.NOT_TAKEN)
-    if not taken.any():
-        return chains
-    runtime = np.full(len(kernel), NO_RUNTIME_STACK, np.int64) if runtime is None else runtime
-    kernel, user, pids, times, runtime = kernel[taken], user[taken], pids[taken], times[taken], runtime[taken]
-    has_user = (user >= 0) | (runtime != NO_RUNTIME_STACK)
-    pids = np.where(has_user, pids, 0).astype(np.int64)
-    generation = np.where(has_user, generations.of(pids, times), 0)
-    first, inverse = _distinct_rows(_pair(kernel, user), _pair(pids, generation), runtime)
-    table = np.empty(len(first), object)
-    table[:] = list(zip(kernel[first].tolist(), user[first].tolist(), pids[first].tolist(),
-                        generation[first].tolist(), runtime[first].tolist(), strict=True))
-    chains[taken] = table[inverse]
-    return chains
+def rows_of(records: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """records[which] (a mask or indices), copied as whole records."""
+    return records.view(RECORD_BYTES)[which].view(RECORD)
+
+
+def joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The records of `parts`, one after the other (np.concatenate, copied as whole records)."""
+    return np.concatenate([part.view(RECORD_BYTES) for part in parts] or [np.zeros(0, RECORD_BYTES)]).view(RECORD)
 
 
 def _pair(high: np.ndarray, low: np.ndarray) -> np.ndarray:
@@ -506,28 +547,6 @@ def _distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         codes = np.unique(codes * len(distinct) + inverse.reshape(-1), return_inverse=True)[1].reshape(-1)
     _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1)
-
-
-def _names(comms: np.ndarray) -> np.ndarray:
-    """Thread names, each distinct one decoded once."""
-    distinct, inverse = np.unique(comms, return_inverse=True)
-    table = np.array([name.decode(errors="replace") for name in distinct.tolist()] or [""], object)
-    return table[inverse.reshape(-1)] if len(comms) else np.zeros(0, object)
-
-
-def _states(rows: np.ndarray) -> np.ndarray:
-    """Each switch-out's state letter, each distinct (state, exit state, preempted) named once."""
-    if not len(rows):
-        return np.zeros(0, object)
-    first, inverse = _distinct_rows(rows["state"], rows["exit_state"], rows["preempted"])
-    table = np.array([state_letter(state, exit_state, bool(preempted)) for state, exit_state, preempted in zip(
-        rows["state"][first].tolist(), rows["exit_state"][first].tolist(), rows["preempted"][first].tolist(),
-        strict=True)], object)
-    return table[inverse]
-
-
-def _blank(count: int) -> np.ndarray:
-    return np.full(count, "", object)
 
 
 def _part(kind: int | np.ndarray, times: np.ndarray, cpu: int | np.ndarray, pids: np.ndarray, tids: np.ndarray,
