@@ -335,10 +335,10 @@ class BpfReader:
         return self._column("chains", [*distinct, not_taken], codes)
 
     def _names(self, comms: np.ndarray) -> np.ndarray:
-        """Thread names, each distinct one decoded once."""
-        distinct, inverse = np.unique(comms, return_inverse=True)
-        return self._column("names", [name.decode(errors="replace") for name in distinct.tolist()],
-                            inverse.reshape(-1))
+        """Thread names, each distinct one decoded once (told apart as 64-bit numbers: strings sort slower)."""
+        numbers = np.ascontiguousarray(comms).view(np.uint64).reshape(len(comms), comms.itemsize // 8)
+        first, inverse = _distinct_rows(*numbers.T)
+        return self._column("names", [name.decode(errors="replace") for name in comms[first].tolist()], inverse)
 
     def _states(self, rows: np.ndarray) -> np.ndarray:
         """Each switch-out's state letter, each distinct (state, exit state, preempted) named once."""
