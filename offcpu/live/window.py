@@ -148,10 +148,10 @@ class LiveWindow:
         return self.table
 
     def slide(self, window_ns: int) -> None:
-        """Let go of the intervals that began more than `window_ns` before the last one's end, but
-        never of the last one: when frames fall behind (a loaded machine) an interval may be
-        longer than the window, and the window is then that interval."""
-        while len(self.intervals) > 1 and self.intervals[0].first_ns < self.paired_to - window_ns:
+        """Let go of the oldest intervals while those after them still cover the last `window_ns`:
+        the window is at least --window once that much was recorded, and less than one interval
+        more (intervals are as long as the frames were late: a loaded machine's are uneven)."""
+        while len(self.intervals) > 1 and self.intervals[1].first_ns <= self.paired_to - window_ns:
             self.intervals.popleft()
 
     def waited_ns(self) -> np.ndarray:
