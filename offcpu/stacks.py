@@ -321,7 +321,9 @@ def shorten_apart(stacks: Sequence[tuple[Sequence[str], int]], limit: int) -> li
     """Each (frames, kernel_frames) shortened as by shorten(), except stacks that would read
     the same although they differ: they are shown the same number of user and kernel frames
     that tells them all apart, the most that fit `limit` characters; when no such choice
-    fits, each is shown from where it parts from every other stack (see _parting)."""
+    fits, each is shown from where it parts from every other stack (see _parting), and if
+    they still read the same (what that leaves out or cuts is where they differ), from where
+    it parts from those it reads the same as; failing that, numbered."""
     parsed = [_Shortened(frames, kernel_frames) for frames, kernel_frames in stacks]
     shown = [stack.shown(*stack.fitted(limit)) for stack in parsed]
     for group in _alike(shown, stacks):
@@ -342,7 +344,17 @@ def shorten_apart(stacks: Sequence[tuple[Sequence[str], int]], limit: int) -> li
         sequences = whole_frames if alike_whole else told
         for index in group:
             shown[index] = _parting(sequences[index], sequences, limit) or shown[index]
-    return [_cut(text, limit) for text in shown]
+    shown = [_cut(text, limit) for text in shown]
+    for group in _alike(shown, stacks):
+        alike_told = len({tuple(told[index]) for index in group}) < len(group)
+        mates = [(whole_frames if alike_told else told)[index] for index in group]
+        for index, sequence in zip(group, mates, strict=True):
+            shown[index] = _cut(_parting(sequence, mates, limit) or shown[index], limit)
+    for group in _alike(shown, stacks):
+        for number, index in enumerate(group, 1):
+            mark = f" #{number}"
+            shown[index] = _cut(shown[index], limit - len(mark)) + mark
+    return shown
 
 
 def _alike(shown: list[str], stacks: Sequence[tuple[Sequence[str], int]]) -> list[list[int]]:

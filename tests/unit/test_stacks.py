@@ -146,6 +146,30 @@ def test_stacks_that_differ_read_differently_when_the_width_allows():
         assert shorten_apart([creating], limit) == [shorten(*creating, limit)]
 
 
+def test_stacks_that_part_from_the_others_alike_still_read_apart():
+    # Given a Ruby thread preempted by two kinds of interrupt in rb_vm_exec, and by each of them
+    # where no frame was named: the first two part from the others at rb_vm_exec, and from each
+    # other only at the interrupt (the ruby_gvl diff at 40 columns listed both as
+    # "rb_vm_exec;…;irqentry_exit_to_user_mode")
+    kernel = ["irqentry_exit_to_user_mode"]
+    timer = (["[unknown]", "rb_vm_exec", "asm_sysvec_apic_timer_interrupt", *kernel], 2)
+    ipi = (["[unknown]", "rb_vm_exec", "asm_sysvec_reschedule_ipi", *kernel], 2)
+    unnamed_timer = (["[unknown]", "asm_sysvec_apic_timer_interrupt", *kernel], 2)
+    unnamed_ipi = (["[unknown]", "asm_sysvec_reschedule_ipi", *kernel], 2)
+    shown = shorten_apart([timer, ipi, unnamed_timer, unnamed_ipi], 40)
+    # Then each of the two is shown from where it parts from the other: the interrupt, then
+    # '…' for the frame they share ("…;asm_sysvec_apic_timer_interrupt;irqentry_exit_to_user_mode"
+    # is 60 characters)
+    assert shown[:2] == ["…;asm_sysvec_apic_timer_interrupt;…", "…;asm_sysvec_reschedule_ipi;…"]
+    assert len(set(shown)) == 4
+    # When where they part is past what the width shows even of one frame
+    long_call = "std::vector<std::basic_string<char>>::emplace_back<" + "x" * 40
+    cut = ([["main", long_call + "1>"], 0], [["main", long_call + "2>"], 0])
+    # Then they are numbered: the 30 characters "…;std::vector<std::basic_stri…" cut to 27 (26 and
+    # '…'), and " #1", " #2"
+    assert shorten_apart(cut, 30) == ["…;std::vector<std::basic_s… #1", "…;std::vector<std::basic_s… #2"]
+
+
 EPOLL_KERNEL = ("entry_SYSCALL_64_after_hwframe", "do_syscall_64", "__x64_sys_epoll_wait", "do_epoll_wait",
                 "schedule_hrtimeout_range", "schedule", "__schedule")
 BACKEND = ("_start", "__libc_start_main", "main", "PostgresMain", "exec_simple_query", "PortalRun", "ExecutePlan",

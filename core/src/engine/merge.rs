@@ -33,6 +33,7 @@ pub fn merge(
     let mut racing: QuickMap<i32, (i64, WakerKey)> = QuickMap::default(); // wakeups of threads on their way to sleep
     let mut incoming: QuickMap<i32, i64> = QuickMap::default(); // switches to threads not yet recorded as in
     let mut cpu_switched: QuickMap<i32, i64> = QuickMap::default(); // the last switch recorded on each CPU
+    let mut after_exit: QuickMap<i32, i64> = QuickMap::default(); // CPUs whose last recorded thread exited
     let mut carried_wakeups: QuickMap<i32, (i64, WakerKey)> = QuickMap::default(); // of threads with no other event yet
     let mut skipped = 0;
     for mut piece in slices {
@@ -44,6 +45,7 @@ pub fn merge(
             &incoming,
             &pending,
             &carried_wakeups,
+            &after_exit,
             &mut totals,
         );
         for (tid, (woken, waker)) in &piece.early_wakeups {
@@ -144,6 +146,8 @@ pub fn merge(
         incoming.retain(|tid, _| !piece.seen.contains(tid));
         incoming.extend(piece.incoming_at_end.iter().map(|(&t, &s)| (t, s)));
         cpu_switched.extend(piece.cpu_switched_at_end.iter().map(|(&c, &s)| (c, s)));
+        after_exit.retain(|cpu, _| !piece.cpu_switched_at_end.contains_key(cpu));
+        after_exit.extend(piece.after_exit_at_end.iter().map(|(&c, &e)| (c, e)));
         carried_wakeups.retain(|tid, _| !piece.seen.contains(tid));
         for (&tid, &wakeup) in &piece.early_wakeups {
             if !seen.contains(&tid) && !running.contains(&tid) && !pending.contains(tid) {
@@ -188,14 +192,17 @@ pub(super) fn returned_unseen(
 }
 
 /// Threads whose first event in the slice is perf's record of being in: they came back at
-/// the switch to them in an earlier slice, when there was one; else no earlier than their
-/// wait in an earlier slice began, or their wakeup (also one carried from an earlier slice),
-/// when their return was placed by the switch cost.
+/// the switch to them in an earlier slice, when there was one; else, when their return was
+/// placed by the switch cost, at the record itself if the thread last recorded on that CPU
+/// exited in an earlier slice while they were runnable (as within a slice:
+/// SliceBuilder::unnamed_switch_in), or no earlier than their wait in an earlier slice
+/// began, or their wakeup (also one carried from an earlier slice).
 pub(super) fn switched_before(
     piece: &mut SliceResult,
     incoming: &QuickMap<i32, i64>,
     pending: &Queue<Wait>,
     carried_wakeups: &QuickMap<i32, (i64, WakerKey)>,
+    after_exit: &QuickMap<i32, i64>,
     totals: &mut Tally,
 ) {
     for (tid, head) in piece.heads.entries.iter_mut() {
@@ -207,6 +214,30 @@ pub(super) fn switched_before(
                 totals.thread(tid, None, NO_NAME).observer_ns += gained; // perf's, from the switch
                 totals.estimated_switch_ins -= i64::from(head.estimated);
                 head.back = switched;
+                continue;
+            }
+        }
+        let exit = piece
+            .first_switch_ins
+            .get(&tid)
+            .and_then(|cpu| after_exit.get(cpu));
+        if let Some(&exit) = exit.filter(|_| head.estimated) {
+            let woken = carried_wakeups.get(&tid).copied().or(head.woken);
+            let runnable = match pending.get(tid) {
+                Some(wait) => {
+                    let mut wait = *wait;
+                    if let Some((time, waker)) = woken {
+                        wait.woken(time, waker);
+                    }
+                    wait.earliest()
+                }
+                None => woken.map_or(0, |(time, _)| time),
+            };
+            if runnable <= exit {
+                let gained = totals.run_began(tid, head.back, head.record);
+                totals.thread(tid, None, NO_NAME).observer_ns += gained;
+                totals.estimated_switch_ins -= 1;
+                (head.back, head.estimated) = (head.record, false);
                 continue;
             }
         }

@@ -48,6 +48,11 @@ pub struct SliceResult {
     pub(super) incoming_at_end: QuickMap<i32, i64>, // switches to threads whose record of being in is later
     pub(super) first_leaves: QuickMap<i32, FirstLeave>, // counted on CPU from the slice's start
     pub(super) cpu_switched_at_end: QuickMap<i32, i64>,
+    pub(super) after_exit_at_end: QuickMap<i32, i64>,
+    /// Switch-ins placed by the switch cost, the first of their thread's and the first thing
+    /// recorded on their CPU in the slice: tid -> CPU (the thread last recorded there may
+    /// have exited in an earlier slice)
+    pub(super) first_switch_ins: QuickMap<i32, i32>,
     pub(super) unreadable_events: u64,
 }
 
@@ -74,6 +79,7 @@ pub struct SliceBuilder {
     /// CPUs whose last recorded thread exited (perf records nothing of it after its exit
     /// record): the next thread in pays no cost of perf's there -> since when
     pub(super) after_exit: QuickMap<i32, i64>,
+    pub(super) first_switch_ins: QuickMap<i32, i32>,
     pub(super) serial: u64,
 }
 
@@ -99,6 +105,7 @@ impl SliceBuilder {
             cpu_switched: QuickMap::default(),
             first_leaves: QuickMap::default(),
             after_exit: QuickMap::default(),
+            first_switch_ins: QuickMap::default(),
             serial: 0,
         }
     }
@@ -193,8 +200,10 @@ impl SliceBuilder {
 
     /// A switch-in that no recorded sched_switch names (a task-bound sched_switch fires only
     /// for the thread leaving; or the thread that left was not recorded: the idle task,
-    /// another process): at perf's record, less the capture's switch cost unless that thread
-    /// had exited (its last switch costs perf nothing).
+    /// another process): at perf's record, less the capture's switch cost unless the thread
+    /// that left had exited (its last switch costs perf nothing). It had only if this one was
+    /// runnable by that exit: one woken or created later came in after something else ran
+    /// there, unrecorded, as the idle task does.
     pub(super) fn unnamed_switch_in(
         &mut self,
         record: i64,
@@ -203,16 +212,20 @@ impl SliceBuilder {
         tid: i32,
         comm: Id,
     ) {
-        if self.after_exit.remove(&cpu).is_some() || self.switch_cost == 0 {
-            self.back(tid, record, pid, comm, record, false);
-            return;
-        }
-        self.totals.estimated_switch_ins += 1;
         let earliest = match self.waiting.get(tid) {
             Some(wait) => wait.earliest(),
             // off CPU since before the slice: the merge keeps it after that wait's start
             None => self.head_wakeups.get(&tid).map_or(0, |woken| woken.0),
         };
+        let after_exit = self.after_exit.remove(&cpu);
+        if after_exit.is_some_and(|exit| earliest <= exit) || self.switch_cost == 0 {
+            self.back(tid, record, pid, comm, record, false);
+            return;
+        }
+        self.totals.estimated_switch_ins += 1;
+        if !self.seen.contains(&tid) && !self.cpu_switched.contains_key(&cpu) {
+            self.first_switch_ins.insert(tid, cpu);
+        }
         let back = (record - self.switch_cost).max(earliest);
         self.back(tid, back, pid, comm, record, true);
     }
@@ -492,6 +505,8 @@ impl SliceBuilder {
             incoming_at_end: self.incoming,
             first_leaves: self.first_leaves,
             cpu_switched_at_end: self.cpu_switched,
+            after_exit_at_end: self.after_exit,
+            first_switch_ins: self.first_switch_ins,
             unreadable_events: skipped,
         }
     }

@@ -74,11 +74,16 @@ fn one_wait() -> Vec<Event> {
 
 /// The events paired in slices cut at `cuts` (ns) of the window 0..1 ms, all of it counted.
 fn paired(events: &[Event], cuts: &[i64]) -> Tally {
+    paired_at_cost(events, cuts, 0)
+}
+
+/// As paired, with the capture's switch cost (ns) measured as `switch_cost`.
+fn paired_at_cost(events: &[Event], cuts: &[i64], switch_cost: i64) -> Tally {
     let bounds: Vec<i64> = [0].iter().chain(cuts).chain(&[MS + 1]).copied().collect();
     let slices = bounds
         .windows(2)
         .map(|pair| {
-            let mut builder = SliceBuilder::new(pair[0], pair[1] - 1, Some((0, MS)), 0);
+            let mut builder = SliceBuilder::new(pair[0], pair[1] - 1, Some((0, MS)), switch_cost);
             builder.take(events);
             builder.finish(0)
         })
@@ -260,4 +265,72 @@ fn microseconds_round_to_even_and_a_threads_rows_add_up_to_its_total() {
     let offcpu: Vec<i64> = tally.rows_in_us().iter().map(|row| row.2 .0).collect();
     assert_eq!(offcpu, vec![1, 2]);
     assert_eq!(tally.threads_in_us()[0].4, 3);
+}
+
+/// Thread 10 is created, runs on CPU 1, sleeps, is woken and runs there again until it exits,
+/// with no switch to it recorded (the threads it follows there are not recorded): each return
+/// is placed at perf's record of it, less the switch cost (5 µs), unless the thread last
+/// recorded on CPU 1 had exited while 10 was runnable (an exit's last switch costs perf
+/// nothing). Thread 30's exit (0.1 ms) came before 10 was created (0.2 ms): something else ran
+/// on CPU 1 between them, so it does not count for 10's first return; 40's (0.45 ms) came
+/// after 10 was woken (0.41 ms), so 10 followed it.
+fn returns_after_exits() -> Vec<Event> {
+    vec![
+        event(THREAD_EXIT, 100_000, 1, 30, 0, NO_TEXT, NO_TEXT, NO_CHAIN),
+        event(THREAD_FORK, 200_000, 0, 10, 20, NO_TEXT, NO_TEXT, NO_CHAIN),
+        event(SWITCH_IN, 300_000, 1, 10, 0, WORKER, NO_TEXT, NO_CHAIN),
+        event(
+            SCHED_SWITCH,
+            400_000,
+            1,
+            10,
+            0,
+            WORKER,
+            SLEEPING,
+            WAIT_STACK,
+        ),
+        event(
+            SCHED_WAKING,
+            410_000,
+            0,
+            20,
+            10,
+            WAKER_NAME,
+            NO_TEXT,
+            WAKER_STACK,
+        ),
+        event(THREAD_EXIT, 450_000, 1, 40, 0, NO_TEXT, NO_TEXT, NO_CHAIN),
+        event(SWITCH_IN, 500_000, 1, 10, 0, WORKER, NO_TEXT, NO_CHAIN),
+        event(THREAD_EXIT, 600_000, 1, 10, 0, NO_TEXT, NO_TEXT, NO_CHAIN),
+    ]
+}
+
+#[test]
+fn a_return_follows_an_exit_only_if_the_thread_was_runnable_by_then_however_sliced() {
+    let whole = paired_at_cost(&returns_after_exits(), &[], 5_000);
+    // first return at 0.3 - 0.005 = 0.295 ms: waiting for a CPU from its birth (0.2 -> 0.295
+    // = 95 µs), on CPU 0.295 -> 0.4 (105 µs), the 5 µs before perf's record the observer's.
+    // Blocked 0.4 -> 0.41 (10 µs), then waiting for a CPU until its second return, at perf's
+    // record (0.41 -> 0.5 = 90 µs), on CPU until its exit (0.5 -> 0.6 = 100 µs). In all: on
+    // CPU 205 µs, off 195 (10 blocked, 95 + 90 = 185 waiting for a CPU)
+    let threads = whole.threads_in_us();
+    let ten = threads.iter().find(|thread| thread.0 == 10).unwrap();
+    assert_eq!(
+        (ten.3, ten.4, ten.5, ten.6, ten.7),
+        (205_000, 195, 10, 185, 5_000)
+    );
+    // cut between an exit and the return after it, and around the wait: the same
+    for cuts in [&[250_000][..], &[470_000], &[250_000, 405_000, 470_000]] {
+        let merged = paired_at_cost(&returns_after_exits(), cuts, 5_000);
+        assert_eq!(merged.rows_in_us(), whole.rows_in_us(), "cut at {cuts:?}");
+        assert_eq!(
+            merged.threads_in_us(),
+            whole.threads_in_us(),
+            "cut at {cuts:?}"
+        );
+        assert_eq!(
+            merged.estimated_switch_ins, whole.estimated_switch_ins,
+            "cut at {cuts:?}"
+        );
+    }
 }
