@@ -20,6 +20,8 @@ saved with the capture, else from this process's own when the kernel is the reco
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import struct
@@ -245,8 +247,11 @@ def demangle(name: str) -> str:
     if name.startswith("_R") or (name.startswith("_ZN") and _RUST_LEGACY.search(name)):
         try:
             # a legacy name without its hash (::h and 16 hex digits), and without the suffix LLVM
-            # gives a function it made local (.llvm. and digits), as perf shows it
-            return re.sub(r"::h[0-9a-f]{16}$", "", rust_demangle(_LLVM_SUFFIX.sub("", name)))
+            # gives a function it made local (.llvm. and digits), as perf shows it. The library
+            # prints what it made of a v0 name it cannot finish (a `dyn for<'a>` binder) on
+            # stdout, where a report writes its json: it goes nowhere
+            with contextlib.redirect_stdout(io.StringIO()):
+                return re.sub(r"::h[0-9a-f]{16}$", "", rust_demangle(_LLVM_SUFFIX.sub("", name)))
         except Exception:  # the library raises bare Exceptions for names it does not take
             return name
     if not name.startswith("_Z"):

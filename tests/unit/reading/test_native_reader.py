@@ -103,6 +103,18 @@ def test_rust_names_lose_their_hash_as_perf_shows_them() -> None:
                     "4164894986928040906") == "hashbrown::raw::RawTable<T,A>::reserve_rehash"
 
 
+def test_a_rust_name_the_demangler_cannot_finish_is_kept_and_prints_nothing(capsys) -> None:
+    # a v0 name with a `dyn for<'a>` binder, of rustc's own library (woken by a recorded thread while
+    # rustc built beside it): the demangler gave up and printed "<alloc::raw_vec::RawVec<...dyn for<'?"
+    # on stdout, before a report's json
+    name = ("_RNvMs3_NtCslNYArtu3iFV_5alloc7raw_vecINtB5_6RawVecINtNtB7_5boxed3BoxDG_INtNtNtCsgEmfK2I1SDS_4core3ops8"
+            "function2FnTINtNtNtCsdadwybgsbvk_12rustc_middle2ty7context6TyCtxtL0_EEEp6OutputIBN_DINtNtCsa4mAjElOM1d_"
+            "10rustc_lint6passes12LateLintPassL0_EEL0_ENtNtCs3MG2ofusW15_21rustc_data_structures6marker7DynSyncNtB3Z_"
+            "7DynSendEL_EE8grow_oneB33_")
+    assert demangle(name) == name
+    assert capsys.readouterr().out == ""
+
+
 def test_a_plt_stub_is_named_after_its_function_demangled() -> None:
     # (perf 6.1 showed rocksdb::DBImpl::WriteContext::~WriteContext@plt in RocksDB's writers)
     assert demangle("_ZN7rocksdb6DBImpl12WriteContextD1Ev@plt") == "rocksdb::DBImpl::WriteContext::~WriteContext@plt"
