@@ -328,10 +328,10 @@ def test_check_and_record_take_one_set_of_recording_options():
     from offcpu.commands.check import check as check_command
     from offcpu.commands.record import record as record_command
 
-    def recording(command) -> list[tuple]:
+    def recording(command) -> list[tuple]:  # (the flight recorder's options are record's alone: a check ends)
         return [(param.opts, param.default, param.help) for param in command.params
                 if param.name not in ("policy_path", "baseline", "junit", "json_path", "force", "arguments",
-                                      "command", "duration_s")]
+                                      "command", "duration_s", "keep_s", "keep_bytes", "triggers", "flight_output")]
 
     assert recording(check_command)[:-1] == recording(record_command)[:-1]  # but --output's words
     assert {opts[0] for opts, _, _ in recording(check_command)} >= {"--call-graph", "--mmap-pages", "--max-size",
