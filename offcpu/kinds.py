@@ -232,7 +232,9 @@ class PlainPerfData(PerfRecording):
     def at(path: Path) -> bool:
         """Whether `path` is a perf.data recorded by perf alone: a file that begins as a perf.data
         does, and not the one of a capture directory (which is reported as its capture)."""
-        if (path.parent / METADATA).is_file():
+        if (path.parent / METADATA).is_file() or not path.is_file():
+            # (not opened at all unless a regular file: a FIFO opened, even to be refused, lets its
+            # writer write to no one, and the reader that opens it next waits forever)
             return False
         try:
             with open_regular(path) as file:
