@@ -29,10 +29,10 @@ from offcpu.reading.bpf_reader import (
     WAIT,
     BpfReader,
     Generations,
-    _stack,
     joined,
     read_stack_table,
     rows_of,
+    stack_of,
 )
 from offcpu.reading.pairing import BATCH, Keys, Paired, Table
 from offcpu.reading.sched_events import Chain
@@ -134,7 +134,7 @@ class LiveWindow:
         if new:
             table, symbolizer = self._stack_table(new), self._symbolizer()
             for stack_id in new:
-                stack = _stack(_kernel_alone(stack_id), table, symbolizer)
+                stack = stack_of(_kernel_alone(stack_id), table, symbolizer)
                 self.by_interrupt[stack_id] = stack_id in table and from_interrupt(stack.frames[:stack.kernel_frames])
         handlers = [stack_id for stack_id, handler in self.by_interrupt.items() if handler]
         user[with_user & np.isin(kernel, handlers)] = _core.NOT_TAKEN
@@ -181,7 +181,7 @@ class LiveWindow:
         if new:
             table = self._stack_table(_stack_ids(new))
             symbolizer = self._symbolizer()
-            self.named.update((chain, _stack(chain, table, symbolizer)) for chain in new)
+            self.named.update((chain, stack_of(chain, table, symbolizer)) for chain in new)
             self.notes.update(dict.fromkeys(symbolizer.notes))
         return {chain: self.named[chain] for chain in chains}
 

@@ -400,7 +400,7 @@ class BpfReader:
         symbolizer = Symbolizer(maps, kernel_symbols_for(saved, recorded), recorded == running_kernel_build_id(),
                                 vdso if vdso.is_file() else None, perf_maps={
                                     process.pid: PerfMap.parse(process.text) for process in processes if process.text})
-        named = {chain: _stack(chain, table, symbolizer, self.runtime) for chain in chains}
+        named = {chain: stack_of(chain, table, symbolizer, self.runtime) for chain in chains}
         with_user = (chain for chain in named if isinstance(chain, tuple) and chain[1] >= 0)
         unmapped = {(pid, generation) for _, _, pid, generation, _ in with_user} - maps.mappings.keys()
         self.binary_notes = [*self._unreadable_note(table), *self._unseen_switches_note(),
@@ -482,7 +482,7 @@ class BpfReader:
                 "be read]"]
 
 
-def _stack(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symbolizer,
+def stack_of(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symbolizer,
            runtime: RuntimeStacks | None = None) -> Stack:
     """The frames of a chain: the kernel's, then the user's (native, then the runtime's),
     innermost first."""
