@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import select
 import stat
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -153,10 +154,41 @@ def read_owned(path: Path | str, uid: int, limit: int) -> bytes:
 def read_given(path: Path | str, limit: int) -> bytes:
     """A file the user named to be read, such as a folded file: a regular file as read_regular
     reads it, or a pipe (a shell's <(command)), read to its end or `limit`; never a device."""
-    with open(os.open(path, os.O_RDONLY | os.O_CLOEXEC), "rb") as file:  # a FIFO waits for its writer, as asked
-        if stat.S_IFMT(os.fstat(file.fileno()).st_mode) not in (stat.S_IFREG, stat.S_IFIFO):
+    # Opened without waiting (a FIFO's writer is waited for below, a device's carrier never)
+    with open(os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK), "rb") as file:
+        kind = stat.S_IFMT(os.fstat(file.fileno()).st_mode)
+        if kind == stat.S_IFIFO:
+            return _read_pipe(file.fileno(), path, limit)
+        if kind != stat.S_IFREG:
             raise not_regular(path)
+        os.set_blocking(file.fileno(), True)
         return _read_at_most(file, path, limit)
+
+
+# How long a pipe's reader sleeps at most before Python runs a signal's handler: a Ctrl-C that
+# comes just before a blocking read(2) would never interrupt it.
+PIPE_POLL_S = 0.2
+
+
+def _read_pipe(fd: int, path: Path | str, limit: int) -> bytes:
+    """A pipe read to its end (its writer gone) or to `limit`, waiting for its writer as long as it
+    takes. Linux says a FIFO readable only once a writer came: its end, read as b'', is a real end."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        readable, _, _ = select.select([fd], [], [], PIPE_POLL_S)
+        if not readable:
+            continue
+        try:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+        except BlockingIOError:  # another reader took it first
+            continue
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise too_large(path, limit)
 
 
 def _read_at_most(file: BinaryIO, path: Path | str, limit: int) -> bytes:
