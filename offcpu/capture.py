@@ -16,7 +16,6 @@ from typing import Any
 from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.files import PARTIAL, PRIVATE, read_json, write_whole
-from offcpu.machine.cgroups import of_capture
 from offcpu.stacks import ASLEEP_ALL_WINDOW, Stack
 
 SCHEMA = "offcpu-capture/1"
@@ -160,7 +159,7 @@ class CaptureInfo:
     # showed it when the recording ended (or began, for those gone by then): a server's process
     # title (PostgreSQL's backends') tells its processes apart. Empty in older captures.
     process_titles: dict[str, str] = field(default_factory=dict)
-    # The recorded processes' cgroups (offcpu.machine.cgroups.Cgroup.to_json()), read at the start
+    # The recorded processes' cgroups (Cgroup.to_json(), offcpu.machine.cgroups), read at the start
     # and the end: CPU limits and throttling, memory.high events, pids limits. Empty in older captures.
     cgroups: list[dict] = field(default_factory=list)
     samples: int = 0
@@ -503,3 +502,98 @@ def _asleep_thread(item: Any) -> AsleepThread:
     if not all(isinstance(frame, str) for stack in frames.values() for frame in stack):
         raise ValueError("a stack of the snapshot holds something other than frames")
     return AsleepThread(**{**{name: item[name] for name in THREAD_FIELDS}, **frames})
+
+
+# -- the recorded processes' cgroups (capture.json's "cgroups"; read by offcpu.machine.cgroups) --
+
+V2 = ""  # the controllers /proc/PID/cgroup names for the v2 hierarchy
+
+
+@dataclass(frozen=True)
+class Counters:
+    """What a cgroup's files said at one moment; None: the file is absent, or (a limit) there is none."""
+
+    cpu_quota_us: int | None = None  # CPU time its threads may take per period, all CPUs together
+    cpu_period_us: int | None = None
+    nr_periods: int | None = None  # periods in which its threads were runnable
+    nr_throttled: int | None = None  # of those, the periods in which the quota ran out
+    throttled_ns: int | None = None  # how long its run queues were held off (v2's throttled_usec in ns)
+    memory_high: int | None = None  # times memory.high throttled its allocations (v2)
+    pids_max: int | None = None
+    pids_current: int | None = None
+
+    @property
+    def cpus(self) -> float | None:
+        """Its CPU limit in CPUs (quota over period)."""
+        if self.cpu_quota_us is None or not self.cpu_period_us:
+            return None
+        return self.cpu_quota_us / self.cpu_period_us
+
+
+@dataclass(frozen=True)
+class Cgroup:
+    """A cgroup of the recorded processes, read at the start and at the end of the recording."""
+
+    controllers: str  # its hierarchy's, as /proc/PID/cgroup names them ("cpu,cpuacct"; V2: "")
+    path: str  # under its hierarchy, as /proc/PID/cgroup shows it: "/kubepods/pod1/c1"
+    pids: tuple[int, ...] = ()  # the processes read whose own cgroup it is (those below it not counted)
+    start: Counters | None = None
+    end: Counters | None = None  # None: gone by the end
+
+    def describe(self) -> str:
+        """'/offcpu-quota (v1 cpu)', '/system.slice/x.service (v2)'."""
+        return f"{self.path} ({'v2' if self.controllers == V2 else 'v1 ' + self.controllers})"
+
+    def holds(self, path: str) -> bool:
+        """Whether a process whose cgroup is `path` (in this hierarchy) is in this cgroup or below it."""
+        return path == self.path or path.startswith(self.path.rstrip("/") + "/")
+
+    @property
+    def throttled_periods(self) -> int:
+        return _grown(self.start, self.end, "nr_throttled")
+
+    @property
+    def periods(self) -> int:
+        return _grown(self.start, self.end, "nr_periods")
+
+    @property
+    def throttled_ns(self) -> int:
+        """How long the kernel held it off between the start and the end: it was throttled when this grew."""
+        return _grown(self.start, self.end, "throttled_ns")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Cgroup:
+        """ValueError when `data` is not what to_json wrote."""
+        if not isinstance(data, dict) or not isinstance(data.get("controllers"), str) or \
+                not isinstance(data.get("path"), str) or not _integers(data.get("pids", [])):
+            raise ValueError("not a cgroup as offcpu writes it")
+        return cls(data["controllers"], data["path"], tuple(data.get("pids", [])),
+                   _counters(data.get("start")), _counters(data.get("end")))
+
+
+def _integers(values: object) -> bool:
+    return isinstance(values, (list, tuple)) and all(isinstance(value, int) and not isinstance(value, bool)
+                                            for value in values)
+
+
+def _counters(data: object) -> Counters | None:
+    if data is None:
+        return None
+    names = [item.name for item in fields(Counters)]
+    if not isinstance(data, dict) or set(data) - set(names) or not all(
+            value is None or (isinstance(value, int) and not isinstance(value, bool)) for value in data.values()):
+        raise ValueError("not a cgroup's counters as offcpu writes them")
+    return Counters(**data)
+
+
+def _grown(start: Counters | None, end: Counters | None, name: str) -> int:
+    before, after = getattr(start, name, None), getattr(end, name, None)
+    return max(after - before, 0) if before is not None and after is not None else 0
+
+
+def of_capture(data: list[dict]) -> list[Cgroup]:
+    """capture.json's cgroups (ValueError when they are not what offcpu wrote)."""
+    return [Cgroup.from_json(item) for item in data]

@@ -25,6 +25,7 @@ from offcpu.errors import OffcpuError, more_in
 from offcpu.escaping import printable
 from offcpu.kinds import kind_of, lost_note
 from offcpu.machine import system
+from offcpu.reading.describe import describe
 from offcpu.recording import runtime_stacks, targets
 from offcpu.recording.backends import BACKENDS, chosen_for_me
 from offcpu.recording.end_watch import SIZE, SIZE_UNITS
@@ -371,7 +372,7 @@ def default_output(target: Target) -> Path:
 def _record_with_progress(request: RecordRequest) -> CaptureInfo:
     console = Console(stderr=True)
     if not console.is_terminal:
-        return record_capture(request, on_tick=lambda elapsed: None)
+        return record_capture(request, on_tick=lambda elapsed: None, describe_perf_data=describe)
     # the target's name goes in as the task's description: neither markup nor a format string
     columns = (TextColumn("Recording {task.description}", markup=False), BarColumn(),
                TextColumn("{task.fields[left]:.1f} s left"))
@@ -381,7 +382,7 @@ def _record_with_progress(request: RecordRequest) -> CaptureInfo:
         def show(elapsed: float) -> None:
             progress.update(task, completed=elapsed, left=request.duration_s - elapsed)
 
-        return record_capture(request, on_tick=show)
+        return record_capture(request, on_tick=show, describe_perf_data=describe)
 
 
 def _print_summary(info: CaptureInfo, request: RecordRequest, suggest_report: bool) -> None:

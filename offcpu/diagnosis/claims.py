@@ -17,9 +17,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from offcpu.capture import Cgroup, of_capture
 from offcpu.diagnosis.locktable import Lock
 from offcpu.diagnosis.waits import WaitClass, Waits
-from offcpu.machine.cgroups import Cgroup, cgroups_of, of_capture
+from offcpu.machine.cgroups import cgroups_of
 from offcpu.model import WHOLE_WINDOW, Model, Row
 from offcpu.model.summaries import Lifecycle, lifecycle
 from offcpu.model.wakeups import (

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from offcpu.capture import CaptureInfo, Target
 from offcpu.live.follow import Follow, Frame, LiveOptions
+from offcpu.reading.describe import describe
 from offcpu.recording.recorder import record
 from offcpu.recording.request import RecordRequest
 
@@ -39,7 +40,8 @@ def run_live(target: Target, options: LiveOptions, stack_budget: int, on_frame: 
                                 mmap_pages=None, enable_schedstats=False, snapshot=False, backend="bpf",
                                 stack_budget=stack_budget)
         with _flight_on_sigusr1(follow):
-            info = record(request, on_tick=lambda elapsed: on_tick(follow) if on_tick else None, follower=follow)
+            info = record(request, on_tick=lambda elapsed: on_tick(follow) if on_tick else None,
+                          describe_perf_data=describe, follower=follow)
     return info, follow
 
 

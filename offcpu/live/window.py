@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from offcpu import _core
-from offcpu.capture import BPF_MAPS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE, CaptureInfo
+from offcpu.capture import BPF_MAPS, BPF_STACKS, CaptureInfo
 from offcpu.kinds import BPF_READER, BPF_READER_WHY
 from offcpu.model import Model
 from offcpu.model.engine import to_model
@@ -187,28 +187,20 @@ class LiveWindow:
 
     def _symbolizer(self) -> Symbolizer:
         """The symbolizer, with the processes' maps as the live recording last wrote them."""
-        from offcpu.reading.symbols import (
-            Symbolizer,
-            kernel_symbols_for,
-            running_kernel_build_id,
-            saved_kernel_build_id,
-        )
+        from offcpu.reading.symbols import Symbolizer, TaskHistory
         from offcpu.recording import perf_maps, process_maps
         from offcpu.recording.perf_maps import PerfMap
 
         status = (self.directory / BPF_MAPS).stat()
         if self.symbolizer is None or self.maps_seen != (status.st_mtime_ns, status.st_size):
             self.maps_seen = status.st_mtime_ns, status.st_size
-            maps = process_maps.history(process_maps.load(self.directory) or [], Generations(self.begins).at)
+            maps = TaskHistory.of_snapshots(process_maps.load(self.directory) or [], Generations(self.begins).at)
             if self.symbolizer is not None:
                 self.symbolizer.history = maps
             else:
-                saved, vdso = self.directory / KERNEL_SYMBOLS, self.directory / VDSO_IMAGE
-                recorded = saved_kernel_build_id(saved)
-                self.symbolizer = Symbolizer(maps, kernel_symbols_for(saved, recorded),
-                                             recorded == running_kernel_build_id(), vdso if vdso.is_file() else None,
-                                             perf_maps={process.pid: PerfMap.parse(process.text) for process in
-                                                        perf_maps.load(self.directory) if process.text})
+                self.symbolizer = Symbolizer.of_bpf_capture(self.directory, maps, {
+                    process.pid: PerfMap.parse(process.text) for process in perf_maps.load(self.directory)
+                    if process.text})
         return self.symbolizer
 
 

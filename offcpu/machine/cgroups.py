@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from offcpu.capture import V2, Cgroup, Counters
 from offcpu.files import read_regular
 
 # The most a cgroup file read here holds (a few counters), and /proc/PID/cgroup (a line per hierarchy)
@@ -27,101 +28,10 @@ CGROUP_LIST_MAX = 64 << 10
 # pids: the services started at boot), and keeps this many cgroups at most
 MAX_PROCESSES = 4096
 MAX_CGROUPS = 512
-V2 = ""  # the controllers /proc/PID/cgroup names for the v2 hierarchy
 MOUNTS = "/proc/self/mounts"  # the cgroup hierarchies are where offcpu's own mounts say
 # The v1 controllers whose files are read here (v1's memory controller has no memory.events)
 V1_CONTROLLERS = frozenset({"cpu", "pids"})
 NO_LIMIT = ("max", "-1")  # how cpu.max, cpu.cfs_quota_us and pids.max say there is none
-
-
-@dataclass(frozen=True)
-class Counters:
-    """What a cgroup's files said at one moment; None: the file is absent, or (a limit) there is none."""
-
-    cpu_quota_us: int | None = None  # CPU time its threads may take per period, all CPUs together
-    cpu_period_us: int | None = None
-    nr_periods: int | None = None  # periods in which its threads were runnable
-    nr_throttled: int | None = None  # of those, the periods in which the quota ran out
-    throttled_ns: int | None = None  # how long its run queues were held off (v2's throttled_usec in ns)
-    memory_high: int | None = None  # times memory.high throttled its allocations (v2)
-    pids_max: int | None = None
-    pids_current: int | None = None
-
-    @property
-    def cpus(self) -> float | None:
-        """Its CPU limit in CPUs (quota over period)."""
-        if self.cpu_quota_us is None or not self.cpu_period_us:
-            return None
-        return self.cpu_quota_us / self.cpu_period_us
-
-
-@dataclass(frozen=True)
-class Cgroup:
-    """A cgroup of the recorded processes, read at the start and at the end of the recording."""
-
-    controllers: str  # its hierarchy's, as /proc/PID/cgroup names them ("cpu,cpuacct"; V2: "")
-    path: str  # under its hierarchy, as /proc/PID/cgroup shows it: "/kubepods/pod1/c1"
-    pids: tuple[int, ...] = ()  # the processes read whose own cgroup it is (those below it not counted)
-    start: Counters | None = None
-    end: Counters | None = None  # None: gone by the end
-
-    def describe(self) -> str:
-        """'/offcpu-quota (v1 cpu)', '/system.slice/x.service (v2)'."""
-        return f"{self.path} ({'v2' if self.controllers == V2 else 'v1 ' + self.controllers})"
-
-    def holds(self, path: str) -> bool:
-        """Whether a process whose cgroup is `path` (in this hierarchy) is in this cgroup or below it."""
-        return path == self.path or path.startswith(self.path.rstrip("/") + "/")
-
-    @property
-    def throttled_periods(self) -> int:
-        return _grown(self.start, self.end, "nr_throttled")
-
-    @property
-    def periods(self) -> int:
-        return _grown(self.start, self.end, "nr_periods")
-
-    @property
-    def throttled_ns(self) -> int:
-        """How long the kernel held it off between the start and the end: it was throttled when this grew."""
-        return _grown(self.start, self.end, "throttled_ns")
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> Cgroup:
-        """ValueError when `data` is not what to_json wrote."""
-        if not isinstance(data, dict) or not isinstance(data.get("controllers"), str) or \
-                not isinstance(data.get("path"), str) or not _integers(data.get("pids", [])):
-            raise ValueError("not a cgroup as offcpu writes it")
-        return cls(data["controllers"], data["path"], tuple(data.get("pids", [])),
-                   _counters(data.get("start")), _counters(data.get("end")))
-
-
-def _integers(values: object) -> bool:
-    return isinstance(values, (list, tuple)) and all(isinstance(value, int) and not isinstance(value, bool)
-                                            for value in values)
-
-
-def _counters(data: object) -> Counters | None:
-    if data is None:
-        return None
-    names = [item.name for item in fields(Counters)]
-    if not isinstance(data, dict) or set(data) - set(names) or not all(
-            value is None or (isinstance(value, int) and not isinstance(value, bool)) for value in data.values()):
-        raise ValueError("not a cgroup's counters as offcpu writes them")
-    return Counters(**data)
-
-
-def _grown(start: Counters | None, end: Counters | None, name: str) -> int:
-    before, after = getattr(start, name, None), getattr(end, name, None)
-    return max(after - before, 0) if before is not None and after is not None else 0
-
-
-def of_capture(data: list[dict]) -> list[Cgroup]:
-    """capture.json's cgroups (ValueError when they are not what offcpu wrote)."""
-    return [Cgroup.from_json(item) for item in data]
 
 
 def own_cgroup_paths(cgroups: Iterable[Cgroup]) -> dict[int, str]:

@@ -31,7 +31,7 @@ import numpy as np
 
 from offcpu import _core, runtime_frames
 from offcpu._core import state_letter
-from offcpu.capture import BPF_RECORDS, BPF_STACKS, KERNEL_SYMBOLS, VDSO_IMAGE
+from offcpu.capture import BPF_RECORDS, BPF_STACKS
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.files import open_regular, read_regular
@@ -382,24 +382,14 @@ class BpfReader:
         return [(first, after - 1) for first, after in zip(bounds, bounds[1:], strict=False)]
 
     def stacks(self, chains: Iterable[Chain]) -> dict[Chain, Stack]:
-        from offcpu.reading.symbols import (
-            Symbolizer,
-            kernel_symbols_for,
-            running_kernel_build_id,
-            saved_kernel_build_id,
-        )
+        from offcpu.reading.symbols import Symbolizer, TaskHistory
 
         table = read_stack_table(self.directory / BPF_STACKS)
         snapshots = process_maps.load(self.directory)
-        generations = Generations(self.records)
-        maps = process_maps.history(snapshots or [], generations.at)
-        saved = self.directory / KERNEL_SYMBOLS
-        recorded = saved_kernel_build_id(saved)
-        vdso = self.directory / VDSO_IMAGE
+        maps = TaskHistory.of_snapshots(snapshots or [], Generations(self.records).at)
         processes = perf_maps.load(self.directory)
-        symbolizer = Symbolizer(maps, kernel_symbols_for(saved, recorded), recorded == running_kernel_build_id(),
-                                vdso if vdso.is_file() else None, perf_maps={
-                                    process.pid: PerfMap.parse(process.text) for process in processes if process.text})
+        symbolizer = Symbolizer.of_bpf_capture(self.directory, maps, {
+            process.pid: PerfMap.parse(process.text) for process in processes if process.text})
         named = {chain: stack_of(chain, table, symbolizer, self.runtime) for chain in chains}
         with_user = (chain for chain in named if isinstance(chain, tuple) and chain[1] >= 0)
         unmapped = {(pid, generation) for _, _, pid, generation, _ in with_user} - maps.mappings.keys()

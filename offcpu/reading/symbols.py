@@ -1,7 +1,7 @@
 """Names for the addresses of call chains, as perf script shows them.
 
 Kernel addresses are named from a copy of /proc/kallsyms saved beside the capture
-at record time (save_kernel_symbols), or from /proc/kallsyms itself when the
+at record time (offcpu.machine.running_kernel), or from /proc/kallsyms itself when the
 running kernel is the one recorded (same build id). User addresses are named from
 the ELF symbol tables of the files the process had mapped (its MMAP2 records),
 found as perf finds them: at their path, else in perf's build-id cache ($PERF_BUILDID_DIR,
@@ -25,6 +25,7 @@ import io
 import os
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -35,8 +36,16 @@ from rust_demangler import demangle as rust_demangle
 from offcpu._core import ElfSymbols, KernelSymbols
 from offcpu.capture import KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError, more_in
-from offcpu.files import PRIVATE, open_regular, read_regular, write_whole
+from offcpu.files import open_regular, read_regular
+from offcpu.machine.running_kernel import (
+    PROC_KALLSYMS,
+    SAVED_BUILD_ID,
+    VDSO,
+    running_kernel_build_id,
+    running_vdso,
+)
 from offcpu.recording.perf_maps import PerfMap, frame_name
+from offcpu.recording.process_maps import Mapping, Snapshot
 from offcpu.stacks import UNKNOWN, Stack, without_tracing
 
 # Call chain markers: entries at or above CONTEXT_MAX say whose addresses follow (the kernel's, the user's...).
@@ -49,13 +58,8 @@ CONTEXTS = frozenset({0xFFFF_FFFF_FFFF_FFE0, 0xFFFF_FFFF_FFFF_FF80, CONTEXT_USER
 # An entry of perf.data's BUILD_ID section (offcpu._core.PerfData.build_ids): pid, build id, file, the kernel's
 BuildId = tuple[int, bytes, str, bool]
 PLT_SUFFIX = "@plt"  # of the names the core gives PLT stubs
-VDSO = "[vdso]"  # how perf names the mapping of the kernel's vdso
 KERNEL_START = 0xFFFF_0000_0000_0000  # perf script prints these as 16 hex digits from ffff: kernel frames
-KERNEL_NOTES = Path("/sys/kernel/notes")
-PROC_KALLSYMS = Path("/proc/kallsyms")
-SAVED_BUILD_ID = re.compile(rb"# build-id ((?:[0-9a-f]{2})*)")  # the first line of a capture's kallsyms
 SAVED_HEADER_MAX = 256  # of that line: a build id is 20 bytes (notes allow more), in hex
-NT_GNU_BUILD_ID = 3
 # kallsyms types perf keeps (text, weak, data, bss; upper or lower case)
 KALLSYMS_TYPES = b"TtWwDdBb"
 # The most a capture's copies of the kernel's symbols and of its vdso are read of: /proc/kallsyms
@@ -67,65 +71,6 @@ ANONYMOUS_FILES = ("/memfd:", "//anon", "/dev/zero", "/anon_hugepage", "/SYSV")
 
 
 # Kernel -----------------------------------------------------------------------
-
-def running_kernel_build_id(notes: Path = KERNEL_NOTES) -> bytes | None:
-    """The build id of the running kernel, from its ELF notes (None if unreadable)."""
-    try:
-        raw = notes.read_bytes()
-    except OSError:
-        return None
-    at = 0
-    while at + 12 <= len(raw):
-        name_size, desc_size, kind = struct.unpack_from("<III", raw, at)
-        name_at = at + 12
-        desc_at = name_at + (name_size + 3) // 4 * 4
-        if kind == NT_GNU_BUILD_ID and raw[name_at:name_at + name_size].rstrip(b"\0") == b"GNU":
-            return raw[desc_at:desc_at + desc_size]
-        at = desc_at + (desc_size + 3) // 4 * 4
-    return None
-
-
-def save_kernel_symbols(directory: Path) -> Path:
-    """Save /proc/kallsyms in `directory` (mode 0600), its first line the running
-    kernel's build id, so that kernel frames can be named on another machine or
-    after a reboot. An OffcpuError when the addresses are hidden (kptr_restrict)."""
-    try:
-        text = PROC_KALLSYMS.read_text()
-    except OSError as error:
-        raise OffcpuError(f"cannot read {PROC_KALLSYMS}: {error.strerror}") from None
-    if not re.search(r"^0*[1-9a-f]", text, re.MULTILINE):
-        raise OffcpuError(f"{PROC_KALLSYMS} shows no addresses (kernel.kptr_restrict): kernel frames could not be "
-                          "named; record as root, or set kernel.kptr_restrict=0")
-    build_id = running_kernel_build_id()
-    target = directory / KERNEL_SYMBOLS
-    write_whole(target, f"# build-id {build_id.hex() if build_id else ''}\n{text}", mode=PRIVATE)
-    return target
-
-
-# The vdso ---------------------------------------------------------------------
-
-def running_vdso() -> bytes | None:
-    """The vdso image of the running kernel, read from this process: the kernel maps the
-    same one into every process (None if it cannot be read)."""
-    try:
-        maps = Path("/proc/self/maps").read_text()
-        line = next(line for line in maps.splitlines() if line.endswith(f" {VDSO}"))
-        start, end = (int(bound, 16) for bound in line.split()[0].split("-"))
-        with open("/proc/self/mem", "rb") as memory:
-            memory.seek(start)
-            return memory.read(end - start)
-    except (OSError, StopIteration, ValueError):
-        return None
-
-
-def save_vdso(directory: Path) -> None:
-    """Save the running kernel's vdso image in `directory`, so that vdso frames (clock_gettime
-    and gettimeofday, interrupted by a timer) are named on another machine or kernel.
-    OSError as raised; nothing is saved when the image cannot be read."""
-    image = running_vdso()
-    if image is not None:
-        write_whole(directory / VDSO_IMAGE, image, mode=PRIVATE)
-
 
 def read_capture_file(path: Path, limit: int) -> bytes:
     """A file of a capture, whole: an OffcpuError when it is no regular file, or larger than
@@ -181,24 +126,12 @@ def kernel_symbols_for(saved: Path | None, recorded: bytes | None) -> KernelSymb
 
 # User space -------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Mapping:
-    """An executable mapping of a file into a process (an MMAP or MMAP2 record)."""
-
-    start: int
-    end: int
-    offset: int  # in the file
-    path: str
-    build_id: bytes | None  # when the MMAP2 record carries one
-    inode: tuple[int, int, int] | None  # major, minor, inode number, when the MMAP2 record carries them
-
-
 @dataclass
 class TaskHistory:
     """Each process's executable mappings per exec generation: as perf knows them at the
     end (replay: a forked process starts with its parent's, and an exec keeps the mappings
     the new program's do not cover, as perf replaces only what a new mapping overlaps), or
-    as offcpu read them from /proc for a BPF recording (recording.process_maps.history)."""
+    as offcpu read them from /proc for a BPF recording (of_snapshots)."""
 
     mappings: dict[tuple[int, int], list[Mapping]] = field(default_factory=dict)
     # the kernel's build id from its MMAP2 record (perf record --buildid-mmap writes it there,
@@ -225,6 +158,17 @@ class TaskHistory:
                 if executable:
                     history.mappings.setdefault((pid, generation.get(pid, 0)), []).append(
                         Mapping(start, end, offset, path, build_id, inode))
+        return history
+
+    @classmethod
+    def of_snapshots(cls, snapshots: list[Snapshot], generation: Callable[[int, int], int]) -> TaskHistory:
+        """A BPF recording's snapshots (offcpu.recording.process_maps) as each process's mappings
+        by exec generation, the latest read last (find looks there first). `generation(pid,
+        time_ns)`: the process's exec generation at that time."""
+        history = cls()
+        for snapshot in sorted(snapshots, key=lambda snapshot: snapshot.read_ns):
+            key = (snapshot.pid, generation(snapshot.pid, snapshot.read_ns))
+            history.mappings.setdefault(key, []).extend(snapshot.mappings)
         return history
 
     def find(self, pid: int, generation: int, address: int) -> Mapping | None:
@@ -337,6 +281,14 @@ class Symbolizer:
         by_file = {filename: build_id for _, build_id, filename, kernel in build_ids if not kernel}
         return cls(history, kernel_symbols_for(kernel_symbols, recorded), recorded == running_kernel_build_id(), vdso,
                    by_file)
+
+    @classmethod
+    def of_bpf_capture(cls, directory: Path, history: TaskHistory, perf_maps: dict[int, PerfMap]) -> Symbolizer:
+        """For a BPF capture's `directory`: its saved kernel symbols and vdso (offcpu.machine.running_kernel)."""
+        saved, vdso = directory / KERNEL_SYMBOLS, directory / VDSO_IMAGE
+        recorded = saved_kernel_build_id(saved)
+        return cls(history, kernel_symbols_for(saved, recorded), recorded == running_kernel_build_id(),
+                   vdso if vdso.is_file() else None, perf_maps=perf_maps)
 
     @property
     def notes(self) -> list[str]:

@@ -9,17 +9,18 @@ each mapped ELF file, and keeps them in bpf-maps.json:
 a list of snapshots, one per read of a process whose executable mappings changed
 since its last, with when it was read (CLOCK_MONOTONIC, the records' clock).
 
-The reader (`load`, `history`) files each snapshot under the process's exec generation
-at the time it was read, which the records tell (offcpu.reading.bpf_reader; a process outside
-the target has no fork or exec records: one generation): a user stack is
-named from the snapshots of its own process and generation, the latest first.
+The reader (`load`, offcpu.reading.symbols.TaskHistory.of_snapshots) files each snapshot
+under the process's exec generation at the time it was read, which the records tell
+(offcpu.reading.bpf_reader; a process outside the target has no fork or exec records: one
+generation): a user stack is named from the snapshots of its own process and generation,
+the latest first.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,13 +28,24 @@ from typing import Any
 from offcpu._core import elf_build_id
 from offcpu.capture import BPF_MAPS
 from offcpu.files import PRIVATE, read_json, write_whole
-from offcpu.reading.symbols import Mapping, TaskHistory
 
 SCHEMA = "offcpu-process-maps/1"
 PROC = Path("/proc")
 Inode = tuple[int, int, int]  # device major, minor, inode number
 # The most bpf-maps.json is read of: a few hundred bytes a mapping, for thousands of processes
 MAPS_MAX = 256 << 20
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """An executable mapping of a file into a process (an MMAP or MMAP2 record of perf, a line of /proc/PID/maps)."""
+
+    start: int
+    end: int
+    offset: int  # in the file
+    path: str
+    build_id: bytes | None  # when the MMAP2 record carries one
+    inode: tuple[int, int, int] | None  # major, minor, inode number, when the MMAP2 record carries them
 
 
 @dataclass(frozen=True)
@@ -155,13 +167,3 @@ def load(directory: Path) -> list[Snapshot] | None:
     except (OSError, ValueError):
         return None
 
-
-def history(snapshots: list[Snapshot], generation: Callable[[int, int], int]) -> TaskHistory:
-    """The snapshots as each process's mappings by exec generation, the latest read last
-    (TaskHistory.find looks there first). `generation(pid, time_ns)`: the process's exec
-    generation at that time."""
-    maps = TaskHistory()
-    for snapshot in sorted(snapshots, key=lambda snapshot: snapshot.read_ns):
-        key = (snapshot.pid, generation(snapshot.pid, snapshot.read_ns))
-        maps.mappings.setdefault(key, []).extend(snapshot.mappings)
-    return maps

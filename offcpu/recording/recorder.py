@@ -6,11 +6,12 @@ the session started is ended; once its files are complete, no signal throws the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 from offcpu.capture import CaptureInfo
 from offcpu.errors import OffcpuError
-from offcpu.kinds import BPF, PERF, CaptureKind
+from offcpu.kinds import BPF, PERF
 from offcpu.machine import system
 from offcpu.recording import backends, targets
 from offcpu.recording.bpf_session import BpfSession, Follower
@@ -35,13 +36,14 @@ class Session(Protocol):
         """capture.json's counts, from what it recorded."""
 
 
-# How each kind records (BpfSession raises BpfRefused when the kernel refuses its programs: perf
-# records instead when offcpu chose the backend)
-SESSIONS: dict[CaptureKind, Callable[[RecordRequest, backends.Backend, Callable[[float], None]], Session]] = {
-    PERF: PerfSession, BPF: BpfSession}
+# How a perf recording's perf.data is described in capture.json (its records' counts and losses,
+# its switch cost, whether its stacks are cut short): reading perf.data is the next step's
+# (offcpu.reading.describe.describe), which the caller hands over
+DescribePerfData = Callable[[Path, CaptureInfo], None]
 
 
-def record(request: RecordRequest, on_tick: Callable[[float], None], follower: Follower | None = None) -> CaptureInfo:
+def record(request: RecordRequest, on_tick: Callable[[float], None], describe_perf_data: DescribePerfData,
+           follower: Follower | None = None) -> CaptureInfo:
     """Record `request.target` into `request.output`; `on_tick(elapsed_s)` shows progress. When no
     capture comes of it, the files it wrote in `request.output` are removed. A `follower` follows a
     live recording (BPF's alone) instead of a capture written at its end."""
@@ -50,18 +52,24 @@ def record(request: RecordRequest, on_tick: Callable[[float], None], follower: F
         raise OffcpuError(namespace_problem)
     backend = backends.choose(BPF.name if follower else request.backend, perf_only_options(request))
     try:
-        return _record_with(request, backend, on_tick, follower)
+        return _record_with(request, _session(request, backend, on_tick, describe_perf_data, follower), follower)
     except backends.BpfRefused as refused:
         if not backends.chosen_for_me(request.backend) or follower:
             raise
-        return _record_with(request, backends.Backend(PERF, f"the kernel refused offcpu's BPF programs "
-                                                             f"({refused.reason})"), on_tick)
+        backend = backends.Backend(PERF, f"the kernel refused offcpu's BPF programs ({refused.reason})")
+        return _record_with(request, _session(request, backend, on_tick, describe_perf_data))
 
 
-def _record_with(request: RecordRequest, backend: backends.Backend, on_tick: Callable[[float], None],
-                 follower: Follower | None = None) -> CaptureInfo:
-    session = BpfSession(request, backend, on_tick, follower) if follower else \
-        SESSIONS[backend.kind](request, backend, on_tick)
+def _session(request: RecordRequest, backend: backends.Backend, on_tick: Callable[[float], None],
+             describe_perf_data: DescribePerfData, follower: Follower | None = None) -> Session:
+    """How `backend` records (BpfSession raises BpfRefused when the kernel refuses its programs:
+    perf records instead when offcpu chose the backend)."""
+    if backend.kind is PERF:
+        return PerfSession(request, backend, on_tick, describe_perf_data)
+    return BpfSession(request, backend, on_tick, follower)
+
+
+def _record_with(request: RecordRequest, session: Session, follower: Follower | None = None) -> CaptureInfo:
     with Interrupts() as interrupts:  # before any sysctl is changed
         try:
             info = session.record(interrupts)

@@ -15,11 +15,11 @@ from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, own_files, save, save_snapshot
+from offcpu.capture import METADATA, PERF_DATA, CaptureInfo, Target, of_capture, own_files, save, save_snapshot
 from offcpu.errors import OffcpuError
 from offcpu.escaping import printable
 from offcpu.machine import cgroups, limits, system
-from offcpu.reading.describe import describe
+from offcpu.machine.running_kernel import save_kernel_symbols, save_vdso
 from offcpu.recording import snapshot, targets
 from offcpu.recording.backends import Backend
 from offcpu.recording.end_watch import COMMAND_EXITED, SpinWatch, wait_for_end
@@ -46,8 +46,10 @@ class PerfSession:
     end waited for, disabled, perf's file finished; once it is complete, the command's status
     (ended) and what perf.data says of itself (describe)."""
 
-    def __init__(self, request: RecordRequest, backend: Backend, on_tick: Callable[[float], None]) -> None:
+    def __init__(self, request: RecordRequest, backend: Backend, on_tick: Callable[[float], None],
+                 describe_perf_data: Callable[[Path, CaptureInfo], None]) -> None:
         self.request, self.backend, self.on_tick = request, backend, on_tick
+        self.describe_perf_data = describe_perf_data
         self.perf, self.version = _perf_that_may_trace()
         self.tracefs = system.ensure_tracefs()
         self.perf_process: PerfProcess | None = None
@@ -87,7 +89,7 @@ class PerfSession:
             info.command_exit_status = _command_exit_status(self.perf_process, info)
 
     def describe(self, info: CaptureInfo) -> None:
-        describe(self.request.output / PERF_DATA, info)
+        self.describe_perf_data(self.request.output / PERF_DATA, info)
 
 
 def _perf_that_may_trace() -> tuple[str, str]:
@@ -213,7 +215,7 @@ def note_cgroups_at_end(info: CaptureInfo) -> None:
     recording's)."""
     with contextlib.suppress(OSError):
         info.cgroups = [cgroup.to_json() for cgroup in
-                        cgroups.read_at_end(cgroups.of_capture(info.cgroups), system.proc_text(cgroups.MOUNTS))]
+                        cgroups.read_at_end(of_capture(info.cgroups), system.proc_text(cgroups.MOUNTS))]
 
 
 def command_ended(target: Target) -> str:
@@ -334,27 +336,11 @@ def save_snapshot_of(directory: Path, switches_at_start: dict[int, int], info: C
 
 
 def save_kernel_files(directory: Path) -> None:
-    """The kernel's symbols and vdso, for the capture's frames to be named anywhere."""
-    _save_kernel_symbols(directory)
-    _save_vdso(directory)
-
-
-def _save_vdso(directory: Path) -> None:
-    """The kernel's vdso travels with the capture too (8 KiB): perf.data names it without a
-    build id, and a report elsewhere would have only its own kernel's."""
-    from offcpu.reading.symbols import save_vdso
-
+    """The kernel's symbols and vdso travel with the capture, so that its frames can be named on
+    another machine or after a reboot. Without the symbols (kernel.kptr_restrict), kernel frames
+    are named from this kernel's own when it is the same; the vdso (8 KiB) is saved as perf.data
+    names it without a build id, and a report elsewhere would have only its own kernel's."""
+    with contextlib.suppress(OffcpuError):
+        save_kernel_symbols(directory)
     with contextlib.suppress(OSError):
         save_vdso(directory)
-
-
-def _save_kernel_symbols(directory: Path) -> None:
-    """The kernel's symbols travel with the capture, so that its kernel frames can be named
-    on another machine or after a reboot; without them (kernel.kptr_restrict), they are
-    named from this kernel's own when it is the same."""
-    from offcpu.reading.symbols import save_kernel_symbols  # demangling comes with it: not at start-up
-
-    try:
-        save_kernel_symbols(directory)
-    except OffcpuError:
-        pass

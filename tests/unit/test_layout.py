@@ -204,18 +204,6 @@ def test_the_backend_check_sees_a_comparison():
 # entry point and the command group (cli.py, app.py, __main__.py) come after every command.
 STEPS = ("machine", "recording", "reading", "model", "diagnosis", "gate", "renderers", "live", "commands")
 ENTRY_POINTS = frozenset({"cli", "app", "__main__"})
-# Imports against the order still to be moved (issue 38), each (importer, imported): the formats
-# recording writes for later steps (runtime-stacks.json's frames, the maps filed for naming
-# frames, the kernel's saved symbols) are still defined by the step that reads them,
-# and perf's recording still describes its perf.data with the reader's module
-NOT_YET = frozenset({
-    ("offcpu.capture", "offcpu.machine.cgroups"),
-    ("offcpu.recording.process_maps", "offcpu.reading.symbols"),
-    ("offcpu.recording.session", "offcpu.reading.symbols"),
-    ("offcpu.recording.session", "offcpu.reading.describe"),
-})
-
-
 def rank(module: str) -> int:
     """Where a module of the package stands in the order (offcpu.x.y: by x)."""
     top = module.split(".")[1] if "." in module else ""
@@ -228,8 +216,7 @@ def test_imports_follow_the_steps_order():
     against = sorted((module_name(path), imported) for path in PACKAGE.rglob("*.py")
                      for imported in imports_of(path) if rank(imported) > rank(module_name(path)))
     assert len(list(PACKAGE.rglob("*.py"))) > 80  # the package was read
-    assert [pair for pair in against if pair not in NOT_YET] == []
-    assert [pair for pair in NOT_YET if pair not in against] == []  # moved since: off the list
+    assert against == []
 
 
 def test_the_order_ranks_the_shared_modules_below_every_step():

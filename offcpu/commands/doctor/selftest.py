@@ -21,6 +21,7 @@ from pathlib import Path
 from offcpu.capture import Target
 from offcpu.errors import OffcpuError
 from offcpu.kinds import BPF, PERF, CaptureKind
+from offcpu.reading.describe import describe
 from offcpu.recording import backends
 from offcpu.recording.recorder import record
 from offcpu.recording.request import RecordRequest
@@ -132,7 +133,7 @@ def _recorded_round_trip_ns(command: tuple[str, ...], report: Path, kind: Captur
     request = RecordRequest(Target("command", "sched-pipe", command=command), capture, RUN_TIMEOUT_S, "64M", "fp",
                             None, False, snapshot=False, backend=kind.name, stack_budget=stack_budget)
     try:
-        record(request, on_tick=lambda elapsed: None)
+        record(request, on_tick=lambda elapsed: None, describe_perf_data=describe)
         return _reported_ns(report)
     except backends.BpfRefused as refused:
         return f"the kernel refused offcpu's BPF programs ({refused.reason})"

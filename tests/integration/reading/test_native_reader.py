@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from offcpu.machine.running_kernel import save_kernel_symbols
 from offcpu.reading.native_reader import NativeReader, unsupported
-from offcpu.reading.symbols import load_symbols, save_kernel_symbols
+from offcpu.reading.symbols import load_symbols
 from tests.conftest import OFFCPU, example, run_offcpu
 from tests.native_compare import CHAINED, KeepingSink, first_difference, model_difference, native_events, script_events
 

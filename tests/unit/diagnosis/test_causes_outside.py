@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from offcpu.capture import CaptureInfo, Target
+from offcpu.capture import CaptureInfo, Cgroup, Target
 from offcpu.diagnosis.evidence import CgroupShare
 from offcpu.diagnosis.findings import Finding, findings
-from offcpu.machine.cgroups import Cgroup
 from offcpu.model import Link, Model, Row, Thread, Waker
 from offcpu.model.engine import waker_kind
 from offcpu.model.wakeups import NETWORK, OUTSIDE, cause_of_waker

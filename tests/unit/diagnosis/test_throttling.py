@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from offcpu.capture import CaptureInfo, Target
+from offcpu.capture import CaptureInfo, Cgroup, Counters, Target
 from offcpu.diagnosis.claims import Claim
 from offcpu.diagnosis.context import Context
 from offcpu.diagnosis.findings import findings
-from offcpu.machine.cgroups import Cgroup, Counters
 from offcpu.model import Model, Row, Thread
 from offcpu.stacks import Stack
 from tests.fixtures import HERE, model_of

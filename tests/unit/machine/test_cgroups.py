@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from offcpu import capture
 from offcpu.machine import cgroups
 from tests import programs
 
@@ -46,7 +47,7 @@ def test_a_process_in_a_cgroup_below_a_quota_has_both_cgroups_with_the_quota_abo
     throttled_ns = by_hand["throttled_time"] if version == "v1" else by_hand["throttled_usec"] * 1000
     assert quota.end.throttled_ns == throttled_ns and quota.end.nr_throttled == by_hand["nr_throttled"]
     assert quota.describe() == f"{path} ({'v2' if version == 'v2' else 'v1 cpu'})"
-    assert cgroups.of_capture([cgroup.to_json() for cgroup in ended]) == ended
+    assert capture.of_capture([cgroup.to_json() for cgroup in ended]) == ended
 
 
 def test_v2_files_are_read_in_their_own_formats(tmp_path):
@@ -58,7 +59,7 @@ def test_v2_files_are_read_in_their_own_formats(tmp_path):
     (tmp_path / "memory.events").write_text("low 0\nhigh 31\nmax 0\noom 0\noom_kill 0\n")
     (tmp_path / "pids.max").write_text("max\n")
     (tmp_path / "pids.current").write_text("3\n")
-    assert cgroups.read_counters(tmp_path) == cgroups.Counters(
+    assert cgroups.read_counters(tmp_path) == capture.Counters(
         cpu_quota_us=50_000, cpu_period_us=100_000, nr_periods=12, nr_throttled=7, throttled_ns=420_000_000,
         memory_high=31, pids_max=None, pids_current=3)
     (tmp_path / "cpu.max").write_text("max 100000\n")

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from offcpu.errors import OffcpuError
+from offcpu.machine.running_kernel import save_kernel_symbols
 from offcpu.model import Model
 from offcpu.model.loading import build, load_model
 from offcpu.model.stackview import StackView
@@ -38,7 +39,6 @@ from offcpu.reading.sched_events import (
     THREAD_FORK,
     Events,
 )
-from offcpu.reading.symbols import save_kernel_symbols
 from offcpu.recording import process_maps
 from offcpu.recording.process_maps import MapsRecorder
 from offcpu.renderers.text import TextReport
