@@ -156,7 +156,7 @@ def test_max_size_ends_a_command_recording_as_max_size(tmp_path):
 
 
 def test_a_thread_that_exits_ends_a_tid_recording(tmp_path):
-    # Given a process whose second thread ends after a second while the process lives on
+    # Given a process whose second thread ends after a few seconds while the process lives on
     program = subprocess.Popen([sys.executable, "-c", THREAD_THAT_ENDS], stdout=subprocess.PIPE, text=True)
     try:
         thread = int(program.stdout.readline())
@@ -173,7 +173,7 @@ def test_a_thread_that_exits_ends_a_tid_recording(tmp_path):
 
 THREAD_THAT_ENDS = """
 import threading, time
-thread = threading.Thread(target=time.sleep, args=(1.5,))
+thread = threading.Thread(target=time.sleep, args=(4,))  # (perf may take 2 s to start on a loaded machine)
 thread.start()
 print(thread.native_id, flush=True)
 time.sleep(60)
