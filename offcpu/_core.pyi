@@ -24,6 +24,7 @@ SEEDED_CHAINS: int  # the chain ids the engine knows: None, then the stacks it s
 TIMELINE_WAITS: int  # how many of the longest waits a tally keeps with their times
 NOT_TAKEN: int  # a stack id of a stack that was not taken (the wait was not sampled)
 EXEC: int  # a comm record's state when the name came with an exec
+NO_RUNTIME_STACK: int  # a wait's runtime stack id when no runtime sample joined it
 
 class BpfError(Exception):
     """The BPF recording could not be set up or read."""

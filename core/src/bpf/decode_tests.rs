@@ -387,3 +387,29 @@ fn a_runtime_sample_joins_the_wait_of_its_thread_that_covers_it() {
     assert_eq!(stack(WAKER, 4600, Some(5000)), 4);
     assert_eq!(samples.stack_of(WAITER, 0, at(4500)), NO_RUNTIME_STACK); // its start not seen
 }
+
+#[test]
+fn a_sample_joins_the_one_wait_of_its_thread_that_covers_it() {
+    // thread 1 off CPU from 100 to 200 and from 300 to 400; thread 2 from 100 to 400 and from
+    // 500 to the end (still off CPU). Samples: thread 1 at 150 (stack 7: in its first wait) and
+    // 250 (8: it ran from 200 to 300), thread 2 at 350 (9: its own wait, not thread 1's at the
+    // same time) and 900 (5: its wait that has not ended)
+    let samples = RuntimeSamples::new(&[1, 1, 2, 2], &[150, 250, 350, 900], &[7, 8, 9, 5]);
+    let joined = [(1, 100, 200), (1, 300, 400), (2, 100, 400), (2, 500, 0)]
+        .map(|(tid, since, back)| samples.stack_of(tid, since, back));
+    assert_eq!(joined, [7, NO_RUNTIME_STACK, 9, 5]);
+}
+
+#[test]
+fn a_wait_not_seen_to_begin_takes_none_and_the_first_of_several_samples_is_kept() {
+    // thread 1 off CPU since before the recording to 100 (its start unseen), then from 200 to
+    // 300; thread 3 from 50 to 60, never sampled. Samples of thread 1: at 50 (stack 1, in the
+    // unseen wait), at 300 (2: back on CPU at the switch-in), at 200 (3: off CPU from the
+    // switch-out on), at 250 (4: in the wait too, later)
+    let samples = RuntimeSamples::new(&[1, 1, 1, 1], &[50, 300, 200, 250], &[1, 2, 3, 4]);
+    let joined = [(1, 0, 100), (1, 200, 300), (3, 50, 60)]
+        .map(|(tid, since, back)| samples.stack_of(tid, since, back));
+    assert_eq!(joined, [NO_RUNTIME_STACK, 3, NO_RUNTIME_STACK]);
+    let none = RuntimeSamples::new(&[], &[], &[]);
+    assert_eq!(none.stack_of(1, 200, 300), NO_RUNTIME_STACK);
+}

@@ -389,8 +389,9 @@ impl RecordsFile {
             AtomicUsize::new(0),
             AtomicBool::new(false),
         );
-        let results: Mutex<Vec<Option<Result<SliceResult, FileError>>>> =
+        let results: Mutex<Vec<Option<SliceResult>>> =
             Mutex::new((0..slices.len()).map(|_| None).collect());
+        let failed: Mutex<Option<FileError>> = Mutex::new(None);
         std::thread::scope(|scope| -> Result<(), E> {
             let workers: Vec<_> = (0..threads)
                 .map(|_| {
@@ -418,13 +419,14 @@ impl RecordsFile {
                                 crate::panic_message(&*panic)
                             )))
                         });
-                        let failed = result.is_err();
-                        results.lock().unwrap_or_else(PoisonError::into_inner)[index] =
-                            Some(result);
-                        done.fetch_add(1, Ordering::Relaxed);
-                        if failed {
-                            stop.store(true, Ordering::Relaxed);
+                        // the first failure stops the others (which fail for that alone)
+                        let first_failure = result.is_err() && !stop.swap(true, Ordering::Relaxed);
+                        match result {
+                            Err(failure) if first_failure => *lock(&failed) = Some(failure),
+                            Err(_) => {}
+                            Ok(paired) => lock(&results)[index] = Some(paired),
                         }
+                        done.fetch_add(1, Ordering::Relaxed);
                     })
                 })
                 .collect();
@@ -436,12 +438,15 @@ impl RecordsFile {
             }
             poll(done.load(Ordering::Relaxed), false)
         })?;
-        let results = results.into_inner().unwrap_or_else(PoisonError::into_inner);
-        let mut paired = Vec::with_capacity(results.len());
-        for result in results {
-            paired.push(result.unwrap_or_else(|| Err(FileError::Io("interrupted".into())))?);
+        if let Some(failure) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
+            return Err(failure.into());
         }
-        Ok(paired)
+        let results = results.into_inner().unwrap_or_else(PoisonError::into_inner);
+        let interrupted = || FileError::Io("interrupted".into());
+        Ok(results
+            .into_iter()
+            .map(|result| result.ok_or_else(interrupted))
+            .collect::<Result<_, _>>()?)
     }
 
     /// One slice decoded and paired a part at a time (parts of at most `most` events), each
@@ -556,6 +561,11 @@ fn read_chunk(
             }
             _ => FileError::from(error),
         })
+}
+
+/// What a mutex holds, whether or not a thread panicked holding it.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

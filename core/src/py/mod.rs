@@ -70,6 +70,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("NOT_TAKEN", record::NOT_TAKEN)?;
     m.add("EXEC", crate::bpf::decode::EXEC)?;
+    m.add("NO_RUNTIME_STACK", crate::bpf::decode::NO_RUNTIME_STACK)?;
     m.add("STATE_LETTERS", record::STATE_LETTERS)?;
     m.add_function(wrap_pyfunction!(state_letter, m)?)?;
     m.add("PERF_MAGIC", PyBytes::new(m.py(), perf_file::MAGIC))?;
