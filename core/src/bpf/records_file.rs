@@ -149,6 +149,30 @@ fn times_of(raw: &[u8]) -> (u32, u64, u64, u64) {
     )
 }
 
+/// Times from `first` to `last` ns cut into equal parts, told apart by a multiply (a u128
+/// division per time took most of a walk): a later time is never in an earlier part.
+struct Buckets {
+    first: u64,
+    scale: f64,
+    count: usize,
+}
+
+impl Buckets {
+    fn new(first: i64, last: i64, count: usize) -> Self {
+        let width = (i128::from(last) - i128::from(first) + 1).max(1) as f64;
+        Buckets {
+            first: first.max(0) as u64,
+            scale: count as f64 / width,
+            count,
+        }
+    }
+
+    /// The part of a time from `first` on (no later than `last`).
+    fn of(&self, time: u64) -> usize {
+        ((time.saturating_sub(self.first) as f64 * self.scale) as usize).min(self.count - 1)
+    }
+}
+
 /// A part of a slice (first, last ns) and how many events it holds.
 type Part = ((i64, i64), usize);
 
@@ -275,8 +299,8 @@ impl RecordsFile {
         count: usize,
     ) -> Result<Vec<(i64, i64)>, FileError> {
         let (start, end) = (start_ns.max(0) as u64, end_ns.max(0) as u64);
-        let width = u128::from(end.saturating_sub(start)) + 1;
-        let bucket = |time: u64| ((u128::from(time - start) * BUCKETS as u128) / width) as usize;
+        let buckets = Buckets::new(start_ns, end_ns, BUCKETS);
+        let bucket = |time: u64| buckets.of(time);
         let inside = |time: &u64| start_ns <= end_ns && (start..=end).contains(time);
         let times = |record: &Record| {
             let chosen = record.kind == WAIT;
@@ -488,24 +512,21 @@ impl RecordsFile {
         stop: &AtomicBool,
         buffer: &mut Vec<u8>,
     ) -> Result<Vec<Part>, FileError> {
-        let width = (i128::from(last) - i128::from(first) + 1).max(1) as u128;
-        let bucket = |time: u64| {
-            ((i128::from(time) - i128::from(first)) as u128 * PART_BUCKETS as u128 / width) as usize
-        };
-        let mut counts = vec![0u64; PART_BUCKETS];
+        let bucket = Buckets::new(first, last, PART_BUCKETS);
+        let mut counts = vec![(0u64, u64::MAX); PART_BUCKETS]; // events, the first one's time
         let within =
             |time: &u64| (i128::from(first)..=i128::from(last)).contains(&i128::from(*time));
         self.each_touching(file, (first, last), stop, buffer, |raw| {
             for time in event_times(times_of(raw)).filter(within) {
-                counts[bucket(time)] += 1;
+                let (count, earliest) = &mut counts[bucket.of(time)];
+                (*count, *earliest) = (*count + 1, (*earliest).min(time));
             }
         })?;
         let mut parts = Vec::new();
         let (mut start, mut held) = (first, 0);
-        for (number, &count) in counts.iter().enumerate() {
+        for &(count, earliest) in &counts {
             if held > 0 && held + count > most {
-                // the first time of this bucket
-                let bound = first + (number as u128 * width).div_ceil(PART_BUCKETS as u128) as i64;
+                let bound = earliest as i64; // (a bucket of events: its first is a time)
                 parts.push(((start, bound - 1), held as usize));
                 (start, held) = (bound, 0);
             }
