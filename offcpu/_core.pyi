@@ -23,6 +23,8 @@ STATES: tuple[str, ...]  # the states every table of states starts with
 SEEDED_CHAINS: int  # the chain ids the engine knows: None, then the stacks it stands in
 TIMELINE_WAITS: int  # how many of the longest waits a tally keeps with their times
 NOT_TAKEN: int  # a stack id of a stack that was not taken (the wait was not sampled)
+EXEC: int  # a comm record's state when the name came with an exec
+NO_RUNTIME_STACK: int  # a wait's runtime stack id when no runtime sample joined it
 
 class BpfError(Exception):
     """The BPF recording could not be set up or read."""
@@ -68,6 +70,40 @@ class PerfData:
     def pair(self, slices: list[tuple[int, int]], window: tuple[int, int], at_start: list[tuple[int, str, str]],
              counted: tuple[int, int], switch_cost_ns: int, on_done: Callable[[int], None] | None = None,
              ) -> tuple[Tally, int, list[str], list[str], list[object]]: ...
+
+Samples = tuple[list[int], list[int], list[int]]  # a runtime's samples: threads, times, stack ids
+# kernel stack, user stack, pid, exec generation, runtime stack; or a stack not taken
+ChainKey = tuple[int, int, int, int, int] | str
+
+class BpfRecords:
+    """bpf-records.bin, walked once when opened (its fields checked: PerfDataError)."""
+
+    def __init__(self, path: str) -> None: ...
+    def unreadable(self) -> int: ...
+    def generation(self, pid: int, time_ns: int) -> int: ...
+    def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]: ...
+    def pair(self, slices: list[tuple[int, int]], window: tuple[int, int], at_start: list[tuple[int, str, str]],
+             counted: tuple[int, int], switch_cost_ns: int, runtime: Samples | None, not_taken: tuple[str, str],
+             on_done: Callable[[int], None] | None = None,
+             ) -> tuple[Tally, int, list[str], list[str], list[ChainKey]]: ...
+    def estimated(self) -> tuple[int, int, int, int]: ...
+    def taken_stacks(self) -> list[tuple[int, int]]: ...
+    def process_name(self, pid: int) -> str | None: ...
+    def runtime_counts(self, runtime: Samples, min_ns: int) -> list[tuple[int, int, int]]: ...
+
+class HeldRecords:
+    """The records a live recording holds, an interval at a time; names, states and chains
+    numbered for the whole recording."""
+
+    def __init__(self) -> None: ...
+    def slice(self, records: bytes, first: int, last: int, skipped: int) -> Slice: ...
+    def keys(self, not_taken: tuple[str, str], known: int) -> tuple[list[str], list[str], list[ChainKey]]: ...
+
+class ExecGenerations:
+    """Processes' exec generations, from the records of their forks and execs."""
+
+    def __init__(self, records: bytes) -> None: ...
+    def at(self, pid: int, time_ns: int) -> int: ...
 
 class Slice:
     """One time slice's events, paired as they are taken, until finish()."""

@@ -4,8 +4,8 @@ recorded (offcpu.recording.runtime_stacks), and how they join its waits.
 Each sample is one thread's runtime stack, read at a time (CLOCK_MONOTONIC, the records'
 clock) when the thread was off CPU the whole time the stack was read. A thread's runtime
 stack cannot change while it is off CPU, so a sample is the stack of the one wait of its
-thread that covers its time (`join`): that wait's stack takes the sample's frames after
-its native ones (nearer the root).
+thread that covers its time (joined in the core, core/src/bpf/decode.rs): that wait's stack
+takes the sample's frames after its native ones (nearer the root).
 
 ```json
 {"schema": "offcpu-runtime-stacks/1", "interval_ms": 200,
@@ -48,13 +48,14 @@ from typing import Any
 
 import numpy as np
 
+from offcpu import _core
 from offcpu.capture import RUNTIME_STACKS
 from offcpu.files import read_json
 from offcpu.stacks import HELD_BY, JDK_PACKAGES, RUBY_WAITS, RUNTIME_MARK, RUNTIME_MARKS
 
 SCHEMA = "offcpu-runtime-stacks/1"
 RUNTIME_STACKS_MAX = 64 << 20  # the most runtime-stacks.json is read of
-NO_RUNTIME_STACK = -1  # a wait that no sample joined
+NO_RUNTIME_STACK = _core.NO_RUNTIME_STACK  # a wait that no sample joined
 NO_OWNER = -1
 # The lock lines of a Java thread's innermost frame that say what it waits for (hotspot_dump.LOCK_KINDS)
 WAITS_TO_LOCK = ("waiting to lock", "waiting to re-lock in wait()")  # a monitor, which has an owner
@@ -214,29 +215,3 @@ def wait_frames(locks: list[dict], stacks: list[tuple[Frame, ...]]) -> tuple[Wai
         caller = next((frame for frame in callers if not frame.function.startswith(JDK_PACKAGES)), None)
         where += f" at {_plain(caller)}" if caller else ""
     return WaitFrame(f"{HELD_BY[1:]}{_text(owner['name'])}: {where}"), waits
-
-
-def join(tids: np.ndarray, since: np.ndarray, back: np.ndarray, sample_tids: np.ndarray, sample_times: np.ndarray,
-         sample_stacks: np.ndarray) -> np.ndarray:
-    """Each wait's runtime stack (NO_RUNTIME_STACK where none): a wait of thread `tids[i]` from
-    `since[i]` to `back[i]` (0: still off CPU at the end) takes the stack of a sample of its
-    thread whose time is inside it. A thread's waits never overlap, so the wait that covers a
-    sample is its thread's last to begin at or before the sample; a wait whose start the
-    recording did not see (since 0) takes none. Where several samples fall in one wait (they
-    hold one stack), the first is kept."""
-    ids = np.full(len(tids), NO_RUNTIME_STACK, np.int64)
-    if not len(tids) or not len(sample_tids):
-        return ids
-    tids, since, back = (np.asarray(column, np.int64) for column in (tids, since, back))
-    order = np.lexsort((since, tids))
-    ordered_tids, ordered_since, ordered_back = tids[order], since[order], back[order]
-    for tid, time_ns, stack in sorted(zip(sample_tids.tolist(), sample_times.tolist(), sample_stacks.tolist(),
-                                          strict=True), key=lambda sample: sample[1], reverse=True):
-        low, high = np.searchsorted(ordered_tids, tid, "left"), np.searchsorted(ordered_tids, tid, "right")
-        at = low + int(np.searchsorted(ordered_since[low:high], time_ns, "right")) - 1
-        if at < low:
-            continue
-        began, ended = int(ordered_since[at]), int(ordered_back[at])
-        if 0 < began <= time_ns and (ended == 0 or time_ns < ended):
-            ids[order[at]] = stack  # the samples go latest first: the first in the wait is kept
-    return ids

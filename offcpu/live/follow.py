@@ -20,9 +20,9 @@ from offcpu.errors import OffcpuError
 from offcpu.live.flight import write_capture
 from offcpu.live.kept import KeptRecords
 from offcpu.live.triggers import Trigger
-from offcpu.live.window import LiveWindow
+from offcpu.live.window import LiveWindow, joined
 from offcpu.model import Model
-from offcpu.reading.bpf_reader import RECORD, joined
+from offcpu.reading.bpf_reader import RECORD
 
 if TYPE_CHECKING:
     from offcpu import _core

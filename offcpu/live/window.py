@@ -8,7 +8,7 @@ at 25,000 waits a second (docs/benchmarks.md)."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,27 +21,17 @@ from offcpu.kinds import BPF_READER, BPF_READER_WHY
 from offcpu.model import Model
 from offcpu.model.engine import to_model
 from offcpu.model.wakeups import from_interrupt
-from offcpu.reading.bpf_reader import (
-    COMM,
-    EXEC,
-    FORK,
-    RECORD,
-    WAIT,
-    BpfReader,
-    Generations,
-    joined,
-    read_stack_table,
-    rows_of,
-    stack_of,
-)
-from offcpu.reading.pairing import BATCH, Keys, Paired, Table
+from offcpu.reading.bpf_reader import COMM, EXEC, FORK, NOT_TAKEN, RECORD, WAIT, read_stack_table, stack_of
+from offcpu.reading.pairing import SYNTHETIC_STACKS, Paired
 from offcpu.reading.sched_events import Chain
 from offcpu.runtime_frames import NO_RUNTIME_STACK
 from offcpu.stacks import Stack
 
 if TYPE_CHECKING:
     from offcpu.reading.symbols import Symbolizer
-    from offcpu.runtime_frames import RuntimeStacks
+
+RECORD_BYTES = np.dtype((np.void, RECORD.itemsize))  # a record as its bytes
+
 
 @dataclass(frozen=True)
 class Interval:
@@ -51,31 +41,13 @@ class Interval:
     waited_ns: np.ndarray  # the off-CPU time of each wait that began before the interval's end and ended in it
 
 
-class HeldRecords(BpfReader):
-    """The BPF reader over records held in memory rather than in a capture's file, for its
-    events (BpfReader.events), their names, states and chains as the numbers `keys` gives them:
-    each distinct one looked up once, not once for each event."""
-
-    def __init__(self, directory: Path, records: np.ndarray, keys: Keys) -> None:  # (no file to open: BpfReader's)
-        self.directory = directory
-        self.keys = keys
-        self.count, self.cut_short, self.skipped = len(records), False, 0
-        self.binary_notes = []
-        self.counting_slice = None
-        self._records = records
-        self.runtime: RuntimeStacks | None = None  # the window shows native frames; flight records carry the runtime's
-
-    def _column(self, keys: str, distinct: list[Hashable], inverse: np.ndarray) -> np.ndarray:
-        table: Table = getattr(self.keys, keys)
-        return np.asarray(table.ids_of(distinct), np.int64)[inverse]
-
-
 class LiveWindow:
     def __init__(self, directory: Path, recording: _core.BpfRecording, info: CaptureInfo) -> None:
         self.directory = directory
         self.recording = recording
         self.info = info
-        self.keys = Keys()  # names, states and chains by id, for the whole recording
+        self.held = _core.HeldRecords()  # names, states and chains by id, for the whole recording
+        self.chains: list[Chain | None] = [None, *SYNTHETIC_STACKS]  # the chains by id, as far as known
         self.intervals: deque[Interval] = deque()
         self.paired_to = info.window_start_ns  # the next interval begins here
         self.carried = np.zeros(0, RECORD)  # taken records with an event after paired_to
@@ -108,11 +80,7 @@ class LiveWindow:
         records = joined([self.begins, held, still_open])
         self._interrupts_alone(records)
         first = self.paired_to
-        columns = HeldRecords(self.directory, records, self.keys).events(first, last)
-        paired = _core.Slice(first, last, (first, last), 0)
-        for start in range(0, len(columns["time"]), BATCH):
-            paired.take(*(column[start:start + BATCH].tolist() for column in columns.values()))  # (in take's order)
-        paired.finish(self.unreadable)
+        paired = self.held.slice(records.tobytes(), first, last, self.unreadable)
         self.unreadable = 0
         back, since = ended["back_ns"].astype(np.int64), ended["since_ns"].astype(np.int64)
         waited = (back - since)[(back >= first) & (back <= last) & (since != 0)]
@@ -164,8 +132,9 @@ class LiveWindow:
             return None
         start, end = self.intervals[0].first_ns, self.intervals[-1].last_ns
         tally, skipped = _core.merge([interval.paired for interval in self.intervals], (start, end), [], (start, end))
-        paired = Paired(tally, skipped, list(self.keys.names.keys), list(self.keys.states.keys),  # type: ignore[arg-type]
-                        self.keys.chains.keys)
+        names, states, chains = self.held.keys(NOT_TAKEN, len(self.chains) - _core.SEEDED_CHAINS)
+        self.chains += chains
+        paired = Paired(tally, skipped, names, states, self.chains)
         info = replace(self.info, window_start_ns=start, window_end_ns=end, ended_by="kept", threads_at_start={},
                        processes_at_start={}, duration_actual_s=(end - start) / 1e9)
         model = to_model(paired, self, info, start, end)  # type: ignore[arg-type]  # (it asks only stacks())
@@ -194,7 +163,8 @@ class LiveWindow:
         status = (self.directory / BPF_MAPS).stat()
         if self.symbolizer is None or self.maps_seen != (status.st_mtime_ns, status.st_size):
             self.maps_seen = status.st_mtime_ns, status.st_size
-            maps = TaskHistory.of_snapshots(process_maps.load(self.directory) or [], Generations(self.begins).at)
+            generations = _core.ExecGenerations(self.begins.tobytes())
+            maps = TaskHistory.of_snapshots(process_maps.load(self.directory) or [], generations.at)
             if self.symbolizer is not None:
                 self.symbolizer.history = maps
             else:
@@ -228,3 +198,14 @@ def _wait_keys(records: np.ndarray) -> np.ndarray:
     """A wait's identity, its thread and when it began, hashed to 64 bits."""
     with np.errstate(over="ignore"):
         return records["since_ns"].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + records["tid"].astype(np.uint64)
+
+
+def rows_of(records: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """records[which] (a mask or indices), copied as whole records (numpy copies a structured
+    array field by field, ten times slower)."""
+    return records.view(RECORD_BYTES)[which].view(RECORD)
+
+
+def joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The records of `parts`, one after the other (np.concatenate, copied as whole records)."""
+    return np.concatenate([part.view(RECORD_BYTES) for part in parts] or [np.zeros(0, RECORD_BYTES)]).view(RECORD)

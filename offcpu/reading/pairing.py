@@ -3,8 +3,8 @@
 The core turns each time slice's events into off-CPU intervals and adds them up, then joins
 the slices: what it hands back (Paired) is the model's inputs, offcpu.model.engine.to_model makes
 the model of them. It knows names, states and call chains by number (ids): the native
-reader's are numbered in the core as it decodes perf.data; the readers that decode in Python
-(perf script's text, BPF records) number theirs here (Keys), in forked workers a slice each,
+reader's and the BPF reader's are numbered in the core as it decodes perf.data or the records;
+perf script's text, decoded in Python, is numbered here (Keys), in forked workers a slice each,
 and the core pairs the slices' events once they are back. What every reader offers the engine
 is CaptureReader, here.
 """
@@ -57,11 +57,6 @@ class CaptureReader(Protocol):
         and the slices joined: the tally of the `counted` part of `window`. `at_start`: the
         target's threads when recording began (tid, comm, state); `on_done(slices done)` as
         they are."""
-
-    def read(self, sink: EventSink, time_slice: tuple[int, int] | None = None) -> None:
-        """Every event in time order into `sink`; with `time_slice` (first, last ns, both
-        included), at least the samples in it: records outside it may come too, and the
-        sink leaves out what it does not want."""
 
     def time_slices(self, start_ns: int, end_ns: int, count: int) -> list[tuple[int, int]]:
         """`count` consecutive slices of start_ns..end_ns (both included) that hold about as

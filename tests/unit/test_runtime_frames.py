@@ -1,5 +1,6 @@
-"""runtime-stacks.json's samples joined to the waits that cover them, on waits and samples
-written here by hand, with the expected values worked out in the comments."""
+"""runtime-stacks.json's frames, named and read back, and joined to the waits that cover them in
+reports (the join itself: core/src/bpf/decode_tests.rs), with the expected values worked out in the
+comments."""
 
 from __future__ import annotations
 
@@ -7,52 +8,17 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from offcpu.model import Model
 from offcpu.model.loading import build
 from offcpu.runtime_frames import (
     NO_OWNER,
-    NO_RUNTIME_STACK,
     Frame,
     WaitFrame,
-    join,
     load,
     to_json,
     wait_frames,
 )
 from tests.fixtures import HERE
-
-
-def joined(waits: list[tuple[int, int, int]], samples: list[tuple[int, int, int]]) -> list[int]:
-    tids, since, back = (np.array(column, np.int64) for column in zip(*waits, strict=True))
-    sample_tids, times, stacks = (np.array(column, np.int64) for column in zip(*samples, strict=True)) if samples \
-        else (np.zeros(0, np.int64),) * 3
-    return join(tids, since, back, sample_tids, times, stacks).tolist()
-
-
-def test_a_sample_joins_the_one_wait_of_its_thread_that_covers_it() -> None:
-    waits = [(1, 100, 200),   # 0: thread 1 off CPU from 100 to 200
-             (1, 300, 400),   # 1: and from 300 to 400
-             (2, 100, 400),   # 2: thread 2 from 100 to 400
-             (2, 500, 0)]     # 3: and from 500 to the end (still off CPU)
-    samples = [(1, 150, 7),   # inside wait 0
-               (1, 250, 8),   # thread 1 ran from 200 to 300: no wait
-               (2, 350, 9),   # inside wait 2 (thread 2's, not thread 1's wait 1 at the same time)
-               (2, 900, 5)]   # inside wait 3, which has not ended
-    assert joined(waits, samples) == [7, NO_RUNTIME_STACK, 9, 5]
-
-
-def test_bounds_a_wait_not_seen_to_begin_and_several_samples_in_one() -> None:
-    waits = [(1, 0, 100),     # 0: off CPU since before the recording: its start unseen, no switch to join
-             (1, 200, 300),   # 1: from 200 to 300
-             (3, 50, 60)]     # 2: thread 3, whose samples are none
-    samples = [(1, 50, 1),    # in wait 0, which takes none
-               (1, 300, 2),   # at the switch-in of wait 1: it was back on CPU, not in the wait
-               (1, 200, 3),   # at the switch-out of wait 1: in it (off CPU from then)
-               (1, 250, 4)]   # in wait 1 too, later: the first (3) is kept
-    assert joined(waits, samples) == [NO_RUNTIME_STACK, 3, NO_RUNTIME_STACK]
-    assert joined(waits, []) == [NO_RUNTIME_STACK] * 3
 
 
 def test_frames_are_named_by_function_file_and_line_and_the_file_round_trips(tmp_path: Path) -> None:

@@ -44,6 +44,104 @@ pub const BACK_AT: usize = 32;
 pub const WAKER_USER_STACK_AT: usize = 52;
 pub const WAKER_PID_AT: usize = 56;
 
+/// A record's fields, read from its bytes (little-endian, at FIELDS' offsets).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Record {
+    pub kind: u32,
+    pub cpu: u32,
+    pub pid: u32,
+    pub tid: u32,
+    pub since_ns: u64,
+    pub woken_ns: u64,
+    pub back_ns: u64,
+    pub kernel_stack: i32,
+    pub user_stack: i32,
+    pub waker_kernel_stack: i32,
+    pub waker_user_stack: i32,
+    pub waker_pid: u32,
+    pub waker_tid: u32,
+    pub state: u32,
+    pub exit_state: u32,
+    pub weight_shift: u16,
+    pub preempted: u16,
+    pub estimated: u32,
+    pub comm: [u8; 16],
+    pub waker_comm: [u8; 16],
+}
+
+impl Record {
+    /// The record of the first RECORD_SIZE bytes of `raw` (which holds at least that many).
+    pub fn parse(raw: &[u8; RECORD_SIZE]) -> Record {
+        let u32_at =
+            |at: usize| u32::from_le_bytes([raw[at], raw[at + 1], raw[at + 2], raw[at + 3]]);
+        let u64_at = |at: usize| u64::from(u32_at(at)) | (u64::from(u32_at(at + 4)) << 32);
+        let u16_at = |at: usize| u16::from_le_bytes([raw[at], raw[at + 1]]);
+        let comm_at = |at: usize| {
+            let mut comm = [0u8; 16];
+            comm.copy_from_slice(&raw[at..at + 16]);
+            comm
+        };
+        Record {
+            kind: u32_at(KIND_AT),
+            cpu: u32_at(4),
+            pid: u32_at(8),
+            tid: u32_at(12),
+            since_ns: u64_at(SINCE_AT),
+            woken_ns: u64_at(24),
+            back_ns: u64_at(BACK_AT),
+            kernel_stack: u32_at(40) as i32,
+            user_stack: u32_at(44) as i32,
+            waker_kernel_stack: u32_at(48) as i32,
+            waker_user_stack: u32_at(WAKER_USER_STACK_AT) as i32,
+            waker_pid: u32_at(WAKER_PID_AT),
+            waker_tid: u32_at(60),
+            state: u32_at(64),
+            exit_state: u32_at(68),
+            weight_shift: u16_at(72),
+            preempted: u16_at(74),
+            estimated: u32_at(76),
+            comm: comm_at(80),
+            waker_comm: comm_at(96),
+        }
+    }
+
+    /// Each record of `bytes` (a whole number of them; what is left over is not one).
+    pub fn all(bytes: &[u8]) -> impl Iterator<Item = Record> + '_ {
+        bytes
+            .chunks_exact(RECORD_SIZE)
+            .filter_map(|raw| raw.try_into().ok().map(Record::parse))
+    }
+
+    /// Its bytes, as the BPF program writes them (for tests).
+    #[cfg(test)]
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut raw = Vec::with_capacity(RECORD_SIZE);
+        for word in [self.kind, self.cpu, self.pid, self.tid] {
+            raw.extend(word.to_le_bytes());
+        }
+        for time in [self.since_ns, self.woken_ns, self.back_ns] {
+            raw.extend(time.to_le_bytes());
+        }
+        for stack in [
+            self.kernel_stack,
+            self.user_stack,
+            self.waker_kernel_stack,
+            self.waker_user_stack,
+        ] {
+            raw.extend(stack.to_le_bytes());
+        }
+        for word in [self.waker_pid, self.waker_tid, self.state, self.exit_state] {
+            raw.extend(word.to_le_bytes());
+        }
+        raw.extend(self.weight_shift.to_le_bytes());
+        raw.extend(self.preempted.to_le_bytes());
+        raw.extend(self.estimated.to_le_bytes());
+        raw.extend(self.comm);
+        raw.extend(self.waker_comm);
+        raw
+    }
+}
+
 /// prev_state as perf prints it (the kernel's __trace_sched_switch_state and
 /// __task_state_index): no bit, then one letter per bit of TASK_REPORT, then TASK_REPORT_IDLE.
 pub const STATE_LETTERS: &str = "RSDTtXZPI";

@@ -1,6 +1,7 @@
 //! The module Python imports, `offcpu._core`: the classes and functions of the rest of the
 //! core, wrapped for Python; the core's panics caught at its boundary.
 
+mod bpf_records;
 mod model_inputs;
 mod perf_data;
 mod roots;
@@ -32,6 +33,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<symbols::Symbol>()?;
     m.add_function(wrap_pyfunction!(symbols::elf_build_id, m)?)?;
     m.add_function(wrap_pyfunction!(symbols::elf_symbol_address, m)?)?;
+    m.add_class::<bpf_records::BpfRecords>()?;
+    m.add_class::<bpf_records::HeldRecords>()?;
+    m.add_class::<bpf_records::ExecGenerations>()?;
     m.add_class::<model_inputs::Slice>()?;
     m.add_class::<model_inputs::Tally>()?;
     m.add_function(wrap_pyfunction!(model_inputs::merge, m)?)?;
@@ -65,6 +69,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ]),
     )?;
     m.add("NOT_TAKEN", record::NOT_TAKEN)?;
+    m.add("EXEC", crate::bpf::decode::EXEC)?;
+    m.add("NO_RUNTIME_STACK", crate::bpf::decode::NO_RUNTIME_STACK)?;
     m.add("STATE_LETTERS", record::STATE_LETTERS)?;
     m.add_function(wrap_pyfunction!(state_letter, m)?)?;
     m.add("PERF_MAGIC", PyBytes::new(m.py(), perf_file::MAGIC))?;

@@ -18,6 +18,16 @@ pub struct Slice {
     result: Option<SliceResult>,
 }
 
+impl Slice {
+    /// A slice paired in the core.
+    pub(super) fn finished(result: SliceResult) -> Self {
+        Slice {
+            builder: None,
+            result: Some(result),
+        }
+    }
+}
+
 #[pymethods]
 impl Slice {
     /// The slice from `start_ns` to `end_ns` (both included), counting the time from

@@ -1,7 +1,7 @@
 """Reading a capture recorded with BPF: records of `struct record` (core/src/bpf/offcpu.bpf.c)
 written here by hand, byte by byte after the C layout (the format is offcpu's own, not the
-kernel's), into the events the engine reads and the model every report reads, with every
-expected value worked out by hand in the comments.
+kernel's), into the model every report reads, with every expected value worked out by hand in
+the comments (the events the core makes of them: core/src/bpf/decode_tests.rs, the same story).
 
 Times below are microseconds from the window's start. The records' process is this test's
 own, so that the memory maps read of it (recording.process_maps) are real, and kernel frames
@@ -16,33 +16,19 @@ import subprocess
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+from offcpu._core import state_letter
 from offcpu.errors import OffcpuError
 from offcpu.machine.running_kernel import save_kernel_symbols
 from offcpu.model import Model
 from offcpu.model.loading import build, load_model
 from offcpu.model.stackview import StackView
-from offcpu.reading.bpf_reader import (
-    RECORD as RECORD_READ,
-    BpfReader,
-    Generations,
-    state_letter,
-)
-from offcpu.reading.sched_events import (
-    SCHED_SWITCH,
-    SCHED_WAKING,
-    SWITCH_IN,
-    THREAD_COMM,
-    THREAD_EXIT,
-    THREAD_FORK,
-    Events,
-)
+from offcpu.reading.bpf_reader import RECORD as RECORD_READ
 from offcpu.recording import process_maps
 from offcpu.recording.process_maps import MapsRecorder
 from offcpu.renderers.text import TextReport
-from offcpu.stacks import BEFORE_WINDOW, NEW_THREAD, STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN
+from offcpu.stacks import BEFORE_WINDOW, NEW_THREAD, STACK_NOT_TAKEN
 from tests.helpers.bpf_records import (
     CHILD,
     COMM,
@@ -146,43 +132,6 @@ def story(directory: Path) -> list[bytes]:
     ]
     write_capture(directory, records, stacks)
     return records
-
-
-class Collect:
-    def __init__(self) -> None:
-        self.events: list[tuple] = []
-
-    def take(self, events: Events) -> None:
-        self.events += [(*row, weight) for row, weight in zip(events.rows(), events.weights, strict=True)]
-
-
-def test_records_become_the_events_the_engine_reads_in_time_order(tmp_path: Path) -> None:
-    story(tmp_path)
-    reader = BpfReader(tmp_path)
-    sink = Collect()
-    reader.read(sink)
-    # kind, time, cpu, pid, tid, other, name, state, chain, weight (cpu -1: not known)
-    waiter_stack = (1, 2, PID, 0, -1)  # the process and its exec generation with a user stack
-    assert sink.events == [
-        (SWITCH_IN, at(500), 0, PID, WAKER, 0, "t12", "", None, 1),
-        (SCHED_SWITCH, at(1000), -1, PID, WAITER, 0, "t11", "S", waiter_stack, 4),
-        (THREAD_FORK, at(2000), 0, PID, CHILD, WAITER, "t11", "", None, 1),
-        (THREAD_COMM, at(2100), 0, PID, CHILD, 0, "renamed", "", None, 1),
-        (SWITCH_IN, at(2500), 1, PID, CHILD, 0, "renamed", "", None, 1),
-        (THREAD_EXIT, at(3000), 1, PID, CHILD, 0, "renamed", "", None, 1),
-        (SCHED_SWITCH, at(3001), -1, PID, CHILD, 0, "renamed", "X", STACK_NOT_TAKEN, 0),
-        (SCHED_WAKING, at(4000), -1, PID, WAKER, WAITER, "t12", "", (3, 4, PID, 0, -1), 1),
-        (SWITCH_IN, at(4500), 1, PID, WAITER, 0, "t11", "", None, 1),
-        (SCHED_SWITCH, at(4600), -1, PID, WAKER, 0, "t12", "R", STACK_NOT_TAKEN, 0),
-        (SWITCH_IN, at(5000), 0, PID, WAKER, 0, "t12", "", None, 1),
-        # woken at 5990, before it was off at 6000: the wakeup is placed at its switch-out
-        (SCHED_SWITCH, at(6000), -1, PID, WAITER, 0, "t11", "S", STACK_NOT_TAKEN, 0),
-        (SCHED_WAKING, at(6000), -1, PID, WAKER, WAITER, "t12", "", WAKER_STACK_NOT_TAKEN, 1),
-        (SWITCH_IN, at(6200), 0, PID, WAITER, 0, "t11", "", None, 1),
-        # without user frames, the chain is the same in every process: no pid
-        (SCHED_SWITCH, at(8000), -1, PID, WAITER, 0, "t11", "D", (5, -7, 0, 0, -1), 1),
-    ]
-    assert reader.skipped == 1  # the record of an unknown kind
 
 
 def row(model: Model, tid: int, frames: tuple[str, ...]):  # type: ignore[no-untyped-def]
@@ -324,21 +273,6 @@ def test_the_text_report_says_it_was_recorded_with_bpf(tmp_path: Path) -> None:
     # (no perf's cost of the switches:) two of the six waits had no stack taken, and two stacks failed
     assert header[4].startswith("Note: stacks were taken for 4 of the 6 waits, a sample that keeps the recording's")
     assert header[5].startswith("Note: 2 of the 6 stacks taken could not be read")
-
-
-def test_a_process_generation_counts_the_programs_begun_in_it(tmp_path: Path) -> None:
-    # Given process PID made by a fork at 100 (its first thread: tid == pid), exec'ing at 300 and
-    # again at 700, and a thread of it made at 500 (not a new process)
-    records = np.frombuffer(b"".join([
-        record(FORK, PID, 100), record(COMM, PID, 300, state=1), record(FORK, WAITER, 500),
-        record(COMM, WAITER, 600), record(COMM, PID, 700, state=1)]), RECORD_READ)
-    generations = Generations(records)
-    # Then before the fork it is 0, 1 until the first exec, 2 until the second, 3 after; a rename is no exec
-    times = [50, 100, 200, 300, 301, 650, 701]
-    assert [generations.at(PID, at(us)) for us in times] == [0, 0, 1, 1, 2, 2, 3]
-    assert generations.of(np.array([PID] * len(times) + [PID + 1]), np.array([at(us) for us in times] + [at(701)],
-                                                                           np.uint64)).tolist() == \
-        [0, 0, 1, 1, 2, 2, 3, 0]  # another process: none begun
 
 
 def read_until(recorder: MapsRecorder, pid: int, programs: tuple[str, ...]) -> None:
