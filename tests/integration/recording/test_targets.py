@@ -111,9 +111,10 @@ def test_several_pids(tmp_path):
 
 
 def test_perf_spinning_after_one_of_several_processes_exits_is_said(workload, tmp_path):
-    # Given two processes recorded by pid, one of which exits after a second
+    # Given two processes recorded by pid, one of which exits after a few seconds (perf may take 2 s
+    # to start on a loaded machine: it must be there when it does)
     staying = workload("idle_pool", "-s", "60", threads=17)
-    leaving = workload("idle_pool", "-s", "1", threads=17)
+    leaving = workload("idle_pool", "-s", "4", threads=17)
     capture = tmp_path / "cap"
     result = run_offcpu(*RECORD, "--pid", f"{staying.pid},{leaving.pid}", "-d", "30", "-o", str(capture))
     assert result.returncode == 0, result.stderr
@@ -133,14 +134,15 @@ def test_perf_spinning_after_one_of_several_processes_exits_is_said(workload, tm
 
 
 def test_processes_a_cgroup_holds_alone_are_recorded_through_it(workload, tmp_path):
-    # Given two processes in a cgroup of their own, one of which exits after a second
+    # Given two processes in a cgroup of their own, one of which exits after a few seconds (once
+    # perf has begun, even on a loaded machine)
     with programs.cgroup() as group:
         staying = workload("idle_pool", "-s", "60", threads=17)
-        leaving = workload("idle_pool", "-s", "1", threads=17)
+        leaving = workload("idle_pool", "-s", "4", threads=17)
         for pid in (staying.pid, leaving.pid):
             (group / "cgroup.procs").write_text(str(pid))
         capture = tmp_path / "cap"
-        result = run_offcpu(*RECORD, "--pid", f"{staying.pid},{leaving.pid}", "-d", "3", "-o", str(capture))
+        result = run_offcpu(*RECORD, "--pid", f"{staying.pid},{leaving.pid}", "-d", "6", "-o", str(capture))
         staying.stop()
     # Then perf recorded them through the cgroup, and did not spin once one had exited
     assert result.returncode == 0, result.stderr
