@@ -9,7 +9,7 @@ import pytest
 
 from offcpu._core import TIMELINE_WAITS
 from offcpu.model import PREEMPTED, SUB_WINDOWS, Model, TimedWait
-from offcpu.model.engine import threads_at_start, to_model
+from offcpu.model.engine import slice_count, threads_at_start, to_model
 from offcpu.reading.native_reader import NativeReader
 from offcpu.stacks import BEFORE_WINDOW, NEW_THREAD
 from tests.fixtures import HERE, capture_info, model_of
@@ -183,3 +183,15 @@ def test_the_timeline_keeps_the_longest_waits_across_slices():
         left_out = sum(row.count for row in model.rows if row.tid == tid) - len(kept[tid])
         left_out_us = thread.offcpu_us - sum(wait.back_ns - wait.since_ns for wait in kept[tid]) / 1000
         assert left_out_us <= left_out * shortest_us + 1
+
+
+def test_a_capture_is_cut_into_slices_by_its_events_not_by_the_readers_cpus():
+    # perf: its samples and switch records; BPF: three events a wait (switch-out, wakeup, switch-in)
+    perf_small, perf_large = capture_info("futex_pid"), capture_info("futex_pid")
+    perf_small.samples, perf_small.switch_records = 5_366, 5_716  # 11,082 events: one slice
+    perf_large.samples, perf_large.switch_records = 120_000, 30_000  # 150,000: three of 50,000
+    bpf = capture_info("python_lock_bpf")
+    bpf.samples = 100_000  # 300,000 events: six
+    assert [slice_count(perf_small), slice_count(perf_large), slice_count(bpf)] == [1, 3, 6]
+    bpf.samples = 10**9  # however many, at most 16
+    assert slice_count(bpf) == 16
