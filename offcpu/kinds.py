@@ -94,10 +94,6 @@ class CaptureKind:
     def check_readable(self, perf: str, path: Path, info: CaptureInfo) -> None:
         """Before perf script reads it: OffcpuError when this machine cannot."""
 
-    def events(self, info: CaptureInfo) -> int:
-        """How many events a reader pairs, as capture.json counts them."""
-        return info.samples + info.switch_records
-
     def recorded_counts(self, info: CaptureInfo) -> str:
         """What was recorded, counted as it counts it."""
         counts = f"{info.samples:,} event{'s' * (info.samples != 1)}"
@@ -289,9 +285,6 @@ class BpfRecording(CaptureKind):
             raise OffcpuError(f"--reader {forced} reads a perf.data, and {directory} was recorded with BPF (it has "
                               f"{BPF_RECORDS} instead): leave out --reader")
         return ReaderPlan(BPF_READER, BPF_READER_WHY, directory)
-
-    def events(self, info: CaptureInfo) -> int:
-        return 3 * info.samples  # each wait its switch-out, its wakeup and its switch-in
 
     def recorded_counts(self, info: CaptureInfo) -> str:
         counts = f"{info.samples:,} wait{'s' * (info.samples != 1)}"

@@ -10,6 +10,7 @@
 //! - `engine/`: the events paired into off-CPU intervals and added up, a time slice at a
 //!   time, the slices joined, rounded to the model's µs; and the chains' roots followed
 //!   along the wake-up links (`root_shares`).
+//! - `slice_pool`: a reader's time slices paired in a pool of as many threads as CPUs.
 //! - `py/`: the Python bindings alone, which call the rest.
 
 mod bpf;
@@ -18,6 +19,7 @@ mod files;
 pub mod perf;
 mod py;
 mod quick;
+mod slice_pool;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;

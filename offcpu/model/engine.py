@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 from offcpu import _core
 from offcpu.capture import CaptureInfo
-from offcpu.kinds import kind_of
 from offcpu.model import Link, Model, Row, Thread, TimedWait, WaitTimes, Waker
 from offcpu.model.sampling import CoreRowKey, MergedKey, Naming, SampledRows, Stratum, StratumKey, scale_to_strata
 from offcpu.model.wakeups import from_interrupt
@@ -38,13 +37,14 @@ def waker_kind(tid: int, stack: Stack) -> str:
 # reading it: a wakeup is followed to what its waker waited for within a slice only
 # (core/src/engine/tally.rs), so a capture cut as many ways as the reader has CPUs read otherwise
 # on each machine (python_lock_bpf's lock finding: 1.60 s behind its holders' futex waits in one
-# slice, 1.30 s in two). A slice holds EVENTS_PER_SLICE events at least: a small capture is one.
-EVENTS_PER_SLICE = 50_000
+# slice, 1.30 s in two). A slice is BYTES_PER_SLICE of the recording at least (some 60,000 perf
+# records, 75,000 BPF waits, or 2,500 samples with DWARF stacks): a small capture is one slice.
+BYTES_PER_SLICE = 8 << 20
 MAX_SLICES = 16
 
 
 def slice_count(info: CaptureInfo) -> int:
-    return max(1, min(MAX_SLICES, kind_of(info).events(info) // EVENTS_PER_SLICE))
+    return max(1, min(MAX_SLICES, info.perf_data_bytes // BYTES_PER_SLICE))
 
 
 def threads_at_start(info: CaptureInfo) -> list[ThreadAtStart]:

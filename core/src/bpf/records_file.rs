@@ -6,8 +6,8 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use super::decode::{Generations, Keys, RuntimeSamples, SliceDecoder};
 use super::record::{
@@ -17,6 +17,7 @@ use crate::engine::{SliceBuilder, SliceResult};
 use crate::files::open_regular;
 use crate::perf::perf_file::FileError;
 use crate::quick::QuickMap;
+use crate::slice_pool;
 
 /// Records read at a time (3.7 MB).
 const CHUNK_RECORDS: usize = 1 << 15;
@@ -391,10 +392,9 @@ impl RecordsFile {
         Ok(())
     }
 
-    /// Each of `slices` decoded and paired, in a pool of as many threads as there are CPUs
-    /// (or slices); `poll(slices done, waiting)` while they run (`waiting`: they are not all
-    /// done; an error stops them) and once they are all done. The first slice counts the
-    /// records that could not be read.
+    /// Each of `slices` decoded and paired, in a pool of threads (crate::slice_pool);
+    /// `poll(slices done, waiting)` as the pool calls it. The first slice counts the records
+    /// that could not be read.
     pub fn pair<E: From<FileError>>(
         &self,
         slices: &[(i64, i64)],
@@ -402,75 +402,26 @@ impl RecordsFile {
         switch_cost_ns: i64,
         keys: &Mutex<Keys>,
         runtime: Option<&RuntimeSamples>,
-        mut poll: impl FnMut(usize, bool) -> Result<(), E>,
+        poll: impl FnMut(usize, bool) -> Result<(), E>,
     ) -> Result<Vec<SliceResult>, E> {
-        let threads = std::thread::available_parallelism()
-            .map_or(1, usize::from)
-            .min(slices.len());
-        let most = (EVENTS_HELD / threads.max(1)).max(1 << 16) as u64;
-        let (next, done, stop) = (
-            AtomicUsize::new(0),
-            AtomicUsize::new(0),
-            AtomicBool::new(false),
-        );
-        let results: Mutex<Vec<Option<SliceResult>>> =
-            Mutex::new((0..slices.len()).map(|_| None).collect());
-        let failed: Mutex<Option<FileError>> = Mutex::new(None);
-        std::thread::scope(|scope| -> Result<(), E> {
-            let workers: Vec<_> = (0..threads)
-                .map(|_| {
-                    scope.spawn(|| loop {
-                        let index = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&slice) = slices.get(index) else {
-                            break;
-                        };
-                        let skipped = if index == 0 { self.unreadable() } else { 0 };
-                        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            let held = (skipped, most);
-                            self.pair_slice(
-                                slice,
-                                counted,
-                                switch_cost_ns,
-                                keys,
-                                runtime,
-                                held,
-                                &stop,
-                            )
-                        }))
-                        .unwrap_or_else(|panic| {
-                            Err(FileError::Damaged(format!(
-                                "the reader failed on a time slice: {}",
-                                crate::panic_message(&*panic)
-                            )))
-                        });
-                        // the first failure stops the others (which fail for that alone)
-                        let first_failure = result.is_err() && !stop.swap(true, Ordering::Relaxed);
-                        match result {
-                            Err(failure) if first_failure => *lock(&failed) = Some(failure),
-                            Err(_) => {}
-                            Ok(paired) => lock(&results)[index] = Some(paired),
-                        }
-                        done.fetch_add(1, Ordering::Relaxed);
-                    })
-                })
-                .collect();
-            while workers.iter().any(|worker| !worker.is_finished()) {
-                if let Err(error) = poll(done.load(Ordering::Relaxed), true) {
-                    stop.store(true, Ordering::Relaxed);
-                    return Err(error); // the scope waits for the threads, which stop soon
-                }
-            }
-            poll(done.load(Ordering::Relaxed), false)
-        })?;
-        if let Some(failure) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
-            return Err(failure.into());
-        }
-        let results = results.into_inner().unwrap_or_else(PoisonError::into_inner);
-        let interrupted = || FileError::Io("interrupted".into());
-        Ok(results
-            .into_iter()
-            .map(|result| result.ok_or_else(interrupted))
-            .collect::<Result<_, _>>()?)
+        let most = (EVENTS_HELD / slice_pool::threads_for(slices.len())).max(1 << 16) as u64;
+        slice_pool::pair_in_pool(
+            slices.len(),
+            |index, stop| {
+                let skipped = if index == 0 { self.unreadable() } else { 0 };
+                let held = (skipped, most);
+                self.pair_slice(
+                    slices[index],
+                    counted,
+                    switch_cost_ns,
+                    keys,
+                    runtime,
+                    held,
+                    stop,
+                )
+            },
+            poll,
+        )
     }
 
     /// One slice decoded and paired a part at a time (parts of at most `most` events), each
@@ -582,11 +533,6 @@ fn read_chunk(
             }
             _ => FileError::from(error),
         })
-}
-
-/// What a mutex holds, whether or not a thread panicked holding it.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

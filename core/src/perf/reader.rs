@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
@@ -18,6 +18,7 @@ use super::perf_file::{self, FileError, Opened, Shape, HEADER_SIZE};
 use super::tracing_formats::{self, Tracepoint};
 use crate::engine::{Event, SliceBuilder, SliceResult};
 use crate::files::open_regular;
+use crate::slice_pool;
 
 const READ_BUFFER: usize = 1 << 20;
 
@@ -110,60 +111,32 @@ impl PerfReader {
             .collect())
     }
 
-    /// Each of `slices` decoded and paired in a thread of its own; `poll(slices done,
-    /// waiting)` while they run (`waiting`: they are not all done; an error stops them) and
-    /// once they are all done.
+    /// Each of `slices` decoded and paired, in a pool of threads (crate::slice_pool);
+    /// `poll(slices done, waiting)` as the pool calls it.
     pub fn pair<E: From<FileError>>(
         &self,
         slices: &[(i64, i64)],
         counted: (i64, i64),
         switch_cost_ns: i64,
         keys: &Mutex<Keys>,
-        mut poll: impl FnMut(usize, bool) -> Result<(), E>,
+        poll: impl FnMut(usize, bool) -> Result<(), E>,
     ) -> Result<Vec<SliceResult>, E> {
         let (opened, index) = self.index()?;
-        let stop = AtomicBool::new(false);
-        let done = AtomicUsize::new(0);
-        let results = std::thread::scope(|scope| -> Result<Vec<_>, E> {
-            let threads: Vec<_> = slices
-                .iter()
-                .map(|&(first, last)| {
-                    let (stop, done) = (&stop, &done);
-                    scope.spawn(move || {
-                        let result = self.pair_slice(
-                            opened,
-                            index,
-                            keys,
-                            (first, last),
-                            counted,
-                            switch_cost_ns,
-                            stop,
-                        );
-                        done.fetch_add(1, Ordering::Relaxed);
-                        result
-                    })
-                })
-                .collect();
-            while threads.iter().any(|thread| !thread.is_finished()) {
-                if let Err(error) = poll(done.load(Ordering::Relaxed), true) {
-                    stop.store(true, Ordering::Relaxed);
-                    return Err(error); // the scope waits for the threads, which stop soon
-                }
-            }
-            poll(done.load(Ordering::Relaxed), false)?;
-            Ok(threads
-                .into_iter()
-                .map(|thread| {
-                    thread.join().unwrap_or_else(|panic| {
-                        Err(FileError::Damaged(format!(
-                            "the reader failed on a time slice: {}",
-                            crate::panic_message(&*panic)
-                        )))
-                    })
-                })
-                .collect())
-        })?;
-        Ok(results.into_iter().collect::<Result<Vec<_>, _>>()?)
+        slice_pool::pair_in_pool(
+            slices.len(),
+            |slice, stop| {
+                self.pair_slice(
+                    opened,
+                    index,
+                    keys,
+                    slices[slice],
+                    counted,
+                    switch_cost_ns,
+                    stop,
+                )
+            },
+            poll,
+        )
     }
 
     /// One slice decoded and paired; stops early once `stop` is set.

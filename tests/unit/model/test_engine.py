@@ -4,6 +4,7 @@ that cutting the window into slices does not change any number."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 
@@ -185,13 +186,8 @@ def test_the_timeline_keeps_the_longest_waits_across_slices():
         assert left_out_us <= left_out * shortest_us + 1
 
 
-def test_a_capture_is_cut_into_slices_by_its_events_not_by_the_readers_cpus():
-    # perf: its samples and switch records; BPF: three events a wait (switch-out, wakeup, switch-in)
-    perf_small, perf_large = capture_info("futex_pid"), capture_info("futex_pid")
-    perf_small.samples, perf_small.switch_records = 5_366, 5_716  # 11,082 events: one slice
-    perf_large.samples, perf_large.switch_records = 120_000, 30_000  # 150,000: three of 50,000
-    bpf = capture_info("python_lock_bpf")
-    bpf.samples = 100_000  # 300,000 events: six
-    assert [slice_count(perf_small), slice_count(perf_large), slice_count(bpf)] == [1, 3, 6]
-    bpf.samples = 10**9  # however many, at most 16
-    assert slice_count(bpf) == 16
+def test_a_capture_is_cut_into_slices_by_its_size_not_by_the_readers_cpus():
+    # one slice per 8 MiB of the recording (perf.data, or BPF's records), at most 16
+    sizes = [1_500_000, (8 << 20) - 1, 8 << 20, 3 * (8 << 20) + 5, 320_470_266, 1 << 40]
+    assert [slice_count(replace(capture_info("futex_pid"), perf_data_bytes=size)) for size in sizes] == \
+        [1, 1, 1, 3, 16, 16]
