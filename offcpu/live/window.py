@@ -67,8 +67,7 @@ class LiveWindow:
         is in `taken` (a wait in both counts once)."""
         kinds = taken["kind"]
         self.unreadable += int(np.count_nonzero((kinds < WAIT) | (kinds > COMM)))
-        began = rows_of(taken, ((kinds == FORK) & (taken["pid"] == taken["tid"]))
-                        | ((kinds == COMM) & (taken["state"] == EXEC)))
+        began = rows_of(taken, _begins(taken))
         if len(began):
             self.begins = joined([self.begins, began])
         held = joined([self.carried, taken])
@@ -77,7 +76,8 @@ class LiveWindow:
             return
         ended = rows_of(held, held["kind"] == WAIT)
         still_open = rows_of(open_then, ~_among(_wait_keys(open_then), _wait_keys(ended)))
-        records = joined([self.begins, held, still_open])
+        # the forks and execs once each (in `begins`: the decoder counts a process's generations from them)
+        records = joined([self.begins, rows_of(held, ~_begins(held)), still_open])
         self._interrupts_alone(records)
         first = self.paired_to
         paired = self.held.slice(records.tobytes(), first, last, self.unreadable)
@@ -172,6 +172,12 @@ class LiveWindow:
                     process.pid: PerfMap.parse(process.text) for process in perf_maps.load(self.directory)
                     if process.text})
         return self.symbolizer
+
+
+def _begins(records: np.ndarray) -> np.ndarray:
+    """Which records began a program: a fork that made a process, an exec."""
+    kinds = records["kind"]
+    return ((kinds == FORK) & (records["pid"] == records["tid"])) | ((kinds == COMM) & (records["state"] == EXEC))
 
 
 def _stack_ids(chains: Iterable[Chain]) -> set[int]:

@@ -21,6 +21,7 @@ from offcpu.model.wakeups import from_interrupt
 from offcpu.reading.bpf_reader import RECORD, WAIT
 from offcpu.stacks import Stack
 from tests.fixtures import HERE as FIXTURES
+from tests.helpers.bpf_records import FORK, PID, S, at, record, write_capture
 
 INTERVALS = 8
 KEPT = 5  # intervals in the window
@@ -121,3 +122,22 @@ def test_the_merged_intervals_are_the_model_of_the_window(capture: Path) -> None
     ended = records[(records["kind"] == WAIT) & (records["back_ns"] >= first_kept) & (records["back_ns"] <= ends[-1])
                     & (records["since_ns"] != 0)]
     assert sorted(window.waited_ns().tolist()) == sorted((ended["back_ns"] - ended["since_ns"]).astype(int).tolist())
+
+
+def test_a_process_begun_in_an_interval_has_its_first_generation_there(tmp_path: Path) -> None:
+    # Given a process made by a fork at 100 µs (its records and the window's kept forks and execs
+    # both hold that fork) whose main thread waits from 200 to 300 µs with a user stack (id 1)
+    directory = tmp_path / "capture"
+    directory.mkdir()
+    write_capture(directory, [record(FORK, PID, 100), record(WAIT, PID, 200, back_us=300, state=S, stacks=(2, 1))],
+                  {1: [0x401000], 2: [0xFFFFFFFF81000000]})
+    records = np.fromfile(directory / BPF_RECORDS, RECORD)
+    table = shutil.copyfile(directory / BPF_STACKS, tmp_path / "stack-table")
+    window = LiveWindow(directory, SavedStacks(table), load(directory))  # type: ignore[arg-type]
+    # When one interval takes both
+    window.add(records, records[:0], at(1_000))
+    assert window.model() is not None
+    # Then its wait's user stack is of the process's first program (one fork before it): the
+    # generation its memory maps are filed under, not one per copy of the fork
+    [chain] = [chain for chain in window.chains if isinstance(chain, tuple) and chain[1] == 1]
+    assert chain[2:4] == (PID, 1)
