@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from offcpu.diagnosis.locktable import LockTable
 from offcpu.model import SUB_WINDOWS, Model
 from offcpu.model.summaries import waker_pairs
-from offcpu.stacks import drawn_alone, shorten
+from offcpu.stacks import Stack, drawn_alone, shorten
 
 # The last interval's rate against the window's: above RISING times it is rising, below
 # 1/RISING falling
@@ -57,21 +57,28 @@ def wait_sites(model: Model, table: LockTable, width: int) -> list[Site]:
     seconds = max(model.wall_us, 1) / 1e6
     times: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     threads: dict[str, set[int]] = defaultdict(set)
+    names: dict[int, str] = {}  # by stack: the rows of a stack are many (a thread's, a waker's)
     for row in model.rows:
         if row.state == "R":
             continue
-        stack = model.stacks[row.stack]
-        site = table.site(stack)
-        frames, kernel = drawn_alone(stack)
-        name = f"{site.lock.name} ({site.frame})" if site is not None else shorten(frames, kernel, width)
-        sums = times[name[:width]]
+        name = names.get(row.stack)
+        if name is None:
+            name = names[row.stack] = _site_name(model.stacks[row.stack], table, width)
+        sums = times[name]
         sums[0] += row.offcpu_us
         sums[1] += row.windows[-1] if row.windows else 0
         sums[2] += row.count
-        threads[name[:width]].add(row.tid)
+        threads[name].add(row.tid)
     sites = [Site(name, us / 1e3 / seconds, last / 1e3 / (seconds / SUB_WINDOWS), len(threads[name]), count)
              for name, (us, last, count) in times.items()]
     return sorted(sites, key=lambda site: -site.ms_per_s)
+
+
+def _site_name(stack: Stack, table: LockTable, width: int) -> str:
+    """A stack's site in `width` characters: the lock table's name for it, else the stack shortened."""
+    site = table.site(stack)
+    frames, kernel = drawn_alone(stack)
+    return (f"{site.lock.name} ({site.frame})" if site is not None else shorten(frames, kernel, width))[:width]
 
 
 def thread_rates(model: Model) -> list[ThreadRate]:
