@@ -7,10 +7,10 @@
 //! the same in every process), and "not taken" where the wait's stacks were not sampled. A
 //! wait whose stacks were taken with probability 2^-s weighs 2^s; one not taken, 0.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 
 use super::record::{state_letter, Record, COMM, EXIT, FORK, NOT_TAKEN, WAIT};
-use crate::engine::interning::Interned;
+use crate::engine::interning;
 use crate::engine::{
     self, Event, Id, NO_CHAIN, NO_TEXT, SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_COMM,
     THREAD_EXIT, THREAD_FORK, UNKNOWN_CPU,
@@ -33,27 +33,9 @@ pub enum ChainKey {
     Stack([i64; 5]),
 }
 
-/// The names, states and call chains of a reading, as the engine's ids (a chain's id is its
-/// number here after the engine's own): shared by the decoders of all its slices.
-pub struct Keys {
-    pub names: Interned<String>,
-    pub states: Interned<String>,
-    pub chains: Interned<ChainKey>,
-}
-
-impl Default for Keys {
-    fn default() -> Self {
-        Keys {
-            names: Interned::of(engine::NAMES.map(String::from)),
-            states: Interned::of(engine::STATES.map(String::from)),
-            chains: Interned::of([]),
-        }
-    }
-}
-
-pub fn locked(keys: &Mutex<Keys>) -> MutexGuard<'_, Keys> {
-    keys.lock().unwrap_or_else(PoisonError::into_inner)
-}
+/// The names, states and call chains of a reading, as the engine's ids.
+pub type Keys = interning::Keys<ChainKey>;
+pub use crate::engine::interning::locked;
 
 /// Each process's exec generation at a time: how many times a program began in it (a fork
 /// that made it, an exec) before then. User addresses mean what the maps of that

@@ -2,6 +2,7 @@
 //! call chains.
 
 use std::hash::Hash;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::events::Id;
 use crate::quick::QuickMap;
@@ -33,4 +34,28 @@ impl<K: Clone + Eq + Hash> Interned<K> {
         self.keys.push(key.clone());
         id
     }
+}
+
+/// The names, states and call chains of a reading, as the engine's ids (a chain's id is its
+/// number here after the engine's own): shared by the decoders of all its slices, a reader's
+/// chains of its own kind.
+pub struct Keys<Chain> {
+    pub names: Interned<String>,
+    pub states: Interned<String>,
+    pub chains: Interned<Chain>,
+}
+
+impl<Chain: Clone + Eq + Hash> Default for Keys<Chain> {
+    fn default() -> Self {
+        Keys {
+            names: Interned::of(super::NAMES.map(String::from)),
+            states: Interned::of(super::STATES.map(String::from)),
+            chains: Interned::of([]),
+        }
+    }
+}
+
+/// The keys, whether or not a decoder panicked holding them.
+pub fn locked<Chain>(keys: &Mutex<Keys<Chain>>) -> MutexGuard<'_, Keys<Chain>> {
+    keys.lock().unwrap_or_else(PoisonError::into_inner)
 }

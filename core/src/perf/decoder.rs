@@ -6,7 +6,7 @@
 //! Call chains are keys of their u64 addresses, with the process and its exec generation
 //! when they hold user addresses (their meaning depends on the process's memory maps).
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 
 use byteorder::LittleEndian;
 use linux_perf_event_reader::{RawEventRecord, SampleRecord};
@@ -16,7 +16,7 @@ use super::perf_file::{self, Opened, COMM, EXIT, FORK, SAMPLE};
 use super::reader::PerfReader;
 use super::tracing_formats::{Field, StateNames};
 use super::unwind::{Unwinder, UserRegs};
-use crate::engine::interning::Interned;
+use crate::engine::interning;
 use crate::engine::{
     self, Event, Id, NO_CHAIN, NO_TEXT, SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT,
     THREAD_COMM, THREAD_EXIT, THREAD_FORK,
@@ -71,27 +71,9 @@ pub struct ChainKey {
     pub addresses: Box<[u64]>,
 }
 
-/// The names, states and call chains of a reading, as the engine's ids: shared by the
-/// decoders of all its slices, each of which keeps the ids it has looked up.
-pub struct Keys {
-    pub names: Interned<String>,
-    pub states: Interned<String>,
-    pub chains: Interned<ChainKey>, // a chain's id is its number here after the engine's own
-}
-
-impl Default for Keys {
-    fn default() -> Self {
-        Keys {
-            names: Interned::of(engine::NAMES.map(String::from)),
-            states: Interned::of(engine::STATES.map(String::from)),
-            chains: Interned::of([]),
-        }
-    }
-}
-
-pub fn locked(keys: &Mutex<Keys>) -> MutexGuard<'_, Keys> {
-    keys.lock().unwrap_or_else(PoisonError::into_inner)
-}
+/// The names, states and call chains of a reading, as the engine's ids.
+pub type Keys = interning::Keys<ChainKey>;
+pub use crate::engine::interning::locked;
 
 /// The state perf keeps while it reads records in order: each thread's name (perf names a
 /// thread after its last COMM, a new thread after its parent's, and one it never saw ':tid')
