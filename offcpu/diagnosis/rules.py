@@ -82,6 +82,7 @@ class Match:
     # time (CPU saturation: the run-queue time of every wait, not only of its rows)
     graded_us: int | None = None
     graded_rows: list[Row] | None = None
+    unsettled_us: int = 0  # of graded_us, what is there only by a decision near its limit (Context.convoy)
     cap: str = "critical"  # highest severity
     threads: int | None = None  # counted from the rows unless given
     subject: str = ""
@@ -374,7 +375,12 @@ def detect_serialization(ctx: Context) -> list[Match]:
                    f"{pool.parallelism:.1f} CPUs of {pool.cpus}")
         root = _roots(ctx, rows)
         blocking = _blocking_call(ctx, rows)
-        if root.held_back:
+        # A line is held back by what its head does: the chain followed to a blocking call says
+        # so better than its first step (the one let through was in line itself, most of the time)
+        if blocking:
+            summary += (f"; {pct(blocking.share)} of that time came down to the one let through waiting for "
+                        f"{blocking.what}: a blocking call while holding what they take turns at")
+        elif root.held_back:
             blocked_us = max(blocked(rows), 1)
             held = []
             if root.io_us + root.lock_us:
@@ -382,15 +388,12 @@ def detect_serialization(ctx: Context) -> list[Match]:
             if root.queued_us:
                 held.append(f"in line behind another of them {pct(root.queued_us / blocked_us)}")
             summary += f"; the threads that let them go were {', and '.join(held)} of that time"
-        elif blocking:
-            summary += (f"; {pct(blocking.share)} of that time came down to the one let through waiting for "
-                        f"{blocking.what}: a blocking call while holding what they take turns at")
         elif pool.held_to_fewer_cpus:
             summary += ": they take turns, as on one lock"
         site = ctx.waits.sites[_heaviest_stack(rows)]
         site_words = f" at {site.lock.name}" if site is not None and site.lock.name != GENERIC_FUTEX else ""
         matches.append(Match(rows, summary + ".", subject=name, title=f"Threads take turns{site_words}: {name}",
-                             remedy=BLOCKING_CALL_REMEDY if blocking and not root.held_back else "",
+                             remedy=BLOCKING_CALL_REMEDY if blocking else "",
                              confidence="low" if ctx.truncated() and site is None else "high",
                              confidence_reason=f"the stacks do not show which lock or queue (user stacks truncated): "
                                                f"{DWARF_HINT}" if ctx.truncated() and site is None else ""))
@@ -504,7 +507,8 @@ def detect_runqueue(ctx: Context) -> list[Match]:
                         f"({pct(share)} of their time): {us_text(preempted_us)} preempted while they still had "
                         f"work{after_wakeup}; on average {waiting:.1f} runnable threads waited for the "
                         f"{ctx.model.capture.cpus} CPUs.",
-                  graded_us=preempted_us + after_us, graded_rows=rows + woken, threads=tids(rows + woken))]
+                  graded_us=preempted_us + after_us, graded_rows=rows + woken, threads=tids(rows + woken),
+                  unsettled_us=sum(row.runqueue_us for row in woken if id(row) in ctx.convoy_unsettled))]
 
 
 def detect_cpu_throttling(ctx: Context) -> list[Match]:
