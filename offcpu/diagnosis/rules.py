@@ -375,11 +375,13 @@ def detect_serialization(ctx: Context) -> list[Match]:
                    f"{pool.parallelism:.1f} CPUs of {pool.cpus}")
         root = _roots(ctx, rows)
         blocking = _blocking_call(ctx, rows)
-        # A line is held back by what its head does: the chain followed to a blocking call says
-        # so better than its first step (the one let through was in line itself, most of the time)
-        if blocking:
+        # Held back mostly in the line itself, the ones let through say less than the chain
+        # followed to what the line's head did (a blocking call)
+        remedy = ""
+        if blocking is not None and (not root.held_back or root.queued_us >= root.io_us + root.lock_us):
             summary += (f"; {pct(blocking.share)} of that time came down to the one let through waiting for "
                         f"{blocking.what}: a blocking call while holding what they take turns at")
+            remedy = BLOCKING_CALL_REMEDY
         elif root.held_back:
             blocked_us = max(blocked(rows), 1)
             held = []
@@ -393,7 +395,7 @@ def detect_serialization(ctx: Context) -> list[Match]:
         site = ctx.waits.sites[_heaviest_stack(rows)]
         site_words = f" at {site.lock.name}" if site is not None and site.lock.name != GENERIC_FUTEX else ""
         matches.append(Match(rows, summary + ".", subject=name, title=f"Threads take turns{site_words}: {name}",
-                             remedy=BLOCKING_CALL_REMEDY if blocking else "",
+                             remedy=remedy,
                              confidence="low" if ctx.truncated() and site is None else "high",
                              confidence_reason=f"the stacks do not show which lock or queue (user stacks truncated): "
                                                f"{DWARF_HINT}" if ctx.truncated() and site is None else ""))
