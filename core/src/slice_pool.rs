@@ -1,4 +1,4 @@
-//! A reader's time slices decoded and paired in a pool of as many threads as there are CPUs
+//! A reader's time slices, cut where it chooses, decoded and paired in a pool of as many threads as there are CPUs
 //! (or slices): a slice holds its decoder, its unwinder and its pairing state while it runs,
 //! so no more run at once than there are CPUs to run them, however many slices a capture is
 //! cut into (offcpu.model.engine.slice_count: by its size, not by the reading machine).
@@ -8,6 +8,22 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::engine::SliceResult;
 use crate::perf::perf_file::FileError;
+
+/// The consecutive slices of start_ns..=end_ns (first, last ns, both included) cut at `cuts`
+/// (in order; a cut not after the last one, or at or after end_ns, is passed over).
+pub fn cut_at(start_ns: i64, end_ns: i64, cuts: impl IntoIterator<Item = i64>) -> Vec<(i64, i64)> {
+    let mut bounds = vec![start_ns];
+    for cut in cuts {
+        if bounds.last().is_some_and(|last| *last < cut) && cut < end_ns {
+            bounds.push(cut);
+        }
+    }
+    bounds.push(end_ns + 1);
+    bounds
+        .windows(2)
+        .map(|pair| (pair[0], pair[1] - 1))
+        .collect()
+}
 
 /// How many threads pair `slices` slices.
 pub fn threads_for(slices: usize) -> usize {
@@ -81,4 +97,19 @@ pub fn pair_in_pool<E: From<FileError>>(
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_at;
+
+    #[test]
+    fn slices_are_cut_at_each_cut_after_the_last_and_before_the_end() {
+        // 30 twice counts once; 10 is not after 30; 120 is past the end (99)
+        assert_eq!(
+            cut_at(0, 99, [30, 30, 10, 60, 120]),
+            vec![(0, 29), (30, 59), (60, 99)]
+        );
+        assert_eq!(cut_at(5, 9, []), vec![(5, 9)]);
+    }
 }

@@ -337,7 +337,7 @@ impl RecordsFile {
                 }
             }
         })?;
-        let mut bounds = vec![start_ns];
+        let mut cuts = Vec::with_capacity(ranks.len());
         for rank in ranks {
             let (_, (before, kept)) = wanted
                 .iter_mut()
@@ -346,16 +346,9 @@ impl RecordsFile {
                     FileError::Damaged("records that changed while it was read".into())
                 })?;
             kept.sort_unstable();
-            let cut = kept[(rank - *before) as usize] as i64;
-            if bounds.last().is_some_and(|last| *last < cut) && cut < end_ns {
-                bounds.push(cut);
-            }
+            cuts.push(kept[(rank - *before) as usize] as i64);
         }
-        bounds.push(end_ns + 1);
-        Ok(bounds
-            .windows(2)
-            .map(|pair| (pair[0], pair[1] - 1))
-            .collect())
+        Ok(slice_pool::cut_at(start_ns, end_ns, cuts))
     }
 
     /// Of each process, how many waits of `min_ns` or more (whose start was recorded and

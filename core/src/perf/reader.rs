@@ -86,9 +86,8 @@ impl PerfReader {
         count: usize,
     ) -> Result<Vec<(i64, i64)>, FileError> {
         let (opened, index) = self.index()?;
-        let mut bounds = vec![start_ns];
         let length = i128::from(opened.data_end - opened.data_start);
-        for part in 1..count.max(1) {
+        let cuts = (1..count.max(1)).map(|part| {
             let target = i128::from(opened.data_start) + length * part as i128 / count as i128;
             let nearest = index
                 .rounds
@@ -97,18 +96,11 @@ impl PerfReader {
                 .min_by_key(|(number, (offset, _))| {
                     ((i128::from(*offset) - target).abs(), *number)
                 });
-            let cut = nearest
+            nearest
                 .and_then(|(_, (_, time))| *time)
-                .map_or(-1, |time| time as i64);
-            if bounds.last().is_some_and(|last| *last < cut) && cut < end_ns {
-                bounds.push(cut);
-            }
-        }
-        bounds.push(end_ns + 1);
-        Ok(bounds
-            .windows(2)
-            .map(|pair| (pair[0], pair[1] - 1))
-            .collect())
+                .map_or(-1, |time| time as i64)
+        });
+        Ok(slice_pool::cut_at(start_ns, end_ns, cuts))
     }
 
     /// Each of `slices` decoded and paired, in a pool of threads (crate::slice_pool);

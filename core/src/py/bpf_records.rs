@@ -4,17 +4,17 @@
 //! bpf::decode; the processes' exec generations (`ExecGenerations`).
 
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
 use super::model_inputs::{Slice, Tally};
+use super::pairing::{self, AtStart};
 use crate::bpf::decode::{self, ChainKey, Generations, Keys, RuntimeSamples, SliceDecoder};
 use crate::bpf::record::Record;
 use crate::bpf::records_file::RecordsFile;
-use crate::engine::{self, SliceBuilder};
+use crate::engine::SliceBuilder;
 
 /// A runtime's samples as Python hands them: their threads, times and stack ids.
 type Samples = (Vec<i64>, Vec<i64>, Vec<i64>);
@@ -23,9 +23,6 @@ type Samples = (Vec<i64>, Vec<i64>, Vec<i64>);
 type Paired<'py> = (Tally, u64, Vec<String>, Vec<String>, Vec<Bound<'py, PyAny>>);
 /// What HeldRecords.keys returns: names, states and chains.
 type Keyed<'py> = (Vec<String>, Vec<String>, Vec<Bound<'py, PyAny>>);
-
-/// How often the thread that waits for the slices looks for Ctrl-C and progress.
-const POLL: Duration = Duration::from_millis(20);
 
 /// bpf-records.bin, walked once when opened.
 #[pyclass(frozen, module = "offcpu._core")]
@@ -79,57 +76,28 @@ impl BpfRecords {
         py: Python<'py>,
         slices: Vec<(i64, i64)>,
         window: (i64, i64),
-        at_start: Vec<(i32, String, String)>,
+        at_start: AtStart,
         counted: (i64, i64),
         switch_cost_ns: i64,
         runtime: Option<Samples>,
         not_taken: (String, String),
         on_done: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Paired<'py>> {
-        let keys = Mutex::new(Keys::default());
-        let threads_at_start = {
-            let mut keys = decode::locked(&keys);
-            at_start
-                .into_iter()
-                .map(|(tid, name, state)| (tid, keys.names.id(&name), keys.states.id(&state)))
-                .collect()
-        };
         let samples =
             runtime.map(|(tids, times, stacks)| RuntimeSamples::new(&tids, &times, &stacks));
-        let mut reported = 0;
-        let results = self.file.pair(
-            &slices,
-            Some(counted),
-            switch_cost_ns,
-            &keys,
-            samples.as_ref(),
-            |done, waiting| -> PyResult<()> {
-                if waiting {
-                    py.detach(|| std::thread::sleep(POLL));
-                    py.check_signals()?;
-                }
-                if let Some(on_done) = on_done.as_ref().filter(|_| done != reported) {
-                    on_done.call1((done,))?;
-                }
-                reported = done;
-                Ok(())
-            },
-        )?;
-        let (tally, skipped) = engine::merge(
-            results,
-            window,
-            &engine::at_start(threads_at_start),
-            Some(counted),
-        );
-        let keys = keys.into_inner().unwrap_or_else(PoisonError::into_inner);
+        let (tally, skipped, keys) =
+            pairing::paired(py, window, at_start, counted, on_done, |keys, poll| {
+                self.file.pair(
+                    &slices,
+                    Some(counted),
+                    switch_cost_ns,
+                    keys,
+                    samples.as_ref(),
+                    poll,
+                )
+            })?;
         let chains = chain_objects(py, &keys.chains.keys, &not_taken)?;
-        Ok((
-            Tally { tally },
-            skipped,
-            keys.names.keys,
-            keys.states.keys,
-            chains,
-        ))
+        Ok((tally, skipped, keys.names.keys, keys.states.keys, chains))
     }
 
     /// (switch-outs, switch-ins) the tracepoint did not report, the waits they began or ended,

@@ -3,6 +3,7 @@
 
 mod bpf_records;
 mod model_inputs;
+mod pairing;
 mod perf_data;
 mod roots;
 

@@ -4,13 +4,13 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use super::model_inputs::Tally;
+use super::pairing::{self, AtStart};
 use crate::engine::{self, Event, Id};
 use crate::perf::decoder::{locked, ChainKey, Keys};
 use crate::perf::index::TaskKind;
@@ -212,69 +212,28 @@ impl PerfData {
         py: Python<'py>,
         slices: Vec<(i64, i64)>,
         window: (i64, i64),
-        at_start: Vec<(i32, String, String)>,
+        at_start: AtStart,
         counted: (i64, i64),
         switch_cost_ns: i64,
         on_done: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Paired<'py>> {
-        let keys = Mutex::new(Keys::default());
-        let threads_at_start = {
-            let mut keys = locked(&keys);
-            at_start
-                .into_iter()
-                .map(|(tid, name, state)| (tid, keys.names.id(&name), keys.states.id(&state)))
-                .collect()
-        };
-        let mut reported = 0;
-        let results = self.reader.pair(
-            &slices,
-            counted,
-            switch_cost_ns,
-            &keys,
-            |done, waiting| -> PyResult<()> {
-                if waiting {
-                    py.detach(|| std::thread::sleep(POLL));
-                    py.check_signals()?;
-                }
-                reported = report(&on_done, done, reported)?;
-                Ok(())
-            },
-        )?;
-        let (tally, skipped) = engine::merge(
-            results,
-            window,
-            &engine::at_start(threads_at_start),
-            Some(counted),
-        );
-        let keys = keys.into_inner().unwrap_or_else(PoisonError::into_inner);
+        let (tally, skipped, keys) =
+            pairing::paired(py, window, at_start, counted, on_done, |keys, poll| {
+                self.reader
+                    .pair(&slices, counted, switch_cost_ns, keys, poll)
+            })?;
         let chains = keys
             .chains
             .keys
             .iter()
             .map(|chain| chain_object(py, chain))
             .collect::<PyResult<Vec<_>>>()?;
-        Ok((
-            Tally { tally },
-            skipped,
-            keys.names.keys,
-            keys.states.keys,
-            chains,
-        ))
+        Ok((tally, skipped, keys.names.keys, keys.states.keys, chains))
     }
 }
 
 /// What PerfData.pair returns.
 type Paired<'py> = (Tally, u64, Vec<String>, Vec<String>, Vec<Bound<'py, PyAny>>);
-
-/// How often the thread that waits for the slices looks for Ctrl-C and progress.
-const POLL: Duration = Duration::from_millis(20);
-
-fn report(on_done: &Option<Bound<'_, PyAny>>, now: usize, reported: usize) -> PyResult<usize> {
-    if let Some(on_done) = on_done.as_ref().filter(|_| now != reported) {
-        on_done.call1((now,))?;
-    }
-    Ok(now)
-}
 
 /// A chain as Python keeps it: bytes, or (pid, generation, bytes) when it holds user addresses.
 fn chain_object<'py>(py: Python<'py>, chain: &ChainKey) -> PyResult<Bound<'py, PyAny>> {
