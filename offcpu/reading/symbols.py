@@ -341,7 +341,8 @@ class Symbolizer:
         symbols = self._symbols(mapping)
         if symbols is None:
             return f"[{Path(mapping.path).name}+0x{file_offset:x}]"
-        symbol = symbols.find(file_offset) if file_offset < 1 << 64 else None  # (not past a damaged offset)
+        # (not past a damaged offset; of symbols alike at one address, perf weighs them demangled)
+        symbol = symbols.find(file_offset, demangle) if file_offset < 1 << 64 else None
         return demangle(symbol.name) if symbol else UNKNOWN
 
     def _perf_map_name(self, pid: int, address: int) -> str:

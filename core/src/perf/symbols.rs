@@ -7,6 +7,8 @@
 //! address perf keeps one (see `better`). They are made for the addresses looked up
 //! only: a kernel has ~150,000 symbols, a capture's stacks use a few thousand.
 
+use std::cmp::Ordering;
+use std::convert::Infallible;
 use std::ops::Range;
 use std::path::PathBuf;
 
@@ -110,21 +112,47 @@ impl Table {
         self.names.get(entry.name.clone()).unwrap_or_default()
     }
 
-    fn find(&self, address: u64) -> Option<Symbol> {
-        let last = self
+    /// The symbol perf names `address` by; `shown(name)`: a name as perf weighs it among
+    /// others at one address (an ELF file's demangled, as perf loads them).
+    fn find<E>(
+        &self,
+        address: u64,
+        shown: impl Fn(&[u8]) -> Result<String, E>,
+    ) -> Result<Option<Symbol>, E> {
+        let Some(last) = self
             .entries
             .partition_point(|entry| entry.start <= address)
-            .checked_sub(1)?;
+            .checked_sub(1)
+        else {
+            return Ok(None);
+        };
         let start = self.entries[last].start;
         let first = self.entries.partition_point(|entry| entry.start < start);
-        let mut kept: Option<Ended<'_>> = None;
-        for index in first..=last {
+        let mut kept = self.ended(first);
+        let mut kept_weight = None;
+        for index in first + 1..=last {
             let symbol = self.ended(index);
-            if !kept.as_ref().is_some_and(|kept| better(kept, &symbol)) {
-                kept = Some(symbol);
+            match kind(&symbol).cmp(&kind(&kept)) {
+                Ordering::Less => {}
+                Ordering::Greater => (kept, kept_weight) = (symbol, None),
+                Ordering::Equal => {
+                    let kept_by = match kept_weight {
+                        Some(weight) => weight,
+                        None => weight(&shown(kept.name)?),
+                    };
+                    let symbol_by = weight(&shown(symbol.name)?);
+                    // of two alike, the first
+                    (kept, kept_weight) = if symbol_by > kept_by {
+                        (symbol, Some(symbol_by))
+                    } else {
+                        (kept, Some(kept_by))
+                    };
+                }
             }
         }
-        let kept = kept.filter(|kept| kept.start <= address && address < kept.end)?;
+        if !(kept.start <= address && address < kept.end) {
+            return Ok(None);
+        }
         let name = String::from_utf8_lossy(kept.name);
         let name = if self.kallsyms {
             name.split('\t')
@@ -135,12 +163,12 @@ impl Table {
         } else {
             name.into_owned()
         };
-        Some(Symbol {
+        Ok(Some(Symbol {
             start: kept.start,
             end: kept.end,
             name,
             binding: kept.binding.word(),
-        })
+        }))
     }
 
     /// The symbol at `index`, a symbol without a size ending where the next begins.
@@ -175,19 +203,24 @@ fn in_module(name: &[u8]) -> bool {
     name.contains(&b'[')
 }
 
-/// Whether perf keeps `first` over `second` at the same address: one with a size, then
-/// not weak, then global, then fewer leading underscores, then the longer name, then the first.
-fn better(first: &Ended<'_>, second: &Ended<'_>) -> bool {
-    let key = |symbol: &Ended<'_>| {
-        (
-            symbol.end > symbol.start,
-            symbol.binding != Binding::Weak,
-            symbol.binding == Binding::Global,
-            std::cmp::Reverse(symbol.name.iter().take_while(|&&byte| byte == b'_').count()),
-            String::from_utf8_lossy(symbol.name).chars().count(),
-        )
-    };
-    key(first) >= key(second)
+/// What perf weighs first among symbols at one address: one with a size, then not weak, then global.
+fn kind(symbol: &Ended<'_>) -> (bool, bool, bool) {
+    (
+        symbol.end > symbol.start,
+        symbol.binding != Binding::Weak,
+        symbol.binding == Binding::Global,
+    )
+}
+
+/// Then, of symbols of one kind, the one with fewer leading underscores, then the longer name.
+fn weight(shown: &str) -> (std::cmp::Reverse<usize>, usize) {
+    let underscores = shown.len() - shown.trim_start_matches('_').len();
+    (std::cmp::Reverse(underscores), shown.chars().count())
+}
+
+/// A name as it is.
+fn as_it_is(name: &[u8]) -> Result<String, Infallible> {
+    Ok(String::from_utf8_lossy(name).into_owned())
 }
 
 /// The kernel's symbols.
@@ -223,7 +256,8 @@ impl KernelSymbols {
     }
 
     fn find(&self, address: u64) -> Option<Symbol> {
-        self.table.find(address)
+        let Ok(found) = self.table.find(address, as_it_is);
+        found
     }
 
     /// Whether any address is shown: kernel.kptr_restrict shows a user every one as 0.
@@ -303,8 +337,9 @@ impl ElfSymbols {
         Self::of_recorded(elf_facts(image)?, build_id.as_deref())
     }
 
-    /// The symbol at an offset in the file.
-    fn find(&self, file_offset: u64) -> Option<Symbol> {
+    /// The symbol at an offset in the file; `shown(name)`: a name as perf weighs it among others at
+    /// its address (demangled: identical code folded puts a C++ library's trivial destructors at one).
+    fn find(&self, file_offset: u64, shown: Bound<'_, PyAny>) -> PyResult<Option<Symbol>> {
         let segment = self.segments.iter().find(|(offset, size, _)| {
             (*offset..offset.saturating_add(*size)).contains(&file_offset)
         });
@@ -312,7 +347,9 @@ impl ElfSymbols {
             Some((offset, _, address)) => (file_offset - offset).wrapping_add(*address),
             None => file_offset,
         };
-        self.table.find(address)
+        self.table.find(address, |name| {
+            shown.call1((String::from_utf8_lossy(name),))?.extract()
+        })
     }
 }
 
@@ -570,7 +607,8 @@ mod tests {
     }
 
     fn name_at(table: &Table, address: u64) -> Option<String> {
-        table.find(address).map(|symbol| symbol.name)
+        let Ok(found) = table.find(address, as_it_is);
+        found.map(|symbol| symbol.name)
     }
 
     #[test]
@@ -590,6 +628,36 @@ mod tests {
         assert_eq!(name_at(&symbols, 0x104).as_deref(), Some("write"));
         assert_eq!(name_at(&symbols, 0x110), None); // past its size, before the next
         assert_eq!(name_at(&symbols, 0xff), None);
+    }
+
+    #[test]
+    fn of_symbols_alike_at_one_address_perf_keeps_the_longest_as_it_shows_them() {
+        use Binding::*;
+        // identical code folded: two destructors at one address, the shorter mangled the longer
+        // demangled (as in Rust 1.95's libLLVM, whose perf 6.1 showed the longer demangled)
+        let symbols = table(
+            &[
+                (0x100, 0x104, "_ZN1b6bbbbbbD0Ev", Global),
+                (0x100, 0x120, "_ZN1aD0Ev", Global),
+            ],
+            false,
+        );
+        let demangled = |name: &[u8]| -> Result<String, Infallible> {
+            Ok(match name {
+                b"_ZN1aD0Ev" => "a::a::~a_destructor_named_long".into(),
+                other => String::from_utf8_lossy(other).into_owned(),
+            })
+        };
+        let Ok(found) = symbols.find(0x110, demangled);
+        // and the address is in it by its own size, not the other's
+        assert_eq!(
+            found.map(|symbol| symbol.name).as_deref(),
+            Some("_ZN1aD0Ev")
+        );
+        assert_eq!(
+            name_at(&symbols, 0x102).as_deref(),
+            Some("_ZN1b6bbbbbbD0Ev")
+        );
     }
 
     #[test]

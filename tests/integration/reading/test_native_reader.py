@@ -13,7 +13,7 @@ import pytest
 
 from offcpu.machine.running_kernel import save_kernel_symbols
 from offcpu.reading.native_reader import NativeReader, unsupported
-from offcpu.reading.symbols import load_symbols
+from offcpu.reading.symbols import demangle, load_symbols
 from tests.conftest import OFFCPU, example, run_offcpu
 from tests.native_compare import CHAINED, KeepingSink, first_difference, model_difference, native_events, script_events
 
@@ -254,7 +254,7 @@ def test_vdso_frames_are_named_and_the_vdso_travels(tmp_path: Path) -> None:
     table = subprocess.run(["readelf", "-sW", str(capture / "vdso")], capture_output=True, text=True, check=True).stdout
     value = next(int(fields[1], 16) for fields in (line.split() for line in table.splitlines())
                  if fields and fields[-1].split("@")[0] == "__vdso_clock_gettime")  # (a name@@VERSION)
-    found = saved.find(value) if saved is not None else None  # (the vdso's code is at its offsets)
+    found = saved.find(value, demangle) if saved is not None else None  # (the vdso's code is at its offsets)
     assert found is not None and found.name == "__vdso_clock_gettime"
 
 

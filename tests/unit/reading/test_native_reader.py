@@ -139,7 +139,7 @@ def test_plt_stubs_are_named_in_relocation_order_as_perf_61_names_them() -> None
     plt_offset = int(next(line for line in sections.splitlines() if " .plt " in line).split("]", 1)[1].split()[3], 16)
     loaded = symbols.load_symbols(libc, None)
     assert loaded is not None
-    named = [loaded.find(plt_offset + 16 * (number + 1)) for number in range(len(expected))]
+    named = [loaded.find(plt_offset + 16 * (number + 1), symbols.demangle) for number in range(len(expected))]
     assert [symbol.name if symbol else None for symbol in named] == expected
 
 
@@ -320,6 +320,6 @@ def test_a_name_longer_than_a_page_is_read_whole(tmp_path: Path) -> None:
     # When it is looked up at its offset in the file
     loaded = symbols.load_symbols(str(binary), None)
     assert loaded is not None
-    found = loaded.find(offset)
+    found = loaded.find(offset, symbols.demangle)
     # Then it has its whole name
     assert found is not None and found.name == name
