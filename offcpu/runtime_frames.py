@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -122,6 +123,22 @@ class RuntimeStacks:
         return next((process.runtime for process in self.processes if process.pid == pid), "CPython")
 
 
+class RuntimeNames(Protocol):
+    """What names the runtime frames of a chain (its runtime stack id): a capture's RuntimeStacks,
+    or the live window's (offcpu.live.runtime)."""
+
+    @property
+    def stacks(self) -> Sequence[tuple[Frame | WaitFrame, ...]]: ...
+
+    def runtime_of(self, pid: int) -> str: ...
+
+
+def sample_stack(sample: dict, stacks: Sequence[tuple[Frame, ...]]) -> tuple[Frame | WaitFrame, ...]:
+    """A sample's frames (runtime_stacks.RuntimeSampler's form): what its thread waits for and who
+    held it (a Java or Ruby thread's, `wait_frames`), then its stack."""
+    return wait_frames(sample.get("locks") or [], stacks) + stacks[sample["stack"]]
+
+
 def to_json(interval_ms: int, processes: list[dict], stacks: list[tuple[Frame, ...]], samples: list[dict]) -> str:
     return json.dumps({"schema": SCHEMA, "interval_ms": interval_ms, "processes": processes,
                        "stacks": [[{"function": frame.function, "file": frame.file, "line": frame.line}
@@ -196,7 +213,7 @@ def _plain(frame: Frame) -> str:
     return frame.function if frame.line == 0 else f"{frame.function} ({os.path.basename(frame.file)}:{frame.line})"
 
 
-def wait_frames(locks: list[dict], stacks: list[tuple[Frame, ...]]) -> tuple[WaitFrame, ...]:
+def wait_frames(locks: list[dict], stacks: Sequence[tuple[Frame, ...]]) -> tuple[WaitFrame, ...]:
     """A Java sample's frames for what its innermost frame waits for, and who held it (its
     owner's innermost frame, and where the program called it from when that is the JDK's):
     (`[held by worker-2: java.lang.Thread.sleep at MonitorSleep.pause (MonitorSleep.java:36)]`,

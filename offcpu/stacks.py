@@ -118,6 +118,18 @@ def runtime_parts(frame: str) -> tuple[str, str, int] | None:
     return (found[1], found[2], int(found[3] or 0)) if found else None
 
 
+def program_frame(frames: Sequence[str]) -> str | None:
+    """The innermost runtime frame of the program's own among a stack's frames, without its mark:
+    `work (app.py:57)`, `LockSleep.pause (LockSleep.java:41)` rather than the JDK's
+    `java.lang.Thread.sleep` it called (the JDK's innermost where the stack has no frame of the
+    program's). Not what a Java thread waits for, `[waiting to lock a java.lang.Object]`, which
+    names no place. None: no runtime frame."""
+    named = [(frame, parts[0]) for frame in frames if (parts := runtime_parts(frame)) is not None]
+    own = next((frame for frame, function in named if not function.startswith(JDK_PACKAGES)), None)
+    chosen = own or (named[0][0] if named else None)
+    return chosen.rsplit(" [", 1)[0] if chosen is not None else None
+
+
 def without_tracing(stack: Stack) -> Stack:
     """`stack` without the tracing machinery its kernel frames begin in (TRACING_FRAMES),
     nor the unnamed frames before it (a BPF program is not in kallsyms), so that every

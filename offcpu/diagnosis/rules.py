@@ -36,7 +36,7 @@ from offcpu.diagnosis.roots import IN_TURNS, ON_CPU
 from offcpu.diagnosis.wording import counted, pct, us_text
 from offcpu.model import WHOLE_WINDOW, Row
 from offcpu.model.summaries import runqueue_percentiles
-from offcpu.stacks import BEFORE_WINDOW, JDK_PACKAGES, RUNTIME_MARKS, held_by, runtime_parts, waited_for
+from offcpu.stacks import BEFORE_WINDOW, RUNTIME_MARKS, held_by, program_frame, runtime_parts, waited_for
 
 # thread_limits: a limit used this much is worth a finding, a warning, critical.
 LIMIT_INFO_FROM = 0.5
@@ -255,15 +255,8 @@ def _holder_sites(ctx: Context, rows: list[Row], lock: str) -> str:
 
 
 def _innermost_runtime(ctx: Context, row: Row) -> str | None:
-    """A wait's innermost runtime frame of the program's own, without its mark: `work (app.py:57)`,
-    `LockSleep.pause (LockSleep.java:41)` rather than the JDK's `java.lang.Thread.sleep` it called
-    (the JDK's innermost where the stack has no frame of the program's). Not what a Java thread
-    waits for, `[waiting to lock a java.lang.Object]`, which names no place."""
-    frames = [(frame, parts[0]) for frame in ctx.model.stacks[row.stack].frames
-              if (parts := runtime_parts(frame)) is not None]
-    own = next((frame for frame, function in frames if not function.startswith(JDK_PACKAGES)), None)
-    chosen = own or (frames[0][0] if frames else None)
-    return chosen.rsplit(" [", 1)[0] if chosen is not None else None
+    """A wait's innermost runtime frame of the program's own (stacks.program_frame)."""
+    return program_frame(ctx.model.stacks[row.stack].frames)
 
 
 def _sites_text(words: str, by_frame: dict[str, int], whole: int) -> str:

@@ -19,6 +19,7 @@ from offcpu.diagnosis.findings import Finding, findings
 from offcpu.errors import OffcpuError
 from offcpu.live.flight import write_capture
 from offcpu.live.kept import KeptRecords
+from offcpu.live.runtime import LiveRuntime
 from offcpu.live.triggers import Trigger
 from offcpu.live.window import LiveWindow, joined
 from offcpu.model import Model
@@ -81,6 +82,7 @@ class Follow:
         self._window: LiveWindow | None = None  # None: no view and no trigger, nothing to build
         self._taken: list[np.ndarray] = []  # since the last frame
         self._open: tuple[int, np.ndarray] | None = None  # when the waits open were read, and those
+        self._read_before = 0  # when they were read for the frame before (ns)
         self.last: Frame | None = None
 
     def start(self, recording: _core.BpfRecording, info: CaptureInfo, sampler: RuntimeSampler) -> None:
@@ -88,7 +90,7 @@ class Follow:
         sampler.keep_ns = self.kept.keep_ns
         self._next_ns = info.window_start_ns + round(self.options.interval_s * 1e9)
         if self.on_frame is not None or self.options.triggers:
-            self._window = LiveWindow(self.directory, recording, info)
+            self._window = LiveWindow(self.directory, recording, info, LiveRuntime(sampler))
 
     def tick(self) -> None:
         assert self._recording is not None and self._info is not None, "started first"
@@ -118,8 +120,11 @@ class Follow:
         with those of the window before."""
         assert self._recording is not None and self._info is not None and self._window is not None
         read_ns, open_then = self._open or (now, _records(self._recording.open_waits()))
-        self._window.add(joined(self._taken), open_then, read_ns)
-        self._taken, self._open = [], None
+        # With a runtime's stacks read, the interval before is paired, not this one: its waits'
+        # samples have come by now (offcpu.live.runtime)
+        held_back = self._sampler is not None and bool(self._sampler.found)
+        self._window.add(joined(self._taken), open_then, self._read_before if held_back else read_ns, read_ns)
+        self._taken, self._open, self._read_before = [], None, read_ns
         self._window.slide(round(self.options.window_s * 1e9))
         model = self._window.model()
         waited = self._window.waited_ns()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from offcpu.diagnosis.locktable import LockTable
 from offcpu.model import SUB_WINDOWS, Model
 from offcpu.model.summaries import waker_pairs
-from offcpu.stacks import Stack, drawn_alone, shorten
+from offcpu.stacks import Stack, drawn_alone, program_frame, shorten
 
 # The last interval's rate against the window's: above RISING times it is rising, below
 # 1/RISING falling
@@ -63,7 +63,7 @@ def wait_sites(model: Model, table: LockTable, width: int) -> list[Site]:
             continue
         name = names.get(row.stack)
         if name is None:
-            name = names[row.stack] = _site_name(model.stacks[row.stack], table, width)
+            name = names[row.stack] = site_name(model.stacks[row.stack], table, width)
         sums = times[name]
         sums[0] += row.offcpu_us
         sums[1] += row.windows[-1] if row.windows else 0
@@ -74,11 +74,15 @@ def wait_sites(model: Model, table: LockTable, width: int) -> list[Site]:
     return sorted(sites, key=lambda site: -site.ms_per_s)
 
 
-def _site_name(stack: Stack, table: LockTable, width: int) -> str:
-    """A stack's site in `width` characters: the lock table's name for it, else the stack shortened."""
+def site_name(stack: Stack, table: LockTable, width: int) -> str:
+    """A stack's site in `width` characters: the lock table's name for it, with the program's own
+    frame when a runtime's read joined one (`futex at work (app.py:57)`) else the frame it matched
+    (`futex (futex_do_wait)`); else the stack shortened."""
     site = table.site(stack)
-    frames, kernel = drawn_alone(stack)
-    return (f"{site.lock.name} ({site.frame})" if site is not None else shorten(frames, kernel, width))[:width]
+    if site is None:
+        return shorten(*drawn_alone(stack), width)[:width]
+    program = program_frame(stack.frames)
+    return (f"{site.lock.name} at {program}" if program is not None else f"{site.lock.name} ({site.frame})")[:width]
 
 
 def thread_rates(model: Model) -> list[ThreadRate]:

@@ -28,6 +28,7 @@ from offcpu.runtime_frames import NO_RUNTIME_STACK
 from offcpu.stacks import Stack
 
 if TYPE_CHECKING:
+    from offcpu.live.runtime import LiveRuntime
     from offcpu.reading.symbols import Symbolizer
 
 RECORD_BYTES = np.dtype((np.void, RECORD.itemsize))  # a record as its bytes
@@ -42,10 +43,13 @@ class Interval:
 
 
 class LiveWindow:
-    def __init__(self, directory: Path, recording: _core.BpfRecording, info: CaptureInfo) -> None:
+    def __init__(self, directory: Path, recording: _core.BpfRecording, info: CaptureInfo,
+                 runtime: LiveRuntime | None = None) -> None:
+        """`runtime`: the runtimes' samples and stacks, joined to the waits (None: native frames only)."""
         self.directory = directory
         self.recording = recording
         self.info = info
+        self.runtime = runtime
         self.held = _core.HeldRecords()  # names, states and chains by id, for the whole recording
         self.chains: list[Chain | None] = [None, *SYNTHETIC_STACKS]  # the chains by id, as far as known
         self.intervals: deque[Interval] = deque()
@@ -60,11 +64,13 @@ class LiveWindow:
         self.notes: dict[str, None] = {}  # what naming the chains found (of the mapped files), in order
         self.unreadable = 0  # records of a kind this offcpu does not know, since the last interval
 
-    def add(self, taken: np.ndarray, open_then: np.ndarray, last: int) -> None:
+    def add(self, taken: np.ndarray, open_then: np.ndarray, last: int, read: int | None = None) -> None:
         """Pair what happened up to `last` (ns) into an interval: `taken`, the records taken since
-        the last call (every one, as they come), and `open_then`, the waits open at `last`, read
-        long enough before the last of `taken` was taken that every wait that had ended by `last`
-        is in `taken` (a wait in both counts once)."""
+        the last call (every one, as they come), and `open_then`, the waits open at `read` (`last`
+        unless given; not before it), read long enough before the last of `taken` was taken that
+        every wait that had ended by `read` is in `taken` (a wait in both counts once). The waits
+        that began in the interval join the runtimes' samples read from its start to `read`."""
+        read = last if read is None else read
         kinds = taken["kind"]
         self.unreadable += int(np.count_nonzero((kinds < WAIT) | (kinds > COMM)))
         began = rows_of(taken, _begins(taken))
@@ -80,7 +86,8 @@ class LiveWindow:
         records = joined([self.begins, rows_of(held, ~_begins(held)), still_open])
         self._interrupts_alone(records)
         first = self.paired_to
-        paired = self.held.slice(records.tobytes(), first, last, self.unreadable)
+        samples = self.runtime.samples(first, read) if self.runtime is not None else None
+        paired = self.held.slice(records.tobytes(), first, last, self.unreadable, samples)
         self.unreadable = 0
         back, since = ended["back_ns"].astype(np.int64), ended["since_ns"].astype(np.int64)
         waited = (back - since)[(back >= first) & (back <= last) & (since != 0)]
@@ -150,7 +157,7 @@ class LiveWindow:
         if new:
             table = self._stack_table(_stack_ids(new))
             symbolizer = self._symbolizer()
-            self.named.update((chain, stack_of(chain, table, symbolizer)) for chain in new)
+            self.named.update((chain, stack_of(chain, table, symbolizer, self.runtime)) for chain in new)
             self.notes.update(dict.fromkeys(symbolizer.notes))
         return {chain: self.named[chain] for chain in chains}
 

@@ -39,7 +39,7 @@ from offcpu.reading.pairing import SYNTHETIC_STACKS, Paired, ThreadAtStart
 from offcpu.reading.sched_events import Chain
 from offcpu.recording import perf_maps, process_maps
 from offcpu.recording.perf_maps import PerfMap
-from offcpu.runtime_frames import RuntimeStacks
+from offcpu.runtime_frames import RuntimeNames, RuntimeStacks
 from offcpu.stacks import STACK_NOT_TAKEN, WAKER_STACK_NOT_TAKEN, Stack, without_tracing
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ class BpfReader:
 
 
 def stack_of(chain: Chain, table: dict[int, tuple[int, ...]], symbolizer: Symbolizer,
-           runtime: RuntimeStacks | None = None) -> Stack:
+           runtime: RuntimeNames | None = None) -> Stack:
     """The frames of a chain: the kernel's, then the user's (native, then the runtime's),
     innermost first."""
     if isinstance(chain, str):

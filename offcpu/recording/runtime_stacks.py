@@ -54,8 +54,8 @@ from offcpu.runtime_frames import (
     Frame,
     monitor_waited,
     owner_of,
+    sample_stack,
     to_json,
-    wait_frames,
 )
 from offcpu.stacks import RUBY_MUTEX
 from offcpu.workers import child_environment, end_with_parent
@@ -216,9 +216,8 @@ class RuntimeSampler:
         """Each thread's last stack read, as frames are named in a stack (`work (app.py:57) [py]`),
         with what it waits for (a Java thread's: `[waiting to lock a java.lang.Object]`)."""
         stacks = list(self.stacks)
-        return {sample["tid"]: tuple(frame.name(self.found[sample["pid"]]["runtime"]) for frame in
-                                     wait_frames(sample.get("locks", []), stacks) + stacks[sample["stack"]])
-                for sample in self.samples}
+        return {sample["tid"]: tuple(frame.name(self.found[sample["pid"]]["runtime"])
+                                     for frame in sample_stack(sample, stacks)) for sample in self.samples}
 
     def owners_by_thread(self) -> dict[int, int | None]:
         """Of each thread whose last stack read waits to lock a Java monitor, the thread that held it

@@ -166,11 +166,24 @@ impl HeldRecords {
 
     /// The events of `records` (bpf-records.bin's form: every fork and exec of the recording
     /// so far among them) from `first` to `last` ns paired into a slice of their own, counted
-    /// from `first` to `last`; `skipped`: the records that could not be read.
-    fn slice(&self, py: Python<'_>, records: &[u8], first: i64, last: i64, skipped: u64) -> Slice {
+    /// from `first` to `last`; `skipped`: the records that could not be read; `runtime`: the
+    /// runtimes' samples (threads, times, stack ids) that the waits beginning in it join, or None.
+    #[pyo3(signature = (records, first, last, skipped, runtime=None))]
+    fn slice(
+        &self,
+        py: Python<'_>,
+        records: &[u8],
+        first: i64,
+        last: i64,
+        skipped: u64,
+        runtime: Option<Samples>,
+    ) -> Slice {
         py.detach(|| {
             let generations = exec_generations(records);
-            let mut decoder = SliceDecoder::new((first, last), &self.keys, &generations, None);
+            let samples =
+                runtime.map(|(tids, times, stacks)| RuntimeSamples::new(&tids, &times, &stacks));
+            let mut decoder =
+                SliceDecoder::new((first, last), &self.keys, &generations, samples.as_ref());
             Record::all(records).for_each(|record| decoder.take(&record));
             let mut builder = SliceBuilder::new(first, last, Some((first, last)), 0);
             builder.take(&decoder.events());

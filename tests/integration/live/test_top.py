@@ -225,6 +225,37 @@ def test_the_screen_driven_by_its_keys(tmp_path: Path, chain: Workload, tmux: li
     assert json.loads((flight / "capture.json").read_text())["recorded_by"] == "top"
 
 
+def test_the_screen_names_the_programs_own_lines(tmp_path: Path, tmux: list[str]) -> None:
+    """python_lock (4 threads queued on a threading.Lock held across a 100 ms sleep): the wait sites
+    name the Python function and line where the threads wait, read while top records, as report does."""
+    if not os.access(PYTHON, os.X_OK):
+        missing(f"{PYTHON} is not installed: scripts/setup installs it")
+    source = example("python_lock")
+    program = subprocess.Popen([PYTHON, str(source), "-t", "4", "-s", "60", "-u", "100000"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for_threads(program.pid, 5)
+        status = tmp_path / "status"
+        shell = (f"unset LINES COLUMNS; TMPDIR={tmp_path} NO_COLOR=1 {OFFCPU} top --pid {program.pid} "
+                 f"--interval 0.5 --window 2 --keep 3; echo $? > {status}; sleep 30")
+        subprocess.run([*tmux, "new-session", "-d", "-s", "top", "-x", "100", "-y", "40", shell], check=True)
+        wait_for(tmux, "wait sites")
+        subprocess.run([*tmux, "send-keys", "-t", "top", "s"], check=True)
+        shown = wait_for(tmux, f" at main.<locals>.work ({source.name}:")
+        subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not status.exists():
+            assert time.monotonic() < deadline, screen(tmux)
+            time.sleep(0.2)
+        assert status.read_text().strip() == "0"
+        assert not list(tmp_path.glob("offcpu-live-*"))
+    finally:
+        os.killpg(program.pid, signal.SIGKILL)
+        program.wait()
+    sites = shown.split("wait site", 1)[1]
+    assert f"futex at main.<locals>.work ({source.name}:" in sites, shown
+
+
 def test_the_screen_of_a_server_under_load(tmp_path: Path, tmux: list[str]) -> None:
     """nginx (a master, 2 workers) serving wrk: its workers on the screen, waiting in epoll for the
     next request, and the keys still answered under the load."""

@@ -1,10 +1,11 @@
 """offcpu top's window, built an interval at a time (each paired once, then merged), against the
 model `report` builds from scratch of a capture of the window's records (as a flight record of
 the window is): a recorded BPF capture (python_lock_bpf) cut into the takes and open waits a
-live recording would have handed over."""
+live recording would have handed over, with the Python stacks read while it recorded."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import defaultdict
 from dataclasses import replace
@@ -14,11 +15,14 @@ import numpy as np
 import pytest
 
 from offcpu.capture import BPF_RECORDS, BPF_STACKS, RUNTIME_STACKS, load, save
+from offcpu.live.runtime import LiveRuntime
 from offcpu.live.window import LiveWindow
 from offcpu.model import SUB_WINDOWS, Model
 from offcpu.model.loading import build
 from offcpu.model.wakeups import from_interrupt
 from offcpu.reading.bpf_reader import RECORD, WAIT
+from offcpu.recording.runtime_stacks import RuntimeSampler
+from offcpu.runtime_frames import Frame
 from offcpu.stacks import Stack
 from tests.fixtures import HERE as FIXTURES
 from tests.helpers.bpf_records import FORK, PID, S, at, record, write_capture
@@ -122,6 +126,48 @@ def test_the_merged_intervals_are_the_model_of_the_window(capture: Path) -> None
     ended = records[(records["kind"] == WAIT) & (records["back_ns"] >= first_kept) & (records["back_ns"] <= ends[-1])
                     & (records["since_ns"] != 0)]
     assert sorted(window.waited_ns().tolist()) == sorted((ended["back_ns"] - ended["since_ns"]).astype(int).tolist())
+
+
+def recorded_sampler(directory: Path) -> RuntimeSampler:
+    """A sampler holding what the recording's sampler had read when it wrote runtime-stacks.json."""
+    sampler = RuntimeSampler(directory)
+    data = json.loads((directory / RUNTIME_STACKS).read_text())
+    sampler.found = {process["pid"]: process for process in data["processes"]}
+    sampler.stacks = {tuple(Frame(frame["function"], frame["file"], frame["line"]) for frame in stack): number
+                      for number, stack in enumerate(data["stacks"])}
+    sampler.samples = data["samples"]
+    return sampler
+
+
+def test_the_window_names_the_python_lines_of_its_waits_as_report_does(tmp_path: Path) -> None:
+    # tests/fixtures/python_lock_bpf: python_lock -t 4 -u 100000 (4 workers taking one lock and sleeping 100 ms
+    # holding it) recorded 1 s with BPF, its Python stacks read every 200 ms; its waits open read 4 times, and
+    # each time the interval up to the read before paired, as top pairs them when it reads a runtime's stacks
+    capture = tmp_path / "capture"
+    shutil.copytree(FIXTURES / "python_lock_bpf", capture)
+    info = load(capture)
+    records = np.fromfile(capture / BPF_RECORDS, RECORD)
+    start = info.window_start_ns
+    reads = [start + (info.window_end_ns - start) * (number + 1) // 4 for number in range(4)]
+    table = shutil.copyfile(capture / BPF_STACKS, tmp_path / "stack-table")
+    window = LiveWindow(capture, SavedStacks(table), info, LiveRuntime(recorded_sampler(capture)))  # type: ignore[arg-type]
+    for before, read in zip([start - 1, *reads], reads, strict=False):
+        window.add(taken_in(records, before, read), open_at(records, read), before, read)
+    live = window.model()
+    assert live is not None and live.window_end_ns == reads[-2]
+    with_lock = "main.<locals>.work (python_lock:57) [py]"
+    # the workers' waits for the lock (their futex's kernel frames) carry the line that takes it, after
+    # their native frames, for most of their time
+    pid = info.target.pid
+    lock = [row for row in live.rows if row.tid != pid and "futex_do_wait" in live.stacks[row.stack].frames]
+    framed = {live.stacks[row.stack] for row in lock if with_lock in live.stacks[row.stack].frames}
+    assert framed and all(stack.frames.index(with_lock) >= stack.kernel_frames for stack in framed)
+    framed_us = sum(row.offcpu_us for row in lock if live.stacks[row.stack] in framed)
+    lock_us = sum(row.offcpu_us for row in lock)
+    assert framed_us > 0.99 * lock_us, (framed_us, lock_us)
+    # each with the frames report joins to a wait of the whole capture
+    whole = build(capture)
+    assert framed <= {whole.stacks[row.stack] for row in whole.rows}
 
 
 def test_a_process_begun_in_an_interval_has_its_first_generation_there(tmp_path: Path) -> None:
