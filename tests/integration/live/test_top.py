@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -142,9 +143,10 @@ def test_record_keep_writes_on_sigusr1_without_a_view(tmp_path: Path, contention
     assert "__lll_lock_wait" in report.stdout
 
 
-def test_a_flight_record_carries_the_programs_own_frames(tmp_path: Path) -> None:
-    """python_lock (4 threads queued on a threading.Lock held across a sleep): the flight record's
-    report names the lock and the program's line, as record's does."""
+@contextmanager
+def python_lock() -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    """python_lock's 4 threads queued on a threading.Lock held across a 100 ms sleep, killed whole
+    after: its source and process."""
     if not os.access(PYTHON, os.X_OK):
         missing(f"{PYTHON} is not installed: scripts/setup installs it")
     source = example("python_lock")
@@ -152,6 +154,16 @@ def test_a_flight_record_carries_the_programs_own_frames(tmp_path: Path) -> None
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for_threads(program.pid, 5)
+        yield source, program
+    finally:
+        os.killpg(program.pid, signal.SIGKILL)
+        program.wait()
+
+
+def test_a_flight_record_carries_the_programs_own_frames(tmp_path: Path) -> None:
+    """python_lock (4 threads queued on a threading.Lock held across a sleep): the flight record's
+    report names the lock and the program's line, as record's does."""
+    with python_lock() as (source, program):
         watch = start(tmp_path, "record", "--pid", str(program.pid), "--keep", "3", "--flight-output", str(tmp_path))
         assert watch.stderr is not None
         assert watch.stderr.readline().startswith("Watching")
@@ -159,9 +171,6 @@ def test_a_flight_record_carries_the_programs_own_frames(tmp_path: Path) -> None
         watch.send_signal(signal.SIGUSR1)
         line = watch.stderr.readline()
         end(watch, tmp_path)
-    finally:
-        os.killpg(program.pid, signal.SIGKILL)
-        program.wait()
     assert line.startswith("flight record: "), line
     flight = Path(line.split()[-1])
     report = run_offcpu("report", "json", str(flight))
@@ -228,13 +237,7 @@ def test_the_screen_driven_by_its_keys(tmp_path: Path, chain: Workload, tmux: li
 def test_the_screen_names_the_programs_own_lines(tmp_path: Path, tmux: list[str]) -> None:
     """python_lock (4 threads queued on a threading.Lock held across a 100 ms sleep): the wait sites
     name the Python function and line where the threads wait, read while top records, as report does."""
-    if not os.access(PYTHON, os.X_OK):
-        missing(f"{PYTHON} is not installed: scripts/setup installs it")
-    source = example("python_lock")
-    program = subprocess.Popen([PYTHON, str(source), "-t", "4", "-s", "60", "-u", "100000"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_for_threads(program.pid, 5)
+    with python_lock() as (source, program):
         status = tmp_path / "status"
         shell = (f"unset LINES COLUMNS; TMPDIR={tmp_path} NO_COLOR=1 {OFFCPU} top --pid {program.pid} "
                  f"--interval 0.5 --window 2 --keep 3; echo $? > {status}; sleep 30")
@@ -249,9 +252,6 @@ def test_the_screen_names_the_programs_own_lines(tmp_path: Path, tmux: list[str]
             time.sleep(0.2)
         assert status.read_text().strip() == "0"
         assert not list(tmp_path.glob("offcpu-live-*"))
-    finally:
-        os.killpg(program.pid, signal.SIGKILL)
-        program.wait()
     sites = shown.split("wait site", 1)[1]
     assert f"futex at main.<locals>.work ({source.name}:" in sites, shown
 
