@@ -234,6 +234,16 @@ def test_the_screen_driven_by_its_keys(tmp_path: Path, chain: Workload, tmux: li
     assert json.loads((flight / "capture.json").read_text())["recorded_by"] == "top"
 
 
+def quit_top(tmux: list[str], status: Path) -> None:
+    """`q` pressed, and top ended with status 0 (its shell writes it to `status`)."""
+    subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not status.exists():
+        assert time.monotonic() < deadline, screen(tmux)
+        time.sleep(0.2)
+    assert status.read_text().strip() == "0"
+
+
 def test_the_screen_names_the_programs_own_lines(tmp_path: Path, tmux: list[str]) -> None:
     """python_lock (4 threads queued on a threading.Lock held across a 100 ms sleep): the wait sites
     name the Python function and line where the threads wait, read while top records, as report does."""
@@ -245,12 +255,7 @@ def test_the_screen_names_the_programs_own_lines(tmp_path: Path, tmux: list[str]
         wait_for(tmux, "wait sites")
         subprocess.run([*tmux, "send-keys", "-t", "top", "s"], check=True)
         shown = wait_for(tmux, f" at main.<locals>.work ({source.name}:")
-        subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not status.exists():
-            assert time.monotonic() < deadline, screen(tmux)
-            time.sleep(0.2)
-        assert status.read_text().strip() == "0"
+        quit_top(tmux, status)
         assert not list(tmp_path.glob("offcpu-live-*"))
     sites = shown.split("wait site", 1)[1]
     assert f"futex at main.<locals>.work ({source.name}:" in sites, shown
@@ -273,12 +278,7 @@ def test_the_screen_of_a_server_under_load(tmp_path: Path, tmux: list[str]) -> N
             assert any(str(tid) in threads for tid in nginx.worker_tids), threads
             subprocess.run([*tmux, "send-keys", "-t", "top", "w"], check=True)
             assert "wrk" in wait_for(tmux, "who wakes whom")  # its requests wake the workers
-            subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True)
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while not status.exists():
-                assert time.monotonic() < deadline, screen(tmux)
-                time.sleep(0.2)
-            assert status.read_text().strip() == "0"
+            quit_top(tmux, status)
     except (MissingProgram, WorkloadError) as error:
         missing(str(error))
 
