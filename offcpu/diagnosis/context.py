@@ -31,9 +31,6 @@ def tids(rows: Iterable[Row]) -> int:
 # A lock whose woken waiters make up this much of all the waiting for a CPU is a convoy: each
 # release wakes a waiter that queues for a CPU behind the lock's other woken waiters
 CONVOY_FROM = 0.5
-# ... and one this near that share may fall either side of it in another run, or as another
-# backend records the same run (their times agree within 10%: test_backends_agree)
-CONVOY_MARGIN = 0.05
 LOCKS = (LOCK_CONTENTION, MMAP_LOCK, STACK_CACHE_LOCK)
 
 
@@ -67,29 +64,14 @@ class Context:
     def convoy(self) -> frozenset[int]:
         """The rows (by id) of the locks that were convoys (CONVOY_FROM): their waiters' wait for
         a CPU after the release came from the lock's own handoffs, and is the lock's."""
-        return frozenset(id(row) for rows, share in self._locks_waiting_for_a_cpu if share >= CONVOY_FROM
-                         for row in rows)
-
-    @cached_property
-    def convoy_unsettled(self) -> frozenset[int]:
-        """The rows (by id) of the locks near being convoys or not (CONVOY_MARGIN): their wait for a
-        CPU after their wakeups may be the lock's or CPU saturation's in another run."""
-        return frozenset(id(row) for rows, share in self._locks_waiting_for_a_cpu
-                         if abs(share - CONVOY_FROM) < CONVOY_MARGIN for row in rows)
-
-    @cached_property
-    def _locks_waiting_for_a_cpu(self) -> list[tuple[list[Row], float]]:
-        """Each lock's rows, and their share of all the waiting for a CPU."""
         waiting = sum(row.runqueue_us for row in self.model.rows)
-        if not waiting:
-            return []
-        return [(rows, sum(row.runqueue_us for row in rows) / waiting)
-                for finding in LOCKS for key in self.claims.keys(finding)
-                if (rows := self.claims.rows(finding, key))]
-
-    def unsettled_us(self, rows: Iterable[Row]) -> int:
-        """The part of own_us(rows) that is theirs only by a convoy near its limit."""
-        return sum(row.runqueue_us for row in rows if id(row) in self.convoy and id(row) in self.convoy_unsettled)
+        convoys: set[int] = set()
+        for finding in LOCKS:
+            for key in self.claims.keys(finding):
+                rows = self.claims.rows(finding, key)
+                if waiting and sum(row.runqueue_us for row in rows) >= CONVOY_FROM * waiting:
+                    convoys.update(id(row) for row in rows)
+        return frozenset(convoys)
 
     def share_of_wall(self, us: int, rows: list[Row]) -> float:
         """`us` over the wall time of the threads of `rows`, at least one whole window."""

@@ -79,8 +79,7 @@ class Finding:
     cgroups: tuple[CgroupShare, ...] = ()  # of a recording of the whole machine: the cgroups of its threads
     # The standard error of share_of_wall, from its spread over the window's sub-windows
     share_uncertainty: float = 0.0
-    # The severity the share reaches by more than its uncertainty (severity when it is 0), and
-    # without what a decision near its limit put in it (a lock's convoy, Context.convoy_unsettled):
+    # The severity the share reaches by more than its uncertainty (severity when it is 0):
     # a lower one says the finding is near the limit of its severity, and may fall below it
     # in another run
     settled_severity: str = "info"
@@ -94,7 +93,6 @@ def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
     us = total(match.rows)
     idle = rule.id == IDLE
     graded = ctx.own_us(match.rows) if match.graded_us is None else match.graded_us
-    unsettled = ctx.unsettled_us(match.rows) if match.graded_us is None else match.unsettled_us
     graded_rows = match.rows if match.graded_rows is None else match.graded_rows
     share_of_wall = ctx.share_of_wall(graded, graded_rows) if graded_rows else 0.0
     offcpu = ctx.offcpu_us if idle else ctx.offcpu_us - ctx.idle_us
@@ -123,8 +121,7 @@ def _finding(rule: Rule, ctx: Context, match: Match) -> Finding | None:
         chain=chain(ctx, match.rows) if peer_waits else (),
         roots=roots(ctx, match.rows) if peer_waits else (),
         cgroups=cgroup_shares(ctx, match.rows),
-        share_uncertainty=uncertainty, settled_severity=severity_at(
-            share_of_wall - uncertainty - (ctx.share_of_wall(unsettled, graded_rows) if graded_rows else 0.0)),
+        share_uncertainty=uncertainty, settled_severity=severity_at(share_of_wall - uncertainty),
     )
 
 

@@ -82,7 +82,6 @@ class Match:
     # time (CPU saturation: the run-queue time of every wait, not only of its rows)
     graded_us: int | None = None
     graded_rows: list[Row] | None = None
-    unsettled_us: int = 0  # of graded_us, what is there only by a decision near its limit (Context.convoy)
     cap: str = "critical"  # highest severity
     threads: int | None = None  # counted from the rows unless given
     subject: str = ""
@@ -502,8 +501,7 @@ def detect_runqueue(ctx: Context) -> list[Match]:
                         f"({pct(share)} of their time): {us_text(preempted_us)} preempted while they still had "
                         f"work{after_wakeup}; on average {waiting:.1f} runnable threads waited for the "
                         f"{ctx.model.capture.cpus} CPUs.",
-                  graded_us=preempted_us + after_us, graded_rows=rows + woken, threads=tids(rows + woken),
-                  unsettled_us=sum(row.runqueue_us for row in woken if id(row) in ctx.convoy_unsettled))]
+                  graded_us=preempted_us + after_us, graded_rows=rows + woken, threads=tids(rows + woken))]
 
 
 def detect_cpu_throttling(ctx: Context) -> list[Match]:

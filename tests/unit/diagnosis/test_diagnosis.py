@@ -322,38 +322,3 @@ def test_two_java_threads_each_waiting_for_the_others_monitor_are_deadlocked() -
             ) in deadlock.summary, deadlock.summary
     assert "ReentrantLock.tryLock" in deadlock.remedy
 
-
-def lock_beside_a_busy_thread(preempted_us: int) -> dict[str, Finding]:
-    """12 waits for a mutex 1 -> 1.4 ms (11, on CPU 1 all along, lets it go) and then 2.1 ms for
-    CPU 0, which 13 holds until 3.5 ms; 12 runs until 13 has waited `preempted_us` for it, then
-    waits for a client to the window's end."""
-    events = builder()
-    events.switch_in(0, 0, 10, 12, "app-12")
-    events.switch_in(0, 1, 10, 11, "app-11")
-    switch(events, 1000, 12, "S", 13, FUTEX)
-    events.sched_waking(1400 * US, 10, 11, "app-11", 12, WAKE)
-    switch(events, 3500, 13, "R", 12, "")
-    switch(events, 3500 + preempted_us, 12, "S", 13, EPOLL)
-    return by_id(findings(model(events)))
-
-
-@pytest.mark.parametrize("preempted_us", [2000, 2200])
-def test_a_lock_near_being_a_convoy_says_its_severity_and_cpu_saturations_are_not_settled(preempted_us: int) -> None:
-    found = lock_beside_a_busy_thread(preempted_us)
-    lock, runqueue = found["lock_contention"], found["runqueue"]
-    if preempted_us == 2000:
-        # The lock's woken waiter waited 2.1 ms of the 4.1 ms waiting for a CPU, 51%: a convoy,
-        # the lock's, graded by 0.4 + 2.1 ms of 12's 10 ms (25%); 4% without it
-        assert (lock.severity, lock.settled_severity) == ("critical", "info")
-        # and CPU saturation is 13's 2 ms of its 10 ms, 20%: the convoy's part would only add to it
-        assert (runqueue.graded_us, runqueue.severity, runqueue.settled_severity) == (2000, "critical", "critical")
-    else:
-        # 2.1 of 4.3 ms, 49%: CPU saturation's, 2.2 + 2.1 ms of 12's and 13's 20 ms (21.5%); 11% without it
-        assert (runqueue.graded_us, runqueue.severity, runqueue.settled_severity) == (4300, "critical", "warning")
-        assert (lock.graded_us, lock.severity, lock.settled_severity) == (400, "info", "info")
-
-
-def test_a_lock_far_from_the_limit_of_a_convoy_is_settled() -> None:
-    # 2.1 of 3.1 ms waiting for a CPU, 68%: a convoy whatever another run's few per cent
-    lock = lock_beside_a_busy_thread(1000)["lock_contention"]
-    assert (lock.graded_us, lock.severity, lock.settled_severity) == (2500, "critical", "critical")
