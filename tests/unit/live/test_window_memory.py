@@ -133,3 +133,17 @@ def test_chains_the_window_no_longer_uses_are_let_go(tmp_path: Path) -> None:
     # Then its chain is named no more (it would be named again if it came back)
     assert not [chain for chain in window.named if isinstance(chain, tuple)]
 
+
+
+def test_a_process_with_a_wait_open_in_the_window_keeps_its_forks_and_execs(tmp_path: Path) -> None:
+    window = window_of(tmp_path)
+    window.add(first_interval(), np.zeros(0, RECORD), at(1_000))
+    # Given a second interval at whose end a thread of this process has waited since 600, still
+    # open (no record of it taken yet: the waits open are read as records with no switch-in)
+    still_open = of(PID, record(WAIT, PID, 600, state=S))
+    window.add(np.zeros(0, RECORD), still_open, at(2_000))
+    window.slide(1_000 * 1000)
+    window.let_go()
+    # Then both of this process's forks stay (the wait's generation is counted from them: its
+    # second), and GONE's fork and exec go
+    assert forks_and_execs(window) == [(PID, FORK, 100), (PID, FORK, 500)]
