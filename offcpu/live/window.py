@@ -140,13 +140,13 @@ class LiveWindow:
         self.mentioned.update(dict.fromkeys(pids[pids != 0].tolist(), last))
 
     def let_go(self) -> None:
-        """Bounded memory, however long it runs: the forks and execs of processes that no record
-        of the window is of, or woken by, and that began before it, once another program began in
-        their pid or the process is gone (the flight record counts its exec generations from the
-        records it keeps). The generations after them are counted again from those left: the
-        names found for those processes (their chains, their addresses) are let go too, and
-        found again from the maps filed anew. The named chains the window no longer uses went
-        at its last model (stacks)."""
+        """Bounded memory, however long it runs: let go of the forks and execs from before the
+        window of processes that no record of the window is of or was woken by, once a later
+        fork gave their pid to another process, or the process is gone (/proc). (The flight
+        record counts generations from the records it keeps, not from these.) The generations
+        after them are counted again from those left, so what was named by those processes'
+        generations (their chains, their addresses) goes too, named again from their maps filed
+        anew. (The chains the window no longer uses went at its last model: stacks.)"""
         if not self.intervals:
             return
         horizon = self.intervals[0].first_ns
