@@ -87,7 +87,8 @@ class Follow:
 
     def start(self, recording: _core.BpfRecording, info: CaptureInfo, sampler: RuntimeSampler) -> None:
         self._recording, self._info, self._sampler = recording, info, sampler
-        sampler.keep_ns = self.kept.keep_ns
+        # the seconds kept, or the window's when longer (the maps kept follow it: they name the window's records)
+        sampler.keep_ns = max(self.kept.keep_ns, round(self.options.window_s * 1e9))
         self._next_ns = info.window_start_ns + round(self.options.interval_s * 1e9)
         if self.on_frame is not None or self.options.triggers:
             self._window = LiveWindow(self.directory, recording, info, LiveRuntime(sampler))
@@ -126,6 +127,7 @@ class Follow:
         self._window.add(joined(self._taken), open_then, self._read_before if held_back else read_ns, read_ns)
         self._taken, self._open, self._read_before = [], None, read_ns
         self._window.slide(round(self.options.window_s * 1e9))
+        self._window.let_go()
         model = self._window.model()
         waited = self._window.waited_ns()
         kept_from = max(self.kept.first_ns, self._info.window_start_ns)

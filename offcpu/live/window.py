@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from offcpu.live.runtime import LiveRuntime
     from offcpu.reading.symbols import Symbolizer
 
+PROC = Path("/proc")
 RECORD_BYTES = np.dtype((np.void, RECORD.itemsize))  # a record as its bytes
 
 
@@ -56,6 +57,7 @@ class LiveWindow:
         self.paired_to = info.window_start_ns  # the next interval begins here
         self.carried = np.zeros(0, RECORD)  # taken records with an event after paired_to
         self.begins = np.zeros(0, RECORD)  # the forks and execs of processes so far: their exec generations
+        self.mentioned: dict[int, int] = {}  # pid: the end of the last interval with a record of it or its wakeup
         self.named: dict[Chain, Stack] = {}
         self.by_interrupt: dict[int, bool] = {}  # whether a kernel stack (by id) is an interrupt's handler
         self.table: dict[int, tuple[int, ...]] = {}  # the stack table, as last saved
@@ -71,6 +73,7 @@ class LiveWindow:
         every wait that had ended by `read` is in `taken` (a wait in both counts once). The waits
         that began in the interval join the runtimes' samples read from its start to `read`."""
         read = last if read is None else read
+        self._mention(taken, open_then, last)
         kinds = taken["kind"]
         self.unreadable += int(np.count_nonzero((kinds < WAIT) | (kinds > COMM)))
         began = rows_of(taken, _begins(taken))
@@ -129,6 +132,46 @@ class LiveWindow:
         while len(self.intervals) > 1 and self.intervals[1].first_ns <= self.paired_to - window_ns:
             self.intervals.popleft()
 
+    def _mention(self, taken: np.ndarray, open_then: np.ndarray, last: int) -> None:
+        """The processes these records (and those carried to the interval) are of, or woken by: in
+        the interval up to `last` (the records carried are paired there, not before)."""
+        parts = [records[field] for records in (self.carried, taken, open_then) for field in ("pid", "waker_pid")]
+        pids = np.unique(np.concatenate(parts))
+        self.mentioned.update(dict.fromkeys(pids[pids != 0].tolist(), last))
+
+    def let_go(self) -> None:
+        """Bounded memory, however long it runs: let go of the forks and execs from before the
+        window of processes that no record of the window is of or was woken by, once a later
+        fork gave their pid to another process, or the process is gone (/proc). (The flight
+        record counts generations from the records it keeps, not from these.) The generations
+        after them are counted again from those left, so what was named by those processes'
+        generations (their chains, their addresses) goes too, named again from their maps filed
+        anew. (The chains the window no longer uses went at its last model: stacks.)"""
+        if not self.intervals:
+            return
+        horizon = self.intervals[0].first_ns
+        self.mentioned = {pid: seen for pid, seen in self.mentioned.items() if seen >= horizon}
+        rows = np.flatnonzero((self.begins["since_ns"] < horizon) & ~np.isin(self.begins["pid"], list(self.mentioned)))
+        pids, since = self.begins["pid"][rows].tolist(), self.begins["since_ns"][rows].tolist()
+        forks = (self.begins["kind"][rows] == FORK).tolist()
+        latest: dict[int, int] = {}  # of each of those processes, its last fork among those rows
+        for pid, at, fork in zip(pids, since, forks, strict=True):
+            if fork:
+                latest[pid] = max(latest.get(pid, 0), at)
+        gone = {pid for pid in set(pids) if not (PROC / str(pid)).exists()}
+        drop = [row for row, pid, at in zip(rows.tolist(), pids, since, strict=True)
+                if pid in gone or at < latest.get(pid, 0)]
+        if not drop:
+            return
+        renumbered = set(self.begins["pid"][drop].tolist())
+        self.begins = rows_of(self.begins, np.setdiff1d(np.arange(len(self.begins)), drop))
+        self.named = {chain: stack for chain, stack in self.named.items()
+                      if not (isinstance(chain, tuple) and chain[2] in renumbered)}
+        if self.symbolizer is not None:
+            self.symbolizer.names = {key: name for key, name in self.symbolizer.names.items()
+                                     if key[0] not in renumbered}
+        self.maps_seen = None  # the maps filed again by the generations as they are now counted
+
     def waited_ns(self) -> np.ndarray:
         """The off-CPU time of each wait that ended in the window."""
         return np.concatenate([interval.waited_ns for interval in self.intervals] or [np.zeros(0, np.int64)])
@@ -159,7 +202,8 @@ class LiveWindow:
             symbolizer = self._symbolizer()
             self.named.update((chain, stack_of(chain, table, symbolizer, self.runtime)) for chain in new)
             self.notes.update(dict.fromkeys(symbolizer.notes))
-        return {chain: self.named[chain] for chain in chains}
+        self.named = {chain: self.named[chain] for chain in chains}  # the rest are named again if they come back
+        return dict(self.named)
 
     def _symbolizer(self) -> Symbolizer:
         """The symbolizer, with the processes' maps as the live recording last wrote them."""

@@ -120,6 +120,7 @@ class BpfSession:
         if self.follower is not None:
             save_kernel_files(request.output)
             self.follower.start(recording, info, sampler)
+            maps.keep_ns = sampler.keep_ns  # the maps of processes gone longer ago go (the follower set it)
             on_tick = _with_follower(on_tick, self.follower)
         switches_at_start = _run(request, info, on_tick, interrupts, maps, recording, sampler, self.follower is None)
         try:

@@ -123,6 +123,8 @@ class MapsRecorder:
     snapshots: list[Snapshot] = field(default_factory=list)
     latest: dict[int, tuple[Mapping, ...]] = field(default_factory=dict)  # each process's last snapshot
     build_ids: dict[Inode, bytes | None] = field(default_factory=dict)
+    keep_ns: int | None = None  # a live recording's: the maps no record of the last keep_ns needs go (None: none go)
+    gone: dict[int, int] = field(default_factory=dict)  # pid: when its process was first found gone
 
     def update(self, pids: Iterable[int]) -> None:
         """Read the maps of these processes (those gone are left out) and, when any changed
@@ -135,6 +137,8 @@ class MapsRecorder:
             # Timed after the read: maps of a new program were read after its exec, so the
             # reader files them under the generation after the exec.
             read_ns = time.monotonic_ns()
+            if mappings is not None:
+                self.gone.pop(pid, None)  # (its pid's next process, if it was)
             # None: gone. No file mapped: a kernel thread, or a process in the middle of an exec
             # (its maps are being replaced): nothing to name frames with.
             if mappings is None or mappings == self.latest.get(pid) or \
@@ -143,10 +147,30 @@ class MapsRecorder:
             self.latest[pid] = mappings
             self.snapshots.append(Snapshot(pid, read_ns, mappings))
             changed = True
+        if self.keep_ns is not None:
+            changed = self.let_go(time.monotonic_ns() - self.keep_ns) or changed
         if changed or not (self.directory / BPF_MAPS).exists():
             data = {"schema": SCHEMA, "snapshots": [snapshot.to_json() for snapshot in self.snapshots]}
             write_whole(self.directory / BPF_MAPS, json.dumps(data, separators=(",", ":")), mode=PRIVATE)
 
+    def let_go(self, oldest_ns: int) -> bool:
+        """Let go of the snapshots that no record from `oldest_ns` on can be named by: those of
+        processes gone before then, and those a later snapshot of their process, read before
+        then, stands for (the records after it are named from it, or from one later still).
+        Whether any went."""
+        now = time.monotonic_ns()
+        for pid in self.latest:
+            if pid not in self.gone and not (PROC / str(pid)).exists():
+                self.gone[pid] = now
+        done = {pid for pid, when in self.gone.items() if when < oldest_ns}
+        for pid in done:
+            del self.gone[pid], self.latest[pid]
+        later = {snapshot.pid: snapshot.read_ns for snapshot in self.snapshots if snapshot.read_ns < oldest_ns}
+        kept = [snapshot for snapshot in self.snapshots
+                if snapshot.pid not in done and snapshot.read_ns >= later.get(snapshot.pid, 0)]
+        changed = len(kept) != len(self.snapshots)
+        self.snapshots = kept
+        return changed
 
     def add(self, snapshots: Iterable[Snapshot]) -> None:
         """Snapshots read elsewhere (of processes offcpu ran while recording), kept and written.

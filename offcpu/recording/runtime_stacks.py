@@ -243,9 +243,11 @@ class RuntimeSampler:
     def _due(self) -> list[int]:
         """The recorded processes that run CPython, and those that run a JVM not read for
         JVM_INTERVAL_S, each looked at once (a command offcpu forked is looked at once it has
-        left offcpu's program for its own)."""
+        left offcpu's program for its own). A process no longer recorded is forgotten as no
+        runtime's: its pid, used again, may run one (and a whole machine's would fill the set)."""
         due = []
         now = time.monotonic()
+        self.not_runtime &= set(self.processes)
         for pid in self.processes:
             if pid == self._parent or pid in self.not_runtime:
                 continue
