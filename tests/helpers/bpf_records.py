@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 from pathlib import Path
 
@@ -70,3 +71,13 @@ def lost_and_unseen(directory: Path) -> None:
                               record(WAIT, WAITER, 300, back_us=400, estimated=1)], {})
     saved = json.loads((directory / "capture.json").read_text())
     (directory / "capture.json").write_text(json.dumps({**saved, "lost_events": 3}))
+
+
+class SavedStacks:
+    """What the window asks of the recording, its stack table: the capture's."""
+
+    def __init__(self, table: Path) -> None:
+        self.table = table
+
+    def save_stacks(self, path: str) -> None:
+        shutil.copyfile(self.table, path)

@@ -25,20 +25,10 @@ from offcpu.recording.runtime_stacks import RuntimeSampler
 from offcpu.runtime_frames import Frame
 from offcpu.stacks import Stack
 from tests.fixtures import HERE as FIXTURES
-from tests.helpers.bpf_records import FORK, PID, S, at, record, write_capture
+from tests.helpers.bpf_records import FORK, PID, S, SavedStacks, at, record, write_capture
 
 INTERVALS = 8
 KEPT = 5  # intervals in the window
-
-
-class SavedStacks:
-    """What the window asks of the recording, its stack table: the capture's."""
-
-    def __init__(self, table: Path) -> None:
-        self.table = table
-
-    def save_stacks(self, path: str) -> None:
-        shutil.copyfile(self.table, path)
 
 
 def open_at(records: np.ndarray, time_ns: int) -> np.ndarray:

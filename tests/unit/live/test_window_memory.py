@@ -14,8 +14,7 @@ from offcpu.live.window import LiveWindow
 from offcpu.reading.bpf_reader import EXEC, RECORD
 from offcpu.recording.process_maps import read_maps
 from offcpu.stacks import UNKNOWN
-from tests.helpers.bpf_records import COMM, EXIT, FORK, PID, WAIT, S, at, record, write_capture
-from tests.unit.live.test_window import SavedStacks
+from tests.helpers.bpf_records import COMM, EXIT, FORK, PID, WAIT, S, SavedStacks, at, record, write_capture
 
 # Pids no process has: above the kernel's greatest pid_max (PID_MAX_LIMIT, 4M)
 GONE, OTHER = 4_194_305, 4_194_306
