@@ -313,14 +313,15 @@ MANY_MAPS = """
 import mmap, sys
 # neighbours with other protections do not merge: each is a map of its own, and perf writes one record each
 maps = [mmap.mmap(-1, 4096, prot=mmap.PROT_READ | (mmap.PROT_EXEC if i % 2 else mmap.PROT_WRITE))
-        for i in range(20000)]
+        for i in range(40000)]
 print("ready", flush=True)
 sys.stdin.read()
 """
 
 
 def test_max_size_smaller_than_what_perf_writes_first(tmp_path):
-    # Given a process with 20000 memory maps: perf describes them all before any event
+    # Given a process with 40000 memory maps: perf describes its 20000 executable ones before any event (with
+    # 20000 maps, 0.7 MB in one CI run: under the least --max-size)
     program = subprocess.Popen([sys.executable, "-c", MANY_MAPS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                text=True)
     try:
@@ -443,8 +444,9 @@ def test_more_threads_than_perf_may_open_files_for(workload, tmp_path):
 
 
 def test_a_tree_whose_processes_come_and_go_faster_than_perf_starts(tmp_path):
-    # Given a process that starts a process every 5 ms, each living 20 ms
-    churn = subprocess.Popen(["sh", "-c", "while :; do sleep 0.02 & sleep 0.005; done"])
+    # Given a process that starts a process every 5 ms, each living 50 ms (some 10 at any time: with 20 ms, the tree
+    # was listed once between them, the shell alone, in one CI run)
+    churn = subprocess.Popen(["sh", "-c", "while :; do sleep 0.05 & sleep 0.005; done"])
     try:
         while not programs.children(churn.pid):
             time.sleep(0.01)
