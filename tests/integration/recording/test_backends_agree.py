@@ -200,7 +200,7 @@ def test_real_programs(tmp_path: Path, name: str, bpf_options: tuple[str, ...]) 
 LEAD_SECONDS = 1.2
 LEAD_MARGIN_NS = 100_000_000
 LEAD_LEAST_NS = 500_000_000  # of the part both windows hold
-PERF_LONGER_S = 1.0
+PERF_LONGER_S = 2.0  # (BPF began 1.65 s after perf in one CI run: 0.45 s in common with 1.0)
 WORST = ("warning", "critical")
 
 
