@@ -24,6 +24,7 @@ from offcpu.model.wakeups import from_interrupt
 from offcpu.reading.bpf_reader import COMM, EXEC, FORK, NOT_TAKEN, RECORD, WAIT, read_stack_table, stack_of
 from offcpu.reading.pairing import SYNTHETIC_STACKS, Paired
 from offcpu.reading.sched_events import Chain
+from offcpu.recording.process_maps import process_gone
 from offcpu.runtime_frames import NO_RUNTIME_STACK
 from offcpu.stacks import Stack
 
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from offcpu.live.runtime import LiveRuntime
     from offcpu.reading.symbols import Symbolizer
 
-PROC = Path("/proc")
 RECORD_BYTES = np.dtype((np.void, RECORD.itemsize))  # a record as its bytes
 
 
@@ -158,7 +158,7 @@ class LiveWindow:
         for pid, at, fork in zip(pids, since, forks, strict=True):
             if fork:
                 latest[pid] = max(latest.get(pid, 0), at)
-        gone = {pid for pid in set(pids) if not (PROC / str(pid)).exists()}
+        gone = {pid for pid in set(pids) if process_gone(pid)}
         drop = [row for row, pid, at in zip(rows.tolist(), pids, since, strict=True)
                 if pid in gone or at < latest.get(pid, 0)]
         if not drop:

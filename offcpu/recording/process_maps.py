@@ -36,6 +36,11 @@ Inode = tuple[int, int, int]  # device major, minor, inode number
 MAPS_MAX = 256 << 20
 
 
+def process_gone(pid: int) -> bool:
+    """Whether process `pid` has ended (its pid may be another process's by now)."""
+    return not (PROC / str(pid)).exists()
+
+
 @dataclass(frozen=True)
 class Mapping:
     """An executable mapping of a file into a process (an MMAP or MMAP2 record of perf, a line of /proc/PID/maps)."""
@@ -160,7 +165,7 @@ class MapsRecorder:
         Whether any went."""
         now = time.monotonic_ns()
         for pid in self.latest:
-            if pid not in self.gone and not (PROC / str(pid)).exists():
+            if pid not in self.gone and process_gone(pid):
                 self.gone[pid] = now
         done = {pid for pid, when in self.gone.items() if when < oldest_ns}
         for pid in done:
