@@ -180,8 +180,9 @@ class CaptureInfo:
     backend: str = "perf"
     backend_why: str = ""
     # A BPF recording's own counts (waits, sampled, waker_stacks, lost_records, lost_waits,
-    # stack_errors, unseen_switches, missed_runs, bytes_written) and its stack budget (stacks_per_second per CPU,
-    # long_wait_ns): see core/src/bpf/offcpu.bpf.c. None for perf.
+    # stack_errors, unseen_switches, missed_runs, bytes_written, stacks_held: the distinct stacks in its
+    # table) and its stack budget (stacks_per_second per CPU, long_wait_ns): see core/src/bpf/offcpu.bpf.c
+    # and core/src/bpf/stack_store.rs. None for perf.
     bpf: dict | None = None
     # What wrote it: "record", or a flight recorder's keeping of the last seconds ("top", "record --keep")
     recorded_by: str = "record"

@@ -89,6 +89,8 @@ class Follow:
         self._recording, self._info, self._sampler = recording, info, sampler
         # the seconds kept, or the window's when longer (the maps kept follow it: they name the window's records)
         sampler.keep_ns = max(self.kept.keep_ns, round(self.options.window_s * 1e9))
+        # and the stacks (twice over: a record is kept by its own times, its stacks by when they were read)
+        recording.keep_stacks(2 * sampler.keep_ns)
         self._next_ns = info.window_start_ns + round(self.options.interval_s * 1e9)
         if self.on_frame is not None or self.options.triggers:
             self._window = LiveWindow(self.directory, recording, info, LiveRuntime(sampler))

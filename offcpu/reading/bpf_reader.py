@@ -54,9 +54,10 @@ WAIT, FORK, EXIT, COMM = (_core.RECORD_KINDS[kind] for kind in ("wait", "fork", 
 EXEC = _core.EXEC  # a comm record's state when the name came with an exec
 MAPS_NAMED = 5  # processes named in the note on maps not read; the others counted
 STACK_ENTRY = struct.Struct("<II")  # bpf-stacks.bin: id, depth, then depth u64 addresses
-# The BPF program's stack table: at most MAX_STACKS stacks of MAX_STACK_DEPTH addresses each
-MAX_STACKS, MAX_STACK_DEPTH = 16384, 127
-STACKS_MAX = MAX_STACKS * (STACK_ENTRY.size + 8 * MAX_STACK_DEPTH)  # the most bpf-stacks.bin holds
+MAX_STACK_DEPTH = 127  # the addresses of a stack the BPF program takes at most
+# The most bpf-stacks.bin is read of: a million stacks 32 frames deep (the recording's table has
+# no bound of its own: its stacks are held in user space, core/src/bpf/stack_store.rs)
+STACKS_MAX = 1_000_000 * (STACK_ENTRY.size + 8 * 32)
 # The most bpf-records.bin is read of: 38 million records, a minute of the busiest recording
 # (twice the default --max-size)
 RECORDS_MAX = 4 << 30

@@ -5,3 +5,4 @@ pub mod decode;
 pub mod record;
 pub mod recorder;
 pub mod records_file;
+pub mod stack_store;

@@ -32,7 +32,8 @@
 
 #define TASK_COMM_LEN 16
 #define MAX_STACK_DEPTH 127
-#define MAX_STACKS 16384
+#define EPOCH_STACKS 8192
+#define STACK_SLOTS (2 * EPOCH_STACKS)
 #define EFAULT 14
 #define ENOENT 2
 #define E2BIG 7
@@ -201,23 +202,45 @@ struct stack {
 // The stack table: each distinct stack once, in `stacks` at its id, found by a 64-bit hash
 // of its addresses in `stack_ids`. (A BPF_MAP_TYPE_STACK_TRACE keeps one stack per hash
 // bucket and refuses another whose hash falls there: with a few hundred stacks, a hot one
-// was refused at every wait in one run of four. Two of 16,384 stacks share a 64-bit hash
-// with a chance of 1 in 10^11.) Filled until full (an id lost when two CPUs enter one
-// stack at once leaves a place unused); a stack that finds it full is counted in
-// stack_errors, with -E2BIG as its id.
+// was refused at every wait in one run of four. Two of 8,192 stacks share a 64-bit hash
+// with a chance of 1 in 10^11.)
+//
+// User space copies each stack it meets into its own table and empties this one when it is
+// half full (core/src/bpf/stack_store.rs), so that a recording of any length keeps taking
+// new stacks: it empties `stack_ids` and moves `epoch_start` on to `next_stack_id` (by
+// EPOCH_STACKS at most). An id is never given twice (next_stack_id only grows) and an epoch
+// gives at most EPOCH_STACKS of them, so an id's place in `stacks` (its id modulo
+// STACK_SLOTS) is taken again two epochs later at the soonest, after user space has copied
+// every stack that an open wait or a record holds. A stack that finds its epoch full is
+// counted in stack_errors, with -E2BIG as its id.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u64);
 	__type(value, __s32);
-	__uint(max_entries, MAX_STACKS);
+	__uint(max_entries, EPOCH_STACKS);
 } stack_ids SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct stack);
-	__uint(max_entries, MAX_STACKS);
+	__uint(max_entries, STACK_SLOTS);
 } stacks SEC(".maps");
+
+// The next id to give, and the first id of the epoch (written by user space alone)
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} next_stack_id SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} epoch_start SEC(".maps");
 
 // Where a stack is walked into before it is looked up (too big for the BPF stack)
 struct {
@@ -226,8 +249,6 @@ struct {
 	__type(value, struct stack);
 	__uint(max_entries, 1);
 } walked SEC(".maps");
-
-__u32 next_stack_id = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -343,16 +364,24 @@ static __always_inline __u64 stack_hash(const struct stack *stack, long depth)
 }
 
 // The id of the stack in `walk` (`depth` addresses) in the stack table, entered there if
-// new; -errno when the table is full.
+// new; -errno when the epoch is full.
 static __always_inline __s32 entered(const struct stack *walk, long depth)
 {
 	__u64 hash = stack_hash(walk, depth);
 	__s32 *known = bpf_map_lookup_elem(&stack_ids, &hash);
 	if (known)
 		return *known;
-	// A full table takes no more ids (past 2^32 they would come round to entries in use)
-	__u32 id = next_stack_id < MAX_STACKS ? __sync_fetch_and_add(&next_stack_id, 1) : MAX_STACKS;
-	struct stack *entry = bpf_map_lookup_elem(&stacks, &id);
+	__u32 zero = 0;
+	__u32 *next = bpf_map_lookup_elem(&next_stack_id, &zero);
+	__u32 *start = bpf_map_lookup_elem(&epoch_start, &zero);
+	if (!next || !start)
+		return -E2BIG;
+	// (a full epoch takes no more ids: with CPUs racing here, a few more at most)
+	if (*next - *start >= EPOCH_STACKS || *next > 0x7fffffff)
+		return -E2BIG;
+	__u32 id = __sync_fetch_and_add(next, 1);
+	__u32 slot = id % STACK_SLOTS;
+	struct stack *entry = bpf_map_lookup_elem(&stacks, &slot);
 	if (!entry)
 		return -E2BIG;
 	__builtin_memcpy(entry, walk, sizeof(*entry));

@@ -22,9 +22,9 @@ pub const FIELDS: [(&str, &str, usize); 20] = [
     ("since_ns", "<u8", SINCE_AT),
     ("woken_ns", "<u8", 24),
     ("back_ns", "<u8", BACK_AT),
-    ("kernel_stack", "<i4", 40),
-    ("user_stack", "<i4", 44),
-    ("waker_kernel_stack", "<i4", 48),
+    ("kernel_stack", "<i4", STACKS_AT[0]),
+    ("user_stack", "<i4", STACKS_AT[1]),
+    ("waker_kernel_stack", "<i4", STACKS_AT[2]),
     ("waker_user_stack", "<i4", WAKER_USER_STACK_AT),
     ("waker_pid", "<u4", WAKER_PID_AT),
     ("waker_tid", "<u4", 60),
@@ -37,11 +37,13 @@ pub const FIELDS: [(&str, &str, usize); 20] = [
     ("waker_comm", "S16", 96),
 ];
 /// Where the drain reads a record's kind, the start and end of its wait, its waker's user
-/// stack and its waker's pid.
+/// stack, its waker's pid and its stacks.
 pub const KIND_AT: usize = 0;
 pub const SINCE_AT: usize = 16;
 pub const BACK_AT: usize = 32;
 pub const WAKER_USER_STACK_AT: usize = 52;
+/// Where a wait's four stack ids are: its own kernel and user stacks, its waker's.
+pub const STACKS_AT: [usize; 4] = [40, 44, 48, WAKER_USER_STACK_AT];
 pub const WAKER_PID_AT: usize = 56;
 
 /// A record's fields, read from its bytes (little-endian, at FIELDS' offsets).

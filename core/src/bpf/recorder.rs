@@ -1,8 +1,9 @@
 //! A recording in the kernel: the BPF programs loaded, configured and attached;
-//! the ring buffer drained to the capture's records file; at the end the waits
-//! still open and the stack table written out. A live recording (`offcpu top`)
-//! drains to memory instead, which its caller takes from as it goes, and reads the
-//! stack table and the waits still open whenever it needs them.
+//! the ring buffer drained to the capture's records file, each wait's stacks numbered
+//! in the recording's stack table (`stack_store`); at the end the waits still open and
+//! the stack table written out. A live recording (`offcpu top`) drains to memory
+//! instead, which its caller takes from as it goes, and reads the stack table and the
+//! waits still open whenever it needs them.
 //!
 //! Everything the kernel holds for the recording (programs, links, maps) is
 //! held here by file descriptors and never pinned, so it goes away with the
@@ -31,6 +32,7 @@ use pyo3::types::{PyBytes, PyDict};
 use super::record::{
     BACK_AT, KIND_AT, RECORD_SIZE, SINCE_AT, WAIT, WAKER_PID_AT, WAKER_USER_STACK_AT,
 };
+use super::stack_store::{held_ids, KernelStacks, StackStore};
 use crate::files::create_private;
 use crate::BpfError;
 
@@ -38,8 +40,10 @@ static PROGRAMS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offcpu.bpf.o"
 
 /// The task iterator that writes the waits still open at the end.
 const OPEN_WAITS: &str = "dump_open_waits";
-const STACK_DEPTH: usize = 127;
 const POLL: Duration = Duration::from_millis(50);
+/// Between emptying the kernel's stack table and reading the waits open: the programs that
+/// found a stack there just before have stored its id in their wait (they run for microseconds)
+const EMPTIED_SETTLE: Duration = Duration::from_millis(5);
 /// The records a live recording holds for its caller at most, between two takes: a
 /// caller that stops taking loses the newest (counted), never grows the process.
 const LIVE_CAP: usize = 64 << 20;
@@ -114,6 +118,38 @@ pub struct BpfRecording {
     drain: Option<JoinHandle<std::io::Result<Option<File>>>>,
     /// A live recording's records not yet taken
     live: Option<Arc<Live>>,
+    stacks: Arc<Stacks>,
+    /// The task iterator's link that reads the waits open
+    open_waits: Arc<Link>,
+}
+
+/// The recording's stack table, and the kernel's it is copied from.
+struct Stacks {
+    store: Mutex<StackStore>,
+    kernel: KernelTable,
+}
+
+impl Stacks {
+    fn store(&self) -> std::sync::MutexGuard<'_, StackStore> {
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The waits open now, their stacks numbered.
+    fn open_waits(&self, link: &Link) -> PyResult<Vec<u8>> {
+        let mut open = read_open_waits(link)?;
+        self.store()
+            .renumber(&self.kernel, &mut open, monotonic_ns());
+        Ok(open)
+    }
+
+    /// The stack table to `path`.
+    fn write(&self, path: &Path) -> PyResult<()> {
+        let failed = |e: std::io::Error| file_error(path, &e);
+        let mut writer = BufWriter::new(create_private(path).map_err(failed)?);
+        self.store().write(&mut writer).map_err(failed)?;
+        let file = writer.into_inner().map_err(|e| failed(e.into_error()))?;
+        file.sync_data().map_err(failed)
+    }
 }
 
 /// A live recording's records, drained to memory, bounded by LIVE_CAP.
@@ -181,7 +217,7 @@ impl BpfRecording {
             own_process: std::process::id(),
             long_wait_ns,
         };
-        let object = load(&config)?;
+        let mut object = load(&config)?;
         fill_targets(&object, &processes, &cgroups)?;
         let live = records.as_os_str().is_empty().then(|| {
             Arc::new(Live {
@@ -202,17 +238,28 @@ impl BpfRecording {
         let wakers = Arc::new(Mutex::new(Vec::new()));
         let ring = MapHandle::try_from(&map(&object, "records")?)
             .map_err(|e| bpf_error("the ring buffer", e))?;
+        let stacks = Arc::new(Stacks {
+            store: Mutex::new(StackStore::default()),
+            kernel: KernelTable::of(&object)?,
+        });
+        let open_waits = Arc::new(open_waits_link(&mut object)?);
         let drain = {
-            let (stop, size, wakers) = (Arc::clone(&stop), Arc::clone(&size), Arc::clone(&wakers));
+            let reader = Reader {
+                stop: Arc::clone(&stop),
+                size: Arc::clone(&size),
+                wakers: Arc::clone(&wakers),
+                stacks: Arc::clone(&stacks),
+                open_waits: Arc::clone(&open_waits),
+            };
             let sink = live.clone().map(LiveSink);
             std::thread::Builder::new()
                 .name("offcpu-drain".into())
                 .spawn(move || match (file, sink) {
-                    (Some(file), _) => drain(ring, file, &stop, &size, &wakers).and_then(|file| {
+                    (Some(file), _) => drain(ring, file, &reader).and_then(|file| {
                         file.sync_data()?;
                         Ok(Some(file))
                     }),
-                    (None, Some(sink)) => drain(ring, sink, &stop, &size, &wakers).map(|_| None),
+                    (None, Some(sink)) => drain(ring, sink, &reader).map(|_| None),
                     (None, None) => Ok(None),
                 })
                 .map_err(|e| bpf_error("the ring buffer's reader", e))?
@@ -226,6 +273,8 @@ impl BpfRecording {
             wakers,
             drain: Some(drain),
             live,
+            stacks,
+            open_waits,
         };
         for program in recording
             .object
@@ -250,6 +299,7 @@ impl BpfRecording {
             counts.set_item(*name, value)?;
         }
         counts.set_item("missed_runs", missed_runs(&self.object))?;
+        counts.set_item("stacks_held", self.stacks.store().sizes().0)?;
         counts.set_item("bytes_written", self.size.written.load(Ordering::Relaxed))?;
         if let Some(live) = &self.live {
             counts.set_item("live_dropped", live.dropped.load(Ordering::Relaxed))?;
@@ -294,12 +344,17 @@ impl BpfRecording {
 
     /// The waits open now, as records with no switch-in (back_ns 0), while the recording goes on.
     fn open_waits<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        Ok(PyBytes::new(py, &read_open_waits(&self.object)?))
+        Ok(PyBytes::new(py, &self.stacks.open_waits(&self.open_waits)?))
     }
 
     /// The stack table as it stands, to `stacks` (as `finish` writes it), while the recording goes on.
     fn save_stacks(&self, stacks: PathBuf) -> PyResult<()> {
-        write_stacks(&self.object, &stacks)
+        self.stacks.write(&stacks)
+    }
+
+    /// A live recording's: the stacks that no record named for `keep_ns` are let go.
+    fn keep_stacks(&self, keep_ns: u64) {
+        self.stacks.store().keep_for(keep_ns);
     }
 
     /// End the recording: detach the programs, drain what is left, write the waits still
@@ -318,12 +373,15 @@ impl BpfRecording {
             Ok(Err(e)) => return Err(file_error(&self.records, &e)),
             Err(_) => return Err(bpf_error("writing records", "the reader thread failed")),
         };
-        let open = write_open_waits(&self.object, &mut file, &self.records)?;
+        let open = self.stacks.open_waits(&self.open_waits)?;
+        file.write_all(&open)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| file_error(&self.records, &e))?;
         still_named(&file, &self.records).map_err(|e| file_error(&self.records, &e))?;
         self.size
             .written
-            .fetch_add((open * RECORD_SIZE) as u64, Ordering::Relaxed);
-        write_stacks(&self.object, &stacks)?;
+            .fetch_add(open.len() as u64, Ordering::Relaxed);
+        self.stacks.write(&stacks)?;
         self.counters(py)
     }
 }
@@ -385,15 +443,26 @@ fn fill_targets(object: &Object, processes: &[u32], cgroups: &[u64]) -> PyResult
     Ok(())
 }
 
-/// The ring buffer's records to `file` until `stop`, then what is left in it; each
-/// process whose user stack was taken as a waker to `wakers`, once.
-fn drain<W: Write>(
-    ring: MapHandle,
-    file: W,
-    stop: &AtomicBool,
-    size: &Size,
-    wakers: &Mutex<Vec<u32>>,
-) -> std::io::Result<W> {
+/// What the drain shares with the recording.
+struct Reader {
+    stop: Arc<AtomicBool>,
+    size: Arc<Size>,
+    /// Each process whose user stack was taken as a waker, once
+    wakers: Arc<Mutex<Vec<u32>>>,
+    stacks: Arc<Stacks>,
+    open_waits: Arc<Link>,
+}
+
+/// The ring buffer's records, their stacks numbered, to `file` until `stop`, then what is
+/// left in it; the kernel's stack table emptied whenever it is half full.
+fn drain<W: Write>(ring: MapHandle, file: W, reader: &Reader) -> std::io::Result<W> {
+    let Reader {
+        stop,
+        size,
+        wakers,
+        stacks,
+        open_waits,
+    } = reader;
     let writer = RefCell::new(BufWriter::with_capacity(1 << 20, file));
     let failed = RefCell::new(None);
     let mut seen = BTreeSet::new();
@@ -403,7 +472,11 @@ fn drain<W: Write>(
             if !size.keeps(record) {
                 return 0;
             }
-            if let Err(error) = writer.borrow_mut().write_all(record) {
+            let mut numbered = record.to_vec();
+            stacks
+                .store()
+                .renumber(&stacks.kernel, &mut numbered, monotonic_ns());
+            if let Err(error) = writer.borrow_mut().write_all(&numbered) {
                 failed.replace(Some(error));
                 return -1;
             }
@@ -427,6 +500,11 @@ fn drain<W: Write>(
         // EINTR (a signal to the process) is not an end: only `stop` is.
         let _ = buffer.poll(POLL);
         let _ = buffer.consume();
+        if stacks.store().wants_new_epoch(&stacks.kernel) {
+            new_stack_epoch(stacks, open_waits, || {
+                let _ = buffer.consume();
+            });
+        }
         // Whole records for a reader that follows them (`offcpu top`), within a POLL
         if let Err(error) = writer.borrow_mut().flush() {
             failed.replace(Some(error));
@@ -442,6 +520,28 @@ fn drain<W: Write>(
         .into_inner()
         .map_err(|e| e.into_error())?;
     Ok(file)
+}
+
+/// The kernel's stack table emptied for a new epoch, with the stacks of the waits open before
+/// and after copied (`consume`: the records in the ring buffer read, those of waits that
+/// ended meanwhile); then the copies no record can name any more let go.
+fn new_stack_epoch(stacks: &Stacks, link: &Link, consume: impl Fn()) {
+    let Ok(mut open) = read_open_waits(link) else {
+        return; // (the table stays full: stacks are counted lost, no wrong stack named)
+    };
+    let mut held = held_ids(&open);
+    stacks
+        .store()
+        .new_epoch(&stacks.kernel, &mut open, monotonic_ns());
+    std::thread::sleep(EMPTIED_SETTLE);
+    consume();
+    if let Ok(mut open) = read_open_waits(link) {
+        held.extend(held_ids(&open));
+        consume();
+        let mut store = stacks.store();
+        store.renumber(&stacks.kernel, &mut open, monotonic_ns());
+        store.let_go(&held, monotonic_ns());
+    }
 }
 
 /// An error unless `path` still names `file` (its records went to the file made at the start,
@@ -546,60 +646,93 @@ fn u32_at(bytes: &[u8], offset: usize) -> u32 {
         .map_or(0, u32::from_ne_bytes)
 }
 
-/// The waits the recording ended in the middle of, appended to the records as waits
-/// with no switch-in (back_ns 0), by the task iterator `dump_open_waits`. Returns how many.
-fn write_open_waits(object: &Object, file: &mut File, records: &Path) -> PyResult<usize> {
-    let open = read_open_waits(object)?;
-    file.write_all(&open)
-        .and_then(|()| file.sync_data())
-        .map_err(|e| file_error(records, &e))?;
-    Ok(open.len() / RECORD_SIZE)
-}
-
-/// The waits open now, as records with no switch-in, from the task iterator `dump_open_waits`.
-fn read_open_waits(object: &Object) -> PyResult<Vec<u8>> {
-    let failed = |e: &dyn std::fmt::Display| bpf_error("reading the waits still open", e);
+/// The task iterator `dump_open_waits` attached, to read the waits open whenever asked.
+fn open_waits_link(object: &mut Object) -> PyResult<Link> {
     let program = object
         .progs_mut()
         .find(|program| program.name() == OPEN_WAITS)
         .ok_or_else(|| bpf_error("the BPF programs have no program", OPEN_WAITS))?;
-    let link = program.attach().map_err(|e| failed(&e))?;
+    program
+        .attach()
+        .map_err(|e| bpf_error("reading the waits still open", e))
+}
+
+/// The waits open now, as records with no switch-in, from the task iterator `dump_open_waits`.
+fn read_open_waits(link: &Link) -> PyResult<Vec<u8>> {
+    let failed = |e: &dyn std::fmt::Display| bpf_error("reading the waits still open", e);
     let mut open = Vec::new();
-    Iter::new(&link)
+    Iter::new(link)
         .map_err(|e| failed(&e))?
         .read_to_end(&mut open)
         .map_err(|e| failed(&e))?;
     Ok(open)
 }
 
-/// The stack table: for each stack, its id, its depth and its addresses, innermost first.
-/// (The ids entered are the values of `stack_ids`; `stacks` holds each at its id.)
-fn write_stacks(object: &Object, path: &Path) -> PyResult<()> {
-    let ids = map(object, "stack_ids")?;
-    let stacks = map(object, "stacks")?;
-    let failed = |e: std::io::Error| file_error(path, &e);
-    let mut writer = BufWriter::new(create_private(path).map_err(failed)?);
-    for hash in ids.keys() {
-        let Ok(Some(id)) = ids.lookup(&hash, MapFlags::ANY) else {
-            continue;
+/// The kernel's stack table: its maps in offcpu.bpf.c (`stack_ids`, `stacks`,
+/// `next_stack_id`, `epoch_start`), their sizes as the program declares them.
+struct KernelTable {
+    ids: MapHandle,
+    stacks: MapHandle,
+    next: MapHandle,
+    start: MapHandle,
+    slots: u32,
+    epoch_ids: u32,
+}
+
+impl KernelTable {
+    fn of(object: &Object) -> PyResult<Self> {
+        let handle = |name: &str| {
+            MapHandle::try_from(&map(object, name)?)
+                .map_err(|e| bpf_error(&format!("the map {name}"), e))
         };
-        let Ok(Some(frames)) = stacks.lookup(&id, MapFlags::ANY) else {
-            continue;
-        };
-        let addresses: Vec<u64> = frames
-            .chunks_exact(8)
-            .take(STACK_DEPTH)
-            .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
-            .take_while(|&address| address != 0)
-            .collect();
-        let mut entry = Vec::with_capacity(8 + 8 * addresses.len());
-        entry.extend_from_slice(&u32_at(&id, 0).to_le_bytes());
-        entry.extend_from_slice(&(addresses.len() as u32).to_le_bytes());
-        for address in addresses {
-            entry.extend_from_slice(&address.to_le_bytes());
-        }
-        writer.write_all(&entry).map_err(failed)?;
+        let (ids, stacks) = (handle("stack_ids")?, handle("stacks")?);
+        Ok(Self {
+            slots: stacks.max_entries(),
+            epoch_ids: ids.max_entries(),
+            ids,
+            stacks,
+            next: handle("next_stack_id")?,
+            start: handle("epoch_start")?,
+        })
     }
-    let file = writer.into_inner().map_err(|e| failed(e.into_error()))?;
-    file.sync_data().map_err(failed)
+}
+
+impl KernelStacks for KernelTable {
+    fn read(&self, id: u32) -> Option<Vec<u64>> {
+        let slot = id % self.slots;
+        let frames = self
+            .stacks
+            .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        Some(
+            frames
+                .chunks_exact(8)
+                .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+                .take_while(|&address| address != 0)
+                .collect(),
+        )
+    }
+
+    fn next_id(&self) -> Option<u32> {
+        let value = self
+            .next
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        Some(u32_at(&value, 0))
+    }
+
+    fn new_epoch(&self, start: u32) {
+        let _ = self
+            .start
+            .update(&0u32.to_ne_bytes(), &start.to_ne_bytes(), MapFlags::ANY);
+        // All the keys first: deleting while walking them would start the walk again
+        let hashes: Vec<Vec<u8>> = self.ids.keys().collect();
+        for hash in hashes {
+            let _ = self.ids.delete(&hash);
+        }
+    }
+
+    fn epoch_ids(&self) -> u32 {
+        self.epoch_ids
+    }
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -145,6 +146,30 @@ def test_every_distinct_stack_is_kept(tmp_path: Path) -> None:
     table = stack_table(capture)
     ids = set(taken["user_stack"].tolist())
     assert ids <= set(table) and len({table[stack_id] for stack_id in ids}) >= 4096
+
+
+
+def test_more_stacks_than_the_kernels_table_holds_are_all_kept(tmp_path: Path) -> None:
+    # Given 32,768 call paths that each end in a sleep, every stack taken: four times the 8,192
+    # stacks the kernel's table holds before user space empties it (its epoch)
+    capture = tmp_path / "cap"
+    result = run_offcpu("record", "--backend", "bpf", "--stack-budget", "100000000", "-o", str(capture), "--",
+                        str(example("many_stacks")), "-l", "15", "-s", "5")
+    assert result.returncode == 0, result.stderr
+    said = re.search(r"ops=(\d+)", result.stdout + result.stderr)
+    assert said, result.stderr
+    walked = int(said.group(1))  # the paths the program walked, by its own count
+    waits = records(capture)
+    waits = waits[(waits["kind"] == WAIT) & (waits["comm"] == b"many_stacks")]
+    taken = waits[waits["user_stack"] != NOT_TAKEN]
+    # Then no stack found the table full, and each path walked has its stack, whole, in the capture
+    assert (taken["kernel_stack"] >= 0).all() and (taken["user_stack"] >= 0).all()
+    table = stack_table(capture)
+    stacks = {table[stack_id] for stack_id in set(taken["user_stack"].tolist())}
+    paths = {stack for stack in stacks if len(stack) > 15}  # (a worker's 15 levels of left and right, and more)
+    # (less the waits whose switch the kernel did not report: their stacks were not taken)
+    unseen = json.loads((capture / "capture.json").read_text())["bpf"]["unseen_switches"]
+    assert len(paths) >= min(walked, 32768) - unseen > 16384, (len(paths), walked, unseen)
 
 
 # Writes a line into the pipe every 5 ms for about 0.8 s, from outside the recorded command
