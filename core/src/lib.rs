@@ -10,12 +10,14 @@
 //! - `engine/`: the events paired into off-CPU intervals and added up, a time slice at a
 //!   time, the slices joined, rounded to the model's µs; and the chains' roots followed
 //!   along the wake-up links (`root_shares`).
+//! - `generations`: the processes' exec generations, counted once for both readers.
 //! - `slice_pool`: a reader's time slices paired in a pool of as many threads as CPUs.
 //! - `py/`: the Python bindings alone, which call the rest.
 
 mod bpf;
 pub mod engine;
 mod files;
+mod generations;
 pub mod perf;
 mod py;
 mod quick;

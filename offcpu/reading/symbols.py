@@ -140,23 +140,18 @@ class TaskHistory:
 
     @classmethod
     def replay(cls, records: list[tuple]) -> TaskHistory:
-        """The maps from perf.data's task records in time order (offcpu._core.PerfData.task_records)."""
+        """The maps from perf.data's task records in time order, each with the exec generation
+        the core counted for it (offcpu._core.PerfData.task_records)."""
         history = cls()
-        generation: dict[int, int] = {}
         for record in records:
-            kind, pid = record[0], record[1]
-            if kind == "comm" and record[2]:  # an exec
-                before = history.mappings.get((pid, generation.get(pid, 0)), [])
-                generation[pid] = generation.get(pid, 0) + 1
-                history.mappings[(pid, generation[pid])] = list(before)
-            elif kind == "fork" and pid != record[2]:  # a new process, not a thread
-                generation[pid] = 0
-                history.mappings[(pid, 0)] = list(history.mappings.get((record[2], generation.get(record[2], 0)), []))
-            elif kind == "map":
-                _, _, start, end, offset, path, build_id, inode, executable, kernel_build_id = record
+            if record[0] == "begin":  # a fork that made a process, or an exec
+                _, pid, generation, begun_from = record
+                history.mappings[(pid, generation)] = list(history.mappings.get(begun_from, []))
+            else:
+                _, pid, generation, start, end, offset, path, build_id, inode, executable, kernel_build_id = record
                 history.kernel_build_id = history.kernel_build_id or kernel_build_id
                 if executable:
-                    history.mappings.setdefault((pid, generation.get(pid, 0)), []).append(
+                    history.mappings.setdefault((pid, generation), []).append(
                         Mapping(start, end, offset, path, build_id, inode))
         return history
 

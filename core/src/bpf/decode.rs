@@ -15,6 +15,7 @@ use crate::engine::{
     self, Event, Id, NO_CHAIN, NO_TEXT, SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, THREAD_COMM,
     THREAD_EXIT, THREAD_FORK, UNKNOWN_CPU,
 };
+use crate::generations::Generations;
 use crate::quick::QuickMap;
 
 /// A comm record's state when the name came with an exec.
@@ -37,40 +38,18 @@ pub enum ChainKey {
 pub type Keys = interning::Keys<ChainKey>;
 pub use crate::engine::interning::locked;
 
-/// Each process's exec generation at a time: how many times a program began in it (a fork
-/// that made it, an exec) before then. User addresses mean what the maps of that
-/// generation say.
-#[derive(Default)]
-pub struct Generations {
-    starts: QuickMap<u32, Vec<u64>>,
-}
-
-impl Generations {
-    /// Take in a record: a program began at a fork that made a process, or an exec.
-    pub fn add(&mut self, record: &Record) {
-        let begins = (record.kind == FORK && record.pid == record.tid)
-            || (record.kind == COMM && record.state == EXEC);
-        if begins {
-            self.starts
-                .entry(record.pid)
-                .or_default()
-                .push(record.since_ns);
+/// A record's part in the processes' exec generations: a fork's (its parent's process in
+/// `waker_pid`) or an exec's.
+pub fn count_generation(generations: &mut Generations, record: &Record) {
+    let (pid, time) = (record.pid.into(), record.since_ns);
+    match record.kind {
+        FORK => {
+            generations.fork(pid, record.tid.into(), record.waker_pid.into(), time);
         }
-    }
-
-    /// Ready to be asked (after the last `add`).
-    pub fn sorted(mut self) -> Self {
-        for starts in self.starts.values_mut() {
-            starts.sort_unstable();
+        COMM if record.state == EXEC => {
+            generations.exec(pid, time);
         }
-        self
-    }
-
-    /// The generation of process `pid` at `time_ns`: the programs that began in it before then.
-    pub fn at(&self, pid: u32, time_ns: u64) -> i64 {
-        self.starts.get(&pid).map_or(0, |starts| {
-            starts.partition_point(|&start| start < time_ns) as i64
-        })
+        _ => {}
     }
 }
 
@@ -309,7 +288,7 @@ impl<'a> SliceDecoder<'a> {
         let key = if kernel == NOT_TAKEN && user == NOT_TAKEN {
             not_taken
         } else if user >= 0 || runtime != NO_RUNTIME_STACK {
-            let generation = self.generations.at(pid, time);
+            let generation = self.generations.at(pid.into(), time);
             ChainKey::Stack([kernel.into(), user.into(), pid.into(), generation, runtime])
         } else {
             ChainKey::Stack([kernel.into(), user.into(), 0, 0, runtime])

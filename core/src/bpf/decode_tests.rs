@@ -67,7 +67,9 @@ type Seen = (
 fn decoded(records: &[Record], slice: (i64, i64)) -> Vec<Seen> {
     let keys = Mutex::new(Keys::default());
     let mut generations = Generations::default();
-    records.iter().for_each(|record| generations.add(record));
+    records
+        .iter()
+        .for_each(|record| count_generation(&mut generations, record));
     let generations = generations.sorted();
     let mut decoder = SliceDecoder::new(slice, &keys, &generations, None);
     // through their bytes, as the file holds them
@@ -339,8 +341,9 @@ fn a_user_stack_after_an_exec_is_of_the_new_generation() {
 
 #[test]
 fn a_process_generation_counts_the_programs_begun_in_it() {
-    // process PID made by a fork at 100 (its first thread: tid == pid), exec'ing at 300 and
-    // again at 700; a thread of it made at 500 (not a new process), renamed at 600 (no exec)
+    // process PID made by a fork at 100 (its first thread: tid == pid), exec'ing at 300; a
+    // thread of it made at 500 (not a new process), renamed at 600 (no exec), exec'ing at 700
+    // (the kernel gives the process's pid: PID's count)
     let mut generations = Generations::default();
     for record in [
         record(FORK, PID, Some(100)),
@@ -352,21 +355,22 @@ fn a_process_generation_counts_the_programs_begun_in_it() {
         record(COMM, WAITER, Some(600)),
         Record {
             state: EXEC,
-            ..record(COMM, PID, Some(700))
+            ..record(COMM, WAITER, Some(700))
         },
     ] {
-        generations.add(&record);
+        count_generation(&mut generations, &record);
     }
     let generations = generations.sorted();
     // 0 up to the fork (a start counts after its time), 1 until the first exec, 2 until the
-    // second, 3 after; another process: none begun
+    // thread's, 3 after; another process: none begun
+    let pid = i64::from(PID);
     let times = [50, 100, 200, 300, 301, 650, 701];
     let found: Vec<i64> = times
         .iter()
-        .map(|&us| generations.at(PID, at(us)))
+        .map(|&us| generations.at(pid, at(us)))
         .collect();
     assert_eq!(found, vec![0, 0, 1, 1, 2, 2, 3]);
-    assert_eq!(generations.at(PID + 1, at(701)), 0);
+    assert_eq!(generations.at(pid + 1, at(701)), 0);
 }
 
 #[test]

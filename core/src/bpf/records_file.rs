@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use super::decode::{Generations, Keys, RuntimeSamples, SliceDecoder};
+use super::decode::{count_generation, Keys, RuntimeSamples, SliceDecoder};
 use super::record::{
     Record, BACK_AT, COMM, EXIT, FORK, KIND_AT, NOT_TAKEN, RECORD_SIZE, SINCE_AT, WAIT,
 };
 use crate::engine::{SliceBuilder, SliceResult};
 use crate::files::open_regular;
+use crate::generations::Generations;
 use crate::perf::perf_file::FileError;
 use crate::quick::QuickMap;
 use crate::slice_pool;
@@ -215,7 +216,7 @@ impl RecordsFile {
             let mut span = (u64::MAX, 0);
             for record in Record::all(chunk) {
                 maxima.add(&record);
-                generations.add(&record);
+                count_generation(&mut generations, &record);
                 walked.count(&record);
                 let times = (
                     record.kind,

@@ -21,6 +21,7 @@ use crate::engine::{
     self, Event, Id, NO_CHAIN, NO_TEXT, SCHED_SWITCH, SCHED_WAKING, SWITCH_IN, SWITCH_OUT,
     THREAD_COMM, THREAD_EXIT, THREAD_FORK,
 };
+use crate::generations::Generations;
 use crate::quick::{QuickMap, QUICK};
 
 pub const SWITCH_TRACEPOINT: &str = "sched:sched_switch";
@@ -87,7 +88,7 @@ pub struct Decoder<'a> {
     pub events: Vec<Event>,
     comms: QuickMap<i32, Id>,
     unnamed: QuickMap<i32, Id>,
-    generations: QuickMap<i32, i64>,
+    generations: Generations,
     prev_comms: QuickMap<Vec<u8>, Id>,
     state_names: QuickMap<i64, Id>,
     chains: QuickMap<u64, Vec<(ChainKey, Id)>>,
@@ -149,7 +150,7 @@ impl<'a> Decoder<'a> {
             events: Vec::with_capacity(BATCH),
             comms,
             unnamed: QuickMap::default(),
-            generations: QuickMap::default(),
+            generations: Generations::default(),
             prev_comms: QuickMap::default(),
             state_names: QuickMap::default(),
             chains: QuickMap::default(),
@@ -233,36 +234,37 @@ impl<'a> Decoder<'a> {
     }
 
     /// A task record before the part read: names and generations as of the part's start.
-    pub fn replay(&mut self, task: &TaskKind) {
-        match task {
+    pub fn replay(&mut self, task: &Task) {
+        let time = task.time.unwrap_or(0);
+        match &task.kind {
             TaskKind::Comm {
                 pid,
                 tid,
                 name,
                 exec,
             } => {
-                self.comm(*pid, *tid, name, *exec);
+                self.comm(*pid, *tid, name, *exec, time);
             }
             TaskKind::Fork {
                 pid,
                 ppid,
                 tid,
                 ptid,
-            } => self.fork(*pid, *ppid, *tid, *ptid),
+            } => self.fork(*pid, *ppid, *tid, *ptid, time),
             _ => {}
         }
     }
 
-    fn comm(&mut self, pid: i32, tid: i32, name: &str, exec: bool) -> Id {
+    fn comm(&mut self, pid: i32, tid: i32, name: &str, exec: bool, time: u64) -> Id {
         let name = self.name_id(name);
         self.comms.insert(tid, name);
         if exec {
-            *self.generations.entry(pid).or_insert(0) += 1;
+            self.generations.exec(pid.into(), time);
         }
         name
     }
 
-    fn fork(&mut self, pid: i32, ppid: i32, tid: i32, ptid: i32) {
+    fn fork(&mut self, pid: i32, ppid: i32, tid: i32, ptid: i32, time: u64) {
         // perf drops a thread it knew by this tid (the tid was reused), then names the new
         // one after its parent when the parent's name was ever set
         self.comms.remove(&tid);
@@ -271,9 +273,8 @@ impl<'a> Decoder<'a> {
                 self.comms.insert(tid, parent);
             }
         }
-        if pid != ppid {
-            self.generations.insert(pid, 0);
-        }
+        self.generations
+            .fork(pid.into(), tid.into(), ppid.into(), time);
     }
 
     fn comm_of(&mut self, tid: i32) -> Id {
@@ -360,7 +361,7 @@ impl<'a> Decoder<'a> {
         };
         match record.parse() {
             Ok(linux_perf_event_reader::EventRecord::Fork(fork)) => {
-                self.fork(fork.pid, fork.ppid, fork.tid, fork.ptid);
+                self.fork(fork.pid, fork.ppid, fork.tid, fork.ptid, time);
                 self.push_bare(THREAD_FORK, time, cpu, fork.pid, fork.tid, fork.ptid);
             }
             Ok(linux_perf_event_reader::EventRecord::Exit(exit)) => {
@@ -368,7 +369,7 @@ impl<'a> Decoder<'a> {
             }
             Ok(linux_perf_event_reader::EventRecord::Comm(comm)) => {
                 let name = perf_file::text(&comm.name.as_slice());
-                let name = self.comm(comm.pid, comm.tid, &name, comm.is_execve);
+                let name = self.comm(comm.pid, comm.tid, &name, comm.is_execve, time);
                 let exec = i32::from(comm.is_execve);
                 self.push(
                     THREAD_COMM,
@@ -495,10 +496,7 @@ impl<'a> Decoder<'a> {
         }
         let user = self.addresses.contains(&CONTEXT_USER);
         let (pid, generation) = if user {
-            (
-                i64::from(pid),
-                self.generations.get(&pid).copied().unwrap_or(0),
-            )
+            (i64::from(pid), self.generations.latest(pid.into()))
         } else {
             (-1, -1)
         };

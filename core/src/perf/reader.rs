@@ -172,7 +172,7 @@ impl PerfReader {
             .map_or(opened.data_end, |round| round.0);
         let mut decoder = Decoder::new(self, opened, keys);
         for task in index.tasks.iter().filter(|task| task.offset < start) {
-            decoder.replay(&task.kind);
+            decoder.replay(task);
         }
         let source = FromRound::new(&self.path, opened, start)?;
         let damaged = |e: linux_perf_data::Error| FileError::Damaged(e.to_string());

@@ -11,10 +11,11 @@ use pyo3::types::{PyString, PyTuple};
 
 use super::model_inputs::{Slice, Tally};
 use super::pairing::{self, AtStart};
-use crate::bpf::decode::{self, ChainKey, Generations, Keys, RuntimeSamples, SliceDecoder};
+use crate::bpf::decode::{self, count_generation, ChainKey, Keys, RuntimeSamples, SliceDecoder};
 use crate::bpf::record::Record;
 use crate::bpf::records_file::RecordsFile;
 use crate::engine::SliceBuilder;
+use crate::generations::Generations;
 
 /// A runtime's samples as Python hands them: their threads, times and stack ids.
 type Samples = (Vec<i64>, Vec<i64>, Vec<i64>);
@@ -47,7 +48,7 @@ impl BpfRecords {
 
     /// Process `pid`'s exec generation at `time_ns`.
     fn generation(&self, pid: u32, time_ns: u64) -> i64 {
-        self.file.generations.at(pid, time_ns)
+        self.file.generations.at(pid.into(), time_ns)
     }
 
     /// `count` consecutive slices of start_ns..end_ns (both included), cut where equal shares
@@ -227,13 +228,13 @@ impl ExecGenerations {
 
     /// Process `pid`'s exec generation at `time_ns`.
     fn at(&self, pid: u32, time_ns: u64) -> i64 {
-        self.generations.at(pid, time_ns)
+        self.generations.at(pid.into(), time_ns)
     }
 }
 
 fn exec_generations(records: &[u8]) -> Generations {
     let mut generations = Generations::default();
-    Record::all(records).for_each(|record| generations.add(&record));
+    Record::all(records).for_each(|record| count_generation(&mut generations, &record));
     generations.sorted()
 }
 

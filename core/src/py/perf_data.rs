@@ -12,6 +12,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use super::model_inputs::Tally;
 use super::pairing::{self, AtStart};
 use crate::engine::{self, Event, Id};
+use crate::generations::{Begun, Generations};
 use crate::perf::decoder::{locked, ChainKey, Keys};
 use crate::perf::index::TaskKind;
 use crate::perf::perf_file::FileError;
@@ -120,20 +121,32 @@ impl PerfData {
             .collect()
     }
 
-    /// The records that make processes' memory maps, in time order: ("comm", pid, exec),
-    /// ("fork", pid, ppid) and ("map", pid, start, end, offset, path, build id or None,
-    /// (major, minor, inode) or None, executable, the kernel's build id or None).
+    /// The records that make processes' memory maps, in time order, with the exec generation
+    /// they are of (crate::generations): ("begin", pid, generation, (pid, generation) whose
+    /// maps it starts with) at a fork that makes a process or an exec, and ("map", pid,
+    /// generation, start, end, offset, path, build id or None, (major, minor, inode) or None,
+    /// executable, the kernel's build id or None).
     fn task_records<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
         let (_, index) = self.reader.index()?;
+        let mut generations = Generations::default();
         let mut records = Vec::new();
         for task in &index.tasks {
+            let time = task.time.unwrap_or(0);
+            let begun = |begun: Begun| ("begin", begun.pid, begun.generation, begun.from);
             let record = match &task.kind {
-                TaskKind::Comm { pid, exec, .. } => ("comm", *pid, *exec).into_pyobject(py)?,
-                TaskKind::Fork { pid, ppid, .. } => ("fork", *pid, *ppid).into_pyobject(py)?,
-                TaskKind::Exit { .. } => continue,
+                TaskKind::Comm {
+                    pid, exec: true, ..
+                } => begun(generations.exec((*pid).into(), time)).into_pyobject(py)?,
+                TaskKind::Fork { pid, ppid, tid, .. } => {
+                    match generations.fork((*pid).into(), (*tid).into(), (*ppid).into(), time) {
+                        Some(new_process) => begun(new_process).into_pyobject(py)?,
+                        None => continue,
+                    }
+                }
                 TaskKind::Map(map) => (
                     "map",
                     map.pid,
+                    generations.latest(map.pid.into()),
                     map.start,
                     map.start.wrapping_add(map.length),
                     map.offset,
@@ -146,6 +159,7 @@ impl PerfData {
                         .map(|id| PyBytes::new(py, id)),
                 )
                     .into_pyobject(py)?,
+                TaskKind::Comm { .. } | TaskKind::Exit { .. } => continue,
             };
             records.push(record);
         }

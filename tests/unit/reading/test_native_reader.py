@@ -58,6 +58,24 @@ def test_an_exited_threads_last_switch_is_read_as_its_own() -> None:
     assert not any(tid == -1 for _, tid in switches)
 
 
+def test_each_program_begun_in_a_process_has_the_maps_of_its_generation() -> None:
+    # Given tar_gzip_command, as perf script --show-task-events shows it: tar (24723) exec'd
+    # (its generation 1) forks 24725 (1, with tar's maps), which execs sh (2) and forks 24726
+    # (1, with sh's), which execs gzip (2)
+    records = open_perf_data(HERE / "tar_gzip_command" / "perf.data").task_records()
+    begun = [record[1:] for record in records if record[0] == "begin"]
+    assert begun == [(24723, 1, (24723, 0)), (24725, 1, (24723, 1)), (24725, 2, (24725, 1)),
+                     (24726, 1, (24725, 2)), (24726, 2, (24726, 1))]
+    # Then each program's own maps are filed under its generation, after those it kept
+    maps = symbols.TaskHistory.replay(records).mappings
+    paths = {key: [Path(mapping.path).name for mapping in mapped] for key, mapped in maps.items()}
+    tar = ["tar", "ld-linux-x86-64.so.2", "[vdso]", "libacl.so.1.1.2301", "libselinux.so.1", "libc.so.6",
+           "libpcre2-8.so.0.11.2"]
+    sh = [*tar, "dash", "ld-linux-x86-64.so.2", "[vdso]", "libc.so.6"]
+    assert paths == {(24723, 1): tar, (24725, 1): tar, (24725, 2): sh, (24726, 1): sh,
+                     (24726, 2): [*sh, "gzip", "ld-linux-x86-64.so.2", "[vdso]", "libc.so.6"]}
+
+
 def test_prev_state_is_read_from_the_format() -> None:
     fmt = ('"prev_state=%s%s", (REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002) + 1) << 1) - 1)) ? '
            '__print_flags(REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002) + 1) << 1) - 1), "|", '
