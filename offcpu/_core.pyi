@@ -100,6 +100,7 @@ class HeldRecords:
     def slice(self, records: bytes, first: int, last: int, skipped: int,
               runtime: Samples | None = None) -> Slice: ...
     def keys(self, not_taken: tuple[str, str], known: int) -> tuple[list[str], list[str], list[ChainKey]]: ...
+    def let_go_of_chains(self, slices: list[Slice]) -> int: ...  # the chains no slice holds go; the rest renumbered
 
 class ExecGenerations:
     """Processes' exec generations, from the records of their forks and execs."""

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from offcpu.reading.symbols import Symbolizer
 
 RECORD_BYTES = np.dtype((np.void, RECORD.itemsize))  # a record as its bytes
+# New chains numbered before those no slice of the window holds go (and the rest are numbered
+# anew): the core's table of them would otherwise keep every chain of the recording, some 300
+# bytes each, 120-150 new a second on a whole machine where new programs start
+CHAINS_BEFORE_LETTING_GO = 50_000
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class LiveWindow:
         self.runtime = runtime
         self.held = _core.HeldRecords()  # names, states and chains by id, for the whole recording
         self.chains: list[Chain | None] = [None, *SYNTHETIC_STACKS]  # the chains by id, as far as known
+        self.chains_kept = 0  # the chains numbered when the unused last went
         self.intervals: deque[Interval] = deque()
         self.paired_to = info.window_start_ns  # the next interval begins here
         self.carried = np.zeros(0, RECORD)  # taken records with an event after paired_to
@@ -140,15 +145,23 @@ class LiveWindow:
         self.mentioned.update(dict.fromkeys(pids[pids != 0].tolist(), last))
 
     def let_go(self) -> None:
-        """Bounded memory, however long it runs: let go of the forks and execs from before the
-        window of processes that no record of the window is of or was woken by, once a later
-        fork gave their pid to another process, or the process is gone (/proc). (The flight
-        record counts generations from the records it keeps, not from these.) The generations
-        after them are counted again from those left, so what was named by those processes'
-        generations (their chains, their addresses) goes too, named again from their maps filed
-        anew. (The chains the window no longer uses went at its last model: stacks.)"""
+        """Bounded memory, however long it runs: what the window no longer needs goes, the forks
+        and execs of processes gone and the chains no slice holds. (The chains' names the window
+        no longer uses went at its last model: stacks.)"""
         if not self.intervals:
             return
+        self._let_go_of_begins()
+        if len(self.chains) - _core.SEEDED_CHAINS > self.chains_kept + CHAINS_BEFORE_LETTING_GO:
+            self.chains_kept = self.held.let_go_of_chains([interval.paired for interval in self.intervals])
+            self.chains = [None, *SYNTHETIC_STACKS]  # numbered anew: the next model asks for them all
+
+    def _let_go_of_begins(self) -> None:
+        """The forks and execs from before the window of processes that no record of the window
+        is of or was woken by, once a later fork gave their pid to another process, or the
+        process is gone (/proc). (The flight record counts generations from the records it
+        keeps, not from these.) The generations after them are counted again from those left, so
+        what was named by those processes' generations (their chains, their addresses) goes too,
+        named again from their maps filed anew."""
         horizon = self.intervals[0].first_ns
         self.mentioned = {pid: seen for pid, seen in self.mentioned.items() if seen >= horizon}
         rows = np.flatnonzero((self.begins["since_ns"] < horizon) & ~np.isin(self.begins["pid"], list(self.mentioned)))

@@ -19,13 +19,15 @@
 //!
 //! Laid out by concern: what it is handed (`events`), what it adds up (`totals`, `tally`),
 //! a slice's state machine (`slice`), the slices joined (`merge`), the µs the model is kept
-//! in (`micros`), and the tables that number names, states and chains (`interning`).
+//! in (`micros`), the tables that number names, states and chains (`interning`), and a live
+//! window's chains numbered anew (`renumber`).
 
 pub mod events;
 pub mod interning;
 pub mod merge;
 pub mod micros;
 mod ordered;
+pub mod renumber;
 pub mod root_shares;
 pub mod slice;
 pub mod tally;

@@ -9,7 +9,7 @@ use super::events::*;
 use super::micros::micros;
 use super::slice::SliceBuilder;
 use super::tally::Tally;
-use super::{at_start, merge};
+use super::{at_start, merge, renumber};
 
 const WORKER: Id = 2; // a thread's name
 const WAKER_NAME: Id = 3;
@@ -333,4 +333,48 @@ fn a_return_follows_an_exit_only_if_the_thread_was_runnable_by_then_however_slic
             "cut at {cuts:?}"
         );
     }
+}
+
+#[test]
+fn slices_renumbered_keep_their_waits_under_the_chains_new_ids() {
+    // one_wait with its chains at ids 9 and 12, cut at 0.2 ms: the wait's switch-out is a
+    // tail of the first slice, its wakeup and return a head of the second
+    let events: Vec<Event> = one_wait()
+        .into_iter()
+        .map(|event| Event {
+            chain: match event.chain {
+                WAIT_STACK => 9,
+                WAKER_STACK => 12,
+                other => other,
+            },
+            ..event
+        })
+        .collect();
+    let mut slices: Vec<_> = [(0, 200_000 - 1), (200_000, MS)]
+        .into_iter()
+        .map(|(first, last)| {
+            let mut builder = SliceBuilder::new(first, last, Some((0, MS)), 0);
+            builder.take(&events);
+            builder.finish(0)
+        })
+        .collect();
+    // the chains they hold beyond the engine's own: 9 and 12, numbered 5 and 6
+    let used = slices.iter_mut().flat_map(|slice| slice.chains()).collect();
+    let kept = renumber::kept_chains(used);
+    assert_eq!(kept, vec![9, 12]);
+    let new = renumber::new_ids(&kept);
+    for slice in &mut slices {
+        slice.renumber_chains(&new);
+    }
+    let tally = merge(slices, (0, MS), &at_start(Vec::new()), Some((0, MS))).0;
+    // as one_wait's: 250 µs, 200 blocked and 50 waiting for a CPU, under the new ids
+    assert_eq!(
+        tally.rows_in_us(),
+        vec![(
+            (10, 5, SLEEPING, Some((20, 20, WAKER_NAME, 6))),
+            false,
+            (250, 200, 50, 1, 0),
+            expected_windows()
+        )]
+    );
 }

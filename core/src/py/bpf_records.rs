@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
@@ -14,8 +15,10 @@ use super::pairing::{self, AtStart};
 use crate::bpf::decode::{self, count_generation, ChainKey, Keys, RuntimeSamples, SliceDecoder};
 use crate::bpf::record::Record;
 use crate::bpf::records_file::RecordsFile;
-use crate::engine::SliceBuilder;
+use crate::engine::interning::Interned;
+use crate::engine::{self, renumber, Id, SliceBuilder};
 use crate::generations::Generations;
+use crate::quick::QuickSet;
 
 /// A runtime's samples as Python hands them: their threads, times and stack ids.
 type Samples = (Vec<i64>, Vec<i64>, Vec<i64>);
@@ -207,6 +210,30 @@ impl HeldRecords {
             &not_taken,
         )?;
         Ok((keys.names.keys.clone(), keys.states.keys.clone(), chains))
+    }
+
+    /// Let go of the chains none of `slices` holds (the slices of the window, which must be all
+    /// those still to be merged): the chains kept are numbered anew, in their order, in the
+    /// slices too; `keys` gives them all again from SEEDED_CHAINS on. Returns how many it kept.
+    fn let_go_of_chains(&self, mut slices: Vec<PyRefMut<'_, Slice>>) -> PyResult<usize> {
+        let mut used = QuickSet::default();
+        for slice in &mut slices {
+            used.extend(slice.result_mut()?.chains());
+        }
+        let kept = renumber::kept_chains(used);
+        let mut keys = decode::locked(&self.keys);
+        let seeded = engine::SEEDED_CHAINS as Id;
+        let chains = kept
+            .iter()
+            .map(|&old| keys.chains.keys.get((old - seeded) as usize).cloned())
+            .collect::<Option<Vec<ChainKey>>>()
+            .ok_or_else(|| PyValueError::new_err("a slice holds a chain not numbered here"))?;
+        keys.chains = Interned::of(chains);
+        let new = renumber::new_ids(&kept);
+        for slice in &mut slices {
+            slice.result_mut()?.renumber_chains(&new);
+        }
+        Ok(kept.len())
     }
 }
 

@@ -26,6 +26,13 @@ impl Slice {
             result: Some(result),
         }
     }
+
+    /// What it found, once finished.
+    pub(super) fn result_mut(&mut self) -> PyResult<&mut SliceResult> {
+        self.result
+            .as_mut()
+            .ok_or_else(|| PyValueError::new_err("a slice is not finished"))
+    }
 }
 
 #[pymethods]

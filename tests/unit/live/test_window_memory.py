@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 
 from offcpu.capture import BPF_STACKS, load
+from offcpu.live import window as live_window
 from offcpu.live.window import LiveWindow
 from offcpu.reading.bpf_reader import EXEC, RECORD
 from offcpu.recording.process_maps import read_maps
 from offcpu.stacks import UNKNOWN
-from tests.helpers.bpf_records import COMM, EXIT, FORK, PID, WAIT, S, SavedStacks, at, record, write_capture
+from tests.helpers.bpf_records import COMM, EXIT, FORK, NO_STACK, PID, WAIT, S, SavedStacks, at, record, write_capture
 
 # Pids no process has: above the kernel's greatest pid_max (PID_MAX_LIMIT, 4M)
 GONE, OTHER = 4_194_305, 4_194_306
@@ -132,6 +133,33 @@ def test_chains_the_window_no_longer_uses_are_let_go(tmp_path: Path) -> None:
     # Then its chain is named no more (it would be named again if it came back)
     assert not [chain for chain in window.named if isinstance(chain, tuple)]
 
+
+
+def test_the_chains_no_slice_holds_go_and_the_rest_are_numbered_anew(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(live_window, "CHAINS_BEFORE_LETTING_GO", 0)  # at every let_go
+    window = window_of(tmp_path)
+    # Given OTHER's wait with the stacks 2 and 1 in the first interval; in the second, OTHER's wait
+    # with the kernel stack alone (100 µs) and this process's with both (200 µs)
+    window.add(of(OTHER, record(WAIT, OTHER, 100, back_us=200, state=S, stacks=(2, 1))), np.zeros(0, RECORD),
+               at(1_000))
+    window.add(np.concatenate([of(OTHER, record(WAIT, OTHER, 1_200, back_us=1_300, state=S, stacks=(2, NO_STACK))),
+                               of(PID, record(WAIT, PID, 1_400, back_us=1_600, state=S, stacks=(2, 1)))]),
+               np.zeros(0, RECORD), at(2_000))
+    assert window.model() is not None
+    assert [chain[:3] for chain in window.chains if isinstance(chain, tuple)] == [
+        (2, 1, OTHER), (2, NO_STACK, 0), (2, 1, PID)]
+    # When the first slides out and the window lets go
+    window.slide(1_000 * 1000)
+    window.let_go()
+    model = window.model()
+    # Then the chains are the second interval's two, numbered in their order, and each wait is
+    # still under its own: OTHER's with no user frames, this process's with them
+    assert model is not None
+    assert [chain[:3] for chain in window.chains if isinstance(chain, tuple)] == [(2, NO_STACK, 0), (2, 1, PID)]
+    assert window.chains_kept == 2
+    rows = {row.tid: (row.offcpu_us, model.stacks[row.stack]) for row in model.rows}
+    assert rows[OTHER][0] == 100 and rows[OTHER][1].kernel_frames == len(rows[OTHER][1].frames)
+    assert rows[PID][0] == 200 and rows[PID][1].kernel_frames < len(rows[PID][1].frames)
 
 
 def test_a_process_with_a_wait_open_in_the_window_keeps_its_forks_and_execs(tmp_path: Path) -> None:
