@@ -30,9 +30,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import cxxfilt
-from rust_demangler import demangle as rust_demangle
-
 from offcpu._core import ElfSymbols, KernelSymbols
 from offcpu.capture import KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError, more_in
@@ -189,6 +186,8 @@ def demangle(name: str) -> str:
     if name.endswith(PLT_SUFFIX):
         return demangle(name.removesuffix(PLT_SUFFIX)) + PLT_SUFFIX
     if name.startswith("_R") or (name.startswith("_ZN") and _RUST_LEGACY.search(name)):
+        from rust_demangler import demangle as rust_demangle  # the demanglers load only for the names they take
+
         try:
             # a legacy name without its hash (::h and 16 hex digits), and without the suffix LLVM
             # gives a function it made local (.llvm. and digits), as perf shows it. The library
@@ -200,6 +199,8 @@ def demangle(name: str) -> str:
             return name
     if not name.startswith("_Z"):
         return name
+    import cxxfilt  # runs ldconfig twice to find libstdc++: 10-20 ms of a report, not spent on C programs
+
     try:
         full = cxxfilt.demangle(name)
     except cxxfilt.InvalidName:
