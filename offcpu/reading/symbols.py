@@ -102,12 +102,13 @@ def kernel_symbols_for(saved: Path | None, recorded: bytes | None) -> KernelSymb
     the running kernel is the `recorded` one (recorded_kernel_build_id, saved_kernel_build_id);
     None when neither can be trusted."""
     if saved is not None and saved.is_file():
-        first, _, rest = read_capture_file(saved, KALLSYMS_MAX).partition(b"\n")
-        header = SAVED_BUILD_ID.fullmatch(first)
+        text = read_capture_file(saved, KALLSYMS_MAX)
+        first_line_end = text.find(b"\n")
+        header = SAVED_BUILD_ID.fullmatch(text, 0, first_line_end if first_line_end >= 0 else len(text))
         # Without the line offcpu writes first (a copy of /proc/kallsyms, a damaged file), nothing
         # says which kernel the copy is of: it is left out, as the copy of another kernel is.
         if header and (recorded is None or not header[1] or bytes.fromhex(header[1].decode()) == recorded):
-            return KernelSymbols.kallsyms(rest, KALLSYMS_TYPES)
+            return KernelSymbols.kallsyms(text, KALLSYMS_TYPES)  # that line is no symbol's: not copied off
     running = running_kernel_build_id()
     if recorded is not None and running == recorded:
         try:
