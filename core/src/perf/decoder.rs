@@ -158,7 +158,7 @@ impl<'a> Decoder<'a> {
                 .attrs
                 .iter()
                 .any(|attr| attr.sample_type & SAMPLE_STACK_USER != 0)
-                .then(Unwinder::new),
+                .then(|| Unwinder::sharing(data.unwind_files.clone())),
             followed: 0,
             skipped: 0,
         }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use linux_perf_event_reader::RawEventRecord;
@@ -16,6 +16,7 @@ use super::index::Index;
 use super::perf_file::{self, FileError, Opened, Shape};
 use super::rounds::Rounds;
 use super::tracing_formats::{self, Tracepoint};
+use super::unwind::UnwindFiles;
 use crate::engine::{Event, SliceBuilder, SliceResult};
 use crate::slice_pool;
 
@@ -25,6 +26,8 @@ pub struct PerfReader {
     pub shape: Shape,
     pub tracepoints: HashMap<u64, Tracepoint>,
     index: OnceLock<Result<Index, String>>,
+    /// The mapped files' unwind tables, read once for every slice's unwinder.
+    pub unwind_files: Arc<UnwindFiles>,
 }
 
 impl PerfReader {
@@ -44,6 +47,7 @@ impl PerfReader {
             shape,
             tracepoints,
             index: OnceLock::new(),
+            unwind_files: Arc::default(),
         })
     }
 
