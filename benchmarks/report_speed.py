@@ -235,34 +235,33 @@ def _tree_kb(root: int) -> tuple[int, int, int]:
     cache, shared by every reader, not memory either allocated."""
     largest = together = perf = 0
     for pid in [root, *descendants(root)]:
-        status, rollup = _fields(f"/proc/{pid}/status"), _fields(f"/proc/{pid}/smaps_rollup")
-        if not status:
-            continue
         if comm(pid) in PERF_COMMS:
-            perf += _kb(status, "RssAnon")
+            perf += _kb(_fields(f"/proc/{pid}/status"), "RssAnon")
         else:
-            mapped_rss, mapped_pss = _mapped_perf_data_kb(pid)
-            largest = max(largest, _kb(status, "VmRSS") - mapped_rss)
-            together += _kb(rollup, "Pss") - mapped_pss
+            resident, proportional = _own_kb(pid)
+            largest = max(largest, resident)
+            together += proportional
     return largest, together, perf
 
 
-def _mapped_perf_data_kb(pid: int) -> tuple[int, int]:
-    """The resident and proportional KiB of the perf.data a process maps."""
+def _own_kb(pid: int) -> tuple[int, int]:
+    """A process's resident and proportional KiB, but the perf.data it maps: its mappings'
+    sums, read at once (the perf.data's mapping may go between two reads)."""
     try:
         lines = Path(f"/proc/{pid}/smaps").read_text().splitlines()
     except OSError:
         return 0, 0
-    rss = pss = 0
-    inside = False
+    resident = proportional = 0
+    counted = True
     for line in lines:
         name, _, rest = line.partition(" ")
         if not name.endswith(":"):  # a mapping's first line: its addresses, ..., its file
-            inside = rest.rstrip().endswith("/perf.data")
-        elif inside and name in ("Rss:", "Pss:"):
-            kb = int(rest.split()[0])
-            rss, pss = (rss + kb, pss) if name == "Rss:" else (rss, pss + kb)
-    return rss, pss
+            counted = not rest.rstrip().endswith("/perf.data")
+        elif counted and name == "Rss:":
+            resident += int(rest.split()[0])
+        elif counted and name == "Pss:":
+            proportional += int(rest.split()[0])
+    return resident, proportional
 
 
 def _fields(path: str) -> dict[str, str]:
