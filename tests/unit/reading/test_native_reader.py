@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 import random
-import struct
 import shutil
+import struct
 import subprocess
 import sys
 import time
