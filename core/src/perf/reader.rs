@@ -145,7 +145,8 @@ impl PerfReader {
         stop: &AtomicBool,
     ) -> Result<SliceResult, FileError> {
         let mut builder = SliceBuilder::new(first, last, Some(counted), switch_cost_ns);
-        let skipped = self.decode(opened, index, keys, Some((first, last)), |events| {
+        // The builder takes no event before `first`: no stack of those is unwound
+        let skipped = self.decode(opened, index, keys, Some((first, last)), false, |events| {
             builder.take(events);
             match stop.load(Ordering::Relaxed) {
                 true => Err(FileError::Io("interrupted".into())),
@@ -156,14 +157,15 @@ impl PerfReader {
     }
 
     /// The events of `time_slice` (first, last ns; None: all), from the round that may hold
-    /// its first record, to `take` a batch at a time; returns how many records could not be
-    /// decoded.
+    /// its first record, to `take` a batch at a time (those before its first with their call
+    /// chains when `chains_before`); returns how many records could not be decoded.
     pub fn decode<E: From<FileError>>(
         &self,
         opened: &Opened,
         index: &Index,
         keys: &Mutex<Keys>,
         time_slice: Option<(i64, i64)>,
+        chains_before: bool,
         mut take: impl FnMut(&[Event]) -> Result<(), E>,
     ) -> Result<u64, E> {
         let first = time_slice.map_or(0, |(first, _)| u64::try_from(first).unwrap_or(0));
@@ -172,6 +174,7 @@ impl PerfReader {
             .get(round_for_time(index, first))
             .map_or(opened.data_end, |round| round.0);
         let mut decoder = Decoder::new(self, opened, keys);
+        decoder.chains_from = if chains_before { 0 } else { first };
         for task in index.tasks.iter().filter(|task| task.offset < start) {
             decoder.replay(&task.kind);
         }
