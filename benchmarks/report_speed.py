@@ -8,8 +8,8 @@ Runs alternate plain `perf script -i perf.data > /dev/null` with its default fie
 this one process; the ratio is of their medians. Memory is sampled every 20 ms over
 the process tree: the largest of offcpu's own processes (VmRSS), all of them together
 (PSS: the pages forked workers share count once), and the perf script processes
-they start, of which only their own (anonymous) memory counts: the perf.data they map
-is page cache, shared by every reader.
+they start, of which only their own (anonymous) memory counts. The perf.data that perf
+and offcpu's core map is page cache, shared by every reader: it counts in neither.
 
 The split by stage is the same work in this one process, stage by stage, in CPU seconds
 of all its threads (the core reads and pairs the slices in a thread each): record
@@ -74,8 +74,8 @@ BPF_TARGET_S_PER_MB = 0.04
 @dataclass
 class Measured:
     seconds: float
-    largest_mb: float  # the largest of offcpu's processes (VmRSS)
-    offcpu_mb: float  # offcpu's processes together (PSS)
+    largest_mb: float  # the largest of offcpu's processes (VmRSS, but the perf.data it maps)
+    offcpu_mb: float  # offcpu's processes together (PSS, likewise)
     perf_mb: float  # the perf processes they start (their anonymous memory)
 
 
@@ -231,19 +231,37 @@ def _timed(argv: list[str]) -> Measured:
 def _tree_kb(root: int) -> tuple[int, int, int]:
     """Memory of a process tree, in KiB: the largest of offcpu's processes (resident), all
     of them (proportional: pages shared by forked workers count once), and perf's own
-    (anonymous) memory: perf maps perf.data, and those pages are the page cache, shared by
-    every reader, not memory perf allocated."""
+    (anonymous) memory: perf and offcpu's core map perf.data, and those pages are the page
+    cache, shared by every reader, not memory either allocated."""
     largest = together = perf = 0
     for pid in [root, *descendants(root)]:
-        status, rollup = _fields(f"/proc/{pid}/status"), _fields(f"/proc/{pid}/smaps_rollup")
-        if not status:
-            continue
         if comm(pid) in PERF_COMMS:
-            perf += _kb(status, "RssAnon")
+            perf += _kb(_fields(f"/proc/{pid}/status"), "RssAnon")
         else:
-            largest = max(largest, _kb(status, "VmRSS"))
-            together += _kb(rollup, "Pss")
+            resident, proportional = _own_kb(pid)
+            largest = max(largest, resident)
+            together += proportional
     return largest, together, perf
+
+
+def _own_kb(pid: int) -> tuple[int, int]:
+    """A process's resident and proportional KiB, but the perf.data it maps: its mappings'
+    sums, read at once (the perf.data's mapping may go between two reads)."""
+    try:
+        lines = Path(f"/proc/{pid}/smaps").read_text().splitlines()
+    except OSError:
+        return 0, 0
+    resident = proportional = 0
+    counted = True
+    for line in lines:
+        name, _, rest = line.partition(" ")
+        if not name.endswith(":"):  # a mapping's first line: its addresses, ..., its file
+            counted = not rest.rstrip().endswith("/perf.data")
+        elif counted and name == "Rss:":
+            resident += int(rest.split()[0])
+        elif counted and name == "Pss:":
+            proportional += int(rest.split()[0])
+    return resident, proportional
 
 
 def _fields(path: str) -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import traceback
 
 import click
 
@@ -69,6 +68,8 @@ def run(argv: list[str] | None = None) -> int:
 
 def _where(error: Exception) -> str:
     """The file and line of offcpu's where `error` was raised, for the report of a bug."""
+    import traceback  # for a bug only: with linecache and tokenize, 3 ms of every start
+
     frames = traceback.extract_tb(error.__traceback__)
     return f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else "unknown"
 

@@ -1,11 +1,13 @@
 //! The files the core opens, as root, where others may have put something first: every
 //! file it reads is opened with `open_regular` and every file it writes is made with
-//! `create_private`; no other module opens a file.
+//! `create_private` (or mapped with `map_regular`); no other module opens a file.
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+
+use memmap2::Mmap;
 
 /// Readable by its owner only, as everything in a capture: it shows what the machine's threads did.
 const PRIVATE: u32 = 0o600;
@@ -25,6 +27,15 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
         ));
     }
     Ok(file)
+}
+
+/// A regular file (as `open_regular` opens it) mapped whole, read only: its bytes are read
+/// where the page cache holds them, never copied. A file cut short while it is mapped ends the
+/// process when the bytes it lost are read (SIGBUS), as it ends perf reading its perf.data.
+pub fn map_regular(path: &Path) -> io::Result<Mmap> {
+    let file = open_regular(path)?;
+    // SAFETY: the map is read only and read as bytes; see above for a file cut short meanwhile
+    unsafe { Mmap::map(&file) }
 }
 
 /// A new file at `path` for writing, readable by its owner only: an error if anything is

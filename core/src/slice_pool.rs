@@ -35,7 +35,8 @@ pub fn threads_for(slices: usize) -> usize {
 
 /// `pair(index, stop)` of each of `count` slices, in a pool of `threads_for(count)` threads;
 /// `poll(slices done, waiting)` while they run (`waiting`: they are not all done; an error
-/// stops them) and once they are all done. The first failure is the one returned: it stops
+/// stops them) and once they are all done. `poll` may park the calling thread while it waits:
+/// the pool unparks it as each slice is done. The first failure is the one returned: it stops
 /// the others, which may fail for that alone.
 pub fn pair_in_pool<E: From<FileError>>(
     count: usize,
@@ -49,34 +50,34 @@ pub fn pair_in_pool<E: From<FileError>>(
     );
     let results: Mutex<Vec<Option<SliceResult>>> = Mutex::new((0..count).map(|_| None).collect());
     let failed: Mutex<Option<FileError>> = Mutex::new(None);
+    let caller = std::thread::current();
     std::thread::scope(|scope| -> Result<(), E> {
-        let workers: Vec<_> = (0..threads_for(count))
-            .map(|_| {
-                scope.spawn(|| loop {
-                    let index = next.fetch_add(1, Ordering::Relaxed);
-                    if index >= count {
-                        break;
-                    }
-                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        pair(index, &stop)
-                    }))
-                    .unwrap_or_else(|panic| {
-                        Err(FileError::Damaged(format!(
-                            "the reader failed on a time slice: {}",
-                            crate::panic_message(&*panic)
-                        )))
-                    });
-                    let first_failure = result.is_err() && !stop.swap(true, Ordering::Relaxed);
-                    match result {
-                        Err(failure) if first_failure => *lock(&failed) = Some(failure),
-                        Err(_) => {}
-                        Ok(paired) => lock(&results)[index] = Some(paired),
-                    }
-                    done.fetch_add(1, Ordering::Relaxed);
-                })
-            })
-            .collect();
-        while workers.iter().any(|worker| !worker.is_finished()) {
+        for _ in 0..threads_for(count) {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= count {
+                    break;
+                }
+                let result =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pair(index, &stop)))
+                        .unwrap_or_else(|panic| {
+                            Err(FileError::Damaged(format!(
+                                "the reader failed on a time slice: {}",
+                                crate::panic_message(&*panic)
+                            )))
+                        });
+                let first_failure = result.is_err() && !stop.swap(true, Ordering::Relaxed);
+                match result {
+                    Err(failure) if first_failure => *lock(&failed) = Some(failure),
+                    Err(_) => {}
+                    Ok(paired) => lock(&results)[index] = Some(paired),
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                caller.unpark();
+            });
+        }
+        // Every slice is counted done, whether it failed or not (a failure stops the others early)
+        while done.load(Ordering::Relaxed) < count {
             if let Err(error) = poll(done.load(Ordering::Relaxed), true) {
                 stop.store(true, Ordering::Relaxed);
                 return Err(error); // the scope waits for the threads, which stop soon

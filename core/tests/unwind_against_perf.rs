@@ -234,7 +234,7 @@ fn a_file_replaced_since_the_recording_ends_the_stacks_in_it() {
         &parting[..parting.len().min(5)]
     );
     assert!(unwinder.stacks_stopped_at_unreadable() >= reached_by_perf as u64);
-    let unreadable: Vec<&[u8]> = unwinder.unreadable_files().collect();
+    let unreadable = unwinder.unreadable_files();
     assert_eq!(unreadable, [program.as_os_str().as_encoded_bytes()]);
 }
 

@@ -16,7 +16,6 @@ from offcpu.kinds import PERF_DATA_READERS, PLAIN, CaptureKind, PlainPerfData, k
 from offcpu.model import Model
 from offcpu.model.asleep import with_asleep_stacks
 from offcpu.model.engine import build_model
-from offcpu.reading.plain_perf_data import lacks, plain_info
 from offcpu.reading.readers import open_reader
 
 READERS = PERF_DATA_READERS  # what --reader chooses from; a BPF capture has one reader
@@ -61,6 +60,8 @@ def capture_at(directory: Path) -> tuple[CaptureKind, CaptureInfo]:
     """The kind of the capture at `directory` and its capture.json (what stands for it, for a
     perf.data that perf recorded alone)."""
     if PlainPerfData.at(directory):
+        from offcpu.reading.plain_perf_data import plain_info  # imported for such a file only (5 ms)
+
         return PLAIN, plain_info(directory)
     info = load(directory)
     return kind_of(info), info
@@ -88,6 +89,8 @@ def build(directory: Path, window_s: tuple[float, float] | None = None, reader: 
     model.reader, model.reader_note, model.binary_notes = opened.reader.name, opened.why, opened.binary_notes()
     if not kind.saves_model:
         name_target(model)
+        from offcpu.reading.plain_perf_data import lacks
+
         model.lacks = lacks(info)
     elif window_s is None:
         _save(directory / MODEL_FILE, model)

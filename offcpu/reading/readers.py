@@ -12,7 +12,6 @@ from offcpu.kinds import BPF_READER, NATIVE_READER, PERF_SCRIPT_READER, CaptureK
 from offcpu.machine import system
 from offcpu.reading.native_reader import NativeReader, unsupported
 from offcpu.reading.pairing import CaptureReader
-from offcpu.reading.perf_script import PerfScriptReader
 
 
 @dataclass
@@ -37,6 +36,8 @@ def _native(kind: CaptureKind, plan: ReaderPlan, info: CaptureInfo) -> Opened:
 
 
 def _perf_script(kind: CaptureKind, plan: ReaderPlan, info: CaptureInfo) -> Opened:
+    from offcpu.reading.perf_script import PerfScriptReader  # the core's reader is the usual one
+
     perf = system.require_perf()
     kind.check_readable(perf, plan.path, info)
     return Opened(PerfScriptReader(perf, plan.path), plan.why)

@@ -30,9 +30,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import cxxfilt
-from rust_demangler import demangle as rust_demangle
-
 from offcpu._core import ElfSymbols, KernelSymbols
 from offcpu.capture import KERNEL_SYMBOLS, VDSO_IMAGE
 from offcpu.errors import OffcpuError, more_in
@@ -105,12 +102,13 @@ def kernel_symbols_for(saved: Path | None, recorded: bytes | None) -> KernelSymb
     the running kernel is the `recorded` one (recorded_kernel_build_id, saved_kernel_build_id);
     None when neither can be trusted."""
     if saved is not None and saved.is_file():
-        first, _, rest = read_capture_file(saved, KALLSYMS_MAX).partition(b"\n")
-        header = SAVED_BUILD_ID.fullmatch(first)
+        text = read_capture_file(saved, KALLSYMS_MAX)
+        first_line_end = text.find(b"\n")
+        header = SAVED_BUILD_ID.fullmatch(text, 0, first_line_end if first_line_end >= 0 else len(text))
         # Without the line offcpu writes first (a copy of /proc/kallsyms, a damaged file), nothing
         # says which kernel the copy is of: it is left out, as the copy of another kernel is.
         if header and (recorded is None or not header[1] or bytes.fromhex(header[1].decode()) == recorded):
-            return KernelSymbols.kallsyms(rest, KALLSYMS_TYPES)
+            return KernelSymbols.kallsyms(text, KALLSYMS_TYPES)  # that line is no symbol's: not copied off
     running = running_kernel_build_id()
     if recorded is not None and running == recorded:
         try:
@@ -184,6 +182,8 @@ def demangle(name: str) -> str:
     if name.endswith(PLT_SUFFIX):
         return demangle(name.removesuffix(PLT_SUFFIX)) + PLT_SUFFIX
     if name.startswith("_R") or (name.startswith("_ZN") and _RUST_LEGACY.search(name)):
+        from rust_demangler import demangle as rust_demangle  # the demanglers load only for the names they take
+
         try:
             # a legacy name without its hash (::h and 16 hex digits), and without the suffix LLVM
             # gives a function it made local (.llvm. and digits), as perf shows it. The library
@@ -195,6 +195,8 @@ def demangle(name: str) -> str:
             return name
     if not name.startswith("_Z"):
         return name
+    import cxxfilt  # runs ldconfig twice to find libstdc++: 10-20 ms of a report, not spent on C programs
+
     try:
         full = cxxfilt.demangle(name)
     except cxxfilt.InvalidName:

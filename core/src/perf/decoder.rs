@@ -98,6 +98,9 @@ pub struct Decoder<'a> {
     /// records (Index.tasks, in time order) it has followed.
     unwinder: Option<Unwinder>,
     followed: usize,
+    /// The samples before this time get no call chain (the engine takes no event before its
+    /// slice's first, and unwinding a DWARF stack is most of a sample's decoding).
+    pub chains_from: u64,
     pub skipped: u64,
 }
 
@@ -159,8 +162,9 @@ impl<'a> Decoder<'a> {
                 .attrs
                 .iter()
                 .any(|attr| attr.sample_type & SAMPLE_STACK_USER != 0)
-                .then(Unwinder::new),
+                .then(|| Unwinder::sharing(data.unwind_files.clone())),
             followed: 0,
+            chains_from: 0,
             skipped: 0,
         }
     }
@@ -441,7 +445,10 @@ impl<'a> Decoder<'a> {
             self.skipped += 1;
             return;
         };
-        let chain = self.chain(attr_index, &sample, pid);
+        let chain = match time < self.chains_from {
+            true => NO_CHAIN,
+            false => self.chain(attr_index, &sample, pid),
+        };
         self.push(kind, time, cpu, pid, thread, other, name, state, chain);
     }
 

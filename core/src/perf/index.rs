@@ -1,19 +1,16 @@
-//! One walk over a perf.data's record headers (`Opened::index`): the rounds (runs of records
-//! ended by FINISHED_ROUND), the records that describe tasks (names, births, deaths, mappings
-//! of files), and the counts of samples, switches and losses; the sizes the crates would
-//! allocate by checked first, compressed records decompressed only up to their limit.
+//! One walk over a perf.data's record headers (`Opened::index`), where they are in the file's
+//! map: the rounds (runs of records ended by FINISHED_ROUND), the records that describe tasks
+//! (names, births, deaths, mappings of files), and the counts of samples, switches and losses;
+//! the sizes the crates would allocate by checked first, compressed records decompressed only
+//! up to their limit.
 
-use std::fs::File;
-use std::io::BufReader;
-use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::io::Cursor;
 
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use linux_perf_event_reader::{EventRecord, Mmap2FileId};
 use zstd_safe::DCtx;
 
 use super::perf_file::*;
-use crate::files::open_regular;
 
 /// A record that describes a task: its name, birth, death or a mapping of a file.
 pub enum TaskKind {
@@ -112,63 +109,20 @@ impl RecordCounts {
     }
 }
 
-const WALK_BUFFER: usize = 1 << 20;
-
-/// A file's bytes up to `end`, read a chunk of WALK_BUFFER at a time and looked at where
-/// they were read to (a record is never copied out of its chunk).
-struct Chunks {
-    file: File,
-    end: u64,
-    start: u64,
-    buffer: Vec<u8>,
-}
-
-impl Chunks {
-    pub(super) fn new(file: File, end: u64) -> Self {
-        Chunks {
-            file,
-            end,
-            start: 0,
-            buffer: Vec::with_capacity(WALK_BUFFER),
-        }
-    }
-
-    /// The `length` bytes at `position` (at most WALK_BUFFER); None when they run past the end.
-    pub(super) fn at(&mut self, position: u64, length: u64) -> Result<Option<&[u8]>, FileError> {
-        let Some(until) = position
-            .checked_add(length)
-            .filter(|until| *until <= self.end)
-        else {
-            return Ok(None);
-        };
-        let held = self.start + self.buffer.len() as u64;
-        if position < self.start || until > held {
-            let wanted = (self.end - position).min(WALK_BUFFER as u64) as usize;
-            self.buffer.resize(wanted, 0);
-            self.file
-                .read_exact_at(&mut self.buffer, position)
-                .map_err(|error| match error.kind() {
-                    std::io::ErrorKind::UnexpectedEof => damaged(format!(
-                        "it ends before byte {}, its data section's end",
-                        self.end
-                    )),
-                    _ => FileError::from(error),
-                })?;
-            self.start = position;
-        }
-        let from = (position - self.start) as usize;
-        Ok(self.buffer.get(from..from + length as usize))
-    }
+/// The `length` bytes at `position` of `data`; None when they run past its end.
+fn at(data: &[u8], position: u64, length: u64) -> Option<&[u8]> {
+    let from = usize::try_from(position).ok()?;
+    data.get(from..from.checked_add(usize::try_from(length).ok()?)?)
 }
 
 impl Opened {
     /// Walk every record header of the data section; an error when the sizes do not chain
     /// the records to its end.
-    pub fn index(&self, path: &Path) -> Result<Index, FileError> {
+    pub fn index(&self) -> Result<Index, FileError> {
         if self.compressed() {
-            return self.index_compressed(path);
+            return self.index_compressed();
         }
-        let mut data = Chunks::new(open_regular(path)?, self.data_end);
+        let data = self.up_to_data_end()?;
         let mut position = self.data_start;
         let mut rounds: Vec<(u64, Option<u64>)> = vec![(position, None)];
         let mut tasks = Vec::new();
@@ -176,7 +130,7 @@ impl Opened {
         let mut sample_times: Option<(u64, u64)> = None;
         let mut counts = RecordCounts::default();
         while position < self.data_end {
-            let Some(head) = data.at(position, 8)? else {
+            let Some(head) = at(data, position, 8) else {
                 return Err(damaged(format!("a record at byte {position} is cut short")));
             };
             let kind = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
@@ -191,7 +145,7 @@ impl Opened {
                     "the record at byte {position} has size {size} and type {kind}"
                 )));
             }
-            let Some(record) = data.at(position, size)? else {
+            let Some(record) = at(data, position, size) else {
                 break;
             };
             let body = &record[8..];
@@ -245,14 +199,13 @@ impl Opened {
     /// The index of compressed records, which only the crate's reading from the start
     /// decompresses: one round (a time slice cannot start elsewhere), the task records found
     /// on the way (at no offset in the file: a read, from the start, replays none of them).
-    pub(super) fn index_compressed(&self, path: &Path) -> Result<Index, FileError> {
-        self.check_before_the_crate(path)?;
+    pub(super) fn index_compressed(&self) -> Result<Index, FileError> {
+        self.check_before_the_crate()?;
         let bad = |error: linux_perf_data::Error| damaged(error.to_string());
         let PerfFileReader {
             mut perf_file,
             mut record_iter,
-        } = PerfFileReader::parse_file(BufReader::with_capacity(WALK_BUFFER, open_regular(path)?))
-            .map_err(bad)?;
+        } = PerfFileReader::parse_file(Cursor::new(self.bytes())).map_err(bad)?;
         let mut tasks = Vec::new();
         let mut unknown = 0u64;
         let mut sample_times: Option<(u64, u64)> = None;
@@ -295,13 +248,13 @@ impl Opened {
     /// The records around the compressed ones walked by their headers before the crate reads
     /// them, for what it would allocate as it reads: an AUXTRACE record's trace, by the size it
     /// says, and each compressed record's contents whole, however much they decompress to.
-    pub(super) fn check_before_the_crate(&self, path: &Path) -> Result<(), FileError> {
+    pub(super) fn check_before_the_crate(&self) -> Result<(), FileError> {
         let limit = self.decompressed_limit();
         let mut zstd = DCtx::create();
         let mut out = vec![0u8; DECOMPRESS_BUFFER];
-        let mut data = Chunks::new(open_regular(path)?, self.data_end);
+        let data = self.up_to_data_end()?;
         let mut position = self.data_start;
-        while let Some(head) = data.at(position, 8)? {
+        while let Some(head) = at(data, position, 8) {
             let kind = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
             let size = u16::from_le_bytes([head[6], head[7]]) as u64;
             if kind == AUXTRACE {
@@ -313,7 +266,7 @@ impl Opened {
                 )));
             }
             if kind == COMPRESSED || kind == COMPRESSED2 {
-                let Some(record) = data.at(position, size)? else {
+                let Some(record) = at(data, position, size) else {
                     break; // cut short: the crate says so
                 };
                 let compressed = match kind {

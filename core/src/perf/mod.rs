@@ -8,6 +8,7 @@ pub mod elf_files;
 pub mod index;
 pub mod perf_file;
 pub mod reader;
+pub mod rounds;
 pub mod support;
 pub mod symbols;
 pub mod tracing_formats;

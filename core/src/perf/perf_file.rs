@@ -20,9 +20,10 @@ use linux_perf_event_reader::{
     get_record_id, get_record_identifier, get_record_timestamp, AttrFlags, PerfEventType, RawData,
     RawEventRecord, RecordIdParseInfo, RecordParseInfo, RecordType, SampleFormat,
 };
+use memmap2::Mmap;
 use zstd_safe::{DCtx, InBuffer, OutBuffer};
 
-use crate::files::open_regular;
+use crate::files::{map_regular, open_regular};
 
 /// What a perf.data begins with, and what it begins with written in the other byte order.
 pub const MAGIC: &[u8; 8] = b"PERFILE2";
@@ -184,10 +185,11 @@ pub struct BuildId {
     pub kernel: bool,
 }
 
-/// A perf.data written to a file, its header and feature sections read.
+/// A perf.data written to a file, its header and feature sections read, and the whole file
+/// mapped: its records are read where they are (`bytes`).
 pub struct Opened {
     pub file_size: u64,
-    pub header: [u8; HEADER_SIZE],
+    map: Mmap,
     pub data_start: u64,
     pub data_end: u64,
     pub attrs: Vec<Attr>,
@@ -259,7 +261,7 @@ pub fn open(path: &Path) -> Result<Shape, FileError> {
         .collect();
     Ok(Shape::File(Box::new(Opened {
         file_size,
-        header,
+        map: map_regular(path)?,
         data_start: data_offset,
         data_end,
         attrs,
@@ -405,6 +407,25 @@ pub(super) fn check_event_desc(section: &[u8]) -> Result<(), FileError> {
 }
 
 impl Opened {
+    /// The whole file, as it was mapped when it was opened.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// The file up to its data section's end, as it was mapped when it was opened: records are
+    /// read where they are, at their offsets in the file; an error when the file is now shorter.
+    pub fn up_to_data_end(&self) -> Result<&[u8], FileError> {
+        usize::try_from(self.data_end)
+            .ok()
+            .and_then(|end| self.map.get(..end))
+            .ok_or_else(|| {
+                damaged(format!(
+                    "it ends before byte {}, its data section's end",
+                    self.data_end
+                ))
+            })
+    }
+
     /// Which event a record belongs to (0 when its id is unknown, as the crate does).
     pub fn attr_index(&self, kind: RecordType, body: &[u8]) -> usize {
         let data = RawData::Single(body);

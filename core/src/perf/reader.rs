@@ -3,24 +3,22 @@
 //! round that may hold its first record, and the slices paired in a thread each.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::io::Cursor;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
+use linux_perf_event_reader::RawEventRecord;
 
 use super::decoder::{Decoder, Keys, BATCH};
 use super::index::Index;
-use super::perf_file::{self, FileError, Opened, Shape, HEADER_SIZE};
+use super::perf_file::{self, FileError, Opened, Shape};
+use super::rounds::Rounds;
 use super::tracing_formats::{self, Tracepoint};
+use super::unwind::UnwindFiles;
 use crate::engine::{Event, SliceBuilder, SliceResult};
-use crate::files::open_regular;
 use crate::slice_pool;
-
-const READ_BUFFER: usize = 1 << 20;
 
 /// A perf.data, its header read; its records walked once when first needed.
 pub struct PerfReader {
@@ -28,6 +26,8 @@ pub struct PerfReader {
     pub shape: Shape,
     pub tracepoints: HashMap<u64, Tracepoint>,
     index: OnceLock<Result<Index, String>>,
+    /// The mapped files' unwind tables, read once for every slice's unwinder.
+    pub unwind_files: Arc<UnwindFiles>,
 }
 
 impl PerfReader {
@@ -47,6 +47,7 @@ impl PerfReader {
             shape,
             tracepoints,
             index: OnceLock::new(),
+            unwind_files: Arc::default(),
         })
     }
 
@@ -67,7 +68,7 @@ impl PerfReader {
             .opened()
             .ok_or_else(|| FileError::Damaged("it was not written to a file".into()))?;
         let index = self.index.get_or_init(|| {
-            opened.index(&self.path).map_err(|error| match error {
+            opened.index().map_err(|error| match error {
                 FileError::Io(what) | FileError::Damaged(what) => what,
             })
         });
@@ -144,7 +145,8 @@ impl PerfReader {
         stop: &AtomicBool,
     ) -> Result<SliceResult, FileError> {
         let mut builder = SliceBuilder::new(first, last, Some(counted), switch_cost_ns);
-        let skipped = self.decode(opened, index, keys, Some((first, last)), |events| {
+        // The builder takes no event before `first`: no stack of those is unwound
+        let skipped = self.decode(opened, index, keys, Some((first, last)), false, |events| {
             builder.take(events);
             match stop.load(Ordering::Relaxed) {
                 true => Err(FileError::Io("interrupted".into())),
@@ -155,14 +157,15 @@ impl PerfReader {
     }
 
     /// The events of `time_slice` (first, last ns; None: all), from the round that may hold
-    /// its first record, to `take` a batch at a time; returns how many records could not be
-    /// decoded.
+    /// its first record, to `take` a batch at a time (those before its first with their call
+    /// chains when `chains_before`); returns how many records could not be decoded.
     pub fn decode<E: From<FileError>>(
         &self,
         opened: &Opened,
         index: &Index,
         keys: &Mutex<Keys>,
         time_slice: Option<(i64, i64)>,
+        chains_before: bool,
         mut take: impl FnMut(&[Event]) -> Result<(), E>,
     ) -> Result<u64, E> {
         let first = time_slice.map_or(0, |(first, _)| u64::try_from(first).unwrap_or(0));
@@ -171,37 +174,60 @@ impl PerfReader {
             .get(round_for_time(index, first))
             .map_or(opened.data_end, |round| round.0);
         let mut decoder = Decoder::new(self, opened, keys);
+        decoder.chains_from = if chains_before { 0 } else { first };
         for task in index.tasks.iter().filter(|task| task.offset < start) {
             decoder.replay(task);
         }
-        let source = FromRound::new(&self.path, opened, start)?;
-        let damaged = |e: linux_perf_data::Error| FileError::Damaged(e.to_string());
-        let PerfFileReader {
-            mut perf_file,
-            mut record_iter,
-        } = PerfFileReader::parse_file(BufReader::with_capacity(READ_BUFFER, source))
-            .map_err(damaged)?;
         let last = time_slice.map_or(i128::MAX, |(_, last)| i128::from(last));
-        while let Some(record) = record_iter.next_record(&mut perf_file).map_err(damaged)? {
-            let PerfFileRecord::EventRecord { attr_index, record } = record else {
-                continue;
-            };
+        let mut each = |attr_index: usize, record: &RawEventRecord<'_>| -> Result<bool, E> {
             let Some(time) = record.timestamp() else {
-                continue;
+                return Ok(true);
             };
             if i128::from(time) > last {
-                break;
+                return Ok(false);
             }
             decoder.follow(&index.tasks, time);
-            decoder.decode(attr_index, &record, time);
+            decoder.decode(attr_index, record, time);
             if decoder.events.len() >= BATCH {
                 take(&decoder.events)?;
                 decoder.events.clear();
+            }
+            Ok(true)
+        };
+        if opened.compressed() {
+            decompressed_records(opened, each)?;
+        } else {
+            let mut rounds = Rounds::new(opened, start)?;
+            while let Some((attr_index, record)) = rounds.next_record()? {
+                if !each(attr_index, &record)? {
+                    break;
+                }
             }
         }
         take(&decoder.events)?;
         Ok(decoder.skipped)
     }
+}
+
+/// The records of a compressed file, all of it one round (see `Opened::index_compressed`),
+/// decompressed by the crate, to `each` while it returns true.
+fn decompressed_records<E: From<FileError>>(
+    opened: &Opened,
+    mut each: impl FnMut(usize, &RawEventRecord<'_>) -> Result<bool, E>,
+) -> Result<(), E> {
+    let damaged = |e: linux_perf_data::Error| FileError::Damaged(e.to_string());
+    let PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = PerfFileReader::parse_file(Cursor::new(opened.bytes())).map_err(damaged)?;
+    while let Some(record) = record_iter.next_record(&mut perf_file).map_err(damaged)? {
+        if let PerfFileRecord::EventRecord { attr_index, record } = record {
+            if !each(attr_index, &record)? {
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The first round that may hold a record at or after `time_ns`: perf writes a round's
@@ -219,54 +245,4 @@ fn round_for_time(index: &Index, time_ns: u64) -> usize {
         }
     }
     low.saturating_sub(2)
-}
-
-/// The file as the crate reads it, with a header whose data section begins at a round:
-/// records before it are not read (nor sorted) at all.
-struct FromRound {
-    file: File,
-    header: [u8; HEADER_SIZE],
-    size: u64,
-    position: u64,
-}
-
-impl FromRound {
-    fn new(path: &Path, opened: &Opened, start: u64) -> Result<Self, FileError> {
-        let mut header = opened.header;
-        header[40..48].copy_from_slice(&start.to_le_bytes());
-        header[48..56].copy_from_slice(&(opened.data_end - start).to_le_bytes());
-        Ok(FromRound {
-            file: open_regular(path)?,
-            header,
-            size: opened.file_size,
-            position: 0,
-        })
-    }
-}
-
-impl Read for FromRound {
-    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
-        let read = match self.header.get(self.position as usize..) {
-            Some(header) if self.position < HEADER_SIZE as u64 => {
-                let length = header.len().min(buffer.len());
-                buffer[..length].copy_from_slice(&header[..length]);
-                length
-            }
-            _ => self.file.read_at(buffer, self.position)?,
-        };
-        self.position += read as u64;
-        Ok(read)
-    }
-}
-
-impl Seek for FromRound {
-    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
-        let position = match to {
-            SeekFrom::Start(at) => Some(at),
-            SeekFrom::End(by) => self.size.checked_add_signed(by),
-            SeekFrom::Current(by) => self.position.checked_add_signed(by),
-        };
-        self.position = position.ok_or(std::io::ErrorKind::InvalidInput)?;
-        Ok(self.position)
-    }
 }

@@ -3,7 +3,8 @@
 //! (`.eh_frame` with `.eh_frame_hdr`, or `.debug_frame` where the compiler wrote one) of
 //! the files mapped executable give the return addresses in it, with framehop.
 //!
-//! Each file's tables are read once, shared by every process that maps it. Code that
+//! Each file's tables are read once, shared by every process that maps it and by the
+//! unwinders of every time slice (`UnwindFiles`). Code that
 //! no file describes (the vdso without a copy in perf's build-id cache, JIT code in
 //! anonymous maps) is unwound by its frame pointers; a file that cannot be read (gone,
 //! or not the build perf recorded) ends the stacks that pass through it.
@@ -13,7 +14,7 @@ use std::ffi::OsStr;
 use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
@@ -71,6 +72,23 @@ impl UnwindTables {
     }
 }
 
+/// The unwind tables of the files read so far (None: the file could not be read), for the
+/// unwinders of all of a reading's time slices.
+#[derive(Default)]
+pub struct UnwindFiles(Mutex<HashMap<FileKey, Option<Arc<UnwindTables>>>>);
+
+impl UnwindFiles {
+    fn tables(&self, path: &[u8], build_id: Option<&[u8]>) -> Option<Arc<UnwindTables>> {
+        let key = (path.to_vec(), build_id.map(<[u8]>::to_vec));
+        // Held while a file is read: another slice that maps it waits for it, not reads it again
+        let mut files = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        files
+            .entry(key)
+            .or_insert_with(|| unless_panics(|| read_tables(path, build_id)).map(Arc::new))
+            .clone()
+    }
+}
+
 /// One process's mapped files, as framehop's modules.
 #[derive(Clone, Default)]
 struct Process {
@@ -119,8 +137,7 @@ impl Process {
 /// The user stacks of one capture's samples, unwound.
 pub struct Unwinder {
     processes: HashMap<i32, Process>,
-    /// Each file read so far; `None`: it could not be read.
-    files: HashMap<FileKey, Option<Arc<UnwindTables>>>,
+    files: Arc<UnwindFiles>,
     cache: CacheX86_64,
     /// Changes to modules (framehop counts them) since the cache was made.
     changes_in_cache: u64,
@@ -137,9 +154,14 @@ impl Default for Unwinder {
 
 impl Unwinder {
     pub fn new() -> Self {
+        Self::sharing(Arc::default())
+    }
+
+    /// An unwinder that reads files into `files`, or finds them there.
+    pub fn sharing(files: Arc<UnwindFiles>) -> Self {
         Self {
             processes: HashMap::new(),
-            files: HashMap::new(),
+            files,
             cache: CacheX86_64::new(),
             changes_in_cache: 0,
             unknown_process: Process::default(),
@@ -161,7 +183,7 @@ impl Unwinder {
     ) {
         let range = start..end;
         let tables = if is_file(path) || build_id.is_some() {
-            self.tables(path, build_id)
+            self.files.tables(path, build_id)
         } else {
             None
         };
@@ -235,24 +257,18 @@ impl Unwinder {
 
     /// The files mapped executable whose unwind tables could not be read (missing, or
     /// not the build that perf recorded).
-    pub fn unreadable_files(&self) -> impl Iterator<Item = &[u8]> {
-        self.files
+    pub fn unreadable_files(&self) -> Vec<Vec<u8>> {
+        let files = self.files.0.lock().unwrap_or_else(PoisonError::into_inner);
+        files
             .iter()
             .filter(|((path, _), tables)| tables.is_none() && is_file(path))
-            .map(|((path, _), _)| path.as_slice())
+            .map(|((path, _), _)| path.clone())
+            .collect()
     }
 
     /// How many stacks ended at a frame in a file that could not be read.
     pub fn stacks_stopped_at_unreadable(&self) -> u64 {
         self.stacks_stopped_at_unreadable
-    }
-
-    fn tables(&mut self, path: &[u8], build_id: Option<&[u8]>) -> Option<Arc<UnwindTables>> {
-        let key = (path.to_vec(), build_id.map(<[u8]>::to_vec));
-        self.files
-            .entry(key)
-            .or_insert_with(|| unless_panics(|| read_tables(path, build_id)).map(Arc::new))
-            .clone()
     }
 }
 

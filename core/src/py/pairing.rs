@@ -12,7 +12,8 @@ use super::model_inputs::Tally;
 use crate::engine::interning::{locked, Keys};
 use crate::engine::{self, SliceResult};
 
-/// How often the thread that waits for the slices looks for Ctrl-C and progress.
+/// How often the thread that waits for the slices looks for Ctrl-C and progress, at least: it
+/// is woken as each slice is done (the pool unparks it).
 const POLL: Duration = Duration::from_millis(20);
 
 /// The threads when recording began: (tid, name, state).
@@ -42,7 +43,7 @@ pub fn paired<Chain: Clone + Eq + Hash>(
     let mut reported = 0;
     let mut poll = |done: usize, waiting: bool| -> PyResult<()> {
         if waiting {
-            py.detach(|| std::thread::sleep(POLL));
+            py.detach(|| std::thread::park_timeout(POLL));
             py.check_signals()?;
         }
         if let Some(on_done) = on_done.as_ref().filter(|_| done != reported) {

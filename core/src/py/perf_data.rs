@@ -203,12 +203,18 @@ impl PerfData {
         let (opened, index) = self.reader.index()?;
         let keys = Mutex::new(Keys::default());
         let mut objects = Objects::default();
-        self.reader
-            .decode(opened, index, &keys, time_slice, |events| -> PyResult<()> {
+        self.reader.decode(
+            opened,
+            index,
+            &keys,
+            time_slice,
+            true,
+            |events| -> PyResult<()> {
                 objects.update(py, &locked(&keys))?;
                 objects.hand_over(py, events, &take)?;
                 py.check_signals()
-            })
+            },
+        )
     }
 
     /// The model's inputs: each of `slices` (first, last ns, both included; of the window,

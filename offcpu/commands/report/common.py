@@ -15,7 +15,6 @@ import click
 
 from offcpu import _core
 from offcpu.capture import METADATA, is_file_of
-from offcpu.diagnosis.locktable import lock_table
 from offcpu.errors import OffcpuError
 from offcpu.files import invoking_uid, not_regular, open_directory, write_whole
 from offcpu.model import Model
@@ -277,6 +276,8 @@ def view_options(function: Callable[..., Any]) -> Callable[..., Any]:
             reader=reader, locks=locks,
         )
         if locks is not None:
+            from offcpu.diagnosis.locktable import lock_table  # only then: the reports without findings need none
+
             lock_table(locks)  # a wrong file is said before any work
         return function(view=view, **rest)
 

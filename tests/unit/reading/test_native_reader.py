@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import itertools
 import random
+import shutil
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -137,6 +139,18 @@ def test_a_plt_stub_is_named_after_its_function_demangled() -> None:
     # (perf 6.1 showed rocksdb::DBImpl::WriteContext::~WriteContext@plt in RocksDB's writers)
     assert demangle("_ZN7rocksdb6DBImpl12WriteContextD1Ev@plt") == "rocksdb::DBImpl::WriteContext::~WriteContext@plt"
     assert demangle("@plt") == "@plt" and demangle("write@plt") == "write@plt"
+
+
+def test_a_report_of_a_c_programs_capture_loads_no_demangler_nor_the_lock_table(tmp_path: Path) -> None:
+    # Given a capture of a C program (no mangled name in its stacks): its folded report needs no
+    # demangler (cxxfilt runs ldconfig twice as it loads: 10-20 ms of a report) and no lock table
+    capture = tmp_path / "cap"
+    shutil.copytree(HERE / "native_futex_pid", capture)
+    listing = "import sys; from offcpu.cli import main; main(sys.argv[1:]); print(*sys.modules, file=sys.stderr)"
+    done = subprocess.run([sys.executable, "-c", listing, "report", "folded", str(capture)], capture_output=True,
+                          text=True, check=True)
+    assert "futex_contention" in done.stdout
+    assert set(done.stderr.split()).isdisjoint({"cxxfilt", "rust_demangler", "offcpu.diagnosis.locktable"})
 
 
 def test_plt_stubs_are_named_in_relocation_order_as_perf_61_names_them() -> None:
