@@ -4,7 +4,6 @@ BPF capture ([capture](../../docs/capture.md)) that every `report` format reads.
 from __future__ import annotations
 
 import contextlib
-import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,9 +40,9 @@ def write_capture(directory: Path, records: np.ndarray, recording: _core.BpfReco
     whole = np.concatenate([records, np.frombuffer(open_now, RECORD, len(open_now) // RECORD.itemsize)])
     write_whole(directory / BPF_RECORDS, whole.tobytes(), mode=PRIVATE)
     recording.save_stacks(str(directory / BPF_STACKS))
-    for name in SHARED:
+    for name in SHARED:  # only offcpu's user reads them, as a recording's own (other processes' maps, kernel addresses)
         with contextlib.suppress(FileNotFoundError):  # no kallsyms where the kernel hides its symbols
-            shutil.copyfile(live_directory / name, directory / name)
+            write_whole(directory / name, (live_directory / name).read_bytes(), mode=PRIVATE)
     start_ns, end_ns = window
     waits = int(np.count_nonzero(whole["kind"] == 1))
     save(directory, replace(info, window_start_ns=start_ns, window_end_ns=end_ns,

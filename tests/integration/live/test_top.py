@@ -143,6 +143,9 @@ def test_record_keep_writes_on_sigusr1_without_a_view(tmp_path: Path, contention
     report = run_offcpu("report", "folded", str(flight))
     assert report.returncode == 0, report.stderr
     assert "__lll_lock_wait" in report.stdout
+    # its files are its user's alone, as a recording's are (other processes' maps, the kernel's addresses)
+    assert {path.name: path.stat().st_mode & 0o777 for path in flight.iterdir()} == dict.fromkeys(
+        (path.name for path in flight.iterdir()), 0o600)
 
 
 @contextmanager
