@@ -46,6 +46,22 @@ pub const WAKER_USER_STACK_AT: usize = 52;
 pub const STACKS_AT: [usize; 4] = [40, 44, 48, WAKER_USER_STACK_AT];
 pub const WAKER_PID_AT: usize = 56;
 
+/// The u32 field at `at` of a record's bytes (0 when they end before it).
+pub fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    bytes
+        .get(at..at + 4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_le_bytes)
+}
+
+/// The u64 field at `at` of a record's bytes (0 when they end before it).
+pub fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    bytes
+        .get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
 /// A record's fields, read from its bytes (little-endian, at FIELDS' offsets).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Record {

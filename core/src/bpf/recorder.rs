@@ -9,7 +9,7 @@
 //! held here by file descriptors and never pinned, so it goes away with the
 //! process on every path: `finish`, a Python exception, or SIGKILL.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -30,7 +30,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use super::record::{
-    BACK_AT, KIND_AT, RECORD_SIZE, SINCE_AT, WAIT, WAKER_PID_AT, WAKER_USER_STACK_AT,
+    u32_at, u64_at, BACK_AT, KIND_AT, RECORD_SIZE, SINCE_AT, WAIT, WAKER_PID_AT,
+    WAKER_USER_STACK_AT,
 };
 use super::stack_store::{held_ids, KernelStacks, StackStore};
 use crate::files::create_private;
@@ -466,17 +467,25 @@ fn drain<W: Write>(ring: MapHandle, file: W, reader: &Reader) -> std::io::Result
     let writer = RefCell::new(BufWriter::with_capacity(1 << 20, file));
     let failed = RefCell::new(None);
     let mut seen = BTreeSet::new();
+    // When the records were read, to the poll: what a live recording keeps its stacks by
+    let now = Cell::new(monotonic_ns());
     let mut builder = RingBufferBuilder::new();
     builder
         .add(&ring, |record: &[u8]| {
             if !size.keeps(record) {
                 return 0;
             }
-            let mut numbered = record.to_vec();
-            stacks
-                .store()
-                .renumber(&stacks.kernel, &mut numbered, monotonic_ns());
-            if let Err(error) = writer.borrow_mut().write_all(&numbered) {
+            // (on the stack: the drain's hot path allocates nothing per record)
+            let mut numbered = [0u8; RECORD_SIZE];
+            let numbered = match numbered.get_mut(..record.len()) {
+                Some(copy) => {
+                    copy.copy_from_slice(record);
+                    stacks.store().renumber(&stacks.kernel, copy, now.get());
+                    &*copy
+                }
+                None => record, // (longer than any record: written as it came)
+            };
+            if let Err(error) = writer.borrow_mut().write_all(numbered) {
                 failed.replace(Some(error));
                 return -1;
             }
@@ -499,6 +508,7 @@ fn drain<W: Write>(ring: MapHandle, file: W, reader: &Reader) -> std::io::Result
         // would cost the recorded threads more than the record): it reads at every POLL too.
         // EINTR (a signal to the process) is not an end: only `stop` is.
         let _ = buffer.poll(POLL);
+        now.set(monotonic_ns());
         let _ = buffer.consume();
         if stacks.store().wants_new_epoch(&stacks.kernel) {
             new_stack_epoch(stacks, open_waits, || {
@@ -630,20 +640,6 @@ fn sum_counters(object: &Object) -> PyResult<Vec<u64>> {
         }
     }
     Ok(sums)
-}
-
-fn u64_at(bytes: &[u8], offset: usize) -> u64 {
-    bytes
-        .get(offset..offset + 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_ne_bytes)
-}
-
-fn u32_at(bytes: &[u8], offset: usize) -> u32 {
-    bytes
-        .get(offset..offset + 4)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u32::from_ne_bytes)
 }
 
 /// The task iterator `dump_open_waits` attached, to read the waits open whenever asked.

@@ -11,7 +11,8 @@ use std::sync::Mutex;
 
 use super::decode::{count_generation, Keys, RuntimeSamples, SliceDecoder};
 use super::record::{
-    Record, BACK_AT, COMM, EXIT, FORK, KIND_AT, NOT_TAKEN, RECORD_SIZE, SINCE_AT, WAIT,
+    u32_at, u64_at, Record, BACK_AT, COMM, EXIT, FORK, KIND_AT, NOT_TAKEN, RECORD_SIZE, SINCE_AT,
+    WAIT,
 };
 use crate::engine::{SliceBuilder, SliceResult};
 use crate::files::open_regular;
@@ -134,15 +135,8 @@ fn event_times((kind, since, woken, back): (u32, u64, u64, u64)) -> impl Iterato
 
 /// A record's kind and times (since, woken, back), read alone.
 fn times_of(raw: &[u8]) -> (u32, u64, u64, u64) {
-    let u64_at = |at: usize| {
-        raw.get(at..at + 8)
-            .and_then(|bytes| bytes.try_into().ok())
-            .map_or(0, u64::from_le_bytes)
-    };
-    let kind = raw
-        .get(KIND_AT..KIND_AT + 4)
-        .and_then(|bytes| bytes.try_into().ok())
-        .map_or(0, u32::from_le_bytes);
+    let u64_at = |at: usize| u64_at(raw, at);
+    let kind = u32_at(raw, KIND_AT);
     (
         kind,
         u64_at(SINCE_AT),

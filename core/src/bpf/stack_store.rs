@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::sync::Arc;
 
-use super::record::{KIND_AT, RECORD_SIZE, STACKS_AT, WAIT};
+use super::record::{u32_at, KIND_AT, RECORD_SIZE, STACKS_AT, WAIT};
 
 /// The kernel's stack table as the store reads and empties it (the BPF maps, or a test's).
 pub trait KernelStacks {
@@ -104,11 +104,11 @@ impl StackStore {
     /// replaced by numbers.
     pub fn renumber(&mut self, kernel: &impl KernelStacks, records: &mut [u8], now_ns: u64) {
         for record in records.chunks_exact_mut(RECORD_SIZE) {
-            if i32_at(record, KIND_AT) as u32 != WAIT {
+            if u32_at(record, KIND_AT) != WAIT {
                 continue;
             }
             for at in STACKS_AT {
-                let number = self.number(kernel, i32_at(record, at), now_ns);
+                let number = self.number(kernel, u32_at(record, at) as i32, now_ns);
                 record[at..at + 4].copy_from_slice(&number.to_le_bytes());
             }
         }
@@ -184,17 +184,10 @@ impl StackStore {
 pub fn held_ids(records: &[u8]) -> HashSet<u32> {
     records
         .chunks_exact(RECORD_SIZE)
-        .filter(|record| i32_at(record, KIND_AT) as u32 == WAIT)
-        .flat_map(|record| STACKS_AT.map(|at| i32_at(record, at)))
+        .filter(|record| u32_at(record, KIND_AT) == WAIT)
+        .flat_map(|record| STACKS_AT.map(|at| u32_at(record, at) as i32))
         .filter_map(|id| u32::try_from(id).ok())
         .collect()
-}
-
-fn i32_at(record: &[u8], at: usize) -> i32 {
-    record
-        .get(at..at + 4)
-        .and_then(|bytes| bytes.try_into().ok())
-        .map_or(0, i32::from_le_bytes)
 }
 
 #[cfg(test)]
