@@ -1,6 +1,6 @@
 //! The files the core opens, as root, where others may have put something first: every
-//! file it reads is opened with `open_regular` and every file it writes is made with
-//! `create_private` (or mapped with `map_regular`); no other module opens a file.
+//! file it reads is opened with `open_regular` (or mapped with `map_regular`) and every file
+//! it writes is made with `create_private`; no other module opens a file.
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::io;
